@@ -1,0 +1,72 @@
+"""nccl-tests on an emulated cluster: time one collective over a range of sizes.
+
+For each size S: time t from the engine (one collective over the first N GPUs),
+algbw = S/t and busbw = algbw × factor, with factor 2(n−1)/n for all-reduce,
+(n−1)/n for reduce-scatter, all-gather and all-to-all, 1 for broadcast — as
+nccl-tests reports them (GB/s = 1e9 B/s).
+"""
+from __future__ import annotations
+
+from emulator.devices.gpu import Gpu
+from emulator.engine import Engine
+from emulator.errors import EmulatorError
+from emulator.faults import apply_overrides
+from emulator.network.collectives import CollectiveModel
+from emulator.network.routing import Router
+from emulator.network.topology import build_topology
+from emulator.program import COLLECTIVE, COLLECTIVE_OPS, Op, Program
+from emulator.scenario import Scenario
+from emulator.simulation import step_costs
+
+
+def bus_factor(op: str, n: int) -> float:
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    return (n - 1) / n
+
+
+def size_range(text: str) -> list[float]:
+    """'8B:8GiB' → 8, 16, 32, ... 8 GiB (doubling, as nccl-tests -f 2); 'A' → [A]."""
+    from emulator.units import parse_bytes
+
+    try:
+        lo, _, hi = text.partition(":")
+        a = parse_bytes(lo)
+        b = parse_bytes(hi) if hi else a
+    except ValueError as exc:
+        raise EmulatorError(f"--sizes: {exc}") from None
+    if a <= 0 or b < a:
+        raise EmulatorError(f"--sizes: expected MIN:MAX with 0 < MIN <= MAX, got {text!r}")
+    out, s = [], a
+    while s <= b * (1 + 1e-12):
+        out.append(s)
+        s *= 2
+    return out
+
+
+def collective_table(scenario: Scenario, op: str, sizes: list[float], gpus: int | None = None) -> list[dict]:
+    """One row per size: bytes, time_s, algbw_GB_per_s, busbw_GB_per_s."""
+    if op not in COLLECTIVE_OPS:
+        raise EmulatorError(f"--op: expected one of {', '.join(COLLECTIVE_OPS)}, got {op!r}")
+    topo = build_topology(scenario.cluster)
+    n = gpus or len(topo.gpus)
+    if not 2 <= n <= len(topo.gpus):
+        raise EmulatorError(f"--gpus: expected 2..{len(topo.gpus)} (the cluster's GPUs), got {n}")
+    slowdown = apply_overrides(topo, scenario.cluster.overrides)
+    router = Router(topo)
+    model = CollectiveModel(router, topo.node_of, step_costs(scenario), scenario.collectives.algorithm)
+    group = tuple(range(n))
+    rows = []
+    for size in sizes:
+        ops = [Op(id=r, rank=r, kind=COLLECTIVE, stream="comm", collective=op, group=group, root=0, bytes=size)
+               for r in group]
+        gspec = scenario.cluster.node.gpu if scenario.cluster.node else None
+        engine = Engine(Program(n, ops), model, topo.capacity, {r: Gpu(r, gspec, slowdown.get(r, 1.0)) for r in group})
+        spans, _events = engine.run()
+        t = max(s.end_s for s in spans)
+        algbw = size / t / 1e9 if t > 0 else 0.0
+        rows.append({"bytes": size, "time_s": t, "algbw_GB_per_s": algbw,
+                     "busbw_GB_per_s": algbw * bus_factor(op, n)})
+    return rows

@@ -1,0 +1,90 @@
+"""Symmetry folding: which ranks are provably identical, so that one stands for all.
+
+The rank grid of a Megatron layout is (pp, dp, cp, tp), tp fastest
+(rank = ((pp·D + dp)·C + cp)·T + tp). Translating a folded axis must map the
+program onto itself (true for tp, cp and dp: peers and replicas run the same
+ops) *and* the network onto itself (an automorphism), or folded ≠ unfolded.
+This module decides which translations are automorphisms of the topology:
+
+- inside a node, rotating a block of GPUs is an automorphism of the node's
+  switch when every GPU has its own NIC (or all share one);
+- across nodes, rotating whole nodes is an automorphism of a single switch, of a
+  leaf (its nodes are interchangeable), and permuting whole leaves is one of a
+  two-level fat-tree or rail fabric; so a dp axis that spans several leaves is
+  split into (leaves, nodes in a leaf, GPUs in a node) and each part is folded;
+- rings and tori fold only inside nodes; custom graphs, overrides (stragglers,
+  degraded or failed links), traces and expert parallelism are not folded.
+
+Each refusal comes with a note that the summary carries.
+"""
+from __future__ import annotations
+
+from emulator.program import Fold
+from emulator.scenario import Scenario
+
+
+def _node_axes(span_nodes: int, step_nodes: int, scenario: Scenario) -> list[tuple[int, bool]] | None:
+    """Axes (slow→fast) for rotating ``span_nodes // step_nodes`` positions of
+    ``step_nodes`` whole nodes each, inside a block of ``span_nodes`` nodes."""
+    count = span_nodes // step_nodes
+    fabric = scenario.cluster.fabric
+    if scenario.cluster.nodes == 1 or fabric.kind == "single_switch":
+        return [(count, True)]
+    if fabric.kind not in ("fat_tree", "rail"):
+        return None
+    leaf = max(1, min(fabric.leaf_size, scenario.cluster.nodes))
+    if span_nodes <= leaf and leaf % span_nodes == 0:
+        return [(count, True)]
+    if span_nodes % leaf == 0 and leaf % step_nodes == 0:
+        return [(span_nodes // leaf, True), (leaf // step_nodes, True)]
+    return None
+
+
+def _dp_axes(d: int, unit: int, g: int, scenario: Scenario) -> list[tuple[int, bool]]:
+    """Axes for the dp coordinate: d positions of ``unit`` ranks each."""
+    if d == 1:
+        return [(1, False)]
+    if unit * d <= g and g % (unit * d) == 0:
+        return [(d, True)]
+    if unit % g == 0:
+        axes = _node_axes(d * unit // g, unit // g, scenario)
+        return axes if axes else [(d, False)]
+    if g % unit == 0 and (unit * d) % g == 0:
+        inner = g // unit
+        axes = _node_axes(d * unit // g, 1, scenario)
+        if axes:
+            return axes + [(inner, True)]
+        return [(d // inner, False), (inner, True)]
+    return [(d, False)]
+
+
+def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
+    """The fold for a model workload, and a note saying what was folded or why not."""
+    if scenario.simulation.fold == "off":
+        return None, "folding off (simulation.fold: off)"
+    if scenario.workload.trace:
+        return None, "folding off: trace workloads are simulated rank by rank"
+    c = scenario.cluster
+    if c.fabric.kind == "custom" or c.node is None:
+        return None, "folding off: a custom graph is not known to be symmetric"
+    if c.overrides:
+        return None, "folding off: overrides (stragglers, degraded or failed links) break the symmetry"
+    p = scenario.parallel
+    t, cp, d, pp = p.tp, p.cp, p.dp, p.pp
+    g, nics = c.node.gpus_per_node, c.node.nics
+    in_node_ok = nics in (0, 1, g)
+    tp_ok = in_node_ok and t <= g and g % t == 0
+    cp_ok = tp_ok and t * cp <= g and g % (t * cp) == 0
+    axes: list[tuple[int, bool]] = [(pp, False)]
+    if p.ep > 1:
+        axes += [(d, False), (cp, False)]
+        note = "folding: tp only (expert parallelism regroups the dp ranks)"
+    else:
+        axes += _dp_axes(d, cp * t, g, scenario) if in_node_ok else [(d, False)]
+        axes.append((cp, cp_ok and cp > 1))
+        note = "folding on"
+    axes.append((t, tp_ok and t > 1))
+    fold = Fold(tuple(s for s, _ in axes), tuple(f and s > 1 for s, f in axes))
+    if fold.copies == 1:
+        return None, "folding found no symmetric ranks to fold"
+    return fold, f"{note}: {fold.copies} ranks per simulated rank"

@@ -1,0 +1,51 @@
+"""Workload importers: every trace format becomes the same Program IR.
+
+``FORMATS`` maps a ``workload.format`` name to its loader (small named plug-ins);
+the Kineto and Chakra loaders are imported on demand, so neither their code nor
+their optional dependencies load unless a scenario asks for them.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from emulator.errors import EmulatorError
+from emulator.program import Program
+from emulator.scenario import Scenario
+
+
+def _emulator(path: str, mirror: int) -> Program:
+    from emulator.trace import load_trace
+
+    if mirror:
+        raise EmulatorError("workload.mirror applies to kineto traces only")
+    return load_trace(path)
+
+
+def _kineto(path: str, mirror: int) -> Program:
+    from emulator.importers.kineto import load_kineto
+
+    return load_kineto(path, mirror=mirror)
+
+
+def _chakra(path: str, mirror: int) -> Program:
+    from emulator.importers.chakra import load_chakra
+
+    if mirror:
+        raise EmulatorError("workload.mirror applies to kineto traces only")
+    return load_chakra(path)
+
+
+FORMATS: dict[str, Callable[[str, int], Program]] = {
+    "emulator": _emulator,
+    "kineto": _kineto,
+    "chakra": _chakra,
+}
+
+
+def load_workload(scenario: Scenario) -> Program:
+    """The Program of a scenario whose workload is a trace file."""
+    w = scenario.workload
+    loader = FORMATS.get(w.format)
+    if loader is None:
+        raise EmulatorError(f"workload.format: expected one of {', '.join(FORMATS)}, got {w.format!r}")
+    return loader(w.trace or "", w.mirror)

@@ -1,0 +1,48 @@
+"""Replay report: a trace's measured timeline against its emulated replay, per rank.
+
+``compare(program, result)`` reads ``program.meta["measured"]`` (written by the
+Kineto importer) and the spans of ``result`` (the engine's run of that program):
+
+- span: first to last GPU op of the rank (host ``cpu`` lane excluded);
+- end: the last GPU op's end, from the common time origin (the earliest step
+  start when the ranks share a clock; the rank's own step start otherwise);
+- wait: time spent in collectives before the transfer began. Measured: the sum of
+  the collectives' ``wait_s`` (known only with a shared clock, else ``None``);
+  emulated: the sum of ``xfer_s - start_s`` over the rank's communication spans.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import EmulatorError
+from ..program import COMM_KINDS, Program
+
+
+def _gpu_spans(result: Any, rank: int) -> list:
+    return [s for s in result.spans if s.rank == rank and s.stream != "cpu"]
+
+
+def compare(program: Program, result: Any) -> list[dict]:
+    """Per rank: measured vs emulated span, end and collective wait (seconds), and span error."""
+    measured = program.meta.get("measured")
+    if not measured:
+        raise EmulatorError("replay report: the program carries no measured timeline (not a Kineto import)")
+    rows = []
+    for m in measured["ranks"]:
+        spans = _gpu_spans(result, m["rank"])
+        if not spans:
+            continue
+        start = min(s.start_s for s in spans)
+        end = max(s.end_s for s in spans)
+        comm = [s for s in spans if s.kind in COMM_KINDS]
+        waits = [c["wait_s"] for c in m["collectives"]]
+        meas_wait = sum(waits) if waits and all(w is not None for w in waits) else None
+        emu_span = end - start
+        rows.append({
+            "rank": m["rank"],
+            "measured_span_s": m["span_s"], "emulated_span_s": emu_span,
+            "measured_end_s": m["end_s"], "emulated_end_s": end,
+            "measured_wait_s": meas_wait, "emulated_wait_s": sum(s.xfer_s - s.start_s for s in comm),
+            "span_error": (emu_span - m["span_s"]) / m["span_s"] if m["span_s"] else 0.0,
+        })
+    return rows

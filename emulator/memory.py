@@ -1,0 +1,143 @@
+"""Memory per GPU: model states, activations and workspace, and whether they fit.
+
+Model states (mixed-precision Adam, Rajbhandari et al. 2020): 16 bytes per parameter
+(2 bf16 weight, 2 bf16 gradient, 12 fp32 master weight, momentum and variance), with
+Ψ = parameters on this GPU after TP/PP/EP sharding and d = the ranks that share them
+(DP·CP for dense weights, as Megatron's distributed optimizer; DP·CP/EP for experts):
+    ZeRO-0 16Ψ,  ZeRO-1 4Ψ + 12Ψ/d,  ZeRO-2 2Ψ + 14Ψ/d,  ZeRO-3 16Ψ/d.
+
+Activations of one layer and one micro-batch (Korthikanti et al. 2022, bytes; s is the
+sequence share of a CP rank, a the heads, t the TP size):
+    TP alone            s·b·h·(10 + 24/t + 5·a·s/(h·t))
+    TP + SP             s·b·h·(34 + 5·a·s/h)/t
+    selective recompute s·b·h·(10 + 24/t), or 34·s·b·h/t with SP
+    full recompute      2·s·b·h (2·s·b·h/t with SP: only the layer input is kept)
+computed term by term so that GQA (K, V of kv heads), SwiGLU (two up outputs), MoE
+(top_k routed copies) and models without dropout are counted; for a GPT these terms
+are exactly the formulas above. Fused (flash) attention keeps no s² terms. A stage
+holds as many micro-batches (model chunks, interleaved) as its schedule has in flight
+at the worst moment (1F1B: p − s on stage s; GPipe: m; interleaved: Megatron's
+p·(1 + (p − 1)/(p·v)) chunks' worth on stage 0), read off the schedule itself.
+
+Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers,
+plus with ZeRO-3 the gathered bf16 weights of two layers (the one running and the
+prefetched one), plus on the last stage the fp32 logits of one micro-batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .scenario import ModelSpec, Scenario
+from .workload import models as M
+from .workload.schedules import max_in_flight, schedule
+
+# ASSUMPTION: CUDA context (~0.5 GiB) + cuBLAS workspace + NCCL communicator buffers
+# (a few MiB per channel and peer) come to about 1 GiB per GPU in Megatron-style runs.
+WORKSPACE_BYTES = 2**30
+ADAM_STATE_BYTES = 12  # fp32 master weight, momentum, variance
+WEIGHT_BYTES = 2  # bf16 weight
+GRAD_BYTES = 2  # bf16 gradient
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    peak_bytes_per_gpu: float
+    capacity_bytes: float
+    fits: bool
+    breakdown: dict = field(default_factory=dict)  # params, grads, optimizer, activations, workspace
+    stage: int = 0  # the pipeline stage with the peak
+
+
+def model_state_bytes(psi: float, d: int, zero: int) -> dict:
+    """{'params', 'grads', 'optimizer'} bytes for Ψ parameters shared by d ranks under ZeRO ``zero``."""
+    params = WEIGHT_BYTES * psi / (d if zero >= 3 else 1)
+    grads = GRAD_BYTES * psi / (d if zero >= 2 else 1)
+    optim = ADAM_STATE_BYTES * psi / (d if zero >= 1 else 1)
+    return {"params": params, "grads": grads, "optimizer": optim}
+
+
+def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
+                           recompute: str = "none", flash: bool = False, dtype: int = 2) -> float:
+    """Stored activations of one layer, one micro-batch, on one GPU (see module docstring)."""
+    r = M.resolve(m)
+    h, a = r.hidden, r.heads
+    kvd = r.kv_heads * (h // a)
+    dropout = M.has_biases(r)
+    unit = s * b * dtype / 2  # the formulas count 2-byte elements
+    if recompute == "full":
+        return 2 * s * b * h * dtype / 2 / (t if sp else 1)
+    mask = 1.0 if dropout else 0.0  # 1-byte dropout mask per element of h
+    replicated = 2 * 2 * h + 2 * mask * h + 2 * h + 2 * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
+    routed = r.top_k if r.experts else 1
+    up = r.ffn_hidden * (2 if r.swiglu else 1)
+    sharded = (2 * (h + kvd) + 2 * kvd + 2 * h  # Q, K, V, projection input
+               + routed * (2 * up + 2 * r.ffn_hidden))  # up output(s), activation output
+    scores = 0.0 if flash or recompute == "selective" else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
+    if sp:
+        return unit * (replicated + sharded + scores) / t
+    return unit * (replicated + (sharded + scores) / t)
+
+
+def _stage_params(m: ModelSpec, sc: Scenario, stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters held by one GPU of pipeline stage ``stage``."""
+    r = M.resolve(m)
+    par = sc.parallel
+    t, p = par.tp, par.pp
+    layers = r.layers / p
+    biases = M.has_biases(r)
+    attn = M.attention_params(r) - (r.hidden if biases else 0)
+    dense = attn / t + (r.hidden if biases else 0) + M.norm_params(r)
+    mlp = M.mlp_params(r) - (r.hidden if biases else 0)
+    mlp_gpu = mlp / t + (r.hidden if biases else 0)
+    expert = 0.0
+    if r.experts:
+        dense += r.hidden * r.experts
+        expert = mlp_gpu * r.experts / par.ep
+    else:
+        dense += mlp_gpu
+    dense *= layers
+    expert *= layers
+    if stage == 0:
+        dense += r.vocab * r.hidden / t + (r.seq_len * r.hidden if biases else 0)
+    if stage == p - 1:
+        dense += M.head_params(r) - r.vocab * r.hidden * (0 if r.tied_embeddings else 1)
+        if not r.tied_embeddings or p > 1:
+            dense += r.vocab * r.hidden / t
+    return dense, expert
+
+
+def memory_report(sc: Scenario) -> MemoryReport:
+    """Peak memory over the pipeline stages of ``sc`` (one GPU of the worst stage)."""
+    m = M.resolve(sc.model)
+    par, tr = sc.parallel, sc.training
+    gpu = sc.cluster.node.gpu
+    dtype = 4 if tr.precision == "fp32" else 2
+    flash = getattr(tr, "attention", "unfused") == "flash" or par.cp > 1
+    s = m.seq_len // par.cp
+    micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
+    layers_per_chunk = m.layers / (par.pp * par.virtual_stages)
+    per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, par.sequence_parallel and par.tp > 1,
+                                       tr.recompute, flash, dtype)
+    best: MemoryReport | None = None
+    for stage in range(par.pp):
+        dense, expert = _stage_params(m, sc, stage)
+        d = par.dp * par.cp
+        states = model_state_bytes(dense, d, par.zero)
+        if expert:
+            ex = model_state_bytes(expert, max(1, d // par.ep), par.zero)
+            states = {k: states[k] + ex[k] for k in states}
+        tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
+        chunks = max_in_flight(tasks)
+        acts = per_layer * layers_per_chunk * chunks
+        if stage == 0 and M.has_biases(m):  # embedding dropout mask of each in-flight micro-batch
+            acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
+        work = float(WORKSPACE_BYTES)
+        if par.zero >= 3:
+            work += 2 * WEIGHT_BYTES * (dense + expert) / max(layers_per_chunk * par.virtual_stages, 1)
+        if stage == par.pp - 1:
+            work += 4.0 * s * tr.micro_batch * m.vocab / par.tp
+        breakdown = {**states, "activations": acts, "workspace": work}
+        peak = sum(breakdown.values())
+        if best is None or peak > best.peak_bytes_per_gpu:
+            best = MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage)
+    return best

@@ -1,0 +1,235 @@
+"""Collectives as a few coupled flows, not packets (DESIGN.md, "Network model").
+
+A plan is a list of phases; a phase is a list of flows that start together; the
+next phase starts when every flow of the phase is done. A flow is (links,
+weights, volume per byte of the buffer S, latency).
+
+Algorithms (small named plug-ins in ``ALGORITHMS``), for a group of n GPUs and a
+buffer of S bytes (the nccl-tests convention), uncontended on bandwidth B with a
+per-step latency α (path latency of the slowest hop plus the software step
+latency of its class) and a launch cost L:
+
+- ring all-reduce:       L + 2(n−1)·α + 2(n−1)/n · S/B
+- ring reduce-scatter / all-gather: L + (n−1)·α + (n−1)/n · S/B
+- chain broadcast:       L + (n−1)·α + S/B            (pipelined from the root)
+- direct all-to-all:     one flow per ordered pair, S/n bytes each
+- send/recv:             L + α + S/B
+- hierarchical all-reduce (multi-node): reduce-scatter inside each node, ring
+  all-reduce of S/k across nodes per local position, all-gather inside the node.
+
+A pipelined ring moves at the pace of its slowest hop, so one ring channel is one
+flow over every hop of the ring at one common rate. A group spanning several
+nodes with k members on each runs k channels (NCCL's rings, one per NIC rail),
+each carrying S/k; channel c enters each node at its c-th local member.
+
+With symmetry folding, the flows of the representative instance also carry the
+links of every symmetric copy of it (each distinct image of the group under the
+fold's translations), with multiplicity, so shared links see the whole load.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from emulator.network.routing import Router
+from emulator.program import Fold
+from emulator.scenario import NodeSpec
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSpec:
+    links: tuple[int, ...]
+    weights: tuple[float, ...]
+    volume: float  # bytes moved per byte of S
+    latency: float  # s
+
+
+Plan = list[list[FlowSpec]]
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Software costs of a collective (calibrated per node preset; zero on custom graphs)."""
+
+    launch: float = 0.0
+    intra: float = 0.0
+    inter: float = 0.0
+
+
+class _Acc:
+    """Accumulates the weighted links of one flow."""
+
+    __slots__ = ("w",)
+
+    def __init__(self) -> None:
+        self.w: dict[int, float] = {}
+
+    def add(self, links: tuple[int, ...], weights: tuple[float, ...], scale: float = 1.0) -> None:
+        w = self.w
+        for l, x in zip(links, weights):
+            w[l] = w.get(l, 0.0) + x * scale
+
+    def freeze(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        links = tuple(sorted(self.w))
+        return links, tuple(self.w[l] for l in links)
+
+
+class CollectiveModel:
+    """Turns collectives and point-to-point transfers into flow plans (memoised)."""
+
+    def __init__(self, router: Router, node_of: Callable[[int], int], steps: StepCosts,
+                 algorithm: str = "auto", fold: Fold | None = None) -> None:
+        if algorithm not in ("auto", *ALGORITHMS):
+            raise ValueError(f"unknown collective algorithm {algorithm!r}; known: auto, {', '.join(ALGORITHMS)}")
+        self.router = router
+        self.node_of = node_of
+        self.steps = steps
+        self.algorithm = algorithm
+        self.fold = fold
+        self._cache: dict[tuple, Plan] = {}
+
+    # -- public ---------------------------------------------------------------
+    def collective(self, op: str, group: tuple[int, ...], root: int = -1) -> Plan:
+        key = (op, group, root)
+        plan = self._cache.get(key)
+        if plan is None:
+            plan = self._cache[key] = self._folded(key)
+        return plan
+
+    def p2p(self, src: int, dst: int) -> Plan:
+        return self.collective("p2p", (src, dst), src)
+
+    # -- construction ---------------------------------------------------------
+    def _raw(self, op: str, group: tuple[int, ...], root: int) -> list[list[tuple[list[tuple], float, float]]]:
+        """Phases of flows, each flow as (hops [(src, dst, scale)], volume, latency)."""
+        if op == "p2p":
+            a, b = group
+            lat = self.steps.launch + self._alpha(a, b)
+            return [[([(a, b, 1.0)], 1.0, lat)]]
+        if len(group) < 2:
+            return []
+        algo = self.algorithm
+        if algo == "auto" or (algo != "direct" and op == "all_to_all") or (algo == "direct" and op != "all_to_all"):
+            algo = "direct" if op == "all_to_all" else "ring"
+        if algo == "hierarchical" and (op != "all_reduce" or not self._regular(group)):
+            algo = "ring"
+        return ALGORITHMS[algo](self, op, group, root)
+
+    def _folded(self, key: tuple) -> Plan:
+        op, group, root = key
+        raw = self._raw(op, group, root)
+        images = [raw]
+        fold = self.fold
+        if fold is not None and fold.copies > 1:
+            seen = {tuple(group) if op == "p2p" else frozenset(group)}
+            for t in fold.translations():
+                img = [fold.translate(r, t) for r in group]
+                ident = tuple(img) if op == "p2p" else frozenset(img)
+                if ident in seen:
+                    continue
+                seen.add(ident)
+                iroot = fold.translate(root, t) if root >= 0 else -1
+                igroup = tuple(img) if op == "p2p" else tuple(sorted(img))
+                image = self._raw(op, igroup, iroot)
+                if [len(ph) for ph in image] != [len(ph) for ph in raw]:
+                    raise RuntimeError(f"folding: the copy {igroup} of {op} {group} is not symmetric to it")
+                images.append(image)
+        plan: Plan = []
+        for p, phase in enumerate(raw):
+            out = []
+            for f, (_hops, volume, latency) in enumerate(phase):
+                acc = _Acc()
+                for img in images:
+                    for a, b, scale in img[p][f][0]:
+                        links, weights, _lat = self.router.route(a, b)
+                        acc.add(links, weights, scale)
+                links, weights = acc.freeze()
+                out.append(FlowSpec(links, weights, volume, latency))
+            plan.append(out)
+        return plan
+
+    # -- helpers --------------------------------------------------------------
+    def _alpha(self, a: int, b: int) -> float:
+        """One step a→b: path latency plus the software step latency of its class."""
+        lat = self.router.route(a, b)[2]
+        na, nb = self.node_of(a), self.node_of(b)
+        if na < 0:
+            return lat
+        return lat + (self.steps.intra if na == nb else self.steps.inter)
+
+    def _by_node(self, group: tuple[int, ...]) -> list[list[int]]:
+        nodes: dict[int, list[int]] = {}
+        for r in group:
+            nodes.setdefault(self.node_of(r), []).append(r)
+        return [nodes[n] for n in sorted(nodes)]
+
+    def _regular(self, group: tuple[int, ...]) -> bool:
+        per = self._by_node(group)
+        return len(per) > 1 and len({len(p) for p in per}) == 1 and self.node_of(group[0]) >= 0
+
+    def rings(self, group: tuple[int, ...]) -> list[list[int]]:
+        """The ring channels of a group: one ring, or one per local position across nodes."""
+        per = self._by_node(group)
+        k = len(per[0])
+        if len(per) == 1 or self.node_of(group[0]) < 0 or any(len(p) != k for p in per) or k == 1:
+            return [list(group)]
+        return [[r for local in per for r in local[c:] + local[:c]] for c in range(k)]
+
+    def _ring_flows(self, ring: list[int], volume: float, steps: int) -> tuple[list[tuple], float, float]:
+        n = len(ring)
+        hops = [(ring[i], ring[(i + 1) % n], 1.0) for i in range(n)]
+        alpha = max(self._alpha(a, b) for a, b, _ in hops)
+        return hops, volume, self.steps.launch + steps * alpha
+
+
+def ring(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> list:
+    n = len(group)
+    if op == "broadcast":
+        return chain_broadcast(model, group, root)
+    if op == "all_to_all":
+        return direct(model, op, group, root)
+    factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
+    rings = model.rings(group)
+    k = len(rings)
+    return [[model._ring_flows(r, factor / k, steps) for r in rings]]
+
+
+def chain_broadcast(model: CollectiveModel, group: tuple[int, ...], root: int) -> list:
+    order = list(group)
+    if root in order:
+        i = order.index(root)
+        order = order[i:] + order[:i]
+    hops = [(order[i], order[i + 1], 1.0) for i in range(len(order) - 1)]
+    alpha = max(model._alpha(a, b) for a, b, _ in hops)
+    return [[(hops, 1.0, model.steps.launch + (len(order) - 1) * alpha)]]
+
+
+def direct(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> list:
+    if op != "all_to_all":
+        return ring(model, op, group, root)
+    n = len(group)
+    flows = []
+    for a in group:
+        for b in group:
+            if a != b:
+                flows.append(([(a, b, 1.0)], 1.0 / n, model.steps.launch + model._alpha(a, b)))
+    return [flows]
+
+
+def hierarchical(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> list:
+    """Reduce-scatter in each node, all-reduce across nodes per local position, all-gather."""
+    per = model._by_node(group)
+    k, m = len(per[0]), len(per)
+    rs_factor, rs_steps = (k - 1) / k, k - 1
+    phase1 = [model._ring_flows(local, rs_factor, rs_steps) for local in per] if k > 1 else []
+    ar_factor = 2.0 * (m - 1) / m / k
+    phase2 = [model._ring_flows([local[c] for local in per], ar_factor, 2 * (m - 1)) for c in range(k)]
+    phases = [phase1, phase2, list(phase1)] if k > 1 else [phase2]
+    return phases
+
+
+ALGORITHMS: dict[str, Callable[[CollectiveModel, str, tuple[int, ...], int], list]] = {
+    "ring": ring,
+    "direct": direct,
+    "hierarchical": hierarchical,
+}

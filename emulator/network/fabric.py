@@ -1,0 +1,239 @@
+"""The fabric: flow-level links shared max-min fairly (SimGrid's model, no TCP terms).
+
+A transfer is a *flow*: a set of directed links, each used with a weight (how many
+times the flow crosses it: a ring channel crosses each of its hops once; an ECMP
+split crosses each of k paths with weight 1/k; a folded flow carries the
+multiplicity of its symmetric copies). A flow of rate r puts w·r on each link.
+
+Life of a flow (DESIGN.md, "Network model"):
+1. it pays its latency first, which loads no link;
+2. it then streams at its max-min fair rate until its bytes are done;
+3. rates are re-solved only for the connected component (flows ↔ links) that
+   changed, and every change at one timestamp is solved together (the solve is
+   deferred until no other event is left at the current time);
+4. completions are scheduled lazily; one whose flow version is stale is ignored.
+
+The rate solver is progressive filling: every unfrozen flow grows at the same
+level x; the link that saturates first (least (c_l − frozen load_l)/Σ w of its
+unfrozen flows) fixes x for every unfrozen flow crossing it; repeat.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import simpy
+
+INF = float("inf")
+_TIE = 1e-12  # relative tolerance for links saturating at the same level
+
+
+class Flow:
+    """One flow in the fabric. ``links``/``weights`` are parallel tuples."""
+
+    __slots__ = ("links", "weights", "remaining", "rate", "version", "last", "done", "mark")
+
+    def __init__(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
+                 done: Callable[[], None]) -> None:
+        self.links = links
+        self.weights = weights
+        self.remaining = nbytes
+        self.rate = 0.0
+        self.version = 0
+        self.last = 0.0
+        self.done = done
+        self.mark = 0
+
+
+def max_min_rates(flows: Sequence[Flow], capacity: Sequence[float]) -> list[float]:
+    """Max-min fair rates of ``flows`` by weighted progressive filling (pure).
+
+    x_l = (c_l − Σ_frozen w·r) / Σ_unfrozen w; the least x_l is the level of every
+    unfrozen flow crossing link l; those flows freeze at it. A flow that crosses
+    no link of finite capacity gets rate inf.
+    """
+    n = len(flows)
+    rates = [INF] * n
+    resid: dict[int, float] = {}
+    wsum: dict[int, float] = {}
+    members: dict[int, list[int]] = {}
+    for i, f in enumerate(flows):
+        for link, w in zip(f.links, f.weights):
+            if link not in resid:
+                resid[link] = capacity[link]
+                wsum[link] = 0.0
+                members[link] = []
+            wsum[link] += w
+            members[link].append(i)
+    frozen = [False] * n
+    left = n
+    live = set(resid)
+    while left and live:
+        best = INF
+        for link in live:
+            ws = wsum[link]
+            if ws > 0.0:
+                share = resid[link] / ws
+                if share < best:
+                    best = share
+        if best == INF:
+            break
+        limit = best * (1.0 + _TIE) if best > 0 else 0.0
+        tight = [l for l in live if wsum[l] > 0.0 and resid[l] / wsum[l] <= limit]
+        for link in tight:
+            for i in members[link]:
+                if frozen[i]:
+                    continue
+                frozen[i] = True
+                left -= 1
+                rates[i] = best
+                f = flows[i]
+                for l2, w in zip(f.links, f.weights):
+                    resid[l2] -= w * best
+                    wsum[l2] -= w
+        for link in tight:
+            live.discard(link)
+        live = {l for l in live if wsum[l] > 1e-15}
+    return rates
+
+
+class Fabric:
+    """Max-min fair flow fabric over links with capacities in B/s."""
+
+    def __init__(self, env: simpy.Environment, capacity: Sequence[float]) -> None:
+        self.env = env
+        self.capacity = list(capacity)
+        self.on_link: list[set[Flow] | None] = [None] * len(self.capacity)
+        self._dirty: set[int] = set()
+        self._pending = False
+        self._mark = 0
+        self.solves = 0
+        self.bytes_on_link = [0.0] * len(self.capacity)
+        # called after every re-solve with (time, {link: load in B/s}) of the component
+        self.listeners: list[Callable[[float, dict[int, float]], None]] = []
+
+    # -- the narrow interface -------------------------------------------------
+    def transfer(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
+                 latency: float, done: Callable[[], None]) -> None:
+        """Move ``nbytes`` over the links after ``latency``; call ``done()`` at the end."""
+        flow = Flow(links, weights, nbytes, done)
+        if latency > 0.0:
+            self.env.timeout(latency).callbacks.append(lambda _e, f=flow: self._start(f))
+        else:
+            self._start(flow)
+
+    # -- internals ------------------------------------------------------------
+    def _start(self, flow: Flow) -> None:
+        if flow.remaining <= 0.0 or not flow.links:
+            flow.done()
+            return
+        flow.last = self.env.now
+        on_link = self.on_link
+        for link in flow.links:
+            s = on_link[link]
+            if s is None:
+                s = on_link[link] = set()
+            s.add(flow)
+            self._dirty.add(link)
+        self._request_solve()
+
+    def _request_solve(self) -> None:
+        if not self._pending:
+            self._pending = True
+            self.env.timeout(0.0).callbacks.append(self._solve)
+
+    def _solve(self, _event: object = None) -> None:
+        env = self.env
+        if env.peek() == env.now:  # more changes at this timestamp: solve them together
+            env.timeout(0.0).callbacks.append(self._solve)
+            return
+        self._pending = False
+        self.solves += 1
+        self._mark += 1
+        mark = self._mark
+        dirty, self._dirty = self._dirty, set()
+        seen_links: set[int] = set()
+        for link in dirty:
+            if link in seen_links:
+                continue
+            flows = self._component(link, seen_links, mark)
+            if flows:
+                self._assign(flows)
+            elif self.listeners:
+                for cb in self.listeners:
+                    cb(self.env.now, {link: 0.0})
+
+    def _component(self, start: int, seen_links: set[int], mark: int) -> list[Flow]:
+        flows: list[Flow] = []
+        stack = [start]
+        seen_links.add(start)
+        on_link = self.on_link
+        while stack:
+            link = stack.pop()
+            s = on_link[link]
+            if not s:
+                continue
+            for f in s:
+                if f.mark == mark:
+                    continue
+                f.mark = mark
+                flows.append(f)
+                for l2 in f.links:
+                    if l2 not in seen_links:
+                        seen_links.add(l2)
+                        stack.append(l2)
+        return flows
+
+    def _assign(self, flows: list[Flow]) -> None:
+        now = self.env.now
+        rates = max_min_rates(flows, self.capacity)
+        for f, r in zip(flows, rates):
+            if f.rate == r and f.version:
+                continue
+            self._settle(f, now)
+            f.rate = r
+            f.version += 1
+            delay = f.remaining / r if r > 0.0 else INF
+            if delay == INF:
+                continue  # cannot progress (zero capacity); reported as a deadlock
+            self.env.timeout(delay).callbacks.append(lambda _e, f=f, v=f.version: self._finish(f, v))
+        if self.listeners:
+            loads: dict[int, float] = {}
+            for f in flows:
+                for link, w in zip(f.links, f.weights):
+                    loads[link] = loads.get(link, 0.0) + w * f.rate
+            for cb in self.listeners:
+                cb(now, loads)
+
+    def _settle(self, f: Flow, now: float) -> None:
+        if f.rate:
+            moved = f.rate * (now - f.last)
+            f.remaining = max(0.0, f.remaining - moved)
+            for link, w in zip(f.links, f.weights):
+                self.bytes_on_link[link] += w * moved
+        f.last = now
+
+    def _finish(self, f: Flow, version: int) -> None:
+        if f.version != version:
+            return  # stale completion
+        self._settle(f, self.env.now)
+        f.remaining = 0.0
+        f.version += 1
+        on_link = self.on_link
+        for link in f.links:
+            s = on_link[link]
+            s.discard(f)
+            self._dirty.add(link)  # survivors speed up; an emptied link reports 0 load
+        self._request_solve()
+        f.done()
+
+    def link_load(self, link: int) -> float:
+        """Current load Σ w·r on a link (B/s)."""
+        s = self.on_link[link]
+        if not s:
+            return 0.0
+        total = 0.0
+        for f in s:
+            for l2, w in zip(f.links, f.weights):
+                if l2 == link:
+                    total += w * f.rate
+        return total

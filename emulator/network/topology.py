@@ -1,0 +1,286 @@
+"""Topologies: a networkx DiGraph of GPUs, NICs and switches, plus link arrays.
+
+Nodes carry ``kind`` (gpu | nic | switch); GPUs also ``rank`` and ``node``.
+Edges are directed links with ``bandwidth`` (raw line rate, B/s), ``efficiency``
+(achieved fraction, calibrated per link class), ``latency`` (s) and ``cls``
+(nvlink | pcie | nic | fabric | custom). A full-duplex cable is two edges.
+
+Builders are small named plug-ins (``BUILDERS``): the node interior (NVSwitch or
+PCIe switch: every GPU has a port of the intra-node rate each way; GPU i uses NIC
+i·nics/g) and the fabric joining the NICs (single switch, two-level leaf/spine
+fat-tree with an oversubscription ratio, rail-optimized, ring/torus, custom file).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import networkx as nx
+
+from emulator.scenario import ClusterSpec, NodeSpec
+
+
+@dataclass
+class Topology:
+    """The built network: the graph, and flat link arrays indexed by link id."""
+
+    graph: nx.DiGraph
+    gpus: list[str]  # graph node of each rank, in rank order
+    kind: str  # the fabric builder that made it
+    gpus_per_node: int = 0
+    nics_per_node: int = 0
+    leaf_size: int = 0
+    spines: int = 0
+    torus_dims: tuple[int, ...] = ()
+    link_ids: dict[tuple[str, str], int] = field(default_factory=dict)
+    links: list[tuple[str, str]] = field(default_factory=list)
+    capacity: list[float] = field(default_factory=list)  # B/s, bandwidth × efficiency
+    latency: list[float] = field(default_factory=list)  # s
+    cls: list[str] = field(default_factory=list)
+    failed: frozenset = frozenset()  # links that carry nothing (failed)
+
+    def index(self) -> None:
+        """(Re)build the flat link arrays from the graph, in a deterministic order."""
+        self.links = sorted(self.graph.edges())
+        self.link_ids = {e: i for i, e in enumerate(self.links)}
+        self.capacity = []
+        self.latency = []
+        self.cls = []
+        for u, v in self.links:
+            d = self.graph.edges[u, v]
+            self.capacity.append(d["bandwidth"] * d.get("efficiency", 1.0))
+            self.latency.append(d["latency"])
+            self.cls.append(d.get("cls", "custom"))
+
+    def node_of(self, rank: int) -> int:
+        """The server (node) index of a rank; -1 on a custom graph."""
+        return self.graph.nodes[self.gpus[rank]].get("node", -1)
+
+    def nic_of(self, rank: int) -> str:
+        node = rank // self.gpus_per_node
+        local = rank % self.gpus_per_node
+        return f"nic{node}.{local * self.nics_per_node // self.gpus_per_node}"
+
+
+def _link(g: nx.DiGraph, a: str, b: str, bw: float, lat: float, eff: float, cls: str) -> None:
+    """A full-duplex cable: two directed edges."""
+    g.add_edge(a, b, bandwidth=bw, latency=lat, efficiency=eff, cls=cls)
+    g.add_edge(b, a, bandwidth=bw, latency=lat, efficiency=eff, cls=cls)
+
+
+def build_nodes(g: nx.DiGraph, nodes: int, spec: NodeSpec) -> list[str]:
+    """Servers: GPUs on an NVSwitch or PCIe switch, and their NICs. Returns GPU names."""
+    cls = "nvlink" if spec.intra == "nvswitch" else "pcie"
+    gpus = []
+    for n in range(nodes):
+        sw = f"{'nvsw' if cls == 'nvlink' else 'pcie'}{n}"
+        g.add_node(sw, kind="switch", node=n)
+        for i in range(spec.nics):
+            g.add_node(f"nic{n}.{i}", kind="nic", node=n)
+        for i in range(spec.gpus_per_node):
+            r = n * spec.gpus_per_node + i
+            name = f"gpu{r}"
+            g.add_node(name, kind="gpu", rank=r, node=n, local=i)
+            gpus.append(name)
+            _link(g, name, sw, spec.intra_bandwidth, spec.intra_latency, spec.intra_efficiency, cls)
+            if spec.nics:
+                nic = f"nic{n}.{i * spec.nics // spec.gpus_per_node}"
+                # GPU↔NIC over PCIe: never the bottleneck of its own NIC (the NIC port is)
+                _link(g, name, nic, spec.nic_bandwidth, 0.0, 1.0, "pcie")
+    return gpus
+
+
+def _nic_port(g: nx.DiGraph, nic: str, sw: str, spec: NodeSpec) -> None:
+    _link(g, nic, sw, spec.nic_bandwidth, spec.nic_latency, spec.nic_efficiency, "nic")
+
+
+def single_switch(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+    """Every NIC on one switch."""
+    if c.nodes == 1:
+        return
+    g.add_node("sw", kind="switch")
+    for n in range(c.nodes):
+        for i in range(spec.nics):
+            _nic_port(g, f"nic{n}.{i}", "sw", spec)
+
+
+def _leaves(c: ClusterSpec) -> tuple[int, int]:
+    leaf = max(1, min(c.fabric.leaf_size, c.nodes))
+    return leaf, math.ceil(c.nodes / leaf)
+
+
+def _spine_links(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, switches: list[str],
+                 down_bw: float, topo: Topology) -> None:
+    """Join ``switches`` through ``spines`` spines so that up = down / oversubscription."""
+    spines = max(1, spec.nics)
+    topo.spines = spines
+    if c.fabric.link_bandwidth:
+        up_each = c.fabric.link_bandwidth / c.fabric.oversubscription
+    else:
+        up_each = down_bw / c.fabric.oversubscription / spines
+    for k in range(spines):
+        g.add_node(f"spine{k}", kind="switch")
+        for s in switches:
+            _link(g, s, f"spine{k}", up_each, c.fabric.latency, spec.nic_efficiency, "fabric")
+
+
+def fat_tree(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+    """Two-level leaf/spine: ``leaf_size`` nodes per leaf; uplinks = downlinks / oversub.
+
+    There are ``nics`` spines (an even ECMP split makes their number immaterial);
+    each leaf–spine link has bandwidth leaf_size·nics·nic_bw / (oversub·spines),
+    or ``link_bandwidth``/oversub when the scenario gives a fabric link rate.
+    """
+    leaf, leaves = _leaves(c)
+    topo.leaf_size = leaf
+    names = []
+    for j in range(leaves):
+        names.append(f"leaf{j}")
+        g.add_node(f"leaf{j}", kind="switch")
+    for n in range(c.nodes):
+        for i in range(spec.nics):
+            _nic_port(g, f"nic{n}.{i}", f"leaf{n // leaf}", spec)
+    if leaves > 1:
+        _spine_links(g, c, spec, names, leaf * spec.nics * spec.nic_bandwidth, topo)
+
+
+def rail(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+    """Rail-optimized: NIC i of each node in a group of ``leaf_size`` nodes on rail switch i."""
+    leaf, groups = _leaves(c)
+    topo.leaf_size = leaf
+    names = []
+    for grp in range(groups):
+        for i in range(spec.nics):
+            names.append(f"rail{grp}.{i}")
+            g.add_node(f"rail{grp}.{i}", kind="switch")
+    for n in range(c.nodes):
+        for i in range(spec.nics):
+            _nic_port(g, f"nic{n}.{i}", f"rail{n // leaf}.{i}", spec)
+    if len(names) > 1:
+        _spine_links(g, c, spec, names, leaf * spec.nic_bandwidth, topo)
+
+
+def torus(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+    """Nodes on a ring or torus: a router per node joins its NICs and its 2·d neighbours.
+
+    Each neighbour link has ``link_bandwidth`` or, by default, the node's NIC
+    bandwidth spread over its 2·d links (so injection equals the NIC total).
+    """
+    dims = c.fabric.torus_dims or (c.nodes,)
+    topo.torus_dims = tuple(dims)
+    default_bw = spec.nics * spec.nic_bandwidth / (2 * len(dims))
+    bw = c.fabric.link_bandwidth or default_bw
+    for n in range(c.nodes):
+        g.add_node(f"tr{n}", kind="switch", node=n)
+        for i in range(spec.nics):
+            _nic_port(g, f"nic{n}.{i}", f"tr{n}", spec)
+    for n in range(c.nodes):
+        coords = _unravel(n, dims)
+        for d, size in enumerate(dims):
+            if size < 2:
+                continue
+            nxt = list(coords)
+            nxt[d] = (coords[d] + 1) % size
+            m = _ravel(nxt, dims)
+            if m != n and not g.has_edge(f"tr{n}", f"tr{m}"):
+                _link(g, f"tr{n}", f"tr{m}", bw, c.fabric.latency, spec.nic_efficiency, "fabric")
+
+
+def _unravel(n: int, dims: tuple[int, ...]) -> list[int]:
+    out = []
+    for size in reversed(dims):
+        out.append(n % size)
+        n //= size
+    return out[::-1]
+
+
+def _ravel(coords: list[int], dims: tuple[int, ...]) -> int:
+    r = 0
+    for size, x in zip(dims, coords):
+        r = r * size + x
+    return r
+
+
+BUILDERS: dict[str, Callable[[nx.DiGraph, ClusterSpec, NodeSpec, Topology], None]] = {
+    "single_switch": single_switch,
+    "fat_tree": fat_tree,
+    "rail": rail,
+    "ring": torus,
+    "torus": torus,
+}
+
+
+def build_topology(cluster: ClusterSpec) -> Topology:
+    """Build the cluster's topology (custom graphs come from their file)."""
+    if cluster.fabric.kind == "custom":
+        return load_graph(cluster.fabric.graph or "")
+    spec = cluster.node
+    g = nx.DiGraph()
+    gpus = build_nodes(g, cluster.nodes, spec)
+    topo = Topology(g, gpus, cluster.fabric.kind, spec.gpus_per_node, spec.nics)
+    if cluster.fabric.kind not in BUILDERS:
+        raise ValueError(f"unknown fabric kind {cluster.fabric.kind!r}; known: {', '.join(sorted(BUILDERS))}, custom")
+    BUILDERS[cluster.fabric.kind](g, cluster, spec, topo)
+    topo.index()
+    return topo
+
+
+def load_graph(path: str) -> Topology:
+    """A custom graph file (JSON or YAML): ``nodes`` [{id, kind}] and directed ``links``
+    [{src, dst, bandwidth, latency}]. Plain numbers are SI; unit strings are accepted.
+    Ranks map to the gpu nodes in file order. Links are exactly as given (efficiency 1).
+    """
+    from emulator.errors import EmulatorError
+    from emulator.units import parse_si
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise EmulatorError(f"{path}: cannot read the graph file: {exc}") from None
+    except Exception as exc:  # yaml errors
+        raise EmulatorError(f"{path}: cannot parse the graph file: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not isinstance(data.get("links"), list):
+        raise EmulatorError(f"{path}: a graph file is an object with lists 'nodes' and 'links'")
+    g = nx.DiGraph()
+    gpus: list[str] = []
+    for i, node in enumerate(data["nodes"]):
+        if not isinstance(node, dict) or "id" not in node or node.get("kind") not in ("gpu", "nic", "switch"):
+            raise EmulatorError(f"{path}: nodes[{i}]: expected {{id, kind: gpu | nic | switch}}, got {node!r}")
+        nid = str(node["id"])
+        if nid in g:
+            raise EmulatorError(f"{path}: nodes[{i}]: duplicate id {nid!r}")
+        attrs = {"kind": node["kind"]}
+        if node["kind"] == "gpu":
+            attrs["rank"] = len(gpus)
+            gpus.append(nid)
+        g.add_node(nid, **attrs)
+    for i, link in enumerate(data["links"]):
+        where = f"{path}: links[{i}]"
+        if not isinstance(link, dict) or not {"src", "dst", "bandwidth"} <= set(link):
+            raise EmulatorError(f"{where}: expected {{src, dst, bandwidth, latency}}, got {link!r}")
+        src, dst = str(link["src"]), str(link["dst"])
+        for end in (src, dst):
+            if end not in g:
+                raise EmulatorError(f"{where}: unknown node {end!r}")
+        try:
+            bw = parse_si(link["bandwidth"], "bandwidth")
+            lat = parse_si(link.get("latency", 0), "time")
+        except ValueError as exc:
+            raise EmulatorError(f"{where}: {exc}") from None
+        if bw <= 0:
+            raise EmulatorError(f"{where}: bandwidth must be positive, got {link['bandwidth']!r}")
+        g.add_edge(src, dst, bandwidth=bw, latency=lat, efficiency=1.0, cls="custom")
+    if not gpus:
+        raise EmulatorError(f"{path}: the graph has no gpu nodes")
+    topo = Topology(g, gpus, "custom")
+    topo.index()
+    return topo

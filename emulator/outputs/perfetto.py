@@ -1,0 +1,67 @@
+"""trace.json: a Chrome/Perfetto trace (JSON trace-event format).
+
+One process per rank, named "rank 5 · node 0 · gpu 5", one thread per stream;
+each op a complete ("X") event in µs, with bytes, FLOPs, micro-batch, stage
+and, for communication, the time spent waiting for the other members. The
+busiest fabric links are counter tracks (GB/s) in a "fabric links" process.
+"""
+from __future__ import annotations
+
+import json
+
+from emulator.outputs.atomic import write_atomic
+from emulator.simulation import Result
+
+TOP_LINKS = 24  # counter tracks are kept for the busiest links only: readable and small
+
+
+def _rank_name(result: Result, rank: int) -> str:
+    topo = result.topology
+    node = topo.node_of(rank) if rank < len(topo.gpus) else -1
+    if node < 0:
+        return f"rank {rank} · {topo.gpus[rank] if rank < len(topo.gpus) else 'gpu ?'}"
+    return f"rank {rank} · node {node} · gpu {rank % topo.gpus_per_node}"
+
+
+def trace_events(result: Result) -> list[dict]:
+    events: list[dict] = []
+    streams: dict[int, dict[str, int]] = {}
+    for s in result.spans:
+        streams.setdefault(s.rank, {}).setdefault(s.stream, 0)
+    for rank in sorted(streams):
+        events.append({"ph": "M", "pid": rank, "name": "process_name", "args": {"name": _rank_name(result, rank)}})
+        events.append({"ph": "M", "pid": rank, "name": "process_sort_index", "args": {"sort_index": rank}})
+        names = sorted(streams[rank], key=lambda n: (n != "compute", n))
+        for tid, name in enumerate(names):
+            streams[rank][name] = tid
+            events.append({"ph": "M", "pid": rank, "tid": tid, "name": "thread_name", "args": {"name": name}})
+    for s in sorted(result.spans, key=lambda s: (s.rank, s.start_s, s.op_id)):
+        args = {"op_id": s.op_id, "bytes": s.bytes, "flops": s.flops, "microbatch": s.microbatch, "stage": s.stage}
+        if s.kind != "compute":
+            args["wait_us"] = round((s.xfer_s - s.start_s) * 1e6, 6)
+        events.append({"ph": "X", "pid": s.rank, "tid": streams[s.rank][s.stream], "name": s.name,
+                       "cat": s.category or s.kind, "ts": round(s.start_s * 1e6, 6),
+                       "dur": round((s.end_s - s.start_s) * 1e6, 6), "args": args})
+    events.extend(link_counters(result, pid=max(streams, default=0) + 1))
+    return events
+
+
+def link_counters(result: Result, pid: int) -> list[dict]:
+    if not result.link_series:
+        return []
+    volume = result.link_bytes
+    busiest = sorted(result.link_series, key=lambda l: (-volume[l] if l < len(volume) else 0.0, l))[:TOP_LINKS]
+    out = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": "fabric links (GB/s)"}}]
+    for link in sorted(busiest):
+        u, v = result.topology.links[link]
+        name = f"{u}->{v}"
+        for t, load in result.link_series[link]:
+            out.append({"ph": "C", "pid": pid, "name": name, "ts": round(t * 1e6, 6),
+                        "args": {"GB/s": round(load / 1e9, 6)}})
+    return out
+
+
+def write_perfetto(path: str, result: Result) -> None:
+    doc = {"displayTimeUnit": "ms", "otherData": {"scenario": result.scenario.name},
+           "traceEvents": trace_events(result)}
+    write_atomic(path, lambda fh: json.dump(doc, fh, separators=(",", ":")))

@@ -1,0 +1,311 @@
+"""The scenario key table, and the JSON Schema derived from it.
+
+``KEYS`` is the one description of what a scenario file may contain: every key,
+its type, bounds, choices and help text. The loader (emulator/scenario.py)
+validates against it, the catalog reads its node/GPU entries with it, and
+:func:`scenario_schema` turns it into a JSON Schema (draft 2020-12) for editors
+and for ``emulator schema``. Add a key here and both follow.
+
+Types: ``str``, ``enum``, ``int``, ``number``, ``ratio`` (0.8, "230/300", "2:1"),
+``bool``, the unit kinds of emulator/units.py (``bytes``, ``time``,
+``bandwidth``, ``flops_rate``), ``path`` (a file, relative to the scenario),
+``int_list``, ``section`` (a mapping of keys) and ``sections`` (a list of them).
+"""
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Mapping
+
+from .units import KINDS as UNIT_KINDS
+from .units import RATIO_PATTERN, UNIT_PATTERNS
+
+UNIT_TYPES = tuple(UNIT_KINDS)  # bytes, time, bandwidth, flops_rate, flops
+MAX_COUNT = 10**9  # default upper bound of an integer key
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a scenario file."""
+
+    type: str
+    doc: str
+    required: bool = False
+    enum: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    positive: bool = False  # strictly more than 0 (unit types, numbers)
+    attr: str | None = None  # dataclass field name, when it differs from the key
+    keys: Mapping[str, "Key"] | None = None  # for section / sections
+    names: str | None = None  # "gpu" | "node" | "model": a catalog name may stand in
+    cls: str | None = None  # dataclass of emulator.scenario this section becomes
+    required_unless: tuple[str, str] | None = None  # (sibling key path, value) that waives it
+
+
+def _time(doc: str) -> Key:
+    return Key("time", doc)
+
+
+GPU_KEYS: dict[str, Key] = {
+    "preset": Key("str", "A catalog GPU to start from; the other keys change its figures.", names="gpu"),
+    "name": Key("str", "A label for this GPU type."),
+    "peak_flops": Key("flops_rate", 'Dense bf16/fp16 tensor-core peak, e.g. "989.4 TFLOP/s".', positive=True),
+    "hbm_bandwidth": Key("bandwidth", 'HBM bandwidth, e.g. "3350 GB/s".', positive=True),
+    "memory": Key("bytes", 'HBM capacity, e.g. "80 GiB".', positive=True, attr="memory_bytes"),
+    "launch_overhead": _time('Fixed cost per kernel, e.g. "4 us".'),
+}
+
+NODE_KEYS: dict[str, Key] = {
+    "preset": Key("str", "A catalog node to start from; the other keys change it.", names="node"),
+    "name": Key("str", "A label for this node type."),
+    "gpus_per_node": Key("int", "GPUs in one node.", minimum=1, maximum=4096),
+    "gpu": Key("section", "A catalog GPU name, or a mapping of GPU figures.", keys=GPU_KEYS,
+               names="gpu", cls="GpuSpec"),
+    "intra": Key("enum", "How GPUs of a node connect.", enum=("nvswitch", "pcie")),
+    "intra_bandwidth": Key("bandwidth", 'Line rate of one GPU port, each direction, e.g. "450 GB/s".',
+                           positive=True),
+    "intra_latency": _time('Latency of one intra-node link, e.g. "0.15 us".'),
+    "intra_efficiency": Key("ratio", "Achieved / line rate inside a node (nccl-tests), in (0, 1].",
+                            positive=True, maximum=1.0),
+    "nics": Key("int", "Network cards per node (compute rails).", minimum=0, maximum=1024),
+    "nic_bandwidth": Key("bandwidth", 'Line rate of one NIC, each direction, e.g. "400 Gb/s".',
+                         positive=True),
+    "nic_latency": _time('Latency of a NIC link, e.g. "0.5 us".'),
+    "nic_efficiency": Key("ratio", "Achieved / line rate of a NIC (nccl-tests), in (0, 1].",
+                          positive=True, maximum=1.0),
+    "step_latency_intra": _time("Software latency per collective step inside a node."),
+    "step_latency_inter": _time("Software latency per collective step across nodes."),
+    "collective_launch": _time("Fixed cost of one collective call."),
+}
+
+FABRIC_KINDS = ("single_switch", "fat_tree", "rail", "ring", "torus", "custom")
+FABRIC_KEYS: dict[str, Key] = {
+    "kind": Key("enum", "Topology between nodes.", enum=FABRIC_KINDS),
+    "oversubscription": Key("ratio", 'Leaf down/up bandwidth ratio, 1 or more (2 or "2:1").',
+                            minimum=1.0, maximum=1e6),
+    "link_bandwidth": Key("bandwidth", "Bandwidth of one fabric link; default: the NIC rate.",
+                          positive=True),
+    "latency": _time('Latency of one fabric link, e.g. "1 us".'),
+    "graph": Key("path", "Graph file (nodes and links) for kind: custom, relative to the scenario."),
+    "leaf_size": Key("int", "Nodes per leaf (fat_tree) or per rail switch (rail).", minimum=1),
+    "torus_dims": Key("int_list", "Torus dimensions, e.g. [4, 4, 2]; default: a ring."),
+}
+
+OVERRIDE_KINDS = ("gpu_slowdown", "link_degrade", "link_fail", "node_fail")
+OVERRIDE_KEYS: dict[str, Key] = {
+    "kind": Key("enum", "What goes wrong.", required=True, enum=OVERRIDE_KINDS),
+    "target": Key("str", '"gpu:5", "node:3", or a link "src->dst" in topology node names.',
+                  required=True),
+    "factor": Key("number", "Slowdown (>1 is slower) or bandwidth factor (<1 is slower).",
+                  positive=True, maximum=1e6),
+    "extra_latency": _time('Added latency, e.g. "5 us".'),
+}
+
+CLUSTER_KEYS: dict[str, Key] = {
+    "nodes": Key("int", "Number of nodes.", required=True, minimum=1, maximum=10**6,
+                 required_unless=("fabric.kind", "custom")),
+    "node": Key("section", "A catalog node (dgx-a100, dgx-h100, ...) or an inline node.",
+                required=True, keys=NODE_KEYS, names="node", cls="NodeSpec",
+                required_unless=("fabric.kind", "custom")),
+    "fabric": Key("section", "The network between nodes.", keys=FABRIC_KEYS, cls="FabricSpec"),
+    "overrides": Key("sections", "Faults and stragglers.", keys=OVERRIDE_KEYS, cls="Override"),
+}
+
+MODEL_KEYS: dict[str, Key] = {
+    "preset": Key("str", "A model preset (emulator/workload/models.py); other keys change it.",
+                  names="model"),
+    "layers": Key("int", "Transformer layers.", minimum=1, maximum=10**6),
+    "hidden": Key("int", "Hidden size.", minimum=1, maximum=10**7),
+    "heads": Key("int", "Attention heads.", minimum=1, maximum=10**6),
+    "ffn_hidden": Key("int", "MLP inner size; 0 or absent: the model's default.", minimum=0,
+                      maximum=10**8),
+    "seq_len": Key("int", "Sequence length in tokens.", minimum=1, maximum=10**8),
+    "vocab": Key("int", "Vocabulary size.", minimum=1, maximum=10**8),
+    "kv_heads": Key("int", "Key/value heads (GQA); 0: as heads.", minimum=0, maximum=10**6),
+    "experts": Key("int", "MoE experts per layer; 0: dense.", minimum=0, maximum=10**6),
+    "top_k": Key("int", "Experts per token (MoE).", minimum=0, maximum=10**6),
+    "swiglu": Key("bool", "SwiGLU MLP (three matrices)."),
+    "tied_embeddings": Key("bool", "Input and output embeddings shared."),
+}
+
+TRAINING_KEYS: dict[str, Key] = {
+    "global_batch": Key("int", "Sequences per iteration.", minimum=1),
+    "micro_batch": Key("int", "Sequences per micro-batch.", minimum=1),
+    "precision": Key("enum", "Compute precision.", enum=("bf16", "fp16", "fp32", "fp8")),
+    "recompute": Key("enum", "Activation recomputation.", enum=("none", "selective", "full")),
+}
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+PARALLEL_KEYS: dict[str, Key] = {
+    "tp": Key("int", "Tensor-parallel size.", minimum=1, maximum=10**6),
+    "pp": Key("int", "Pipeline-parallel size.", minimum=1, maximum=10**6),
+    "dp": Key("int", "Data-parallel size; absent: GPUs / (tp*pp*cp).", minimum=1, maximum=10**7),
+    "cp": Key("int", "Context-parallel size.", minimum=1, maximum=10**6),
+    "ep": Key("int", "Expert-parallel size; divides dp*cp.", minimum=1, maximum=10**6),
+    "sequence_parallel": Key("bool", "Megatron sequence parallelism."),
+    "zero": Key("int", "ZeRO stage, 0 to 3.", minimum=0, maximum=3),
+    "schedule": Key("enum", "Pipeline schedule.", enum=SCHEDULES),
+    "virtual_stages": Key("int", "Model chunks per stage (interleaved-1f1b).", minimum=1,
+                          maximum=10**4),
+    "overlap_grad_reduce": Key("bool", "Overlap gradient reduction with backward."),
+    "grad_bucket": Key("bytes", 'Gradient bucket size, e.g. "25 MB".', positive=True),
+}
+
+COLLECTIVES_KEYS: dict[str, Key] = {
+    "algorithm": Key("enum", "Collective algorithm.", enum=("auto", "ring", "hierarchical", "direct")),
+}
+
+WORKLOAD_KEYS: dict[str, Key] = {
+    "trace": Key("path", "A trace file to run instead of a model, relative to the scenario."),
+    "format": Key("enum", "Trace format.", enum=("emulator", "kineto", "chakra")),
+    "mirror": Key("int", "Replay a one-rank trace as N data-parallel ranks; 0: off.", minimum=0,
+                  maximum=10**7),
+}
+
+SIMULATION_KEYS: dict[str, Key] = {
+    "iterations": Key("int", "Training iterations to simulate.", minimum=1, maximum=10**6),
+    "fold": Key("enum", "Symmetry folding of identical ranks.", enum=("auto", "off")),
+    "detail": Key("enum", "Granularity of compute ops.", enum=("layer", "op")),
+}
+
+KEYS: dict[str, Key] = {
+    "name": Key("str", "Name of the scenario.", required=True),
+    "cluster": Key("section", "The hardware.", required=True, keys=CLUSTER_KEYS, cls="ClusterSpec"),
+    "model": Key("section", "The model: a preset, or its sizes.", keys=MODEL_KEYS, cls="ModelSpec"),
+    "training": Key("section", "Batch and precision.", keys=TRAINING_KEYS, cls="TrainingSpec"),
+    "parallel": Key("section", "Parallelism (Megatron: GPUs = tp*pp*dp*cp).", keys=PARALLEL_KEYS,
+                    cls="ParallelSpec"),
+    "collectives": Key("section", "Collective communication.", keys=COLLECTIVES_KEYS,
+                       cls="CollectivesSpec"),
+    "workload": Key("section", "A trace to run instead of a model.", keys=WORKLOAD_KEYS,
+                    cls="WorkloadSpec"),
+    "simulation": Key("section", "Simulation controls.", keys=SIMULATION_KEYS, cls="SimulationSpec"),
+}
+
+SECTION_TYPES = ("section", "sections")
+
+
+def all_key_paths(keys: Mapping[str, Key] = KEYS, prefix: str = "") -> list[str]:
+    """Every dotted key path of the table (sections included), e.g. ``parallel.tp``."""
+    out: list[str] = []
+    for name, key in keys.items():
+        path = f"{prefix}{name}"
+        out.append(path)
+        if key.keys is not None:
+            out.extend(all_key_paths(key.keys, path + "."))
+    return out
+
+
+# ---------------------------------------------------------------- JSON Schema
+
+
+def _names(kind: str) -> list[str]:
+    """Catalog names for an enum in the schema; empty when the source is unavailable."""
+    try:
+        if kind == "gpu":
+            from .catalog import gpu_names
+            return gpu_names()
+        if kind == "node":
+            from .catalog import node_names
+            return node_names()
+        from .workload.models import model_names  # type: ignore[import-not-found]
+        return list(model_names())
+    except ImportError:
+        return []
+
+
+def _default(key: Key, name: str, cls: type | None) -> Any:
+    """The dataclass default of a key, in the file's spelling (unit kinds: an SI string)."""
+    if cls is None:
+        return MISSING
+    for f in fields(cls):
+        if f.name == (key.attr or name) and f.default is not MISSING:
+            value = f.default
+            if value is None:
+                return MISSING
+            if key.type in UNIT_TYPES:
+                return f"{value:g} {UNIT_KINDS[key.type].si_unit}"
+            if key.type == "int_list":
+                return list(value)
+            return value
+    return MISSING
+
+
+def _scalar_schema(key: Key) -> dict[str, Any]:
+    t = key.type
+    if t in UNIT_TYPES:
+        return {"type": "string", "pattern": UNIT_PATTERNS[t]}
+    if t == "enum":
+        return {"type": "string", "enum": list(key.enum)}
+    if t == "str":
+        names = _names(key.names) if key.names else []
+        return {"type": "string", "enum": names} if names else {"type": "string", "minLength": 1}
+    if t == "path":
+        return {"type": "string", "minLength": 1}
+    if t == "bool":
+        return {"type": "boolean"}
+    if t == "int_list":
+        return {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 6}
+    out: dict[str, Any] = {"type": "integer" if t == "int" else "number"}
+    if t == "ratio":
+        out = {"oneOf": [{"type": "number"}, {"type": "string", "pattern": RATIO_PATTERN}]}
+        number = out["oneOf"][0]
+    else:
+        number = out
+    if key.positive:
+        number["exclusiveMinimum"] = 0
+    if key.minimum is not None:
+        number["minimum"] = key.minimum
+    number["maximum"] = key.maximum if key.maximum is not None else MAX_COUNT
+    return out
+
+
+def _object_schema(keys: Mapping[str, Key], cls: type | None, scenario_module: Any) -> dict[str, Any]:
+    props = {name: _key_schema(name, key, cls, scenario_module) for name, key in keys.items()}
+    required = [n for n, k in keys.items() if k.required and k.required_unless is None]
+    out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:
+        out["required"] = required
+    conditional = [n for n, k in keys.items() if k.required and k.required_unless is not None]
+    for name in conditional:
+        path, value = keys[name].required_unless  # type: ignore[misc]
+        head, *rest = path.split(".")
+        inner: dict[str, Any] = {"const": value}
+        for part in reversed(rest):
+            inner = {"properties": {part: inner}, "required": [part]}
+        cond = {"properties": {head: inner}, "required": [head]}
+        out.setdefault("allOf", []).append({"if": cond, "else": {"required": [name]}})
+    return out
+
+
+def _key_schema(name: str, key: Key, parent: type | None, scenario_module: Any) -> dict[str, Any]:
+    if key.type in SECTION_TYPES:
+        cls = getattr(scenario_module, key.cls) if key.cls else None
+        obj = _object_schema(key.keys or {}, cls, scenario_module)
+        out = {"type": "array", "items": obj} if key.type == "sections" else obj
+        if key.names:
+            names = _names(key.names)
+            text = {"type": "string", "enum": names} if names else {"type": "string"}
+            out = {"oneOf": [text, out]}
+    else:
+        out = _scalar_schema(key)
+        default = _default(key, name, parent)
+        if default is not MISSING:
+            out["default"] = default
+    out["description"] = key.doc
+    return out
+
+
+def scenario_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a scenario file, derived from ``KEYS``."""
+    from . import scenario as scenario_module
+
+    body = _object_schema(KEYS, scenario_module.Scenario, scenario_module)
+    body["patternProperties"] = {"^x-": {"description": "Ignored: a place for YAML &anchors."}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://example.invalid/emulator/scenario.schema.json",
+        "title": "Emulator scenario",
+        "description": "A training job on a cluster. Quantities carry units as strings "
+                       '("200 Gb/s", "2 us", "80 GiB"); a bare number where a unit is needed is an error.',
+        **body,
+    }

@@ -1,0 +1,112 @@
+"""Simulation: Scenario → (Program, Topology) → Engine → Result.
+
+This is the one place that wires the pieces together (DESIGN.md, "Data flows one
+way"): the workload front end (builder or trace importer) makes the Program,
+the topology builder makes the network, the engine runs them, and the Result
+holds the spans and facts that every report reads.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from emulator.devices.gpu import Gpu
+from emulator.engine import Engine
+from emulator.errors import EmulatorError
+from emulator.faults import apply_overrides
+from emulator.network.collectives import CollectiveModel, StepCosts
+from emulator.network.routing import NoRouteError, Router
+from emulator.network.topology import Topology, build_topology
+from emulator.program import Program
+from emulator.scenario import Scenario
+from emulator.spans import Span
+
+Progress = Callable[[float, int], None]
+
+
+@dataclass
+class Result:
+    """What one simulation produced; reports read this, never the live engine."""
+
+    scenario: Scenario
+    program: Program
+    topology: Topology
+    spans: list[Span]
+    iteration_time_s: float
+    events: int
+    wall_s: float
+    notes: list[str] = field(default_factory=list)
+    link_series: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    link_bytes: list[float] = field(default_factory=list)
+
+    @property
+    def ranks_simulated(self) -> int:
+        return len({s.rank for s in self.spans})
+
+
+def build_workload(scenario: Scenario) -> tuple[Program, list[str]]:
+    """The Program of a scenario (model workload or trace), and notes about it."""
+    if scenario.workload.trace:
+        from emulator.importers import load_workload
+
+        return load_workload(scenario), ["folding off: trace workloads are simulated rank by rank"]
+    from emulator.folding import choose_fold
+    from emulator.workload.builder import build_program
+
+    fold, note = choose_fold(scenario)
+    return build_program(scenario, fold), [note]
+
+
+def step_costs(scenario: Scenario) -> StepCosts:
+    node = scenario.cluster.node
+    if scenario.cluster.fabric.kind == "custom" or node is None:
+        return StepCosts()
+    return StepCosts(node.collective_launch, node.step_latency_intra, node.step_latency_inter)
+
+
+def simulate(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:
+    """Build and run a scenario."""
+    program, notes = build_workload(scenario)
+    return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
+
+
+def run_program(program: Program, scenario: Scenario, progress: Progress | None = None,
+                record_links: bool = True, notes: list[str] | None = None) -> Result:
+    """Run a Program on the scenario's cluster."""
+    t0 = time.perf_counter()
+    try:
+        program.validate()
+    except ValueError as exc:
+        raise EmulatorError(f"{scenario.path or scenario.name}: invalid workload: {exc}") from None
+    topo = build_topology(scenario.cluster)
+    if program.ranks > len(topo.gpus):
+        raise EmulatorError(f"{scenario.path or scenario.name}: the workload has {program.ranks} ranks but the "
+                            f"cluster has only {len(topo.gpus)} GPUs")
+    slowdown = apply_overrides(topo, scenario.cluster.overrides)
+    iterations = max(1, scenario.simulation.iterations)
+    if iterations > 1:
+        program = program.repeated(iterations)
+    router = Router(topo)
+    model = CollectiveModel(router, topo.node_of, step_costs(scenario), scenario.collectives.algorithm,
+                            program.fold)
+    gpu_spec = scenario.cluster.node.gpu if scenario.cluster.node else None
+    gpus = {r: Gpu(r, gpu_spec, slowdown.get(r, 1.0)) for r in program.simulated_ranks()}
+    engine = Engine(program, model, topo.capacity, gpus, progress)
+    series: dict[int, list[tuple[float, float]]] = {}
+    if record_links:
+        def record(now: float, loads: dict[int, float]) -> None:
+            for link, load in loads.items():
+                s = series.setdefault(link, [])
+                if s and s[-1][0] == now:
+                    s[-1] = (now, load)
+                elif not s or s[-1][1] != load:
+                    s.append((now, load))
+        engine.fabric.listeners.append(record)
+    try:
+        spans, events = engine.run()
+    except NoRouteError as exc:
+        raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
+    makespan = max((s.end_s for s in spans), default=0.0)
+    return Result(scenario, program, topo, spans, makespan / iterations, events, time.perf_counter() - t0,
+                  list(notes or []), series, engine.fabric.bytes_on_link)

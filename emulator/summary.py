@@ -1,0 +1,108 @@
+"""The run summary: the ``--json`` object (keys fixed by DESIGN.md) and the human table.
+
+Every value comes from the Result's spans and the Program's workload facts;
+the JSON is serialised with sorted keys, so the same scenario gives the same
+bytes (all but ``sim.wall_s``, the host's wall-clock time).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from emulator.metrics import breakdown
+from emulator.simulation import Result
+
+
+def _memory(result: Result) -> dict[str, Any]:
+    sc = result.scenario
+    capacity = sc.cluster.node.gpu.memory_bytes if sc.cluster.node else None
+    if sc.model is None or sc.workload.trace:
+        return {"peak_bytes_per_gpu": None, "capacity_bytes": capacity, "fits": None}
+    from emulator.memory import memory_report
+
+    m = memory_report(sc)
+    out = {"peak_bytes_per_gpu": m.peak_bytes_per_gpu, "capacity_bytes": m.capacity_bytes, "fits": m.fits}
+    out["breakdown_bytes"] = dict(sorted(m.breakdown.items()))
+    return out
+
+
+def summarize(result: Result) -> dict[str, Any]:
+    """The summary object of a run."""
+    sc = result.scenario
+    meta = result.program.meta
+    T = result.iteration_time_s
+    gpus = result.program.ranks
+    pp = int(meta.get("pp", sc.parallel.pp if sc.model else 1))
+    bd = breakdown(result.spans, T, pipelined=pp > 1, iterations=max(1, sc.simulation.iterations))
+    model_flops = float(meta.get("model_flops", 0.0))
+    hw_flops = float(meta.get("hardware_flops", model_flops))
+    if not model_flops:  # a trace: the FLOPs its ops declare, times the copies each rank stands for
+        copies = result.program.fold.copies if result.program.fold else 1
+        model_flops = hw_flops = sum(s.flops for s in result.spans) * copies / max(1, sc.simulation.iterations)
+    peak = sc.cluster.node.gpu.peak_flops if sc.cluster.node else 0.0
+    per_gpu = model_flops / T / gpus if T > 0 else 0.0
+    hw_per_gpu = hw_flops / T / gpus if T > 0 else 0.0
+    tokens = float(meta.get("tokens", 0.0))
+    samples = float(meta.get("samples", 0.0))
+    return {
+        "scenario": sc.name,
+        "gpus": gpus,
+        "iteration_time_s": T,
+        "samples_per_s": samples / T if T > 0 else 0.0,
+        "tokens_per_s": tokens / T if T > 0 else 0.0,
+        "model_tflops_per_gpu": per_gpu / 1e12,
+        "hardware_tflops_per_gpu": hw_per_gpu / 1e12,
+        "mfu": per_gpu / peak if peak else None,
+        "hfu": hw_per_gpu / peak if peak else None,
+        "breakdown_s": bd.as_dict(),
+        "memory": _memory(result),
+        "sim": {"events": result.events, "wall_s": result.wall_s, "ranks_simulated": result.ranks_simulated,
+                "notes": list(result.notes)},
+    }
+
+
+def summary_json(summary: dict) -> str:
+    return json.dumps(summary, indent=2, sort_keys=True) + "\n"
+
+
+def _fmt_time(s: float) -> str:
+    from emulator.units import format_time
+
+    return format_time(s)
+
+
+def human_table(summary: dict) -> str:
+    """A short aligned table for people."""
+    from emulator.units import format_bytes
+
+    T = summary["iteration_time_s"]
+    bd = summary["breakdown_s"]
+    mem = summary["memory"]
+    rows = [("scenario", summary["scenario"]), ("GPUs", str(summary["gpus"])),
+            ("iteration time", _fmt_time(T))]
+    if summary["tokens_per_s"]:
+        rows.append(("tokens/s", f"{summary['tokens_per_s']:,.0f}"))
+    if summary["samples_per_s"]:
+        rows.append(("samples/s", f"{summary['samples_per_s']:,.2f}"))
+    if summary["mfu"] is not None:
+        rows.append(("model TFLOP/s/GPU", f"{summary['model_tflops_per_gpu']:.1f}  (MFU {summary['mfu']:.1%}, "
+                                          f"HFU {summary['hfu']:.1%})"))
+    for key, label in (("compute", "compute"), ("exposed_comm", "exposed comm"), ("bubble", "pipeline bubble"),
+                       ("other", "other")):
+        share = bd[key] / T if T > 0 else 0.0
+        rows.append((f"  {label}", f"{_fmt_time(bd[key]):>10}  {share:6.1%}"))
+    if mem["peak_bytes_per_gpu"] is not None:
+        verdict = "fits" if mem["fits"] else "DOES NOT FIT"
+        rows.append(("memory/GPU", f"{format_bytes(mem['peak_bytes_per_gpu'])} of "
+                                   f"{format_bytes(mem['capacity_bytes'])}  {verdict}"))
+    sim = summary["sim"]
+    rows.append(("simulated", f"{sim['ranks_simulated']} ranks, {sim['events']:,} events in {sim['wall_s']:.2f} s"))
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    for note in sim.get("notes", []):
+        lines.append(f"note: {note}")
+    if mem.get("fits") is False:
+        lines.append("WARNING: the job does not fit in GPU memory "
+                     f"({format_bytes(mem['peak_bytes_per_gpu'])} > {format_bytes(mem['capacity_bytes'])}); "
+                     "the timing assumes it did.")
+    return "\n".join(lines)

@@ -1,0 +1,483 @@
+"""One transformer layer as the kernels and communications one GPU runs, in order.
+
+A pass (forward, backward, a recompute) is a list of steps: :class:`Kernel` (compute,
+with FLOPs, bytes and shape) and :class:`Comm` (a tensor/context/expert-parallel
+communication). The builder turns the steps into Program ops; ``kernel_time`` costs
+a kernel with :mod:`emulator.devices.compute`.
+
+The kernels are those of Megatron-LM's GPT layer (Korthikanti et al. 2022 is the
+version calibrated against), per GPU and per micro-batch, with T = b·s tokens
+(s = the sequence share of this CP rank) and Te = T/t tokens for the elementwise work
+that sequence parallelism shards:
+
+forward: ln1 · [SP all-gather] · QKV GEMM · (RoPE) · attention core · context copy ·
+proj GEMM · [TP all-reduce | SP reduce-scatter] · bias-dropout-add · ln2 · [SP AG] ·
+MLP up GEMM · GeLU | SwiGLU · MLP down GEMM · [TP AR | SP RS] · bias-dropout-add.
+Unfused attention core (the calibrated one): QKᵀ batched GEMM, fused scale-mask-
+softmax, dropout, P·V batched GEMM. Flash attention (and always with CP > 1) is one
+fused kernel per K/V block.
+
+Elementwise kernels are memory-bound; their bytes count the real passes over the
+tensor ("passes" of elements of ``dtype`` bytes; a 1-byte dropout mask is half a pass):
+layernorm forward 2 (read x, write y) and backward 3 (read dy and x, write dx);
+bias-dropout-add forward 3.5 (read x and residual, write y and the mask), backward
+2.5 (read dy and mask, write dx) plus 1 for the bias gradient; residual-gradient
+accumulation 3 (read two, write one); GeLU 2 forward, 3 backward (+1 bias gradient);
+SwiGLU 3 forward, 5 backward; softmax 2 forward, 3 backward; attention dropout 2.5 each
+way; contiguous copies 2.
+
+Backward of a linear layer is two GEMMs, dgrad then wgrad. As in Megatron
+(LinearWithGradAccumulationAndAsyncCommunication), the TP all-reduce (SP: reduce-scatter)
+of a column-parallel layer's input gradient runs asynchronously under its wgrad GEMM,
+and with SP the all-gather of the saved (sharded) input runs under the dgrad GEMM; the
+row-parallel layers need no TP comm backward without SP and an all-gather of the output
+gradient (on the critical path) with SP.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..devices import compute
+from ..scenario import GpuSpec, ModelSpec
+from .models import has_biases, resolve
+
+FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One compute kernel. kind: gemm | elementwise | flash."""
+
+    name: str
+    kind: str
+    flops: float
+    bytes: float
+    category: str = FWD
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    causal: bool = False  # flash
+    backward: bool = False  # flash
+    head_dim: int = 0  # flash
+
+
+@dataclass(frozen=True)
+class Comm:
+    """A communication inside a layer pass.
+
+    group: tp | cp | ep. collective: all_reduce | all_gather | reduce_scatter |
+    all_to_all | ring (a CP ring step: send to the next CP rank, receive from the previous).
+    ``bytes`` is the nccl-tests buffer size S. ``overlap`` is the number of following
+    kernels that run concurrently with it (0: the next kernel waits for it).
+    """
+
+    name: str
+    group: str
+    collective: str
+    bytes: float
+    overlap: int = 0
+    category: str = FWD
+
+
+Step = Kernel | Comm
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Everything one GPU's share of one layer's cost depends on."""
+
+    b: int  # micro-batch
+    s: int  # tokens of the sequence on this CP rank (seq_len / cp)
+    s_kv: int  # full sequence length (keys attended to)
+    h: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    swiglu: bool
+    biases: bool
+    dropout: bool
+    t: int = 1
+    sp: bool = False
+    cp: int = 1
+    experts: int = 0
+    top_k: int = 0
+    ep: int = 1
+    dtype: int = 2
+    flash: bool = False
+    causal: bool = True
+
+    @property
+    def T(self) -> int:
+        return self.b * self.s
+
+    @property
+    def Te(self) -> int:
+        """Tokens of the elementwise work: sharded by t with sequence parallelism."""
+        return self.T // self.t if self.sp else self.T
+
+    @property
+    def d(self) -> int:
+        return self.h // self.heads
+
+    @property
+    def a_l(self) -> int:
+        return self.heads // self.t
+
+    @property
+    def kv_l(self) -> int:
+        return max(1, self.kv_heads // self.t)
+
+    @property
+    def qkv_n(self) -> int:
+        return (self.a_l + 2 * self.kv_l) * self.d
+
+    @property
+    def f_l(self) -> int:
+        return self.ffn // self.t
+
+    @property
+    def up_n(self) -> int:
+        return 2 * self.f_l if self.swiglu else self.f_l
+
+    @property
+    def fused_attention(self) -> bool:
+        return self.flash or self.cp > 1
+
+
+def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False, cp: int = 1,
+                ep: int = 1, dtype: int = 2, flash: bool = False) -> LayerShape:
+    """The per-GPU layer shape of ``model`` under the given parallelism."""
+    m = resolve(model)
+    causal = m.preset != "bert-large"
+    return LayerShape(b=micro_batch, s=m.seq_len // cp, s_kv=m.seq_len, h=m.hidden, heads=m.heads,
+                      kv_heads=m.kv_heads, ffn=m.ffn_hidden, swiglu=m.swiglu, biases=has_biases(m),
+                      dropout=has_biases(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,
+                      top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal)
+
+
+# --- kernel constructors -------------------------------------------------------------
+
+def gemm(name: str, m: int, n: int, k: int, L: LayerShape, batch: int = 1, cat: str = FWD) -> Kernel:
+    return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), compute.gemm_bytes(m, n, k, L.dtype, batch),
+                  cat, m, n, k, batch)
+
+
+def elementwise(name: str, elements: float, passes: float, L: LayerShape, flops_per: float = 1.0,
+                cat: str = FWD) -> Kernel:
+    return Kernel(name, "elementwise", flops_per * elements, passes * elements * L.dtype, cat)
+
+
+def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel:
+    bh = L.b * L.a_l
+    flops = 4.0 * bh * L.s * sk * L.d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0)
+    nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * L.d * L.dtype
+    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, L.d, bh, L.causal, backward, L.d)
+
+
+def kernel_time(kern: Kernel, gpu: GpuSpec) -> float:
+    """Seconds for ``kern`` on ``gpu`` (compute.py's roofline for its kind)."""
+    if kern.kind == "gemm":
+        return compute.gemm_time(kern.m, kern.n, kern.k, gpu, 2, kern.batch)
+    if kern.kind == "flash":
+        return compute.flash_attention_time(kern.batch, kern.m, kern.n, kern.head_dim, gpu, kern.causal,
+                                            kern.backward)
+    return compute.elementwise_time(kern.bytes, gpu)
+
+
+def _with_category(steps: list[Step], cat: str) -> list[Step]:
+    return [replace(st, category=cat) for st in steps]
+
+
+# --- forward ---------------------------------------------------------------------------
+
+def _tp_in(L: LayerShape, name: str, cat: str) -> list[Step]:
+    """Entering a column-parallel GEMM: SP all-gathers the sharded activations (blocking)."""
+    if L.t > 1 and L.sp:
+        return [Comm(f"{name}.ag", "tp", "all_gather", L.T * L.h * L.dtype, 0, cat)]
+    return []
+
+
+def _tp_out(L: LayerShape, name: str, cat: str) -> list[Step]:
+    """Leaving a row-parallel GEMM: all-reduce (SP: reduce-scatter) of the T×h output."""
+    if L.t == 1:
+        return []
+    op = "reduce_scatter" if L.sp else "all_reduce"
+    return [Comm(f"{name}.{'rs' if L.sp else 'ar'}", "tp", op, L.T * L.h * L.dtype, 0, cat)]
+
+
+def _bda(L: LayerShape, name: str, cat: str) -> Kernel:
+    passes = 3.5 if L.dropout else 3.0  # read x, residual; write y (+ 1-byte mask)
+    return elementwise(name, L.Te * L.h, passes, L, 3.0 if L.dropout else 1.0, cat)
+
+
+def _norm(L: LayerShape, name: str, cat: str) -> Kernel:
+    return elementwise(name, L.Te * L.h, 2.0, L, 8.0, cat)
+
+
+def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
+    """Unfused: QKᵀ, softmax, dropout, PV. Fused: one flash kernel per CP ring step."""
+    if L.fused_attention:
+        steps: list[Step] = []
+        kv_block = 2 * L.b * L.s * L.kv_l * L.d * L.dtype  # K and V of this rank's tokens
+        for i in range(L.cp):
+            if i < L.cp - 1:
+                steps.append(Comm(f"attn.kv_ring{i}", "cp", "ring", kv_block, 1, cat))
+            steps.append(flash(f"attn.flash{i}" if L.cp > 1 else "attn.flash", L, L.s, False, cat))
+        return steps
+    bh = L.b * L.a_l
+    scores = bh * L.s * L.s_kv
+    steps = [gemm("attn.qk", L.s, L.s_kv, L.d, L, bh, cat),
+             elementwise("attn.softmax", scores, 2.0, L, 5.0, cat)]
+    if L.dropout:
+        steps.append(elementwise("attn.dropout", scores, 2.5, L, 2.0, cat))
+    steps.append(gemm("attn.pv", L.s, L.d, L.s_kv, L, bh, cat))
+    return steps
+
+
+def _attention_forward(L: LayerShape, cat: str) -> list[Step]:
+    steps: list[Step] = [_norm(L, "ln1", cat), *_tp_in(L, "ln1", cat),
+                         gemm("qkv", L.T, L.qkv_n, L.h, L, 1, cat)]
+    if not L.biases:  # rotary embeddings on q and k
+        steps.append(elementwise("rope", L.T * (L.a_l + L.kv_l) * L.d, 2.0, L, 3.0, cat))
+    if L.kv_l < L.a_l and not L.fused_attention:  # unfused GQA expands K, V to every head
+        steps.append(elementwise("kv_expand", L.T * L.d * (L.kv_l + L.a_l), 2.0, L, 0.0, cat))
+    steps += attention_core_forward(L, cat)
+    steps.append(elementwise("ctx_copy", L.T * L.a_l * L.d, 2.0, L, 0.0, cat))
+    steps += [gemm("proj", L.T, L.h, L.a_l * L.d, L, 1, cat), *_tp_out(L, "proj", cat), _bda(L, "bda1", cat)]
+    return steps
+
+
+def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
+    act = (elementwise("swiglu", L.T * L.f_l, 3.0, L, 4.0, cat) if L.swiglu
+           else elementwise("gelu", L.T * L.f_l, 2.0, L, 8.0, cat))
+    if not L.experts:
+        return [gemm("mlp.up", L.T, L.up_n, L.h, L, 1, cat), act, gemm("mlp.down", L.T, L.h, L.f_l, L, 1, cat)]
+    routed = L.T * L.top_k  # token copies this rank sends (and, balanced, receives)
+    local = max(1, L.experts // L.ep)
+    m_e = max(1, routed // local)  # tokens per local expert
+    a2a = routed * L.h * L.dtype
+    steps: list[Step] = [gemm("moe.router", L.T, L.experts, L.h, L, 1, cat),
+                         elementwise("moe.permute", routed * L.h, 2.0, L, 0.0, cat)]
+    if L.ep > 1:
+        steps.append(Comm("moe.dispatch", "ep", "all_to_all", a2a, 0, cat))
+    act = replace(act, flops=act.flops * L.top_k, bytes=act.bytes * L.top_k)
+    steps += [gemm("moe.up", m_e, L.up_n, L.h, L, local, cat), act, gemm("moe.down", m_e, L.h, L.f_l, L, local, cat)]
+    if L.ep > 1:
+        steps.append(Comm("moe.combine", "ep", "all_to_all", a2a, 0, cat))
+    steps.append(elementwise("moe.unpermute", routed * L.h, 2.0, L, 1.0, cat))
+    return steps
+
+
+def _mlp_forward(L: LayerShape, cat: str) -> list[Step]:
+    return [_norm(L, "ln2", cat), *_tp_in(L, "ln2", cat), *_mlp_core_forward(L, cat),
+            *_tp_out(L, "mlp", cat), _bda(L, "bda2", cat)]
+
+
+def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
+    """The forward pass of one layer for one micro-batch."""
+    return _attention_forward(L, cat) + _mlp_forward(L, cat)
+
+
+# --- backward --------------------------------------------------------------------------
+
+def _column_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int) -> list[Step]:
+    """Backward of a column-parallel linear y = x·W (x: m×k_in, W: k_in×n_out).
+
+    [SP: all-gather of the saved input, under dgrad] · dgrad · [TP AR | SP RS of dx, under
+    wgrad] · wgrad.
+    """
+    steps: list[Step] = []
+    if L.t > 1 and L.sp:
+        steps.append(Comm(f"{name}.ag_input", "tp", "all_gather", L.T * L.h * L.dtype, 1, BWD))
+    steps.append(gemm(f"{name}.dgrad", m, k_in, n_out, L, 1, BWD))
+    if L.t > 1:
+        op = "reduce_scatter" if L.sp else "all_reduce"
+        steps.append(Comm(f"{name}.{'rs' if L.sp else 'ar'}_dgrad", "tp", op, L.T * L.h * L.dtype, 1, BWD))
+    steps.append(gemm(f"{name}.wgrad", k_in, n_out, m, L, 1, BWD))
+    return steps
+
+
+def _grad_gather(L: LayerShape, name: str) -> list[Step]:
+    """Backward into a row-parallel linear with SP: all-gather dy (on the critical path)."""
+    if L.t > 1 and L.sp:
+        return [Comm(f"{name}.ag_grad", "tp", "all_gather", L.T * L.h * L.dtype, 0, BWD)]
+    return []
+
+
+def _linear_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int, batch: int = 1) -> list[Step]:
+    """dgrad (m×n_out)·(n_out×k_in) then wgrad (k_in×m)·(m×n_out); no communication."""
+    return [gemm(f"{name}.dgrad", m, k_in, n_out, L, batch, BWD), gemm(f"{name}.wgrad", k_in, n_out, m, L, batch, BWD)]
+
+
+def _bda_backward(L: LayerShape, name: str) -> list[Step]:
+    passes = (2.5 if L.dropout else 0.0) + (1.0 if L.biases else 0.0)
+    return [elementwise(name, L.Te * L.h, passes, L, 2.0, BWD)] if passes else []
+
+
+def _norm_backward(L: LayerShape, name: str) -> list[Step]:
+    """Norm backward (3 passes) and the residual-gradient accumulation (3 passes)."""
+    return [elementwise(f"{name}_bwd", L.Te * L.h, 3.0, L, 10.0, BWD),
+            elementwise(f"{name}_residual_grad", L.Te * L.h, 3.0, L, 1.0, BWD)]
+
+
+def attention_core_backward(L: LayerShape) -> list[Step]:
+    if L.fused_attention:
+        steps: list[Step] = []
+        block = 2 * 2 * L.b * L.s * L.kv_l * L.d * L.dtype  # K, V and their gradients
+        for i in range(L.cp):
+            if i < L.cp - 1:
+                steps.append(Comm(f"attn.kv_ring{i}_bwd", "cp", "ring", block, 1, BWD))
+            steps.append(flash(f"attn.flash{i}_bwd" if L.cp > 1 else "attn.flash_bwd", L, L.s, True, BWD))
+        return steps
+    bh = L.b * L.a_l
+    scores = bh * L.s * L.s_kv
+    steps = [gemm("attn.pv.dgrad_p", L.s, L.s_kv, L.d, L, bh, BWD),  # dP = dO·Vᵀ
+             gemm("attn.pv.dgrad_v", L.s_kv, L.d, L.s, L, bh, BWD)]  # dV = Pᵀ·dO
+    if L.dropout:
+        steps.append(elementwise("attn.dropout_bwd", scores, 2.5, L, 1.0, BWD))
+    steps += [elementwise("attn.softmax_bwd", scores, 3.0, L, 4.0, BWD),
+              gemm("attn.qk.dgrad_q", L.s, L.d, L.s_kv, L, bh, BWD),  # dQ = dS·K
+              gemm("attn.qk.dgrad_k", L.s_kv, L.d, L.s, L, bh, BWD)]  # dK = dSᵀ·Q
+    return steps
+
+
+def _act_backward(L: LayerShape, tokens: int) -> Kernel:
+    passes = 5.0 if L.swiglu else 3.0 + (1.0 if L.biases else 0.0)  # + bias gradient
+    return elementwise("swiglu_bwd" if L.swiglu else "gelu_bwd", tokens * L.f_l, passes, L, 8.0, BWD)
+
+
+def _mlp_core_backward(L: LayerShape) -> list[Step]:
+    if not L.experts:
+        return [*_linear_backward(L, "mlp.down", L.T, L.h, L.f_l), _act_backward(L, L.T),
+                *_column_backward(L, "mlp.up", L.T, L.up_n, L.h)]
+    routed = L.T * L.top_k
+    local = max(1, L.experts // L.ep)
+    m_e = max(1, routed // local)
+    a2a = routed * L.h * L.dtype
+    steps: list[Step] = [elementwise("moe.unpermute_bwd", routed * L.h, 2.0, L, 1.0, BWD)]
+    if L.ep > 1:
+        steps.append(Comm("moe.combine_bwd", "ep", "all_to_all", a2a, 0, BWD))
+    steps += [*_linear_backward(L, "moe.down", m_e, L.h, L.f_l, local), _act_backward(L, routed),
+              *_linear_backward(L, "moe.up", m_e, L.up_n, L.h, local)]
+    if L.ep > 1:
+        steps.append(Comm("moe.dispatch_bwd", "ep", "all_to_all", a2a, 0, BWD))
+    steps += [elementwise("moe.permute_bwd", routed * L.h, 2.0, L, 1.0, BWD),
+              *_linear_backward(L, "moe.router", L.T, L.experts, L.h)]
+    return steps
+
+
+def backward_steps(L: LayerShape, recompute: str = "none") -> list[Step]:
+    """The backward pass of one layer for one micro-batch, with its recomputation.
+
+    recompute: none; selective (the unfused attention core is recomputed just before its
+    backward; nothing with fused attention, which recomputes inside its kernel); full
+    (the whole forward, TP comms included, is rerun first).
+    """
+    steps: list[Step] = []
+    if recompute == "full":
+        steps += forward_steps(L, RECOMPUTE)
+    steps += _bda_backward(L, "bda2_bwd")
+    steps += _grad_gather(L, "mlp.down")
+    steps += _mlp_core_backward(L)
+    steps += _norm_backward(L, "ln2")
+    steps += _bda_backward(L, "bda1_bwd")
+    steps += _grad_gather(L, "proj")
+    steps += _linear_backward(L, "proj", L.T, L.h, L.a_l * L.d)
+    steps.append(elementwise("ctx_copy_bwd", L.T * L.a_l * L.d, 2.0, L, 0.0, BWD))
+    if recompute == "selective" and not L.fused_attention:
+        steps += _with_category(attention_core_forward(L), RECOMPUTE)
+    steps += attention_core_backward(L)
+    if L.kv_l < L.a_l and not L.fused_attention:
+        steps.append(elementwise("kv_expand_bwd", L.T * L.d * (L.kv_l + L.a_l), 2.0, L, 1.0, BWD))
+    if not L.biases:
+        steps.append(elementwise("rope_bwd", L.T * (L.a_l + L.kv_l) * L.d, 2.0, L, 3.0, BWD))
+    else:
+        steps.append(elementwise("qkv.bias_grad", L.T * L.qkv_n, 1.0, L, 1.0, BWD))
+    steps += _column_backward(L, "qkv", L.T, L.qkv_n, L.h)
+    steps += _norm_backward(L, "ln1")
+    return steps
+
+
+# --- embeddings and head ------------------------------------------------------------
+
+def embedding_forward(L: LayerShape, learned_positions: bool) -> list[Step]:
+    """Vocab-parallel lookup (gather T rows), position add, dropout, then TP AR (SP: RS)."""
+    steps: list[Step] = [elementwise("embed.lookup", L.T * L.h, 2.0, L, 0.0, FWD)]
+    if learned_positions:
+        steps.append(elementwise("embed.pos_add", L.T * L.h, 3.0, L, 1.0, FWD))
+    if L.t > 1:
+        steps += _tp_out(L, "embed", FWD)
+    if L.dropout:
+        steps.append(elementwise("embed.dropout", L.Te * L.h, 2.5, L, 2.0, FWD))
+    return steps
+
+
+def embedding_backward(L: LayerShape) -> list[Step]:
+    """[SP: AG of dy] · scatter-add of dy into the embedding-table gradient (3 passes of T·h)."""
+    steps: list[Step] = []
+    if L.dropout:
+        steps.append(elementwise("embed.dropout_bwd", L.Te * L.h, 2.5, L, 1.0, BWD))
+    steps += _grad_gather(L, "embed")
+    steps.append(elementwise("embed.wgrad", L.T * L.h, 3.0, L, 1.0, BWD))
+    return steps
+
+
+def head_forward(L: LayerShape, vocab: int) -> list[Step]:
+    """Final norm · [SP AG] · logits GEMM (vocab-parallel) · cross-entropy.
+
+    The vocab-parallel cross-entropy (Megatron) converts the T×V/t logits to fp32 and
+    makes passes for max, exp and sum: 18 B per logit (read 2 + write 4, then read/write
+    4 twice); its small TP all-reduces of T floats are left out.
+    """
+    v_l = vocab // L.t
+    return [_norm(L, "final_norm", FWD), *_tp_in(L, "head", FWD), gemm("lm_head", L.T, v_l, L.h, L, 1, FWD),
+            Kernel("loss", "elementwise", 5.0 * L.T * v_l, 18.0 * L.T * v_l, FWD)]
+
+
+def head_backward(L: LayerShape, vocab: int) -> list[Step]:
+    """Cross-entropy gradient (10 B per logit: read fp32 softmax, write bf16 grad and a
+    fp32 pass), the logits GEMM backward as a column-parallel linear, the final norm."""
+    v_l = vocab // L.t
+    return [Kernel("loss_bwd", "elementwise", 2.0 * L.T * v_l, 10.0 * L.T * v_l, BWD),
+            *_column_backward(L, "lm_head", L.T, v_l, L.h),
+            elementwise("final_norm_bwd", L.Te * L.h, 3.0, L, 10.0, BWD)]
+
+
+def kernels(steps: list[Step]) -> list[Kernel]:
+    return [st for st in steps if isinstance(st, Kernel)]
+
+
+def comms(steps: list[Step]) -> list[Comm]:
+    return [st for st in steps if isinstance(st, Comm)]
+
+
+def pass_time(steps: list[Step], gpu: GpuSpec, comm_time) -> float:
+    """Uncontended critical path of ``steps`` with the builder's semantics.
+
+    Kernels run in order on the compute stream. A Comm starts when the kernel before it
+    has finished (and the previous comm of its group has); ``comm_time(comm)`` gives its
+    duration. The kernel that follows a Comm's ``overlap`` window waits for it; a CP
+    ring step is a send and a receive of ``bytes`` that run concurrently.
+    """
+    now = 0.0
+    lane_free: dict[str, float] = {}
+    pending: list[tuple[int, float]] = []  # (kernels still allowed to overlap, end time)
+    for st in steps:
+        if isinstance(st, Comm):
+            start = max(now, lane_free.get(st.group, 0.0))
+            end = start + comm_time(st)
+            lane_free[st.group] = end
+            pending.append((st.overlap, end))
+            continue
+        still = []
+        for left, end in pending:
+            if left == 0:
+                now = max(now, end)
+            else:
+                still.append((left - 1, end))
+        pending = still
+        now += kernel_time(st, gpu)
+    for _, end in pending:
+        now = max(now, end)
+    return now

@@ -1,0 +1,157 @@
+"""The fabric against hand-computed max-min cases and an independent reference."""
+import random
+
+import pytest
+import simpy
+from hypothesis import given, settings, strategies as st
+
+from emulator.network.fabric import Fabric, Flow, max_min_rates
+
+
+def run_flows(capacity, flows):
+    """flows: list of (start, links, weights, nbytes, latency) → completion times."""
+    env = simpy.Environment()
+    fab = Fabric(env, capacity)
+    done = {}
+    for i, (start, links, weights, nbytes, lat) in enumerate(flows):
+        def go(_e, i=i, links=links, weights=weights, nbytes=nbytes, lat=lat):
+            fab.transfer(tuple(links), tuple(weights), nbytes, lat, lambda i=i: done.__setitem__(i, env.now))
+        env.timeout(start).callbacks.append(go)
+    env.run()
+    return [done[i] for i in range(len(flows))]
+
+
+def test_one_flow_pays_latency_then_streams():
+    # 1 GB over a 100 GB/s link after 5 us: 5e-6 + 1e9/100e9 = 0.010005 s
+    (t,) = run_flows([100e9], [(0.0, [0], [1.0], 1e9, 5e-6)])
+    assert t == pytest.approx(0.010005, rel=1e-12)
+
+
+def test_two_flows_share_one_link():
+    # two 1 GB flows on one 10 GB/s link: 5 GB/s each, both end at 1e9/5e9 = 0.2 s
+    t = run_flows([10e9], [(0.0, [0], [1.0], 1e9, 0.0), (0.0, [0], [1.0], 1e9, 0.0)])
+    assert t == pytest.approx([0.2, 0.2], rel=1e-12)
+
+
+def test_late_flow_slows_the_first():
+    # A: 1 GB from t=0 alone at 10 GB/s until t=0.05 (0.5 GB left); B: 1 GB from t=0.05.
+    # Both at 5 GB/s: A's 0.5 GB ends at 0.05 + 0.1 = 0.15; B then has 0.5 GB left at 10 GB/s: 0.15 + 0.05 = 0.2
+    t = run_flows([10e9], [(0.0, [0], [1.0], 1e9, 0.0), (0.05, [0], [1.0], 1e9, 0.0)])
+    assert t == pytest.approx([0.15, 0.2], rel=1e-12)
+
+
+def test_classic_three_link_example():
+    # Links a=10, b=4, c=12 GB/s. f0 crosses a, b, c; f1 only a; f2 only b; f3 only c.
+    # Filling: b saturates first at 4/2 = 2 → f0 = f2 = 2; then f1 = 10 - 2 = 8, f3 = 12 - 2 = 10.
+    assert max_min_rates([Flow((0, 1, 2), (1, 1, 1), 1, None), Flow((0,), (1,), 1, None),
+                          Flow((1,), (1,), 1, None), Flow((2,), (1,), 1, None)], [10, 4, 12]) == \
+        pytest.approx([2, 8, 2, 10], rel=1e-12)
+    # Completions with sizes f0=8, f1=8, f2=2, f3=8 GB: f3 at 8/10 = 0.8 s; f1 at 8/8 = 1 s and f2 at 2/2 = 1 s;
+    # f0 has moved 2 GB by t=1, then runs alone at b's 4 GB/s: 6/4 = 1.5 s more → 2.5 s.
+    G = 1e9
+    t = run_flows([10 * G, 4 * G, 12 * G], [(0, [0, 1, 2], [1, 1, 1], 8 * G, 0), (0, [0], [1], 8 * G, 0),
+                                           (0, [1], [1], 2 * G, 0), (0, [2], [1], 8 * G, 0)])
+    assert t == pytest.approx([2.5, 1.0, 1.0, 0.8], rel=1e-9)
+
+
+def test_weights_count_multiplicity():
+    # a ring flow crossing link 0 twice (weight 2) on 10 GB/s: rate 5 GB/s, 1 GB takes 0.2 s
+    (t,) = run_flows([10e9], [(0.0, [0], [2.0], 1e9, 0.0)])
+    assert t == pytest.approx(0.2, rel=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.floats(1.0, 100.0), min_size=1, max_size=6).flatmap(
+    lambda caps: st.tuples(st.just(caps), st.lists(
+        st.lists(st.tuples(st.integers(0, len(caps) - 1), st.sampled_from([0.5, 1.0, 2.0])), min_size=1, max_size=4),
+        min_size=1, max_size=8))))
+def test_every_flow_has_a_bottleneck(case):
+    # The characterisation of max-min fairness: each flow crosses a saturated link on which
+    # no other flow has a larger rate.
+    caps, routes = case
+    flows = []
+    for r in routes:
+        w = {}
+        for link, weight in r:
+            w[link] = w.get(link, 0.0) + weight
+        links = tuple(sorted(w))
+        flows.append(Flow(links, tuple(w[l] for l in links), 1.0, None))
+    rates = max_min_rates(flows, caps)
+    load = [0.0] * len(caps)
+    for f, r in zip(flows, rates):
+        for l, w in zip(f.links, f.weights):
+            load[l] += w * r
+    for l, c in enumerate(caps):
+        assert load[l] <= c * (1 + 1e-9)
+    for i, f in enumerate(flows):
+        ok = False
+        for l in f.links:
+            saturated = load[l] >= caps[l] * (1 - 1e-9)
+            top = all(rates[j] <= rates[i] * (1 + 1e-9) for j, g in enumerate(flows) if l in g.links)
+            ok = ok or (saturated and top)
+        assert ok, (i, rates)
+
+
+def reference_rates(capacity, routes):
+    """Max-min by bisection on the common level of the unfrozen flows (no closed form)."""
+    frozen = {}
+    left = set(range(len(routes)))
+
+    def loads(x):
+        out = [0.0] * len(capacity)
+        for i, links in enumerate(routes):
+            for l in links:
+                out[l] += frozen.get(i, x)
+        return out
+
+    while left:
+        lo, hi = 0.0, 2.0 * max(capacity)
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if all(u <= c for u, c in zip(loads(mid), capacity)):
+                lo = mid
+            else:
+                hi = mid
+        used = loads(lo)
+        tight = {l for l, c in enumerate(capacity) if used[l] >= c * (1 - 1e-12)}
+        newly = {i for i in left if tight & set(routes[i])}
+        for i in newly:
+            frozen[i] = lo
+        left -= newly
+    return [frozen[i] for i in range(len(routes))]
+
+
+def reference_completions(capacity, flows):
+    """An independent fluid simulator: re-solve everything by bisection at every event."""
+    n = len(flows)
+    remaining = [f[3] for f in flows]
+    ready = [f[0] + f[4] for f in flows]
+    done = [None] * n
+    t = 0.0
+    while any(d is None for d in done):
+        active = [i for i in range(n) if done[i] is None and ready[i] <= t]
+        rates = dict(zip(active, reference_rates(capacity, [flows[i][1] for i in active]))) if active else {}
+        nxt = min([ready[i] for i in range(n) if done[i] is None and ready[i] > t] + [float("inf")])
+        fin = min([t + remaining[i] / rates[i] for i in active] + [float("inf")])
+        step = min(nxt, fin)
+        for i in active:
+            remaining[i] -= rates[i] * (step - t)
+            if remaining[i] <= 1e-9 * flows[i][3]:
+                done[i] = step
+        t = step
+    return done
+
+
+def test_random_graphs_match_reference_simulator():
+    rng = random.Random(7)
+    for _case in range(25):
+        nlinks = rng.randint(2, 6)
+        caps = [rng.uniform(1.0, 20.0) for _ in range(nlinks)]
+        flows = []
+        for _ in range(rng.randint(1, 7)):
+            links = sorted(rng.sample(range(nlinks), rng.randint(1, nlinks)))
+            flows.append((rng.choice([0.0, 0.0, rng.uniform(0, 2)]), links, [1.0] * len(links),
+                          rng.uniform(1.0, 30.0), rng.choice([0.0, rng.uniform(0, 0.5)])))
+        got = run_flows(caps, flows)
+        want = reference_completions(caps, flows)
+        assert got == pytest.approx(want, rel=1e-6), (caps, flows)
