@@ -27,7 +27,8 @@ class ScenarioError(EmulatorError):
 
     def _text(self) -> str:
         parts = [p for p in (self.where, self.key) if p]
-        return ": ".join(parts + [self.message])
+        text = ": ".join(parts + [self.message])
+        return text.replace("\r", "\\r").replace("\n", "\\n")  # always one line
 
     def __str__(self) -> str:
         return self._text()

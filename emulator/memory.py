@@ -25,7 +25,7 @@ prefetched one), plus on the last stage the fp32 logits of one micro-batch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .scenario import ModelSpec, Scenario
 from .workload import models as M
@@ -108,8 +108,8 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int) -> tuple[float, float]
 
 def memory_report(sc: Scenario) -> MemoryReport:
     """Peak memory over the pipeline stages of ``sc`` (one GPU of the worst stage)."""
-    m = M.resolve(sc.model)
     par, tr = sc.parallel, sc.training
+    m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, par.tp))
     gpu = sc.cluster.node.gpu
     dtype = 4 if tr.precision == "fp32" else 2
     flash = getattr(tr, "attention", "unfused") == "flash" or par.cp > 1

@@ -243,8 +243,9 @@ def _yaml_error(err: yaml.YAMLError, source: str, text: str) -> ScenarioError:
 
 def _compose(text: str, source: str) -> yaml.Node | None:
     """The YAML node tree (with line marks), never constructed into Python objects."""
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # checks the characters already
         return loader.get_single_node()
     except yaml.YAMLError as err:
         raise _yaml_error(err, source, text) from None
@@ -252,7 +253,8 @@ def _compose(text: str, source: str) -> yaml.Node | None:
         raise ScenarioError(f"the YAML is nested too deeply (more than {MAX_DEPTH} levels)",
                             source) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 class _Expander:
@@ -514,7 +516,7 @@ class _Reader:
         if v.mapping is None:
             sample = ", ".join(list(keys)[:4])
             raise self.fail(v.where, kp, f"expected a mapping of keys ({sample}, ...), got {_describe(v)}")
-        self.seen[kp] = v.where
+        self.seen[kp] = v.key_where or v.where
         for name, item in v.mapping.items():
             if name not in keys and not (kp == "" and name.startswith(EXTENSION_PREFIX)):
                 raise self.unknown(name, item, keys, kp)
@@ -530,7 +532,7 @@ class _Reader:
                 hint = f'; "{name}" belongs in {" or ".join(others)}'
             else:
                 hint = f"; expected one of: {', '.join(keys)}"
-        return self.fail(item.key_where or item.where, _join(kp, name), f'unknown key "{name}"{hint}')
+        return self.fail(item.key_where or item.where, _join(kp, name), f"unknown key {_show(name)}{hint}")
 
     def require(self, m: Mapping[str, YamlValue], keys: Mapping[str, Key], kp: str,
                 names: Sequence[str] | None = None) -> None:

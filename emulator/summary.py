@@ -32,8 +32,9 @@ def summarize(result: Result) -> dict[str, Any]:
     meta = result.program.meta
     T = result.iteration_time_s
     gpus = result.program.ranks
-    pp = int(meta.get("pp", sc.parallel.pp if sc.model else 1))
-    bd = breakdown(result.spans, T, pipelined=pp > 1, iterations=max(1, sc.simulation.iterations))
+    pp = int(meta.get("pp", sc.parallel.pp if sc.model and not sc.workload.trace else 1))
+    stages = {s.stage for s in result.spans if s.stage >= 0}
+    bd = breakdown(result.spans, T, pipelined=pp > 1 or len(stages) > 1, iterations=max(1, sc.simulation.iterations))
     model_flops = float(meta.get("model_flops", 0.0))
     hw_flops = float(meta.get("hardware_flops", model_flops))
     if not model_flops:  # a trace: the FLOPs its ops declare, times the copies each rank stands for
@@ -84,7 +85,7 @@ def human_table(summary: dict) -> str:
         rows.append(("tokens/s", f"{summary['tokens_per_s']:,.0f}"))
     if summary["samples_per_s"]:
         rows.append(("samples/s", f"{summary['samples_per_s']:,.2f}"))
-    if summary["mfu"] is not None:
+    if summary["mfu"]:
         rows.append(("model TFLOP/s/GPU", f"{summary['model_tflops_per_gpu']:.1f}  (MFU {summary['mfu']:.1%}, "
                                           f"HFU {summary['hfu']:.1%})"))
     for key, label in (("compute", "compute"), ("exposed_comm", "exposed comm"), ("bubble", "pipeline bubble"),

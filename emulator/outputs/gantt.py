@@ -2,7 +2,7 @@
 
 Readable at 8 ranks and at 512: beyond ``MAX_RANKS`` ranks, rows are sampled
 evenly, always keeping one rank of every pipeline stage, and the title says how
-many are shown. Adjacent spans of one colour are merged before drawing.
+many are shown. On busy rows, touching spans of one colour are merged before drawing.
 """
 from __future__ import annotations
 
@@ -39,13 +39,17 @@ def _color(s: Span) -> str:
     return COLORS[s.kind]
 
 
+MERGE_ABOVE = 400  # spans per row; beyond, touching bars of one colour are merged
+
+
 def _merged(spans: list[Span]) -> dict[str, list[tuple[float, float]]]:
     out: dict[str, list[tuple[float, float]]] = {}
+    merge = len(spans) > MERGE_ABOVE
     for s in sorted(spans, key=lambda s: s.start_s):
         c = _color(s)
         bars = out.setdefault(c, [])
         start = s.xfer_s if s.kind != "compute" else s.start_s
-        if bars and start - (bars[-1][0] + bars[-1][1]) <= 1e-12:
+        if merge and bars and start - (bars[-1][0] + bars[-1][1]) <= 1e-12:
             a, w = bars[-1]
             bars[-1] = (a, max(w, s.end_s - a))
         elif s.end_s > start:
@@ -75,7 +79,7 @@ def write_gantt(path: str, result: Result) -> None:
     for y, key in enumerate(rows):
         for color, bars in _merged(by_row[key]).items():
             ax.broken_barh([(a * scale, w * scale) for a, w in bars], (y - 0.4, 0.8), facecolors=color,
-                           linewidth=0)
+                           edgecolor="white", linewidth=0.4)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"r{r} {st}" + (f" (s{stage_of[r]})" if r in stage_of else "") for r, st in rows],
                        fontsize=7)

@@ -171,3 +171,12 @@ def total_params(spec: ModelSpec) -> int:
     """Parameters of the whole model."""
     s = resolve(spec)
     return s.layers * layer_params(s) + embedding_params(s) + head_params(s)
+
+
+VOCAB_MULTIPLE = 128  # Megatron-LM --make-vocab-size-divisible-by (default 128), times tp
+
+
+def padded_vocab(vocab: int, tp: int = 1) -> int:
+    """Megatron pads the vocabulary to a multiple of 128·tp so each TP rank gets equal rows."""
+    q = VOCAB_MULTIPLE * tp
+    return -(-vocab // q) * q

@@ -1,0 +1,364 @@
+"""Calibration: ``emulator calibrate`` fits catalog figures to a user's own measurements.
+
+Inputs
+- ``--nccl-log FILE`` (repeatable): the text table that nccl-tests prints
+  (``all_reduce_perf`` etc.). The out-of-place columns size, count, type, time
+  (us), algbw and busbw (GB/s) are read; the GPU count from the ``Rank N ...
+  on HOST device D`` lines (or ``nGpus``), the operation from ``Collective test
+  starting: X_perf`` or the file name. Logs from one host calibrate the node's
+  interior (NVLink), logs across hosts its NICs.
+  * efficiency = busbw at large sizes (the best busbw over sizes >= 64 MiB, else
+    over all sizes) / line rate (``intra_bandwidth``, or the NICs per GPU);
+  * small-message latency t = launch + steps * per_step, steps = 2(n-1) for
+    all_reduce and n-1 for the others, fitted by least squares over the logs'
+    small-message times (median over sizes <= 1 KiB). With one GPU count only,
+    the base node's ``collective_launch`` is kept and per_step = (t - launch)/steps.
+    The catalog splits a step into its links' latencies and a software part, so
+    step_latency_intra = per_step - 2 * intra_latency (GPU->switch->GPU) and
+    step_latency_inter = per_step - 2 * nic_latency.
+- ``--kineto FILE``: a profile of a few steps on one GPU. GEMM efficiency =
+  2*M*N*K / (kernel time) / peak_flops for the kernels of each aten::mm, addmm,
+  bmm, baddbmm or linear whose 'Input Dims' are recorded (FLOP-weighted overall,
+  and per shape); memory-bound efficiency = bytes / time / hbm_bandwidth for
+  elementwise ops moving >= 1 MiB (inputs + one output of the largest input's size).
+- ``--base NODE``, ``--name NEW``, ``--out FILE.yaml``: the result is written as a
+  catalog file (units as strings) with a node NEW copied from NODE and the fitted
+  fields replaced.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+from dataclasses import dataclass, replace
+
+from .errors import EmulatorError
+from .scenario import GpuSpec, NodeSpec
+
+LARGE = 64 * 2**20  # B: sizes at which busbw has plateaued
+SMALL = 1024  # B: sizes at which time is latency only
+_OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "all_to_all", "broadcast", "reduce",
+        "sendrecv")
+
+
+class CalibrationError(EmulatorError):
+    """A calibration input is unreadable or cannot support a fit."""
+
+
+# ---------------------------------------------------------------------------- nccl-tests logs
+
+
+@dataclass(frozen=True)
+class NcclRow:
+    size: float  # B
+    count: int
+    dtype: str
+    time_s: float
+    algbw: float  # B/s
+    busbw: float  # B/s
+
+
+@dataclass(frozen=True)
+class NcclLog:
+    path: str
+    op: str
+    gpus: int
+    hosts: int
+    rows: tuple[NcclRow, ...]
+
+    @property
+    def steps(self) -> int:
+        """Latency steps of a ring: 2(n-1) for all-reduce, n-1 for the others."""
+        return 2 * (self.gpus - 1) if self.op == "all_reduce" else self.gpus - 1
+
+    def large_busbw(self) -> float:
+        large = [r.busbw for r in self.rows if r.size >= LARGE] or [r.busbw for r in self.rows]
+        return max(large)
+
+    def small_time(self) -> float:
+        small = [r.time_s for r in self.rows if r.size <= SMALL] or [min(self.rows, key=lambda r: r.size).time_s]
+        return statistics.median(small)
+
+
+def _op_of(text: str, path: str) -> str:
+    m = re.search(r"Collective test starting:\s*(\w+?)_perf", text)
+    name = m.group(1) if m else next((op for op in _OPS if op in os.path.basename(path).lower()), None)
+    if name is None:
+        raise CalibrationError(f"{path}: cannot tell the operation: no 'Collective test starting: X_perf' line "
+                               "and no operation (all_reduce, all_gather, ...) in the file name")
+    return {"alltoall": "all_to_all"}.get(name, name)
+
+
+def parse_nccl_log(path: str) -> NcclLog:
+    """Read the out-of-place half of an nccl-tests table."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        raise CalibrationError(f"{path}: cannot read: {e.strerror}") from None
+    header: list[str] | None = None
+    rows: list[NcclRow] = []
+    devices, hosts = 0, set()
+    ngpus = None
+    for line in text.splitlines():
+        s = line.strip()
+        if m := re.match(r"#\s*Rank\s+\d+.*?\son\s+(\S+)\s+device", s):
+            devices += 1
+            hosts.add(m.group(1))
+        elif m := re.search(r"nGpus\s+(\d+)", s):
+            ngpus = int(m.group(1))
+        toks = s.lstrip("#").split()
+        if s.startswith("#") and {"size", "count", "type", "time", "algbw", "busbw"} <= set(toks):
+            header = toks
+        elif header and s and not s.startswith("#"):
+            rows.append(_row(header, s.split(), path))
+    if header is None or not rows:
+        raise CalibrationError(f"{path}: no nccl-tests table (a '# size count type ... time algbw busbw' header "
+                               "followed by rows)")
+    gpus = devices or ngpus or 0
+    if gpus < 2:
+        raise CalibrationError(f"{path}: cannot tell how many GPUs ran (no 'Rank N ... device' lines, no nGpus)")
+    return NcclLog(path, _op_of(text, path), gpus, max(1, len(hosts)), tuple(rows))
+
+
+def _row(header: list[str], toks: list[str], path: str) -> NcclRow:
+    if len(toks) != len(header):
+        raise CalibrationError(f"{path}: row {' '.join(toks)!r} has {len(toks)} columns, the header {len(header)}")
+    col = {name: header.index(name) for name in ("size", "count", "type", "time", "algbw", "busbw")}
+    try:
+        return NcclRow(float(toks[col["size"]]), int(toks[col["count"]]), toks[col["type"]],
+                       float(toks[col["time"]]) * 1e-6, float(toks[col["algbw"]]) * 1e9,
+                       float(toks[col["busbw"]]) * 1e9)
+    except ValueError:
+        raise CalibrationError(f"{path}: row {' '.join(toks)!r}: expected numbers in size, count, time, "
+                               "algbw and busbw") from None
+
+
+def fit_latency(points: list[tuple[int, float]], launch_default: float) -> tuple[float, float]:
+    """Least-squares fit of t = launch + steps * per_step over (steps, t) points.
+
+    With a single distinct step count, launch = ``launch_default`` and
+    per_step = (mean t - launch) / steps.
+    """
+    xs = [float(s) for s, _ in points]
+    ys = [t for _, t in points]
+    if len(set(xs)) < 2:
+        per = (statistics.fmean(ys) - launch_default) / xs[0]
+        return launch_default, per
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    per = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - per * mx, per
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    efficiency: float
+    busbw: float  # B/s
+    line_rate: float  # B/s per GPU
+    launch: float  # s
+    per_step: float  # s
+
+
+def fit_links(logs: list[NcclLog], node: NodeSpec, inter: bool) -> LinkFit:
+    """Efficiency and per-step latency for one link class (inter: logs across hosts)."""
+    line = node.nics * node.nic_bandwidth / node.gpus_per_node if inter else node.intra_bandwidth
+    busbw = max(log.large_busbw() for log in logs)
+    launch, per = fit_latency([(log.steps, log.small_time()) for log in logs], node.collective_launch)
+    return LinkFit(busbw / line, busbw, line, launch, per)
+
+
+# ---------------------------------------------------------------------------- Kineto compute
+
+
+def _gemm_flops(name: str, dims: list) -> float | None:
+    try:
+        if name == "aten::mm":
+            (m, k), (_, n) = dims[0], dims[1]
+            return 2.0 * m * n * k
+        if name == "aten::addmm":
+            (m, k), (_, n) = dims[1], dims[2]
+            return 2.0 * m * n * k
+        if name == "aten::bmm":
+            (b, m, k), (_, _, n) = dims[0], dims[1]
+            return 2.0 * b * m * n * k
+        if name == "aten::baddbmm":
+            (b, m, k), (_, _, n) = dims[1], dims[2]
+            return 2.0 * b * m * n * k
+        if name == "aten::linear":
+            x, w = dims[0], dims[1]
+            rows = 1
+            for d in x[:-1]:
+                rows *= d
+            return 2.0 * rows * x[-1] * w[0]
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None
+
+
+_ELEMENTWISE = re.compile(r"^aten::(add|mul|sub|div|relu|gelu|sigmoid|tanh|threshold_backward|copy_|fill_|"
+                          r"zero_|clamp|softmax|_softmax|layer_norm|native_layer_norm|dropout|addcmul|addcdiv|"
+                          r"sqrt|exp|where|masked_fill)")
+
+
+@dataclass(frozen=True)
+class ComputeFit:
+    gemm_efficiency: float | None
+    gemm_by_shape: dict[str, float]
+    memory_efficiency: float | None
+    kernels: int
+
+
+def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
+    """GEMM and memory-bound efficiencies of a one-GPU Kineto profile against ``gpu``."""
+    from .importers.kineto import DTYPE_BYTES, read_rank
+
+    try:
+        rt = read_rank(path)
+    except EmulatorError as e:
+        raise CalibrationError(str(e)) from None
+    groups: dict[int, list] = {}
+    for g in rt.gpu_ops:
+        if g.cpu_op is not None and g.cat == "kernel" and not g.is_nccl:
+            groups.setdefault(g.cpu_instance, []).append(g)
+    gemm_flops = gemm_time = mem_bytes = mem_time = 0.0
+    shapes: dict[str, list[float]] = {}
+    for kernels in groups.values():
+        cpu = kernels[0].cpu_op
+        name, args = str(cpu.get("name")), cpu.get("args", {})
+        dims, types = args.get("Input Dims"), args.get("Input type", [])
+        t = sum(k.dur for k in kernels)
+        if not dims or t <= 0:
+            continue
+        flops = _gemm_flops(name, dims)
+        if flops:
+            gemm_flops += flops
+            gemm_time += t
+            shapes.setdefault(f"{name} {dims}", []).append(flops / t / gpu.peak_flops)
+        elif _ELEMENTWISE.match(name):
+            sizes = [_numel(d) * DTYPE_BYTES.get(str(ty).lower(), 4) for d, ty in zip(dims, types)
+                     if isinstance(d, list) and d]
+            if sizes and sum(sizes) + max(sizes) >= 2**20:
+                mem_bytes += sum(sizes) + max(sizes)
+                mem_time += t
+    if not groups:
+        raise CalibrationError(f"{path}: no kernel is launched under an aten op with shapes "
+                               "(profile with record_shapes=True)")
+    return ComputeFit(gemm_flops / gemm_time / gpu.peak_flops if gemm_time else None,
+                      {k: statistics.median(v) for k, v in shapes.items()},
+                      mem_bytes / mem_time / gpu.hbm_bandwidth if mem_time else None, len(rt.gpu_ops))
+
+
+def _numel(dims: list) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+# ---------------------------------------------------------------------------- the catalog entry
+
+
+def calibrated_node(base: NodeSpec, name: str, intra: LinkFit | None, inter: LinkFit | None) -> NodeSpec:
+    node = replace(base, name=name)
+    if intra:
+        node = replace(node, intra_efficiency=intra.efficiency, collective_launch=intra.launch,
+                       step_latency_intra=max(0.0, intra.per_step - 2 * base.intra_latency))
+    if inter:
+        node = replace(node, nic_efficiency=inter.efficiency,
+                       step_latency_inter=max(0.0, inter.per_step - 2 * base.nic_latency))
+        if not intra:
+            node = replace(node, collective_launch=inter.launch)
+    return node
+
+
+def _q(v: float, unit: str, scale: float) -> str:
+    return f"{v / scale:.6g} {unit}"
+
+
+def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str:
+    """A catalog file (same shape as emulator/data/catalog.yaml) holding ``node``."""
+    g = node.gpu
+    lines = [f"# Written by `emulator calibrate`: {source}", "nodes:", f"  {node.name}:",
+             f"    gpu: {g.name}",
+             f"    gpus_per_node: {node.gpus_per_node}",
+             f"    intra: {node.intra}",
+             f"    intra_bandwidth: {_q(node.intra_bandwidth, 'GB/s', 1e9)}",
+             f"    intra_efficiency: {node.intra_efficiency:.6g}",
+             f"    intra_latency: {_q(node.intra_latency, 'us', 1e-6)}",
+             f"    step_latency_intra: {_q(node.step_latency_intra, 'us', 1e-6)}",
+             f"    collective_launch: {_q(node.collective_launch, 'us', 1e-6)}",
+             f"    step_latency_inter: {_q(node.step_latency_inter, 'us', 1e-6)}",
+             f"    nics: {node.nics}",
+             f"    nic_bandwidth: {_q(node.nic_bandwidth * 8, 'Gb/s', 1e9)}",
+             f"    nic_efficiency: {node.nic_efficiency:.6g}",
+             f"    nic_latency: {_q(node.nic_latency, 'us', 1e-6)}",
+             f"    source: \"{source}\""]
+    if compute is not None:
+        lines.append("# Measured compute efficiencies (GpuSpec has no field for them yet):")
+        if compute.gemm_efficiency is not None:
+            lines.append(f"#   gemm_efficiency: {compute.gemm_efficiency:.4g} of {g.peak_flops / 1e12:.6g} TFLOP/s")
+        if compute.memory_efficiency is not None:
+            lines.append(f"#   memory_efficiency: {compute.memory_efficiency:.4g} of {g.hbm_bandwidth / 1e9:.6g} GB/s")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- the subcommand
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nccl-log", action="append", default=[], metavar="FILE",
+                        help="nccl-tests output (all_reduce_perf, ...); repeat for several GPU counts")
+    parser.add_argument("--kineto", metavar="FILE", help="a one-GPU PyTorch profiler trace with record_shapes")
+    parser.add_argument("--base", default="dgx-a100", metavar="NODE", help="catalog node to start from")
+    parser.add_argument("--name", default=None, metavar="NEW", help="name of the calibrated node (default BASE-calibrated)")
+    parser.add_argument("--out", default=None, metavar="FILE.yaml", help="write the catalog entry here")
+
+
+def calibrate_command(args: argparse.Namespace) -> str:
+    """Run the fits; write ``--out`` if given; return the report text."""
+    from . import catalog
+
+    if not args.nccl_log and not args.kineto:
+        raise CalibrationError("calibrate: give at least one --nccl-log FILE or --kineto FILE")
+    base = catalog.node(args.base)
+    name = args.name or f"{args.base}-calibrated"
+    logs = [parse_nccl_log(p) for p in args.nccl_log]
+    intra_logs = [log for log in logs if log.hosts == 1]
+    inter_logs = [log for log in logs if log.hosts > 1]
+    intra = fit_links(intra_logs, base, inter=False) if intra_logs else None
+    inter = fit_links(inter_logs, base, inter=True) if inter_logs else None
+    compute = fit_compute(args.kineto, base.gpu) if args.kineto else None
+    node = calibrated_node(base, name, intra, inter)
+    report = _report(node, logs, intra, inter, compute)
+    if args.out:
+        sources = [os.path.basename(p) for p in args.nccl_log] + ([os.path.basename(args.kineto)] if args.kineto else [])
+        text = catalog_yaml(node, f"calibrated from {', '.join(sources)} on base {args.base}", compute)
+        try:
+            with open(args.out, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise CalibrationError(f"{args.out}: cannot write: {e.strerror}") from None
+        report += f"wrote node {name!r} to {args.out}\n"
+    return report
+
+
+def _report(node: NodeSpec, logs: list[NcclLog], intra: LinkFit | None, inter: LinkFit | None,
+            compute: ComputeFit | None) -> str:
+    out = []
+    for log in logs:
+        out.append(f"{os.path.basename(log.path)}: {log.op} on {log.gpus} GPUs ({log.hosts} host(s)): "
+                   f"busbw {log.large_busbw() / 1e9:.1f} GB/s, small-message time {log.small_time() * 1e6:.2f} us")
+    for label, fit in (("intra-node", intra), ("inter-node", inter)):
+        if fit:
+            out.append(f"{label}: efficiency {fit.efficiency:.4f} ({fit.busbw / 1e9:.1f} / {fit.line_rate / 1e9:.1f} GB/s), "
+                       f"launch {fit.launch * 1e6:.3f} us, per step {fit.per_step * 1e6:.3f} us")
+    if compute:
+        if compute.gemm_efficiency is not None:
+            out.append(f"GEMM efficiency {compute.gemm_efficiency:.4f} of peak over {len(compute.gemm_by_shape)} shapes")
+        if compute.memory_efficiency is not None:
+            out.append(f"memory-bound efficiency {compute.memory_efficiency:.4f} of HBM bandwidth")
+    out.append(f"node {node.name}: intra_efficiency {node.intra_efficiency:.4f}, "
+               f"step_latency_intra {node.step_latency_intra * 1e6:.3f} us, "
+               f"collective_launch {node.collective_launch * 1e6:.3f} us")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,444 @@
+"""Workload builder: a Scenario (model × parallelism × schedule) → a Program (per-rank op DAG).
+
+For every simulated rank (all, or the fold's representatives) it walks the rank's
+pipeline schedule and emits, per task, the kernels and communications of its model
+chunk (:mod:`.layer`), costed by :mod:`emulator.devices.compute`. Groups and peers are
+always world ranks (:mod:`.placement`).
+
+Streams (in-order lanes) and what runs on them:
+- ``compute``: kernels (``simulation.detail: op``) or fused blocks, one per run of
+  kernels between communications, per layer (``detail: layer``);
+- ``tp``: TP all-reduce / SP all-gather and reduce-scatter. The kernel after a blocking
+  one waits for it; the asynchronous backward ones overlap the next kernel (layer.py);
+- ``cp_send`` / ``cp_recv``: the ring attention K/V exchange, one send to the next and
+  one receive from the previous CP rank per ring step, overlapping the block's kernel;
+- ``ep``: MoE all-to-all dispatch and combine (blocking);
+- ``pp_send_fwd`` / ``pp_recv_fwd`` (activations) and ``pp_send_bwd`` / ``pp_recv_bwd``
+  (gradients): one stream per direction, so each carries messages in the order both
+  ends use them (no head-of-line deadlock). A receive is posted when the compute
+  stream reaches the task before the one that consumes it (like Megatron's batched
+  send-and-receive calls);
+- ``dp``: gradient all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2, Megatron's
+  distributed optimizer) in buckets of ``grad_bucket`` bytes over DP×CP, each bucket
+  after the last micro-batch's backward of its last layer (``overlap_grad_reduce``) or
+  after the whole backward; tied-embedding all-reduce between the first and last stage;
+  ZeRO-3's per-layer gradient reduce-scatter;
+- ``zero``: parameter all-gathers: ZeRO-1/2 after the optimizer, or, with overlap, at the
+  start of the iteration before each bucket's first forward (the steady state of
+  Megatron's overlap_param_gather: the previous step's gather overlaps this forward);
+  ZeRO-3 before every layer's forward and backward, prefetched one layer ahead.
+
+Tags are unique per (src, dst): tag = 4·key + class, with key built from micro-batch,
+chunk, layer, ring step and direction, and class 0 for pipeline, 1 for CP.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..devices import compute
+from ..errors import ScenarioError
+from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
+from ..scenario import Scenario
+from . import flops as F
+from . import layer as Ly
+from . import models as M
+from .placement import Layout
+from .schedules import check_schedule, schedule
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v (16) + write param, m, v (12) + bf16 copy (2)
+#                              + one grad-norm read (4): Megatron's clip_grad_norm + fused Adam step
+ADAM_FLOPS_PER_PARAM = 12.0
+
+
+@dataclass
+class Unit:
+    """One piece of a model chunk with its own parameters: the embedding, a layer, the head."""
+
+    name: str
+    layer: int  # global layer index; -1 embedding, layers for the head
+    fwd: list  # Ly.Step
+    bwd: list
+    params: float  # parameters on this GPU (dense)
+    expert_params: float = 0.0
+
+
+@dataclass
+class Plan:
+    """Everything about a scenario that does not depend on the rank."""
+
+    sc: Scenario
+    layout: Layout
+    model: object
+    micro: int
+    v: int
+    chunk_units: dict = field(default_factory=dict)  # virtual stage → list[Unit]
+    dtype: int = 2
+    flash: bool = False
+
+
+def _check(sc: Scenario) -> None:
+    if sc.model is None:
+        raise ScenarioError("a workload needs a model (or workload.trace)", key="model")
+    if sc.cluster.node is None:
+        raise ScenarioError("the model workload needs a node type with a gpu", key="cluster.node")
+    M.check_model(sc.model)
+    m, par, tr = M.resolve(sc.model), sc.parallel, sc.training
+    if tr.precision not in DTYPE_BYTES:
+        raise ScenarioError(f"expected one of {', '.join(DTYPE_BYTES)}, got {tr.precision!r}", key="training.precision")
+    if tr.recompute not in ("none", "selective", "full"):
+        raise ScenarioError(f"expected none, selective or full, got {tr.recompute!r}", key="training.recompute")
+    if not 0 <= par.zero <= 3:
+        raise ScenarioError(f"expected 0 to 3, got {par.zero}", key="parallel.zero")
+    if m.heads % par.tp or m.ffn_hidden % par.tp:
+        raise ScenarioError(f"tp {par.tp} must divide heads ({m.heads}) and ffn_hidden ({m.ffn_hidden})",
+                            key="parallel.tp")
+    if m.kv_heads % par.tp and par.tp % m.kv_heads:
+        raise ScenarioError(f"tp {par.tp} and kv_heads {m.kv_heads} must divide one another", key="parallel.tp")
+    if m.seq_len % (par.cp * (par.tp if par.sequence_parallel else 1)):
+        raise ScenarioError(f"seq_len {m.seq_len} must be divisible by cp·tp (sequence parallel)", key="parallel.cp")
+    if m.layers % (par.pp * par.virtual_stages):
+        raise ScenarioError(f"layers {m.layers} must be divisible by pp·virtual_stages = "
+                            f"{par.pp * par.virtual_stages}", key="parallel.pp")
+    if m.experts and m.experts % par.ep:
+        raise ScenarioError(f"ep {par.ep} must divide experts {m.experts}", key="parallel.ep")
+    if not m.experts and par.ep > 1:
+        raise ScenarioError(f"ep {par.ep} needs a MoE model (model.experts)", key="parallel.ep")
+    if tr.micro_batch < 1 or tr.global_batch % (tr.micro_batch * par.dp):
+        raise ScenarioError(f"global_batch {tr.global_batch} must be a multiple of micro_batch·dp = "
+                            f"{tr.micro_batch}·{par.dp}", key="training.global_batch")
+
+
+def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
+    """The units of virtual stage ``vs``: [embedding], its layers, [head]."""
+    sc, m = plan.sc, plan.model
+    par = sc.parallel
+    V = par.pp * plan.v
+    per = m.layers // V
+    t = par.tp
+    units: list[Unit] = []
+    learned_pos = M.has_biases(m)
+    if vs == 0:
+        p = m.vocab * m.hidden / t + (m.seq_len * m.hidden if learned_pos else 0)
+        units.append(Unit("embed", -1, Ly.embedding_forward(L, learned_pos), Ly.embedding_backward(L), p))
+    fwd = Ly.forward_steps(L)
+    bwd = Ly.backward_steps(L, sc.training.recompute)
+    dense = (M.layer_params(m) - (m.experts * M.mlp_params(m) if m.experts else 0)) / t
+    expert = m.experts * M.mlp_params(m) / (t * par.ep) if m.experts else 0.0
+    for i in range(per):
+        units.append(Unit(f"layer{vs * per + i}", vs * per + i, fwd, bwd, dense, expert))
+    if vs == V - 1:
+        p = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or par.pp > 1) else 0)
+        if not m.tied_embeddings:
+            p -= m.vocab * m.hidden * (1 - 1 / t)
+        units.append(Unit("head", m.layers, Ly.head_forward(L, m.vocab), Ly.head_backward(L, m.vocab), p))
+    return units
+
+
+def make_plan(sc: Scenario) -> Plan:
+    """Validate ``sc`` and precompute its per-chunk units."""
+    _check(sc)
+    par, tr = sc.parallel, sc.training
+    layout = Layout.from_parallel(par, sc.gpus)
+    micro = tr.global_batch // (tr.micro_batch * par.dp)
+    check_schedule(par.schedule, par.pp, micro, par.virtual_stages)
+    m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, par.tp))
+    dtype = DTYPE_BYTES[tr.precision]
+    flash = getattr(tr, "attention", "unfused") == "flash"
+    L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash)
+    plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=dtype, flash=flash or par.cp > 1)
+    for vs in range(par.pp * par.virtual_stages):
+        plan.chunk_units[vs] = _units_of(plan, vs, L)
+    return plan
+
+
+def fold_grid(sc: Scenario) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The rank grid in placement order (slowest axis first) and the axis names."""
+    layout = Layout.from_parallel(sc.parallel, sc.gpus)
+    return layout.shape, layout.order
+
+
+class _RankBuilder:
+    """Emits the ops of one rank into a shared list."""
+
+    def __init__(self, plan: Plan, rank: int, ops: list[Op], next_id: list[int]) -> None:
+        self.plan, self.rank, self.ops, self.next_id = plan, rank, ops, next_id
+        self.lo = plan.layout
+        self.c = self.lo.coords(rank)
+        self.gpu = plan.sc.cluster.node.gpu
+        self.detail = plan.sc.simulation.detail
+        self.last_compute: int | None = None
+        self.tp = self.lo.tp_group(rank)
+        self.ep = self.lo.ep_group(rank)
+        self.dpcp = self.lo.dp_cp_group(rank)
+        self.edp = self.lo.edp_group(rank)
+        self.grad_ready: dict[tuple[int, str], int] = {}  # (vs, unit) → op id of its last backward
+        self.zero_ag: dict[tuple[int, str], int] = {}  # ZeRO-1/2 overlapped param gather, per unit
+        self._time_cache: dict[int, float] = {}
+        self._carry: list[int] = []
+
+    # --- op emission -----------------------------------------------------------------
+    def _emit(self, **kw) -> int:
+        oid = self.next_id[0]
+        self.next_id[0] += 1
+        self.ops.append(Op(id=oid, rank=self.rank, **kw))
+        return oid
+
+    def _kernel_time(self, k: Ly.Kernel) -> float:
+        key = id(k)
+        if key not in self._time_cache:
+            self._time_cache[key] = Ly.kernel_time(k, self.gpu)
+        return self._time_cache[key]
+
+    def _compute(self, kernels: list[Ly.Kernel], deps: list[int], meta: dict) -> int:
+        name = kernels[0].name if len(kernels) == 1 else f"{kernels[0].name}..{kernels[-1].name}"
+        oid = self._emit(kind=COMPUTE, stream="compute", deps=tuple(sorted(set(deps))),
+                         name=f"{meta['prefix']}{name}", duration=sum(self._kernel_time(k) for k in kernels),
+                         flops=sum(k.flops for k in kernels), bytes=sum(k.bytes for k in kernels),
+                         category=kernels[0].category, microbatch=meta["mb"], stage=meta["stage"],
+                         layer=meta["layer"])
+        self.last_compute = oid
+        return oid
+
+    def _comm(self, st: Ly.Comm, meta: dict) -> list[int]:
+        """Emit one layer Comm; returns the op ids the waiting kernel must depend on."""
+        deps = () if self.last_compute is None else (self.last_compute,)
+        common = dict(deps=deps, category="comm", microbatch=meta["mb"], stage=meta["stage"], layer=meta["layer"])
+        name = f"{meta['prefix']}{st.name}"
+        if st.collective == "ring":
+            nxt, prv = self.lo.neighbour(self.rank, "cp", 1), self.lo.neighbour(self.rank, "cp", -1)
+            key = meta["key"] * self.lo.sizes["cp"] + meta["ring"]
+            meta["ring"] += 1
+            tag = key * 4 + 1
+            s = self._emit(kind=SEND, stream="cp_send", name=name, bytes=st.bytes, peer=nxt, tag=tag, **common)
+            r = self._emit(kind=RECV, stream="cp_recv", name=name, bytes=st.bytes, peer=prv, tag=tag, **common)
+            return [s, r]
+        group = {"tp": self.tp, "ep": self.ep}[st.group]
+        return [self._emit(kind=COLLECTIVE, stream=st.group, name=name, bytes=st.bytes, collective=st.collective,
+                           group=group, **common)]
+
+    def _emit_steps(self, steps: list, deps: list[int], meta: dict) -> tuple[int | None, int | None]:
+        """Emit a unit's steps; returns (first compute op, last op any later work must follow)."""
+        pending: list[tuple[int, list[int]]] = []  # (kernels still allowed to overlap, comm op ids)
+        group: list[Ly.Kernel] = []
+        first: int | None = None
+        wait: list[int] = list(deps)
+
+        def flush() -> None:
+            nonlocal group, wait, first
+            if group:
+                oid = self._compute(group, wait, meta)
+                first = first if first is not None else oid
+                group, wait = [], []
+
+        for st in steps:
+            if isinstance(st, Ly.Comm):
+                flush()
+                ids = self._comm(st, meta)
+                pending.append((st.overlap, ids))
+                continue
+            must = [i for left, ids in pending if left == 0 for i in ids]
+            pending = [(left - 1, ids) for left, ids in pending if left > 0]
+            if must or (group and (self.detail == "op" or group[-1].category != st.category)):
+                flush()
+            wait += must
+            group.append(st)
+        flush()
+        # a comm still running at the end of the unit: the next unit's first kernel waits for it
+        self._carry = [i for _, ids in pending for i in ids]
+        return first, self.last_compute
+
+    # --- tasks ----------------------------------------------------------------------
+    def _vs(self, chunk: int) -> int:
+        return chunk * self.lo.sizes["pp"] + self.c["pp"]
+
+    def _peer(self, vs: int) -> int:
+        p = self.lo.sizes["pp"]
+        return self.lo.rank(pp=vs % p, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
+
+    def _pp_tag(self, mb: int, vs: int, direction: int) -> int:
+        return ((mb * self.lo.sizes["pp"] * self.plan.v + vs) * 2 + direction) * 4
+
+    def _zero3_gather(self, unit: Unit, vs: int, mb: int, phase: str, deps: list[int]) -> int:
+        nbytes = (unit.params + unit.expert_params) * self.plan.dtype  # the gathered TP shard
+        return self._emit(kind=COLLECTIVE, stream="zero", name=f"mb{mb}.{unit.name}.{phase}.zero3_ag",
+                          collective="all_gather", group=self.dpcp, bytes=nbytes, deps=tuple(deps),
+                          category="comm", microbatch=mb, stage=vs, layer=unit.layer)
+
+    def run_task(self, phase: str, mb: int, chunk: int) -> None:
+        p = self.lo.sizes["pp"]
+        vs = self._vs(chunk)
+        V = p * self.plan.v
+        units = self.plan.chunk_units[vs]
+        deps: list[int] = []
+        self._carry: list[int] = []
+        fwd = phase == "F"
+        if p > 1 and ((fwd and vs > 0) or (not fwd and vs < V - 1)):
+            src_vs = vs - 1 if fwd else vs + 1
+            stream = "pp_recv_fwd" if fwd else "pp_recv_bwd"
+            tag = self._pp_tag(mb, src_vs if fwd else vs, 0 if fwd else 1)
+            L0 = units[0]
+            deps.append(self._emit(kind=RECV, stream=stream, name=f"mb{mb}.recv_{'act' if fwd else 'grad'}",
+                                   bytes=self._pp_bytes(), peer=self._peer(src_vs), tag=tag,
+                                   deps=() if self.last_compute is None else (self.last_compute,),
+                                   category="comm", microbatch=mb, stage=vs, layer=L0.layer))
+        order = units if fwd else list(reversed(units))
+        zero3 = self.plan.sc.parallel.zero >= 3
+        prefetch: dict[int, int] = {}
+        if zero3:
+            prefetch[0] = self._zero3_gather(order[0], vs, mb, phase, [])
+        for i, unit in enumerate(order):
+            udeps = deps + self._carry
+            if zero3:
+                udeps.append(prefetch[i])
+            if fwd and (vs, unit.name) in self.zero_ag:
+                udeps.append(self.zero_ag[(vs, unit.name)])
+            meta = dict(prefix=f"mb{mb}.{unit.name}.{'fwd' if fwd else 'bwd'}.", mb=mb, stage=vs,
+                        layer=unit.layer, key=((mb * V + vs) * (self.plan.model.layers + 2) + unit.layer + 1) * 2
+                        + (0 if fwd else 1), ring=0)
+            before = self.last_compute
+            first, last = self._emit_steps(unit.fwd if fwd else unit.bwd, udeps, meta)
+            deps = []
+            if zero3 and i + 1 < len(order):  # prefetch the next unit's weights during this one
+                prefetch[i + 1] = self._zero3_gather(order[i + 1], vs, mb, phase,
+                                                     [before] if before is not None else [])
+            if not fwd:
+                self.grad_ready[(vs, unit.name)] = last
+                if zero3:
+                    self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.zero3_rs",
+                               collective="reduce_scatter", group=self.dpcp,
+                               bytes=(unit.params + unit.expert_params) * self.plan.dtype,
+                               deps=(last,), category="comm", microbatch=mb, stage=vs, layer=unit.layer)
+        if self._carry:  # an overlapped comm outlives the task: a zero-cost join keeps it on the path
+            self._compute([Ly.Kernel("join", "elementwise", 0.0, 0.0, "bwd" if not fwd else "fwd")],
+                          self._carry, dict(prefix=f"mb{mb}.", mb=mb, stage=vs, layer=units[-1].layer))
+            self._carry = []
+        if p > 1 and ((fwd and vs < V - 1) or (not fwd and vs > 0)):
+            dst_vs = vs + 1 if fwd else vs - 1
+            stream = "pp_send_fwd" if fwd else "pp_send_bwd"
+            tag = self._pp_tag(mb, vs if fwd else dst_vs, 0 if fwd else 1)
+            self._emit(kind=SEND, stream=stream, name=f"mb{mb}.send_{'act' if fwd else 'grad'}",
+                       bytes=self._pp_bytes(), peer=self._peer(dst_vs), tag=tag, deps=(self.last_compute,),
+                       category="comm", microbatch=mb, stage=vs, layer=units[-1].layer)
+
+    def _pp_bytes(self) -> float:
+        """b·s·h activations (or gradients) of one micro-batch (s/t each with SP, as Megatron's
+        scatter-gather optimisation sends 1/t and all-gathers over NVLink)."""
+        m, tr, par = self.plan.model, self.plan.sc.training, self.plan.sc.parallel
+        n = tr.micro_batch * (m.seq_len // par.cp) * m.hidden * self.plan.dtype
+        return n / par.tp if par.sequence_parallel and par.tp > 1 else n
+
+    # --- data parallelism and the optimizer -----------------------------------------
+    def _buckets(self, grad_bytes: float) -> list[tuple[list[tuple[int, Unit]], float, float]]:
+        """Units grouped, in the order their gradients become ready, into buckets of ``grad_bytes``."""
+        items = sorted(((self.grad_ready[(vs, u.name)], vs, u) for vs in self._my_chunks()
+                        for u in self.plan.chunk_units[vs]), key=lambda x: x[0])
+        out, cur, dense, expert = [], [], 0.0, 0.0
+        for _, vs, u in items:
+            cur.append((vs, u))
+            dense += u.params * self.plan.dtype
+            expert += u.expert_params * self.plan.dtype
+            if dense + expert >= grad_bytes:
+                out.append((cur, dense, expert))
+                cur, dense, expert = [], 0.0, 0.0
+        if cur:
+            out.append((cur, dense, expert))
+        return out
+
+    def _my_chunks(self) -> list[int]:
+        return [self._vs(c) for c in range(self.plan.v)]
+
+    def _param_gathers_first(self) -> None:
+        """ZeRO-1/2 with overlap: this step's parameter all-gathers, before each bucket's forward."""
+        par = self.plan.sc.parallel
+        if not (1 <= par.zero <= 2 and par.overlap_grad_reduce and len(self.dpcp) > 1):
+            return
+        # Bucket order for the forward: the reverse of the gradient order (first layers first).
+        units = [(vs, u) for vs in self._my_chunks() for u in self.plan.chunk_units[vs]]
+        cur, nbytes = [], 0.0
+        for i, (vs, u) in enumerate(units):
+            cur.append((vs, u))
+            nbytes += (u.params + u.expert_params) * self.plan.dtype
+            if nbytes >= par.grad_bucket or i == len(units) - 1:
+                oid = self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{cur[0][1].name}",
+                                 collective="all_gather", group=self.dpcp, bytes=nbytes, category="comm",
+                                 stage=vs, layer=cur[0][1].layer)
+                for key in cur:
+                    self.zero_ag[(key[0], key[1].name)] = oid
+                cur, nbytes = [], 0.0
+
+    def finish(self) -> None:
+        par = self.plan.sc.parallel
+        end_bwd = self.last_compute
+        reduce_ops: list[int] = []
+        d_dense, d_exp = len(self.dpcp), len(self.edp)
+        if par.zero < 3:
+            for units, dense, expert in self._buckets(par.grad_bucket):
+                vs, last_u = units[-1]
+                dep = self.grad_ready[(vs, last_u.name)] if par.overlap_grad_reduce else end_bwd
+                op = "all_reduce" if par.zero == 0 else "reduce_scatter"
+                if d_dense > 1 and dense:
+                    reduce_ops.append(self._emit(kind=COLLECTIVE, stream="dp", name=f"grad_{op}.{last_u.name}",
+                                                 collective=op, group=self.dpcp, bytes=dense, deps=(dep,),
+                                                 category="comm", stage=vs, layer=last_u.layer))
+                if d_exp > 1 and expert:
+                    reduce_ops.append(self._emit(kind=COLLECTIVE, stream="dp", name=f"expert_grad_{op}.{last_u.name}",
+                                                 collective=op, group=self.edp, bytes=expert, deps=(dep,),
+                                                 category="comm", stage=vs, layer=last_u.layer))
+        reduce_ops += self._tied_embedding_allreduce()
+        psi = sum(u.params / (d_dense if par.zero >= 1 else 1) + u.expert_params / (d_exp if par.zero >= 1 else 1)
+                  for vs in self._my_chunks() for u in self.plan.chunk_units[vs])
+        nbytes = psi * ADAM_BYTES_PER_PARAM
+        opt = self._emit(kind=COMPUTE, stream="compute", name="optimizer", category="optimizer",
+                         duration=compute.elementwise_time(nbytes, self.gpu), flops=psi * ADAM_FLOPS_PER_PARAM,
+                         bytes=nbytes, deps=tuple(sorted(set(reduce_ops + ([end_bwd] if end_bwd is not None else [])))))
+        if 1 <= par.zero <= 2 and not par.overlap_grad_reduce and d_dense > 1:
+            for units, dense, expert in self._buckets(par.grad_bucket):
+                vs, u = units[-1]
+                self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{u.name}", collective="all_gather",
+                           group=self.dpcp, bytes=dense + expert, deps=(opt,), category="comm", stage=vs,
+                           layer=u.layer)
+
+    def _tied_embedding_allreduce(self) -> list[int]:
+        """Tied input/output embeddings on different stages: all-reduce their gradients (Megatron)."""
+        m, par = self.plan.model, self.plan.sc.parallel
+        p = par.pp
+        if not m.tied_embeddings or p == 1 or self.c["pp"] not in (0, p - 1):
+            return []
+        V = p * self.plan.v
+        vs, unit = (0, "embed") if self.c["pp"] == 0 else (V - 1, "head")
+        group = tuple(sorted({self.lo.rank(pp=0, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"]),
+                              self.lo.rank(pp=p - 1, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])}))
+        return [self._emit(kind=COLLECTIVE, stream="dp", name="embedding_grad_all_reduce", collective="all_reduce",
+                           group=group, bytes=m.vocab * m.hidden / par.tp * self.plan.dtype,
+                           deps=(self.grad_ready[(vs, unit)],), category="comm", stage=vs)]
+
+    def build(self) -> None:
+        par = self.plan.sc.parallel
+        self._param_gathers_first()
+        for task in schedule(par.schedule, self.c["pp"], par.pp, self.plan.micro, par.virtual_stages):
+            self.run_task(task.phase, task.microbatch, task.chunk)
+        self.finish()
+
+
+def build_program(sc: Scenario, fold: Fold | None = None) -> Program:
+    """The Program of one training iteration of ``sc`` (ops for the simulated ranks only)."""
+    plan = make_plan(sc)
+    ops: list[Op] = []
+    next_id = [0]
+    for rank in range(plan.layout.world):
+        if fold is None or fold.is_representative(rank):
+            _RankBuilder(plan, rank, ops, next_id).build()
+    m, tr = M.resolve(sc.model), sc.training
+    meta = {
+        "model_flops": F.model_flops(m, tr.global_batch),
+        "hardware_flops": F.hardware_flops(m, tr.global_batch, tr.recompute, plan.flash),
+        "tokens": tr.global_batch * m.seq_len,
+        "samples": tr.global_batch,
+        "pp": sc.parallel.pp,
+        "microbatches": plan.micro,
+        "tp": sc.parallel.tp, "dp": sc.parallel.dp, "cp": sc.parallel.cp, "ep": sc.parallel.ep,
+        "virtual_stages": plan.v, "schedule": sc.parallel.schedule,
+        "params": M.total_params(m),
+    }
+    return Program(plan.layout.world, ops, fold, meta)
