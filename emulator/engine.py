@@ -53,6 +53,7 @@ class Engine:
         self._seq: dict[tuple, int] = {}
         self._p2p: dict[tuple, list[int]] = {}
         self._wire()
+        collectives.prepare(self._plan_keys(), capacity)
 
     def _wire(self) -> None:
         index = {op.id: i for i, op in enumerate(self.ops)}
@@ -67,6 +68,15 @@ class Engine:
                 self.succ[prev].append(i)
                 self.waiting[i] += 1
             last_on_stream[key] = i
+
+    def _plan_keys(self) -> list[tuple]:
+        keys = set()
+        for op in self.ops:
+            if op.kind == COLLECTIVE:
+                keys.add((op.collective, op.group, op.root))
+            elif op.kind == SEND:
+                keys.add(("p2p", (op.rank, op.peer), op.rank))
+        return sorted(keys, key=repr)
 
     # -- running ----------------------------------------------------------------
     def run(self) -> tuple[list[Span], int]:

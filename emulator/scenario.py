@@ -343,7 +343,6 @@ def _override_keys(text: str) -> tuple[list[str], str]:
     parts = [p.strip() for p in path.strip().split(".")]
     keys: Mapping[str, Key] = KEYS
     for i, part in enumerate(parts):
-        done = ".".join(parts[:i])
         if part not in keys:
             others = [p for p in all_key_paths() if p.endswith("." + part)]
             hint = did_you_mean(part, list(keys)) or (f'; did you mean "{others[0]}"?' if others else "")
@@ -351,8 +350,9 @@ def _override_keys(text: str) -> tuple[list[str], str]:
         key = keys[part]
         if i < len(parts) - 1:
             if key.type == "sections":
-                raise ScenarioError(f"{'.'.join(parts[: i + 1])} is a list: set it whole, e.g. "
-                                    f"{part}=[{{kind: ..., target: ...}}]", where, ".".join(parts[: i + 1]))
+                whole = ".".join(parts[: i + 1])
+                raise ScenarioError(f"this is a list: set it whole, e.g. --set '{whole}=[{{kind: "
+                                    "gpu_slowdown, target: \"gpu:0\", factor: 2}]'", where, whole)
             if key.type != "section" or key.keys is None:
                 raise ScenarioError(f"{'.'.join(parts[: i + 1])} is a value, not a section", where,
                                     ".".join(parts[: i + 2]))
@@ -529,7 +529,7 @@ class _Reader:
         if not hint:
             others = [p for p in all_key_paths() if p.endswith("." + name) or p == name]
             if others:
-                hint = f'; "{name}" belongs in {" or ".join(others)}'
+                hint = "; did you mean " + " or ".join(f'"{o}"' for o in others[:3]) + "?"
             else:
                 hint = f"; expected one of: {', '.join(keys)}"
         return self.fail(item.key_where or item.where, _join(kp, name), f"unknown key {_show(name)}{hint}")
@@ -614,7 +614,8 @@ class _Reader:
     def read_path(self, v: YamlValue, key: Key, kp: str) -> str:
         text = self.read_str(v, key, kp)
         path = os.path.normpath(os.path.join(self.base_dir, os.path.expanduser(text)))
-        if not os.path.isfile(path):
+        # a trace may be a folder of per-rank files (Kineto, Chakra); the importer checks its contents
+        if not (os.path.isfile(path) or (kp == "workload.trace" and os.path.isdir(path))):
             raise self.fail(v.where, kp, f'file not found: "{path}" ("{text}" is read relative to '
                                          f"the scenario's folder)")
         return path
@@ -910,10 +911,15 @@ class _Checks:
                                            f"pp*virtual_stages = {p.pp}*{p.virtual_stages} = {chunks}")
         if m.heads % p.tp:
             raise self.fail("parallel.tp", f"model.heads ({m.heads}) must be divisible by tp ({p.tp})")
-        if m.kv_heads and m.kv_heads % p.tp:
-            raise self.fail("parallel.tp", f"model.kv_heads ({m.kv_heads}) must be divisible by tp ({p.tp})")
-        if m.seq_len % p.cp:
-            raise self.fail("parallel.cp", f"model.seq_len ({m.seq_len}) must be divisible by cp ({p.cp})")
+        if m.ffn_hidden and m.ffn_hidden % p.tp:
+            raise self.fail("parallel.tp", f"model.ffn_hidden ({m.ffn_hidden}) must be divisible by tp ({p.tp})")
+        if m.kv_heads and m.kv_heads % p.tp and p.tp % m.kv_heads:  # kv heads may be replicated
+            raise self.fail("parallel.tp", f"model.kv_heads ({m.kv_heads}) and tp ({p.tp}) must divide "
+                                           "one another")
+        split = p.cp * (p.tp if p.sequence_parallel else 1)
+        if m.seq_len % split:
+            what = f"cp*tp = {p.cp}*{p.tp}" if p.sequence_parallel else "cp"
+            raise self.fail("parallel.cp", f"model.seq_len ({m.seq_len}) must be divisible by {what} = {split}")
         micro_batches = t.global_batch // per_step
         if p.schedule == "interleaved-1f1b" and p.pp > 1 and micro_batches % p.pp:
             raise self.fail("training.global_batch",

@@ -202,23 +202,24 @@ def parse_ratio(v: object) -> float:
     expected = 'expected a number or a ratio such as 0.8, "230/300" or "2:1"'
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
         raise UnitError(f"{expected}, got {_show(v)}")
+    shown = _show(v).replace("the bare number ", "")
     if isinstance(v, str):
         m = _RATIO.match(v)
         if not m:
-            raise UnitError(f"{expected}, got {_show(v)}")
+            raise UnitError(f"{expected}, got {shown}")
         value = float(m.group(1))
         if m.group(3) is not None:
             denominator = float(m.group(3))
             if denominator == 0:
-                raise UnitError(f"{expected}, got {_show(v)}, which divides by zero")
+                raise UnitError(f"{expected}, got {shown}, which divides by zero")
             value = value / denominator
     else:
         try:
             value = float(v)
         except OverflowError:
-            raise UnitError(f"{expected}, got {_show(v)}: too large") from None
+            raise UnitError(f"{expected}, got {shown}: too large") from None
     if math.isnan(value) or math.isinf(value) or value < 0 or value > 1e12:
-        raise UnitError(f"{expected}, got {_show(v)}: it must be a finite, non-negative number")
+        raise UnitError(f"{expected}, got {shown}: it must be a finite, non-negative number")
     return value
 
 

@@ -175,7 +175,7 @@ HEAD = "name: x\ncluster:\n  nodes: 2\n  node: dgx-a100\n"
      'or "25 GB/s", got the bare number 200'),
     (HEAD + "  fabirc:\n    kind: ring\n",
      'x.yaml:5: cluster.fabirc: unknown key "fabirc"; did you mean "fabric"?'),
-    (HEAD + "tp: 4\n", 'x.yaml:5: tp: unknown key "tp"; "tp" belongs in parallel.tp'),
+    (HEAD + "tp: 4\n", 'x.yaml:5: tp: unknown key "tp"; did you mean "parallel.tp"?'),
     (HEAD + "parallel:\n  tp: yes\n", "x.yaml:6: parallel.tp: expected an integer, got the boolean true"),
     (HEAD + "parallel:\n  tp: 4.0\n", "x.yaml:6: parallel.tp: expected an integer, got 4.0"),
     (HEAD + "parallel:\n  sequence_parallel: 1\n",

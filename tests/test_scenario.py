@@ -257,7 +257,8 @@ def test_bad_set(override, message):
     ("cluster.fabric.kind=clos", "cluster.fabric.kind", "expected one of single_switch, fat_tree"),
     ("cluster.fabric.kind=custom", "cluster.fabric.graph", 'kind "custom" needs a graph file'),
     ("cluster.nodes=0", "cluster.nodes", "expected an integer from 1 to 1000000, got 0"),
-    ("model.seq_len=2047", "parallel.cp", None),  # cp = 1 divides anything: no error
+    ("model.seq_len=2047", "parallel.cp", "must be divisible by cp*tp = 1*8 = 8"),
+    ("model.vocab=50000", "model.vocab", None),  # nothing constrains the vocabulary: no error
 ])
 def test_cross_checks(override, key, needle):
     if needle is None:
@@ -406,3 +407,13 @@ def test_invalid_examples_fail_both_schema_and_loader(bad):
 def test_custom_fabric_waives_nodes_in_the_schema():
     ok = {"name": "x", "cluster": {"fabric": {"kind": "custom", "graph": "g.json"}}}
     assert _validate(ok, scenario_schema()) == []
+
+
+def test_sequence_parallel_splits_the_sequence_over_cp_and_tp():
+    # DENSE has sequence_parallel, tp 8, cp 1: seq_len 2044 % 8 = 4
+    with pytest.raises(ScenarioError, match=r"seq_len \(2044\) must be divisible by cp\*tp = 1\*8 = 8"):
+        load(DENSE, overrides=["model.seq_len=2044"])
+    # kv_heads 4 with tp 8: 8 % 4 == 0, the kv heads are replicated: allowed; kv_heads 3 is not
+    load(DENSE, overrides=["model.kv_heads=4"])
+    with pytest.raises(ScenarioError, match=r"kv_heads \(3\)"):
+        load(DENSE, overrides=["model.kv_heads=3", "model.heads=48", "model.hidden=3072"])

@@ -25,6 +25,8 @@ class Gpu:
     def compute_time(self, op: Op) -> float:
         """Duration of a compute op: its fixed duration, else the roofline of its flops/bytes."""
         if op.duration is not None:
+            if op.stream == "cpu":  # host-side time (imported traces) is not the GPU's
+                return op.duration
             return op.duration * self.slowdown
         if self.spec is None:
             raise ValueError(f"op {op.id} (rank {op.rank}) gives flops/bytes but the cluster names no GPU type "

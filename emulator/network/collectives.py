@@ -87,17 +87,35 @@ class CollectiveModel:
         self.algorithm = algorithm
         self.fold = fold
         self._cache: dict[tuple, Plan] = {}
+        self._frozen = False
 
     # -- public ---------------------------------------------------------------
     def collective(self, op: str, group: tuple[int, ...], root: int = -1) -> Plan:
         key = (op, group, root)
         plan = self._cache.get(key)
         if plan is None:
+            if self._frozen:
+                raise RuntimeError(f"collective plan {key} was not prepared before the run")
             plan = self._cache[key] = self._folded(key)
         return plan
 
     def p2p(self, src: int, dst: int) -> Plan:
         return self.collective("p2p", (src, dst), src)
+
+    def prepare(self, keys: list[tuple], capacity: list[float]) -> None:
+        """Build every plan a program will need, then compress their links together
+        (``emulator.network.compression``). ``keys`` are (op, group, root), with
+        op "p2p" and group (src, dst) for point-to-point. No plan may be asked for
+        afterwards that was not prepared: it could break the link equivalences."""
+        from emulator.network.compression import compress_plans
+
+        for key in keys:
+            if key not in self._cache:
+                self._cache[key] = self._folded(key)
+        order = sorted(self._cache, key=repr)
+        compressed = compress_plans([self._cache[k] for k in order], capacity)
+        self._cache = dict(zip(order, compressed))
+        self._frozen = True
 
     # -- construction ---------------------------------------------------------
     def _raw(self, op: str, group: tuple[int, ...], root: int) -> list[list[tuple[list[tuple], float, float]]]:

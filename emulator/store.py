@@ -1,0 +1,252 @@
+"""The results store: one SQLite row per resolved scenario, keyed by its hash.
+
+A study (sweep or search) writes here as points finish, so that a killed study
+resumes where it stopped. The key of a configuration is
+
+    sha256(canonical JSON of {"scenario": asdict(Scenario) without ``path``,
+                              "files": {path: sha256(content)} of its trace / graph files})
+
+so two spellings of the same configuration ("4" and "4.0", a preset and its
+figures) share one row, and editing a trace file makes a new key. Canonical JSON
+is ``json.dumps(sort_keys=True, separators=(",", ":"), allow_nan=False)``.
+
+Durability: WAL journal, one transaction per finished point, ``INSERT OR IGNORE``
+on the key. SQLite's commit is atomic, so a process killed at any moment leaves
+every committed point and no half-written one. Only the parent process writes.
+
+Columns: key, scenario (name), varied (JSON: the ``--set`` values that made this
+point, in ``--vary`` order), resolved (JSON: the loaded scenario), status (ok | error), error (the
+message), summary (JSON), and the flat metrics iteration_time_s, tokens_per_s,
+mfu, peak_bytes_per_gpu, fits, gpus; ``created`` (Unix time) is informative only.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from emulator.errors import EmulatorError
+from emulator.outputs.atomic import write_atomic
+from emulator.scenario import Scenario
+
+SCHEMA_VERSION = 1
+METRICS = ("iteration_time_s", "tokens_per_s", "mfu", "peak_bytes_per_gpu", "fits", "gpus")
+_COLUMNS = ("key", "scenario", "varied", "resolved", "status", "error", "summary") + METRICS + ("created",)
+_CREATE = """
+CREATE TABLE IF NOT EXISTS results (
+    key TEXT PRIMARY KEY,
+    scenario TEXT NOT NULL,
+    varied TEXT NOT NULL,
+    resolved TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'error')),
+    error TEXT,
+    summary TEXT,
+    iteration_time_s REAL,
+    tokens_per_s REAL,
+    mfu REAL,
+    peak_bytes_per_gpu REAL,
+    fits INTEGER,
+    gpus INTEGER,
+    created REAL
+);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class StoreError(EmulatorError):
+    """The results database cannot be opened or is not one of ours."""
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON: sorted keys, no spaces, no NaN."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def resolved_dict(scenario: Scenario) -> dict:
+    """The loaded scenario as plain data, without ``path`` (where it was read from)."""
+    d = dataclasses.asdict(scenario)
+    d.pop("path", None)
+    return d
+
+
+_FILE_HASHES: dict[tuple[str, float, int], str] = {}
+
+
+def _file_hash(path: str) -> str:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "missing"
+    key = (path, st.st_mtime, st.st_size)
+    if key not in _FILE_HASHES:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _FILE_HASHES[key] = h.hexdigest()
+    return _FILE_HASHES[key]
+
+
+def scenario_key(scenario: Scenario) -> str:
+    """The configuration's key: sha256 of the resolved scenario and its input files."""
+    files = [p for p in (scenario.workload.trace, scenario.cluster.fabric.graph) if p]
+    doc = {"scenario": resolved_dict(scenario), "files": {p: _file_hash(p) for p in files}}
+    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration's outcome."""
+
+    key: str
+    scenario: str
+    varied: dict
+    resolved: dict
+    status: str  # ok | error
+    error: str | None
+    summary: dict | None
+
+    def metric(self, name: str) -> Any:
+        """A summary value by dotted path ("tokens_per_s", "memory.fits", "breakdown_s.bubble")."""
+        node: Any = self.summary or {}
+        for part in name.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+
+def make_row(key: str, scenario: Scenario, varied: dict, summary: dict | None = None,
+             error: str | None = None) -> Row:
+    return Row(key, scenario.name, dict(varied), resolved_dict(scenario),
+               "ok" if error is None else "error", error, summary)
+
+
+def _flat(row: Row) -> tuple:
+    s = row.summary or {}
+    mem = s.get("memory") or {}
+    fits = mem.get("fits")
+    return (s.get("iteration_time_s"), s.get("tokens_per_s"), s.get("mfu"), mem.get("peak_bytes_per_gpu"),
+            None if fits is None else int(bool(fits)), s.get("gpus"))
+
+
+class ResultStore:
+    """A SQLite results database (created on first use)."""
+
+    def __init__(self, path: str, create: bool = True) -> None:
+        self.path = path
+        if not create and not os.path.isfile(path):
+            raise StoreError(f"{path}: no such results database")
+        folder = os.path.dirname(os.path.abspath(path))
+        if create:
+            os.makedirs(folder, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(path, timeout=30.0)  # DML opens a transaction; `with self.db` commits it
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a killed process loses nothing committed
+            self.db.executescript(_CREATE)
+            with self.db:
+                self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            version = self.db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: not a results database ({exc})") from None
+        if version != str(SCHEMA_VERSION):
+            raise StoreError(f"{path}: results database schema {version}, this emulator reads {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def record(self, row: Row) -> bool:
+        """Insert one finished point in its own transaction; False if its key was already there."""
+        values = (row.key, row.scenario, json.dumps(row.varied),  # in --vary order canonical_json(row.resolved), row.status,
+                  row.error, None if row.summary is None else json.dumps(row.summary, sort_keys=True),
+                  *_flat(row), time.time())
+        with self.db:  # BEGIN ... COMMIT
+            cur = self.db.execute(f"INSERT OR IGNORE INTO results ({', '.join(_COLUMNS)}) "
+                                  f"VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+        return cur.rowcount == 1
+
+    def done_keys(self, keys: Iterable[str] | None = None) -> set[str]:
+        """Keys with a row (ok or error), among ``keys`` (all when None)."""
+        found = {k for (k,) in self.db.execute("SELECT key FROM results")}
+        return found if keys is None else found & set(keys)
+
+    def delete_errors(self, keys: Iterable[str]) -> int:
+        """Forget the error rows of ``keys`` (so that they run again); returns how many."""
+        n = 0
+        with self.db:
+            for k in keys:
+                n += self.db.execute("DELETE FROM results WHERE key=? AND status='error'", (k,)).rowcount
+        return n
+
+    def rows(self, keys: Sequence[str] | None = None) -> list[Row]:
+        """Rows in the order of ``keys`` (missing keys skipped), or all rows in a stable order."""
+        cur = self.db.execute("SELECT key, scenario, varied, resolved, status, error, summary FROM results")
+        found = {r[0]: Row(r[0], r[1], json.loads(r[2]), json.loads(r[3]), r[4], r[5],
+                           None if r[6] is None else json.loads(r[6])) for r in cur}
+        if keys is None:
+            return sorted(found.values(), key=lambda r: (r.scenario, canonical_json(r.varied), r.key))
+        seen: set[str] = set()
+        out = []
+        for k in keys:
+            if k in found and k not in seen:
+                seen.add(k)
+                out.append(found[k])
+        return out
+
+    def count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+
+
+# ------------------------------------------------------------------ CSV export
+
+_CSV_METRICS = ("gpus", "iteration_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "mfu", "hfu",
+                "breakdown_s.compute", "breakdown_s.exposed_comm", "breakdown_s.bubble", "breakdown_s.other",
+                "memory.peak_bytes_per_gpu", "memory.capacity_bytes", "memory.fits", "sim.events")
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (dict, list)):
+        return canonical_json(v)
+    return str(v)
+
+
+def csv_rows(rows: Sequence[Row]) -> list[list[str]]:
+    """Header + one line per row: key, scenario, status, error, each varied key, the metrics.
+
+    Deterministic: no wall-clock column (``sim.wall_s``, ``created``) is exported.
+    """
+    varied: list[str] = []
+    for r in rows:
+        for k in r.varied:
+            if k not in varied:
+                varied.append(k)
+    out = [["key", "scenario", "status", "error", *varied, *_CSV_METRICS]]
+    for r in rows:
+        out.append([r.key, r.scenario, r.status, r.error or "", *(_cell(r.varied.get(k)) for k in varied),
+                    *(_cell(r.metric(m)) for m in _CSV_METRICS)])
+    return out
+
+
+def export_csv(rows: Sequence[Row], path: str) -> None:
+    """Write ``rows`` as CSV, atomically."""
+    table = csv_rows(rows)
+    write_atomic(path, lambda fh: csv.writer(fh, lineterminator="\n").writerows(table))

@@ -1,0 +1,186 @@
+"""Workload builder: op counts, groups, tags, deps, and deadlock freedom on a tiny list engine."""
+from collections import Counter, defaultdict
+
+import pytest
+
+from emulator.errors import ScenarioError
+from emulator.program import Fold
+from emulator.scenario import (ClusterSpec, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario,
+                               SimulationSpec, TrainingSpec)
+from emulator.workload.builder import build_program, fold_grid
+from emulator.workload.models import model_preset
+
+A100 = GpuSpec("A100-SXM4-80GB", 312e12, 2039e9, 80 * 2**30, 4e-6)
+TINY = ModelSpec(layers=4, hidden=256, heads=4, seq_len=128, vocab=512, tied_embeddings=True)
+
+
+def scen(gpus, par, model=TINY, gb=8, mb=1, recompute="none", detail="layer", nodes=1) -> Scenario:
+    node = NodeSpec("n", gpus, A100, "nvswitch", 300e9, 0.15e-6, 230 / 300, gpus, 25e9, 0.5e-6, 0.96)
+    return Scenario("t", ClusterSpec(nodes, node), model, TrainingSpec(global_batch=gb, micro_batch=mb,
+                    recompute=recompute), par, simulation=SimulationSpec(detail=detail))
+
+
+def run(prog):
+    """Uncontended list engine with the IR's semantics: streams in order, deps, collective
+    rendezvous of the simulated members (k-th on a group matches k-th), send/recv pairs on
+    (src, dst, tag) that start when both are issued. Returns (end times, unfinished ops)."""
+    sim = set(prog.simulated_ranks())
+    queues = defaultdict(list)
+    for o in prog.ops:
+        queues[(o.rank, o.stream)].append(o)
+    heads = {k: 0 for k in queues}
+    end, prev, issued = {}, defaultdict(float), set()
+    index, count = {}, defaultdict(int)
+    for o in prog.ops:
+        if o.kind == "collective":
+            index[o.id] = (o.group, count[(o.rank, o.group)])
+            count[(o.rank, o.group)] += 1
+    coll, p2p = defaultdict(dict), defaultdict(dict)
+    cost = lambda o: 1e-6 + o.bytes / 100e9
+    progress = True
+    while progress:
+        progress = False
+        for key, q in queues.items():
+            while heads[key] < len(q):
+                o = q[heads[key]]
+                if o.id in end:
+                    heads[key] += 1
+                    progress = True
+                    continue
+                if any(d not in end for d in o.deps) or o.id in issued:
+                    break
+                ready = max([prev[key]] + [end[d] for d in o.deps])
+                if o.kind == "compute":
+                    end[o.id] = prev[key] = ready + o.duration
+                    heads[key] += 1
+                    progress = True
+                    continue
+                issued.add(o.id)
+                if o.kind == "collective":
+                    box, need = coll[index[o.id]], [g for g in o.group if g in sim]
+                else:
+                    box = p2p[(o.rank, o.peer, o.tag) if o.kind == "send" else (o.peer, o.rank, o.tag)]
+                    need = [o.rank, o.peer] if o.peer in sim else [o.rank]
+                box[o.rank] = (o, ready, key)
+                if len(box) == len(need):
+                    start = max(r for _, r, _ in box.values())
+                    for oo, _, kk in box.values():
+                        end[oo.id] = prev[kk] = start + cost(oo)
+                    progress = True
+                break
+    return end, [o for o in prog.ops if o.id not in end]
+
+
+def test_layer_mode_counts_per_layer_and_microbatch():
+    # tp 2, pp 2, dp 2 on 8 GPUs; 8 samples / (1·2) = 4 micro-batches; 2 layers per stage.
+    prog = build_program(scen(8, ParallelSpec(tp=2, pp=2, dp=2)))
+    prog.validate()
+    assert prog.meta["microbatches"] == 4 and prog.meta["pp"] == 2
+    ops = [o for o in prog.ops if o.rank == 0 and o.layer == 1 and o.microbatch == 2]
+    c = Counter((o.kind, o.category) for o in ops)
+    # forward: [ln1..proj] AR [bda1..down] AR [bda2] → 3 compute + 2 all-reduces;
+    # backward: [bda2_bwd..up.dgrad] AR‖[up.wgrad] [ln2_bwd..qkv.dgrad] AR‖[qkv.wgrad] [ln1_bwd..] → 5 + 2
+    assert c[("compute", "fwd")] == 3 and c[("compute", "bwd")] == 5
+    assert c[("collective", "comm")] == 4
+    assert all(o.group == (0, 1) for o in ops if o.kind == "collective")
+
+
+def test_op_mode_counts():
+    prog = build_program(scen(2, ParallelSpec(tp=2), detail="op"))
+    fwd = [o.name.split(".", 3)[-1] for o in prog.ops if o.rank == 0 and o.layer == 0 and o.microbatch == 0
+           and o.category == "fwd" and o.kind == "compute"]
+    assert fwd == ["ln1", "qkv", "attn.qk", "attn.softmax", "attn.dropout", "attn.pv", "ctx_copy", "proj",
+                   "bda1", "ln2", "mlp.up", "gelu", "mlp.down", "bda2"]
+
+
+def test_groups_follow_megatron_order():
+    prog = build_program(scen(8, ParallelSpec(tp=2, pp=2, dp=2), gb=16))
+    for o in prog.ops:
+        if o.kind == "collective" and o.stream == "tp":
+            assert o.group == (o.rank // 2 * 2, o.rank // 2 * 2 + 1)
+        if o.kind == "collective" and o.stream == "dp" and o.name.startswith("grad"):
+            assert o.group == tuple(sorted({o.rank, o.rank ^ 2}))  # dp stride TP = 2
+        if o.kind in ("send", "recv"):
+            assert abs(o.peer - o.rank) == 4  # pp stride TP·DP = 4
+
+
+@pytest.mark.parametrize("par,kw", [
+    (ParallelSpec(tp=2, pp=2, dp=2), {}),
+    (ParallelSpec(tp=2, pp=2, dp=2, schedule="gpipe"), {}),
+    (ParallelSpec(pp=4, dp=2, schedule="interleaved-1f1b", virtual_stages=2), {"gb": 16, "model": ModelSpec(
+        layers=8, hidden=256, heads=4, seq_len=128, vocab=512, tied_embeddings=True)}),
+    (ParallelSpec(pp=2, schedule="interleaved-1f1b", virtual_stages=2, dp=4, zero=1), {"gb": 16}),
+    (ParallelSpec(tp=2, pp=2, dp=2, sequence_parallel=True, zero=1, overlap_grad_reduce=False), {"recompute": "full"}),
+    (ParallelSpec(tp=2, cp=2, dp=2), {"recompute": "selective"}),
+    (ParallelSpec(dp=4, pp=2, zero=3), {}),
+    (ParallelSpec(dp=4, ep=4, pp=2), {"model": ModelSpec(layers=2, hidden=256, heads=4, seq_len=128, vocab=512,
+                                                         experts=8, top_k=2, swiglu=True)}),
+])
+def test_programs_are_consistent_and_run(par, kw):
+    prog = build_program(scen(8, par, **kw))
+    prog.validate()
+    assert prog.simulated_ranks() == list(range(8))
+    # every dep is an op of the same rank
+    rank = {o.id: o.rank for o in prog.ops}
+    assert all(rank[d] == o.rank for o in prog.ops for d in o.deps)
+    # tags unique per (src, dst), every send has exactly one recv
+    sends = Counter((o.rank, o.peer, o.tag) for o in prog.ops if o.kind == "send")
+    recvs = Counter((o.peer, o.rank, o.tag) for o in prog.ops if o.kind == "recv")
+    assert max(sends.values(), default=1) == 1 and sends == recvs
+    end, stuck = run(prog)
+    assert not stuck, f"deadlock at {stuck[0]}"
+    assert max(end.values()) > 0
+
+
+def test_grad_buckets_and_optimizer():
+    # dp 2, one GPU per replica; a bucket of 1 byte puts every unit in its own bucket:
+    # embedding, 4 layers, head → 6 all-reduces, then one optimizer op depending on all of them.
+    sc = scen(2, ParallelSpec(dp=2, grad_bucket=1))
+    prog = build_program(sc)
+    ar = [o for o in prog.ops if o.rank == 0 and o.stream == "dp"]
+    assert [o.collective for o in ar] == ["all_reduce"] * 6
+    opt = [o for o in prog.ops if o.rank == 0 and o.category == "optimizer"]
+    assert len(opt) == 1 and set(o.id for o in ar) <= set(opt[0].deps)
+    # ZeRO-1: reduce-scatter, then (overlapped) parameter all-gathers before the forward.
+    prog = build_program(scen(2, ParallelSpec(dp=2, zero=1)))
+    assert {o.collective for o in prog.ops if o.stream == "dp"} == {"reduce_scatter"}
+    assert {o.collective for o in prog.ops if o.stream == "zero"} == {"all_gather"}
+
+
+def test_fold_emits_representatives_only():
+    sc = scen(8, ParallelSpec(tp=2, pp=2, dp=2))
+    shape, names = fold_grid(sc)
+    assert (shape, names) == ((2, 2, 1, 2), ("pp", "dp", "cp", "tp"))
+    fold = Fold(shape, tuple(n in ("tp", "dp") for n in names))
+    prog = build_program(sc, fold)
+    assert prog.simulated_ranks() == [0, 4]
+    assert any(o.group == (0, 1) for o in prog.ops if o.kind == "collective")  # world numbering
+    end, stuck = run(prog)
+    assert not stuck
+
+
+def test_meta():
+    prog = build_program(scen(8, ParallelSpec(tp=2, pp=2, dp=2), recompute="full"))
+    # tokens 8·128; model FLOPs 72·8·128·4·256²·(1 + 128/1536 + 512/12288)
+    assert prog.meta["tokens"] == 1024 and prog.meta["samples"] == 8
+    assert prog.meta["model_flops"] == pytest.approx(72 * 8 * 128 * 4 * 256**2 * (1 + 128 / 1536 + 512 / 12288))
+    assert prog.meta["hardware_flops"] == pytest.approx(96 * 8 * 128 * 4 * 256**2 * (1 + 128 / 1536 + 512 / 16384))
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(ScenarioError, match="global_batch"):
+        build_program(scen(8, ParallelSpec(tp=2, pp=2, dp=2), gb=7))
+    with pytest.raises(ScenarioError, match="layers 4 must be divisible"):
+        build_program(scen(8, ParallelSpec(pp=8)))
+
+
+def test_gpt3_175b_builds_fast():
+    import time
+    sc = scen(8, ParallelSpec(tp=8, pp=8, dp=16, schedule="interleaved-1f1b", virtual_stages=3),
+              model=model_preset("gpt3-175b"), gb=1536, nodes=128)
+    shape, names = fold_grid(sc)
+    t = time.perf_counter()
+    prog = build_program(sc, Fold(shape, tuple(n in ("tp", "dp") for n in names)))
+    assert time.perf_counter() - t < 10
+    assert prog.simulated_ranks() == list(range(0, 1024, 128))
+    assert prog.meta["microbatches"] == 96

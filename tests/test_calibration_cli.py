@@ -1,0 +1,99 @@
+"""Tests of emulator/calibration.py: `emulator calibrate` from nccl-tests logs and a Kineto profile."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import pytest
+import yaml
+
+from emulator.calibration import (CalibrationError, add_arguments, calibrate_command, fit_latency,
+                                  parse_nccl_log)
+from emulator.errors import EmulatorError
+
+NCCL = os.path.join(os.path.dirname(__file__), "data", "nccl")
+LOG2 = os.path.join(NCCL, "dgx-a100-2gpu.log")
+LOG8 = os.path.join(NCCL, "all_reduce_perf-dgx-a100-8gpu.log")
+
+
+def run(*argv: str) -> str:
+    parser = argparse.ArgumentParser(prog="emulator calibrate")
+    add_arguments(parser)
+    return calibrate_command(parser.parse_args(list(argv)))
+
+
+def test_parse_nccl_log():
+    log = parse_nccl_log(LOG8)
+    assert (log.op, log.gpus, log.hosts, len(log.rows)) == ("all_reduce", 8, 1, 31)  # 8 B .. 8 GiB, x2
+    assert log.steps == 14  # 2(n-1)
+    first, last = log.rows[0], log.rows[-1]
+    assert (first.size, first.count, first.dtype, first.time_s) == (8, 2, "float", pytest.approx(33.70e-6))
+    assert last.busbw == pytest.approx(229.88e9)  # out-of-place busbw column of the 8 GiB row
+    assert parse_nccl_log(LOG2).op == "all_reduce"  # from its "Collective test starting" line
+
+
+def test_fit_latency_two_points():
+    # (2, 10 us) and (14, 33.7 us): per step (33.7 - 10) / 12 = 1.975 us, launch 10 - 2 x 1.975 = 6.05 us
+    launch, per = fit_latency([(2, 10e-6), (14, 33.7e-6)], launch_default=0.0)
+    assert per == pytest.approx(1.975e-6) and launch == pytest.approx(6.05e-6)
+    # one step count: keep the default launch, per step = (33.7 - 6) / 14 = 1.97857 us
+    launch, per = fit_latency([(14, 33.7e-6)], launch_default=6e-6)
+    assert launch == 6e-6 and per == pytest.approx(27.7e-6 / 14)
+
+
+def test_calibrate_recovers_dgx_a100(tmp_path):
+    out = tmp_path / "my.yaml"
+    text = run("--nccl-log", LOG2, "--nccl-log", LOG8, "--base", "dgx-a100", "--name", "my-a100", "--out", str(out))
+    assert "wrote node 'my-a100'" in text
+    entry = yaml.safe_load(out.read_text())["nodes"]["my-a100"]
+    from emulator.catalog import _fields  # the catalog's own key table and unit parsing
+    from emulator.schema import NODE_KEYS
+
+    f = _fields("my-a100", entry, NODE_KEYS)
+    # busbw reaches 229.88 GB/s of the 300 GB/s NVLink line rate: 230/300 within 0.1 %
+    assert f["intra_efficiency"] == pytest.approx(230 / 300, rel=1e-3)
+    # launch 6.05 us; per step 1.975 us, of which 2 x 0.15 us are the two link latencies
+    assert f["collective_launch"] == pytest.approx(6.05e-6, abs=1e-9)
+    assert f["step_latency_intra"] + 2 * f["intra_latency"] == pytest.approx(1.975e-6, abs=1e-9)
+    assert f["step_latency_intra"] == pytest.approx(1.675e-6, abs=1e-9)
+    assert entry["gpu"] == "A100-SXM4-80GB" and f["gpus_per_node"] == 8
+    assert f["nic_efficiency"] == pytest.approx(24 / 25)  # no inter-node log: the base's value stays
+
+
+def test_calibrate_kineto_gemm(tmp_path):
+    from test_kineto import hand_trace
+
+    p = tmp_path / "one.json"
+    p.write_text(json.dumps(hand_trace()))
+    text = run("--kineto", str(p), "--base", "dgx-a100")
+    # aten::mm [64,128] x [128,256]: 2 x 64 x 256 x 128 = 4194304 FLOP in 40 us = 104.8576 GFLOP/s,
+    # of the A100's 312 TFLOP/s: 3.3608e-4
+    assert "GEMM efficiency 0.0003 of peak over 1 shapes" in text
+    from emulator import catalog
+    from emulator.calibration import fit_compute
+
+    fit = fit_compute(str(p), catalog.node("dgx-a100").gpu)
+    assert fit.gemm_efficiency == pytest.approx(4194304 / 40e-6 / 312e12)
+    assert fit.memory_efficiency is None  # no elementwise op with recorded shapes
+
+
+@pytest.mark.parametrize("argv, message", [
+    ((), "give at least one --nccl-log FILE or --kineto FILE"),
+    (("--nccl-log", "/nonexistent.log"), "/nonexistent.log: cannot read"),
+    (("--nccl-log", LOG8, "--base", "dgx-z9"), "dgx-z9"),
+])
+def test_bad_input_is_one_clear_error(argv, message):
+    with pytest.raises(EmulatorError, match=message):
+        run(*argv)
+
+
+def test_log_without_table_or_op(tmp_path):
+    bad = tmp_path / "perf.log"
+    bad.write_text("# nThread 1 nGpus 8\nsegfault\n")
+    with pytest.raises(CalibrationError, match="perf.log: no nccl-tests table"):
+        parse_nccl_log(str(bad))
+    text = open(LOG8).read()
+    bad.write_text(text)  # a table, but neither a banner nor an operation in the file name
+    with pytest.raises(CalibrationError, match="perf.log: cannot tell the operation"):
+        parse_nccl_log(str(bad))

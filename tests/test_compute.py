@@ -1,0 +1,65 @@
+"""Compute cost model: hand-computed roofline times."""
+import pytest
+
+from emulator.devices import compute as C
+from emulator.scenario import GpuSpec
+
+A100 = GpuSpec("A100-SXM4-80GB", 312e12, 2039e9, 80 * 2**30, 4e-6)
+H100 = GpuSpec("H100-SXM5-80GB", 989.4e12, 3350e9, 80 * 2**30, 4e-6)
+
+
+def test_constants_are_the_documented_ones():
+    assert (C.E_GEMM_MAX, C.E_MEM, C.K_HALF, C.TILE) == (0.695, 0.90, 64.0, 128)
+    assert C.sm_count(A100) == 108 and C.sm_count(H100) == 132
+
+
+def test_large_gemm_a100():
+    # m=8192, n=k=6144: tiles 64·48 = 3072, waves ceil(3072/108) = 29,
+    # e_tile = 8192·6144/(29·108·128²) = 0.980843; k/(k+64) = 6144/6208 = 0.989691;
+    # e = 0.695·0.980843·0.989691 = 0.674658; flops 2·8192·6144² = 6.18475e11;
+    # t = 6.18475e11/(312e12·0.674658) + 4 us = 2.93822 ms + 0.004 ms = 2.94222 ms.
+    assert C.gemm_efficiency(8192, 6144, 6144, A100) == pytest.approx(0.674658, rel=1e-5)
+    assert C.gemm_time(8192, 6144, 6144, A100) == pytest.approx(2.94222e-3, rel=1e-5)
+
+
+def test_same_gemm_h100_scales_by_peak_and_sms():
+    # 132 SMs: waves ceil(3072/132) = 24, e_tile = 50331648/(24·132·16384) = 0.969697,
+    # e = 0.695·0.969697·0.989691 = 0.666992; t = 6.18475e11/(989.4e12·0.666992) + 4 us = 0.941195 ms.
+    assert C.gemm_time(8192, 6144, 6144, H100) == pytest.approx(0.941195e-3, rel=1e-5)
+
+
+def test_small_k_batched_gemm():
+    # QKᵀ of GPT-22B/tp8, b=4: batch 32, m=n=2048, k=96.
+    # tiles 16·16·32 = 8192, waves ceil(8192/108) = 76, e_tile = 2048²·32/(76·108·128²) = 0.998051;
+    # k/(k+64) = 0.6; e = 0.695·0.998051·0.6 = 0.416187; flops 2·2048²·96·32 = 2.57698e10;
+    # t_flops = 2.57698e10/(312e12·0.416187) = 198.458 us;
+    # bytes 32·(2·2048·96 + 2048²)·2 = 293 601 280, t_mem = 2.93601e8/(2039e9·0.9) = 159.992 us;
+    # t = max + 4 us = 202.458 us.
+    assert C.gemm_bytes(2048, 2048, 96, 2, 32) == 293_601_280
+    assert C.gemm_time(2048, 2048, 96, A100, 2, 32) == pytest.approx(202.458e-6, rel=1e-5)
+
+
+def test_memory_bound_gemm():
+    # m=n=4096, k=1 (an outer product): flops 2·4096² = 3.3554e7, e = 0.695·(4096²/(2·108·128²))·(1/65):
+    # tiles 1024, waves ceil(1024/108) = 10, e_tile = 16777216/(10·108·16384) = 0.948148,
+    # e = 0.695·0.948148·0.0153846 = 0.0101380, t_flops = 3.3554e7/(312e12·0.010138) = 10.608 us;
+    # bytes (4096 + 4096 + 4096²)·2 = 33 570 816, t_mem = 3.35708e7/(2039e9·0.9) = 18.2936 us → +4 us.
+    assert C.gemm_time(4096, 4096, 1, A100) == pytest.approx(22.2936e-6, rel=1e-4)
+
+
+def test_elementwise_and_roofline():
+    # 100 MB at 2039 GB/s · 0.9: 1e8/1.8351e12 = 54.4929 us, + 4 us launch.
+    assert C.elementwise_time(1e8, A100) == pytest.approx(58.4929e-6, rel=1e-5)
+    assert C.elementwise_time(0, A100) == 0.0
+    # roofline: 1e12 FLOPs at 312e12·0.695 = 2.1684e14 FLOP/s: 4.61169 ms beats 1e8 bytes; + 4 us.
+    assert C.roofline_time(1e12, 1e8, A100) == pytest.approx(4.61169e-3 + 4e-6, rel=1e-5)
+    # HBM-bound: 1e9 FLOPs (4.6 us) against 1e9 bytes (544.929 us).
+    assert C.roofline_time(1e9, 1e9, A100) == pytest.approx(544.929e-6 + 4e-6, rel=1e-5)
+
+
+def test_tile_quantisation():
+    # one 128×128 tile on 108 SMs: 1 wave, e_tile = 1/108; 129×128 → two tiles, 129·128/(108·128²) = 0.009332.
+    assert C.tile_efficiency(128, 128, A100) == pytest.approx(1 / 108)
+    assert C.tile_efficiency(129, 128, A100) == pytest.approx(129 / (108 * 128), rel=1e-9)
+    # 108 tiles fill one wave exactly.
+    assert C.tile_efficiency(128 * 108, 128, A100) == pytest.approx(1.0)

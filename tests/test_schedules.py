@@ -1,0 +1,85 @@
+"""Pipeline schedules: exact bubbles on a tiny list scheduler, in-flight counts, validation."""
+import pytest
+
+from emulator.errors import ScenarioError
+from emulator.workload.schedules import SCHEDULES, Task, max_in_flight, schedule
+
+
+def makespan(name: str, p: int, m: int, v: int, tf: float, tb: float) -> float:
+    """Run every stage's task list in order; F(mb, k) needs F(mb, k-1), B(mb, k) needs B(mb, k+1)
+    (and the last virtual stage's F(mb)); communication is free. Costs are per chunk."""
+    lists = {s: schedule(name, s, p, m, v) for s in range(p)}
+    pos = {s: 0 for s in range(p)}
+    free = {s: 0.0 for s in range(p)}
+    done: dict = {}
+    V = p * v
+    while any(pos[s] < len(lists[s]) for s in range(p)):
+        moved = False
+        for s in range(p):
+            while pos[s] < len(lists[s]):
+                t = lists[s][pos[s]]
+                vs = t.chunk * p + s
+                if t.phase == "F":
+                    need = [("F", t.microbatch, vs - 1)] if vs > 0 else []
+                else:
+                    need = [("B", t.microbatch, vs + 1)] if vs < V - 1 else [("F", t.microbatch, vs)]
+                if any(n not in done for n in need):
+                    break
+                start = max([free[s]] + [done[n] for n in need])
+                free[s] = start + (tf if t.phase == "F" else tb)
+                done[(t.phase, t.microbatch, vs)] = free[s]
+                pos[s] += 1
+                moved = True
+        assert moved, "schedule deadlocks"
+    return max(free.values())
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 4), (8, 32), (2, 5)])
+def test_bubble_gpipe_1f1b(name, p, m):
+    # tf = 1, tb = 2 per stage: ideal work m·3; makespan (m + p − 1)·3, bubble (p−1)/m.
+    span = makespan(name, p, m, 1, 1.0, 2.0)
+    assert span == pytest.approx((m + p - 1) * 3.0)
+    assert (span - 3.0 * m) / (3.0 * m) == pytest.approx((p - 1) / m)
+
+
+@pytest.mark.parametrize("p,m,v", [(4, 8, 2), (4, 4, 2), (2, 4, 3), (4, 12, 3), (8, 16, 2)])
+def test_bubble_interleaved(p, m, v):
+    # Per chunk tf = 1/v, tb = 2/v: ideal m·3, bubble (p−1)/(v·m) → makespan 3m + 3(p−1)/v.
+    span = makespan("interleaved-1f1b", p, m, v, 1.0 / v, 2.0 / v)
+    assert (span - 3.0 * m) / (3.0 * m) == pytest.approx((p - 1) / (v * m))
+
+
+@pytest.mark.parametrize("name,v", [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2)])
+def test_every_task_once(name, v):
+    p, m = 4, 8
+    for s in range(p):
+        tasks = schedule(name, s, p, m, v)
+        want = {(ph, mb, c) for ph in "FB" for mb in range(m) for c in range(v)}
+        assert sorted(tasks) == sorted(Task(*x) for x in want)
+
+
+def test_in_flight():
+    # 1F1B: stage s holds p − s micro-batches (p = 4: 4, 3, 2, 1); GPipe holds all m = 8.
+    assert [max_in_flight(schedule("1f1b", s, 4, 8)) for s in range(4)] == [4, 3, 2, 1]
+    assert max_in_flight(schedule("gpipe", 0, 4, 8)) == 8
+    # Interleaved stage 0, p = 4, v = 2: warm-up (4−1)·2 + (2−1)·4 = 10 chunks, +1 in steady state.
+    assert max_in_flight(schedule("interleaved-1f1b", 0, 4, 8, 2)) == 11
+    # 1F1B with fewer micro-batches than stages keeps only m.
+    assert max_in_flight(schedule("1f1b", 0, 8, 3)) == 3
+
+
+def test_interleaved_order_matches_megatron():
+    # p = 2, v = 2, m = 4, stage 1: warm-up (2−1−1)·2 + 1·2 = 2: F(0,c0) F(1,c0), then 1F1B.
+    t = schedule("interleaved-1f1b", 1, 2, 4, 2)
+    assert t[:4] == [Task("F", 0, 0), Task("F", 1, 0), Task("F", 0, 1), Task("B", 0, 1)]
+
+
+def test_validation():
+    with pytest.raises(ScenarioError, match="multiple of pp"):
+        schedule("interleaved-1f1b", 0, 4, 6, 2)
+    with pytest.raises(ScenarioError, match="unknown schedule"):
+        schedule("zigzag", 0, 4, 8)
+    with pytest.raises(ScenarioError, match="interleaved"):
+        schedule("1f1b", 0, 4, 8, 2)
+    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved-1f1b"}
