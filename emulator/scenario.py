@@ -88,6 +88,7 @@ class TrainingSpec:
     micro_batch: int = 1
     precision: str = "bf16"  # bf16 | fp16 | fp32 | fp8
     recompute: str = "none"  # none | selective | full
+    attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash
 
 
 @dataclass(frozen=True)

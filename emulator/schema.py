@@ -132,6 +132,8 @@ TRAINING_KEYS: dict[str, Key] = {
     "micro_batch": Key("int", "Sequences per micro-batch.", minimum=1),
     "precision": Key("enum", "Compute precision.", enum=("bf16", "fp16", "fp32", "fp8")),
     "recompute": Key("enum", "Activation recomputation.", enum=("none", "selective", "full")),
+    "attention": Key("enum", "Attention kernels: unfused (Megatron's, as in layers.csv) or flash.",
+                     enum=("unfused", "flash")),
 }
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")

@@ -170,7 +170,8 @@ class ResultStore:
 
     def record(self, row: Row) -> bool:
         """Insert one finished point in its own transaction; False if its key was already there."""
-        values = (row.key, row.scenario, json.dumps(row.varied),  # in --vary order canonical_json(row.resolved), row.status,
+        varied = json.dumps(row.varied)  # in --vary order
+        values = (row.key, row.scenario, varied, canonical_json(row.resolved), row.status,
                   row.error, None if row.summary is None else json.dumps(row.summary, sort_keys=True),
                   *_flat(row), time.time())
         with self.db:  # BEGIN ... COMMIT

@@ -88,6 +88,8 @@ def _check(sc: Scenario) -> None:
         raise ScenarioError(f"expected one of {', '.join(DTYPE_BYTES)}, got {tr.precision!r}", key="training.precision")
     if tr.recompute not in ("none", "selective", "full"):
         raise ScenarioError(f"expected none, selective or full, got {tr.recompute!r}", key="training.recompute")
+    if sc.simulation.detail not in ("layer", "op"):
+        raise ScenarioError(f"expected layer or op, got {sc.simulation.detail!r}", key="simulation.detail")
     if not 0 <= par.zero <= 3:
         raise ScenarioError(f"expected 0 to 3, got {par.zero}", key="parallel.zero")
     if m.heads % par.tp or m.ffn_hidden % par.tp:

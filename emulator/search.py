@@ -1,0 +1,342 @@
+"""Layout search: the best parallel layout of a model on N GPUs that fits in memory.
+
+The search space (all sizes powers of two):
+- tp ≤ ``max_tp`` (default: GPUs per node), pp ≤ ``max_pp``, cp ≤ ``max_cp``
+  (default 1), dp = N/(tp·pp·cp); ep | dp·cp and ep | experts, for MoE models only;
+- micro-batch in ``micro_batches`` (1, 2, 4, 8);
+- schedule 1f1b, and interleaved-1f1b with v = 2 or 4 virtual stages when pp > 1;
+- ZeRO stage 0..3 (0 only when dp·cp = 1);
+- recompute none, selective, full.
+
+Rules (Megatron's): heads % tp = 0 (and kv_heads % tp), layers % (pp·v) = 0,
+global_batch % (micro_batch·dp) = 0, seq_len % cp = 0, interleaved needs the
+micro-batches per pipeline to be a multiple of pp. A layout breaking one is pruned
+with that reason; a layout whose memory_report does not fit is pruned before it is
+simulated (the search never proposes a layout its own memory model rejects).
+
+Recompute only adds work, so for each (layout, ZeRO stage) only the least recompute
+that fits is simulated (none, else selective, else full); ``exhaustive`` simulates
+every fitting one. The survivors run through the same executor and results store
+as a sweep, and are ranked by tokens/s.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from emulator.errors import EmulatorError
+from emulator.scenario import Scenario
+from emulator.store import ResultStore, Row, export_csv
+from emulator.sweep import (Point, RunStats, close_executor, load_point, make_executor, run_points,
+                            stderr_progress)
+
+RECOMPUTE = ("none", "selective", "full")
+DEFAULT_MAX_POINTS = 400
+
+
+class SearchError(EmulatorError):
+    """A search that cannot run (no model, GPUs that do not fit the node, too many points)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+    cp: int = 1
+    ep: int = 1
+    micro_batch: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    zero: int = 0
+    recompute: str = "none"
+
+    def values(self) -> dict[str, Any]:
+        """{key.path: value}: the scenario fields this layout sets."""
+        return {"parallel.tp": self.tp, "parallel.pp": self.pp, "parallel.dp": self.dp, "parallel.cp": self.cp,
+                "parallel.ep": self.ep, "training.micro_batch": self.micro_batch, "parallel.schedule": self.schedule,
+                "parallel.virtual_stages": self.virtual_stages, "parallel.zero": self.zero,
+                "training.recompute": self.recompute}
+
+    def short(self) -> str:
+        sched = self.schedule if self.virtual_stages == 1 else f"{self.schedule} v={self.virtual_stages}"
+        extra = "".join(f" {k}={v}" for k, v in (("cp", self.cp), ("ep", self.ep)) if v > 1)
+        return (f"tp={self.tp} pp={self.pp} dp={self.dp}{extra} mb={self.micro_batch} {sched} "
+                f"zero={self.zero} recompute={self.recompute}")
+
+    def apply(self, sc: Scenario) -> Scenario:
+        """The scenario with this layout (no loader checks: for the memory model only)."""
+        par = dataclasses.replace(sc.parallel, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep,
+                                  schedule=self.schedule, virtual_stages=self.virtual_stages, zero=self.zero)
+        tr = dataclasses.replace(sc.training, micro_batch=self.micro_batch, recompute=self.recompute)
+        return dataclasses.replace(sc, parallel=par, training=tr)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_tp: int | None = None  # default: GPUs per node
+    max_pp: int | None = None
+    max_cp: int = 1
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    exhaustive: bool = False
+
+
+def powers_of_two(limit: int) -> list[int]:
+    out, x = [], 1
+    while x <= limit:
+        out.append(x)
+        x *= 2
+    return out
+
+
+def cluster_overrides(sc: Scenario, gpus: int | None) -> list[str]:
+    """--set strings that make the cluster ``gpus`` GPUs (whole nodes, or part of one)."""
+    if gpus is None:
+        return []
+    node = sc.cluster.node
+    if node is None or sc.cluster.fabric.kind == "custom":
+        raise SearchError("--gpus needs a catalog or inline node (not a custom graph)")
+    g = node.gpus_per_node
+    if gpus >= g and gpus % g == 0:
+        return [f"cluster.nodes={gpus // g}"]
+    if gpus < g and g % gpus == 0:
+        return ["cluster.nodes=1", f"cluster.node.gpus_per_node={gpus}"]
+    raise SearchError(f"--gpus {gpus}: expected a multiple of the {g} GPUs per node, or a divisor of it")
+
+
+def rule_violation(sc: Scenario, lay: Layout) -> str | None:
+    """The first layout rule ``lay`` breaks on ``sc``'s model, or None."""
+    m, t = sc.model, sc.training
+    assert m is not None
+    if m.heads % lay.tp or (m.kv_heads and m.kv_heads % lay.tp):
+        return "heads not divisible by tp"
+    if m.layers % (lay.pp * lay.virtual_stages):
+        return "layers not divisible by pp*v"
+    if m.seq_len % lay.cp:
+        return "seq_len not divisible by cp"
+    if (lay.dp * lay.cp) % lay.ep or (m.experts and m.experts % lay.ep):
+        return "ep not dividing dp*cp or experts"
+    if t.global_batch % (lay.micro_batch * lay.dp):
+        return "global_batch not divisible by micro_batch*dp"
+    if lay.virtual_stages > 1 and (t.global_batch // (lay.micro_batch * lay.dp)) % lay.pp:
+        return "interleaved: micro-batches not a multiple of pp"
+    return None
+
+
+def shapes(sc: Scenario, gpus: int, lim: Limits) -> list[Layout]:
+    """Every (tp, pp, cp, ep, dp, micro-batch, schedule) of the space, before the rules."""
+    node = sc.cluster.node
+    max_tp = lim.max_tp or (node.gpus_per_node if node else gpus)
+    out = []
+    for tp in powers_of_two(min(max_tp, gpus)):
+        for pp in powers_of_two(min(lim.max_pp or gpus, gpus // tp)):
+            for cp in powers_of_two(min(lim.max_cp, gpus // (tp * pp))):
+                if gpus % (tp * pp * cp):
+                    continue
+                dp = gpus // (tp * pp * cp)
+                eps = powers_of_two(dp * cp) if (sc.model and sc.model.experts) else [1]
+                scheds = [("1f1b", 1)] + ([("interleaved-1f1b", 2), ("interleaved-1f1b", 4)] if pp > 1 else [])
+                for ep in eps:
+                    for mb in lim.micro_batches:
+                        for sched, v in scheds:
+                            out.append(Layout(tp, pp, dp, cp, ep, mb, sched, v))
+    return out
+
+
+@dataclass
+class Plan:
+    layouts: list[Layout]  # to simulate
+    considered: int  # shapes × ZeRO stages × recompute options
+    pruned: Counter  # reason -> layouts
+
+
+def plan(sc: Scenario, gpus: int, lim: Limits) -> Plan:
+    """The layouts to simulate, and how many were pruned for which reason."""
+    from emulator.memory import memory_report
+
+    pruned: Counter = Counter()
+    todo: list[Layout] = []
+    considered = 0
+    for shape in shapes(sc, gpus, lim):
+        zeros = [z for z in lim.zero if shape.dp * shape.cp > 1 or z == 0] or [0]
+        n = len(zeros) * len(RECOMPUTE)
+        considered += n
+        why = rule_violation(sc, shape)
+        if why:
+            pruned[why] += n
+            continue
+        for z in zeros:
+            fitting = 0
+            for rc in RECOMPUTE:
+                lay = dataclasses.replace(shape, zero=z, recompute=rc)
+                if not memory_report(lay.apply(sc)).fits:
+                    pruned["out of memory"] += 1
+                elif fitting and not lim.exhaustive:
+                    pruned["more recompute than needed to fit"] += 1
+                else:
+                    fitting += 1
+                    todo.append(lay)
+    return Plan(todo, considered, pruned)
+
+
+# ------------------------------------------------------------------ ranking
+
+
+def fitting_rows(rows: Sequence[Row]) -> list[Row]:
+    """Finished rows that fit in memory, best tokens/s first (ties: the row key)."""
+    ok = [r for r in rows if r.status == "ok" and r.metric("memory.fits") is not False]
+    return sorted(ok, key=lambda r: (-(r.metric("tokens_per_s") or 0.0), r.metric("iteration_time_s"), r.key))
+
+
+def why_best(best: Row, second: Row) -> str:
+    """One line: the time component that the runner-up loses most on."""
+    from emulator.units import format_time
+
+    bt, st = best.metric("tokens_per_s") or 0.0, second.metric("tokens_per_s") or 0.0
+    parts = ("compute", "exposed_comm", "bubble", "other")
+    names = {"compute": "compute", "exposed_comm": "exposed communication", "bubble": "pipeline bubble",
+             "other": "other (optimizer, idle)"}
+    diff = {p: (second.metric(f"breakdown_s.{p}") or 0.0) - (best.metric(f"breakdown_s.{p}") or 0.0) for p in parts}
+    worst = max(parts, key=lambda p: diff[p])
+    lead = (bt / st - 1) if st else 0.0
+    b, s = best.metric(f"breakdown_s.{worst}") or 0.0, second.metric(f"breakdown_s.{worst}") or 0.0
+    return (f"why: the best is {lead:.1%} faster than #2 ({layout_text(second)}), which spends "
+            f"{format_time(diff[worst])} more per iteration in {names[worst]} ({format_time(s)} vs {format_time(b)})")
+
+
+def layout_text(row: Row) -> str:
+    v = row.varied
+    lay = Layout(v["parallel.tp"], v["parallel.pp"], v["parallel.dp"], v["parallel.cp"], v["parallel.ep"],
+                 v["training.micro_batch"], v["parallel.schedule"], v["parallel.virtual_stages"],
+                 v["parallel.zero"], v["training.recompute"])
+    return lay.short()
+
+
+def ranked_table(rows: Sequence[Row], top: int) -> str:
+    from emulator.units import format_bytes, format_time
+
+    head = ["#", "tokens/s", "MFU", "mem/GPU", "iteration", "layout"]
+    lines = []
+    for i, r in enumerate(rows[:top], 1):
+        mfu = r.metric("mfu")
+        lines.append([str(i), f"{r.metric('tokens_per_s'):,.0f}", "-" if mfu is None else f"{mfu:.1%}",
+                      format_bytes(r.metric("memory.peak_bytes_per_gpu")),
+                      format_time(r.metric("iteration_time_s")), layout_text(r)])
+    widths = [max(len(h), *(len(c[i]) for c in lines)) if lines else len(h) for i, h in enumerate(head)]
+    right = {0, 1, 2, 3, 4}
+    fmt = lambda cells: "  ".join(c.rjust(w) if i in right else c.ljust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return "\n".join([fmt(head)] + [fmt(c) for c in lines])
+
+
+def prune_text(p: Plan) -> str:
+    total = sum(p.pruned.values())
+    reasons = ", ".join(f"{why}: {n}" for why, n in sorted(p.pruned.items(), key=lambda x: (-x[1], x[0])))
+    return f"{p.considered} layouts considered, {total} pruned ({reasons or 'none'}), {len(p.layouts)} to simulate"
+
+
+# ------------------------------------------------------------------ the study
+
+
+@dataclass
+class SearchResult:
+    plan: Plan
+    points: list[Point]
+    rows: list[Row]  # every simulated layout, in plan order
+    ranked: list[Row]  # fitting, best first
+    stats: RunStats
+
+
+def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store: ResultStore, executor: Any,
+           progress_factory: Any = None, max_points: int = DEFAULT_MAX_POINTS) -> SearchResult:
+    """Plan, prune, simulate (skipping what the store has) and rank the layouts of a scenario."""
+    from emulator.scenario import load_scenario
+
+    sc0 = load_scenario(path, list(base))
+    if sc0.model is None or sc0.workload.trace:
+        raise SearchError(f"{path}: search needs a model workload (model.preset or sizes), not a trace")
+    base = [*base, *cluster_overrides(sc0, gpus)]
+    sc = load_scenario(path, base) if gpus is not None else sc0
+    p = plan(sc, sc.gpus, lim)
+    if len(p.layouts) > max_points:
+        raise SearchError(f"{prune_text(p)}: more than --max-points {max_points}; narrow the space with "
+                          "--max-tp, --max-pp, --micro-batches or --zero, or raise --max-points")
+    points = []
+    for i, lay in enumerate(p.layouts):
+        values = {k: str(v) for k, v in lay.values().items()}
+        points.append(load_point(path, base, values, i, len(p.layouts), varied=lay.values()))
+    progress = progress_factory(len(points), "search") if progress_factory else None
+    stats = run_points(points, store, executor, progress)
+    rows = store.rows([pt.key for pt in points])
+    return SearchResult(p, points, rows, fitting_rows(rows), stats)
+
+
+def report(res: SearchResult, sc_name: str, gpus: int, top: int) -> str:
+    lines = [f"search: {sc_name} on {gpus} GPUs: {prune_text(res.plan)}"]
+    errors = [r for r in res.rows if r.status == "error"]
+    if not res.ranked:
+        lines.append("no layout fits in memory and runs" + (f" ({errors[0].error})" if errors else ""))
+        return "\n".join(lines)
+    lines.append(ranked_table(res.ranked, top))
+    if len(res.ranked) > 1:
+        lines.append(why_best(res.ranked[0], res.ranked[1]))
+    if errors:
+        lines.append(f"{len(errors)} layouts failed to simulate, e.g. {errors[0].error}")
+    return "\n".join(lines)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SearchError(f"expected a comma-separated list of integers, got {text!r}") from None
+    if not vals:
+        raise SearchError("expected at least one value")
+    return vals
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="scenario YAML file with a model and training.global_batch")
+    p.add_argument("--gpus", type=int, help="GPUs to lay the job out on (default: the scenario's cluster)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes")
+    p.add_argument("--top", type=int, default=10, help="rows of the ranked table (default 10)")
+    p.add_argument("--max-tp", type=int, help="largest TP (default: GPUs per node)")
+    p.add_argument("--max-pp", type=int, help="largest PP (default: no limit)")
+    p.add_argument("--max-cp", type=int, default=1, help="largest CP (default 1: no context parallelism)")
+    p.add_argument("--micro-batches", default="1,2,4,8", help="micro-batch sizes to try (default 1,2,4,8)")
+    p.add_argument("--zero", default="0,1,2,3", help="ZeRO stages to try (default 0,1,2,3)")
+    p.add_argument("--exhaustive", action="store_true", help="also simulate more recompute than needed to fit")
+    p.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, help="refuse a larger search")
+    p.add_argument("--db", help="results database (default: SCENARIO-search.sqlite in this folder)")
+    p.add_argument("--csv", help="CSV of every simulated layout (default: next to --db)")
+    p.add_argument("--dask", metavar="tcp://HOST:8786", help="simulate on a Dask cluster")
+
+
+def search_command(args: argparse.Namespace) -> str:
+    stem = os.path.splitext(os.path.basename(args.scenario))[0]
+    db = args.db or f"{stem}-search.sqlite"
+    csv_path = args.csv or os.path.splitext(db)[0] + ".csv"
+    for name in ("max_tp", "max_pp", "max_cp", "gpus", "top", "max_points"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise SearchError(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
+    lim = Limits(args.max_tp, args.max_pp, args.max_cp, _ints(args.micro_batches), _ints(args.zero),
+                 args.exhaustive)
+    executor = make_executor(args.jobs, args.dask)
+    try:
+        with ResultStore(db) as store:
+            res = search(args.scenario, args.set, args.gpus, lim, store, executor, stderr_progress,
+                         args.max_points)
+    finally:
+        close_executor(executor)
+    export_csv(res.rows, csv_path)
+    name = res.points[0].scenario.name if res.points else stem
+    gpus = res.points[0].scenario.gpus if res.points else (args.gpus or 0)
+    return "\n".join([report(res, name, gpus, args.top),
+                      f"{res.stats.ran} simulated now, {res.stats.skipped} from {db}; all results in {db} and {csv_path}"])

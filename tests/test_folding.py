@@ -1,0 +1,47 @@
+"""Symmetry folding gives the same iteration as the unfolded run (DESIGN.md, "Speed")."""
+import pytest
+
+from emulator.folding import choose_fold
+from emulator.scenario import load_scenario_text
+from emulator.simulation import simulate
+
+BASE = """
+name: fold
+cluster: {{nodes: {nodes}, node: dgx-a100, fabric: {{kind: {fabric}, oversubscription: {os}, leaf_size: {leaf}}}}}
+model: {{preset: gpt3-1.3b, layers: 8}}
+training: {{global_batch: {gb}, micro_batch: 1}}
+parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, zero: {zero}, schedule: {sched}, virtual_stages: {v}}}
+"""
+CASES = {
+    # 64 GPUs: TP 8 × PP 2 × DP 4 on an oversubscribed fat-tree, leaves of 2 nodes
+    "64-tp-pp-dp-oversub": dict(nodes=8, fabric="fat_tree", os=2, leaf=2, gb=32, tp=8, pp=2, dp=4, zero=0, sched="1f1b", v=1),
+    # 128 GPUs: interleaved 1F1B, ZeRO-1, DP split across leaves
+    "128-interleaved-zero1": dict(nodes=16, fabric="fat_tree", os=2, leaf=4, gb=64, tp=4, pp=2, dp=16, zero=1,
+                                  sched="interleaved-1f1b", v=2),
+    # 256 GPUs: TP 2 (dp steps inside a node), 4:1 oversubscription
+    "256-dp-inside-and-across-nodes": dict(nodes=32, fabric="fat_tree", os=4, leaf=4, gb=64, tp=2, pp=4, dp=32,
+                                           zero=1, sched="1f1b", v=1),
+    "64-rail-gpipe": dict(nodes=8, fabric="rail", os=1, leaf=4, gb=32, tp=2, pp=2, dp=16, zero=0, sched="gpipe", v=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_folded_equals_unfolded(name):
+    text = BASE.format(**CASES[name])
+    folded = simulate(load_scenario_text(text, "x.yaml"), record_links=False)
+    flat = simulate(load_scenario_text(text, "x.yaml", ["simulation.fold=off"]), record_links=False)
+    assert folded.ranks_simulated < flat.ranks_simulated == folded.program.ranks
+    assert folded.iteration_time_s == pytest.approx(flat.iteration_time_s, rel=1e-9)
+
+
+def test_fold_turns_off_for_overrides_and_says_why():
+    text = BASE.format(**CASES["64-tp-pp-dp-oversub"]) + "\n"
+    sc = load_scenario_text(text.replace("leaf_size: 2}", "leaf_size: 2}, overrides: [{kind: gpu_slowdown, target: 'gpu:3', factor: 1.5}]"), "x.yaml")
+    fold, note = choose_fold(sc)
+    assert fold is None and "overrides" in note
+
+
+def test_fold_counts_copies():
+    # TP 8 × DP 4 are folded on a 2-node-leaf fat-tree: 8 × 4 = 32 ranks per simulated rank
+    fold, note = choose_fold(load_scenario_text(BASE.format(**CASES["64-tp-pp-dp-oversub"]), "x.yaml"))
+    assert fold.copies == 32 and "32 ranks per simulated rank" in note
