@@ -193,8 +193,12 @@ def fitting_rows(rows: Sequence[Row]) -> list[Row]:
     return sorted(ok, key=lambda r: (-(r.metric("tokens_per_s") or 0.0), r.metric("iteration_time_s"), r.key))
 
 
-def why_best(best: Row, second: Row) -> str:
-    """One line: the time component that the runner-up loses most on."""
+def _shape(row: Row) -> tuple:
+    return tuple(row.varied[k] for k in ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep"))
+
+
+def why_best(best: Row, second: Row, label: str = "#2") -> str:
+    """One line: the time component that ``second`` loses most on against ``best``."""
     from emulator.units import format_time
 
     bt, st = best.metric("tokens_per_s") or 0.0, second.metric("tokens_per_s") or 0.0
@@ -205,7 +209,7 @@ def why_best(best: Row, second: Row) -> str:
     worst = max(parts, key=lambda p: diff[p])
     lead = (bt / st - 1) if st else 0.0
     b, s = best.metric(f"breakdown_s.{worst}") or 0.0, second.metric(f"breakdown_s.{worst}") or 0.0
-    return (f"why: the best is {lead:.1%} faster than #2 ({layout_text(second)}), which spends "
+    return (f"why: the best is {lead:.1%} faster than {label} ({layout_text(second)}), which spends "
             f"{format_time(diff[worst])} more per iteration in {names[worst]} ({format_time(s)} vs {format_time(b)})")
 
 
@@ -285,6 +289,9 @@ def report(res: SearchResult, sc_name: str, gpus: int, top: int) -> str:
     lines.append(ranked_table(res.ranked, top))
     if len(res.ranked) > 1:
         lines.append(why_best(res.ranked[0], res.ranked[1]))
+    other = next((r for r in res.ranked[1:] if _shape(r) != _shape(res.ranked[0])), None)
+    if other is not None and other is not res.ranked[1]:
+        lines.append(why_best(res.ranked[0], other, f"#{res.ranked.index(other) + 1}, the best other tp/pp/cp/ep"))
     if errors:
         lines.append(f"{len(errors)} layouts failed to simulate, e.g. {errors[0].error}")
     return "\n".join(lines)

@@ -92,18 +92,20 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
                             program.fold)
     gpu_spec = scenario.cluster.node.gpu if scenario.cluster.node else None
     gpus = {r: Gpu(r, gpu_spec, slowdown.get(r, 1.0)) for r in program.simulated_ranks()}
-    engine = Engine(program, model, topo.capacity, gpus, progress)
     series: dict[int, list[tuple[float, float]]] = {}
-    if record_links:
-        def record(now: float, loads: dict[int, float]) -> None:
-            for link, load in loads.items():
-                s = series.setdefault(link, [])
-                if s and s[-1][0] == now:
-                    s[-1] = (now, load)
-                elif not s or s[-1][1] != load:
-                    s.append((now, load))
-        engine.fabric.listeners.append(record)
-    try:
+
+    def record(now: float, loads: dict[int, float]) -> None:
+        for link, load in loads.items():
+            s = series.setdefault(link, [])
+            if s and s[-1][0] == now:
+                s[-1] = (now, load)
+            elif not s or s[-1][1] != load:
+                s.append((now, load))
+
+    try:  # routes are worked out while the engine prepares its plans, and while it runs
+        engine = Engine(program, model, topo.capacity, gpus, progress)
+        if record_links:
+            engine.fabric.listeners.append(record)
         spans, events = engine.run()
     except NoRouteError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None

@@ -88,6 +88,7 @@ def _nbytes(t: torch.Tensor) -> float:
 def _reduce_mirror(t: torch.Tensor, op: Any, n: int) -> None:
     """In place: the reduction of n identical copies of ``t``."""
     R = dist.ReduceOp
+    op = getattr(op, "op", op)  # a ReduceOp object → its RedOpType
     if op == R.SUM:
         t.mul_(n)
     elif op == R.PRODUCT:
@@ -208,6 +209,35 @@ class EmulatorProcessGroup(dist.ProcessGroup):
     def barrier(self, opts: Any = None) -> EmulatorWork:
         with session().clock.hidden():
             return self._work([], "barrier", 4.0)
+
+    def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+               opts: Any) -> EmulatorWork:
+        with session().clock.hidden():
+            for outs, inp in zip(output_tensors, input_tensors):
+                for o in outs:
+                    o.copy_(inp)
+            # costed as an all-gather of the same output (a lower bound would be a tree; this is NCCL's ring)
+            return self._work(output_tensors, "all_gather", self.size() * sum(map(_nbytes, input_tensors)))
+
+    def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
+                opts: Any) -> EmulatorWork:
+        with session().clock.hidden():
+            me = self.rank()
+            for out, ins in zip(output_tensors, input_tensors):
+                if ins:  # the root's list; elsewhere the root (a mirror) sends what it would send here
+                    out.copy_(ins[me])
+            return self._work(output_tensors, "all_gather", self.size() * sum(map(_nbytes, output_tensors)))
+
+    def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                            opts: Any = None) -> EmulatorWork:
+        return self.allgather(output_lists, inputs, opts)
+
+    # torch 2.13 names of the single-tensor collectives
+    all_gather_single = _allgather_base
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+    reduce_scatter_single = _reduce_scatter_base
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+    all_to_all_single = alltoall_base
 
     # -- point to point ------------------------------------------------------------
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> EmulatorWork:

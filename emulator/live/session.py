@@ -71,6 +71,7 @@ class Session:
             src, dst = (self.rank, peer) if op == "send" else (peer, self.rank)
             duration = self.cost.p2p(src, dst, nbytes)
             stream = f"p2p {src}->{dst}"
+            group = (src, dst)
         elif op == "barrier":
             duration = self.cost.collective("all_reduce", group, 4.0)  # a barrier is a 1-element all-reduce
         else:
@@ -104,6 +105,15 @@ class Session:
             self._step_key = key
         if key == self._step_key:
             self.steps.append(self.clock.now())
+
+    def to_dict(self) -> dict:
+        """The record as plain JSON-able data (what the child process hands the launcher)."""
+        return {"world": self.world, "rank": self.rank, "clock": self.clock.mode,
+                "hidden_s": self.clock.hidden_s, "end_s": self.end_s, "steps_s": list(self.steps),
+                "engine_runs": self.cost.engine_runs, "notes": list(self.notes),
+                "comms": [dict(seq=c.seq, op=c.op, group=list(c.group), bytes=c.bytes, issue_s=c.issue_s,
+                               start_s=c.start_s, end_s=c.end_s, stream=c.stream) for c in self.comms],
+                "waits": [dict(start_s=w.start_s, end_s=w.end_s, reason=w.reason) for w in self.waits]}
 
     def finish(self) -> None:
         if self.end_s is None:

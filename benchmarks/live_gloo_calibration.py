@@ -1,0 +1,231 @@
+"""Calibrate the emulated fabric to this machine's gloo loopback transport, then check fidelity.
+
+1. calibrate: 4 real processes (gloo over TCP loopback, 1 torch thread each)
+   time an all-reduce of S bytes for S = 1 KiB .. 16 MiB (median of repeats,
+   in batches of back-to-back calls). A ring all-reduce on n = 4 costs t = 2(n−1)·α + 2(n−1)/n·S/B,
+   a line a + b·S: fitted by least squares on relative error, α = a/(2(n−1)),
+   B = 2(n−1)/(n·b). The scenario is a star of 4 GPUs on one switch, each
+   cable B each way with latency α/2 per link (one ring step crosses 2 links);
+   custom graphs apply no efficiency factor. Written to
+   scenarios/live-gloo-loopback.yaml and scenarios/live-gloo-loopback.graph.json.
+2. fidelity: examples/train_mlp.py at two model sizes (hidden 256 and 512: 0.8 and
+   3.2 MB of gradients, one DDP bucket each after the first iteration), as
+   (real)      4 gloo processes;
+   (alone)     1 real process + 3 emulated ranks (emulator live, wall clock);
+   (contended) the same, beside 3 compute-only copies of the script (world 1),
+               so the local rank's compute shares the 2 cores as in the real run;
+   (virtual)   1 + 3 with the virtual clock, contended as above.
+   Mean iteration time (iterations 5.. of each run) and the relative error.
+
+Usage: .venv/bin/python benchmarks/live_gloo_calibration.py [calibrate|fidelity|all] [--iters N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCENARIO = os.path.join(ROOT, "scenarios", "live-gloo-loopback.yaml")
+GRAPH = os.path.join(ROOT, "scenarios", "live-gloo-loopback.graph.json")
+N = 4
+SIZES = [1 << k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
+FIT_MAX = 4 << 20  # the fit uses sizes up to 4 MiB (the models' gradients); 16 MiB is reported, not fitted
+SKIP = 5  # warm-up iterations left out of the means
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- 1. calibration ------------------------------------------------------------------
+def _bench_worker(rank: int, port: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=N)
+    rows = []
+    for size in SIZES:
+        t = torch.ones(size // 4)
+        batch = 20 if size <= 1 << 18 else 4  # back-to-back all-reduces: the steady-state cost, no barrier skew
+        samples = []
+        for i in range(6):
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                dist.all_reduce(t)
+            if i:
+                samples.append((time.perf_counter() - t0) / batch)
+        rows.append({"bytes": size, "time_s": statistics.median(samples)})
+    if rank == 0:
+        with open(out, "w") as fh:
+            json.dump(rows, fh)
+    dist.destroy_process_group()
+
+
+def measure() -> list[dict]:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        mp.spawn(_bench_worker, args=(free_port(), out), nprocs=N, join=True)
+        with open(out) as fh:
+            return json.load(fh)
+
+
+def fit(rows: list[dict]) -> tuple[float, float]:
+    """(α, B) of t = 2(n−1)α + 2(n−1)/n · S/B, least squares on relative error."""
+    import numpy as np
+
+    s = np.array([r["bytes"] for r in rows], float)
+    t = np.array([r["time_s"] for r in rows], float)
+    A = np.stack([np.ones_like(s), s], axis=1) / t[:, None]
+    (a, b), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+    alpha = max(a, 0.0) / (2 * (N - 1))
+    bandwidth = 2 * (N - 1) / N / b
+    return alpha, bandwidth
+
+
+def write_scenario(alpha: float, bandwidth: float, rows: list[dict]) -> None:
+    sys.path.insert(0, ROOT)
+    from emulator.outputs.atomic import write_text
+
+    nodes = [{"id": f"cpu{i}", "kind": "gpu"} for i in range(N)] + [{"id": "loopback", "kind": "switch"}]
+    links = []
+    for i in range(N):
+        for src, dst in ((f"cpu{i}", "loopback"), ("loopback", f"cpu{i}")):
+            links.append({"src": src, "dst": dst, "bandwidth": bandwidth, "latency": alpha / 2})
+    write_text(GRAPH, json.dumps({"nodes": nodes, "links": links}, indent=1) + "\n")
+    table = "\n".join(f"#   {r['bytes']:>9d} B  {r['time_s'] * 1e6:10.1f} us" for r in rows)
+    write_text(SCENARIO, f"""# This machine's gloo loopback transport as an emulated fabric: 4 ranks on a star.
+# Written by benchmarks/live_gloo_calibration.py from a measured gloo all-reduce
+# (4 processes, TCP loopback, 1 torch thread each; median time per size):
+{table}
+# Fit of a ring all-reduce, t = 2(n-1)*alpha + 2(n-1)/n * S/B with n = 4:
+#   alpha = {alpha * 1e6:.2f} us per step (each link alpha/2: a step crosses 2 links),
+#   B = {bandwidth / 1e9:.3f} GB/s per link each way. A custom graph: no efficiency factor.
+name: live-gloo-loopback
+cluster:
+  fabric:
+    kind: custom
+    graph: live-gloo-loopback.graph.json
+collectives:
+  algorithm: ring
+""")
+
+
+def calibrate() -> dict:
+    rows = measure()
+    alpha, bandwidth = fit([r for r in rows if r["bytes"] <= FIT_MAX])
+    write_scenario(alpha, bandwidth, rows)
+    model = [2 * (N - 1) * alpha + 2 * (N - 1) / N * r["bytes"] / bandwidth for r in rows]
+    for r, m in zip(rows, model):
+        r["model_s"] = m
+        r["error"] = m / r["time_s"] - 1
+    return {"alpha_s": alpha, "bandwidth_B_per_s": bandwidth, "rows": rows}
+
+
+# -- 2. fidelity ------------------------------------------------------------------------
+def _script_args(hidden: int, iters: int) -> list[str]:
+    return [os.path.join(ROOT, "examples", "train_mlp.py"), "--hidden", str(hidden), "--layers", "3",
+            "--batch", "64", "--iters", str(iters), "--threads", "1", "--quiet"]
+
+
+def real_run(hidden: int, iters: int) -> float:
+    """Mean iteration time of rank 0 in a real 4-process gloo run."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        for r in range(N):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(N), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port))
+            out = os.path.join(tmp, f"t{r}.json")
+            procs.append(subprocess.Popen([sys.executable, *_script_args(hidden, iters), "--times", out], env=env))
+        for p in procs:
+            if p.wait() != 0:
+                raise RuntimeError("a real gloo rank failed")
+        per_rank = []
+        for r in range(N):
+            with open(os.path.join(tmp, f"t{r}.json")) as fh:
+                per_rank.append(json.load(fh)["iteration_times_s"][SKIP:])
+    return statistics.mean(max(ts) for ts in zip(*per_rank))
+
+
+def _loaders(hidden: int) -> list[subprocess.Popen]:
+    """3 compute-only copies of the script (world 1: gloo does no transfer), to share the cores."""
+    procs = []
+    for _ in range(N - 1):
+        env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        procs.append(subprocess.Popen([sys.executable, *_script_args(hidden, 10**7)], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(3.0)  # let them import torch and start computing
+    return procs
+
+
+def emulated_run(hidden: int, iters: int, clock: str, contended: bool) -> dict:
+    loaders = _loaders(hidden) if contended else []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "emulator", "live", SCENARIO, "--world", str(N), "--clock", clock,
+                   "--out", tmp, "--", "python", *_script_args(hidden, iters)]
+            subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            with open(os.path.join(tmp, "summary.json")) as fh:
+                summary = json.load(fh)
+    finally:
+        for p in loaders:
+            p.kill()
+            p.wait()
+    times = summary["live"]["iteration_times_s"][SKIP:]
+    return {"iteration_s": statistics.mean(times), "exposed_comm_s": summary["breakdown_s"]["exposed_comm"],
+            "comm_s": summary["live"]["comm_s"]}
+
+
+def fidelity(iters: int, hiddens: list[int]) -> list[dict]:
+    out = []
+    for hidden in hiddens:
+        real = real_run(hidden, iters)
+        row = {"hidden": hidden, "params": 2 * (hidden * hidden + hidden) + hidden + 1, "real_s": real}
+        for name, clock, contended in (("alone", "wall", False), ("contended", "wall", True),
+                                       ("virtual", "virtual", True)):
+            em = emulated_run(hidden, iters, clock, contended)
+            row[name + "_s"] = em["iteration_s"]
+            row[name + "_error"] = em["iteration_s"] / real - 1
+            row[name + "_comm_s"] = em["comm_s"]
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", nargs="?", default="all", choices=("calibrate", "fidelity", "all"))
+    p.add_argument("--iters", type=int, default=40)
+    p.add_argument("--hidden", type=int, nargs="+", default=[256, 512])
+    args = p.parse_args()
+    if args.what in ("calibrate", "all"):
+        cal = calibrate()
+        print(f"alpha = {cal['alpha_s'] * 1e6:.2f} us/step, B = {cal['bandwidth_B_per_s'] / 1e9:.3f} GB/s")
+        for r in cal["rows"]:
+            print(f"  {r['bytes']:>9d} B  measured {r['time_s'] * 1e6:10.1f} us  model {r['model_s'] * 1e6:10.1f} us"
+                  f"  ({r['error'] * 100:+.1f}%)")
+    if args.what in ("fidelity", "all"):
+        rows = fidelity(args.iters, args.hidden)
+        print(f"{'hidden':>6} {'params':>9} {'real ms':>9} {'alone ms':>9} {'err':>7} {'contended':>9} {'err':>7}"
+              f" {'virtual':>9} {'err':>7}")
+        for r in rows:
+            print(f"{r['hidden']:>6} {r['params']:>9} {r['real_s'] * 1e3:9.3f} {r['alone_s'] * 1e3:9.3f} "
+                  f"{r['alone_error'] * 100:+6.1f}% {r['contended_s'] * 1e3:9.3f} {r['contended_error'] * 100:+6.1f}% "
+                  f"{r['virtual_s'] * 1e3:9.3f} {r['virtual_error'] * 100:+6.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""``emulator live SCENARIO [--world N] [--clock wall|virtual] [--out DIR] -- python train.py ...``
+
+Runs an unmodified PyTorch training script as rank r (default 0) of a world of N
+on the scenario's emulated cluster. The script runs in a child process
+(``python -m emulator.live.run``) with RANK, WORLD_SIZE, LOCAL_RANK (and
+MASTER_ADDR/PORT, unused) set, so its plain ``init_process_group()`` picks the
+``emulator`` backend. At the end the launcher prints the per-iteration time and
+the exposed communication, and writes summary.json, trace.json (Perfetto) and
+record.json into ``--out``.
+
+This module imports no torch (the CLI imports it to register the subcommand);
+without torch, ``emulator live`` says so: "emulator live needs PyTorch: pip install '.[live]'".
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from emulator.errors import EmulatorError
+
+NEEDS_TORCH = "emulator live needs PyTorch: pip install '.[live]'"
+_PYTHON = re.compile(r"^python[0-9.]*(\.exe)?$")
+
+
+def torch_available() -> bool:
+    """Whether this interpreter can import torch (checked without importing it)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def _options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
+    d = (lambda v: argparse.SUPPRESS) if suppress else (lambda v: v)
+    p.add_argument("--world", type=int, default=d(None),
+                   help="world size N (default: tp*pp*dp*cp of the scenario, else its GPUs)")
+    p.add_argument("--rank", type=int, default=d(0), help="the world rank the local process plays (default 0)")
+    p.add_argument("--clock", choices=("wall", "virtual"), default=d("wall"),
+                   help="wall: sleep until emulated completions; virtual: only account (fast)")
+    p.add_argument("--out", metavar="DIR", default=d("emulator-live-out"),
+                   help="write summary.json, trace.json, record.json here (default: emulator-live-out)")
+    p.add_argument("--profile", action="store_true", default=d(False),
+                   help="record the script's ops with the PyTorch profiler")
+    p.add_argument("--json", action="store_true", default=d(False), help="print the summary as one JSON object")
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", default=d(None),
+                   help="override a scenario field")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    _options(p)
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="SCENARIO [OPTIONS] -- python train.py [ARGS]",
+                   help="the scenario YAML (the emulated cluster), then the training command after --")
+
+
+def _split(args: argparse.Namespace) -> argparse.Namespace:
+    """Options may sit between the scenario and ``--``: parse that part again."""
+    rest = list(args.rest)
+    cut = rest.index("--") if "--" in rest else len(rest)
+    inner = argparse.ArgumentParser(prog="emulator live", add_help=False)
+    _options(inner, suppress=True)
+    inner.add_argument("scenario")
+    try:
+        ns, unknown = inner.parse_known_args(rest[:cut])
+    except SystemExit:
+        raise EmulatorError("emulator live: usage: emulator live SCENARIO [OPTIONS] -- python train.py [ARGS]") from None
+    if unknown:
+        raise EmulatorError(f"emulator live: unknown options {' '.join(unknown)} (the training command goes after --)")
+    merged = argparse.Namespace(**{**vars(args), **vars(ns)})
+    if isinstance(getattr(ns, "set", None), list) and args.set:
+        merged.set = list(args.set) + ns.set
+    merged.command = rest[cut + 1:]
+    return merged
+
+
+def _command(cmd: list[str]) -> list[str]:
+    """The child command line: ``python -m emulator.live.run SCRIPT ARGS``."""
+    if not cmd:
+        raise EmulatorError("emulator live: give the training command after --, e.g. -- python train.py")
+    if _PYTHON.match(cmd[0]):  # a bare "python": the interpreter that runs the emulator (and has torch)
+        python, rest = sys.executable, cmd[1:]
+    elif _PYTHON.match(os.path.basename(cmd[0])):
+        python, rest = cmd[0], cmd[1:]
+    elif cmd[0].endswith(".py"):
+        python, rest = sys.executable, cmd
+    else:
+        raise EmulatorError(f"emulator live: expected `python SCRIPT.py ...` (or `SCRIPT.py ...`) after --, "
+                            f"got {cmd[0]!r}")
+    if not rest:
+        raise EmulatorError("emulator live: no script to run after the python interpreter")
+    if rest[0] != "-m" and not os.path.isfile(rest[0]):
+        raise EmulatorError(f"emulator live: no such script: {rest[0]}")
+    if python == sys.executable and not torch_available():
+        raise EmulatorError(NEEDS_TORCH)
+    return [python, "-m", "emulator.live.run", *rest]
+
+
+def _world(args: argparse.Namespace, scenario) -> int:
+    from emulator.network.topology import build_topology
+
+    gpus = len(build_topology(scenario.cluster).gpus)
+    p = scenario.parallel
+    world = args.world or (p.tp * p.pp * p.dp * p.cp if p.tp * p.pp * p.dp * p.cp > 1 else gpus)
+    if not 1 <= world <= gpus:
+        raise EmulatorError(f"--world: expected 1..{gpus} (the GPUs of {scenario.name}), got {world}")
+    if not 0 <= args.rank < world:
+        raise EmulatorError(f"--rank: expected 0..{world - 1}, got {args.rank}")
+    return world
+
+
+def _env(args: argparse.Namespace, scenario, world: int, record: str) -> dict[str, str]:
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    gpn = scenario.cluster.node.gpus_per_node if scenario.cluster.node else world
+    p = scenario.parallel
+    env.update({
+        "RANK": str(args.rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(args.rank % gpn),
+        "LOCAL_WORLD_SIZE": str(min(gpn, world)), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+        "EMULATOR_LIVE_SCENARIO": os.path.abspath(args.scenario),
+        "EMULATOR_LIVE_SET": json.dumps(args.set or []),
+        "EMULATOR_LIVE_WORLD": str(world), "EMULATOR_LIVE_CLOCK": args.clock,
+        "EMULATOR_LIVE_RECORD": record, "EMULATOR_LIVE_PROFILE": "1" if args.profile else "0",
+        "EMULATOR_LIVE_TP": str(p.tp), "EMULATOR_LIVE_PP": str(p.pp), "EMULATOR_LIVE_DP": str(p.dp),
+    })
+    return env
+
+
+def live_command(args: argparse.Namespace) -> str | int:
+    from emulator.live.report import human, summarize, write_report
+    from emulator.scenario import load_scenario
+
+    args = _split(args)
+    scenario = load_scenario(args.scenario, args.set or [])
+    world = _world(args, scenario)
+    cmd = _command(list(args.command))
+    with tempfile.TemporaryDirectory(prefix="emulator-live-") as tmp:
+        record_path = os.path.join(tmp, "record.json")
+        rc = subprocess.call(cmd, env=_env(args, scenario, world, record_path))
+        if not os.path.exists(record_path):
+            raise EmulatorError(f"emulator live: the script exited with code {rc} before the run was recorded")
+        with open(record_path, encoding="utf-8") as fh:
+            record = json.load(fh)
+    if "error" in record:
+        raise EmulatorError(record["error"])
+    summary = summarize(record, scenario.name)
+    paths = write_report(args.out, record, summary)
+    if rc != 0:
+        raise EmulatorError(f"emulator live: the script exited with code {rc}; partial report in {args.out}/")
+    if args.json:
+        return json.dumps(summary)
+    return human(summary) + f"\noutputs in {args.out}/: " + " ".join(os.path.basename(p) for p in paths)

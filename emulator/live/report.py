@@ -1,0 +1,163 @@
+"""The report of a live run: per-iteration time, exposed communication, a Perfetto trace.
+
+Reads only the run's record (``Session.to_dict()``), never the live process.
+
+Iterations end at optimizer steps: iteration k runs from the end of step k−1 to
+the end of step k (the first from the start of the script, so it holds the
+set-up and the warm-up; the mean leaves it out when there are more). For each
+iteration, on the local rank's timeline:
+- exposed communication = the time the rank was blocked on emulated communication;
+- communication = the union of the emulated collectives' busy intervals (on any stream);
+- compute = iteration − exposed communication (everything the local rank ran);
+- overlapped communication = communication − exposed communication;
+- communication share = exposed communication / iteration.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from emulator.outputs.atomic import write_atomic, write_text
+
+
+def _clipped(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Length of the union of ``intervals`` inside [lo, hi]."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def iterations(record: dict) -> list[dict]:
+    """One row per iteration: start_s, end_s, time_s, exposed_comm_s, comm_s, compute_s."""
+    waits = [(w["start_s"], w["end_s"]) for w in record["waits"]]
+    comms = [(c["start_s"], c["end_s"]) for c in record["comms"]]
+    bounds = list(record["steps_s"]) or [record["end_s"]]
+    rows, lo = [], 0.0
+    for hi in bounds:
+        exposed = _clipped(waits, lo, hi)
+        rows.append({"start_s": lo, "end_s": hi, "time_s": hi - lo, "exposed_comm_s": exposed,
+                     "comm_s": _clipped(comms, lo, hi), "compute_s": hi - lo - exposed})
+        lo = hi
+    return rows
+
+
+def _mean(rows: list[dict], key: str) -> float:
+    return sum(r[key] for r in rows) / len(rows) if rows else 0.0
+
+
+def summarize(record: dict, scenario: str) -> dict:
+    """The summary (``summary.json``): DESIGN's key names where they apply, live facts under ``live``."""
+    rows = iterations(record)
+    steady = rows[1:] if len(rows) > 1 else rows
+    it = _mean(steady, "time_s")
+    exposed = _mean(steady, "exposed_comm_s")
+    comm = _mean(steady, "comm_s")
+    return {
+        "scenario": scenario,
+        "gpus": record["world"],
+        "iteration_time_s": it,
+        "breakdown_s": {"compute": _mean(steady, "compute_s"), "exposed_comm": exposed},
+        "live": {
+            "rank": record["rank"],
+            "clock": record["clock"],
+            "iterations": len(rows),
+            "iterations_averaged": len(steady),
+            "iteration_times_s": [r["time_s"] for r in rows],
+            "comm_s": comm,
+            "overlapped_comm_s": comm - exposed,
+            "comm_share": exposed / it if it > 0 else 0.0,
+            "collectives": len(record["comms"]),
+            "collectives_per_iteration": _per_iteration(record, steady),
+            "comm_bytes_per_iteration": _bytes_per_iteration(record, steady),
+            "emulator_overhead_s": record["hidden_s"],
+            "engine_runs": record["engine_runs"],
+            "run_s": record["end_s"],
+            "notes": record["notes"],
+        },
+    }
+
+
+def _in(rows: list[dict], t: float) -> bool:
+    return any(r["start_s"] <= t < r["end_s"] for r in rows)
+
+
+def _per_iteration(record: dict, rows: list[dict]) -> float:
+    n = sum(1 for c in record["comms"] if _in(rows, c["issue_s"]))
+    return n / len(rows) if rows else 0.0
+
+
+def _bytes_per_iteration(record: dict, rows: list[dict]) -> float:
+    b = sum(c["bytes"] for c in record["comms"] if _in(rows, c["issue_s"]))
+    return b / len(rows) if rows else 0.0
+
+
+def human(summary: dict) -> str:
+    live = summary["live"]
+    it = summary["iteration_time_s"]
+    lines = [
+        f"live run on {summary['scenario']}: rank {live['rank']} of {summary['gpus']} (clock: {live['clock']})",
+        f"  iterations           {live['iterations']} (mean over the last {live['iterations_averaged']})",
+        f"  iteration time       {it * 1e3:10.3f} ms",
+        f"  compute (measured)   {summary['breakdown_s']['compute'] * 1e3:10.3f} ms",
+        f"  exposed comm         {summary['breakdown_s']['exposed_comm'] * 1e3:10.3f} ms"
+        f"  ({live['comm_share'] * 100:.1f}% of the iteration)",
+        f"  comm (emulated)      {live['comm_s'] * 1e3:10.3f} ms  ({live['overlapped_comm_s'] * 1e3:.3f} ms overlapped)",
+        f"  collectives/iter     {live['collectives_per_iteration']:10.1f}"
+        f"  ({live['comm_bytes_per_iteration'] / 1e6:.3f} MB)",
+    ]
+    lines += [f"  note: {n}" for n in live["notes"]]
+    return "\n".join(lines)
+
+
+def trace_events(record: dict, scenario: str) -> list[dict]:
+    """Perfetto trace events (µs): the local rank's iterations, waits, real ops and emulated comm."""
+    us = 1e6
+    pid = record["rank"]
+    ev: list[dict] = [{"ph": "M", "pid": pid, "name": "process_name",
+                       "args": {"name": f"rank {pid} (local, real) of {record['world']} · {scenario}"}}]
+    threads = ["iterations", "blocked on comm"]
+    streams = sorted({c["stream"] for c in record["comms"]})
+    threads += [f"{s} (emulated)" for s in streams]
+    prof_tids = sorted({p["tid"] for p in record.get("profile", [])})
+    threads += [f"torch ops (profiler, thread {t})" for t in prof_tids]
+    for tid, name in enumerate(threads):
+        ev.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}})
+        ev.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
+    for k, r in enumerate(iterations(record)):
+        ev.append({"ph": "X", "pid": pid, "tid": 0, "name": f"iteration {k}", "cat": "iteration",
+                   "ts": r["start_s"] * us, "dur": r["time_s"] * us,
+                   "args": {"exposed_comm_us": r["exposed_comm_s"] * us, "comm_us": r["comm_s"] * us}})
+    for w in record["waits"]:
+        ev.append({"ph": "X", "pid": pid, "tid": 1, "name": f"wait ({w['reason']})", "cat": "exposed_comm",
+                   "ts": w["start_s"] * us, "dur": (w["end_s"] - w["start_s"]) * us})
+    sid = {s: 2 + i for i, s in enumerate(streams)}
+    for c in record["comms"]:
+        ev.append({"ph": "X", "pid": pid, "tid": sid[c["stream"]], "name": c["op"], "cat": "comm",
+                   "ts": c["start_s"] * us, "dur": (c["end_s"] - c["start_s"]) * us,
+                   "args": {"bytes": c["bytes"], "group_size": len(c["group"]),
+                            "queued_us": (c["start_s"] - c["issue_s"]) * us}})
+    ptid = {t: 2 + len(streams) + i for i, t in enumerate(prof_tids)}
+    for p in record.get("profile", []):
+        ev.append({"ph": "X", "pid": pid, "tid": ptid[p["tid"]], "name": p["name"], "cat": p["cat"] or "cpu_op",
+                   "ts": p["ts_s"] * us, "dur": p["dur_s"] * us})
+    return ev
+
+
+def write_report(out_dir: str, record: dict, summary: dict) -> list[str]:
+    """Write summary.json, trace.json and record.json into ``out_dir`` (atomically); return the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = [os.path.join(out_dir, n) for n in ("summary.json", "trace.json", "record.json")]
+    write_text(paths[0], json.dumps(summary, indent=2) + "\n")
+    doc = {"displayTimeUnit": "ms", "otherData": {"scenario": summary["scenario"], "live": True},
+           "traceEvents": trace_events(record, summary["scenario"])}
+    write_atomic(paths[1], lambda fh: json.dump(doc, fh, separators=(",", ":")))
+    write_text(paths[2], json.dumps(record) + "\n")
+    return paths

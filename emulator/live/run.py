@@ -1,0 +1,150 @@
+"""The child side of ``emulator live``: ``python -m emulator.live.run SCRIPT [ARGS...]``.
+
+It builds the live Session from the environment the launcher sets, installs the
+``emulator`` backend, makes ``init_process_group()`` pick it (any backend the
+script names is replaced by "emulator"; the store is an in-process HashStore,
+so no MASTER_ADDR/PORT and no rendezvous), runs the unmodified script with
+runpy as ``__main__``, and writes the run's record (JSON) for the launcher.
+
+Environment (set by the launcher):
+EMULATOR_LIVE_SCENARIO (path), EMULATOR_LIVE_SET (JSON list of --set overrides),
+EMULATOR_LIVE_WORLD, EMULATOR_LIVE_CLOCK (wall | virtual), EMULATOR_LIVE_RECORD
+(output path), EMULATOR_LIVE_PROFILE (1: run under the PyTorch profiler), RANK.
+"""
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+from typing import Any
+
+NEEDS_TORCH = "emulator live needs PyTorch: pip install '.[live]'"
+MAX_PROFILE_EVENTS = 200_000
+
+
+def _fail(message: str) -> int:
+    """Hand a bad-input message to the launcher (through the record file), else print it."""
+    out = os.environ.get("EMULATOR_LIVE_RECORD")
+    if out:
+        with open(out, "w", encoding="utf-8") as fh:
+            json.dump({"error": message}, fh)
+    else:
+        sys.stderr.write(f"emulator: {message}\n")
+    return 2
+
+
+def _session():
+    from emulator.live.clock import Clock
+    from emulator.live.cost import CommCost
+    from emulator.live.session import Session
+    from emulator.scenario import load_scenario
+
+    scenario = load_scenario(os.environ["EMULATOR_LIVE_SCENARIO"], json.loads(os.environ.get("EMULATOR_LIVE_SET", "[]")))
+    world = int(os.environ["EMULATOR_LIVE_WORLD"])
+    rank = int(os.environ.get("RANK", "0"))
+    return Session(Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall")), CommCost(scenario, world), world, rank)
+
+
+def _patch_init(live) -> None:
+    """``init_process_group(...)`` → the emulator backend on an in-process store, whatever was asked."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    original = c10d.init_process_group
+
+    def init_process_group(backend: Any = None, init_method: Any = None, timeout: Any = None,
+                           world_size: int = -1, rank: int = -1, store: Any = None, **kwargs: Any) -> Any:
+        if backend not in (None, "emulator"):
+            live.notes.append(f"the script asked for backend {backend!r}; the emulator backend replaced it")
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        return original("emulator", world_size=live.world, rank=live.rank, store=dist.HashStore(), **kwargs)
+
+    dist.init_process_group = init_process_group
+    c10d.init_process_group = init_process_group
+
+
+def _profile_events(path: str, marker_wall: float, clock) -> list[dict]:
+    """The profiler's complete events, moved onto the local timeline (ts, dur in µs)."""
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    events = [e for e in doc.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e]
+    mark = next((e for e in events if e.get("name") == "emulator::t0"), None)
+    if mark is None:
+        return []
+    out = []
+    for e in events[:MAX_PROFILE_EVENTS]:
+        if e is mark:
+            continue
+        wall = marker_wall + (float(e["ts"]) - float(mark["ts"])) * 1e-6
+        out.append({"name": e.get("name", ""), "cat": e.get("cat", ""), "tid": str(e.get("tid", "")),
+                    "ts_s": clock.local_of_wall(wall), "dur_s": float(e.get("dur", 0.0)) * 1e-6})
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        return _fail("usage: python -m emulator.live.run SCRIPT [ARGS...]")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return _fail(NEEDS_TORCH)
+    from emulator.errors import EmulatorError
+    from emulator.live import backend
+    from emulator.outputs.atomic import write_text
+
+    try:
+        live = _session()
+    except EmulatorError as exc:
+        return _fail(str(exc))
+    backend.install(live)
+    _patch_init(live)
+    profile = os.environ.get("EMULATOR_LIVE_PROFILE") == "1"
+    prof = None
+    marker_wall = 0.0
+    if profile:
+        from torch.profiler import ProfilerActivity, profile as _profile, record_function
+
+        prof = _profile(activities=[ProfilerActivity.CPU])
+        prof.__enter__()
+        with record_function("emulator::t0"):
+            marker_wall = live.clock.wall()
+    code = 0
+    try:
+        if argv[0] == "-m" and len(argv) > 1:
+            sys.argv = [argv[1], *argv[2:]]
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(argv)
+            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        live.finish()
+        record = live.to_dict()
+        if prof is not None:
+            import tempfile
+
+            prof.__exit__(None, None, None)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "profile.json")
+                prof.export_chrome_trace(path)
+                record["profile"] = _profile_events(path, marker_wall, live.clock)
+        out = os.environ.get("EMULATOR_LIVE_RECORD")
+        if out:
+            write_text(out, json.dumps(record))
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # the script may have torn it down already
+            pass
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

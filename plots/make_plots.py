@@ -1,0 +1,75 @@
+"""Regenerate the study figures in plots/ (PNG + SVG) from the scenarios in plots/studies/.
+
+    .venv/bin/python plots/make_plots.py [--jobs N] [--db-dir DIR]
+
+1. fabric-oversubscription: iteration time against the fat-tree oversubscription, one
+   line per NIC rate (a sweep, a line plot);
+2. layout-tp-pp: tokens/s over the TP × PP plane of GPT-3 2.7B on 16 GPUs (a heatmap);
+3. scale-pareto: tokens/s against GPUs for GPT-3 6.7B on 1–8 DGX H100 nodes and TP 2–8
+   (the Pareto front);
+4. hot-links: link utilisation over one iteration on a 4:1 oversubscribed fat-tree.
+
+The result databases go to --db-dir (default: a temporary folder), so re-running with
+the same folder only draws. Takes well under two minutes on 2 cores.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from emulator.executor import LocalExecutor  # noqa: E402
+from emulator.linkplot import plot_links  # noqa: E402
+from emulator.plot import plot_study  # noqa: E402
+from emulator.scenario import load_scenario  # noqa: E402
+from emulator.simulation import simulate  # noqa: E402
+from emulator.store import ResultStore  # noqa: E402
+from emulator.sweep import build_points, expand, run_points  # noqa: E402
+
+STUDIES = os.path.join(HERE, "studies")
+
+
+def sweep(scenario: str, varies: list[tuple[str, list[str]]], db: str, jobs: int) -> None:
+    points, invalid = build_points(os.path.join(STUDIES, scenario), [], expand(varies), skip_invalid=True)
+    with ResultStore(db) as store:
+        stats = run_points(points, store, LocalExecutor(jobs))
+    print(f"{scenario}: {len(points)} points ({len(invalid)} invalid left out), ran {stats.ran} "
+          f"in {stats.wall_s:.1f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--db-dir", default=None)
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    db_dir = args.db_dir or tempfile.mkdtemp(prefix="emulator-plots-")
+    db = lambda name: os.path.join(db_dir, name + ".sqlite")  # noqa: E731
+    out = lambda name: os.path.join(HERE, name + ".png")  # noqa: E731
+
+    sweep("fabric.yaml", [("cluster.fabric.oversubscription", ["1", "2", "4", "8"]),
+                          ("cluster.node.nic_bandwidth", ["100 Gb/s", "200 Gb/s", "400 Gb/s"])],
+          db("fabric"), args.jobs)
+    plot_study(db("fabric"), out("fabric-oversubscription"), x="cluster.fabric.oversubscription",
+               metric="iteration_time_s")
+
+    sweep("layout.yaml", [("parallel.tp", ["1", "2", "4", "8"]), ("parallel.pp", ["1", "2", "4", "8"])],
+          db("layout"), args.jobs)
+    plot_study(db("layout"), out("layout-tp-pp"), x="parallel.tp", by="parallel.pp", metric="tokens_per_s")
+
+    sweep("scale.yaml", [("cluster.nodes", ["1", "2", "4", "8"]), ("parallel.tp", ["2", "4", "8"])],
+          db("scale"), args.jobs)
+    plot_study(db("scale"), out("scale-pareto"), pareto=True)
+
+    result = simulate(load_scenario(os.path.join(STUDIES, "hot-links.yaml")), record_links=True)
+    plot_links(result, out("hot-links"), top=16)
+    print(f"figures in {HERE} ({time.perf_counter() - t0:.1f} s); databases in {db_dir}")
+
+
+if __name__ == "__main__":
+    main()

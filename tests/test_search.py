@@ -1,0 +1,90 @@
+"""Layout search: hand-checkable winners, pruning counts, and nothing that does not fit."""
+import os
+
+import pytest
+
+from emulator.cli import main
+from emulator.errors import EmulatorError
+from emulator.executor import LocalExecutor
+from emulator.memory import memory_report
+from emulator.scenario import load_scenario
+from emulator.search import Layout, Limits, cluster_overrides, plan, rule_violation, search
+from emulator.store import ResultStore
+
+
+def _scenario(folder, preset, batch):
+    path = os.path.join(folder, f"{preset}.yaml")
+    with open(path, "w") as fh:
+        fh.write(f"name: {preset}\ncluster: {{nodes: 1, node: dgx-a100}}\nmodel: {{preset: {preset}}}\n"
+                 f"training: {{global_batch: {batch}}}\n")
+    return path
+
+
+def test_rules_name_the_broken_constraint(tmp_path):
+    sc = load_scenario(_scenario(str(tmp_path), "gpt3-125m", 16))  # 12 layers, 12 heads
+    assert rule_violation(sc, Layout(tp=8, pp=1, dp=1)) == "heads not divisible by tp"  # 12 % 8
+    assert rule_violation(sc, Layout(tp=1, pp=2, dp=4, schedule="interleaved-1f1b", virtual_stages=4)) == \
+        "layers not divisible by pp*v"  # 12 % 8
+    assert rule_violation(sc, Layout(tp=1, pp=1, dp=8, micro_batch=4)) == \
+        "global_batch not divisible by micro_batch*dp"  # 16 % 32
+    assert rule_violation(sc, Layout(tp=1, pp=4, dp=2, micro_batch=4, schedule="interleaved-1f1b",
+                                     virtual_stages=2)) is not None  # 12 % 8 (layers first)
+    assert rule_violation(sc, Layout(tp=2, pp=2, dp=2)) is None
+
+
+def test_gpus_override_whole_nodes_or_part_of_one(tmp_path):
+    sc = load_scenario(_scenario(str(tmp_path), "gpt3-125m", 16))
+    assert cluster_overrides(sc, 16) == ["cluster.nodes=2"]
+    assert cluster_overrides(sc, 4) == ["cluster.nodes=1", "cluster.node.gpus_per_node=4"]
+    with pytest.raises(EmulatorError, match="multiple of the 8 GPUs"):
+        cluster_overrides(sc, 12)
+
+
+def test_small_model_on_8_gpus_pure_data_parallel_wins(tmp_path):
+    # gpt3-125m (12 layers, 12 heads) fits anywhere (125M × 16 B = 2 GB of model states), so the
+    # fastest layout has no TP all-reduces, no pipeline bubble and no recompute: tp=1 pp=1 dp=8.
+    # Space (mb 1, ZeRO 0, pp ≤ 2): (tp, pp) = (1..8, 1) and (1..4, 2) × 3 schedules = 13 shapes × 3
+    # recompute = 39. Pruned: tp 8 (12 % 8 heads) 3; pp 2 v 4 (12 % 8 layers) 3 × 3 = 9; the 9 valid
+    # shapes all fit without recompute, so 2 × 9 = 18 "more recompute than needed"; 9 simulated.
+    path = _scenario(str(tmp_path), "gpt3-125m", 16)
+    with ResultStore(str(tmp_path / "s.sqlite")) as store:
+        res = search(path, [], None, Limits(max_pp=2, micro_batches=(1,), zero=(0,)), store, LocalExecutor(1))
+    assert res.plan.considered == 39 and len(res.plan.layouts) == 9
+    assert dict(res.plan.pruned) == {"heads not divisible by tp": 3, "layers not divisible by pp*v": 9,
+                                     "more recompute than needed to fit": 18}
+    best = res.ranked[0].varied
+    assert (best["parallel.tp"], best["parallel.pp"], best["parallel.dp"], best["training.recompute"]) == \
+        (1, 1, 8, "none")
+    assert len(res.ranked) == 9
+
+
+def test_memory_forces_model_parallelism_and_nothing_oom_is_proposed(tmp_path, capsys):
+    # gpt3-6.7b without ZeRO: 6.7e9 params × 16 B = 107 GB of model states > 80 GiB = 85.9 GB, so
+    # tp = pp = 1 does not fit whatever the recompute; the winner must split the model.
+    path = _scenario(str(tmp_path), "gpt3-6.7b", 8)
+    sc = load_scenario(path)
+    p = plan(sc, 8, Limits(max_pp=2, micro_batches=(1,), zero=(0,)))
+    assert p.pruned["out of memory"] >= 3  # at least tp=1 pp=1 dp=8 with none, selective and full
+    assert all(not (lay.tp == 1 and lay.pp == 1) for lay in p.layouts)
+    db = str(tmp_path / "s.sqlite")
+    code = main(["search", path, "--max-pp", "2", "--micro-batches", "1", "--zero", "0", "--db", db, "--top", "3"])
+    out = capsys.readouterr().out
+    assert code == 0 and "out of memory" in out and "why: the best is" in out
+    with ResultStore(db) as store:
+        rows = store.rows()
+    assert rows and all(r.status == "ok" and r.metric("memory.fits") for r in rows)
+    for r in rows:  # re-check every simulated layout against the memory model
+        v = r.varied
+        sets = [f"{k}={val}" for k, val in v.items()]
+        assert memory_report(load_scenario(path, sets)).fits
+    assert os.path.isfile(str(tmp_path / "s.csv"))
+    top = out.splitlines()[2]
+    assert "tp=1 pp=1" not in top
+
+
+def test_search_needs_a_model(tmp_path, capsys):
+    from test_sweep import write_tiny
+
+    path = write_tiny(str(tmp_path))
+    assert main(["search", path, "--db", str(tmp_path / "x.sqlite")]) == 2
+    assert "needs a model workload" in capsys.readouterr().err
