@@ -53,6 +53,8 @@ class Engine:
         self._seq: dict[tuple, int] = {}
         self._p2p: dict[tuple, list[int]] = {}
         self._wire()
+        self.dur = [gpus[op.rank].compute_time(op) if op.kind == COMPUTE else 0.0 for op in self.ops]
+        self._expected: dict[tuple[int, ...], int] = {}
         collectives.prepare(self._plan_keys(), capacity)
 
     def _wire(self) -> None:
@@ -103,19 +105,20 @@ class Engine:
         """Start every op in ``ready``; zero-time completions are handled iteratively."""
         ops = self.ops
         now = self.env.now
+        start, dur, timeout, done = self.start, self.dur, self.env.timeout, self._done
         while ready:
             i = ready.pop()
             op = ops[i]
-            self.start[i] = now
+            start[i] = now
             kind = op.kind
             if kind == COMPUTE:
-                d = self.gpus[op.rank].compute_time(op)
+                d = dur[i]
                 if d <= 0.0:
                     self.end[i] = now
                     self.finished += 1
                     self._successors(i, ready)
                 else:
-                    self.env.timeout(d).callbacks.append(lambda _e, i=i: self._done(i))
+                    timeout(d).callbacks.append(lambda _e, i=i: done(i))
             elif kind == COLLECTIVE:
                 self._arrive_collective(i)
             elif kind == SEND:
@@ -157,7 +160,9 @@ class Engine:
         key = (op.group, seq)
         arrived = self._rdv.setdefault(key, [])
         arrived.append(i)
-        expected = sum(1 for r in op.group if r in self.simulated)
+        expected = self._expected.get(op.group)
+        if expected is None:
+            expected = self._expected[op.group] = sum(1 for r in op.group if r in self.simulated)
         if len(arrived) < expected:
             return
         del self._rdv[key]

@@ -19,7 +19,7 @@ Each refusal comes with a note that the summary carries.
 """
 from __future__ import annotations
 
-from emulator.program import Fold
+from emulator.program import Fold, Op, Program
 from emulator.scenario import Scenario
 
 
@@ -88,3 +88,50 @@ def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
     if fold.copies == 1:
         return None, "folding found no symmetric ranks to fold"
     return fold, f"{note}: {fold.copies} ranks per simulated rank"
+
+
+def program_fold(scenario: Scenario) -> Fold | None:
+    """The symmetry of the *program* alone (not the network): the builder emits the same
+    ops, translated, for every tp, cp and (without expert parallelism) dp coordinate.
+    Used to build an unfolded program fast: build the representatives, then stamp copies."""
+    p = scenario.parallel
+    plain = p.ep == 1
+    fold = Fold((p.pp, p.dp, p.cp, p.tp), (False, plain and p.dp > 1, plain and p.cp > 1, p.tp > 1))
+    return fold if fold.copies > 1 else None
+
+
+def unfold(program: Program, fold: Fold) -> Program:
+    """Every rank's ops, from the representatives' ops of a program with symmetry ``fold``.
+
+    Each translation t of the fold gives a copy of every op: rank, group, root and
+    peer translated, ids and deps shifted by a whole stride. Per-(rank, stream) order
+    is the representative's.
+    """
+    ops = program.ops
+    stride = max((op.id for op in ops), default=-1) + 1
+    out: list[Op] = list(ops)
+    for k, t in enumerate(fold.translations()):
+        if not any(t):
+            continue
+        off = k * stride
+        ranks: dict[int, int] = {}
+        groups: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+        def tr(r: int) -> int:
+            x = ranks.get(r)
+            if x is None:
+                x = ranks[r] = fold.translate(r, t) if r >= 0 else r
+            return x
+
+        append = out.append
+        for op in ops:
+            g = op.group
+            if g:
+                tg = groups.get(g)
+                if tg is None:
+                    tg = groups[g] = tuple(sorted(tr(r) for r in g))
+                g = tg
+            append(Op(op.id + off, tr(op.rank), op.kind, op.stream, tuple(d + off for d in op.deps), op.name,
+                      op.duration, op.flops, op.bytes, op.category, op.collective, g, tr(op.root), tr(op.peer),
+                      op.tag, op.microbatch, op.stage, op.layer))
+    return Program(program.ranks, out, None, dict(program.meta))

@@ -51,10 +51,14 @@ def build_workload(scenario: Scenario) -> tuple[Program, list[str]]:
         from emulator.importers import load_workload
 
         return load_workload(scenario), ["folding off: trace workloads are simulated rank by rank"]
-    from emulator.folding import choose_fold
+    from emulator.folding import choose_fold, program_fold, unfold
     from emulator.workload.builder import build_program
 
     fold, note = choose_fold(scenario)
+    if fold is None:  # simulate every rank; build the representatives once and stamp the copies
+        pfold = program_fold(scenario)
+        if pfold is not None:
+            return unfold(build_program(scenario, pfold), pfold), [note]
     return build_program(scenario, fold), [note]
 
 

@@ -7,14 +7,15 @@ rendezvous with the slowest member), so ``xfer_s − start_s`` is waiting.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 CSV_COLUMNS = ("op_id", "rank", "stream", "kind", "name", "start_s", "end_s", "bytes", "flops",
                "microbatch", "stage")
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
+class Span(NamedTuple):
+    """One op's record (a named tuple: immutable, small, cheap to make by the million)."""
+
     op_id: int
     rank: int
     stream: str
@@ -31,5 +32,5 @@ class Span:
     layer: int = -1
 
     @property
-    def duration(self) -> float:
+    def duration(self) -> float:  # noqa: D102
         return self.end_s - self.start_s

@@ -280,15 +280,35 @@ def test_halving_bandwidth_adds_the_alpha_beta_difference(tmp_path):
         graph = star(d, 4, bw=bw, lat=1e-5)
         scen = d / "s.yaml"
         scen.write_text(f"name: star\ncluster:\n  fabric: {{kind: custom, graph: {graph}}}\n")
-        results[bw] = _live(d, str(scen), "--world", "4", script_args=("--iters", "6", "--quiet"))[1]
+        _stdout, summary, out = _live(d, str(scen), "--world", "4", script_args=("--iters", "6", "--quiet"))
+        with open(out / "record.json") as fh:
+            ars = [c["end_s"] - c["start_s"] for c in json.load(fh)["comms"] if c["op"] == "all_reduce"]
+        results[bw] = summary, ars
     S = 527_364.0
     # ring all-reduce on n = 4: the bandwidth term 2(n-1)/n * S/B = 1.5 * 527 364 / 1e7 = 79.1046 ms at 10 MB/s;
     # halving B adds the same again: 79.1046 ms per iteration (the latency term 2(n-1)*20 us is unchanged)
     extra = 1.5 * S / 5e6 - 1.5 * S / 10e6
     assert extra == pytest.approx(0.0791046)
-    a, b = results[10e6], results[5e6]
-    assert b["live"]["comm_s"] - a["live"]["comm_s"] == pytest.approx(extra, rel=1e-9)
+    (a, ars_a), (b, ars_b) = results[10e6], results[5e6]
+    assert len(ars_a) == len(ars_b) == 6
+    assert all(y - x == pytest.approx(extra, rel=1e-9) for x, y in zip(ars_a, ars_b))
+    # per iteration: DDP's bucket-rebuild broadcasts (28 + 4 bytes) in iteration 1 add 3.2 us / 5 iterations
+    assert b["live"]["comm_s"] - a["live"]["comm_s"] == pytest.approx(extra, rel=1e-4)
     # the all-reduce is issued at the end of backward, so it is all but fully exposed: the extra is exposed too
     assert b["breakdown_s"]["exposed_comm"] - a["breakdown_s"]["exposed_comm"] == pytest.approx(extra, rel=0.005)
     # the iteration differs by the same, up to the jitter of the measured compute (2% of 79 ms = 1.6 ms)
     assert b["iteration_time_s"] - a["iteration_time_s"] == pytest.approx(extra, rel=0.02)
+
+
+def test_gloo_loopback_scenario_is_the_fitted_ring():
+    from emulator.live.cost import CommCost
+    from emulator.scenario import load_scenario
+
+    scen = os.path.join(ROOT, "scenarios", "live-gloo-loopback.yaml")
+    with open(os.path.join(ROOT, "scenarios", "live-gloo-loopback.graph.json")) as fh:
+        link = json.load(fh)["links"][0]
+    bw, lat = link["bandwidth"], link["latency"]
+    S = 1 << 20
+    # ring all-reduce on the star of 4: 2(n-1) steps of 2 links each, 2(n-1)/n * S/B = 6 * 2*lat + 1.5 * S/bw
+    expected = 6 * 2 * lat + 1.5 * S / bw
+    assert CommCost(load_scenario(scen), 4).collective("all_reduce", (0, 1, 2, 3), S) == pytest.approx(expected, rel=1e-12)
