@@ -47,17 +47,42 @@ def _fields(entry_name: str, entry: Mapping[str, Any], keys: Mapping[str, Key]) 
     return out
 
 
+def _parse(raw: Any, base_gpus: Mapping[str, GpuSpec]) -> tuple[dict[str, GpuSpec], dict[str, NodeSpec]]:
+    if not isinstance(raw, dict):
+        raise EmulatorError("catalog.yaml: expected a mapping with 'gpus' and/or 'nodes'")
+    gpus = {n: GpuSpec(name=n, **_fields(n, e, GPU_KEYS)) for n, e in (raw.get("gpus") or {}).items()}
+    known = {**base_gpus, **gpus}
+    nodes: dict[str, NodeSpec] = {}
+    for n, e in (raw.get("nodes") or {}).items():
+        g = e.get("gpu") if isinstance(e, dict) else None
+        if g not in known:
+            raise EmulatorError(f"catalog.yaml: {n}.gpu: unknown GPU {g!r}")
+        try:
+            nodes[n] = NodeSpec(name=n, gpu=known[g], **_fields(n, e, NODE_KEYS))
+        except TypeError as err:  # a missing field: say which
+            missing = str(err).partition("argument")[2].strip(": s")
+            raise EmulatorError(f"catalog.yaml: {n}: missing {missing}") from None
+    return gpus, nodes
+
+
 @lru_cache(maxsize=1)
 def _data() -> tuple[dict[str, GpuSpec], dict[str, NodeSpec]]:
     text = resources.files("emulator").joinpath("data/catalog.yaml").read_text(encoding="utf-8")
-    raw = yaml.safe_load(text)
-    gpus = {n: GpuSpec(name=n, **_fields(n, e, GPU_KEYS)) for n, e in raw["gpus"].items()}
-    nodes: dict[str, NodeSpec] = {}
-    for n, e in raw["nodes"].items():
-        if e.get("gpu") not in gpus:
-            raise EmulatorError(f"catalog.yaml: {n}.gpu: unknown GPU {e.get('gpu')!r}")
-        nodes[n] = NodeSpec(name=n, gpu=gpus[e["gpu"]], **_fields(n, e, NODE_KEYS))
-    return gpus, nodes
+    return _parse(yaml.safe_load(text), {})
+
+
+def load_user_catalog(path: str) -> tuple[dict[str, GpuSpec], dict[str, NodeSpec]]:
+    """A user's catalog file (the shape of catalog.yaml, e.g. from ``emulator calibrate``),
+    merged over the built-in one. Errors name the file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+        gpus, nodes = _parse(raw, _data()[0])
+    except (OSError, yaml.YAMLError) as err:
+        raise EmulatorError(f"{path}: cannot read the catalog: {err}") from None
+    except EmulatorError as err:
+        raise EmulatorError(str(err).replace("catalog.yaml", path, 1)) from None
+    return {**_data()[0], **gpus}, {**_data()[1], **nodes}
 
 
 def _lookup(table: Mapping[str, Any], name: object, what: str) -> Any:
@@ -75,14 +100,14 @@ def unknown_name_message(name: str, known: list[str], what: str) -> str:
     return f'unknown {what} "{name}"{did_you_mean(name, known)} (known: {", ".join(known)})'
 
 
-def gpu(name: str) -> GpuSpec:
+def gpu(name: str, user: str | None = None) -> GpuSpec:
     """A catalog GPU by name (case-insensitive); unknown names raise CatalogError."""
-    return _lookup(_data()[0], name, "GPU")
+    return _lookup(load_user_catalog(user)[0] if user else _data()[0], name, "GPU")
 
 
-def node(name: str) -> NodeSpec:
-    """A catalog node by name (case-insensitive); unknown names raise CatalogError."""
-    return _lookup(_data()[1], name, "node")
+def node(name: str, user: str | None = None) -> NodeSpec:
+    """A catalog node by name (case-insensitive), also from a ``user`` catalog file."""
+    return _lookup(load_user_catalog(user)[1] if user else _data()[1], name, "node")
 
 
 def gpu_names() -> list[str]:

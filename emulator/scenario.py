@@ -639,10 +639,13 @@ class _Reader:
         from . import catalog
 
         name = self.read(v, Key("str", ""), kp)
+        user = getattr(self, "user_catalog", None)
         try:
-            return catalog.gpu(name) if kind == "gpu" else catalog.node(name)
+            return catalog.gpu(name, user) if kind == "gpu" else catalog.node(name, user)
         except CatalogError as err:
             raise self.fail(v.where, kp, str(err)) from None
+        except EmulatorError as err:
+            raise self.fail(self.where("cluster.catalog"), "cluster.catalog", str(err)) from None
 
     # -- the scenario
     def scenario(self, tree: YamlValue | None) -> Scenario:
@@ -675,6 +678,8 @@ class _Reader:
             raise self.fail(v.where, kp, "expected a mapping with nodes and node (e.g. nodes: 4, "
                                          f"node: dgx-a100), got {_describe(v)}")
         fabric = self.fabric(m.get("fabric"))
+        if "catalog" in m:
+            self.user_catalog = self.read(m["catalog"], CLUSTER_KEYS["catalog"], "cluster.catalog")
         custom = fabric.kind == "custom"
         if not custom:
             self.require(m, CLUSTER_KEYS, kp, ["nodes", "node"])

@@ -108,6 +108,8 @@ CLUSTER_KEYS: dict[str, Key] = {
                 required_unless=("fabric.kind", "custom")),
     "fabric": Key("section", "The network between nodes.", keys=FABRIC_KEYS, cls="FabricSpec"),
     "overrides": Key("sections", "Faults and stragglers.", keys=OVERRIDE_KEYS, cls="Override"),
+    "catalog": Key("path", "A catalog file of your own (as `emulator calibrate --out` writes) whose "
+                           "nodes and GPUs `node:` and `gpu:` may name, besides the built-in ones."),
 }
 
 MODEL_KEYS: dict[str, Key] = {

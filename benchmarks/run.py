@@ -1,0 +1,113 @@
+"""The standard benchmark set: one command, one table.
+
+    python benchmarks/run.py [--cases node-8gpu,gpt3-1024] [--unfolded] [--baseline REV] [--json]
+
+For each case it prints wall time, events, events/s, ranks simulated, peak RSS and
+the predicted iteration time (so a speed-up that changes the answer is caught).
+Each case runs in a fresh process (`emulator run --json`), so peak RSS is that
+run's alone. With ``--baseline REV`` the same cases run first on a checkout of
+git revision REV (a temporary worktree), and the table adds the wall-time ratio
+baseline / now, measured on the same machine in one go.
+
+Not part of CI except the tiny smoke case in tests/test_benchmarks.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CASES = {
+    "node-8gpu": ("benchmarks/scenarios/node-8gpu.yaml", []),
+    "gpt3-1024": ("scenarios/gpt3-175b-1024-a100.yaml", []),
+    "llama3-405b-16k": ("benchmarks/scenarios/llama3-405b-16k-h100.yaml", []),
+    "moe-1024": ("benchmarks/scenarios/moe-1024-h100.yaml", []),
+    "fabric-4096": ("benchmarks/scenarios/fabric-4096-oversubscribed.yaml", []),
+}
+UNFOLDED = {"gpt3-1024-unfolded": ("scenarios/gpt3-175b-1024-a100.yaml", ["simulation.fold=off"])}
+
+
+def run_case(root: str, scenario: str, sets: list[str]) -> dict:
+    """Run one case in a child process; measure its wall time and peak RSS."""
+    cmd = [sys.executable, "-m", "emulator", "run", os.path.join(ROOT, scenario), "--json"]
+    for s in sets:
+        cmd += ["--set", s]
+    env = dict(os.environ, PYTHONPATH=root)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root)
+    wall = time.perf_counter() - t0
+    rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+    s = json.loads(proc.stdout)
+    events = s["sim"]["events"]
+    return {"wall_s": wall, "sim_wall_s": s["sim"]["wall_s"], "events": events,
+            "events_per_s": events / s["sim"]["wall_s"] if s["sim"]["wall_s"] > 0 else 0.0,
+            "ranks_simulated": s["sim"]["ranks_simulated"], "gpus": s["gpus"],
+            "peak_rss_mb": max(rss_kb, before) / 1024, "iteration_time_s": s["iteration_time_s"]}
+
+
+def worktree(rev: str) -> str:
+    path = tempfile.mkdtemp(prefix="emulator-baseline-")
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", path, rev], check=True, capture_output=True)
+    return path
+
+
+def table(rows: list[tuple[str, dict, dict | None]]) -> str:
+    head = f"{'case':<20} {'wall s':>8} {'events':>10} {'events/s':>10} {'ranks':>6} {'RSS MB':>8} {'iteration s':>14}"
+    out = [head + ("  baseline/now" if any(b for _, _, b in rows) else "")]
+    for name, r, b in rows:
+        if "error" in r:
+            out.append(f"{name:<20} error: {r['error']}")
+            continue
+        line = (f"{name:<20} {r['wall_s']:8.2f} {r['events']:10,d} {r['events_per_s']:10,.0f} "
+                f"{r['ranks_simulated']:6d} {r['peak_rss_mb']:8.0f} {r['iteration_time_s']:14.6f}")
+        if b and "error" not in b:
+            same = "" if b["iteration_time_s"] == r["iteration_time_s"] else "  (answer changed!)"
+            line += f"  {b['wall_s'] / r['wall_s']:6.2f}x{same}"
+        out.append(line)
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", help="comma-separated case names (default: all)")
+    ap.add_argument("--unfolded", action="store_true", help="add GPT-3 1024 unfolded (minutes)")
+    ap.add_argument("--baseline", metavar="REV", help="also run a git revision and report the ratio")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    cases = dict(CASES, **(UNFOLDED if args.unfolded else {}))
+    names = args.cases.split(",") if args.cases else list(cases)
+    unknown = [n for n in names if n not in cases and n not in UNFOLDED]
+    if unknown:
+        ap.error(f"unknown case(s) {unknown}; known: {', '.join(list(CASES) + list(UNFOLDED))}")
+    cases.update(UNFOLDED)
+    base_root = worktree(args.baseline) if args.baseline else None
+    rows = []
+    try:
+        for name in names:
+            scenario, sets = cases[name]
+            b = run_case(base_root, scenario, sets) if base_root else None
+            rows.append((name, run_case(ROOT, scenario, sets), b))
+            if not args.json:
+                sys.stderr.write(f"done {name}\n")
+    finally:
+        if base_root:
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base_root], capture_output=True)
+    if args.json:
+        sys.stdout.write(json.dumps({n: {"now": r, "baseline": b} for n, r, b in rows}, indent=2) + "\n")
+    else:
+        sys.stdout.write(table(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,17 @@
+"""The benchmark runner's smoke case (the full set runs on demand, outside CI)."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_benchmark_smoke_case_reports_every_figure():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--cases", "node-8gpu", "--json"],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    row = json.loads(out.stdout)["node-8gpu"]["now"]
+    assert set(row) >= {"wall_s", "events", "events_per_s", "ranks_simulated", "peak_rss_mb", "iteration_time_s"}
+    # 8 GPUs, TP 2 × PP 2 × DP 2 folded over TP and DP: one simulated rank per stage = 2
+    assert row["gpus"] == 8 and row["ranks_simulated"] == 2
+    assert row["events"] > 0 and row["peak_rss_mb"] > 0
