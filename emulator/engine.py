@@ -2,11 +2,21 @@
 
 It owns the op semantics of the IR (``emulator.program``): dependencies, in-order
 streams, the rendezvous of collectives, send/recv matching by (src, dst, tag),
-and deadlock detection. It records one Span per op.
+and deadlock detection. It records one Span per op (``emulator.spans.SpanTable``).
 
 Hot path notes: ops are indexed by position; each op keeps a counter of unmet
 prerequisites (its deps plus the previous op on its stream); no SimPy process
-or Resource is created per op — only timeouts with callbacks, and the fabric's.
+or Resource is created per op — only timeouts with one shared callback, and the
+fabric's.
+
+Templates: a ``Stamped`` program (``emulator.folding``: every rank simulated,
+given as the representatives' ops plus the translations that copy them) is run
+without materialising its copies. Static facts (kind, successors, initial
+prerequisite count, duration) are kept once per template op t; copy k's op is
+entry k·T + t of the flat per-op lists (start, end, xfer, waiting). Deps never
+leave a rank, so successors of a copy are the template's, shifted by k·T. A plain
+Program is the one-copy case. This removed the 21M-Op unfold, most of the wiring
+and validation, and the Span list, of a 1024-GPU unfolded run.
 """
 from __future__ import annotations
 
@@ -18,8 +28,10 @@ from emulator.devices.gpu import Gpu
 from emulator.errors import EmulatorError
 from emulator.network.collectives import CollectiveModel, Plan
 from emulator.network.fabric import Fabric
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Program
-from emulator.spans import Span
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+from emulator.spans import SpanTable
+
+_CODE = {COMPUTE: 0, COLLECTIVE: 1, SEND: 2, RECV: 3}
 
 
 class DeadlockError(EmulatorError):
@@ -32,7 +44,6 @@ class Engine:
     def __init__(self, program: Program, collectives: CollectiveModel, capacity: list[float],
                  gpus: dict[int, Gpu], progress: Callable[[float, int], None] | None = None) -> None:
         self.program = program
-        self.ops = program.ops
         self.model = collectives
         self.env = simpy.Environment()
         self.fabric = Fabric(self.env, capacity)
@@ -41,140 +52,227 @@ class Engine:
         self.fold = program.fold
         # every rank is simulated unless folded away (a rank with no ops still must join its groups)
         self.simulated = set(program.simulated_ranks()) if self.fold else set(range(program.ranks))
-        n = len(self.ops)
+        stamp = getattr(program, "stamp", None)
+        if stamp is None:
+            self.tops: list[Op] = program.ops
+            self._stamp, self._shifts, self.stride = None, [None], 0
+        else:
+            self.tops = program.template
+            self._stamp, self._shifts, self.stride = stamp, program.translations, program.stride
+        self._rmaps: list[dict[int, int] | None] = [None if s is None or not any(s) else {} for s in self._shifts]
+        self._gmaps: list[dict[tuple, tuple]] = [{} for _ in self._shifts]
+        self.T = len(self.tops)
+        n = self.T * len(self._shifts)
+        self.n = n
+        self.kind = [_CODE[op.kind] for op in self.tops]
+        self.succ, wait = self._wire()
+        self.waiting = wait * len(self._shifts)
         self.start = [-1.0] * n
         self.xfer = [0.0] * n
         self.end = [-1.0] * n
-        self.waiting = [0] * n
-        self.succ: list[list[int]] = [[] for _ in range(n)]
-        self.finished = 0
         self.events = 0
         self._rdv: dict[tuple, list[int]] = {}
         self._seq: dict[tuple, int] = {}
-        self._p2p: dict[tuple, list[int]] = {}
-        self._wire()
-        self.dur = [gpus[op.rank].compute_time(op) if op.kind == COMPUTE else 0.0 for op in self.ops]
+        self._p2p: dict[tuple, list[list[int]]] = {}
+        self.durs = self._durations()
         self._expected: dict[tuple[int, ...], int] = {}
         collectives.prepare(self._plan_keys(), capacity)
 
-    def _wire(self) -> None:
-        index = {op.id: i for i, op in enumerate(self.ops)}
+    # -- copies ------------------------------------------------------------------
+    def _tr(self, k: int, r: int) -> int:
+        """Rank ``r`` of the template, in copy ``k``."""
+        m = self._rmaps[k]
+        if m is None or r < 0:
+            return r
+        x = m.get(r)
+        if x is None:
+            x = m[r] = self._stamp.translate(r, self._shifts[k])
+        return x
+
+    def _group(self, k: int, g: tuple[int, ...]) -> tuple[int, ...]:
+        if self._rmaps[k] is None:
+            return g
+        m = self._gmaps[k]
+        x = m.get(g)
+        if x is None:
+            x = m[g] = tuple(sorted(self._tr(k, r) for r in g))
+        return x
+
+    def op_id(self, i: int) -> int:
+        k, t = divmod(i, self.T)
+        return self.tops[t].id + k * self.stride
+
+    def rank(self, i: int) -> int:
+        k, t = divmod(i, self.T)
+        return self._tr(k, self.tops[t].rank)
+
+    # -- preparation -------------------------------------------------------------
+    def _wire(self) -> tuple[list[list[int]], list[int]]:
+        ops = self.tops
+        index = {op.id: i for i, op in enumerate(ops)}
+        succ: list[list[int]] = [[] for _ in ops]
+        wait = [0] * len(ops)
         last_on_stream: dict[tuple[int, str], int] = {}
-        for i, op in enumerate(self.ops):
+        for i, op in enumerate(ops):
             for d in op.deps:
-                self.succ[index[d]].append(i)
-                self.waiting[i] += 1
+                succ[index[d]].append(i)
             key = (op.rank, op.stream)
             prev = last_on_stream.get(key)
             if prev is not None:
-                self.succ[prev].append(i)
-                self.waiting[i] += 1
+                succ[prev].append(i)
+            wait[i] = len(op.deps) + (prev is not None)
             last_on_stream[key] = i
+        return succ, wait
+
+    def _durations(self) -> list[list[float]]:
+        """Per copy, the duration of each template op; copies whose ranks have the same
+        slowdowns share one list."""
+        gpus = self.gpus
+        ranks = sorted({op.rank for op in self.tops})
+        cache: dict[tuple[float, ...], list[float]] = {}
+        out = []
+        for k in range(len(self._shifts)):
+            sig = tuple(gpus[self._tr(k, r)].slowdown if self._tr(k, r) in gpus else 1.0 for r in ranks)
+            d = cache.get(sig)
+            if d is None:
+                d = cache[sig] = [gpus[self._tr(k, op.rank)].compute_time(op) if op.kind == COMPUTE else 0.0
+                                  for op in self.tops]
+            out.append(d)
+        return out
 
     def _plan_keys(self) -> list[tuple]:
-        keys = set()
-        for op in self.ops:
+        base = set()
+        for op in self.tops:
             if op.kind == COLLECTIVE:
-                keys.add((op.collective, op.group, op.root))
+                base.add((op.collective, op.group, op.root))
             elif op.kind == SEND:
-                keys.add(("p2p", (op.rank, op.peer), op.rank))
+                base.add(("p2p", (op.rank, op.peer), op.rank))
+        keys = set()
+        tr = self._tr
+        for k in range(len(self._shifts)):
+            for c, g, r in base:
+                g2 = tuple(tr(k, x) for x in g) if c == "p2p" else self._group(k, g)
+                keys.add((c, g2, tr(k, r)))
         return sorted(keys, key=repr)
 
     # -- running ----------------------------------------------------------------
-    def run(self) -> tuple[list[Span], int]:
-        ready = [i for i, w in enumerate(self.waiting) if w == 0]
-        self._release(ready)
+    def run(self) -> tuple[SpanTable, int]:
+        self._release([i for i, w in enumerate(self.waiting) if w == 0])
         env = self.env
         step = env.step
         events = 0
         tick = 50_000
+        j = 0
         try:
             while True:
-                step()
-                events += 1
-                if self.progress is not None and events % tick == 0:
+                for j in range(tick):
+                    step()
+                events += tick
+                if self.progress is not None:
                     self.progress(env.now, events)
         except simpy.core.EmptySchedule:
-            pass
+            events += j
         self.events = events
-        if self.finished < len(self.ops):
+        if self.n and min(self.end) < 0.0:
             raise DeadlockError(self._deadlock_report())
         return self._spans(), events
 
     def _release(self, ready: list[int]) -> None:
         """Start every op in ``ready``; zero-time completions are handled iteratively."""
-        ops = self.ops
         now = self.env.now
-        start, dur, timeout, done = self.start, self.dur, self.env.timeout, self._done
+        T, kind, succ, waiting = self.T, self.kind, self.succ, self.waiting
+        start, xfer, end, durs = self.start, self.xfer, self.end, self.durs
+        timeout, done = self.env.timeout, self._done
         while ready:
             i = ready.pop()
-            op = ops[i]
             start[i] = now
-            kind = op.kind
-            if kind == COMPUTE:
-                d = dur[i]
-                if d <= 0.0:
-                    self.end[i] = now
-                    self.finished += 1
-                    self._successors(i, ready)
-                else:
-                    timeout(d).callbacks.append(lambda _e, i=i: done(i))
-            elif kind == COLLECTIVE:
-                self._arrive_collective(i)
-            elif kind == SEND:
-                self._arrive_p2p(i, self._send_key(op), 0)
-            elif kind == RECV:
-                self._arrive_p2p(i, (op.rank, op.peer, op.tag), 1)
+            k, t = divmod(i, T)
+            c = kind[t]
+            if c == 0:
+                xfer[i] = now
+                d = durs[k][t]
+                if d > 0.0:
+                    timeout(d, i).callbacks.append(done)
+                    continue
+                end[i] = now
+                base = i - t
+                for j in succ[t]:
+                    j += base
+                    w = waiting[j] - 1
+                    waiting[j] = w
+                    if not w:
+                        ready.append(j)
+            elif c == 1:
+                self._arrive_collective(i, k, t)
+            elif c == 2:
+                self._arrive_p2p(i, self._send_key(k, self.tops[t]), 0)
+            else:
+                op = self.tops[t]
+                self._arrive_p2p(i, (self._tr(k, op.rank), self._tr(k, op.peer), op.tag), 1)
 
-    def _successors(self, i: int, ready: list[int]) -> None:
-        waiting = self.waiting
-        for j in self.succ[i]:
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                ready.append(j)
-
-    def _done(self, i: int) -> None:
+    def _done(self, event: simpy.Event) -> None:
+        """A compute op (the timeout's value) ended."""
+        i = event._value
         self.end[i] = self.env.now
-        self.finished += 1
-        ready: list[int] = []
-        self._successors(i, ready)
+        t = i % self.T
+        base = i - t
+        waiting = self.waiting
+        ready = []
+        for j in self.succ[t]:
+            j += base
+            w = waiting[j] - 1
+            waiting[j] = w
+            if not w:
+                ready.append(j)
         if ready:
             self._release(ready)
 
     def _done_many(self, members: list[int]) -> None:
         now = self.env.now
+        T, succ, waiting, end = self.T, self.succ, self.waiting, self.end
         ready: list[int] = []
         for i in members:
-            self.end[i] = now
-            self.finished += 1
-            self._successors(i, ready)
+            end[i] = now
+            t = i % T
+            base = i - t
+            for j in succ[t]:
+                j += base
+                w = waiting[j] - 1
+                waiting[j] = w
+                if not w:
+                    ready.append(j)
         if ready:
             self._release(ready)
 
     # -- collectives ------------------------------------------------------------
-    def _arrive_collective(self, i: int) -> None:
-        op = self.ops[i]
-        gkey = (op.rank, op.group)
+    def _arrive_collective(self, i: int, k: int, t: int) -> None:
+        op = self.tops[t]
+        group = self._group(k, op.group)
+        gkey = (self._tr(k, op.rank), group)
         seq = self._seq.get(gkey, 0)
         self._seq[gkey] = seq + 1
-        key = (op.group, seq)
-        arrived = self._rdv.setdefault(key, [])
+        key = (group, seq)
+        arrived = self._rdv.get(key)
+        if arrived is None:
+            arrived = self._rdv[key] = []
         arrived.append(i)
-        expected = self._expected.get(op.group)
+        expected = self._expected.get(group)
         if expected is None:
-            expected = self._expected[op.group] = sum(1 for r in op.group if r in self.simulated)
+            expected = self._expected[group] = sum(1 for r in group if r in self.simulated)
         if len(arrived) < expected:
             return
         del self._rdv[key]
-        first = self.ops[arrived[0]]
+        T, tops = self.T, self.tops
+        k0, t0 = divmod(arrived[0], T)
+        first = tops[t0]
         for j in arrived[1:]:
-            o = self.ops[j]
+            o = tops[j % T]
             if o.collective != first.collective or o.bytes != first.bytes:
                 raise EmulatorError(
-                    f"collective mismatch on group {list(op.group)} (call #{seq}): op {first.id} on rank {first.rank} "
-                    f"is {first.collective} of {first.bytes:g} B but op {o.id} on rank {o.rank} is "
-                    f"{o.collective} of {o.bytes:g} B")
-        plan = self.model.collective(first.collective, first.group, first.root)
+                    f"collective mismatch on group {list(group)} (call #{seq}): op {self.op_id(arrived[0])} on rank "
+                    f"{self.rank(arrived[0])} is {first.collective} of {first.bytes:g} B but op {self.op_id(j)} on "
+                    f"rank {self.rank(j)} is {o.collective} of {o.bytes:g} B")
+        plan = self.model.collective(first.collective, group, self._tr(k0, first.root))
         self._run_plan(plan, first.bytes, arrived)
 
     def _run_plan(self, plan: Plan, nbytes: float, members: list[int]) -> None:
@@ -209,9 +307,9 @@ class Engine:
             self._done_many(members)
 
     # -- point to point -----------------------------------------------------------
-    def _send_key(self, op) -> tuple[int, int, int]:
+    def _send_key(self, k: int, op: Op) -> tuple[int, int, int]:
         """Match key (dst, src, tag) as seen by the receiver, which may be a representative."""
-        dst, src = op.peer, op.rank
+        dst, src = self._tr(k, op.peer), self._tr(k, op.rank)
         fold = self.fold
         if fold is not None and dst not in self.simulated:
             c = fold.coords(dst)
@@ -229,45 +327,54 @@ class Engine:
             r = pair[1].pop(0)
             if not pair[0] and not pair[1]:
                 del self._p2p[key]
-            send = self.ops[s]
-            plan = self.model.p2p(send.rank, send.peer)
+            k, t = divmod(s, self.T)
+            send = self.tops[t]
+            plan = self.model.p2p(self._tr(k, send.rank), self._tr(k, send.peer))
             self._run_plan(plan, send.bytes, [s, r])
 
     # -- results --------------------------------------------------------------------
-    def _spans(self) -> list[Span]:
-        out = []
-        start, end, xfer = self.start, self.end, self.xfer
-        for i, op in enumerate(self.ops):
-            out.append(Span(op.id, op.rank, op.stream, op.kind, op.name or op.collective or op.kind,
-                            start[i], end[i], op.bytes, op.flops, op.microbatch, op.stage,
-                            op.category, xfer[i] if op.kind != COMPUTE else start[i], op.layer))
-        return out
+    def _spans(self) -> SpanTable:
+        static = [(op.stream, op.kind, op.name or op.collective or op.kind, op.bytes, op.flops, op.microbatch,
+                   op.stage, op.category, op.layer) for op in self.tops]
+        ranks = [op.rank for op in self.tops]
+        maps = []
+        for k, m in enumerate(self._rmaps):
+            if m is not None:
+                for r in set(ranks):
+                    self._tr(k, r)
+            maps.append(m)
+        return SpanTable(static, [op.id for op in self.tops], ranks, maps, self.stride, self.start, self.end,
+                         self.xfer)
 
     def _deadlock_report(self, limit: int = 12) -> str:
-        lines = [f"deadlock: {len(self.ops) - self.finished} of {len(self.ops)} ops can never finish "
+        left = sum(1 for e in self.end if e < 0.0)
+        lines = [f"deadlock: {left} of {self.n} ops can never finish "
                  f"(simulated time {self.env.now:.6g} s). Waiting:"]
         shown = 0
         heads: dict[tuple[int, str], int] = {}
-        for i, op in enumerate(self.ops):
-            if self.end[i] < 0 and (op.rank, op.stream) not in heads:
-                heads[(op.rank, op.stream)] = i
+        for i in range(self.n):
+            if self.end[i] < 0:
+                key = (self.rank(i), self.tops[i % self.T].stream)
+                if key not in heads:
+                    heads[key] = i
         for (rank, stream), i in sorted(heads.items()):
             if shown >= limit:
                 lines.append(f"  ... and {len(heads) - shown} more streams")
                 break
-            lines.append(f"  rank {rank} stream {stream}: op {self.ops[i].id} ({self._why(i)})")
+            lines.append(f"  rank {rank} stream {stream}: op {self.op_id(i)} ({self._why(i)})")
             shown += 1
         return "\n".join(lines)
 
     def _why(self, i: int) -> str:
-        op = self.ops[i]
+        op = self.tops[i % self.T]
         if self.start[i] < 0:
             return f"{op.kind} {op.name or op.collective}: not started; waits for its dependencies or the op before it"
+        k = i // self.T
         if op.kind == COLLECTIVE:
-            return (f"{op.collective} on group {list(op.group)}: issued, waits for the other members "
+            return (f"{op.collective} on group {list(self._group(k, op.group))}: issued, waits for the other members "
                     "to issue the matching call")
         if op.kind == SEND:
-            return f"send to rank {op.peer} tag {op.tag}: no matching recv was ever issued"
+            return f"send to rank {self._tr(k, op.peer)} tag {op.tag}: no matching recv was ever issued"
         if op.kind == RECV:
-            return f"recv from rank {op.peer} tag {op.tag}: no matching send was ever issued"
+            return f"recv from rank {self._tr(k, op.peer)} tag {op.tag}: no matching send was ever issued"
         return f"{op.kind}: started but never finished (a transfer with no bandwidth?)"

@@ -100,17 +100,56 @@ def program_fold(scenario: Scenario) -> Fold | None:
     return fold if fold.copies > 1 else None
 
 
-def unfold(program: Program, fold: Fold) -> Program:
-    """Every rank's ops, from the representatives' ops of a program with symmetry ``fold``.
+class Stamped(Program):
+    """A program given as its representatives' ops (``template``) and a symmetry
+    (``stamp``) whose every translation gives a copy of them: copy k (the k-th of
+    ``stamp.translations()``, copy 0 the identity) has rank, group, root and peer
+    translated and ids and deps shifted by ``k·stride``.
 
-    Each translation t of the fold gives a copy of every op: rank, group, root and
-    peer translated, ids and deps shifted by a whole stride. Per-(rank, stream) order
-    is the representative's.
+    The engine consumes this form directly, so an unfolded run never materialises
+    one Op per rank (that cost ~5 µs and ~300 B per op: 21M ops at 1024 GPUs).
+    ``ops`` still gives every copy's ops, built on first use, for anyone who asks.
     """
-    ops = program.ops
-    stride = max((op.id for op in ops), default=-1) + 1
+
+    def __init__(self, template: Program, stamp: Fold) -> None:  # noqa: D107 (no dataclass init)
+        self.ranks = template.ranks
+        self.fold = None
+        self.meta = dict(template.meta)
+        self.template = template.ops
+        self.stamp = stamp
+        self.translations = list(stamp.translations())
+        self.stride = max((op.id for op in self.template), default=-1) + 1
+        self._ops: list[Op] | None = None
+
+    @property
+    def ops(self) -> list[Op]:  # type: ignore[override]
+        if self._ops is None:
+            self._ops = _stamp_ops(self)
+        return self._ops
+
+    def simulated_ranks(self) -> list[int]:
+        ranks = {op.rank for op in self.template}
+        return sorted({self.stamp.translate(r, t) for r in ranks for t in self.translations})
+
+    def validate(self) -> None:
+        """The template's checks; its copies are valid by construction (translations stay in the grid)."""
+        Program(self.ranks, self.template).validate()
+
+    def repeated(self, n: int) -> Program:
+        return self if n <= 1 else Program(self.ranks, self.ops, None, dict(self.meta)).repeated(n)
+
+
+def unfold(program: Program, fold: Fold) -> Stamped:
+    """Every rank's ops, from the representatives' ops of a program with symmetry ``fold``
+    (a ``Stamped`` program: copies are made only if its ``ops`` are asked for)."""
+    return Stamped(program, fold)
+
+
+def _stamp_ops(sp: Stamped) -> list[Op]:
+    """The ops of every copy of a Stamped program. Per-(rank, stream) order is the representative's."""
+    ops, fold, stride = sp.template, sp.stamp, sp.stride
     out: list[Op] = list(ops)
-    for k, t in enumerate(fold.translations()):
+    for k, t in enumerate(sp.translations):
         if not any(t):
             continue
         off = k * stride
@@ -134,4 +173,4 @@ def unfold(program: Program, fold: Fold) -> Program:
             append(Op(op.id + off, tr(op.rank), op.kind, op.stream, tuple(d + off for d in op.deps), op.name,
                       op.duration, op.flops, op.bytes, op.category, op.collective, g, tr(op.root), tr(op.peer),
                       op.tag, op.microbatch, op.stage, op.layer))
-    return Program(program.ranks, out, None, dict(program.meta))
+    return out

@@ -1,0 +1,49 @@
+"""A run's cost, estimated before it runs (``emulator run --estimate``).
+
+It builds the workload (the cheap part) and counts what the engine will do:
+one event per compute op, and for each communication instance (a collective
+call shared by its members, or a send/recv pair) about three events — the
+latency timer, the completion and the rate re-solve — or, for a direct
+all-to-all of n ranks, two per flow of its n(n−1) flows. The wall time
+divides that by an event rate measured on the reference machine (2 cores).
+"""
+from __future__ import annotations
+
+import time
+
+from emulator.program import COLLECTIVE, COMPUTE, SEND
+from emulator.scenario import Scenario
+
+EVENTS_PER_COMM = 3.0  # latency timer + completion + re-solve (measured: 2.6–3.4 on the benchmark cases)
+EVENTS_PER_S = 100_000.0  # engine throughput on the reference 2-core machine (benchmarks/run.py)
+
+
+def estimate(scenario: Scenario) -> str:
+    """A few lines: ops, simulated ranks, expected events and wall time."""
+    from emulator.simulation import build_workload
+    from emulator.units import format_time
+
+    t0 = time.perf_counter()
+    program, notes = build_workload(scenario)
+    build_s = time.perf_counter() - t0
+    compute = comm = 0
+    for op in program.ops:
+        if op.kind == COMPUTE:
+            compute += 1
+        elif op.kind == SEND:
+            comm += 1
+        elif op.kind == COLLECTIVE:
+            simulated = sum(1 for r in op.group if (program.fold is None or program.fold.is_representative(r)))
+            n = len(op.group)
+            per = 2.0 * n * (n - 1) + 1 if op.collective == "all_to_all" else EVENTS_PER_COMM
+            comm += per / EVENTS_PER_COMM / max(1, simulated)
+    iterations = max(1, scenario.simulation.iterations)
+    events = int((compute + EVENTS_PER_COMM * comm) * iterations)
+    ranks = len(program.simulated_ranks())
+    wall = build_s + events / EVENTS_PER_S
+    lines = [f"scenario        {scenario.name}",
+             f"GPUs            {program.ranks} ({ranks} simulated)",
+             f"ops             {len(program.ops) * iterations:,} ({compute:,} compute per iteration)",
+             f"events          ~{events:,}",
+             f"wall time       ~{format_time(wall)} (build {format_time(build_s)}, at ~{EVENTS_PER_S:,.0f} events/s)"]
+    return "\n".join(lines + [f"note: {n}" for n in notes])
