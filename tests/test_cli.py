@@ -1,0 +1,57 @@
+"""The command line: exit codes and one-line messages, never a traceback."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from emulator.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "emulator", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_deadlocked_trace_is_reported_not_hung(tmp_path):
+    trace = {"format": "emulator-trace", "version": 1, "ranks": 2, "ops": [
+        {"id": 0, "rank": 0, "kind": "recv", "deps": [], "peer": 1, "bytes": 1024, "tag": 9},
+        {"id": 1, "rank": 1, "kind": "compute", "deps": [], "duration": 0.001}]}
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    (tmp_path / "s.yaml").write_text("name: d\ncluster: {nodes: 1, node: dgx-a100}\nworkload: {trace: t.json}\n")
+    out = subprocess.run([sys.executable, "-m", "emulator", "run", str(tmp_path / "s.yaml")], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 2
+    assert "deadlock" in out.stderr and "recv from rank 1 tag 9" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "no/such/file.yaml"], "no/such/file.yaml"),
+    (["run", "scenarios/quickstart.yaml", "--set", "parallel.tpp=2"], "did you mean"),
+    (["run", "scenarios/quickstart.yaml", "--set", "cluster.fabric.link_bandwidth=200"], "unit"),
+    (["collective", "scenarios/dgx-a100-node.yaml", "--op", "all_reduse"], "all_reduce"),
+    (["collective", "scenarios/dgx-a100-node.yaml", "--sizes", "8B:1"], "--sizes"),
+])
+def test_bad_input_exits_2_with_one_message(args, needle):
+    out = _cli(*args)
+    assert out.returncode == 2, out.stderr
+    assert needle in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_collective_json_rows(capsys):
+    # one DGX A100 (busbw 230 GB/s, launch 6.05 us, 1.975 us per step): 8 B all-reduce over 8 GPUs
+    # = 6.05 + 14 × 1.975 = 33.7 us, plus 8·14/8 B / 230 GB/s (negligible: 4.9e-11 s)
+    assert main(["collective", os.path.join(ROOT, "scenarios", "dgx-a100-node.yaml"), "--sizes", "8B", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert set(row) == {"bytes", "time_s", "algbw_GB_per_s", "busbw_GB_per_s"}
+    assert row["time_s"] == pytest.approx(33.7e-6 + 14 / 8 * 8 / 230e9, rel=1e-9)
+
+
+def test_schema_is_json(capsys):
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "cluster" in schema["properties"] and "parallel" in schema["properties"]
