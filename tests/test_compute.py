@@ -22,10 +22,12 @@ def test_large_gemm_a100():
     assert C.gemm_time(8192, 6144, 6144, A100) == pytest.approx(2.94222e-3, rel=1e-5)
 
 
-def test_same_gemm_h100_scales_by_peak_and_sms():
-    # 132 SMs: waves ceil(3072/132) = 24, e_tile = 50331648/(24·132·16384) = 0.969697,
-    # e = 0.695·0.969697·0.989691 = 0.666992; t = 6.18475e11/(989.4e12·0.666992) + 4 us = 0.941195 ms.
-    assert C.gemm_time(8192, 6144, 6144, H100) == pytest.approx(0.941195e-3, rel=1e-5)
+def test_same_gemm_h100_scales_by_peak_sms_and_achievable_fraction():
+    # 132 SMs: waves ceil(3072/132) = 24, e_tile = 50331648/(24·132·16384) = 0.969697;
+    # achievable matmul fraction H100/A100 = 0.803/0.869 = 0.924051;
+    # e = 0.695·0.924051·0.969697·0.989691 = 0.616335; t = 6.18475e11/(989.4e12·0.616335) + 4 us = 1.018230 ms.
+    assert C.matmul_scale(H100) == pytest.approx(0.803 / 0.869, rel=1e-12)
+    assert C.gemm_time(8192, 6144, 6144, H100) == pytest.approx(1.018230e-3, rel=1e-5)
 
 
 def test_small_k_batched_gemm():

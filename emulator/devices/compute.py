@@ -8,14 +8,16 @@ where ``peak`` and ``hbm`` are the GPU's dense tensor-core FLOP/s and HBM bandwi
 (GpuSpec), and the efficiencies are:
 
 - ``e_flops`` for a GEMM depends on its shape (m×k)·(k×n) (``batch`` independent ones):
-      e_flops = E_GEMM_MAX · e_tile(m, n, batch) · k / (k + K_HALF)
+      e_flops = E_GEMM_MAX · matmul_scale(gpu) · e_tile(m, n, batch) · k / (k + K_HALF)
   * e_tile is tile and wave quantisation: the GPU runs ceil(m/T)·ceil(n/T)·batch output
     tiles of T×T in waves of one tile per SM; the useful fraction is
         e_tile = m·n·batch / (waves · SMs · T²),   waves = ceil(tiles / SMs).
   * k / (k + K_HALF) is the fixed per-tile prologue/epilogue (loading the first
     operand stages, writing the output tile) amortised over the k-loop: a GEMM with a
     short k spends a larger share of its time outside the tensor-core main loop.
-  * E_GEMM_MAX is what a large, square, well-quantised GEMM reaches.
+  * E_GEMM_MAX is what a large, square, well-quantised GEMM reaches on A100, and
+    matmul_scale(gpu) carries it to another GPU by the ratio of their measured maximum
+    achievable matmul FLOP/s (as a fraction of peak).
 - ``e_mem`` (E_MEM) is the fraction of HBM bandwidth a streaming kernel reaches.
 
 GEMM bytes are the operands and result read/written once: (m·k + k·n + m·n)·batch·dtype.
@@ -54,6 +56,27 @@ K_HALF = 64.0  # ASSUMPTION (half a tile edge): not identifiable from layers.csv
 #                have k >= 768, where k/(k+K_HALF) >= 0.92; it matters for small-k GEMMs only
 
 
+# Maximum achievable matmul FLOP/s as a fraction of the dense peak, per GPU family, from
+# S. Bekman's "Maximum Achievable Matmul FLOPS" measurements (ml-engineering,
+# compute/accelerator: mamf-finder results): A100 SXM 271.2 of 312 TFLOP/s (86.9%),
+# H100 SXM 794.5 of 989 (80.3%). E_GEMM_MAX was fitted on A100, so another GPU's GEMMs
+# reach E_GEMM_MAX · (its fraction / A100's): Hopper's tensor cores reach a smaller share
+# of their (much higher) peak, under the same 700 W power envelope and clocks that drop
+# below boost under sustained load. H200 and H800 share H100's die and are taken as H100.
+# GPUs without a measurement (B200, L40S, V100) keep A100's fraction: an ASSUMPTION.
+MATMUL_FRACTION = {"A100": 0.869, "H100": 0.803, "H200": 0.803, "H800": 0.803}
+REFERENCE_FRACTION = MATMUL_FRACTION["A100"]
+
+
+def matmul_scale(gpu: GpuSpec) -> float:
+    """The GPU's achievable matmul fraction relative to the A100 the model was fitted on."""
+    name = gpu.name.upper()
+    for family, frac in MATMUL_FRACTION.items():
+        if family in name:
+            return frac / REFERENCE_FRACTION
+    return 1.0
+
+
 def sm_count(gpu: GpuSpec) -> int:
     """SMs of the GPU, looked up by the family in its name (A100, H100, ...)."""
     name = gpu.name.upper()
@@ -72,8 +95,8 @@ def tile_efficiency(m: int, n: int, gpu: GpuSpec, batch: int = 1) -> float:
 
 
 def gemm_efficiency(m: int, n: int, k: int, gpu: GpuSpec, batch: int = 1) -> float:
-    """e_flops = E_GEMM_MAX · e_tile(m, n, batch) · k / (k + K_HALF)."""
-    return E_GEMM_MAX * tile_efficiency(m, n, gpu, batch) * k / (k + K_HALF)
+    """e_flops = E_GEMM_MAX · matmul_scale(gpu) · e_tile(m, n, batch) · k / (k + K_HALF)."""
+    return E_GEMM_MAX * matmul_scale(gpu) * tile_efficiency(m, n, gpu, batch) * k / (k + K_HALF)
 
 
 def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> float:
@@ -103,14 +126,14 @@ def elementwise_time(nbytes: float, gpu: GpuSpec) -> float:
 
 
 def roofline_time(flops: float, nbytes: float, gpu: GpuSpec) -> float:
-    """time = max(flops / (peak·E_GEMM_MAX), nbytes / (hbm·E_MEM)) + launch.
+    """time = max(flops / (peak·E_GEMM_MAX·matmul_scale), nbytes / (hbm·E_MEM)) + launch.
 
     The default for an op known only by its FLOPs and bytes (trace ops): its FLOPs are
     assumed to run at the efficiency of a large GEMM.
     """
     if flops <= 0 and nbytes <= 0:
         return 0.0
-    t_flops = flops / (gpu.peak_flops * E_GEMM_MAX)
+    t_flops = flops / (gpu.peak_flops * E_GEMM_MAX * matmul_scale(gpu))
     t_mem = nbytes / (gpu.hbm_bandwidth * E_MEM)
     return max(t_flops, t_mem) + gpu.launch_overhead
 
