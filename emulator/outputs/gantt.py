@@ -1,6 +1,7 @@
 """gantt.png: one row per (rank, stream), compute and communication coloured by kind.
 
-Readable at 8 ranks and at 512: beyond ``MAX_RANKS`` ranks, rows are sampled
+Readable at 8 ranks and at 512: pipeline (and context-parallel) send and recv
+streams share one row per rank; beyond ``MAX_ROWS`` rows, ranks are sampled
 evenly, always keeping one rank of every pipeline stage, and the title says how
 many are shown. On busy rows, touching spans of one colour are merged before drawing.
 """
@@ -12,12 +13,20 @@ from emulator.outputs.atomic import write_atomic
 from emulator.simulation import Result
 from emulator.spans import Span
 
-MAX_RANKS = 16
+MAX_ROWS = 48  # beyond, fewer ranks are shown (at least MIN_RANKS)
+MIN_RANKS = 4
 COLORS = {"fwd": "#4C78A8", "bwd": "#F58518", "recompute": "#B279A2", "optimizer": "#54A24B",
           "compute": "#72B7B2", "collective": "#E45756", "send": "#9D755D", "recv": "#BAB0AC"}
 
 
-def sample_ranks(ranks: list[int], stage_of: dict[int, int], limit: int = MAX_RANKS) -> list[int]:
+def lane(stream: str) -> str:
+    """The display row of a stream: the pipeline and context-parallel send/recv streams
+    of a rank share one row each ("pp", "cp")."""
+    head = stream.split("_", 1)[0]
+    return head if head in ("pp", "cp") and "_" in stream else stream
+
+
+def sample_ranks(ranks: list[int], stage_of: dict[int, int], limit: int = 16) -> list[int]:
     """At most ``limit`` ranks: one per stage first, then evenly spaced others."""
     if len(ranks) <= limit:
         return ranks
@@ -67,11 +76,12 @@ def write_gantt(path: str, result: Result) -> None:
     by_row: dict[tuple[int, str], list[Span]] = {}
     stage_of: dict[int, int] = {}
     for s in result.spans:
-        by_row.setdefault((s.rank, s.stream), []).append(s)
+        by_row.setdefault((s.rank, lane(s.stream)), []).append(s)
         if s.stage >= 0:
             stage_of.setdefault(s.rank, s.stage)
     ranks = sorted({r for r, _ in by_row})
-    shown = sample_ranks(ranks, stage_of)
+    lanes = max(1, len(by_row) // max(1, len(ranks)))
+    shown = sample_ranks(ranks, stage_of, max(MIN_RANKS, MAX_ROWS // lanes))
     rows = sorted(k for k in by_row if k[0] in set(shown))
     rows.sort(key=lambda k: (k[0], k[1] != "compute", k[1]))
     fig, ax = plt.subplots(figsize=(14, max(2.5, 0.28 * len(rows) + 1.2)), dpi=110)
