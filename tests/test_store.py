@@ -1,6 +1,5 @@
 """The results store: keys of resolved scenarios, one transaction per row, CSV export."""
 import os
-import shutil
 import sqlite3
 
 import pytest

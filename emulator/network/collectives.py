@@ -33,7 +33,6 @@ from typing import Callable
 
 from emulator.network.routing import Router
 from emulator.program import Fold
-from emulator.scenario import NodeSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,557 @@
+"""The scenario reader: a YamlValue tree, read against the key table of emulator/schema.py,
+into the frozen dataclasses of emulator/scenario.py, with `--set key.path=value`
+overrides applied to the tree first and cross-field checks after.
+
+Every problem is a ScenarioError: "FILE:LINE: key.path: expected ..., got ...".
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from . import units
+from .errors import CatalogError, EmulatorError, ScenarioError, UnitError, did_you_mean
+from .schema import (
+    CLUSTER_KEYS, FABRIC_KEYS, GPU_KEYS, KEYS, MODEL_KEYS, NODE_KEYS, OVERRIDE_KEYS,
+    SECTION_TYPES, UNIT_TYPES, Key, all_key_paths,
+)
+
+from . import scenario as _spec
+from .scenario import (
+    ClusterSpec, FabricSpec, GpuSpec, ModelSpec, NodeSpec, Override, ParallelSpec, Scenario, TrainingSpec,
+)
+from .yamltree import (
+    _EXPECTED, _SUB_SECTIONS, _TAG, _TARGET, EXTENSION_PREFIX, YamlValue,
+    _describe, _in_range, _python, _range_text, _show, _tree,
+)
+
+# ------------------------------------------------------------------ --set overrides
+
+
+
+# the dataclasses the key table names (Key.cls), by name
+SPEC_CLASSES = {name: getattr(_spec, name) for name in (
+    "ClusterSpec", "CollectivesSpec", "FabricSpec", "GpuSpec", "ModelSpec", "NodeSpec", "Override", "ParallelSpec",
+    "Scenario", "SimulationSpec", "TrainingSpec", "WorkloadSpec")}
+
+def _override_keys(text: str) -> tuple[list[str], str]:
+    """'parallel.tp=4' -> (['parallel', 'tp'], '4'), checked against the key table."""
+    where = f"--set {text}"
+    if "=" not in text:
+        raise ScenarioError('expected key.path=value, e.g. "parallel.tp=4"', where)
+    path, value = text.split("=", 1)
+    parts = [p.strip() for p in path.strip().split(".")]
+    keys: Mapping[str, Key] = KEYS
+    for i, part in enumerate(parts):
+        if part not in keys:
+            others = [p for p in all_key_paths() if p.endswith("." + part)]
+            hint = did_you_mean(part, list(keys)) or (f'; did you mean "{others[0]}"?' if others else "")
+            raise ScenarioError(f'unknown key "{part}"{hint}', where, ".".join(parts[: i + 1]))
+        key = keys[part]
+        if i < len(parts) - 1:
+            if key.type == "sections":
+                whole = ".".join(parts[: i + 1])
+                raise ScenarioError(f"this is a list: set it whole, e.g. --set '{whole}=[{{kind: "
+                                    "gpu_slowdown, target: \"gpu:0\", factor: 2}]'", where, whole)
+            if key.type != "section" or key.keys is None:
+                raise ScenarioError(f"{'.'.join(parts[: i + 1])} is a value, not a section", where,
+                                    ".".join(parts[: i + 2]))
+            keys = key.keys
+    return parts, value
+
+
+def _key_at(parts: Sequence[str]) -> Key:
+    keys: Mapping[str, Key] = KEYS
+    key = KEYS[parts[0]]
+    for part in parts:  # the path was checked by _override_keys
+        key = keys[part]
+        keys = key.keys or {}
+    return key
+
+
+def apply_overrides(tree: YamlValue | None, overrides: Sequence[str]) -> YamlValue | None:
+    """Applies ``--set key.path=value`` strings to a scenario tree (in place; returns it).
+
+    The value is read as YAML ("4", "200 Gb/s", "[4, 4]"); an empty value removes the
+    key. Missing sections are created; a catalog name standing for a node or GPU
+    becomes ``{preset: name}`` so that one of its figures can be changed.
+    """
+    for text in overrides:
+        parts, value_text = _override_keys(str(text))
+        where = f"--set {text}"
+        if tree is None:
+            tree = YamlValue(where, mapping={})
+        if tree.mapping is None:
+            return tree  # the top level is not a mapping: reported when it is read
+        value = _tree(value_text, where) or YamlValue(where, tag=_TAG + "null")
+        value.key_where = where
+        node = tree
+        for i, part in enumerate(parts[:-1]):
+            assert node.mapping is not None
+            child = node.mapping.get(part)
+            if child is None or child.is_null or (child.mapping is None and not _key_at(parts[: i + 1]).names):
+                child = YamlValue(where, mapping={}, key_where=where)
+            elif child.mapping is None:  # a catalog name: {preset: name}
+                child = YamlValue(child.where, mapping={"preset": child}, key_where=child.key_where)
+            node.mapping[part] = child
+            node = child
+        assert node.mapping is not None
+        node.mapping[parts[-1]] = value
+    return tree
+
+
+# ------------------------------------------------------------------ reader
+
+
+class _Reader:
+    """Reads a scenario tree against the key table; remembers where each key was."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        real = source not in ("", "<string>") and not source.startswith("<")
+        self.base_dir = os.path.dirname(os.path.abspath(source)) if real else os.getcwd()
+        self.seen: dict[str, str] = {}
+        self.empty: set[str] = set()  # keys given without a value ("key:" alone)
+
+    # -- messages
+    def fail(self, where: str, keypath: str, message: str) -> ScenarioError:
+        return ScenarioError(message, where or self.source, keypath)
+
+    def where(self, keypath: str) -> str:
+        """Where a key (or its nearest given parent) is in the file."""
+        parts = keypath.split(".")
+        while parts:
+            found = self.seen.get(".".join(parts))
+            if found:
+                return found
+            parts.pop()
+        return self.seen.get("", self.source)
+
+    # -- sections
+    def section(self, v: YamlValue | None, keys: Mapping[str, Key], kp: str) -> dict[str, YamlValue]:
+        if v is None or v.is_null:
+            return {}
+        if v.mapping is None:
+            sample = ", ".join(list(keys)[:4])
+            raise self.fail(v.where, kp, f"expected a mapping of keys ({sample}, ...), got {_describe(v)}")
+        self.seen[kp] = v.key_where or v.where
+        for name, item in v.mapping.items():
+            if name not in keys and not (kp == "" and name.startswith(EXTENSION_PREFIX)):
+                raise self.unknown(name, item, keys, kp)
+            if item.is_null:
+                self.empty.add(_join(kp, name))
+        return {n: i for n, i in v.mapping.items() if not i.is_null and n in keys}
+
+    def unknown(self, name: str, item: YamlValue, keys: Mapping[str, Key], kp: str) -> ScenarioError:
+        hint = did_you_mean(name, list(keys))
+        if not hint:
+            others = [p for p in all_key_paths() if p.endswith("." + name) or p == name]
+            if others:
+                hint = "; did you mean " + " or ".join(f'"{o}"' for o in others[:3]) + "?"
+            else:
+                hint = f"; expected one of: {', '.join(keys)}"
+        return self.fail(item.key_where or item.where, _join(kp, name), f"unknown key {_show(name)}{hint}")
+
+    def require(self, m: Mapping[str, YamlValue], keys: Mapping[str, Key], kp: str,
+                names: Sequence[str] | None = None) -> None:
+        wanted = names if names is not None else [n for n, k in keys.items()
+                                                 if k.required and k.required_unless is None]
+        for name in wanted:
+            if name not in m:
+                kpn = _join(kp, name)
+                state = "has no value" if kpn in self.empty else "is required and missing"
+                raise self.fail(self.where(kp), kpn, f"this key {state} ({keys[name].doc.rstrip('.')})")
+
+    def fields(self, m: Mapping[str, YamlValue], keys: Mapping[str, Key], kp: str) -> dict[str, Any]:
+        """The plain (non-section, non-catalog) keys of a section, read and converted."""
+        out: dict[str, Any] = {}
+        for name, item in m.items():
+            key = keys[name]
+            if key.type in SECTION_TYPES or key.names:
+                continue
+            out[key.attr or name] = self.read(item, key, _join(kp, name))
+        return out
+
+    # -- scalars
+    def read(self, v: YamlValue, key: Key, kp: str) -> Any:
+        self.seen[kp] = v.where
+        t = key.type
+        if t == "int_list":
+            return self.int_list(v, kp)
+        if v.mapping is not None or v.items is not None:
+            raise self.fail(v.where, kp, f"expected {self.expected(key)}, got {_describe(v)}")
+        if t in ("str", "path", "enum"):
+            return getattr(self, "read_" + t)(v, key, kp)
+        x = _python(v)
+        if t in UNIT_TYPES or t == "ratio":
+            try:
+                value = units.parse_ratio(x) if t == "ratio" else units.PARSERS[t](x)
+            except UnitError as err:
+                raise self.fail(v.where, kp, str(err)) from None
+            if not _in_range(key, value):
+                noun = "a number" if t == "ratio" else units.KINDS[t].name
+                raise self.fail(v.where, kp, f"expected {_range_text(key, noun)}, got {_show(x)}")
+            return value
+        if t == "bool":
+            if not isinstance(x, bool):
+                raise self.fail(v.where, kp, f"expected true or false, got {_show(x)}")
+            return x
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or (t == "int" and not isinstance(x, int)):
+            raise self.fail(v.where, kp, f"expected {self.expected(key)}, got {_show(x)}")
+        if isinstance(x, float) and not math.isfinite(x):
+            raise self.fail(v.where, kp, f"expected a finite number, got {v.text}")
+        if not _in_range(key, x):
+            raise self.fail(v.where, kp, f"expected {_range_text(key, self.expected(key))}, got {_show(x)}")
+        return x if t == "int" else float(x)
+
+    @staticmethod
+    def expected(key: Key) -> str:
+        if key.type in UNIT_TYPES:
+            kind = units.KINDS[key.type]
+            return f"{kind.name} with a unit such as {kind.examples}"
+        if key.type == "enum":
+            return "one of " + ", ".join(key.enum)
+        return _EXPECTED.get(key.type, key.type)
+
+    def read_str(self, v: YamlValue, key: Key, kp: str) -> str:
+        if not v.text.strip():
+            raise self.fail(v.where, kp, "expected a non-empty string, got an empty one")
+        if len(v.text) > 500:
+            raise self.fail(v.where, kp, f"expected a short string, got {len(v.text)} characters")
+        return v.text
+
+    def read_enum(self, v: YamlValue, key: Key, kp: str) -> str:
+        text = v.text.strip()
+        for choice in key.enum:
+            if text.lower() == choice.lower():
+                return choice
+        choices = ", ".join(key.enum)
+        return_hint = did_you_mean(text, list(key.enum))
+        raise self.fail(v.where, kp, f"expected one of {choices}, got {_show(_python(v))}{return_hint}")
+
+    def read_path(self, v: YamlValue, key: Key, kp: str) -> str:
+        text = self.read_str(v, key, kp)
+        path = os.path.normpath(os.path.join(self.base_dir, os.path.expanduser(text)))
+        # a trace may be a folder of per-rank files (Kineto, Chakra); the importer checks its contents
+        if not (os.path.isfile(path) or (kp == "workload.trace" and os.path.isdir(path))):
+            raise self.fail(v.where, kp, f'file not found: "{path}" ("{text}" is read relative to '
+                                         f"the scenario's folder)")
+        return path
+
+    def int_list(self, v: YamlValue, kp: str) -> tuple[int, ...]:
+        dim = Key("int", "", minimum=1, maximum=10**6)
+        if v.items is not None:
+            items = v.items
+        elif v.mapping is None and isinstance(_python(v), str) and "x" in v.text:
+            items = [YamlValue(v.where, text=t.strip(), tag=_TAG + "int") for t in v.text.split("x")]
+        elif v.mapping is None:
+            items = [v]
+        else:
+            raise self.fail(v.where, kp, f"expected {_EXPECTED['int_list']}, got a mapping")
+        if not 1 <= len(items) <= 6:
+            raise self.fail(v.where, kp, f"expected 1 to 6 dimensions, got {len(items)}")
+        return tuple(self.read(item, dim, f"{kp}[{i}]") for i, item in enumerate(items))
+
+    def catalog(self, v: YamlValue, kind: str, kp: str) -> Any:
+        from . import catalog
+
+        name = self.read(v, Key("str", ""), kp)
+        user = getattr(self, "user_catalog", None)
+        try:
+            return catalog.gpu(name, user) if kind == "gpu" else catalog.node(name, user)
+        except CatalogError as err:
+            raise self.fail(v.where, kp, str(err)) from None
+        except EmulatorError as err:
+            raise self.fail(self.where("cluster.catalog"), "cluster.catalog", str(err)) from None
+
+    # -- the scenario
+    def scenario(self, tree: YamlValue | None) -> Scenario:
+        if tree is None:
+            raise self.fail(self.source, "", "the file is empty; a scenario needs at least "
+                                             "`name` and `cluster`")
+        if tree.mapping is None:
+            raise self.fail(tree.where, "", "expected a mapping at the top level (name: ..., "
+                                            f"cluster: ...), got {_describe(tree)}")
+        self.seen[""] = tree.where
+        top = self.section(tree, KEYS, "")
+        self.require(top, KEYS, "")
+        name = self.read(top["name"], KEYS["name"], "name")
+        cluster = self.cluster(top["cluster"])
+        model = self.model(top["model"]) if "model" in top else None
+        subs = {n: self.flat(top.get(n), n) for n in _SUB_SECTIONS}
+        s = Scenario(name=name, cluster=cluster, model=model, path=self.source, **subs)
+        return _Checks(self, s).run()
+
+    def flat(self, v: YamlValue | None, name: str) -> Any:
+        key = KEYS[name]
+        assert key.keys is not None and key.cls is not None
+        m = self.section(v, key.keys, name)
+        return SPEC_CLASSES[key.cls](**self.fields(m, key.keys, name))
+
+    def cluster(self, v: YamlValue) -> ClusterSpec:
+        kp = "cluster"
+        m = self.section(v, CLUSTER_KEYS, kp)
+        if v.is_null or not m:
+            raise self.fail(v.where, kp, "expected a mapping with nodes and node (e.g. nodes: 4, "
+                                         f"node: dgx-a100), got {_describe(v)}")
+        fabric = self.fabric(m.get("fabric"))
+        if "catalog" in m:
+            self.user_catalog = self.read(m["catalog"], CLUSTER_KEYS["catalog"], "cluster.catalog")
+        custom = fabric.kind == "custom"
+        if not custom:
+            self.require(m, CLUSTER_KEYS, kp, ["nodes", "node"])
+        node = self.node(m["node"], "cluster.node", lenient=custom) if "node" in m else None
+        if "nodes" in m:
+            nodes = self.read(m["nodes"], CLUSTER_KEYS["nodes"], "cluster.nodes")
+        else:
+            count = _graph_gpus(fabric.graph) if custom else None
+            nodes = max(1, count // node.gpus_per_node) if (count and node) else 1
+        overrides = self.overrides(m.get("overrides"))
+        if node is not None and nodes > 1 and node.nics == 0 and not custom:
+            raise self.fail(self.where("cluster.node"), "cluster.node.nics",
+                            f"a cluster of {nodes} nodes needs at least one NIC per node, got 0")
+        return ClusterSpec(nodes=nodes, node=node, fabric=fabric, overrides=overrides)
+
+    def fabric(self, v: YamlValue | None) -> FabricSpec:
+        kp = "cluster.fabric"
+        m = self.section(v, FABRIC_KEYS, kp)
+        spec = FabricSpec(**self.fields(m, FABRIC_KEYS, kp))
+        if spec.kind == "custom" and spec.graph is None:
+            raise self.fail(self.where(kp), kp + ".graph", 'kind "custom" needs a graph file '
+                                                           "(graph: path/to/graph.json)")
+        if spec.kind != "custom" and spec.graph is not None:
+            raise self.fail(self.where(kp + ".graph"), kp + ".graph",
+                            f'a graph is only read with kind: custom (kind is "{spec.kind}")')
+        if spec.kind != "torus" and spec.torus_dims:
+            raise self.fail(self.where(kp + ".torus_dims"), kp + ".torus_dims",
+                            f'torus_dims is only read with kind: torus (kind is "{spec.kind}")')
+        return spec
+
+    def node(self, v: YamlValue, kp: str, lenient: bool) -> NodeSpec:
+        if v.mapping is None:
+            return self.catalog(v, "node", kp)
+        m = self.section(v, NODE_KEYS, kp)
+        base: NodeSpec | None = self.catalog(m["preset"], "node", kp + ".preset") if "preset" in m else None
+        given = self.fields(m, NODE_KEYS, kp)
+        if "gpu" in m:
+            given["gpu"] = self.gpu(m["gpu"], kp + ".gpu", base.gpu if base else None)
+        if base is not None:
+            return dataclasses.replace(base, **given)
+        needed = ["gpu"] if lenient else ["gpu", "gpus_per_node", "intra_bandwidth"]
+        self.require(m, NODE_KEYS, kp, needed)
+        if given.get("nics", 0) > 0 and "nic_bandwidth" not in given:
+            raise self.fail(self.where(kp + ".nics"), kp + ".nic_bandwidth",
+                            f"nics is {given['nics']}, so nic_bandwidth is required (e.g. \"400 Gb/s\")")
+        defaults: dict[str, Any] = dict(name="custom", intra="nvswitch", intra_latency=0.0,
+                                        intra_efficiency=1.0, nics=0, nic_bandwidth=0.0,
+                                        nic_latency=0.0, nic_efficiency=1.0,
+                                        gpus_per_node=1, intra_bandwidth=0.0)
+        return NodeSpec(**{**defaults, **given})
+
+    def gpu(self, v: YamlValue, kp: str, base: GpuSpec | None = None) -> GpuSpec:
+        """A catalog GPU, or an inline one (from its preset, else from the node preset's GPU)."""
+        if v.mapping is None:
+            return self.catalog(v, "gpu", kp)
+        m = self.section(v, GPU_KEYS, kp)
+        given = self.fields(m, GPU_KEYS, kp)
+        if "preset" in m:
+            base = self.catalog(m["preset"], "gpu", kp + ".preset")
+        if base is not None:
+            return dataclasses.replace(base, **given)
+        self.require(m, GPU_KEYS, kp, ["peak_flops", "hbm_bandwidth", "memory"])
+        return GpuSpec(**{"name": "custom", **given})
+
+    def overrides(self, v: YamlValue | None) -> tuple[Override, ...]:
+        kp = "cluster.overrides"
+        if v is None or v.is_null:
+            return ()
+        if v.items is None:
+            raise self.fail(v.where, kp, "expected a list of overrides (- kind: gpu_slowdown, "
+                                         f"target: gpu:3, factor: 1.5), got {_describe(v)}")
+        out = []
+        for i, item in enumerate(v.items):
+            ikp = f"{kp}[{i}]"
+            if item.mapping is None:
+                raise self.fail(item.where, ikp, f"expected a mapping (kind, target, factor), got {_describe(item)}")
+            m = self.section(item, OVERRIDE_KEYS, ikp)
+            self.require(m, OVERRIDE_KEYS, ikp)
+            out.append(Override(**self.fields(m, OVERRIDE_KEYS, ikp)))
+        return tuple(out)
+
+    def model(self, v: YamlValue) -> ModelSpec | None:
+        m = self.section(v, MODEL_KEYS, "model")
+        if not m:
+            return None
+        given = self.fields(m, MODEL_KEYS, "model")
+        if "preset" in m:
+            spec = self.preset(m["preset"], given)
+        else:
+            missing = [k for k in ("layers", "hidden", "heads", "seq_len", "vocab") if k not in given]
+            if missing:
+                raise self.fail(self.where("model"), "model", f"missing {', '.join(missing)}: give "
+                                                              "them, or a model.preset")
+            spec = ModelSpec(**given)
+        return spec
+
+    def preset(self, v: YamlValue, given: dict[str, Any]) -> ModelSpec:
+        kp = "model.preset"
+        name = self.read(v, MODEL_KEYS["preset"], kp)
+        try:
+            from .workload.models import model_names, model_preset  # type: ignore[import-not-found]
+        except ImportError:
+            raise self.fail(v.where, kp, "model presets are not available (emulator.workload.models "
+                                         "is missing); give the model's sizes instead") from None
+        names = list(model_names())
+        canonical = {n.lower(): n for n in names}.get(name.strip().lower())
+        if canonical is None:
+            raise self.fail(v.where, kp, f'unknown model "{name}"{did_you_mean(name, names)} '
+                                         f"(known: {', '.join(names)})")
+        name = canonical
+        try:
+            base = model_preset(name)
+        except EmulatorError as err:
+            raise self.fail(v.where, kp, str(err)) from None
+        return dataclasses.replace(base, preset=name, **given)
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _graph_gpus(path: str | None) -> int | None:
+    """Best effort: the number of gpu nodes in a custom graph file (None if unknown)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(64 << 20)
+        data = json.loads(text) if not path.endswith((".yaml", ".yml")) else yaml.safe_load(text)
+        return sum(1 for n in data["nodes"] if isinstance(n, dict) and n.get("kind") == "gpu") or None
+    except Exception:  # the topology builder reports a bad graph file
+        return None
+
+
+class _Checks:
+    """Cross-key rules (Megatron's): world = tp*pp*dp*cp, divisibilities, schedule options."""
+
+    def __init__(self, reader: _Reader, s: Scenario) -> None:
+        self.r = reader
+        self.s = s
+
+    def fail(self, kp: str, message: str) -> ScenarioError:
+        return self.r.fail(self.r.where(kp), kp, message)
+
+    def given(self, kp: str) -> bool:
+        return kp in self.r.seen
+
+    def gpus(self) -> int:
+        s = self.s
+        if s.cluster.fabric.kind == "custom" and not self.given("cluster.nodes"):
+            return _graph_gpus(s.cluster.fabric.graph) or s.gpus
+        return s.gpus
+
+    def run(self) -> Scenario:
+        s = self.s
+        p = s.parallel
+        if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
+            raise self.fail("parallel.virtual_stages", f"virtual_stages > 1 needs schedule: "
+                                                       f'interleaved-1f1b (schedule is "{p.schedule}")')
+        p = self.derive_dp(p)
+        s = dataclasses.replace(s, parallel=p)
+        self.check_targets(s)
+        if s.model is not None:
+            self.check_model(s.model)
+            self.check_parallel(s.model, s.training, p)
+        return s
+
+    def derive_dp(self, p: ParallelSpec) -> ParallelSpec:
+        gpus = self.gpus()
+        if self.given("parallel.dp") or not gpus:
+            return p
+        rest = p.tp * p.pp * p.cp
+        if gpus % rest == 0:
+            return dataclasses.replace(p, dp=gpus // rest)
+        if self.s.model is not None:
+            raise self.fail("parallel", f"tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {rest} does not divide "
+                                        f"the {gpus} GPUs, so dp cannot be derived; change them")
+        return p
+
+    def check_targets(self, s: Scenario) -> None:
+        gpus, nodes = s.gpus, (s.cluster.nodes if s.cluster.node is not None else 0)
+        for i, o in enumerate(s.cluster.overrides):
+            kp = f"cluster.overrides[{i}].target"
+            m = _TARGET.match(o.target)
+            link = "->" in o.target or not m
+            allowed = {"gpu_slowdown": ("gpu", "node"), "node_fail": ("node",)}.get(o.kind)
+            kind = "link" if link else (m.group(1) if m else None)
+            if allowed is not None and kind not in allowed:  # links are checked on the topology
+                forms = {"gpu": '"gpu:N"', "node": '"node:N"', "link": '"src->dst"'}
+                raise self.fail(kp, f"expected {' or '.join(forms[a] for a in allowed)} for {o.kind}, "
+                                    f"got {_show(o.target)}")
+            if m and kind == "gpu" and gpus and int(m.group(2)) >= gpus:
+                raise self.fail(kp, f"there is no gpu {m.group(2)}: the cluster has GPUs 0 to {gpus - 1}")
+            if m and kind == "node" and nodes and int(m.group(2)) >= nodes:
+                raise self.fail(kp, f"there is no node {m.group(2)}: the cluster has nodes 0 to {nodes - 1}")
+
+    def check_model(self, m: ModelSpec) -> None:
+        for name in ("layers", "hidden", "heads", "seq_len", "vocab"):
+            if getattr(m, name) < 1:
+                raise self.fail(f"model.{name}", f"the model needs {name} of at least 1, got {getattr(m, name)}")
+        if m.hidden % m.heads:
+            raise self.fail("model.heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads})")
+        if m.kv_heads and (m.kv_heads > m.heads or m.heads % m.kv_heads):
+            raise self.fail("model.kv_heads", f"kv_heads ({m.kv_heads}) must divide heads ({m.heads})")
+        if m.experts and m.top_k > m.experts:  # top_k 0: the model's default (1)
+            raise self.fail("model.top_k", f"top_k ({m.top_k}) must be at most experts ({m.experts})")
+        if not m.experts and m.top_k:
+            raise self.fail("model.top_k", f"top_k ({m.top_k}) needs experts > 0 (an MoE model)")
+
+    def check_parallel(self, m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> None:
+        gpus = self.gpus()
+        world = p.tp * p.pp * p.dp * p.cp
+        if gpus and world != gpus:
+            c = self.s.cluster
+            shape = f" ({c.nodes} nodes x {c.node.gpus_per_node})" if c.node else ""
+            raise self.fail("parallel.dp" if self.given("parallel.dp") else "parallel",
+                            f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {world}, but the cluster has "
+                            f"{gpus} GPUs{shape}; they must be equal (leave dp out to derive it)")
+        if (p.dp * p.cp) % p.ep:
+            raise self.fail("parallel.ep", f"ep ({p.ep}) must divide dp*cp = {p.dp}*{p.cp} = {p.dp * p.cp}")
+        if p.ep > 1 and not m.experts:
+            raise self.fail("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)")
+        if m.experts and m.experts % p.ep:
+            raise self.fail("parallel.ep", f"ep ({p.ep}) must divide model.experts ({m.experts})")
+        per_step = t.micro_batch * p.dp
+        if not self.given("training.global_batch") and per_step > 1:
+            raise self.fail("training.global_batch", f"this key is required with a model (sequences per "
+                                                     f"iteration, a multiple of micro_batch*dp = {per_step})")
+        if t.global_batch % per_step:
+            raise self.fail("training.global_batch", f"global_batch ({t.global_batch}) must be divisible "
+                                                     f"by micro_batch*dp = {t.micro_batch}*{p.dp} = {per_step}")
+        chunks = p.pp * p.virtual_stages
+        if m.layers % chunks:
+            raise self.fail("parallel.pp", f"model.layers ({m.layers}) must be divisible by "
+                                           f"pp*virtual_stages = {p.pp}*{p.virtual_stages} = {chunks}")
+        if m.heads % p.tp:
+            raise self.fail("parallel.tp", f"model.heads ({m.heads}) must be divisible by tp ({p.tp})")
+        if m.ffn_hidden and m.ffn_hidden % p.tp:
+            raise self.fail("parallel.tp", f"model.ffn_hidden ({m.ffn_hidden}) must be divisible by tp ({p.tp})")
+        if m.kv_heads and m.kv_heads % p.tp and p.tp % m.kv_heads:  # kv heads may be replicated
+            raise self.fail("parallel.tp", f"model.kv_heads ({m.kv_heads}) and tp ({p.tp}) must divide "
+                                           "one another")
+        split = p.cp * (p.tp if p.sequence_parallel else 1)
+        if m.seq_len % split:
+            what = f"cp*tp = {p.cp}*{p.tp}" if p.sequence_parallel else "cp"
+            raise self.fail("parallel.cp", f"model.seq_len ({m.seq_len}) must be divisible by {what} = {split}")
+        micro_batches = t.global_batch // per_step
+        if p.schedule == "interleaved-1f1b" and p.pp > 1 and micro_batches % p.pp:
+            raise self.fail("training.global_batch",
+                            f"interleaved-1f1b needs the micro-batches per pipeline "
+                            f"(global_batch/(micro_batch*dp) = {micro_batches}) to be a multiple of pp ({p.pp})")
+
+
