@@ -211,7 +211,7 @@ class ComputeFit:
 
 def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
     """GEMM and memory-bound efficiencies of a one-GPU Kineto profile against ``gpu``."""
-    from .importers.kineto import DTYPE_BYTES, read_rank
+    from .importers.kineto_reader import DTYPE_BYTES, read_rank
 
     try:
         rt = read_rank(path)
