@@ -3,7 +3,8 @@
 Breakdown of the iteration time T, per simulated rank, then averaged over ranks
 (each simulated rank stands for the same number of copies):
 
-- ``compute``: the union of compute spans (the optimizer step excluded);
+- ``compute``: the union of compute spans (the optimizer step excluded, and the
+  host-side ``cpu`` lane of imported traces, which is not GPU work);
 - ``exposed_comm``: the union of transfer intervals [xfer_s, end_s] of
   communication not hidden under compute;
 - ``bubble``: time with neither compute nor communication, when pp > 1
@@ -58,7 +59,7 @@ def breakdown(spans: list[Span], period: float, pipelined: bool, iterations: int
         bucket = per_rank.get(s.rank)
         if bucket is None:
             bucket = per_rank[s.rank] = ([], [], [])
-        if s.end_s <= s.start_s and s.kind == "compute":
+        if s.kind == "compute" and (s.end_s <= s.start_s or s.stream == "cpu"):
             continue
         if s.kind == "compute":
             (bucket[2] if s.category == "optimizer" else bucket[0]).append((s.start_s, s.end_s))

@@ -45,7 +45,7 @@ def summarize(result: Result) -> dict[str, Any]:
     hw_per_gpu = hw_flops / T / gpus if T > 0 else 0.0
     tokens = float(meta.get("tokens", 0.0))
     samples = float(meta.get("samples", 0.0))
-    return {
+    out = {
         "scenario": sc.name,
         "gpus": gpus,
         "iteration_time_s": T,
@@ -60,6 +60,11 @@ def summarize(result: Result) -> dict[str, Any]:
         "sim": {"events": result.events, "wall_s": result.wall_s, "ranks_simulated": result.ranks_simulated,
                 "notes": list(result.notes)},
     }
+    if meta.get("measured") and sc.simulation.iterations <= 1:  # a replayed real trace: measured vs emulated
+        from emulator.importers.replay_report import compare
+
+        out["replay"] = compare(result.program, result)
+    return out
 
 
 def summary_json(summary: dict) -> str:
@@ -100,6 +105,13 @@ def human_table(summary: dict) -> str:
     rows.append(("simulated", f"{sim['ranks_simulated']} ranks, {sim['events']:,} events in {sim['wall_s']:.2f} s"))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    if summary.get("replay"):
+        lines.append("replay, per rank    measured span  emulated span  error   measured wait  emulated wait")
+        for r in summary["replay"]:
+            mw = _fmt_time(r["measured_wait_s"]) if r["measured_wait_s"] is not None else "-"
+            lines.append(f"  rank {r['rank']:<13} {_fmt_time(r['measured_span_s']):>13}  "
+                         f"{_fmt_time(r['emulated_span_s']):>13}  {r['span_error']:+6.1%}  {mw:>13}  "
+                         f"{_fmt_time(r['emulated_wait_s']):>13}")
     for note in sim.get("notes", []):
         lines.append(f"note: {note}")
     if mem.get("fits") is False:
