@@ -44,6 +44,8 @@ def test_scenario_runs(path, capsys):
     assert set(s["sim"]) >= {"events", "wall_s", "ranks_simulated"}
     if sc.model is not None:
         assert 0 < s["mfu"] <= s["hfu"] < 1
+    if sc.workload.format == "kineto":  # a replayed real trace: each rank's span within 10 % of measured
+        assert s["replay"] and all(abs(r["span_error"]) < 0.10 for r in s["replay"])
 
 
 def test_every_trace_is_used_by_a_scenario_or_test():
