@@ -5,9 +5,12 @@ streams, the rendezvous of collectives, send/recv matching by (src, dst, tag),
 and deadlock detection. It records one Span per op (``emulator.spans.SpanTable``).
 
 Hot path notes: ops are indexed by position; each op keeps a counter of unmet
-prerequisites (its deps plus the previous op on its stream); no SimPy process
+prerequisites (its deps plus the previous op on its stream), in flat arrays; no SimPy process
 or Resource is created per op — only timeouts with one shared callback, and the
-fabric's.
+fabric's. Compute ops that end at the same time share one timeout (``_ends``):
+SimPy computes a timeout's time as now + d, so the key now + d is exactly that
+time, and the ops complete in the order they started (identical results; the
+symmetric ranks of an unfolded run end together: 16.6M → 3.6M events at 1024 GPUs).
 
 Templates: a ``Stamped`` program (``emulator.folding``: every rank simulated,
 given as the representatives' ops plus the translations that copy them) is run
@@ -20,6 +23,7 @@ and validation, and the Span list, of a 1024-GPU unfolded run.
 """
 from __future__ import annotations
 
+from array import array
 from typing import Callable
 
 import simpy
@@ -61,19 +65,23 @@ class Engine:
             self._stamp, self._shifts, self.stride = stamp, program.translations, program.stride
         self._rmaps: list[dict[int, int] | None] = [None if s is None or not any(s) else {} for s in self._shifts]
         self._gmaps: list[dict[tuple, tuple]] = [{} for _ in self._shifts]
+        self._ckeys: list[dict[tuple, tuple]] = [{} for _ in self._shifts]
         self.T = len(self.tops)
         n = self.T * len(self._shifts)
         self.n = n
         self.kind = [_CODE[op.kind] for op in self.tops]
         self.succ, wait = self._wire()
-        self.waiting = wait * len(self._shifts)
-        self.start = [-1.0] * n
-        self.xfer = [0.0] * n
-        self.end = [-1.0] * n
+        # flat arrays, not lists: no float object per op, and nothing for the garbage collector
+        # to traverse (a full collection walking four 21M-entry lists cost ~1/3 of a 1024-GPU run)
+        self.waiting = array("q", wait) * len(self._shifts)
+        self.start = array("d", [-1.0]) * n
+        self.xfer = array("d", [0.0]) * n
+        self.end = array("d", [-1.0]) * n
         self.events = 0
         self._rdv: dict[tuple, list[int]] = {}
         self._seq: dict[tuple, int] = {}
         self._p2p: dict[tuple, list[list[int]]] = {}
+        self._ends: dict[float, list[int]] = {}  # end time → compute ops ending then (one timeout each)
         self.durs = self._durations()
         self._expected: dict[tuple[int, ...], int] = {}
         collectives.prepare(self._plan_keys(), capacity)
@@ -157,7 +165,9 @@ class Engine:
 
     # -- running ----------------------------------------------------------------
     def run(self) -> tuple[SpanTable, int]:
-        self._release([i for i, w in enumerate(self.waiting) if w == 0])
+        T = self.T
+        heads = [t for t in range(T) if self.waiting[t] == 0]  # every copy starts like the template
+        self._release([k * T + t for k in range(len(self._shifts)) for t in heads])
         env = self.env
         step = env.step
         events = 0
@@ -182,7 +192,7 @@ class Engine:
         now = self.env.now
         T, kind, succ, waiting = self.T, self.kind, self.succ, self.waiting
         start, xfer, end, durs = self.start, self.xfer, self.end, self.durs
-        timeout, done = self.env.timeout, self._done
+        timeout, done, ends = self.env.timeout, self._done, self._ends
         while ready:
             i = ready.pop()
             start[i] = now
@@ -192,7 +202,13 @@ class Engine:
                 xfer[i] = now
                 d = durs[k][t]
                 if d > 0.0:
-                    timeout(d, i).callbacks.append(done)
+                    at = now + d  # what SimPy computes for the timeout: equal ends share one event
+                    batch = ends.get(at)
+                    if batch is None:
+                        ends[at] = [i]
+                        timeout(d, at).callbacks.append(done)
+                    else:
+                        batch.append(i)
                     continue
                 end[i] = now
                 base = i - t
@@ -211,21 +227,22 @@ class Engine:
                 self._arrive_p2p(i, (self._tr(k, op.rank), self._tr(k, op.peer), op.tag), 1)
 
     def _done(self, event: simpy.Event) -> None:
-        """A compute op (the timeout's value) ended."""
-        i = event._value
-        self.end[i] = self.env.now
-        t = i % self.T
-        base = i - t
-        waiting = self.waiting
-        ready = []
-        for j in self.succ[t]:
-            j += base
-            w = waiting[j] - 1
-            waiting[j] = w
-            if not w:
-                ready.append(j)
-        if ready:
-            self._release(ready)
+        """The compute ops ending at this time (the timeout's value) ended, in the order they started."""
+        now = self.env.now
+        T, succ, waiting, end = self.T, self.succ, self.waiting, self.end
+        for i in self._ends.pop(event._value):
+            end[i] = now
+            t = i % T
+            base = i - t
+            ready = []
+            for j in succ[t]:
+                j += base
+                w = waiting[j] - 1
+                waiting[j] = w
+                if not w:
+                    ready.append(j)
+            if ready:
+                self._release(ready)
 
     def _done_many(self, members: list[int]) -> None:
         now = self.env.now
@@ -247,8 +264,11 @@ class Engine:
     # -- collectives ------------------------------------------------------------
     def _arrive_collective(self, i: int, k: int, t: int) -> None:
         op = self.tops[t]
-        group = self._group(k, op.group)
-        gkey = (self._tr(k, op.rank), group)
+        keys = self._ckeys[k]
+        gkey = keys.get((op.rank, op.group))
+        if gkey is None:  # (rank, group) of this copy; the template's key when it is the identity
+            gkey = keys[(op.rank, op.group)] = (self._tr(k, op.rank), self._group(k, op.group))
+        group = gkey[1]
         seq = self._seq.get(gkey, 0)
         self._seq[gkey] = seq + 1
         key = (group, seq)

@@ -4,6 +4,11 @@ This is the one place that wires the pieces together (DESIGN.md, "Data flows one
 way"): the workload front end (builder or trace importer) makes the Program,
 the topology builder makes the network, the engine runs them, and the Result
 holds the spans and facts that every report reads.
+
+An unfolded model run (every rank simulated) is a ``Stamped`` program: the
+representatives' ops plus the translations that copy them, which the engine runs
+without materialising 21M ops at 1024 GPUs; its spans are a ``SpanTable`` that
+makes Span tuples on access.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
 from emulator.program import Program
 from emulator.scenario import Scenario
-from emulator.spans import Span
+from emulator.spans import Span, SpanTable
 
 Progress = Callable[[float, int], None]
 
@@ -32,7 +37,7 @@ class Result:
     scenario: Scenario
     program: Program
     topology: Topology
-    spans: list[Span]
+    spans: list[Span]  # a SpanTable from the engine: a read-only sequence of Span, made on access
     iteration_time_s: float
     events: int
     wall_s: float
@@ -42,7 +47,10 @@ class Result:
 
     @property
     def ranks_simulated(self) -> int:
-        return len({s.rank for s in self.spans})
+        spans = self.spans
+        if isinstance(spans, SpanTable):
+            return spans.rank_count()
+        return len({s.rank for s in spans})
 
 
 def build_workload(scenario: Scenario) -> tuple[Program, list[str]]:
@@ -113,6 +121,6 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
         spans, events = engine.run()
     except NoRouteError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
-    makespan = max((s.end_s for s in spans), default=0.0)
+    makespan = max(engine.end, default=0.0)  # = max span end, without making the spans
     return Result(scenario, program, topo, spans, makespan / iterations, events, time.perf_counter() - t0,
                   list(notes or []), series, engine.fabric.bytes_on_link)
