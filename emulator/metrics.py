@@ -19,25 +19,31 @@ HFU counts the recomputed work (hardware FLOPs).
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
 
 from emulator.spans import Span
 
 
-def union_length(intervals: list[tuple[float, float]]) -> float:
-    """Length of the union of [a, b) intervals."""
-    if not intervals:
+def union_length(starts: Sequence[float], ends: Sequence[float]) -> float:
+    """Length of the union of the intervals [starts[i], ends[i]) (vectorised: sort by start,
+    a running maximum of the ends, a new segment wherever a start passes it)."""
+    if len(starts) == 0:
         return 0.0
-    intervals.sort()
-    total = 0.0
-    cur_a, cur_b = intervals[0]
-    for a, b in intervals[1:]:
-        if a > cur_b:
-            total += cur_b - cur_a
-            cur_a, cur_b = a, b
-        elif b > cur_b:
-            cur_b = b
-    return total + (cur_b - cur_a)
+    a = np.asarray(starts, dtype=float)
+    b = np.asarray(ends, dtype=float)
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    reach = np.maximum.accumulate(b)
+    new = np.empty(len(a), dtype=bool)
+    new[0] = True
+    new[1:] = a[1:] > reach[:-1]
+    firsts = np.flatnonzero(new)
+    seg_end = np.maximum.reduceat(b, firsts)
+    return float(np.sum(seg_end - a[firsts]))
 
 
 @dataclass(frozen=True)
@@ -52,27 +58,36 @@ class Breakdown:
                 "other": self.other}
 
 
-def breakdown(spans: list[Span], period: float, pipelined: bool, iterations: int = 1) -> Breakdown:
-    """Per-iteration breakdown averaged over the simulated ranks (see module doc)."""
-    per_rank: dict[int, tuple[list, list, list]] = {}
+def _buckets(spans: Iterable[Span]) -> dict[int, list[array]]:
+    """Per rank, six flat arrays: compute, communication and optimizer starts and ends."""
+    per_rank: dict[int, list[array]] = {}
     for s in spans:
-        bucket = per_rank.get(s.rank)
-        if bucket is None:
-            bucket = per_rank[s.rank] = ([], [], [])
-        if s.kind == "compute" and (s.end_s <= s.start_s or s.stream == "cpu"):
-            continue
+        b = per_rank.get(s.rank)
+        if b is None:
+            b = per_rank[s.rank] = [array("d") for _ in range(6)]
         if s.kind == "compute":
-            (bucket[2] if s.category == "optimizer" else bucket[0]).append((s.start_s, s.end_s))
+            if s.end_s <= s.start_s or s.stream == "cpu":
+                continue
+            i = 4 if s.category == "optimizer" else 0
+            b[i].append(s.start_s)
+            b[i + 1].append(s.end_s)
         elif s.end_s > s.xfer_s:
-            bucket[1].append((s.xfer_s, s.end_s))
+            b[2].append(s.xfer_s)
+            b[3].append(s.end_s)
+    return per_rank
+
+
+def breakdown(spans: Iterable[Span], period: float, pipelined: bool, iterations: int = 1) -> Breakdown:
+    """Per-iteration breakdown averaged over the simulated ranks (see module doc)."""
+    per_rank = _buckets(spans)
     if not per_rank:
         return Breakdown(0.0, 0.0, 0.0, period)
     total = [0.0, 0.0, 0.0, 0.0]
     span_total = period * iterations
-    for comp, comm, opt in per_rank.values():
-        c = union_length(list(comp))
-        cc = union_length(comp + comm)
-        busy = union_length(comp + comm + opt)
+    for cs, ce, ms, me, os_, oe in per_rank.values():
+        c = union_length(cs, ce)
+        cc = union_length(cs + ms, ce + me)
+        busy = union_length(cs + ms + os_, ce + me + oe)
         idle = max(0.0, span_total - busy)
         total[0] += c
         total[1] += cc - c

@@ -33,8 +33,9 @@ def summarize(result: Result) -> dict[str, Any]:
     T = result.iteration_time_s
     gpus = result.program.ranks
     pp = int(meta.get("pp", sc.parallel.pp if sc.model and not sc.workload.trace else 1))
-    stages = {s.stage for s in result.spans if s.stage >= 0}
-    bd = breakdown(result.spans, T, pipelined=pp > 1 or len(stages) > 1, iterations=max(1, sc.simulation.iterations))
+    if sc.workload.trace:  # a trace says it is pipelined by its stages
+        pp = max(pp, len({s.stage for s in result.spans if s.stage >= 0}))
+    bd = breakdown(result.spans, T, pipelined=pp > 1, iterations=max(1, sc.simulation.iterations))
     model_flops = float(meta.get("model_flops", 0.0))
     hw_flops = float(meta.get("hardware_flops", model_flops))
     if not model_flops:  # a trace: the FLOPs its ops declare, times the copies each rank stands for
