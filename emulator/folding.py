@@ -76,13 +76,17 @@ def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
     tp_ok = in_node_ok and t <= g and g % t == 0
     cp_ok = tp_ok and t * cp <= g and g % (t * cp) == 0
     axes: list[tuple[int, bool]] = [(pp, False)]
-    if p.ep > 1:
+    note = "folding on"
+    if p.ep > 1 and not _ep_splits(p):
         axes += [(d, False), (cp, False)]
-        note = "folding: tp only (expert parallelism regroups the dp ranks)"
+        note = "folding: tp only (expert parallelism with context parallelism regroups the dp ranks)"
+    elif p.ep > 1:  # dp = (blocks of ep) × (position in the block): both rotate EP groups onto EP groups
+        outer = _dp_axes(d // p.ep, p.ep * t, g, scenario) if in_node_ok else [(d // p.ep, False)]
+        inner = _dp_axes(p.ep, t, g, scenario) if in_node_ok else [(p.ep, False)]
+        axes += outer + inner + [(cp, False)]
     else:
         axes += _dp_axes(d, cp * t, g, scenario) if in_node_ok else [(d, False)]
         axes.append((cp, cp_ok and cp > 1))
-        note = "folding on"
     axes.append((t, tp_ok and t > 1))
     fold = Fold(tuple(s for s, _ in axes), tuple(f and s > 1 for s, f in axes))
     if fold.copies == 1:
@@ -90,13 +94,24 @@ def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
     return fold, f"{note}: {fold.copies} ranks per simulated rank"
 
 
+def _ep_splits(p) -> bool:
+    """Expert parallelism without CP: EP groups are blocks of ``ep`` consecutive dp ranks
+    (emulator.workload.placement), so dp splits into (dp/ep blocks, ep positions), and a
+    rotation of either maps EP groups, and expert-data-parallel groups, onto their kind."""
+    return p.cp == 1 and p.dp % p.ep == 0
+
+
 def program_fold(scenario: Scenario) -> Fold | None:
     """The symmetry of the *program* alone (not the network): the builder emits the same
-    ops, translated, for every tp, cp and (without expert parallelism) dp coordinate.
-    Used to build an unfolded program fast: build the representatives, then stamp copies."""
+    ops, translated, for every tp, cp and dp coordinate (with expert parallelism, dp as
+    (blocks, positions), and cp not at all). Used to build an unfolded program fast:
+    build the representatives, then stamp copies."""
     p = scenario.parallel
-    plain = p.ep == 1
-    fold = Fold((p.pp, p.dp, p.cp, p.tp), (False, plain and p.dp > 1, plain and p.cp > 1, p.tp > 1))
+    if p.ep > 1 and _ep_splits(p):
+        fold = Fold((p.pp, p.dp // p.ep, p.ep, p.cp, p.tp), (False, p.dp > p.ep, True, False, p.tp > 1))
+    else:
+        plain = p.ep == 1
+        fold = Fold((p.pp, p.dp, p.cp, p.tp), (False, plain and p.dp > 1, plain and p.cp > 1, p.tp > 1))
     return fold if fold.copies > 1 else None
 
 

@@ -8,10 +8,11 @@ from emulator.simulation import simulate
 BASE = """
 name: fold
 cluster: {{nodes: {nodes}, node: dgx-a100, fabric: {{kind: {fabric}, oversubscription: {os}, leaf_size: {leaf}}}}}
-model: {{preset: gpt3-1.3b, layers: 8}}
+model: {{preset: gpt3-1.3b, layers: 8, experts: {experts}, top_k: {top_k}}}
 training: {{global_batch: {gb}, micro_batch: 1}}
-parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, zero: {zero}, schedule: {sched}, virtual_stages: {v}}}
+parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, ep: {ep}, zero: {zero}, schedule: {sched}, virtual_stages: {v}}}
 """
+MOE = dict(experts=0, top_k=0, ep=1)
 CASES = {
     # 64 GPUs: TP 8 × PP 2 × DP 4 on an oversubscribed fat-tree, leaves of 2 nodes
     "64-tp-pp-dp-oversub": dict(nodes=8, fabric="fat_tree", os=2, leaf=2, gb=32, tp=8, pp=2, dp=4, zero=0, sched="1f1b", v=1),
@@ -22,7 +23,13 @@ CASES = {
     "256-dp-inside-and-across-nodes": dict(nodes=32, fabric="fat_tree", os=4, leaf=4, gb=64, tp=2, pp=4, dp=32,
                                            zero=1, sched="1f1b", v=1),
     "64-rail-gpipe": dict(nodes=8, fabric="rail", os=1, leaf=4, gb=32, tp=2, pp=2, dp=16, zero=0, sched="gpipe", v=1),
+    # 128 GPUs of MoE: 8 experts, EP 4 carved out of DP 16 (EP blocks inside a node and across)
+    "128-moe-ep4": dict(nodes=16, fabric="fat_tree", os=2, leaf=4, gb=64, tp=2, pp=4, dp=16, zero=1, sched="1f1b",
+                        v=1, experts=8, top_k=2, ep=4),
 }
+for _c in CASES.values():
+    for _k, _v in MOE.items():
+        _c.setdefault(_k, _v)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
