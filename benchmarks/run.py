@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -40,19 +39,24 @@ def run_case(root: str, scenario: str, sets: list[str]) -> dict:
     for s in sets:
         cmd += ["--set", s]
     env = dict(os.environ, PYTHONPATH=root)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root)
-    wall = time.perf_counter() - t0
-    rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=root)
+        _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    rss_kb = usage.ru_maxrss
     if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
-    s = json.loads(proc.stdout)
+        return {"error": stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {proc.returncode}"}
+    s = json.loads(stdout)
     events = s["sim"]["events"]
     return {"wall_s": wall, "sim_wall_s": s["sim"]["wall_s"], "events": events,
             "events_per_s": events / s["sim"]["wall_s"] if s["sim"]["wall_s"] > 0 else 0.0,
             "ranks_simulated": s["sim"]["ranks_simulated"], "gpus": s["gpus"],
-            "peak_rss_mb": max(rss_kb, before) / 1024, "iteration_time_s": s["iteration_time_s"]}
+            "peak_rss_mb": rss_kb / 1024, "iteration_time_s": s["iteration_time_s"]}
 
 
 def worktree(rev: str) -> str:
