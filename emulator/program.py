@@ -108,6 +108,21 @@ class Fold:
         c = self.coords(rank)
         return self.rank([(x + o) % s for x, o, s in zip(c, offset, self.shape)])
 
+    def translate_all(self, ranks: list[int]) -> list[list[int]]:
+        """``ranks`` under every translation, in the order of ``translations()`` (vectorised:
+        one row per translation)."""
+        import numpy as np
+
+        shape = np.array(self.shape, dtype=np.int64)
+        strides = np.ones(len(shape), dtype=np.int64)
+        for i in range(len(shape) - 2, -1, -1):
+            strides[i] = strides[i + 1] * shape[i + 1]
+        r = np.array(ranks, dtype=np.int64)
+        coords = (r[:, None] // strides[None, :]) % shape[None, :]  # (n, axes)
+        offsets = np.array(list(self.translations()), dtype=np.int64).reshape(-1, len(shape))  # (T, axes)
+        moved = (coords[None, :, :] + offsets[:, None, :]) % shape[None, None, :]  # (T, n, axes)
+        return (moved @ strides).tolist()
+
 
 @dataclass
 class Program:

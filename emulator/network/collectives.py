@@ -139,13 +139,14 @@ class CollectiveModel:
         fold = self.fold
         if fold is not None and fold.copies > 1:
             seen = {tuple(group) if op == "p2p" else frozenset(group)}
-            for t in fold.translations():
-                img = [fold.translate(r, t) for r in group]
+            members = list(group) + ([root] if root >= 0 else [])
+            for row in fold.translate_all(members):
+                img = row[:len(group)]
                 ident = tuple(img) if op == "p2p" else frozenset(img)
                 if ident in seen:
                     continue
                 seen.add(ident)
-                iroot = fold.translate(root, t) if root >= 0 else -1
+                iroot = row[-1] if root >= 0 else -1
                 igroup = tuple(img) if op == "p2p" else tuple(sorted(img))
                 image = self._raw(op, igroup, iroot)
                 if [len(ph) for ph in image] != [len(ph) for ph in raw]:
