@@ -1,0 +1,63 @@
+"""Collective algorithms as coupled flows: uncontended times equal the α-β formulas."""
+import pytest
+
+from emulator.program import Op, Program
+from emulator.scenario import load_scenario_text
+from emulator.simulation import run_program
+from helpers import custom_scenario, star
+
+B, LAT, S = 50e9, 1e-6, 1e9  # star links: 50 GB/s, 1 us each; a hop GPU→switch→GPU has α = 2 us
+
+
+def _run(tmp_path, n, collective, nbytes=S, root=-1, algorithm="auto"):
+    sc = custom_scenario(star(tmp_path, n, bw=B, lat=LAT))
+    g = tuple(range(n))
+    ops = [Op(r, r, "collective", collective=collective, group=g, bytes=nbytes, root=root) for r in g]
+    return run_program(Program(n, ops), sc, record_links=False).iteration_time_s
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather"])
+def test_ring_rs_ag(tmp_path, collective):
+    # (n−1)·α + (n−1)/n·S/B = 7 × 2e-6 + 7/8 × 1e9/50e9 = 1.4e-5 + 0.0175 = 0.017514 s
+    assert _run(tmp_path, 8, collective) == pytest.approx(0.017514, rel=1e-9)
+
+
+def test_chain_broadcast(tmp_path):
+    # pipelined chain from the root: (n−1)·α + S/B = 3 × 2e-6 + 0.02 = 0.020006 s
+    assert _run(tmp_path, 4, "broadcast", root=2) == pytest.approx(0.020006, rel=1e-9)
+
+
+def test_direct_all_to_all_shares_the_ports(tmp_path):
+    # 4 ranks each send S/4 to each of 3 others: every GPU uplink carries 3 flows (and every
+    # downlink 3), so each flow gets B/3; S/4 at B/3 takes 0.75·S/B = 0.015 s, after α = 2 us.
+    assert _run(tmp_path, 4, "all_to_all") == pytest.approx(2e-6 + 0.015, rel=1e-9)
+
+
+def test_hierarchical_all_reduce_on_two_nodes():
+    # 2 DGX A100 on one switch, a 16-GPU all-reduce of S = 1 GiB, hierarchical:
+    #   RS inside each node: 6.05 + 7 × 1.975 us + 7/8 × S / 230e9   (NVLink 300 GB/s × 230/300)
+    #   AR across the 2 nodes per local rank (8 rings, S/8 each): 6.05 + 2 × (3 + 2×0.5 + 0) us ...
+    # the inter-node step is the path latency (GPU→NIC 0, NIC→sw 0.5 us, sw→NIC 0.5 us, NIC→GPU 0)
+    # plus the 3 us software step: α = 4 us; volume 2·1/2·(S/8) at 24 GB/s (25 × 0.96)
+    #   AG inside each node: as RS.
+    text = ("name: h\ncluster: {nodes: 2, node: dgx-a100, fabric: {kind: single_switch}}\n"
+            "collectives: {algorithm: hierarchical}\n")
+    sc = load_scenario_text(text, "h.yaml")
+    S1 = 2**30
+    intra = 6.05e-6 + 7 * 1.975e-6 + 7 / 8 * S1 / 230e9
+    inter = 6.05e-6 + 2 * 4e-6 + 2 * (1 / 2) * (S1 / 8) / 24e9
+    g = tuple(range(16))
+    ops = [Op(r, r, "collective", collective="all_reduce", group=g, bytes=S1) for r in g]
+    t = run_program(Program(16, ops), sc, record_links=False).iteration_time_s
+    assert t == pytest.approx(2 * intra + inter, rel=1e-9)
+
+
+def test_multi_node_ring_uses_one_channel_per_rail():
+    # 2 DGX A100, ring all-reduce over all 16 GPUs: 8 channels, each S/8, each crossing one NIC
+    # pair between the nodes at 24 GB/s: busbw = 8 × 24 = 192 GB/s at large sizes (nccl.csv: 192).
+    text = "name: r\ncluster: {nodes: 2, node: dgx-a100, fabric: {kind: fat_tree}}\n"
+    sc = load_scenario_text(text, "r.yaml")
+    from emulator.collective_bench import collective_table
+
+    (row,) = collective_table(sc, "all_reduce", [8 * 2**30])
+    assert row["busbw_GB_per_s"] == pytest.approx(192.0, rel=0.005)
