@@ -70,6 +70,8 @@ def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
     if c.overrides:
         return None, "folding off: overrides (stragglers, degraded or failed links) break the symmetry"
     p = scenario.parallel
+    if p.order and tuple(p.order) != ("pp", "dp", "cp", "tp"):
+        return None, "folding off: a rank placement other than Megatron's (parallel.order)"
     t, cp, d, pp = p.tp, p.cp, p.dp, p.pp
     g, nics = c.node.gpus_per_node, c.node.nics
     in_node_ok = nics in (0, 1, g)
@@ -107,6 +109,8 @@ def program_fold(scenario: Scenario) -> Fold | None:
     (blocks, positions), and cp not at all). Used to build an unfolded program fast:
     build the representatives, then stamp copies."""
     p = scenario.parallel
+    if p.order and tuple(p.order) != ("pp", "dp", "cp", "tp"):
+        return None
     if p.ep > 1 and _ep_splits(p):
         fold = Fold((p.pp, p.dp // p.ep, p.ep, p.cp, p.tp), (False, p.dp > p.ep, True, False, p.tp > 1))
     else:

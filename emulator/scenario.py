@@ -111,6 +111,7 @@ class ParallelSpec:
     virtual_stages: int = 1
     overlap_grad_reduce: bool = True
     grad_bucket: float = 25e6 * 4  # B
+    order: tuple[str, ...] = ()  # rank placement, slowest → fastest axis; () = Megatron's pp, dp, cp, tp
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,8 @@ class _Reader:
         t = key.type
         if t == "int_list":
             return self.int_list(v, kp)
+        if t == "axis_order":
+            return self.axis_order(v, kp)
         if v.mapping is not None or v.items is not None:
             raise self.fail(v.where, kp, f"expected {self.expected(key)}, got {_describe(v)}")
         if t in ("str", "path", "enum"):
@@ -255,6 +257,16 @@ class _Reader:
         if not 1 <= len(items) <= 6:
             raise self.fail(v.where, kp, f"expected 1 to 6 dimensions, got {len(items)}")
         return tuple(self.read(item, dim, f"{kp}[{i}]") for i, item in enumerate(items))
+
+    def axis_order(self, v: YamlValue, kp: str) -> tuple[str, ...]:
+        from .schema import AXES
+
+        if v.items is None:
+            raise self.fail(v.where, kp, f"expected {_EXPECTED['axis_order']}, got {_describe(v)}")
+        names = tuple(self.read(item, Key("str", ""), f"{kp}[{i}]").strip().lower() for i, item in enumerate(v.items))
+        if sorted(names) != sorted(AXES):
+            raise self.fail(v.where, kp, f"expected {_EXPECTED['axis_order']}, got [{', '.join(names)}]")
+        return names
 
     def catalog(self, v: YamlValue, kind: str, kp: str) -> Any:
         from . import catalog

@@ -139,6 +139,7 @@ TRAINING_KEYS: dict[str, Key] = {
 }
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+AXES = ("pp", "dp", "cp", "tp")  # the parallel axes a rank placement orders
 PARALLEL_KEYS: dict[str, Key] = {
     "tp": Key("int", "Tensor-parallel size.", minimum=1, maximum=10**6),
     "pp": Key("int", "Pipeline-parallel size.", minimum=1, maximum=10**6),
@@ -152,6 +153,8 @@ PARALLEL_KEYS: dict[str, Key] = {
                           maximum=10**4),
     "overlap_grad_reduce": Key("bool", "Overlap gradient reduction with backward."),
     "grad_bucket": Key("bytes", 'Gradient bucket size, e.g. "25 MB".', positive=True),
+    "order": Key("axis_order", "Rank placement, slowest to fastest axis, e.g. [pp, dp, cp, tp] "
+                               "(Megatron's, the default: TP fastest inside a node)."),
 }
 
 COLLECTIVES_KEYS: dict[str, Key] = {
@@ -228,7 +231,7 @@ def _default(key: Key, name: str, cls: type | None) -> Any:
                 return MISSING
             if key.type in UNIT_TYPES:
                 return f"{value:g} {UNIT_KINDS[key.type].si_unit}"
-            if key.type == "int_list":
+            if key.type in ("int_list", "axis_order"):
                 return list(value)
             return value
     return MISSING
@@ -249,6 +252,9 @@ def _scalar_schema(key: Key) -> dict[str, Any]:
         return {"type": "boolean"}
     if t == "int_list":
         return {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 6}
+    if t == "axis_order":
+        return {"type": "array", "items": {"type": "string", "enum": list(AXES)}, "minItems": 4, "maxItems": 4,
+                "uniqueItems": True}
     out: dict[str, Any] = {"type": "integer" if t == "int" else "number"}
     if t == "ratio":
         out = {"oneOf": [{"type": "number"}, {"type": "string", "pattern": RATIO_PATTERN}]}

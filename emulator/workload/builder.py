@@ -141,7 +141,7 @@ def make_plan(sc: Scenario) -> Plan:
     """Validate ``sc`` and precompute its per-chunk units."""
     _check(sc)
     par, tr = sc.parallel, sc.training
-    layout = Layout.from_parallel(par, sc.gpus)
+    layout = Layout.from_parallel(par, sc.gpus, par.order or None)
     micro = tr.global_batch // (tr.micro_batch * par.dp)
     check_schedule(par.schedule, par.pp, micro, par.virtual_stages)
     m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, par.tp))
@@ -156,7 +156,7 @@ def make_plan(sc: Scenario) -> Plan:
 
 def fold_grid(sc: Scenario) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """The rank grid in placement order (slowest axis first) and the axis names."""
-    layout = Layout.from_parallel(sc.parallel, sc.gpus)
+    layout = Layout.from_parallel(sc.parallel, sc.gpus, sc.parallel.order or None)
     return layout.shape, layout.order
 
 
