@@ -157,7 +157,11 @@ def real_run(hidden: int, iters: int) -> float:
         for r in range(N):
             with open(os.path.join(tmp, f"t{r}.json")) as fh:
                 per_rank.append(json.load(fh)["iteration_times_s"][SKIP:])
-    return statistics.mean(max(ts) for ts in zip(*per_rank))
+    # The job's mean iteration time: each rank's wall time over iterations SKIP.. divided by their
+    # number (DDP couples the ranks, so the four agree to within one iteration's jitter); averaged
+    # over the ranks. Not the mean of the per-iteration maximum over ranks: that adds the
+    # jitter of 4 independent samples to every iteration, which no single rank experiences.
+    return statistics.mean(statistics.mean(ts) for ts in per_rank)
 
 
 def _loaders(hidden: int) -> list[subprocess.Popen]:

@@ -123,4 +123,15 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
     makespan = max(engine.end, default=0.0)  # = max span end, without making the spans
     return Result(scenario, program, topo, spans, makespan / iterations, events, time.perf_counter() - t0,
-                  list(notes or []), series, engine.fabric.bytes_on_link)
+                  list(notes or []), *_alias_traffic(model.link_alias, series, engine.fabric.bytes_on_link))
+
+
+def _alias_traffic(alias: dict[int, int], series: dict[int, list], link_bytes: list[float]) -> tuple[dict, list]:
+    """Give each link that compression dropped the traffic of the link kept in its place."""
+    link_bytes = list(link_bytes)
+    for link, kept in alias.items():
+        if link != kept:
+            link_bytes[link] = link_bytes[kept]
+            if kept in series:
+                series[link] = series[kept]
+    return series, link_bytes

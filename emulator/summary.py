@@ -61,6 +61,12 @@ def summarize(result: Result) -> dict[str, Any]:
         "sim": {"events": result.events, "wall_s": result.wall_s, "ranks_simulated": result.ranks_simulated,
                 "notes": list(result.notes)},
     }
+    if result.link_bytes and T > 0:
+        from emulator.devices.nic import busiest_links, busiest_nic
+
+        period = T * max(1, sc.simulation.iterations)
+        out["links"] = {"busiest": busiest_links(result.topology, result.link_bytes, period),
+                        "busiest_nic": busiest_nic(result.topology, result.link_bytes, period)}
     if meta.get("measured") and sc.simulation.iterations <= 1:  # a replayed real trace: measured vs emulated
         from emulator.importers.replay_report import compare
 
@@ -102,6 +108,9 @@ def human_table(summary: dict) -> str:
         verdict = "fits" if mem["fits"] else "DOES NOT FIT"
         rows.append(("memory/GPU", f"{format_bytes(mem['peak_bytes_per_gpu'])} of "
                                    f"{format_bytes(mem['capacity_bytes'])}  {verdict}"))
+    hot = summary.get("links", {}).get("busiest")
+    if hot:
+        rows.append(("busiest link", f"{hot[0]['link']} ({hot[0]['class']}): {hot[0]['utilisation']:.0%} busy"))
     sim = summary["sim"]
     rows.append(("simulated", f"{sim['ranks_simulated']} ranks, {sim['events']:,} events in {sim['wall_s']:.2f} s"))
     width = max(len(k) for k, _ in rows)

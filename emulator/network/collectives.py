@@ -87,6 +87,7 @@ class CollectiveModel:
         self.fold = fold
         self._cache: dict[tuple, Plan] = {}
         self._frozen = False
+        self.link_alias: dict[int, int] = {}  # link → the link compression kept for it
 
     # -- public ---------------------------------------------------------------
     def collective(self, op: str, group: tuple[int, ...], root: int = -1) -> Plan:
@@ -112,7 +113,7 @@ class CollectiveModel:
             if key not in self._cache:
                 self._cache[key] = self._folded(key)
         order = sorted(self._cache, key=repr)
-        compressed = compress_plans([self._cache[k] for k in order], capacity)
+        compressed, self.link_alias = compress_plans([self._cache[k] for k in order], capacity)
         self._cache = dict(zip(order, compressed))
         self._frozen = True
 

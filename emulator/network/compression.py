@@ -7,16 +7,17 @@ are grouped by that signature and each plan keeps one link per group. This is
 exact, and large: a ring's private links collapse into one, and the links of
 the symmetric copies of a folded flow collapse with the representative's.
 
-Pure: no SimPy. Note that reports then see traffic on the kept link of each
-group only (the others carried the same).
+Pure: no SimPy. The run moves traffic on the kept link of each group only;
+``keep`` maps every link to its kept one, so reports copy the traffic back.
 """
 from __future__ import annotations
 
 from emulator.network.collectives import FlowSpec, Plan
 
 
-def compress_plans(plans: list[Plan], capacity: list[float]) -> list[Plan]:
-    """The same plans with redundant links removed (see module doc)."""
+def compress_plans(plans: list[Plan], capacity: list[float]) -> tuple[list[Plan], dict[int, int]]:
+    """The same plans with redundant links removed (see module doc), and for every link
+    the link kept in its place (itself when kept): it carried the very same traffic."""
     users: dict[int, list[tuple[int, float]]] = {}
     specs: list[FlowSpec] = []
     for plan in plans:
@@ -44,4 +45,4 @@ def compress_plans(plans: list[Plan], capacity: list[float]) -> list[Plan]:
                                           f.latency))
             new_plan.append(new_phase)
         out.append(new_plan)
-    return out
+    return out, keep

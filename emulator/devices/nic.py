@@ -1,0 +1,60 @@
+"""NICs: a server's network ports, as links of the topology.
+
+A NIC has two ports onto its fabric switch (egress and ingress), the links that
+InfiniBand/RoCE traffic of its GPUs crosses; this module finds them, and the
+utilisation of links over a run (bytes moved / (capacity × time)), so that a
+report can say which link or NIC is the bottleneck.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emulator.network.topology import Topology
+
+
+@dataclass(frozen=True)
+class Nic:
+    name: str
+    node: int
+    egress: tuple[int, ...]  # link ids NIC → fabric
+    ingress: tuple[int, ...]  # link ids fabric → NIC
+
+
+def nics(topo: Topology) -> list[Nic]:
+    """Every NIC of the topology with its fabric ports (GPU↔NIC PCIe links excluded)."""
+    out = []
+    g = topo.graph
+    for name, data in g.nodes(data=True):
+        if data.get("kind") != "nic":
+            continue
+        egress = tuple(topo.link_ids[(name, v)] for v in g.successors(name) if g.nodes[v].get("kind") == "switch")
+        ingress = tuple(topo.link_ids[(u, name)] for u in g.predecessors(name) if g.nodes[u].get("kind") == "switch")
+        out.append(Nic(name, data.get("node", -1), egress, ingress))
+    return sorted(out, key=lambda n: n.name)
+
+
+def utilisation(link_bytes: list[float], capacity: list[float], period: float) -> list[float]:
+    """Per link: bytes moved / (capacity × period)."""
+    if period <= 0:
+        return [0.0] * len(link_bytes)
+    return [b / (c * period) if c > 0 else 0.0 for b, c in zip(link_bytes, capacity)]
+
+
+def busiest_links(topo: Topology, link_bytes: list[float], period: float, top: int = 5) -> list[dict]:
+    """The ``top`` links by utilisation over ``period`` (ties broken by name, for determinism)."""
+    util = utilisation(link_bytes, topo.capacity, period)
+    order = sorted((i for i, b in enumerate(link_bytes) if b > 0), key=lambda i: (-util[i], topo.links[i]))
+    return [{"link": f"{topo.links[i][0]}->{topo.links[i][1]}", "class": topo.cls[i], "utilisation": util[i],
+             "bytes": link_bytes[i], "capacity_B_per_s": topo.capacity[i]} for i in order[:top]]
+
+
+def busiest_nic(topo: Topology, link_bytes: list[float], period: float) -> dict | None:
+    """The NIC whose busier direction is the most utilised."""
+    util = utilisation(link_bytes, topo.capacity, period)
+    best = None
+    for nic in nics(topo):
+        for direction, ports in (("egress", nic.egress), ("ingress", nic.ingress)):
+            for p in ports:
+                if link_bytes[p] > 0 and (best is None or util[p] > best["utilisation"]):
+                    best = {"nic": nic.name, "direction": direction, "utilisation": util[p]}
+    return best
