@@ -155,3 +155,24 @@ def test_random_graphs_match_reference_simulator():
         got = run_flows(caps, flows)
         want = reference_completions(caps, flows)
         assert got == pytest.approx(want, rel=1e-6), (caps, flows)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000))
+def test_vectorised_solver_agrees_with_the_pure_one(seed):
+    # big components (more than VECTORISE_ABOVE flows) take the numpy path: same rates to 1e-12
+    from emulator.network import fabric as F
+
+    rng = random.Random(seed)
+    caps = [rng.uniform(1.0, 50.0) for _ in range(rng.randint(3, 30))]
+    flows = []
+    for _ in range(rng.randint(F.VECTORISE_ABOVE + 1, 160)):
+        links = sorted(rng.sample(range(len(caps)), rng.randint(1, min(5, len(caps)))))
+        flows.append(Flow(tuple(links), tuple(rng.choice([0.5, 1.0, 2.0]) for _ in links), 1.0, None))
+    vec = F.max_min_rates_vectorised(flows, caps)
+    old, F.VECTORISE_ABOVE = F.VECTORISE_ABOVE, 10**9
+    try:
+        pure = F.max_min_rates(flows, caps)
+    finally:
+        F.VECTORISE_ABOVE = old
+    assert vec == pytest.approx(pure, rel=1e-12)
