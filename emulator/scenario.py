@@ -96,6 +96,7 @@ class TrainingSpec:
     precision: str = "bf16"  # bf16 | fp16 | fp32 | fp8
     recompute: str = "none"  # none | selective | full
     attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash
+    grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16
 
 
 @dataclass(frozen=True)

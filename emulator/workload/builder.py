@@ -75,6 +75,7 @@ class Plan:
     chunk_units: dict = field(default_factory=dict)  # virtual stage → list[Unit]
     dtype: int = 2
     flash: bool = False
+    grad_dtype: int = 2  # bytes per gradient element in the data-parallel reduction
 
 
 def _check(sc: Scenario) -> None:
@@ -137,6 +138,16 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     return units
 
 
+def grad_reduce_bytes(precision: str, grad_reduce: str) -> int:
+    """Bytes per gradient element reduced across data-parallel ranks. ``auto`` follows
+    Megatron-LM: bf16 training accumulates and all-reduces its gradients in fp32
+    (arguments.py forces accumulate_allreduce_grads_in_fp32 with --bf16); other
+    precisions reduce in their own type."""
+    if grad_reduce == "auto":
+        return 4 if precision == "bf16" else DTYPE_BYTES[precision]
+    return DTYPE_BYTES[grad_reduce]
+
+
 def make_plan(sc: Scenario) -> Plan:
     """Validate ``sc`` and precompute its per-chunk units."""
     _check(sc)
@@ -148,7 +159,8 @@ def make_plan(sc: Scenario) -> Plan:
     dtype = DTYPE_BYTES[tr.precision]
     flash = getattr(tr, "attention", "unfused") == "flash"
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash)
-    plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=dtype, flash=flash or par.cp > 1)
+    plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=dtype, flash=flash or par.cp > 1,
+                grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce))
     for vs in range(par.pp * par.virtual_stages):
         plan.chunk_units[vs] = _units_of(plan, vs, L)
     return plan
@@ -309,7 +321,7 @@ class _RankBuilder:
                 if zero3:
                     self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.zero3_rs",
                                collective="reduce_scatter", group=self.dpcp,
-                               bytes=(unit.params + unit.expert_params) * self.plan.dtype,
+                               bytes=(unit.params + unit.expert_params) * self.plan.grad_dtype,
                                deps=(last,), category="comm", microbatch=mb, stage=vs, layer=unit.layer)
         if self._carry:  # an overlapped comm outlives the task: a zero-cost join keeps it on the path
             self._compute([Ly.Kernel("join", "elementwise", 0.0, 0.0, "bwd" if not fwd else "fwd")],
@@ -331,15 +343,16 @@ class _RankBuilder:
         return n / par.tp if par.sequence_parallel and par.tp > 1 else n
 
     # --- data parallelism and the optimizer -----------------------------------------
-    def _buckets(self, grad_bytes: float) -> list[tuple[list[tuple[int, Unit]], float, float]]:
-        """Units grouped, in the order their gradients become ready, into buckets of ``grad_bytes``."""
+    def _buckets(self, grad_bytes: float, dtype: int) -> list[tuple[list[tuple[int, Unit]], float, float]]:
+        """Units grouped, in the order their gradients become ready, into buckets of ``grad_bytes``
+        (elements of ``dtype`` bytes: gradients, or the parameters gathered after the step)."""
         items = sorted(((self.grad_ready[(vs, u.name)], vs, u) for vs in self._my_chunks()
                         for u in self.plan.chunk_units[vs]), key=lambda x: x[0])
         out, cur, dense, expert = [], [], 0.0, 0.0
         for _, vs, u in items:
             cur.append((vs, u))
-            dense += u.params * self.plan.dtype
-            expert += u.expert_params * self.plan.dtype
+            dense += u.params * dtype
+            expert += u.expert_params * dtype
             if dense + expert >= grad_bytes:
                 out.append((cur, dense, expert))
                 cur, dense, expert = [], 0.0, 0.0
@@ -375,7 +388,7 @@ class _RankBuilder:
         reduce_ops: list[int] = []
         d_dense, d_exp = len(self.dpcp), len(self.edp)
         if par.zero < 3:
-            for units, dense, expert in self._buckets(par.grad_bucket):
+            for units, dense, expert in self._buckets(par.grad_bucket, self.plan.grad_dtype):
                 vs, last_u = units[-1]
                 dep = self.grad_ready[(vs, last_u.name)] if par.overlap_grad_reduce else end_bwd
                 op = "all_reduce" if par.zero == 0 else "reduce_scatter"
@@ -395,7 +408,7 @@ class _RankBuilder:
                          duration=compute.elementwise_time(nbytes, self.gpu), flops=psi * ADAM_FLOPS_PER_PARAM,
                          bytes=nbytes, deps=tuple(sorted(set(reduce_ops + ([end_bwd] if end_bwd is not None else [])))))
         if 1 <= par.zero <= 2 and not par.overlap_grad_reduce and d_dense > 1:
-            for units, dense, expert in self._buckets(par.grad_bucket):
+            for units, dense, expert in self._buckets(par.grad_bucket, self.plan.dtype):
                 vs, u = units[-1]
                 self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{u.name}", collective="all_gather",
                            group=self.dpcp, bytes=dense + expert, deps=(opt,), category="comm", stage=vs,
