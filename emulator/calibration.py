@@ -277,29 +277,39 @@ def _q(v: float, unit: str, scale: float) -> str:
 
 
 def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str:
-    """A catalog file (same shape as emulator/data/catalog.yaml) holding ``node``."""
+    """A catalog file (same shape as emulator/data/catalog.yaml) holding ``node`` and, when
+    the Kineto fit measured efficiencies, a GPU entry of its own that carries them."""
     g = node.gpu
-    lines = [f"# Written by `emulator calibrate`: {source}", "nodes:", f"  {node.name}:",
-             f"    gpu: {g.name}",
-             f"    gpus_per_node: {node.gpus_per_node}",
-             f"    intra: {node.intra}",
-             f"    intra_bandwidth: {_q(node.intra_bandwidth, 'GB/s', 1e9)}",
-             f"    intra_efficiency: {node.intra_efficiency:.6g}",
-             f"    intra_latency: {_q(node.intra_latency, 'us', 1e-6)}",
-             f"    step_latency_intra: {_q(node.step_latency_intra, 'us', 1e-6)}",
-             f"    collective_launch: {_q(node.collective_launch, 'us', 1e-6)}",
-             f"    step_latency_inter: {_q(node.step_latency_inter, 'us', 1e-6)}",
-             f"    nics: {node.nics}",
-             f"    nic_bandwidth: {_q(node.nic_bandwidth * 8, 'Gb/s', 1e9)}",
-             f"    nic_efficiency: {node.nic_efficiency:.6g}",
-             f"    nic_latency: {_q(node.nic_latency, 'us', 1e-6)}",
-             f"    source: \"{source}\""]
-    if compute is not None:
-        lines.append("# Measured compute efficiencies (GpuSpec has no field for them yet):")
+    lines = [f"# Written by `emulator calibrate`: {source}"]
+    gpu_name = g.name
+    fitted = compute is not None and (compute.gemm_efficiency is not None or compute.memory_efficiency is not None)
+    if fitted:
+        gpu_name = f"{node.name}-gpu"
+        lines += ["gpus:", f"  {gpu_name}:",
+                  f"    peak_flops: {_q(g.peak_flops, 'TFLOP/s', 1e12)}",
+                  f"    hbm_bandwidth: {_q(g.hbm_bandwidth, 'GB/s', 1e9)}",
+                  f"    memory: {_q(g.memory_bytes, 'GiB', 2**30)}",
+                  f"    launch_overhead: {_q(g.launch_overhead, 'us', 1e-6)}"]
         if compute.gemm_efficiency is not None:
-            lines.append(f"#   gemm_efficiency: {compute.gemm_efficiency:.4g} of {g.peak_flops / 1e12:.6g} TFLOP/s")
+            lines.append(f"    gemm_efficiency: {compute.gemm_efficiency:.6g}")
         if compute.memory_efficiency is not None:
-            lines.append(f"#   memory_efficiency: {compute.memory_efficiency:.4g} of {g.hbm_bandwidth / 1e9:.6g} GB/s")
+            lines.append(f"    memory_efficiency: {compute.memory_efficiency:.6g}")
+        lines.append(f"    source: \"{source}; base GPU {g.name}\"")
+    lines += ["nodes:", f"  {node.name}:",
+              f"    gpu: {gpu_name}",
+              f"    gpus_per_node: {node.gpus_per_node}",
+              f"    intra: {node.intra}",
+              f"    intra_bandwidth: {_q(node.intra_bandwidth, 'GB/s', 1e9)}",
+              f"    intra_efficiency: {node.intra_efficiency:.6g}",
+              f"    intra_latency: {_q(node.intra_latency, 'us', 1e-6)}",
+              f"    step_latency_intra: {_q(node.step_latency_intra, 'us', 1e-6)}",
+              f"    collective_launch: {_q(node.collective_launch, 'us', 1e-6)}",
+              f"    step_latency_inter: {_q(node.step_latency_inter, 'us', 1e-6)}",
+              f"    nics: {node.nics}",
+              f"    nic_bandwidth: {_q(node.nic_bandwidth * 8, 'Gb/s', 1e9)}",
+              f"    nic_efficiency: {node.nic_efficiency:.6g}",
+              f"    nic_latency: {_q(node.nic_latency, 'us', 1e-6)}",
+              f"    source: \"{source}\""]
     return "\n".join(lines) + "\n"
 
 

@@ -24,6 +24,8 @@ class GpuSpec:
     hbm_bandwidth: float  # B/s
     memory_bytes: float  # B
     launch_overhead: float = 4e-6  # s per kernel
+    gemm_efficiency: float = 0.0  # measured fraction of peak of large GEMMs; 0: the model's (compute.py)
+    memory_efficiency: float = 0.0  # measured fraction of HBM bandwidth of streaming kernels; 0: the model's
 
 
 @dataclass(frozen=True)

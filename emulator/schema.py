@@ -52,6 +52,11 @@ GPU_KEYS: dict[str, Key] = {
     "hbm_bandwidth": Key("bandwidth", 'HBM bandwidth, e.g. "3350 GB/s".', positive=True),
     "memory": Key("bytes", 'HBM capacity, e.g. "80 GiB".', positive=True, attr="memory_bytes"),
     "launch_overhead": _time('Fixed cost per kernel, e.g. "4 us".'),
+    "gemm_efficiency": Key("ratio", "Measured fraction of peak that large GEMMs reach (emulator calibrate "
+                                    "--kineto); replaces the model's A100 fit scaled to this GPU.",
+                           minimum=0, maximum=1),
+    "memory_efficiency": Key("ratio", "Measured fraction of HBM bandwidth that streaming kernels reach.",
+                             minimum=0, maximum=1),
 }
 
 NODE_KEYS: dict[str, Key] = {

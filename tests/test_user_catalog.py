@@ -45,3 +45,24 @@ def test_incomplete_user_catalog_entry_names_what_is_missing(tmp_path):
 
     with pytest.raises(ScenarioError, match="cluster.catalog: .*cat.yaml: box: missing .*intra"):
         load_scenario(str(tmp_path / "sc.yaml"))
+
+
+def test_kineto_fitted_gemm_efficiency_reaches_the_compute_model(tmp_path, capsys):
+    import json
+
+    from emulator.devices import compute
+    from test_kineto import hand_trace
+
+    trace = tmp_path / "one.json"
+    trace.write_text(json.dumps(hand_trace()))
+    out = tmp_path / "cat.yaml"
+    assert main(["calibrate", "--kineto", str(trace), "--base", "dgx-a100", "--name", "box", "--out", str(out)]) == 0
+    capsys.readouterr()
+    (tmp_path / "sc.yaml").write_text("name: c\ncluster:\n  nodes: 1\n  node: box\n  catalog: cat.yaml\n")
+    gpu = load_scenario(str(tmp_path / "sc.yaml")).cluster.node.gpu
+    # the hand trace's one GEMM: 4194304 FLOP in 40 us on a 312 TFLOP/s A100 → 3.3608e-4 of peak
+    assert gpu.gemm_efficiency == pytest.approx(4194304 / 40e-6 / 312e12, rel=1e-5)
+    assert compute.gemm_max(gpu) == gpu.gemm_efficiency
+    # a big GEMM is now costed at that efficiency: 2·4096³ FLOP / (312e12 · 3.3608e-4 · e_tile · k/(k+64)) + 4 us
+    e = gpu.gemm_efficiency * compute.tile_efficiency(4096, 4096, gpu) * 4096 / (4096 + 64)
+    assert compute.gemm_time(4096, 4096, 4096, gpu) == pytest.approx(2 * 4096**3 / (312e12 * e) + 4e-6, rel=1e-9)

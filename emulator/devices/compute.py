@@ -94,9 +94,20 @@ def tile_efficiency(m: int, n: int, gpu: GpuSpec, batch: int = 1) -> float:
     return (m * n * batch) / (waves * sms * TILE * TILE)
 
 
+def gemm_max(gpu: GpuSpec) -> float:
+    """What a large, well-quantised GEMM reaches: the GPU's calibrated ``gemm_efficiency``
+    (``emulator calibrate --kineto``) when it has one, else E_GEMM_MAX · matmul_scale(gpu)."""
+    return gpu.gemm_efficiency or E_GEMM_MAX * matmul_scale(gpu)
+
+
+def mem_efficiency(gpu: GpuSpec) -> float:
+    """The GPU's calibrated ``memory_efficiency`` when it has one, else E_MEM."""
+    return gpu.memory_efficiency or E_MEM
+
+
 def gemm_efficiency(m: int, n: int, k: int, gpu: GpuSpec, batch: int = 1) -> float:
-    """e_flops = E_GEMM_MAX · matmul_scale(gpu) · e_tile(m, n, batch) · k / (k + K_HALF)."""
-    return E_GEMM_MAX * matmul_scale(gpu) * tile_efficiency(m, n, gpu, batch) * k / (k + K_HALF)
+    """e_flops = gemm_max(gpu) · e_tile(m, n, batch) · k / (k + K_HALF)."""
+    return gemm_max(gpu) * tile_efficiency(m, n, gpu, batch) * k / (k + K_HALF)
 
 
 def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> float:
@@ -114,7 +125,7 @@ def gemm_time(m: int, n: int, k: int, gpu: GpuSpec, dtype_bytes: int = 2, batch:
     if min(m, n, k, batch) <= 0:
         return 0.0
     t_flops = gemm_flops(m, n, k, batch) / (gpu.peak_flops * gemm_efficiency(m, n, k, gpu, batch))
-    t_mem = gemm_bytes(m, n, k, dtype_bytes, batch) / (gpu.hbm_bandwidth * E_MEM)
+    t_mem = gemm_bytes(m, n, k, dtype_bytes, batch) / (gpu.hbm_bandwidth * mem_efficiency(gpu))
     return max(t_flops, t_mem) + gpu.launch_overhead
 
 
@@ -122,7 +133,7 @@ def elementwise_time(nbytes: float, gpu: GpuSpec) -> float:
     """time = nbytes / (hbm · E_MEM) + launch: a memory-bound kernel moving nbytes."""
     if nbytes <= 0:
         return 0.0
-    return nbytes / (gpu.hbm_bandwidth * E_MEM) + gpu.launch_overhead
+    return nbytes / (gpu.hbm_bandwidth * mem_efficiency(gpu)) + gpu.launch_overhead
 
 
 def roofline_time(flops: float, nbytes: float, gpu: GpuSpec) -> float:
@@ -133,8 +144,8 @@ def roofline_time(flops: float, nbytes: float, gpu: GpuSpec) -> float:
     """
     if flops <= 0 and nbytes <= 0:
         return 0.0
-    t_flops = flops / (gpu.peak_flops * E_GEMM_MAX * matmul_scale(gpu))
-    t_mem = nbytes / (gpu.hbm_bandwidth * E_MEM)
+    t_flops = flops / (gpu.peak_flops * gemm_max(gpu))
+    t_mem = nbytes / (gpu.hbm_bandwidth * mem_efficiency(gpu))
     return max(t_flops, t_mem) + gpu.launch_overhead
 
 
@@ -150,4 +161,4 @@ def flash_attention_time(batch_heads: int, sq: int, sk: int, head_dim: int, gpu:
     flops = 4.0 * batch_heads * sq * sk * head_dim * (2.5 if backward else 1.0) * (0.5 if causal else 1.0)
     e = gemm_efficiency(sq, sk, head_dim, gpu, batch_heads)
     nbytes = (2 if backward else 1) * batch_heads * (2 * sq + 2 * sk) * head_dim * dtype_bytes
-    return max(flops / (gpu.peak_flops * e), nbytes / (gpu.hbm_bandwidth * E_MEM)) + gpu.launch_overhead
+    return max(flops / (gpu.peak_flops * e), nbytes / (gpu.hbm_bandwidth * mem_efficiency(gpu))) + gpu.launch_overhead
