@@ -12,7 +12,7 @@ from emulator.engine import Engine
 from emulator.errors import EmulatorError
 from emulator.faults import apply_overrides
 from emulator.network.collectives import CollectiveModel
-from emulator.network.routing import Router
+from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import build_topology
 from emulator.program import COLLECTIVE, COLLECTIVE_OPS, Op, Program
 from emulator.scenario import Scenario
@@ -52,6 +52,9 @@ def collective_table(scenario: Scenario, op: str, sizes: list[float], gpus: int 
         raise EmulatorError(f"--op: expected one of {', '.join(COLLECTIVE_OPS)}, got {op!r}")
     topo = build_topology(scenario.cluster)
     n = gpus or len(topo.gpus)
+    if len(topo.gpus) < 2:
+        raise EmulatorError(f"{scenario.path or scenario.name}: the cluster has {len(topo.gpus)} GPU; "
+                            "a collective needs at least 2")
     if not 2 <= n <= len(topo.gpus):
         raise EmulatorError(f"--gpus: expected 2..{len(topo.gpus)} (the cluster's GPUs), got {n}")
     slowdown = apply_overrides(topo, scenario.cluster.overrides)
@@ -63,8 +66,12 @@ def collective_table(scenario: Scenario, op: str, sizes: list[float], gpus: int 
         ops = [Op(id=r, rank=r, kind=COLLECTIVE, stream="comm", collective=op, group=group, root=0, bytes=size)
                for r in group]
         gspec = scenario.cluster.node.gpu if scenario.cluster.node else None
-        engine = Engine(Program(n, ops), model, topo.capacity, {r: Gpu(r, gspec, slowdown.get(r, 1.0)) for r in group})
-        spans, _events = engine.run()
+        try:
+            engine = Engine(Program(n, ops), model, topo.capacity,
+                            {r: Gpu(r, gspec, slowdown.get(r, 1.0)) for r in group})
+            spans, _events = engine.run()
+        except NoRouteError as exc:
+            raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None
         t = max(s.end_s for s in spans)
         algbw = size / t / 1e9 if t > 0 else 0.0
         rows.append({"bytes": size, "time_s": t, "algbw_GB_per_s": algbw,

@@ -59,3 +59,12 @@ def test_custom_graph_errors_name_the_problem(tmp_path):
     path = write_graph(tmp_path, [{"id": "g0", "kind": "gpu"}], [{"src": "g0", "dst": "zz", "bandwidth": 1e9}])
     with pytest.raises(EmulatorError, match=r"links\[0\]: unknown node 'zz'"):
         load_graph(path)
+
+
+def test_a_disconnected_graph_is_a_clear_error(tmp_path):
+    from emulator.collective_bench import collective_table
+
+    path = write_graph(tmp_path, [{"id": "a", "kind": "gpu"}, {"id": "b", "kind": "gpu"}], [])
+    sc = load_scenario_text(f"name: d\ncluster: {{fabric: {{kind: custom, graph: {path}}}}}\n", "d.yaml")
+    with pytest.raises(EmulatorError, match="d.yaml: no route from a to b"):
+        collective_table(sc, "all_reduce", [1e6])

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections import deque
 
+from emulator.errors import EmulatorError
 from emulator.network.topology import Topology
 
 Route = tuple[tuple[int, ...], tuple[float, ...], float]
 
 
-class NoRouteError(Exception):
-    """No path joins two GPUs (for instance after a link failure)."""
+class NoRouteError(EmulatorError):
+    """No path joins two GPUs (a disconnected graph, or failed links)."""
 
 
 class Router:
@@ -109,7 +110,7 @@ class Router:
     def _ecmp(self, src: str, dst: str) -> list[tuple[str, str, float]]:
         ds, ss = self._bfs(src, False)
         if dst not in ds:
-            raise NoRouteError(f"no route from {src} to {dst}")
+            raise NoRouteError(f"no route from {src} to {dst}: the network joins no path between them")
         dt, st = self._bfs(dst, True)
         total = ds[dst]
         out = []
