@@ -10,7 +10,7 @@ from __future__ import annotations
 from emulator.devices.gpu import Gpu
 from emulator.engine import Engine
 from emulator.errors import EmulatorError
-from emulator.faults import apply_overrides
+from emulator.faults import apply_faults
 from emulator.network.collectives import CollectiveModel
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import build_topology
@@ -57,7 +57,7 @@ def collective_table(scenario: Scenario, op: str, sizes: list[float], gpus: int 
                             "a collective needs at least 2")
     if not 2 <= n <= len(topo.gpus):
         raise EmulatorError(f"--gpus: expected 2..{len(topo.gpus)} (the cluster's GPUs), got {n}")
-    slowdown = apply_overrides(topo, scenario.cluster.overrides)
+    slowdown = apply_faults(topo, scenario.cluster.overrides)
     router = Router(topo)
     model = CollectiveModel(router, topo.node_of, step_costs(scenario), scenario.collectives.algorithm)
     group = tuple(range(n))

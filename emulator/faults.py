@@ -48,7 +48,7 @@ def _ranks(topo: Topology, target: str) -> list[int]:
     raise FaultError(f"cluster.overrides: target {target!r} is not 'gpu:R' (0..{len(topo.gpus) - 1}) or 'node:N'")
 
 
-def apply_overrides(topo: Topology, overrides: tuple[Override, ...]) -> dict[int, float]:
+def apply_faults(topo: Topology, overrides: tuple[Override, ...]) -> dict[int, float]:
     """Apply link overrides to ``topo`` in place; return the per-rank slowdown factors."""
     slowdown: dict[int, float] = {}
     failed = set(topo.failed)

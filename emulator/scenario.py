@@ -191,9 +191,3 @@ def require_workload(s: Scenario) -> None:
     if s.model is None and s.workload.trace is None:
         raise ScenarioError("a run needs a workload: give a model (model.preset, or layers, hidden, "
                             "heads, seq_len, vocab) or a workload.trace", s.path or "<string>", "model")
-
-
-def apply_overrides(tree, overrides):  # re-exported for callers of the old location
-    from .scenario_reader import apply_overrides as apply
-
-    return apply(tree, overrides)

@@ -19,7 +19,7 @@ from typing import Callable
 from emulator.devices.gpu import Gpu
 from emulator.engine import Engine
 from emulator.errors import EmulatorError
-from emulator.faults import apply_overrides
+from emulator.faults import apply_faults
 from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
@@ -95,7 +95,7 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
     if program.ranks > len(topo.gpus):
         raise EmulatorError(f"{scenario.path or scenario.name}: the workload has {program.ranks} ranks but the "
                             f"cluster has only {len(topo.gpus)} GPUs")
-    slowdown = apply_overrides(topo, scenario.cluster.overrides)
+    slowdown = apply_faults(topo, scenario.cluster.overrides)
     iterations = max(1, scenario.simulation.iterations)
     if iterations > 1:
         program = program.repeated(iterations)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from emulator.devices.gpu import Gpu
 from emulator.engine import Engine
 from emulator.errors import EmulatorError
-from emulator.faults import apply_overrides
+from emulator.faults import apply_faults
 from emulator.network.collectives import CollectiveModel
 from emulator.network.routing import Router
 from emulator.network.topology import build_topology
