@@ -62,7 +62,7 @@ class CommCost:
             raise EmulatorError(f"{scenario.path or scenario.name}: a live world of {world} ranks needs "
                                 f"1..{gpus} GPUs; the cluster has {gpus}")
         self.world = world
-        self.slowdown = apply_overrides(self.topology, scenario.cluster.overrides)
+        self.slowdown = apply_faults(self.topology, scenario.cluster.overrides)
         self.model = CollectiveModel(Router(self.topology), self.topology.node_of, step_costs(scenario),
                                      scenario.collectives.algorithm)
         self.gpu_spec = scenario.cluster.node.gpu if scenario.cluster.node else None
