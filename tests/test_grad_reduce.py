@@ -1,5 +1,4 @@
 """Data-parallel gradient reduction type: Megatron reduces bf16 training's gradients in fp32."""
-import pytest
 
 from emulator.scenario import load_scenario_text
 from emulator.workload.builder import build_program, grad_reduce_bytes
