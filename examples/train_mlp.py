@@ -7,7 +7,6 @@ or as rank 0 of 64 on an emulated cluster:
 """
 import argparse
 import json
-import os
 import time
 
 import torch
