@@ -1,8 +1,13 @@
 """Calibrate the emulated fabric to this machine's gloo loopback transport, then check fidelity.
 
 1. calibrate: 4 real processes (gloo over TCP loopback, 1 torch thread each)
-   time an all-reduce of S bytes for S = 1 KiB .. 16 MiB (median of repeats,
-   in 15 batches of back-to-back calls). A ring all-reduce on n = 4 costs t = 2(n−1)·α + 2(n−1)/n·S/B,
+   time an all-reduce of S bytes for S = 1 KiB .. 16 MiB under load: each process
+   alternates a fixed synthetic compute kernel (a 512×512 fp32 matmul, 2.6 ms on
+   one idle core) with the all-reduce, and times each all-reduce from its call to
+   its return, so the time includes the arrival skew and the slower steps of 4
+   ranks time-sliced on 2 cores, as in a training job. Per size: 3 warm-up and 30
+   timed rounds; the median per rank, averaged over the ranks. (``--idle``: the
+   older idle method, 15 batches of back-to-back calls.) A ring all-reduce on n = 4 costs t = 2(n−1)·α + 2(n−1)/n·S/B,
    a line a + b·S: fitted by least squares on relative error, α = a/(2(n−1)),
    B = 2(n−1)/(n·b). The scenario is a star of 4 GPUs on one switch, each
    cable B each way with latency α/2 per link (one ring step crosses 2 links);
@@ -21,7 +26,7 @@
    (4 processes time-sliced on 2 cores), so single runs cannot check a 10% agreement.
 
 Usage: .venv/bin/python benchmarks/live_gloo_calibration.py [calibrate|fidelity|all] [--iters N]
-       [--hidden H ...] [--reps R] [--virtual]
+       [--hidden H ...] [--reps R] [--virtual] [--idle]
 """
 from __future__ import annotations
 
@@ -78,14 +83,71 @@ def _bench_worker(rank: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-def measure() -> list[dict]:
+KERNEL = 512  # the synthetic compute kernel: a KERNEL×KERNEL fp32 matmul (2.6 ms on one idle core here)
+LOADED_WARMUP, LOADED_ROUNDS = 3, 30  # rounds of (kernel, all-reduce) per size
+STATISTIC = "after_arrival_s"  # what the fit uses. "call_s" counts the arrival skew too: measured, the
+# emulated job then came out 8-47% slow (hidden 768..256), as the skew is mostly the other ranks'
+# compute, which the emulated run's contended local compute already holds
+
+
+def _loaded_worker(rank: int, port: int, out: str) -> None:
+    """Alternate the fixed kernel with an all-reduce of S bytes; time each all-reduce call to return."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=N)
+    gen = torch.Generator().manual_seed(rank)
+    a, b = torch.randn(KERNEL, KERNEL, generator=gen), torch.randn(KERNEL, KERNEL, generator=gen)
+    rows = []
+    for size in SIZES:
+        t = torch.ones(size // 4)
+        dist.barrier()
+        calls = []
+        for i in range(LOADED_WARMUP + LOADED_ROUNDS):
+            torch.mm(a, b)
+            t0 = time.perf_counter()  # CLOCK_MONOTONIC: one clock for the 4 processes of this machine
+            dist.all_reduce(t)
+            if i >= LOADED_WARMUP:
+                calls.append((t0, time.perf_counter()))
+        rows.append({"bytes": size, "calls": calls})
+    with open(f"{out}.{rank}", "w") as fh:
+        json.dump(rows, fh)
+    dist.destroy_process_group()
+
+
+def measure(loaded: bool = True) -> list[dict]:
+    """Time per all-reduce size: loaded (default), the mean over the ranks of each rank's median;
+    idle, rank 0's median of batches of back-to-back calls."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
-        mp.spawn(_bench_worker, args=(free_port(), out), nprocs=N, join=True)
-        with open(out) as fh:
-            return json.load(fh)
+        if not loaded:
+            mp.spawn(_bench_worker, args=(free_port(), out), nprocs=N, join=True)
+            with open(out) as fh:
+                return json.load(fh)
+        mp.spawn(_loaded_worker, args=(free_port(), out), nprocs=N, join=True)
+        per_rank = []
+        for r in range(N):
+            with open(f"{out}.{r}") as fh:
+                per_rank.append(json.load(fh))
+    return [_loaded_row(rows) for rows in zip(*per_rank)]
+
+
+def _loaded_row(rows: tuple[dict, ...]) -> dict:
+    """One size, every rank's (call, return) times. ``call_s``: call to return, each rank's median,
+    averaged over the ranks (includes the wait for late ranks). ``after_arrival_s``: from the last
+    rank's call to each rank's return, averaged over the ranks, median over rounds (the transport
+    under load, without the arrival skew). ``skew_s``: median over rounds of last − first call."""
+    rounds = list(zip(*(r["calls"] for r in rows)))
+    after = [statistics.mean(t1 for _, t1 in rd) - max(t0 for t0, _ in rd) for rd in rounds]
+    skew = [max(t0 for t0, _ in rd) - min(t0 for t0, _ in rd) for rd in rounds]
+    call = statistics.mean(statistics.median(t1 - t0 for t0, t1 in r["calls"]) for r in rows)
+    out = {"bytes": rows[0]["bytes"], "call_s": call, "after_arrival_s": statistics.median(after),
+           "skew_s": statistics.median(skew)}
+    out["time_s"] = out[STATISTIC]
+    return out
 
 
 def fit(rows: list[dict]) -> tuple[float, float]:
@@ -101,7 +163,7 @@ def fit(rows: list[dict]) -> tuple[float, float]:
     return alpha, bandwidth
 
 
-def write_scenario(alpha: float, bandwidth: float, rows: list[dict]) -> None:
+def write_scenario(alpha: float, bandwidth: float, rows: list[dict], loaded: bool = True) -> None:
     sys.path.insert(0, ROOT)
     from emulator.outputs.atomic import write_text
 
@@ -112,9 +174,12 @@ def write_scenario(alpha: float, bandwidth: float, rows: list[dict]) -> None:
             links.append({"src": src, "dst": dst, "bandwidth": bandwidth, "latency": alpha / 2})
     write_text(GRAPH, json.dumps({"nodes": nodes, "links": links}, indent=1) + "\n")
     table = "\n".join(f"#   {r['bytes']:>9d} B  {r['time_s'] * 1e6:10.1f} us" for r in rows)
+    how = (f"under load: each process\n# alternates a {KERNEL}x{KERNEL} fp32 matmul with the all-reduce; per size, 30 rounds,\n"
+           "# the median of: from the last rank's call to each rank's return, mean over the ranks"
+           if loaded else "idle: median time per size of batches of back-to-back calls")
     write_text(SCENARIO, f"""# This machine's gloo loopback transport as an emulated fabric: 4 ranks on a star.
 # Written by benchmarks/live_gloo_calibration.py from a measured gloo all-reduce
-# (4 processes, TCP loopback, 1 torch thread each; median time per size):
+# (4 processes, TCP loopback, 1 torch thread each; {how}):
 {table}
 # Fit of a ring all-reduce, t = 2(n-1)*alpha + 2(n-1)/n * S/B with n = 4:
 #   alpha = {alpha * 1e6:.2f} us per step (each link alpha/2: a step crosses 2 links),
@@ -129,10 +194,10 @@ collectives:
 """)
 
 
-def calibrate() -> dict:
-    rows = measure()
+def calibrate(loaded: bool = True) -> dict:
+    rows = measure(loaded)
     alpha, bandwidth = fit([r for r in rows if r["bytes"] <= FIT_MAX])
-    write_scenario(alpha, bandwidth, rows)
+    write_scenario(alpha, bandwidth, rows, loaded)
     model = [2 * (N - 1) * alpha + 2 * (N - 1) / N * r["bytes"] / bandwidth for r in rows]
     for r, m in zip(rows, model):
         r["model_s"] = m
@@ -228,13 +293,15 @@ def main() -> None:
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 512, 768])
     p.add_argument("--reps", type=int, default=3, help="repetitions of each run (the median is reported)")
     p.add_argument("--virtual", action="store_true", help="also run 1 + 3 with the virtual clock")
+    p.add_argument("--idle", action="store_true", help="calibrate idle (back-to-back calls, no compute between)")
     args = p.parse_args()
     if args.what in ("calibrate", "all"):
-        cal = calibrate()
+        cal = calibrate(loaded=not args.idle)
         print(f"alpha = {cal['alpha_s'] * 1e6:.2f} us/step, B = {cal['bandwidth_B_per_s'] / 1e9:.3f} GB/s")
         for r in cal["rows"]:
             print(f"  {r['bytes']:>9d} B  measured {r['time_s'] * 1e6:10.1f} us  model {r['model_s'] * 1e6:10.1f} us"
-                  f"  ({r['error'] * 100:+.1f}%)")
+                  f"  ({r['error'] * 100:+.1f}%)"
+                  + (f"  [call {r['call_s'] * 1e6:.1f} us, skew {r['skew_s'] * 1e6:.1f} us]" if "call_s" in r else ""))
     if args.what in ("fidelity", "all"):
         rows = fidelity(args.iters, args.hidden, args.reps, args.virtual)
         print(f"{'hidden':>6} {'grad MB':>8} {'real ms (median, range)':>26} {'1+3 contended ms':>26} {'err':>7}")
