@@ -1,0 +1,142 @@
+"""The build plan: everything about a scenario's workload that does not depend on the rank —
+the validated model (with Megatron's padded vocabulary), the micro-batches per pipeline,
+each virtual stage's units (embedding, transformer layers, head) with their per-layer
+steps from :mod:`.layer`, the element sizes of activations and of the gradient
+reduction, and the rank grid for folding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..errors import ScenarioError
+from ..scenario import Scenario
+from . import layer as Ly
+from . import models as M
+from .placement import Layout
+from .schedules import check_schedule
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v (16) + write param, m, v (12) + bf16 copy (2)
+#                              + one grad-norm read (4): Megatron's clip_grad_norm + fused Adam step
+ADAM_FLOPS_PER_PARAM = 12.0
+
+
+@dataclass
+class Unit:
+    """One piece of a model chunk with its own parameters: the embedding, a layer, the head."""
+
+    name: str
+    layer: int  # global layer index; -1 embedding, layers for the head
+    fwd: list  # Ly.Step
+    bwd: list
+    params: float  # parameters on this GPU (dense)
+    expert_params: float = 0.0
+
+
+@dataclass
+class Plan:
+    """Everything about a scenario that does not depend on the rank."""
+
+    sc: Scenario
+    layout: Layout
+    model: object
+    micro: int
+    v: int
+    chunk_units: dict = field(default_factory=dict)  # virtual stage → list[Unit]
+    dtype: int = 2
+    flash: bool = False
+    grad_dtype: int = 2  # bytes per gradient element in the data-parallel reduction
+
+
+def _check(sc: Scenario) -> None:
+    if sc.model is None:
+        raise ScenarioError("a workload needs a model (or workload.trace)", key="model")
+    if sc.cluster.node is None:
+        raise ScenarioError("the model workload needs a node type with a gpu", key="cluster.node")
+    M.check_model(sc.model)
+    m, par, tr = M.resolve(sc.model), sc.parallel, sc.training
+    if tr.precision not in DTYPE_BYTES:
+        raise ScenarioError(f"expected one of {', '.join(DTYPE_BYTES)}, got {tr.precision!r}", key="training.precision")
+    if tr.recompute not in ("none", "selective", "full"):
+        raise ScenarioError(f"expected none, selective or full, got {tr.recompute!r}", key="training.recompute")
+    if sc.simulation.detail not in ("layer", "op"):
+        raise ScenarioError(f"expected layer or op, got {sc.simulation.detail!r}", key="simulation.detail")
+    if not 0 <= par.zero <= 3:
+        raise ScenarioError(f"expected 0 to 3, got {par.zero}", key="parallel.zero")
+    if m.heads % par.tp or m.ffn_hidden % par.tp:
+        raise ScenarioError(f"tp {par.tp} must divide heads ({m.heads}) and ffn_hidden ({m.ffn_hidden})",
+                            key="parallel.tp")
+    if m.kv_heads % par.tp and par.tp % m.kv_heads:
+        raise ScenarioError(f"tp {par.tp} and kv_heads {m.kv_heads} must divide one another", key="parallel.tp")
+    if m.seq_len % (par.cp * (par.tp if par.sequence_parallel else 1)):
+        raise ScenarioError(f"seq_len {m.seq_len} must be divisible by cp·tp (sequence parallel)", key="parallel.cp")
+    if m.layers % (par.pp * par.virtual_stages):
+        raise ScenarioError(f"layers {m.layers} must be divisible by pp·virtual_stages = "
+                            f"{par.pp * par.virtual_stages}", key="parallel.pp")
+    if m.experts and m.experts % par.ep:
+        raise ScenarioError(f"ep {par.ep} must divide experts {m.experts}", key="parallel.ep")
+    if not m.experts and par.ep > 1:
+        raise ScenarioError(f"ep {par.ep} needs a MoE model (model.experts)", key="parallel.ep")
+    if tr.micro_batch < 1 or tr.global_batch % (tr.micro_batch * par.dp):
+        raise ScenarioError(f"global_batch {tr.global_batch} must be a multiple of micro_batch·dp = "
+                            f"{tr.micro_batch}·{par.dp}", key="training.global_batch")
+
+
+def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
+    """The units of virtual stage ``vs``: [embedding], its layers, [head]."""
+    sc, m = plan.sc, plan.model
+    par = sc.parallel
+    V = par.pp * plan.v
+    per = m.layers // V
+    t = par.tp
+    units: list[Unit] = []
+    learned_pos = M.has_biases(m)
+    if vs == 0:
+        p = m.vocab * m.hidden / t + (m.seq_len * m.hidden if learned_pos else 0)
+        units.append(Unit("embed", -1, Ly.embedding_forward(L, learned_pos), Ly.embedding_backward(L), p))
+    fwd = Ly.forward_steps(L)
+    bwd = Ly.backward_steps(L, sc.training.recompute)
+    dense = (M.layer_params(m) - (m.experts * M.mlp_params(m) if m.experts else 0)) / t
+    expert = m.experts * M.mlp_params(m) / (t * par.ep) if m.experts else 0.0
+    for i in range(per):
+        units.append(Unit(f"layer{vs * per + i}", vs * per + i, fwd, bwd, dense, expert))
+    if vs == V - 1:
+        p = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or par.pp > 1) else 0)
+        if not m.tied_embeddings:
+            p -= m.vocab * m.hidden * (1 - 1 / t)
+        units.append(Unit("head", m.layers, Ly.head_forward(L, m.vocab), Ly.head_backward(L, m.vocab), p))
+    return units
+
+
+def grad_reduce_bytes(precision: str, grad_reduce: str) -> int:
+    """Bytes per gradient element reduced across data-parallel ranks. ``auto`` follows
+    Megatron-LM: bf16 training accumulates and all-reduces its gradients in fp32
+    (arguments.py forces accumulate_allreduce_grads_in_fp32 with --bf16); other
+    precisions reduce in their own type."""
+    if grad_reduce == "auto":
+        return 4 if precision == "bf16" else DTYPE_BYTES[precision]
+    return DTYPE_BYTES[grad_reduce]
+
+
+def make_plan(sc: Scenario) -> Plan:
+    """Validate ``sc`` and precompute its per-chunk units."""
+    _check(sc)
+    par, tr = sc.parallel, sc.training
+    layout = Layout.from_parallel(par, sc.gpus, par.order or None)
+    micro = tr.global_batch // (tr.micro_batch * par.dp)
+    check_schedule(par.schedule, par.pp, micro, par.virtual_stages)
+    m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, par.tp))
+    dtype = DTYPE_BYTES[tr.precision]
+    flash = getattr(tr, "attention", "unfused") == "flash"
+    L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash)
+    plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=dtype, flash=flash or par.cp > 1,
+                grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce))
+    for vs in range(par.pp * par.virtual_stages):
+        plan.chunk_units[vs] = _units_of(plan, vs, L)
+    return plan
+
+
+def fold_grid(sc: Scenario) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The rank grid in placement order (slowest axis first) and the axis names."""
+    layout = Layout.from_parallel(sc.parallel, sc.gpus, sc.parallel.order or None)
+    return layout.shape, layout.order
