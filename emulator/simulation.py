@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from emulator.devices.gpu import Gpu
 from emulator.engine import Engine
@@ -37,7 +37,7 @@ class Result:
     scenario: Scenario
     program: Program
     topology: Topology
-    spans: list[Span]  # a SpanTable from the engine: a read-only sequence of Span, made on access
+    spans: Sequence[Span]  # a SpanTable from the engine: a read-only sequence of Span, made on access
     iteration_time_s: float
     events: int
     wall_s: float
