@@ -26,24 +26,30 @@ def estimate(scenario: Scenario) -> str:
     t0 = time.perf_counter()
     program, notes = build_workload(scenario)
     build_s = time.perf_counter() - t0
-    compute = comm = 0
-    for op in program.ops:
+    # an unfolded run given as templates: copies' compute ops end together (one event),
+    # each copy's collectives and sends are instances of their own
+    ops = getattr(program, "template", None)
+    copies = len(program.translations) if ops is not None else 1
+    ops = program.ops if ops is None else ops
+    compute = comm = 0.0
+    for op in ops:
         if op.kind == COMPUTE:
             compute += 1
         elif op.kind == SEND:
-            comm += 1
+            comm += copies
         elif op.kind == COLLECTIVE:
             simulated = sum(1 for r in op.group if (program.fold is None or program.fold.is_representative(r)))
+            members = min(len(op.group), max(1, simulated) * copies)
             n = len(op.group)
             per = 2.0 * n * (n - 1) + 1 if op.collective == "all_to_all" else EVENTS_PER_COMM
-            comm += per / EVENTS_PER_COMM / max(1, simulated)
+            comm += per / EVENTS_PER_COMM * copies / members
     iterations = max(1, scenario.simulation.iterations)
     events = int((compute + EVENTS_PER_COMM * comm) * iterations)
     ranks = len(program.simulated_ranks())
     wall = build_s + events / EVENTS_PER_S
     lines = [f"scenario        {scenario.name}",
              f"GPUs            {program.ranks} ({ranks} simulated)",
-             f"ops             {len(program.ops) * iterations:,} ({compute:,} compute per iteration)",
+             f"ops             {len(ops) * copies * iterations:,} ({int(compute) * copies:,} compute per iteration)",
              f"events          ~{events:,}",
              f"wall time       ~{format_time(wall)} (build {format_time(build_s)}, at ~{EVENTS_PER_S:,.0f} events/s)"]
     return "\n".join(lines + [f"note: {n}" for n in notes])
