@@ -7,16 +7,12 @@ nccl-tests reports them (GB/s = 1e9 B/s).
 """
 from __future__ import annotations
 
-from emulator.devices.gpu import Gpu
 from emulator.engine import Engine
 from emulator.errors import EmulatorError
-from emulator.faults import apply_faults
-from emulator.network.collectives import CollectiveModel
-from emulator.network.routing import NoRouteError, Router
-from emulator.network.topology import build_topology
+from emulator.network.routing import NoRouteError
 from emulator.program import COLLECTIVE, COLLECTIVE_OPS, Op, Program
 from emulator.scenario import Scenario
-from emulator.simulation import step_costs
+from emulator.simulation import build_cluster
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -50,25 +46,21 @@ def collective_table(scenario: Scenario, op: str, sizes: list[float], gpus: int 
     """One row per size: bytes, time_s, algbw_GB_per_s, busbw_GB_per_s."""
     if op not in COLLECTIVE_OPS:
         raise EmulatorError(f"--op: expected one of {', '.join(COLLECTIVE_OPS)}, got {op!r}")
-    topo = build_topology(scenario.cluster)
+    cluster = build_cluster(scenario)
+    topo = cluster.topology
     n = gpus or len(topo.gpus)
     if len(topo.gpus) < 2:
         raise EmulatorError(f"{scenario.path or scenario.name}: the cluster has {len(topo.gpus)} GPU; "
                             "a collective needs at least 2")
     if not 2 <= n <= len(topo.gpus):
         raise EmulatorError(f"--gpus: expected 2..{len(topo.gpus)} (the cluster's GPUs), got {n}")
-    slowdown = apply_faults(topo, scenario.cluster.overrides)
-    router = Router(topo)
-    model = CollectiveModel(router, topo.node_of, step_costs(scenario), scenario.collectives.algorithm)
     group = tuple(range(n))
     rows = []
     for size in sizes:
         ops = [Op(id=r, rank=r, kind=COLLECTIVE, stream="comm", collective=op, group=group, root=0, bytes=size)
                for r in group]
-        gspec = scenario.cluster.node.gpu if scenario.cluster.node else None
         try:
-            engine = Engine(Program(n, ops), model, topo.capacity,
-                            {r: Gpu(r, gspec, slowdown.get(r, 1.0)) for r in group})
+            engine = Engine(Program(n, ops), cluster.collectives, topo.capacity, cluster.gpus(group))
             spans, _events = engine.run()
         except NoRouteError as exc:
             raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None

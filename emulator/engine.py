@@ -227,7 +227,10 @@ class Engine:
                 self._arrive_p2p(i, (self._tr(k, op.rank), self._tr(k, op.peer), op.tag), 1)
 
     def _done(self, event: simpy.Event) -> None:
-        """The compute ops ending at this time (the timeout's value) ended, in the order they started."""
+        """The compute ops ending at this time (the timeout's value) ended, in the order they started.
+
+        The successor loop is ``_done_many``'s, inlined (hot path), but released op by op so
+        that start order is kept."""
         now = self.env.now
         T, succ, waiting, end = self.T, self.succ, self.waiting, self.end
         for i in self._ends.pop(event._value):

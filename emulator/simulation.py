@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from emulator.devices.gpu import Gpu
 from emulator.engine import Engine
@@ -23,7 +23,7 @@ from emulator.faults import apply_faults
 from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
-from emulator.program import Program
+from emulator.program import Fold, Program
 from emulator.scenario import Scenario
 from emulator.spans import Span, SpanTable
 
@@ -83,6 +83,29 @@ def simulate(scenario: Scenario, progress: Progress | None = None, record_links:
     return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
 
 
+@dataclass
+class Cluster:
+    """A scenario's cluster, built once: topology (with faults applied), per-rank GPU
+    slowdowns, and the collective model on its routes. ``run_program``, the nccl-tests
+    style ``collective`` command and the live backend all run engines on it."""
+
+    topology: Topology
+    slowdown: dict[int, float]
+    collectives: CollectiveModel
+    gpu_spec: object
+
+    def gpus(self, ranks: Iterable[int]) -> dict[int, Gpu]:
+        return {r: Gpu(r, self.gpu_spec, self.slowdown.get(r, 1.0)) for r in ranks}
+
+
+def build_cluster(scenario: Scenario, fold: Fold | None = None) -> Cluster:
+    """The topology, faults and collective model of ``scenario`` (``fold``: the program's symmetry)."""
+    topo = build_topology(scenario.cluster)
+    slowdown = apply_faults(topo, scenario.cluster.overrides)
+    model = CollectiveModel(Router(topo), topo.node_of, step_costs(scenario), scenario.collectives.algorithm, fold)
+    return Cluster(topo, slowdown, model, scenario.cluster.node.gpu if scenario.cluster.node else None)
+
+
 def run_program(program: Program, scenario: Scenario, progress: Progress | None = None,
                 record_links: bool = True, notes: list[str] | None = None) -> Result:
     """Run a Program on the scenario's cluster."""
@@ -91,19 +114,15 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
         program.validate()
     except ValueError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: invalid workload: {exc}") from None
-    topo = build_topology(scenario.cluster)
+    cluster = build_cluster(scenario, program.fold)
+    topo, model = cluster.topology, cluster.collectives
     if program.ranks > len(topo.gpus):
         raise EmulatorError(f"{scenario.path or scenario.name}: the workload has {program.ranks} ranks but the "
                             f"cluster has only {len(topo.gpus)} GPUs")
-    slowdown = apply_faults(topo, scenario.cluster.overrides)
     iterations = max(1, scenario.simulation.iterations)
     if iterations > 1:
         program = program.repeated(iterations)
-    router = Router(topo)
-    model = CollectiveModel(router, topo.node_of, step_costs(scenario), scenario.collectives.algorithm,
-                            program.fold)
-    gpu_spec = scenario.cluster.node.gpu if scenario.cluster.node else None
-    gpus = {r: Gpu(r, gpu_spec, slowdown.get(r, 1.0)) for r in program.simulated_ranks()}
+    gpus = cluster.gpus(program.simulated_ranks())
     series: dict[int, list[tuple[float, float]]] = {}
 
     def record(now: float, loads: dict[int, float]) -> None:

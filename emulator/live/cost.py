@@ -22,13 +22,9 @@ from __future__ import annotations
 from emulator.devices.gpu import Gpu
 from emulator.engine import Engine
 from emulator.errors import EmulatorError
-from emulator.faults import apply_faults
-from emulator.network.collectives import CollectiveModel
-from emulator.network.routing import Router
-from emulator.network.topology import build_topology
 from emulator.program import COLLECTIVE, COLLECTIVE_OPS, RECV, SEND, Op, Program
 from emulator.scenario import Scenario
-from emulator.simulation import step_costs
+from emulator.simulation import build_cluster
 
 
 def copies(group: tuple[int, ...], world: int) -> list[tuple[int, ...]]:
@@ -56,16 +52,15 @@ class CommCost:
 
     def __init__(self, scenario: Scenario, world: int) -> None:
         self.scenario = scenario
-        self.topology = build_topology(scenario.cluster)
+        cluster = build_cluster(scenario)
+        self.topology = cluster.topology
         gpus = len(self.topology.gpus)
         if not 1 <= world <= gpus:
             raise EmulatorError(f"{scenario.path or scenario.name}: a live world of {world} ranks needs "
                                 f"1..{gpus} GPUs; the cluster has {gpus}")
         self.world = world
-        self.slowdown = apply_faults(self.topology, scenario.cluster.overrides)
-        self.model = CollectiveModel(Router(self.topology), self.topology.node_of, step_costs(scenario),
-                                     scenario.collectives.algorithm)
-        self.gpu_spec = scenario.cluster.node.gpu if scenario.cluster.node else None
+        self.cluster = cluster
+        self.model = cluster.collectives
         self._cache: dict[tuple, float] = {}
         self.engine_runs = 0
 
@@ -91,7 +86,7 @@ class CommCost:
 
     # -- engine runs ------------------------------------------------------------
     def _gpus(self, ranks: set[int]) -> dict[int, Gpu]:
-        return {r: Gpu(r, self.gpu_spec, self.slowdown.get(r, 1.0)) for r in ranks}
+        return self.cluster.gpus(ranks)
 
     def _run(self, ops: list[Op], local_ids: set[int]) -> float:
         self.engine_runs += 1

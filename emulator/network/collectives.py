@@ -85,7 +85,8 @@ class CollectiveModel:
         self.steps = steps
         self.algorithm = algorithm
         self.fold = fold
-        self._cache: dict[tuple, Plan] = {}
+        self._cache: dict[tuple, Plan] = {}  # the plans in use (compressed once prepared)
+        self._raw_plans: dict[tuple, Plan] = {}  # as built, before compression
         self._frozen = False
         self.link_alias: dict[int, int] = {}  # link → the link compression kept for it
 
@@ -96,7 +97,7 @@ class CollectiveModel:
         if plan is None:
             if self._frozen:
                 raise RuntimeError(f"collective plan {key} was not prepared before the run")
-            plan = self._cache[key] = self._folded(key)
+            plan = self._cache[key] = self._raw_plans[key] = self._folded(key)
         return plan
 
     def p2p(self, src: int, dst: int) -> Plan:
@@ -110,10 +111,12 @@ class CollectiveModel:
         from emulator.network.compression import compress_plans
 
         for key in keys:
-            if key not in self._cache:
-                self._cache[key] = self._folded(key)
-        order = sorted(self._cache, key=repr)
-        compressed, self.link_alias = compress_plans([self._cache[k] for k in order], capacity)
+            if key not in self._raw_plans:
+                self._raw_plans[key] = self._folded(key)
+        # always from the uncompressed plans: a link equivalent within earlier plans need not
+        # be within the new set (the model is reused across engines by `collective` and `live`)
+        order = sorted(self._raw_plans, key=repr)
+        compressed, self.link_alias = compress_plans([self._raw_plans[k] for k in order], capacity)
         self._cache = dict(zip(order, compressed))
         self._frozen = True
 
