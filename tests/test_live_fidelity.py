@@ -1,15 +1,17 @@
 """Fidelity of live emulation against a real 4-process gloo run on this machine (slow: opt-in).
 
-Runs benchmarks/live_gloo_calibration.py's comparison for one model size (hidden 512:
-525 825 parameters, 2.1 MB of gradients): the real job (4 gloo processes) against
-1 real process + 3 emulated ranks on scenarios/live-gloo-loopback.yaml, with 3
-compute-only copies of the script beside it so the local rank's compute shares the
-2 cores as in the real run. Single runs jitter by about ±10% here (4 processes
-time-sliced on 2 cores), so each side runs 3 times, interleaved, and the medians
-are compared. The scenario is calibrated under load (each gloo process alternates a
-512×512 matmul with the all-reduce; README). Measured, two sessions: real 19.8 / 19.7 ms,
-emulated 16.7 / 17.0 ms (−15.8% / −14.1%); the older idle calibration gave −21.5% the same hour.
-Takes about 70 s; set EMULATOR_SLOW=1 to run it.
+Runs benchmarks/live_gloo_calibration.py end to end, as a user would on the day: first it
+calibrates the gloo loopback transport under load into a temporary scenario (a calibration
+from an earlier session is stale: this shared 2-core machine's loaded gloo latency drifts by up
+to 50% within an hour), then it compares examples/train_mlp.py at two model sizes (hidden 256
+and 512: 0.53 and 2.1 MB of gradients) as the real job (4 gloo processes) and as 1 real process
++ 3 emulated ranks on that scenario, beside 3 compute-only copies of the script so the local
+rank's compute shares the 2 cores as in the real run. Single runs jitter by ±10-20%, so each
+side runs 5 times (100 iterations), interleaved, and the medians are compared.
+
+Measured (2026-12-02, fresh calibration α = 1.14 ms/step, B = 1.12 GB/s): hidden 256 −5.5%,
+384 −8.3%, 512 −8.6%, 768 −8.0% (README, Live emulation). Takes about 4 minutes; set
+EMULATOR_SLOW=1 to run it.
 """
 import os
 import sys
@@ -19,17 +21,18 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytestmark = pytest.mark.skipif(not os.environ.get("EMULATOR_SLOW"),
-                                reason="slow (about 70 s, real gloo processes): set EMULATOR_SLOW=1")
+                                reason="slow (about 4 minutes, real gloo processes): set EMULATOR_SLOW=1")
 
 
-@pytest.mark.xfail(strict=False, reason="known gap (README, Live emulation): on 2 cores the 4 real ranks are "
-                   "time-sliced and arrive at the all-reduce skewed; the loaded calibration models the "
-                   "slower transport but not the skew, and the symmetric emulated copies come out 2-16% fast")
-def test_emulated_iteration_time_within_10_percent_of_real_gloo():
+def test_emulated_iteration_time_within_10_percent_of_real_gloo(tmp_path):
     pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import live_gloo_calibration as bench
 
-    # median of 3 interleaved runs of 60 iterations each side; error = emulated / real − 1
-    (row,) = bench.fidelity(60, [512], reps=3)
-    assert abs(row["contended_error"]) < 0.10, row
+    scenario = str(tmp_path / "live-gloo-loopback.yaml")
+    cal = bench.calibrate(scenario=scenario)
+    assert cal["alpha_s"] > 0 and cal["bandwidth_B_per_s"] > 0, cal
+    # median of 5 interleaved runs of 100 iterations each side; error = emulated / real − 1
+    rows = bench.fidelity(100, [256, 512], reps=5, scenario=scenario)
+    errors = {r["hidden"]: r["contended_error"] for r in rows}
+    assert all(abs(e) < 0.10 for e in errors.values()), errors
