@@ -145,13 +145,15 @@ def _loaded_row(rows: tuple[dict, ...]) -> dict:
     """One size, every rank's (call, return) times. ``call_s``: call to return, each rank's median,
     averaged over the ranks (includes the wait for late ranks). ``after_arrival_s``: from the last
     rank's call to each rank's return, averaged over the ranks, median over rounds (the transport
-    under load, without the arrival skew). ``skew_s``: median over rounds of last − first call."""
+    under load, without the arrival skew). ``span_s``: from the last call to the last return (the
+    group's span; reported). ``skew_s``: median over rounds of last − first call."""
     rounds = list(zip(*(r["calls"] for r in rows)))
     after = [statistics.mean(t1 for _, t1 in rd) - max(t0 for t0, _ in rd) for rd in rounds]
     skew = [max(t0 for t0, _ in rd) - min(t0 for t0, _ in rd) for rd in rounds]
+    span = [max(t1 for _, t1 in rd) - max(t0 for t0, _ in rd) for rd in rounds]
     call = statistics.mean(statistics.median(t1 - t0 for t0, t1 in r["calls"]) for r in rows)
     out = {"bytes": rows[0]["bytes"], "call_s": call, "after_arrival_s": statistics.median(after),
-           "skew_s": statistics.median(skew)}
+           "span_s": statistics.median(span), "skew_s": statistics.median(skew)}
     out["time_s"] = out[STATISTIC]
     return out
 
@@ -313,7 +315,8 @@ def main() -> None:
         for r in cal["rows"]:
             print(f"  {r['bytes']:>9d} B  measured {r['time_s'] * 1e6:10.1f} us  model {r['model_s'] * 1e6:10.1f} us"
                   f"  ({r['error'] * 100:+.1f}%)"
-                  + (f"  [call {r['call_s'] * 1e6:.1f} us, skew {r['skew_s'] * 1e6:.1f} us]" if "call_s" in r else ""))
+                  + (f"  [call {r['call_s'] * 1e6:.1f} us, span {r['span_s'] * 1e6:.1f} us, skew {r['skew_s'] * 1e6:.1f} us]"
+                     if "call_s" in r else ""))
     if args.what in ("fidelity", "all"):
         rows = fidelity(args.iters, args.hidden, args.reps, args.virtual, args.scenario)
         print(f"{'hidden':>6} {'grad MB':>8} {'real ms (median, range)':>26} {'1+3 contended ms':>26} {'err':>7}")

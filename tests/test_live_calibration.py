@@ -7,7 +7,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import live_gloo_calibration as bench  # noqa: E402
+import live_gloo_calibration as bench
 
 
 def test_fit_recovers_alpha_and_bandwidth_of_an_exact_ring():
@@ -25,13 +25,15 @@ def test_loaded_row_separates_transport_from_arrival_skew():
     # round 1: calls at 0, 1, 2, 3; returns at 10, 10, 11, 11 → last call 3;
     #   after arrival = mean(10, 10, 11, 11) − 3 = 7.5; skew = 3 − 0 = 3
     # round 2: calls at 20, 20, 20, 24; returns at 30, 30, 30, 30 → after = 30 − 24 = 6; skew = 4
-    # medians over the 2 rounds: after (7.5 + 6)/2 = 6.75, skew (3 + 4)/2 = 3.5
+    # span (last return − last call): round 1 11 − 3 = 8, round 2 30 − 24 = 6
+    # medians over the 2 rounds: after (7.5 + 6)/2 = 6.75, skew (3 + 4)/2 = 3.5, span (8 + 6)/2 = 7
     # call (each rank's median of return − call, then the mean over ranks):
     #   rank0 (10, 10) → 10; rank1 (9, 10) → 9.5; rank2 (9, 10) → 9.5; rank3 (8, 6) → 7 → mean 9.0
     calls = [[(0, 10), (20, 30)], [(1, 10), (20, 30)], [(2, 11), (20, 30)], [(3, 11), (24, 30)]]
     row = bench._loaded_row(tuple({"bytes": 1024, "calls": c} for c in calls))
     assert row["after_arrival_s"] == pytest.approx(6.75)
     assert row["skew_s"] == pytest.approx(3.5)
+    assert row["span_s"] == pytest.approx(7.0)
     assert row["call_s"] == pytest.approx(9.0)
     assert row["time_s"] == row["after_arrival_s"]  # what the fit uses
 

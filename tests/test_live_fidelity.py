@@ -9,9 +9,10 @@ and 512: 0.53 and 2.1 MB of gradients) as the real job (4 gloo processes) and as
 rank's compute shares the 2 cores as in the real run. Single runs jitter by ±10-20%, so each
 side runs 5 times (100 iterations), interleaved, and the medians are compared.
 
-Measured (2026-12-02, fresh calibration α = 1.14 ms/step, B = 1.12 GB/s): hidden 256 −5.5%,
-384 −8.3%, 512 −8.6%, 768 −8.0% (README, Live emulation). Takes about 4 minutes; set
-EMULATOR_SLOW=1 to run it.
+Measured on 2026-12-02, three comparisons, each after its own calibration (README, Live
+emulation): hidden 256 / 512 at −5.5% / −8.6%, −4.6% / −2.7%, and in this test's own run
+−10.3% / −10.3% (failed, just outside). The emulated job runs ~7% fast with ±3 points between
+runs, so this check passes on most runs, not all. Takes about 4 minutes; set EMULATOR_SLOW=1.
 """
 import os
 import sys
