@@ -158,6 +158,11 @@ def _loaded_row(rows: tuple[dict, ...]) -> dict:
     return out
 
 
+def ring_time(alpha: float, bandwidth: float, nbytes: float) -> float:
+    """A ring all-reduce of ``nbytes`` on n = N ranks: 2(n−1)·α + 2(n−1)/n · S/B."""
+    return 2 * (N - 1) * alpha + 2 * (N - 1) / N * nbytes / bandwidth
+
+
 def fit(rows: list[dict]) -> tuple[float, float]:
     """(α, B) of t = 2(n−1)α + 2(n−1)/n · S/B, least squares on relative error."""
     import numpy as np
@@ -209,9 +214,8 @@ def calibrate(loaded: bool = True, scenario: str = SCENARIO) -> dict:
     rows = measure(loaded)
     alpha, bandwidth = fit([r for r in rows if r["bytes"] <= FIT_MAX])
     write_scenario(alpha, bandwidth, rows, loaded, scenario)
-    model = [2 * (N - 1) * alpha + 2 * (N - 1) / N * r["bytes"] / bandwidth for r in rows]
-    for r, m in zip(rows, model):
-        r["model_s"] = m
+    for r in rows:
+        r["model_s"] = m = ring_time(alpha, bandwidth, r["bytes"])
         r["error"] = m / r["time_s"] - 1
     return {"alpha_s": alpha, "bandwidth_B_per_s": bandwidth, "rows": rows}
 
@@ -309,6 +313,8 @@ def main() -> None:
     p.add_argument("--scenario", default=SCENARIO, help="the calibrated scenario: written by calibrate, "
                    "read by fidelity (default: %(default)s)")
     args = p.parse_args()
+    if args.what == "fidelity" and not os.path.isfile(args.scenario):
+        p.error(f"--scenario {args.scenario}: no such file; write it first with `calibrate` (or run `all`)")
     if args.what in ("calibrate", "all"):
         cal = calibrate(loaded=not args.idle, scenario=args.scenario)
         print(f"alpha = {cal['alpha_s'] * 1e6:.2f} us/step, B = {cal['bandwidth_B_per_s'] / 1e9:.3f} GB/s")

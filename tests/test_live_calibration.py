@@ -15,6 +15,7 @@ def test_fit_recovers_alpha_and_bandwidth_of_an_exact_ring():
     # → t = 6 ms + S / (1 GB/s): 1 MiB → 6 ms + 1.048576 ms = 7.048576 ms
     rows = [{"bytes": s, "time_s": 6e-3 + s / 1e9} for s in (1 << 10, 1 << 16, 1 << 20, 1 << 22)]
     assert rows[2]["time_s"] == pytest.approx(7.048576e-3, rel=1e-12)
+    assert bench.ring_time(1e-3, 1.5e9, 1 << 20) == pytest.approx(7.048576e-3, rel=1e-12)
     alpha, bandwidth = bench.fit(rows)
     assert alpha == pytest.approx(1e-3, rel=1e-9)
     assert bandwidth == pytest.approx(1.5e9, rel=1e-9)
