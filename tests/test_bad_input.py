@@ -5,7 +5,6 @@ message shape: FILE:LINE: key.path: expected ..., got ... (and "did you mean").
 """
 import random
 import textwrap
-import time
 
 import pytest
 
@@ -137,7 +136,6 @@ def _cases(n: int = 400, seed: int = 20240601) -> list[str | bytes]:
 
 def test_fuzz_gives_scenario_error_or_loads():
     outcomes = {"loaded": 0, "error": 0}
-    start = time.perf_counter()
     for i, text in enumerate(_cases()):
         try:
             s = load_scenario_text(text, "fuzz.yaml")
@@ -151,7 +149,6 @@ def test_fuzz_gives_scenario_error_or_loads():
             outcomes["loaded"] += 1
     # the mutations are mostly harmful, yet some (e.g. a deleted optional key) still load
     assert outcomes["error"] > 200 and outcomes["loaded"] > 10, outcomes
-    assert time.perf_counter() - start < 30  # no hang: 400 texts in well under 30 s
 
 
 def test_the_base_is_valid():

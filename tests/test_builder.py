@@ -174,13 +174,11 @@ def test_bad_input_is_a_clear_error():
         build_program(scen(8, ParallelSpec(pp=8)))
 
 
-def test_gpt3_175b_builds_fast():
-    import time
+def test_gpt3_175b_builds_folded():
+    # its build time is measured in benchmarks/run.py, not here
     sc = scen(8, ParallelSpec(tp=8, pp=8, dp=16, schedule="interleaved-1f1b", virtual_stages=3),
               model=model_preset("gpt3-175b"), gb=1536, nodes=128)
     shape, names = fold_grid(sc)
-    t = time.perf_counter()
     prog = build_program(sc, Fold(shape, tuple(n in ("tp", "dp") for n in names)))
-    assert time.perf_counter() - t < 10
     assert prog.simulated_ranks() == list(range(0, 1024, 128))
     assert prog.meta["microbatches"] == 96
