@@ -10,6 +10,12 @@ so two spellings of the same configuration ("4" and "4.0", a preset and its
 figures) share one row, and editing a trace file makes a new key. Canonical JSON
 is ``json.dumps(sort_keys=True, separators=(",", ":"), allow_nan=False)``.
 
+Each row also records the ``emulator`` that computed it (:mod:`emulator.fingerprint`).
+A row from another emulator is stale: it does not count as done, and running its
+point again replaces it, so one configuration keeps one row, from the newest code
+that ran it. Databases of schema 1 (no such column) gain it on opening, with
+every old row stale.
+
 Durability: WAL journal, one transaction per finished point, ``INSERT OR IGNORE``
 on the key. SQLite's commit is atomic, so a process killed at any moment leaves
 every committed point and no half-written one. Only the parent process writes.
@@ -17,7 +23,8 @@ every committed point and no half-written one. Only the parent process writes.
 Columns: key, scenario (name), varied (JSON: the ``--set`` values that made this
 point, in ``--vary`` order), resolved (JSON: the loaded scenario), status (ok | error), error (the
 message), summary (JSON), and the flat metrics iteration_time_s, tokens_per_s,
-mfu, peak_bytes_per_gpu, fits, gpus; ``created`` (Unix time) is informative only.
+mfu, peak_bytes_per_gpu, fits, gpus; ``emulator`` (the fingerprint); ``created`` (Unix time) is
+informative only.
 """
 from __future__ import annotations
 
@@ -32,12 +39,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from emulator.errors import EmulatorError
+from emulator.fingerprint import fingerprint
 from emulator.outputs.atomic import write_atomic
 from emulator.scenario import Scenario
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 METRICS = ("iteration_time_s", "tokens_per_s", "mfu", "peak_bytes_per_gpu", "fits", "gpus")
-_COLUMNS = ("key", "scenario", "varied", "resolved", "status", "error", "summary") + METRICS + ("created",)
+_COLUMNS = ("key", "scenario", "varied", "resolved", "status", "error", "summary") + METRICS + ("emulator", "created")
 _CREATE = """
 CREATE TABLE IF NOT EXISTS results (
     key TEXT PRIMARY KEY,
@@ -53,6 +61,7 @@ CREATE TABLE IF NOT EXISTS results (
     peak_bytes_per_gpu REAL,
     fits INTEGER,
     gpus INTEGER,
+    emulator TEXT,
     created REAL
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -111,6 +120,7 @@ class Row:
     status: str  # ok | error
     error: str | None
     summary: dict | None
+    emulator: str | None = None  # the fingerprint of the emulator that computed it
 
     def metric(self, name: str) -> Any:
         """A summary value by dotted path ("tokens_per_s", "memory.fits", "breakdown_s.bubble")."""
@@ -125,7 +135,7 @@ class Row:
 def make_row(key: str, scenario: Scenario, varied: dict, summary: dict | None = None,
              error: str | None = None) -> Row:
     return Row(key, scenario.name, dict(varied), resolved_dict(scenario),
-               "ok" if error is None else "error", error, summary)
+               "ok" if error is None else "error", error, summary, fingerprint())
 
 
 def _flat(row: Row) -> tuple:
@@ -153,11 +163,19 @@ class ResultStore:
             self.db.executescript(_CREATE)
             with self.db:
                 self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            version = self.db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()[0]
+                version = self.db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()[0]
+                if version == "1":
+                    version = self._upgrade_from_1()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{path}: not a results database ({exc})") from None
         if version != str(SCHEMA_VERSION):
             raise StoreError(f"{path}: results database schema {version}, this emulator reads {SCHEMA_VERSION}")
+
+    def _upgrade_from_1(self) -> str:
+        """Schema 1 → 2 (inside the caller's transaction): add ``emulator``; every old row is stale."""
+        self.db.execute("ALTER TABLE results ADD COLUMN emulator TEXT")
+        self.db.execute("UPDATE meta SET value=? WHERE name='schema_version'", (str(SCHEMA_VERSION),))
+        return str(SCHEMA_VERSION)
 
     def close(self) -> None:
         self.db.close()
@@ -169,19 +187,28 @@ class ResultStore:
         self.close()
 
     def record(self, row: Row) -> bool:
-        """Insert one finished point in its own transaction; False if its key was already there."""
+        """Write one finished point in its own transaction; False if its key was already there from the
+        same emulator (a row from another emulator is replaced)."""
         varied = json.dumps(row.varied)  # in --vary order
         values = (row.key, row.scenario, varied, canonical_json(row.resolved), row.status,
                   row.error, None if row.summary is None else json.dumps(row.summary, sort_keys=True),
-                  *_flat(row), time.time())
+                  *_flat(row), row.emulator, time.time())
+        update = ", ".join(f"{c}=excluded.{c}" for c in _COLUMNS[1:])
         with self.db:  # BEGIN ... COMMIT
-            cur = self.db.execute(f"INSERT OR IGNORE INTO results ({', '.join(_COLUMNS)}) "
-                                  f"VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+            cur = self.db.execute(f"INSERT INTO results ({', '.join(_COLUMNS)}) "
+                                  f"VALUES ({', '.join('?' * len(_COLUMNS))}) "
+                                  f"ON CONFLICT(key) DO UPDATE SET {update} "
+                                  "WHERE results.emulator IS NOT excluded.emulator", values)
         return cur.rowcount == 1
 
     def done_keys(self, keys: Iterable[str] | None = None) -> set[str]:
-        """Keys with a row (ok or error), among ``keys`` (all when None)."""
-        found = {k for (k,) in self.db.execute("SELECT key FROM results")}
+        """Keys with a row (ok or error) from this emulator, among ``keys`` (all when None)."""
+        found = {k for (k,) in self.db.execute("SELECT key FROM results WHERE emulator=?", (fingerprint(),))}
+        return found if keys is None else found & set(keys)
+
+    def stale_keys(self, keys: Iterable[str] | None = None) -> set[str]:
+        """Keys whose row comes from another emulator (or from before fingerprints), among ``keys``."""
+        found = {k for (k,) in self.db.execute("SELECT key FROM results WHERE emulator IS NOT ?", (fingerprint(),))}
         return found if keys is None else found & set(keys)
 
     def delete_errors(self, keys: Iterable[str]) -> int:
@@ -194,9 +221,9 @@ class ResultStore:
 
     def rows(self, keys: Sequence[str] | None = None) -> list[Row]:
         """Rows in the order of ``keys`` (missing keys skipped), or all rows in a stable order."""
-        cur = self.db.execute("SELECT key, scenario, varied, resolved, status, error, summary FROM results")
+        cur = self.db.execute("SELECT key, scenario, varied, resolved, status, error, summary, emulator FROM results")
         found = {r[0]: Row(r[0], r[1], json.loads(r[2]), json.loads(r[3]), r[4], r[5],
-                           None if r[6] is None else json.loads(r[6])) for r in cur}
+                           None if r[6] is None else json.loads(r[6]), r[7]) for r in cur}
         if keys is None:
             return sorted(found.values(), key=lambda r: (r.scenario, canonical_json(r.varied), r.key))
         seen: set[str] = set()

@@ -7,10 +7,11 @@ base scenario with ``--set``-style overrides; every point is loaded (and so
 validated) before anything runs, and a bad one is named with its key.
 
 Points are keyed by their resolved scenario (:func:`emulator.store.scenario_key`);
-keys already in the database are skipped, so a killed sweep resumes where it
-stopped and a finished one costs nothing to re-run. Each finished point is
-committed on its own by this (the parent) process; a point that fails with an
-EmulatorError is stored as an error and not retried unless ``--retry-errors``.
+keys already in the database, computed by this same emulator (:mod:`emulator.fingerprint`),
+are skipped, so a killed sweep resumes where it stopped and a finished one costs
+nothing to re-run. Each finished point is committed on its own by this (the
+parent) process; a point that fails with an EmulatorError is stored as an error
+and not retried unless ``--retry-errors``.
 """
 from __future__ import annotations
 
@@ -214,8 +215,9 @@ def stderr_progress(total: int, label: str) -> ProgressBar:
 class RunStats:
     points: int  # points in the study
     distinct: int  # distinct configurations (keys)
-    skipped: int  # already in the store
+    skipped: int  # already in the store, from this emulator
     ran: int = 0
+    stale: int = 0  # in the store from another emulator (see emulator.fingerprint): run again
     errors: int = 0
     wall_s: float = 0.0
 
@@ -231,7 +233,7 @@ def run_points(points: Sequence[Point], store: ResultStore, executor: Executor,
         store.delete_errors(unique)
     done = store.done_keys(unique)
     todo = [p for k, p in unique.items() if k not in done]
-    stats = RunStats(len(points), len(unique), len(done))
+    stats = RunStats(len(points), len(unique), len(done), stale=len(store.stale_keys(unique)))
     if progress is not None:
         progress.total = len(todo)
     for i, outcome in executor.run(evaluate, [p.scenario for p in todo]):
@@ -301,8 +303,9 @@ def table(rows: Sequence[Any], limit: int = 40) -> str:
 
 def stats_line(stats: RunStats, db: str) -> str:
     dup = f" ({stats.distinct} distinct)" if stats.distinct != stats.points else ""
+    stale = f"; {stats.stale} were from another emulator version and ran again" if stats.stale else ""
     return (f"{stats.points} points{dup}: {stats.skipped} already in {db}, ran {stats.ran} "
-            f"({stats.errors} errors) in {stats.wall_s:.1f} s")
+            f"({stats.errors} errors) in {stats.wall_s:.1f} s{stale}")
 
 
 # ------------------------------------------------------------------ command line

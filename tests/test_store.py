@@ -99,3 +99,85 @@ def test_csv_has_varied_columns_and_no_wall_clock(tmp_path):
     assert dict(zip(head, table[2]))["error"] == "bad"
     export_csv(rows, str(tmp_path / "o.csv"))
     assert (tmp_path / "o.csv").read_text().count("\n") == 3
+
+
+def test_fingerprint_follows_the_sources_only(tmp_path):
+    from emulator.fingerprint import fingerprint, fingerprint_of
+
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("x = 1\n")
+    (pkg / "sub" / "cat.yaml").write_text("gpu: a100\n")
+    f = fingerprint_of(str(pkg))
+    assert len(f) == 16 and f == fingerprint_of(str(pkg))
+    (pkg / "notes.txt").write_text("not code")  # neither .py nor .yaml
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "a.py").write_text("compiled")
+    assert fingerprint_of(str(pkg)) == f
+    (pkg / "sub" / "cat.yaml").write_text("gpu: h100\n")  # a catalog figure changes a result
+    assert fingerprint_of(str(pkg)) != f
+    assert fingerprint() == fingerprint() and len(fingerprint()) == 16
+
+
+def test_rows_of_another_emulator_are_stale_and_replaced(tmp_path, monkeypatch):
+    from emulator import store as store_module
+
+    sc = load_scenario(_model(str(tmp_path)))
+    db = str(tmp_path / "r.sqlite")
+    monkeypatch.setattr(store_module, "fingerprint", lambda: "old0000000000000")
+    with ResultStore(db) as store:
+        assert store.record(make_row("k1", sc, {}, {"iteration_time_s": 1.0}))
+        assert store.record(make_row("k2", sc, {}, {"iteration_time_s": 2.0}))
+    monkeypatch.setattr(store_module, "fingerprint", lambda: "new0000000000000")
+    with ResultStore(db) as store:
+        assert store.done_keys() == set() and store.stale_keys(["k1", "k3"]) == {"k1"}
+        assert store.record(make_row("k1", sc, {}, {"iteration_time_s": 0.5})) is True  # replaces the stale row
+        assert store.record(make_row("k1", sc, {}, {"iteration_time_s": 9.0})) is False  # same emulator: kept
+        assert store.count() == 2 and store.done_keys() == {"k1"} and store.stale_keys() == {"k2"}
+        row = store.rows(["k1"])[0]
+        assert row.metric("iteration_time_s") == 0.5 and row.emulator == "new0000000000000"
+
+
+def test_schema_1_database_gains_the_emulator_column(tmp_path):
+    db = str(tmp_path / "v1.sqlite")
+    con = sqlite3.connect(db)
+    con.executescript("""
+        CREATE TABLE results (key TEXT PRIMARY KEY, scenario TEXT NOT NULL, varied TEXT NOT NULL,
+            resolved TEXT NOT NULL, status TEXT NOT NULL, error TEXT, summary TEXT, iteration_time_s REAL,
+            tokens_per_s REAL, mfu REAL, peak_bytes_per_gpu REAL, fits INTEGER, gpus INTEGER, created REAL);
+        CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema_version', '1');
+        INSERT INTO results (key, scenario, varied, resolved, status, summary)
+            VALUES ('k1', 'm', '{}', '{}', 'ok', '{"iteration_time_s": 1.0}');
+    """)
+    con.commit()
+    con.close()
+    with ResultStore(db) as store:
+        assert store.db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()[0] == "2"
+        row = store.rows()[0]
+        assert row.metric("iteration_time_s") == 1.0 and row.emulator is None  # kept, but stale
+        assert store.stale_keys() == {"k1"} and store.done_keys() == set()
+    with ResultStore(db) as store:  # the upgrade happens once
+        assert store.count() == 1
+
+
+def test_sweep_runs_stale_points_again(tmp_path, monkeypatch, capsys):
+    from emulator import store as store_module
+    from emulator.cli import main
+
+    path = write_tiny(str(tmp_path))
+    db = str(tmp_path / "s.sqlite")
+    args = ["sweep", path, "--vary", "cluster.overrides=[],[{kind: link_degrade, target: g0->s, factor: 0.5}]",
+            "--db", db]
+    monkeypatch.setattr(store_module, "fingerprint", lambda: "old0000000000000")
+    assert main(args) == 0
+    assert "2 points: 0 already in" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "2 points: 2 already in" in capsys.readouterr().out
+    monkeypatch.setattr(store_module, "fingerprint", lambda: "new0000000000000")
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 points: 0 already in" in out and "ran 2 (0 errors)" in out
+    assert "2 were from another emulator version and ran again" in out
+    with ResultStore(db) as store:
+        assert store.count() == 2 and {r.emulator for r in store.rows()} == {"new0000000000000"}
