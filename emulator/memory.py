@@ -17,7 +17,9 @@ computed term by term so that GQA (K, V of kv heads), SwiGLU (two up outputs), M
 are exactly the formulas above. Fused (flash) attention keeps no s² terms. A stage
 holds as many micro-batches (model chunks, interleaved) as its schedule has in flight
 at the worst moment (1F1B: p − s on stage s; GPipe: m; interleaved: Megatron's
-p·(1 + (p − 1)/(p·v)) chunks' worth on stage 0), read off the schedule itself.
+p·(1 + (p − 1)/(p·v)) chunks' worth on stage 0), read off the schedule itself; each
+in-flight chunk counts its own layers, so an uneven split (workload/stages.py) lightens
+the stages it lightens.
 
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers,
 plus with ZeRO-3 the gathered bf16 weights of two layers (the one running and the
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from .scenario import ModelSpec, Scenario
 from .workload import models as M
 from .workload.schedules import max_in_flight, schedule
+from .workload.stages import chunk_layers, stage_layers
 
 # ASSUMPTION: CUDA context (~0.5 GiB) + cuBLAS workspace + NCCL communicator buffers
 # (a few MiB per channel and peer) come to about 1 GiB per GPU in Megatron-style runs.
@@ -78,12 +81,11 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     return unit * (replicated + (sharded + scores) / t)
 
 
-def _stage_params(m: ModelSpec, sc: Scenario, stage: int) -> tuple[float, float]:
-    """(dense, expert) parameters held by one GPU of pipeline stage ``stage``."""
+def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tuple[float, float]:
+    """(dense, expert) parameters held by one GPU of pipeline stage ``stage``, which holds ``layers``."""
     r = M.resolve(m)
     par = sc.parallel
     t, p = par.tp, par.pp
-    layers = r.layers / p
     biases = M.has_biases(r)
     attn = M.attention_params(r) - (r.hidden if biases else 0)
     dense = attn / t + (r.hidden if biases else 0) + M.norm_params(r)
@@ -115,12 +117,14 @@ def memory_report(sc: Scenario) -> MemoryReport:
     flash = getattr(tr, "attention", "unfused") == "flash" or par.cp > 1
     s = m.seq_len // par.cp
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
-    layers_per_chunk = m.layers / (par.pp * par.virtual_stages)
+    split = stage_layers(chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
+                                      par.last_chunk_layers), par.pp)
     per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, par.sequence_parallel and par.tp > 1,
                                        tr.recompute, flash, dtype)
     best: MemoryReport | None = None
     for stage in range(par.pp):
-        dense, expert = _stage_params(m, sc, stage)
+        mine = split[stage]  # layers of each of this stage's chunks
+        dense, expert = _stage_params(m, sc, stage, sum(mine))
         d = par.dp * par.cp
         states = model_state_bytes(dense, d, par.zero)
         if expert:
@@ -128,12 +132,12 @@ def memory_report(sc: Scenario) -> MemoryReport:
             states = {k: states[k] + ex[k] for k in states}
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
         chunks = max_in_flight(tasks)
-        acts = per_layer * layers_per_chunk * chunks
+        acts = per_layer * max_in_flight(tasks, mine)  # layers of the (micro-batch, chunk)s in flight
         if stage == 0 and M.has_biases(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
         work = float(WORKSPACE_BYTES)
         if par.zero >= 3:
-            work += 2 * WEIGHT_BYTES * (dense + expert) / max(layers_per_chunk * par.virtual_stages, 1)
+            work += 2 * WEIGHT_BYTES * (dense + expert) / max(sum(mine), 1)
         if stage == par.pp - 1:
             work += 4.0 * s * tr.micro_batch * m.vocab / par.tp
         breakdown = {**states, "activations": acts, "workspace": work}

@@ -15,6 +15,7 @@ import yaml
 
 from .errors import ScenarioError
 from .scenario import ModelSpec, ParallelSpec, Scenario, TrainingSpec
+from .workload.stages import chunk_layers
 from .yamltree import _TARGET, _show
 
 if TYPE_CHECKING:
@@ -131,10 +132,10 @@ class _Checks:
         if t.global_batch % per_step:
             raise self.fail("training.global_batch", f"global_batch ({t.global_batch}) must be divisible "
                                                      f"by micro_batch*dp = {t.micro_batch}*{p.dp} = {per_step}")
-        chunks = p.pp * p.virtual_stages
-        if m.layers % chunks:
-            raise self.fail("parallel.pp", f"model.layers ({m.layers}) must be divisible by "
-                                           f"pp*virtual_stages = {p.pp}*{p.virtual_stages} = {chunks}")
+        try:
+            chunk_layers(m.layers, p.pp, p.virtual_stages, p.first_chunk_layers, p.last_chunk_layers)
+        except ScenarioError as err:
+            raise self.fail(err.key or "parallel.pp", err.message) from None
         if m.heads % p.tp:
             raise self.fail("parallel.tp", f"model.heads ({m.heads}) must be divisible by tp ({p.tp})")
         if m.ffn_hidden and m.ffn_hidden % p.tp:

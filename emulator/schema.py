@@ -159,6 +159,11 @@ PARALLEL_KEYS: dict[str, Key] = {
     "schedule": Key("enum", "Pipeline schedule.", enum=SCHEDULES),
     "virtual_stages": Key("int", "Model chunks per stage (interleaved-1f1b).", minimum=1,
                           maximum=10**4),
+    "first_chunk_layers": Key("int", "Layers of the first model chunk (with virtual_stages 1: the first "
+                                     "pipeline stage; 0: the embedding alone); the other chunks split the "
+                                     "rest evenly. Absent: an even split.", minimum=0, maximum=10**6),
+    "last_chunk_layers": Key("int", "Layers of the last model chunk (0: the LM head alone); see "
+                                    "first_chunk_layers.", minimum=0, maximum=10**6),
     "overlap_grad_reduce": Key("bool", "Overlap gradient reduction with backward."),
     "grad_bucket": Key("bytes", 'Gradient bucket size, e.g. "25 MB".', positive=True),
     "order": Key("axis_order", "Rank placement, slowest to fastest axis, e.g. [pp, dp, cp, tp] "

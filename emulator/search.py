@@ -8,7 +8,8 @@ The search space (all sizes powers of two):
 - ZeRO stage 0..3 (0 only when dp·cp = 1);
 - recompute none, selective, full.
 
-Rules (Megatron's): heads % tp = 0 (and kv_heads % tp), layers % (pp·v) = 0,
+Rules (Megatron's): heads % tp = 0 (and kv_heads % tp), layers % (pp·v) = 0 (or the
+base scenario's first/last chunk layers leave an even split, workload/stages.py),
 global_batch % (micro_batch·dp) = 0, seq_len % cp = 0, interleaved needs the
 micro-batches per pipeline to be a multiple of pp. A layout breaking one is pruned
 with that reason; a layout whose memory_report does not fit is pruned before it is
@@ -28,11 +29,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from emulator.errors import EmulatorError
+from emulator.errors import EmulatorError, ScenarioError
 from emulator.scenario import Scenario
 from emulator.store import ResultStore, Row, export_csv
 from emulator.sweep import (Point, RunStats, close_executor, load_point, make_executor, run_points,
                             stderr_progress)
+from emulator.workload.stages import chunk_layers
 
 RECOMPUTE = ("none", "selective", "full")
 DEFAULT_MAX_POINTS = 400
@@ -115,8 +117,12 @@ def rule_violation(sc: Scenario, lay: Layout) -> str | None:
     assert m is not None
     if m.heads % lay.tp or (m.kv_heads and m.kv_heads % lay.tp):
         return "heads not divisible by tp"
-    if m.layers % (lay.pp * lay.virtual_stages):
-        return "layers not divisible by pp*v"
+    p = sc.parallel
+    try:  # an even split, or the base scenario's first/last chunk layers
+        chunk_layers(m.layers, lay.pp, lay.virtual_stages, p.first_chunk_layers, p.last_chunk_layers)
+    except ScenarioError:
+        return "layers not divisible by pp*v" if p.first_chunk_layers is None and p.last_chunk_layers is None \
+            else "layers do not split over pp*v with the first/last chunk layers"
     if m.seq_len % lay.cp:
         return "seq_len not divisible by cp"
     if (lay.dp * lay.cp) % lay.ep or (m.experts and m.experts % lay.ep):

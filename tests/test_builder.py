@@ -170,7 +170,7 @@ def test_meta():
 def test_bad_input_is_a_clear_error():
     with pytest.raises(ScenarioError, match="global_batch"):
         build_program(scen(8, ParallelSpec(tp=2, pp=2, dp=2), gb=7))
-    with pytest.raises(ScenarioError, match="layers 4 must be divisible"):
+    with pytest.raises(ScenarioError, match=r"model.layers \(4\) must be divisible by pp\*virtual_stages = 8\*1 = 8"):
         build_program(scen(8, ParallelSpec(pp=8)))
 
 

@@ -1,8 +1,8 @@
 """The build plan: everything about a scenario's workload that does not depend on the rank —
 the validated model (with Megatron's padded vocabulary), the micro-batches per pipeline,
-each virtual stage's units (embedding, transformer layers, head) with their per-layer
-steps from :mod:`.layer`, the element sizes of activations and of the gradient
-reduction, and the rank grid for folding.
+each virtual stage's units (embedding, its layers as split by :mod:`.stages`, head) with
+their per-layer steps from :mod:`.layer`, the element sizes of activations and of the
+gradient reduction, and the rank grid for folding.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from . import layer as Ly
 from . import models as M
 from .placement import Layout
 from .schedules import check_schedule
+from .stages import chunk_layers
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v (16) + write param, m, v (12) + bf16 copy (2)
@@ -43,6 +44,7 @@ class Plan:
     micro: int
     v: int
     chunk_units: dict = field(default_factory=dict)  # virtual stage → list[Unit]
+    chunk_layers: tuple = ()  # layers of each virtual stage (stages.py)
     dtype: int = 2
     flash: bool = False
     grad_dtype: int = 2  # bytes per gradient element in the data-parallel reduction
@@ -70,9 +72,7 @@ def _check(sc: Scenario) -> None:
         raise ScenarioError(f"tp {par.tp} and kv_heads {m.kv_heads} must divide one another", key="parallel.tp")
     if m.seq_len % (par.cp * (par.tp if par.sequence_parallel else 1)):
         raise ScenarioError(f"seq_len {m.seq_len} must be divisible by cp·tp (sequence parallel)", key="parallel.cp")
-    if m.layers % (par.pp * par.virtual_stages):
-        raise ScenarioError(f"layers {m.layers} must be divisible by pp·virtual_stages = "
-                            f"{par.pp * par.virtual_stages}", key="parallel.pp")
+    chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers, par.last_chunk_layers)
     if m.experts and m.experts % par.ep:
         raise ScenarioError(f"ep {par.ep} must divide experts {m.experts}", key="parallel.ep")
     if not m.experts and par.ep > 1:
@@ -87,7 +87,7 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     sc, m = plan.sc, plan.model
     par = sc.parallel
     V = par.pp * plan.v
-    per = m.layers // V
+    per, first = plan.chunk_layers[vs], sum(plan.chunk_layers[:vs])
     t = par.tp
     units: list[Unit] = []
     learned_pos = M.has_biases(m)
@@ -98,8 +98,8 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     bwd = Ly.backward_steps(L, sc.training.recompute)
     dense = (M.layer_params(m) - (m.experts * M.mlp_params(m) if m.experts else 0)) / t
     expert = m.experts * M.mlp_params(m) / (t * par.ep) if m.experts else 0.0
-    for i in range(per):
-        units.append(Unit(f"layer{vs * per + i}", vs * per + i, fwd, bwd, dense, expert))
+    for i in range(first, first + per):
+        units.append(Unit(f"layer{i}", i, fwd, bwd, dense, expert))
     if vs == V - 1:
         p = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or par.pp > 1) else 0)
         if not m.tied_embeddings:
@@ -130,7 +130,9 @@ def make_plan(sc: Scenario) -> Plan:
     flash = getattr(tr, "attention", "unfused") == "flash"
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash)
     plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=dtype, flash=flash or par.cp > 1,
-                grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce))
+                grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
+                chunk_layers=chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
+                                          par.last_chunk_layers))
     for vs in range(par.pp * par.virtual_stages):
         plan.chunk_units[vs] = _units_of(plan, vs, L)
     return plan

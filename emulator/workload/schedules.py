@@ -19,7 +19,7 @@ interleaved. 1f1b keeps at most p − s micro-batches in flight on stage s; gpip
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from ..errors import ScenarioError
 
@@ -99,10 +99,12 @@ def schedule(name: str, stage: int, stages: int, microbatches: int, virtual: int
     return SCHEDULES[name](stage, stages, microbatches, virtual)
 
 
-def max_in_flight(tasks: list[Task]) -> int:
-    """Most (micro-batch, chunk) forwards whose backward has not run yet, over the list."""
-    live = peak = 0
+def max_in_flight(tasks: list[Task], weights: Sequence[float] | None = None) -> float:
+    """Most (micro-batch, chunk) forwards whose backward has not run yet, over the list; with
+    ``weights`` (one per chunk, e.g. its layers), the most of their summed weights."""
+    live = peak = 0.0
     for t in tasks:
-        live += 1 if t.phase == "F" else -1
+        w = 1.0 if weights is None else weights[t.chunk]
+        live += w if t.phase == "F" else -w
         peak = max(peak, live)
     return peak
