@@ -8,8 +8,8 @@ The search space (all sizes powers of two):
 - ZeRO stage 0..3 (0 only when dp·cp = 1);
 - recompute none, selective, full.
 
-Rules (Megatron's): heads % tp = 0 (and kv_heads % tp), layers % (pp·v) = 0 (or the
-base scenario's first/last chunk layers leave an even split, workload/stages.py),
+Rules (Megatron's): heads % tp = 0 (and kv_heads % tp), layers split over the pp·v
+chunks (evenly, or else with lighter first and last chunks: workload/stages.py),
 global_batch % (micro_batch·dp) = 0, seq_len % cp = 0, interleaved needs the
 micro-batches per pipeline to be a multiple of pp. A layout breaking one is pruned
 with that reason; a layout whose memory_report does not fit is pruned before it is
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -34,9 +35,10 @@ from emulator.scenario import Scenario
 from emulator.store import ResultStore, Row, export_csv
 from emulator.sweep import (Point, RunStats, close_executor, load_point, make_executor, run_points,
                             stderr_progress)
-from emulator.workload.stages import chunk_layers
+from emulator.workload.stages import balanced_ends, chunk_layers
 
 RECOMPUTE = ("none", "selective", "full")
+SPLIT_RESET = ("parallel.first_chunk_layers=null", "parallel.last_chunk_layers=null")
 DEFAULT_MAX_POINTS = 400
 
 
@@ -56,24 +58,30 @@ class Layout:
     virtual_stages: int = 1
     zero: int = 0
     recompute: str = "none"
+    ends: int | None = None  # layers of the first and of the last chunk; None: an even split
 
     def values(self) -> dict[str, Any]:
-        """{key.path: value}: the scenario fields this layout sets."""
+        """{key.path: value}: the scenario fields this layout sets (the end chunks' layers when uneven;
+        ``search`` resets the base scenario's to an even split)."""
+        uneven = {} if self.ends is None else {"parallel.first_chunk_layers": self.ends,
+                                               "parallel.last_chunk_layers": self.ends}
         return {"parallel.tp": self.tp, "parallel.pp": self.pp, "parallel.dp": self.dp, "parallel.cp": self.cp,
                 "parallel.ep": self.ep, "training.micro_batch": self.micro_batch, "parallel.schedule": self.schedule,
                 "parallel.virtual_stages": self.virtual_stages, "parallel.zero": self.zero,
-                "training.recompute": self.recompute}
+                "training.recompute": self.recompute, **uneven}
 
     def short(self) -> str:
         sched = self.schedule if self.virtual_stages == 1 else f"{self.schedule} v={self.virtual_stages}"
         extra = "".join(f" {k}={v}" for k, v in (("cp", self.cp), ("ep", self.ep)) if v > 1)
-        return (f"tp={self.tp} pp={self.pp} dp={self.dp}{extra} mb={self.micro_batch} {sched} "
+        ends = "" if self.ends is None else f" ends={self.ends}"
+        return (f"tp={self.tp} pp={self.pp} dp={self.dp}{extra} mb={self.micro_batch} {sched}{ends} "
                 f"zero={self.zero} recompute={self.recompute}")
 
     def apply(self, sc: Scenario) -> Scenario:
         """The scenario with this layout (no loader checks: for the memory model only)."""
         par = dataclasses.replace(sc.parallel, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep,
-                                  schedule=self.schedule, virtual_stages=self.virtual_stages, zero=self.zero)
+                                  schedule=self.schedule, virtual_stages=self.virtual_stages, zero=self.zero,
+                                  first_chunk_layers=self.ends, last_chunk_layers=self.ends)
         tr = dataclasses.replace(sc.training, micro_batch=self.micro_batch, recompute=self.recompute)
         return dataclasses.replace(sc, parallel=par, training=tr)
 
@@ -117,12 +125,10 @@ def rule_violation(sc: Scenario, lay: Layout) -> str | None:
     assert m is not None
     if m.heads % lay.tp or (m.kv_heads and m.kv_heads % lay.tp):
         return "heads not divisible by tp"
-    p = sc.parallel
-    try:  # an even split, or the base scenario's first/last chunk layers
-        chunk_layers(m.layers, lay.pp, lay.virtual_stages, p.first_chunk_layers, p.last_chunk_layers)
+    try:
+        chunk_layers(m.layers, lay.pp, lay.virtual_stages, lay.ends, lay.ends)
     except ScenarioError:
-        return "layers not divisible by pp*v" if p.first_chunk_layers is None and p.last_chunk_layers is None \
-            else "layers do not split over pp*v with the first/last chunk layers"
+        return "layers not divisible by pp*v"
     if m.seq_len % lay.cp:
         return "seq_len not divisible by cp"
     if (lay.dp * lay.cp) % lay.ep or (m.experts and m.experts % lay.ep):
@@ -135,9 +141,12 @@ def rule_violation(sc: Scenario, lay: Layout) -> str | None:
 
 
 def shapes(sc: Scenario, gpus: int, lim: Limits) -> list[Layout]:
-    """Every (tp, pp, cp, ep, dp, micro-batch, schedule) of the space, before the rules."""
+    """Every (tp, pp, cp, ep, dp, micro-batch, schedule) of the space, before the rules; where the layers
+    do not split evenly over the pp·v chunks, with lighter end chunks (stages.balanced_ends)."""
     node = sc.cluster.node
     max_tp = lim.max_tp or (node.gpus_per_node if node else gpus)
+    layers = sc.model.layers if sc.model else 0
+    ends = functools.partial(balanced_ends, layers)  # chunks → None (even) or the lighter ends
     out = []
     for tp in powers_of_two(min(max_tp, gpus)):
         for pp in powers_of_two(min(lim.max_pp or gpus, gpus // tp)):
@@ -150,7 +159,7 @@ def shapes(sc: Scenario, gpus: int, lim: Limits) -> list[Layout]:
                 for ep in eps:
                     for mb in lim.micro_batches:
                         for sched, v in scheds:
-                            out.append(Layout(tp, pp, dp, cp, ep, mb, sched, v))
+                            out.append(Layout(tp, pp, dp, cp, ep, mb, sched, v, ends=ends(pp * v)))
     return out
 
 
@@ -223,7 +232,7 @@ def layout_text(row: Row) -> str:
     v = row.varied
     lay = Layout(v["parallel.tp"], v["parallel.pp"], v["parallel.dp"], v["parallel.cp"], v["parallel.ep"],
                  v["training.micro_batch"], v["parallel.schedule"], v["parallel.virtual_stages"],
-                 v["parallel.zero"], v["training.recompute"])
+                 v["parallel.zero"], v["training.recompute"], v.get("parallel.first_chunk_layers"))
     return lay.short()
 
 
@@ -270,8 +279,9 @@ def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store:
     sc0 = load_scenario(path, list(base))
     if sc0.model is None or sc0.workload.trace:
         raise SearchError(f"{path}: search needs a model workload (model.preset or sizes), not a trace")
-    base = [*base, *cluster_overrides(sc0, gpus)]
-    sc = load_scenario(path, base) if gpus is not None else sc0
+    # the search picks each layout's split itself: the base scenario's end chunks do not carry over
+    base = [*base, *cluster_overrides(sc0, gpus), *SPLIT_RESET]
+    sc = load_scenario(path, base)
     p = plan(sc, sc.gpus, lim)
     if len(p.layouts) > max_points:
         raise SearchError(f"{prune_text(p)}: more than --max-points {max_points}; narrow the space with "

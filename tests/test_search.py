@@ -44,18 +44,19 @@ def test_small_model_on_8_gpus_pure_data_parallel_wins(tmp_path):
     # gpt3-125m (12 layers, 12 heads) fits anywhere (125M × 16 B = 2 GB of model states), so the
     # fastest layout has no TP all-reduces, no pipeline bubble and no recompute: tp=1 pp=1 dp=8.
     # Space (mb 1, ZeRO 0, pp ≤ 2): (tp, pp) = (1..8, 1) and (1..4, 2) × 3 schedules = 13 shapes × 3
-    # recompute = 39. Pruned: tp 8 (12 % 8 heads) 3; pp 2 v 4 (12 % 8 layers) 3 × 3 = 9; the 9 valid
-    # shapes all fit without recompute, so 2 × 9 = 18 "more recompute than needed"; 9 simulated.
+    # recompute = 39. Pruned: tp 8 (12 % 8 heads) 3. pp 2 v 4 has 8 chunks for 12 layers: no even split, so
+    # the ends are lightened (0 layers each, 12 / 6 = 2 in the middle) and it is valid. The 12 valid shapes
+    # all fit without recompute, so 2 × 12 = 24 "more recompute than needed"; 12 simulated.
     path = _scenario(str(tmp_path), "gpt3-125m", 16)
     with ResultStore(str(tmp_path / "s.sqlite")) as store:
         res = search(path, [], None, Limits(max_pp=2, micro_batches=(1,), zero=(0,)), store, LocalExecutor(1))
-    assert res.plan.considered == 39 and len(res.plan.layouts) == 9
-    assert dict(res.plan.pruned) == {"heads not divisible by tp": 3, "layers not divisible by pp*v": 9,
-                                     "more recompute than needed to fit": 18}
+    assert res.plan.considered == 39 and len(res.plan.layouts) == 12
+    assert dict(res.plan.pruned) == {"heads not divisible by tp": 3, "more recompute than needed to fit": 24}
+    assert sorted({lay.ends for lay in res.plan.layouts if lay.virtual_stages == 4}) == [0]
     best = res.ranked[0].varied
     assert (best["parallel.tp"], best["parallel.pp"], best["parallel.dp"], best["training.recompute"]) == \
         (1, 1, 8, "none")
-    assert len(res.ranked) == 9
+    assert len(res.ranked) == 12
 
 
 def test_memory_forces_model_parallelism_and_nothing_oom_is_proposed(tmp_path, capsys):
@@ -88,3 +89,32 @@ def test_search_needs_a_model(tmp_path, capsys):
     path = write_tiny(str(tmp_path))
     assert main(["search", path, "--db", str(tmp_path / "x.sqlite")]) == 2
     assert "needs a model workload" in capsys.readouterr().err
+
+
+def test_layers_that_do_not_split_evenly_get_lighter_end_stages(tmp_path, capsys):
+    from emulator.search import shapes
+    from emulator.workload.stages import balanced_ends, chunk_layers
+
+    # 126 layers (Llama-3 405B): on 16 chunks 7 at each end, 14 x 8 between; on 128 chunks 0 and 126 x 1
+    assert balanced_ends(126, 16) == 7 and balanced_ends(126, 128) == 0
+    assert balanced_ends(12, 4) is None  # even
+    assert balanced_ends(13, 8) is None  # 13 - 2x over 6 chunks: x=0 -> 13, x=1 -> 11, neither divides
+    # a 14-layer model on 8 GPUs: pp 4 has no even split; ends of 3 leave 8 for two chunks of 4
+    path = os.path.join(str(tmp_path), "m.yaml")
+    with open(path, "w") as fh:
+        fh.write("name: m14\ncluster: {nodes: 1, node: dgx-a100}\nmodel: {preset: gpt3-125m, layers: 14}\n"
+                 "training: {global_batch: 16}\nparallel: {first_chunk_layers: 14}\n")  # base split: reset
+    sc = load_scenario(path)
+    pp4 = [lay for lay in shapes(sc, 8, Limits(micro_batches=(1,))) if lay.pp == 4 and lay.virtual_stages == 1]
+    assert pp4 and {lay.ends for lay in pp4} == {3}
+    assert chunk_layers(14, 4, 1, 3, 3) == (3, 4, 4, 3) and rule_violation(sc, pp4[0]) is None
+    db = str(tmp_path / "s.sqlite")
+    assert main(["search", path, "--max-tp", "1", "--micro-batches", "1", "--zero", "0", "--db", db]) == 0
+    assert "pp=4 dp=2 mb=1 1f1b ends=3" in capsys.readouterr().out
+    with ResultStore(db) as store:
+        rows = {(r.varied["parallel.pp"], r.varied["parallel.virtual_stages"]): r for r in store.rows()}
+    uneven = rows[(4, 1)]
+    assert uneven.varied["parallel.first_chunk_layers"] == uneven.varied["parallel.last_chunk_layers"] == 3
+    assert uneven.resolved["parallel"]["first_chunk_layers"] == 3
+    even = rows[(2, 1)]  # 14 / 2 = 7 each: even, and the base scenario's 14 does not carry over
+    assert "parallel.first_chunk_layers" not in even.varied and even.resolved["parallel"]["first_chunk_layers"] is None

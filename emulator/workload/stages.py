@@ -56,3 +56,17 @@ def chunk_layers(layers: int, pp: int, virtual: int = 1, first: int | None = Non
 def stage_layers(chunks: tuple[int, ...], pp: int) -> list[tuple[int, ...]]:
     """The layers of each chunk of each stage: ``[stage][c]`` = layers of chunk c·pp + stage."""
     return [tuple(chunks[c * pp + s] for c in range(len(chunks) // pp)) for s in range(pp)]
+
+
+def balanced_ends(layers: int, chunks: int) -> int | None:
+    """Layers for the first and the last chunk when ``layers`` do not split evenly over ``chunks``:
+    the most that leaves the middle chunks an even share at least as large (the ends also hold the
+    embedding and the head). 126 layers on 16 chunks: 7 (14 × 8 between); on 128: 0 (126 × 1).
+    None when an even split exists or no such split does."""
+    if chunks < 3 or layers % chunks == 0:
+        return None
+    for x in range(layers // chunks, -1, -1):
+        rest = layers - 2 * x
+        if rest % (chunks - 2) == 0 and rest // (chunks - 2) >= max(x, 1):
+            return x
+    return None
