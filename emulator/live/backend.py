@@ -109,9 +109,21 @@ class EmulatorProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self.ranks = tuple(ranks) if ranks else tuple(range(size))
         self._sent: dict[tuple, torch.Tensor] = {}
+        self._name = ""
 
     def getBackendName(self) -> str:
         return BACKEND
+
+    # c10d names every group (``_set_group_name``) and DeviceMesh / FSDP2 read it back; the C++
+    # ProcessGroup keeps the name on its backends, which a Python process group does not have
+    def _set_group_name(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def group_name(self) -> str:
+        if not self._name:
+            raise RuntimeError("ProcessGroup name not set")
+        return self._name
 
     def _issue(self, op: str, nbytes: float, root: int = -1, peer: int = -1) -> CommRecord:
         s = session()
