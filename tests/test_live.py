@@ -305,6 +305,24 @@ def test_fsdp2_trains_with_sharded_gathers_and_reductions(tmp_path):
                                                           rel=1e-9)
 
 
+def test_megatron_style_patterns(tmp_path):
+    pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
+    scen = os.path.join(ROOT, "scenarios", "live-dgx-a100-8node.yaml")
+    out = tmp_path / "out"
+    cmd = [PY, "-m", "emulator", "live", scen, "--world", "16", "--clock", "virtual", "--out", str(out), "--",
+           "python", os.path.join(ROOT, "tests", "data", "live", "megatron_patterns.py")]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr  # the script asserts the mirrored data itself
+    assert "patterns ok" in proc.stdout
+    with open(out / "record.json") as fh:
+        comms = [(c["op"], c["bytes"], tuple(c["group"])) for c in json.load(fh)["comms"]]
+    tp = (0, 1, 2, 3)
+    assert ("all_reduce", 4096.0, tp) in comms  # 1024 fp32 on the TP group
+    assert ("send", 1024.0, (0, 4)) in comms and ("recv", 1024.0, (12, 0)) in comms  # 256 fp32 each way
+    assert ("reduce_scatter", 4096.0, tp) in comms  # the 4 x 256 fp32 input
+    assert ("all_reduce", 32.0, tuple(range(16))) in comms  # the async one, 8 fp32 on the world
+
+
 def test_halving_bandwidth_adds_the_alpha_beta_difference(tmp_path):
     pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
     results = {}
