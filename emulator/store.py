@@ -16,8 +16,8 @@ point again replaces it, so one configuration keeps one row, from the newest cod
 that ran it. Databases of schema 1 (no such column) gain it on opening, with
 every old row stale.
 
-Durability: WAL journal, one transaction per finished point, ``INSERT OR IGNORE``
-on the key. SQLite's commit is atomic, so a process killed at any moment leaves
+Durability: WAL journal, one transaction per finished point, an insert that
+leaves an existing row of the same key and emulator alone (and replaces a stale one). SQLite's commit is atomic, so a process killed at any moment leaves
 every committed point and no half-written one. Only the parent process writes.
 
 Columns: key, scenario (name), varied (JSON: the ``--set`` values that made this
@@ -203,12 +203,14 @@ class ResultStore:
 
     def done_keys(self, keys: Iterable[str] | None = None) -> set[str]:
         """Keys with a row (ok or error) from this emulator, among ``keys`` (all when None)."""
-        found = {k for (k,) in self.db.execute("SELECT key FROM results WHERE emulator=?", (fingerprint(),))}
-        return found if keys is None else found & set(keys)
+        return self._keys("emulator IS ?", keys)
 
     def stale_keys(self, keys: Iterable[str] | None = None) -> set[str]:
         """Keys whose row comes from another emulator (or from before fingerprints), among ``keys``."""
-        found = {k for (k,) in self.db.execute("SELECT key FROM results WHERE emulator IS NOT ?", (fingerprint(),))}
+        return self._keys("emulator IS NOT ?", keys)
+
+    def _keys(self, condition: str, keys: Iterable[str] | None) -> set[str]:
+        found = {k for (k,) in self.db.execute(f"SELECT key FROM results WHERE {condition}", (fingerprint(),))}
         return found if keys is None else found & set(keys)
 
     def delete_errors(self, keys: Iterable[str]) -> int:
