@@ -128,7 +128,7 @@ def rule_violation(sc: Scenario, lay: Layout) -> str | None:
     try:
         chunk_layers(m.layers, lay.pp, lay.virtual_stages, lay.ends, lay.ends)
     except ScenarioError:
-        return "layers not divisible by pp*v"
+        return "layers do not split over pp*v"
     if m.seq_len % lay.cp:
         return "seq_len not divisible by cp"
     if (lay.dp * lay.cp) % lay.ep or (m.experts and m.experts % lay.ep):

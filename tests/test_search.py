@@ -24,7 +24,7 @@ def test_rules_name_the_broken_constraint(tmp_path):
     sc = load_scenario(_scenario(str(tmp_path), "gpt3-125m", 16))  # 12 layers, 12 heads
     assert rule_violation(sc, Layout(tp=8, pp=1, dp=1)) == "heads not divisible by tp"  # 12 % 8
     assert rule_violation(sc, Layout(tp=1, pp=2, dp=4, schedule="interleaved-1f1b", virtual_stages=4)) == \
-        "layers not divisible by pp*v"  # 12 % 8
+        "layers do not split over pp*v"  # 12 % 8, and the layout gives no lighter ends
     assert rule_violation(sc, Layout(tp=1, pp=1, dp=8, micro_batch=4)) == \
         "global_batch not divisible by micro_batch*dp"  # 16 % 32
     assert rule_violation(sc, Layout(tp=1, pp=4, dp=2, micro_batch=4, schedule="interleaved-1f1b",
