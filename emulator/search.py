@@ -279,9 +279,8 @@ def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store:
     sc0 = load_scenario(path, list(base))
     if sc0.model is None or sc0.workload.trace:
         raise SearchError(f"{path}: search needs a model workload (model.preset or sizes), not a trace")
-    # the search picks each layout's split itself: the base scenario's end chunks do not carry over
-    base = [*base, *cluster_overrides(sc0, gpus), *SPLIT_RESET]
-    sc = load_scenario(path, base)
+    base = [*base, *cluster_overrides(sc0, gpus)]
+    sc = load_scenario(path, base) if gpus is not None else sc0
     p = plan(sc, sc.gpus, lim)
     if len(p.layouts) > max_points:
         raise SearchError(f"{prune_text(p)}: more than --max-points {max_points}; narrow the space with "
@@ -289,7 +288,8 @@ def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store:
     points = []
     for i, lay in enumerate(p.layouts):
         values = {k: str(v) for k, v in lay.values().items()}
-        points.append(load_point(path, base, values, i, len(p.layouts), varied=lay.values()))
+        # each layout sets its own split: the base scenario's end chunks do not carry over
+        points.append(load_point(path, [*base, *SPLIT_RESET], values, i, len(p.layouts), varied=lay.values()))
     progress = progress_factory(len(points), "search") if progress_factory else None
     stats = run_points(points, store, executor, progress)
     rows = store.rows([pt.key for pt in points])

@@ -103,7 +103,7 @@ def test_layers_that_do_not_split_evenly_get_lighter_end_stages(tmp_path, capsys
     path = os.path.join(str(tmp_path), "m.yaml")
     with open(path, "w") as fh:
         fh.write("name: m14\ncluster: {nodes: 1, node: dgx-a100}\nmodel: {preset: gpt3-125m, layers: 14}\n"
-                 "training: {global_batch: 16}\nparallel: {first_chunk_layers: 14}\n")  # base split: reset
+                 "training: {global_batch: 16}\nparallel: {pp: 4, first_chunk_layers: 3, last_chunk_layers: 3}\n")
     sc = load_scenario(path)
     pp4 = [lay for lay in shapes(sc, 8, Limits(micro_batches=(1,))) if lay.pp == 4 and lay.virtual_stages == 1]
     assert pp4 and {lay.ends for lay in pp4} == {3}
@@ -116,5 +116,5 @@ def test_layers_that_do_not_split_evenly_get_lighter_end_stages(tmp_path, capsys
     uneven = rows[(4, 1)]
     assert uneven.varied["parallel.first_chunk_layers"] == uneven.varied["parallel.last_chunk_layers"] == 3
     assert uneven.resolved["parallel"]["first_chunk_layers"] == 3
-    even = rows[(2, 1)]  # 14 / 2 = 7 each: even, and the base scenario's 14 does not carry over
+    even = rows[(2, 1)]  # 14 / 2 = 7 each: even, and the base scenario's 3 + 3 do not carry over
     assert "parallel.first_chunk_layers" not in even.varied and even.resolved["parallel"]["first_chunk_layers"] is None
