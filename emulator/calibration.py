@@ -309,6 +309,7 @@ def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str
               f"    nic_bandwidth: {_q(node.nic_bandwidth * 8, 'Gb/s', 1e9)}",
               f"    nic_efficiency: {node.nic_efficiency:.6g}",
               f"    nic_latency: {_q(node.nic_latency, 'us', 1e-6)}",
+              *([f"    nvls_busbw: {_q(node.nvls_busbw, 'GB/s', 1e9)}"] if node.nvls_busbw else []),
               f"    source: \"{source}\""]
     return "\n".join(lines) + "\n"
 

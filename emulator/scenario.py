@@ -44,6 +44,7 @@ class NodeSpec:
     step_latency_intra: float = 0.0  # s, per-step software latency of a collective inside a node
     step_latency_inter: float = 0.0  # s, per-step software latency across nodes
     collective_launch: float = 0.0  # s, fixed cost of one collective call
+    nvls_busbw: float = 0.0  # B/s, NVLink SHARP all-reduce bus bandwidth inside a node; 0: no NVLS
 
 
 @dataclass(frozen=True)

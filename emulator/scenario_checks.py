@@ -62,6 +62,11 @@ class _Checks:
                                                        f'interleaved-1f1b (schedule is "{p.schedule}")')
         p = self.derive_dp(p)
         s = dataclasses.replace(s, parallel=p)
+        node = s.cluster.node
+        if s.collectives.algorithm == "nvls" and (node is None or not node.nvls_busbw
+                                                  or s.cluster.fabric.kind == "custom"):
+            raise self.fail("collectives.algorithm", "nvls needs a catalog or inline node with NVLink SHARP "
+                                                     "(nvls_busbw, e.g. dgx-h100, dgx-h200)")
         self.check_targets(s)
         if s.model is not None:
             self.check_model(s.model)

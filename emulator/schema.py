@@ -80,6 +80,9 @@ NODE_KEYS: dict[str, Key] = {
     "step_latency_intra": _time("Software latency per collective step inside a node."),
     "step_latency_inter": _time("Software latency per collective step across nodes."),
     "collective_launch": _time("Fixed cost of one collective call."),
+    "nvls_busbw": Key("bandwidth", "Bus bandwidth of an all-reduce by NVLink SHARP (in-switch reduction) "
+                                   "inside a node, large messages (nccl-tests); used by collectives.algorithm: "
+                                   "nvls. Absent: the node has no NVLS.", positive=True),
 }
 
 FABRIC_KINDS = ("single_switch", "fat_tree", "rail", "ring", "torus", "custom")
@@ -171,7 +174,7 @@ PARALLEL_KEYS: dict[str, Key] = {
 }
 
 COLLECTIVES_KEYS: dict[str, Key] = {
-    "algorithm": Key("enum", "Collective algorithm.", enum=("auto", "ring", "hierarchical", "direct")),
+    "algorithm": Key("enum", "Collective algorithm.", enum=("auto", "ring", "hierarchical", "direct", "nvls")),
 }
 
 WORKLOAD_KEYS: dict[str, Key] = {

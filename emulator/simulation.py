@@ -74,7 +74,8 @@ def step_costs(scenario: Scenario) -> StepCosts:
     node = scenario.cluster.node
     if scenario.cluster.fabric.kind == "custom" or node is None:
         return StepCosts()
-    return StepCosts(node.collective_launch, node.step_latency_intra, node.step_latency_inter)
+    nvls = node.intra_bandwidth * node.intra_efficiency / node.nvls_busbw if node.nvls_busbw else 0.0
+    return StepCosts(node.collective_launch, node.step_latency_intra, node.step_latency_inter, nvls)
 
 
 def simulate(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:

@@ -61,3 +61,33 @@ def test_multi_node_ring_uses_one_channel_per_rail():
 
     (row,) = collective_table(sc, "all_reduce", [8 * 2**30])
     assert row["busbw_GB_per_s"] == pytest.approx(192.0, rel=0.005)
+
+
+def test_nvls_all_reduce_reaches_the_measured_bus_bandwidth():
+    # one DGX H100, NVLS all-reduce of S over 8 GPUs: each GPU sends S up and receives S down, two steps.
+    # Link capacity 450 GB/s × 370/450 = 370 GB/s; volume 2·7/8 × 370/480 per byte, so
+    #   t = 6.05 us + 2 × (2 × 0.15 + 1.675) us + 7/4 × S / 480e9      (busbw → 480, nccl.csv NVLS row)
+    from emulator.collective_bench import collective_table
+
+    text = "name: n\ncluster: {nodes: 1, node: dgx-h100}\ncollectives: {algorithm: nvls}\n"
+    sc = load_scenario_text(text, "n.yaml")
+    S1 = 2**30
+    g = tuple(range(8))
+    ops = [Op(r, r, "collective", collective="all_reduce", group=g, bytes=S1) for r in g]
+    t = run_program(Program(8, ops), sc, record_links=False).iteration_time_s
+    assert t == pytest.approx(6.05e-6 + 2 * 1.975e-6 + 7 / 4 * S1 / 480e9, rel=1e-9)
+    (row,) = collective_table(sc, "all_reduce", [8 * 2**30])
+    assert row["busbw_GB_per_s"] == pytest.approx(480.0, rel=0.001)
+    # across two nodes (or for another op) NVLS does not apply: the ring of the same scenario
+    two = load_scenario_text(text.replace("nodes: 1", "nodes: 2"), "n.yaml")
+    ring = load_scenario_text(text.replace("nodes: 1", "nodes: 2").replace("nvls", "ring"), "n.yaml")
+    assert collective_table(two, "all_reduce", [S1]) == collective_table(ring, "all_reduce", [S1])
+    assert collective_table(sc, "all_gather", [S1]) == \
+        collective_table(load_scenario_text(text.replace("nvls", "ring"), "n.yaml"), "all_gather", [S1])
+
+
+def test_nvls_needs_a_node_that_has_it():
+    from emulator.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="collectives.algorithm: nvls needs a catalog or inline node"):
+        load_scenario_text("name: n\ncluster: {nodes: 1, node: dgx-a100}\ncollectives: {algorithm: nvls}\n", "n.yaml")

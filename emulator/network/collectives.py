@@ -16,6 +16,8 @@ latency of its class) and a launch cost L:
 - send/recv:             L + α + S/B
 - hierarchical all-reduce (multi-node): reduce-scatter inside each node, ring
   all-reduce of S/k across nodes per local position, all-gather inside the node.
+- nvls all-reduce (one node with NVLink SHARP, opt-in): L + 2·α + S/B_nvls·2(n−1)/n,
+  B_nvls the node's measured NVLS bus bandwidth; other groups and ops fall back to ring.
 
 A pipelined ring moves at the pace of its slowest hop, so one ring channel is one
 flow over every hop of the ring at one common rate. A group spanning several
@@ -53,6 +55,7 @@ class StepCosts:
     launch: float = 0.0
     intra: float = 0.0
     inter: float = 0.0
+    nvls: float = 0.0  # NVLS: (intra link capacity) / (NVLS all-reduce bus bandwidth); 0: none
 
 
 class _Acc:
@@ -133,6 +136,9 @@ class CollectiveModel:
         if algo == "auto" or (algo != "direct" and op == "all_to_all") or (algo == "direct" and op != "all_to_all"):
             algo = "direct" if op == "all_to_all" else "ring"
         if algo == "hierarchical" and (op != "all_reduce" or not self._regular(group)):
+            algo = "ring"
+        if algo == "nvls" and (op != "all_reduce" or not self.steps.nvls or len(self._by_node(group)) > 1
+                               or self.node_of(group[0]) < 0):
             algo = "ring"
         return ALGORITHMS[algo](self, op, group, root)
 
@@ -250,8 +256,20 @@ def hierarchical(model: CollectiveModel, op: str, group: tuple[int, ...], root: 
     return phases
 
 
+def nvls(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> list:
+    """All-reduce by NVLink SHARP inside one node: every GPU sends its buffer to the switch,
+    which reduces it and multicasts the result back. Per GPU, S up and S down (a ring moves
+    2(n-1)/n·S), in two steps. The volume is set so that a large all-reduce reaches the node's
+    measured NVLS bus bandwidth: 2(n-1)/n · S / t = nvls_busbw with t = S·volume / capacity,
+    volume = 2(n-1)/n · capacity / nvls_busbw. One flow per GPU over its uplink and the next
+    GPU's downlink carries that volume on every port once."""
+    n = len(group)
+    return [[model._ring_flows(list(group), 2.0 * (n - 1) / n * model.steps.nvls, 2)]]
+
+
 ALGORITHMS: dict[str, Callable[[CollectiveModel, str, tuple[int, ...], int], list]] = {
     "ring": ring,
     "direct": direct,
     "hierarchical": hierarchical,
+    "nvls": nvls,
 }
