@@ -169,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("emulator: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`emulator run ... | head`): nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush does not fail again
+        return 141  # 128 + SIGPIPE, as a shell reports a command killed by the broken pipe
     except RecursionError as exc:
         print(f"emulator: the input is too deeply nested to process ({exc})", file=sys.stderr)
         return 2

@@ -55,3 +55,13 @@ def test_schema_is_json(capsys):
     assert main(["schema"]) == 0
     schema = json.loads(capsys.readouterr().out)
     assert "cluster" in schema["properties"] and "parallel" in schema["properties"]
+
+
+def test_a_closed_pipe_is_not_an_internal_error():
+    # `emulator run ... | head -1`: the reader leaves before the summary is written
+    r, w = os.pipe()
+    os.close(r)  # nobody reads: the first write gets EPIPE
+    proc = subprocess.run([sys.executable, "-m", "emulator", "run", os.path.join(ROOT, "scenarios", "quickstart.yaml")],
+                          cwd=ROOT, stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(w)
+    assert proc.returncode == 141 and proc.stderr == ""  # quiet, and 128 + SIGPIPE as a shell would report
