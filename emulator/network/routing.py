@@ -60,7 +60,7 @@ class Router:
 
     def _latency(self, weighted: list[tuple[str, str, float]]) -> float:
         """Latency of the slowest shortest path, by dynamic programming over the DAG."""
-        g = self.topo.graph
+        ids, lat = self.topo.link_ids, self.topo.latency  # flat arrays: no graph attribute lookups
         succ: dict[str, list[str]] = {}
         indeg: dict[str, int] = {}
         for u, v, _w in weighted:
@@ -72,7 +72,7 @@ class Router:
         while order:
             u = order.popleft()
             for v in succ.get(u, ()):
-                t = best[u] + g.edges[u, v]["latency"]
+                t = best[u] + lat[ids[(u, v)]]
                 if t > best.get(v, -1.0):
                     best[v] = t
                 indeg[v] -= 1
