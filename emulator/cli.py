@@ -19,10 +19,10 @@ from emulator.errors import EmulatorError
 
 # name → (module, add-arguments function, command function, help); imported on use
 PLUGINS: dict[str, tuple[str, str, str, str]] = {
-    "sweep": ("emulator.sweep", "add_arguments", "sweep_command", "run a grid of scenario variants into a results store"),
-    "search": ("emulator.search", "add_arguments", "search_command", "find the best parallel layout that fits"),
-    "plot": ("emulator.plot", "add_arguments", "plot_command", "plot a sweep's results"),
-    "calibrate": ("emulator.calibration", "add_arguments", "calibrate_command",
+    "sweep": ("emulator.studies.sweep", "add_arguments", "sweep_command", "run a grid of scenario variants into a results store"),
+    "search": ("emulator.studies.search", "add_arguments", "search_command", "find the best parallel layout that fits"),
+    "plot": ("emulator.studies.plot", "add_arguments", "plot_command", "plot a sweep's results"),
+    "calibrate": ("emulator.tools.calibrate", "add_arguments", "calibrate_command",
                   "fit model constants from nccl-tests logs and a Kineto trace"),
     "live": ("emulator.live.launcher", "add_arguments", "live_command",
              "run a real PyTorch script as a few ranks of an emulated cluster"),
@@ -51,7 +51,8 @@ class Progress:
 
 
 def _load(args: argparse.Namespace, need_workload: bool = True):
-    from emulator.scenario import load_scenario, require_workload
+    from emulator.scenario.reader import load_scenario
+    from emulator.scenario.checks import require_workload
 
     sc = load_scenario(args.scenario, args.set or [])
     if need_workload:
@@ -61,11 +62,11 @@ def _load(args: argparse.Namespace, need_workload: bool = True):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from emulator.simulation import simulate
-    from emulator.summary import human_table, summarize, summary_json
+    from emulator.outputs.summary import human_table, summarize, summary_json
 
     sc = _load(args)
     if args.estimate:
-        from emulator.estimate import estimate
+        from emulator.tools.estimate import estimate
 
         print(estimate(sc))
         return 0
@@ -89,8 +90,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_collective(args: argparse.Namespace) -> int:
-    from emulator.collective_bench import collective_table, size_range
-    from emulator.units import format_bytes
+    from emulator.tools.collective_bench import collective_table, size_range
+    from emulator.scenario.units import format_bytes
 
     sc = _load(args, need_workload=False)
     rows = collective_table(sc, args.op, size_range(args.sizes), args.gpus)
@@ -106,9 +107,11 @@ def cmd_collective(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from emulator.schema import scenario_schema
+    from emulator.scenario import catalog
+    from emulator.scenario.schema import scenario_schema
 
-    sys.stdout.write(json.dumps(scenario_schema(), indent=2, sort_keys=True) + "\n")
+    names = {"gpu": catalog.gpu_names(), "node": catalog.node_names(), "model": catalog.model_names()}
+    sys.stdout.write(json.dumps(scenario_schema(names), indent=2, sort_keys=True) + "\n")
     return 0
 
 
@@ -134,10 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     sch = sub.add_parser("schema", help="print the JSON Schema of scenario files")
     sch.set_defaults(func=cmd_schema)
     for name, (module, add, func, help_text) in PLUGINS.items():
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
+        mod = importlib.import_module(module)  # a missing module is a broken install: let it show
         sp = sub.add_parser(name, help=help_text)
         getattr(mod, add)(sp)
         sp.set_defaults(func=_plugin(getattr(mod, func)))

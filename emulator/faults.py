@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from emulator.errors import EmulatorError
 from emulator.network.topology import Topology
-from emulator.scenario import Override
+from emulator.scenario.spec import Override
 
 
 class FaultError(EmulatorError):

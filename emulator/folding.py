@@ -20,7 +20,7 @@ Each refusal comes with a note that the summary carries.
 from __future__ import annotations
 
 from emulator.program import Fold, Op, Program
-from emulator.scenario import Scenario
+from emulator.scenario.spec import Scenario
 
 
 def _node_axes(span_nodes: int, step_nodes: int, scenario: Scenario) -> list[tuple[int, bool]] | None:

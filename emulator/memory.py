@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .scenario import ModelSpec, Scenario
-from .workload import models as M
-from .workload.schedules import max_in_flight, schedule
-from .workload.stages import chunk_layers, stage_layers
+from emulator.scenario.spec import ModelSpec, Scenario
+from emulator.workload import models as M
+from emulator.workload.schedules import max_in_flight, schedule
+from emulator.scenario.stages import chunk_layers, stage_layers
 
 # ASSUMPTION: CUDA context (~0.5 GiB) + cuBLAS workspace + NCCL communicator buffers
 # (a few MiB per channel and peer) come to about 1 GiB per GPU in Megatron-style runs.

@@ -24,7 +24,7 @@ from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
 from emulator.program import Fold, Program
-from emulator.scenario import Scenario
+from emulator.scenario.spec import Scenario
 from emulator.spans import Span, SpanTable
 
 Progress = Callable[[float, int], None]

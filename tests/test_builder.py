@@ -8,7 +8,7 @@ from emulator.program import Fold
 from emulator.scenario import (ClusterSpec, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario,
                                SimulationSpec, TrainingSpec)
 from emulator.workload.builder import build_program, fold_grid
-from emulator.workload.models import model_preset
+from emulator.scenario.catalog import model_preset
 
 A100 = GpuSpec("A100-SXM4-80GB", 312e12, 2039e9, 80 * 2**30, 4e-6)
 TINY = ModelSpec(layers=4, hidden=256, heads=4, seq_len=128, vocab=512, tied_embeddings=True)

@@ -1,4 +1,4 @@
-"""Calibration: the compute model reproduces /work/shared/calibration/layers.csv.
+"""Calibration: the compute model reproduces ../shared/calibration/layers.csv.
 
 Each row is one GPT-22B layer (h 6144, 64 heads, s 2048, b 4) on 8 A100 with tp 8; the
 measured forward and backward times include the TP communication, costed here as the
@@ -15,7 +15,7 @@ from emulator.devices import compute
 from emulator.scenario import GpuSpec, ModelSpec
 from emulator.workload import layer as Ly
 
-CSV = Path("/work/shared/calibration/layers.csv")
+CSV = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "layers.csv"  # ../shared beside the repo
 A100 = GpuSpec("A100-SXM4-80GB", 312e12, 2039e9, 80 * 2**30, 4e-6)  # hardware.csv A100-SXM4-80GB rows
 
 
@@ -29,7 +29,7 @@ def rows() -> list[dict]:
     if CSV.exists():
         with CSV.open() as f:
             return list(csv.DictReader(f))
-    # The five rows of layers.csv, for machines without /work/shared.
+    # The five rows of layers.csv, for machines without ../shared.
     data = [("no", "none", 7.7, 11.9), ("yes", "none", 7.2, 11.8), ("no", "full", 7.7, 19.5),
             ("no", "selective", 7.7, 13.2), ("yes", "selective", 7.2, 13.1)]
     return [dict(layers=48, hidden=6144, heads=64, seq_len=2048, vocab=51200, tp=8, micro_batch=4,

@@ -1,4 +1,4 @@
-"""Tests of emulator/calibration.py: `emulator calibrate` from nccl-tests logs and a Kineto profile."""
+"""Tests of emulator/tools/calibrate.py: `emulator calibrate` from nccl-tests logs and a Kineto profile."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from emulator.calibration import (CalibrationError, add_arguments, calibrate_command, fit_latency,
+from emulator.tools.calibrate import (CalibrationError, add_arguments, calibrate_command, fit_latency,
                                   parse_nccl_log)
 from emulator.errors import EmulatorError
 
@@ -47,10 +47,10 @@ def test_calibrate_recovers_dgx_a100(tmp_path):
     text = run("--nccl-log", LOG2, "--nccl-log", LOG8, "--base", "dgx-a100", "--name", "my-a100", "--out", str(out))
     assert "wrote node 'my-a100'" in text
     entry = yaml.safe_load(out.read_text())["nodes"]["my-a100"]
-    from emulator.catalog import _fields  # the catalog's own key table and unit parsing
-    from emulator.schema import NODE_KEYS
+    from emulator.scenario.catalog import entry_fields  # the catalog's own key table and unit parsing
+    from emulator.scenario.schema import NODE_KEYS
 
-    f = _fields("my-a100", entry, NODE_KEYS)
+    f = entry_fields("my-a100", entry, NODE_KEYS)
     # busbw reaches 229.88 GB/s of the 300 GB/s NVLink line rate: 230/300 within 0.1 %
     assert f["intra_efficiency"] == pytest.approx(230 / 300, rel=1e-3)
     # launch 6.05 us; per step 1.975 us, of which 2 x 0.15 us are the two link latencies
@@ -70,8 +70,8 @@ def test_calibrate_kineto_gemm(tmp_path):
     # aten::mm [64,128] x [128,256]: 2 x 64 x 256 x 128 = 4194304 FLOP in 40 us = 104.8576 GFLOP/s,
     # of the A100's 312 TFLOP/s: 3.3608e-4
     assert "GEMM efficiency 0.0003 of peak over 1 shapes" in text
-    from emulator import catalog
-    from emulator.calibration import fit_compute
+    from emulator.scenario import catalog
+    from emulator.tools.calibrate import fit_compute
 
     fit = fit_compute(str(p), catalog.node("dgx-a100").gpu)
     assert fit.gemm_efficiency == pytest.approx(4194304 / 40e-6 / 312e12)

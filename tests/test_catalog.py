@@ -4,7 +4,7 @@ from importlib import resources
 import pytest
 import yaml
 
-from emulator import catalog
+from emulator.scenario import catalog
 from emulator.errors import CatalogError, EmulatorError
 
 GIB = 2**30

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from emulator.program import Fold, Op, Program
-from emulator.trace import TraceError
+from emulator.importers.native import TraceError
 
 pytest.importorskip("chakra.schema.protobuf.et_def_pb2",
                     reason="the optional extra mlc-chakra is not installed (pip install mlc-chakra)")
@@ -75,10 +75,10 @@ def test_round_trip_of_a_generated_workload(tmp_path):
 def test_exported_nodes_follow_the_chakra_schema(tmp_path):
     from chakra.schema.protobuf import et_def_pb2 as pb
 
-    from emulator.importers.chakra import _read_msgs
+    from emulator.importers.chakra import read_msgs
 
     export_chakra(two_rank_program(), str(tmp_path))
-    msgs = _read_msgs(str(tmp_path / "chakra.0.et"))
+    msgs = read_msgs(str(tmp_path / "chakra.0.et"))
     nodes = []
     for raw in msgs[1:]:
         n = pb.Node()
@@ -98,16 +98,16 @@ def test_foreign_file_gets_streams_and_new_ids(tmp_path):
     """A file written by another tool: no emu_* attributes, ids from 0 in every file."""
     from chakra.schema.protobuf import et_def_pb2 as pb
 
-    from emulator.importers.chakra import _write_msg
+    from emulator.importers.chakra import write_msg
 
     for rank in (0, 1):
         with open(tmp_path / f"w.{rank}.et", "wb") as f:
-            _write_msg(f, pb.GlobalMetadata(version="0.0.4"))
+            write_msg(f, pb.GlobalMetadata(version="0.0.4"))
             comm = pb.Node(id=1, name="ar", type=pb.COMM_COLL_NODE, data_deps=[0])
             comm.attr.add(name="comm_type", int64_val=pb.ALL_REDUCE)
             comm.attr.add(name="comm_size", int64_val=1 << 20)
-            _write_msg(f, comm)  # written before its dependency: the import sorts it after
-            _write_msg(f, pb.Node(id=0, name="mm", type=pb.COMP_NODE, duration_micros=250))
+            write_msg(f, comm)  # written before its dependency: the import sorts it after
+            write_msg(f, pb.Node(id=0, name="mm", type=pb.COMP_NODE, duration_micros=250))
     p = load_chakra(str(tmp_path))
     assert [(op.id, op.rank, op.kind, op.stream, op.deps) for op in p.ops] == [
         (0, 0, "compute", "compute", ()), (1, 0, "collective", "comm", (0,)),

@@ -57,7 +57,7 @@ def test_multi_node_ring_uses_one_channel_per_rail():
     # pair between the nodes at 24 GB/s: busbw = 8 × 24 = 192 GB/s at large sizes (nccl.csv: 192).
     text = "name: r\ncluster: {nodes: 2, node: dgx-a100, fabric: {kind: fat_tree}}\n"
     sc = load_scenario_text(text, "r.yaml")
-    from emulator.collective_bench import collective_table
+    from emulator.tools.collective_bench import collective_table
 
     (row,) = collective_table(sc, "all_reduce", [8 * 2**30])
     assert row["busbw_GB_per_s"] == pytest.approx(192.0, rel=0.005)
@@ -67,7 +67,7 @@ def test_nvls_all_reduce_reaches_the_measured_bus_bandwidth():
     # one DGX H100, NVLS all-reduce of S over 8 GPUs: each GPU sends S up and receives S down, two steps.
     # Link capacity 450 GB/s × 370/450 = 370 GB/s; volume 2·7/8 × 370/480 per byte, so
     #   t = 6.05 us + 2 × (2 × 0.15 + 1.675) us + 7/4 × S / 480e9      (busbw → 480, nccl.csv NVLS row)
-    from emulator.collective_bench import collective_table
+    from emulator.tools.collective_bench import collective_table
 
     text = "name: n\ncluster: {nodes: 1, node: dgx-h100}\ncollectives: {algorithm: nvls}\n"
     sc = load_scenario_text(text, "n.yaml")

@@ -2,15 +2,20 @@
 import pytest
 
 from emulator.devices import compute as C
-from emulator.scenario import GpuSpec
+from emulator.scenario import GpuSpec, catalog
 
-A100 = GpuSpec("A100-SXM4-80GB", 312e12, 2039e9, 80 * 2**30, 4e-6)
-H100 = GpuSpec("H100-SXM5-80GB", 989.4e12, 3350e9, 80 * 2**30, 4e-6)
+# hardware.csv A100-SXM4-80GB and H100-SXM5 rows; SMs and the achievable matmul fraction as the catalog gives them
+A100 = GpuSpec("A100-SXM4-80GB", 312e12, 2039e9, 80 * 2**30, 4e-6, sm_count=108, matmul_fraction=0.869)
+H100 = GpuSpec("H100-SXM5-80GB", 989.4e12, 3350e9, 80 * 2**30, 4e-6, sm_count=132, matmul_fraction=0.803)
 
 
 def test_constants_are_the_documented_ones():
     assert (C.E_GEMM_MAX, C.E_MEM, C.K_HALF, C.TILE) == (0.695, 0.90, 64.0, 128)
     assert C.sm_count(A100) == 108 and C.sm_count(H100) == 132
+    # the figures are the catalog's fields, not read off the name
+    assert (catalog.gpu("H100-SXM5-80GB").sm_count, catalog.gpu("H100-SXM5-80GB").matmul_fraction) == (132, 0.803)
+    unnamed = GpuSpec("my-H100", 989.4e12, 3350e9, 80 * 2**30, 4e-6)  # no fields: costed as an A100
+    assert C.sm_count(unnamed) == 108 and C.matmul_scale(unnamed) == 1.0
 
 
 def test_large_gemm_a100():

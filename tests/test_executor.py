@@ -5,8 +5,8 @@ import pytest
 
 from emulator.cli import main
 from emulator.errors import EmulatorError
-from emulator.executor import LocalExecutor, auto_batch, batches, run_batch
-from emulator.store import ResultStore
+from emulator.studies.executor import LocalExecutor, auto_batch, batches, run_batch
+from emulator.studies.store import ResultStore
 from test_sweep import degrade, no_wall, write_tiny
 
 
@@ -55,7 +55,7 @@ def test_dask_path_equals_local_path(tmp_path):
 
 def test_unreachable_dask_scheduler_is_a_clear_error():
     pytest.importorskip("distributed", reason="dask.distributed is not installed")
-    from emulator.executor import DaskExecutor
+    from emulator.studies.executor import DaskExecutor
 
     with pytest.raises(EmulatorError, match="cannot reach the Dask scheduler"):
         DaskExecutor("tcp://127.0.0.1:1", timeout="1s")

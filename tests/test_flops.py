@@ -3,7 +3,7 @@ import pytest
 
 from emulator.scenario import ModelSpec
 from emulator.workload import flops as F
-from emulator.workload.models import model_preset
+from emulator.scenario.catalog import model_preset
 
 
 @pytest.mark.parametrize("name", ["gpt3-175b", "megatron-1t", "gpt3-125m", "megatron-18b"])

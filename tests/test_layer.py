@@ -4,7 +4,7 @@ import pytest
 from emulator.scenario import GpuSpec, ModelSpec
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
-from emulator.workload.models import model_preset
+from emulator.scenario.catalog import model_preset
 
 GPT = ModelSpec(layers=48, hidden=6144, heads=64, seq_len=2048, vocab=51200)
 A100 = GpuSpec("A100-SXM4-80GB", 312e12, 2039e9, 80 * 2**30, 4e-6)

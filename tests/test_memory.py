@@ -4,6 +4,7 @@ import pytest
 from emulator.memory import WORKSPACE_BYTES, layer_activation_bytes, memory_report, model_state_bytes
 from emulator.scenario import (ClusterSpec, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario,
                                TrainingSpec)
+from emulator.scenario import catalog
 from emulator.workload import models as M
 
 GPT22 = ModelSpec(layers=48, hidden=6144, heads=64, seq_len=2048, vocab=51200)
@@ -72,7 +73,7 @@ def test_pipeline_in_flight():
 
 
 def test_does_not_fit():
-    big = Scenario("b", ClusterSpec(1, node(8)), M.model_preset("gpt3-175b"),
+    big = Scenario("b", ClusterSpec(1, node(8)), catalog.model_preset("gpt3-175b"),
                    TrainingSpec(global_batch=8, micro_batch=1), ParallelSpec(tp=8))
     r = memory_report(big)
     # 175e9/8 params · 16 B ≈ 350 GB ≫ 80 GiB

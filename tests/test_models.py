@@ -1,49 +1,54 @@
-"""Model presets and parameter counts."""
+"""Model presets (the model catalog) and parameter counts."""
 import dataclasses
 
 import pytest
 
 from emulator.errors import CatalogError, EmulatorError
+from emulator.scenario import catalog
+from emulator.scenario.checks import model_violations
 from emulator.workload import models as M
 
 
 def test_names_and_presets():
-    names = M.model_names()
+    names = catalog.model_names()
     for n in ["gpt3-125m", "gpt3-175b", "megatron-1.7b", "megatron-1t", "llama2-70b", "llama3-405b",
               "mixtral-8x7b", "bert-large"]:
         assert n in names
-    m = M.model_preset("Megatron-530B")
+    m = catalog.model_preset("Megatron-530B")
     assert (m.layers, m.hidden, m.heads, m.seq_len, m.vocab) == (105, 20480, 128, 2048, 51200)
     assert m.ffn_hidden == 4 * 20480  # ffn 0 → 4h
-    l3 = M.model_preset("llama3-70b")
+    l3 = catalog.model_preset("llama3-70b")
     assert (l3.kv_heads, l3.ffn_hidden, l3.vocab, l3.swiglu) == (8, 28672, 128256, True)
-    mx = M.model_preset("mixtral-8x7b")
+    mx = catalog.model_preset("mixtral-8x7b")
     assert (mx.experts, mx.top_k) == (8, 2)
 
 
 def test_unknown_name():
-    with pytest.raises(CatalogError, match="did you mean llama3-70b"):
-        M.model_preset("llama3-70")
+    with pytest.raises(CatalogError, match='did you mean "llama3-70b"'):
+        catalog.model_preset("llama3-70")
     with pytest.raises(EmulatorError):
-        M.model_preset("nope")
+        catalog.model_preset("nope")
 
 
 def test_param_counts():
     # llama2-7b: per layer 4·4096² (QKV + proj, MHA) + 3·4096·11008 (SwiGLU) + 2·4096 (RMSNorm)
     # = 67 108 864 + 135 266 304 + 8192 = 202 383 360; ×32 = 6 476 267 520;
     # embedding 32000·4096 = 131 072 000; head 131 072 000 + 4096 → 6 738 415 616.
-    assert M.total_params(M.model_preset("llama2-7b")) == 6_738_415_616
+    assert M.total_params(catalog.model_preset("llama2-7b")) == 6_738_415_616
     # gpt3-125m (tied): layer 12h² + 13h = 7 077 888 + 9 984 = 7 087 872; ×12 = 85 054 464;
     # embedding 50257·768 + 2048·768 = 38 597 376 + 1 572 864 = 40 170 240; final layernorm 1536
     # → 85 054 464 + 40 170 240 + 1536 = 125 226 240.
-    assert M.total_params(M.model_preset("gpt3-125m")) == 125_226_240
-    assert M.total_params(M.model_preset("llama3-70b")) / 1e9 == pytest.approx(70.55, abs=0.01)
-    assert M.total_params(M.model_preset("mixtral-8x7b")) / 1e9 == pytest.approx(46.70, abs=0.01)
+    assert M.total_params(catalog.model_preset("gpt3-125m")) == 125_226_240
+    assert M.total_params(catalog.model_preset("llama3-70b")) / 1e9 == pytest.approx(70.55, abs=0.01)
+    assert M.total_params(catalog.model_preset("mixtral-8x7b")) / 1e9 == pytest.approx(46.70, abs=0.01)
 
 
 def test_override_and_checks():
-    m = dataclasses.replace(M.model_preset("gpt3-125m"), layers=2, hidden=512, heads=8)
+    m = dataclasses.replace(catalog.model_preset("gpt3-125m"), layers=2, hidden=512, heads=8)
     assert M.resolve(dataclasses.replace(m, ffn_hidden=0)).ffn_hidden == 2048
-    with pytest.raises(CatalogError, match="not a multiple of model.heads"):
-        M.check_model(dataclasses.replace(m, heads=7))
+    # 512 % 7 = 1, and the preset's 12 KV heads (filled in from its 12 heads) do not divide 7:
+    # the rule book names both keys and says why
+    assert [(v.key, v.message) for v in model_violations(dataclasses.replace(m, heads=7))] == \
+        [("model.heads", "hidden (512) must be divisible by heads (7)"),
+         ("model.kv_heads", "kv_heads (12) must divide heads (7)")]
     assert M.padded_vocab(50257, 8) == 51200  # Megatron: multiple of 128·8 = 1024

@@ -4,8 +4,8 @@ import pytest
 
 from emulator.cli import main
 from emulator.errors import EmulatorError
-from emulator.linkplot import busiest, cumulative, plot_links, utilisation
-from emulator.plot import pareto_front, plot_study
+from emulator.outputs.linkplot import busiest, cumulative, plot_links, utilisation
+from emulator.studies.plot import pareto_front, plot_study
 from emulator.scenario import load_scenario
 from emulator.simulation import simulate
 from test_sweep import degrade, write_tiny

@@ -6,12 +6,12 @@ import textwrap
 import pytest
 import yaml
 
-from emulator import catalog
+from emulator.scenario import catalog
 from emulator.errors import ScenarioError
 from emulator.scenario import (
     ClusterSpec, ModelSpec, Scenario, load_scenario, load_scenario_text, require_workload,
 )
-from emulator.schema import KEYS, all_key_paths, scenario_schema
+from emulator.scenario.schema import KEYS, all_key_paths, scenario_schema
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "scenario")
 
@@ -143,7 +143,6 @@ def test_gpu_preset_with_changes():
 
 
 def test_model_preset_then_fields():
-    models = pytest.importorskip("emulator.workload.models")
     s = load("""\
         name: llama
         cluster: {nodes: 8, node: dgx-h100}
@@ -151,14 +150,13 @@ def test_model_preset_then_fields():
         training: {global_batch: 64, micro_batch: 1}
         parallel: {tp: 8, pp: 4}
     """)
-    expected = models.model_preset("llama2-70b")
+    expected = catalog.model_preset("llama2-70b")
     assert s.model.preset == "llama2-70b"
     assert (s.model.layers, s.model.hidden, s.model.seq_len) == (expected.layers, expected.hidden, 2048)
     assert s.parallel.dp == 2  # 64 / (8*4)
 
 
 def test_unknown_model_preset():
-    pytest.importorskip("emulator.workload.models")
     with pytest.raises(ScenarioError) as info:
         load("name: x\ncluster: {nodes: 1, node: dgx-a100}\nmodel: {preset: llama2-7}\n")
     assert str(info.value).startswith('x.yaml:3: model.preset: unknown model "llama2-7"; did you mean "llama2-7b" or "llama2-70b"?')
@@ -365,8 +363,11 @@ def _schema_of(path: str, schema: dict) -> dict:
     return schema
 
 
+NAMES = {"gpu": catalog.gpu_names(), "node": catalog.node_names(), "model": catalog.model_names()}
+
+
 def test_schema_shape():
-    schema = scenario_schema()
+    schema = scenario_schema(NAMES)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["required"] == ["name", "cluster"]
     assert schema["additionalProperties"] is False
@@ -377,7 +378,8 @@ def test_schema_shape():
     assert _schema_of("simulation.iterations", schema)["default"] == 1
     assert _schema_of("parallel.grad_bucket", schema)["default"] == "1e+08 B"  # ParallelSpec default
     node = _schema_of("cluster.node", schema)
-    assert "dgx-a100" in node["oneOf"][0]["enum"]
+    assert "dgx-a100" in node["oneOf"][0]["enum"]  # catalog names, given at run time
+    assert "enum" not in _schema_of("cluster.node", scenario_schema())["oneOf"][0]  # none given: any name
     bw = _schema_of("cluster.fabric.link_bandwidth", schema)["pattern"]
     assert re.search(bw, "200 Gb/s") and not re.search(bw, "200")
     assert set(schema["properties"]) == set(KEYS)
@@ -388,7 +390,7 @@ def test_valid_examples_validate_against_the_schema(text):
     instance = yaml.safe_load(text)
     if "simulation" in instance:
         instance["simulation"]["fold"] = "off"  # YAML 1.2 (editors) reads off as a string
-    assert _validate(instance, scenario_schema()) == []
+    assert _validate(instance, scenario_schema(NAMES)) == []
 
 
 @pytest.mark.parametrize("bad", [
@@ -399,7 +401,7 @@ def test_valid_examples_validate_against_the_schema(text):
     {"name": "x", "cluster": {"nodes": 1}},  # node needed unless the fabric is custom
 ])
 def test_invalid_examples_fail_both_schema_and_loader(bad):
-    assert _validate(bad, scenario_schema())
+    assert _validate(bad, scenario_schema(NAMES))
     with pytest.raises(ScenarioError):
         load_scenario_text(yaml.safe_dump(bad), "bad.yaml")
 

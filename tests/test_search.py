@@ -5,11 +5,11 @@ import pytest
 
 from emulator.cli import main
 from emulator.errors import EmulatorError
-from emulator.executor import LocalExecutor
+from emulator.studies.executor import LocalExecutor
 from emulator.memory import memory_report
 from emulator.scenario import load_scenario
-from emulator.search import Layout, Limits, cluster_overrides, plan, rule_violation, search
-from emulator.store import ResultStore
+from emulator.studies.search import Layout, Limits, cluster_overrides, plan, rule_violation, search
+from emulator.studies.store import ResultStore
 
 
 def _scenario(folder, preset, batch):
@@ -22,11 +22,13 @@ def _scenario(folder, preset, batch):
 
 def test_rules_name_the_broken_constraint(tmp_path):
     sc = load_scenario(_scenario(str(tmp_path), "gpt3-125m", 16))  # 12 layers, 12 heads
-    assert rule_violation(sc, Layout(tp=8, pp=1, dp=1)) == "heads not divisible by tp"  # 12 % 8
+    # the loader's words (the rule book, scenario/checks.py)
+    assert rule_violation(sc, Layout(tp=8, pp=1, dp=1)) == "model.heads (12) must be divisible by tp (8)"
     assert rule_violation(sc, Layout(tp=1, pp=2, dp=4, schedule="interleaved-1f1b", virtual_stages=4)) == \
-        "layers do not split over pp*v"  # 12 % 8, and the layout gives no lighter ends
+        ("model.layers (12) must be divisible by pp*virtual_stages = 2*4 = 8, or set parallel.first_chunk_layers"
+         " / last_chunk_layers for an uneven split")  # 12 % 8, and the layout gives no lighter ends
     assert rule_violation(sc, Layout(tp=1, pp=1, dp=8, micro_batch=4)) == \
-        "global_batch not divisible by micro_batch*dp"  # 16 % 32
+        "global_batch (16) must be divisible by micro_batch*dp = 4*8 = 32"  # 16 % 32
     assert rule_violation(sc, Layout(tp=1, pp=4, dp=2, micro_batch=4, schedule="interleaved-1f1b",
                                      virtual_stages=2)) is not None  # 12 % 8 (layers first)
     assert rule_violation(sc, Layout(tp=2, pp=2, dp=2)) is None
@@ -51,7 +53,8 @@ def test_small_model_on_8_gpus_pure_data_parallel_wins(tmp_path):
     with ResultStore(str(tmp_path / "s.sqlite")) as store:
         res = search(path, [], None, Limits(max_pp=2, micro_batches=(1,), zero=(0,)), store, LocalExecutor(1))
     assert res.plan.considered == 39 and len(res.plan.layouts) == 12
-    assert dict(res.plan.pruned) == {"heads not divisible by tp": 3, "more recompute than needed to fit": 24}
+    assert dict(res.plan.pruned) == {"model.heads (12) must be divisible by tp (8)": 3,
+                                     "more recompute than needed to fit": 24}
     assert sorted({lay.ends for lay in res.plan.layouts if lay.virtual_stages == 4}) == [0]
     best = res.ranked[0].varied
     assert (best["parallel.tp"], best["parallel.pp"], best["parallel.dp"], best["training.recompute"]) == \
@@ -92,8 +95,8 @@ def test_search_needs_a_model(tmp_path, capsys):
 
 
 def test_layers_that_do_not_split_evenly_get_lighter_end_stages(tmp_path, capsys):
-    from emulator.search import shapes
-    from emulator.workload.stages import balanced_ends, chunk_layers
+    from emulator.studies.search import shapes
+    from emulator.scenario.stages import balanced_ends, chunk_layers
 
     # 126 layers (Llama-3 405B): on 16 chunks 7 at each end, 14 x 8 between; on 128 chunks 0 and 126 x 1
     assert balanced_ends(126, 16) == 7 and balanced_ends(126, 128) == 0

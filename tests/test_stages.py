@@ -13,7 +13,7 @@ from emulator.simulation import run_program
 from emulator.workload.builder import build_program
 from emulator.workload.plan import make_plan
 from emulator.workload.schedules import max_in_flight, schedule
-from emulator.workload.stages import chunk_layers, stage_layers
+from emulator.scenario.stages import chunk_layers, stage_layers
 
 
 def test_llama3_405b_split_and_megatron_first_last():

@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 
 from emulator.scenario import load_scenario
-from emulator.store import ResultStore, StoreError, canonical_json, csv_rows, export_csv, make_row, scenario_key
+from emulator.studies.store import ResultStore, StoreError, canonical_json, csv_rows, export_csv, make_row, scenario_key
 from test_sweep import write_tiny
 
 MODEL = """name: m
@@ -120,7 +120,7 @@ def test_fingerprint_follows_the_sources_only(tmp_path):
 
 
 def test_rows_of_another_emulator_are_stale_and_replaced(tmp_path, monkeypatch):
-    from emulator import store as store_module
+    from emulator.studies import store as store_module
 
     sc = load_scenario(_model(str(tmp_path)))
     db = str(tmp_path / "r.sqlite")
@@ -162,7 +162,7 @@ def test_schema_1_database_gains_the_emulator_column(tmp_path):
 
 
 def test_sweep_runs_stale_points_again(tmp_path, monkeypatch, capsys):
-    from emulator import store as store_module
+    from emulator.studies import store as store_module
     from emulator.cli import main
 
     path = write_tiny(str(tmp_path))

@@ -62,7 +62,7 @@ def test_custom_graph_errors_name_the_problem(tmp_path):
 
 
 def test_a_disconnected_graph_is_a_clear_error(tmp_path):
-    from emulator.collective_bench import collective_table
+    from emulator.tools.collective_bench import collective_table
 
     path = write_graph(tmp_path, [{"id": "a", "kind": "gpu"}, {"id": "b", "kind": "gpu"}], [])
     sc = load_scenario_text(f"name: d\ncluster: {{fabric: {{kind: custom, graph: {path}}}}}\n", "d.yaml")

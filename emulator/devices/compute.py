@@ -24,7 +24,7 @@ GEMM bytes are the operands and result read/written once: (m·k + k·n + m·n)·
 Batched GEMMs with a small k (attention QKᵀ, k = head dim) fall on the memory side of
 the roofline, which is why attention scores are cheap in FLOPs but not in time.
 
-Calibration (fitted against /work/shared/calibration/layers.csv, all five GPT-22B rows,
+Calibration (fitted against ../shared/calibration/layers.csv, all five GPT-22B rows,
 forward and backward; tests/test_calibration.py repeats the fit): E_GEMM_MAX and E_MEM.
 K_HALF is an assumption (the data cannot identify it). The tile size and SM counts are hardware facts. Other
 GPUs use the same three efficiencies with their own peak, HBM bandwidth and SM count.
@@ -33,19 +33,18 @@ from __future__ import annotations
 
 import math
 
-from ..scenario import GpuSpec
+from emulator.scenario.spec import GpuSpec
 
 # Output tile edge of the tensor-core GEMM kernels (cuBLAS/CUTLASS 128×128 tiles are
 # the common choice for large bf16 GEMMs on A100/H100; NVIDIA "Matrix Multiplication
 # Background" user guide, section on tile and wave quantisation).
 TILE = 128
 
-# Streaming multiprocessors per GPU (NVIDIA whitepapers/datasheets): A100 108,
-# H100/H200/H800 SXM 132, B200 148, L40S 142, V100 80.
-SM_COUNT = {"A100": 108, "H100": 132, "H200": 132, "H800": 132, "B200": 148, "L40S": 142, "V100": 80}
-DEFAULT_SMS = 108  # unknown GPUs: as A100
+# Streaming multiprocessors come from the GPU's catalog entry (GpuSpec.sm_count: A100 108,
+# H100/H200/H800 SXM 132, B200 148, L40S 142, V100 80, from NVIDIA's whitepapers and datasheets).
+DEFAULT_SMS = 108  # GPUs whose entry gives no sm_count: as A100
 
-# Fitted to /work/shared/calibration/layers.csv (GPT-22B, 8×A100, tp 8, micro-batch 4;
+# Fitted to ../shared/calibration/layers.csv (GPT-22B, 8×A100, tp 8, micro-batch 4;
 # all five rows, forward_ms and backward_ms, with the TP comm from nccl.csv's dgx-a100
 # figures): least squares of the ten relative errors, every row within 3%.
 # tests/test_calibration.py repeats the fit and checks that it lands on these values.
@@ -56,34 +55,25 @@ K_HALF = 64.0  # ASSUMPTION (half a tile edge): not identifiable from layers.csv
 #                have k >= 768, where k/(k+K_HALF) >= 0.92; it matters for small-k GEMMs only
 
 
-# Maximum achievable matmul FLOP/s as a fraction of the dense peak, per GPU family, from
-# S. Bekman's "Maximum Achievable Matmul FLOPS" measurements (ml-engineering,
-# compute/accelerator: mamf-finder results): A100 SXM 271.2 of 312 TFLOP/s (86.9%),
-# H100 SXM 794.5 of 989 (80.3%). E_GEMM_MAX was fitted on A100, so another GPU's GEMMs
-# reach E_GEMM_MAX · (its fraction / A100's): Hopper's tensor cores reach a smaller share
-# of their (much higher) peak, under the same 700 W power envelope and clocks that drop
-# below boost under sustained load. H200 and H800 share H100's die and are taken as H100.
-# GPUs without a measurement (B200, L40S, V100) keep A100's fraction: an ASSUMPTION.
-MATMUL_FRACTION = {"A100": 0.869, "H100": 0.803, "H200": 0.803, "H800": 0.803}
-REFERENCE_FRACTION = MATMUL_FRACTION["A100"]
+# Maximum achievable matmul FLOP/s as a fraction of the dense peak is the GPU's catalog field
+# GpuSpec.matmul_fraction, from S. Bekman's "Maximum Achievable Matmul FLOPS" measurements
+# (ml-engineering, compute/accelerator: mamf-finder results): A100 SXM 271.2 of 312 TFLOP/s
+# (0.869), H100 SXM 794.5 of 989 (0.803). E_GEMM_MAX was fitted on A100, so another GPU's GEMMs
+# reach E_GEMM_MAX · (its fraction / A100's): Hopper's tensor cores reach a smaller share of
+# their (much higher) peak, under the same 700 W power envelope and clocks that drop below boost
+# under sustained load. H200 and H800 share H100's die and carry H100's fraction. GPUs without a
+# measurement (B200, L40S, V100: fraction 0) keep A100's: an ASSUMPTION.
+REFERENCE_FRACTION = 0.869  # A100 SXM, the GPU E_GEMM_MAX was fitted on
 
 
 def matmul_scale(gpu: GpuSpec) -> float:
-    """The GPU's achievable matmul fraction relative to the A100 the model was fitted on."""
-    name = gpu.name.upper()
-    for family, frac in MATMUL_FRACTION.items():
-        if family in name:
-            return frac / REFERENCE_FRACTION
-    return 1.0
+    """The GPU's achievable matmul fraction relative to the A100 the model was fitted on (1 when unmeasured)."""
+    return gpu.matmul_fraction / REFERENCE_FRACTION if gpu.matmul_fraction else 1.0
 
 
 def sm_count(gpu: GpuSpec) -> int:
-    """SMs of the GPU, looked up by the family in its name (A100, H100, ...)."""
-    name = gpu.name.upper()
-    for family, n in SM_COUNT.items():
-        if family in name:
-            return n
-    return DEFAULT_SMS
+    """SMs of the GPU (its catalog field); an A100's when the entry does not say."""
+    return gpu.sm_count or DEFAULT_SMS
 
 
 def tile_efficiency(m: int, n: int, gpu: GpuSpec, batch: int = 1) -> float:

@@ -9,7 +9,7 @@ compute op from the pure cost functions in ``emulator.devices.compute``.
 from __future__ import annotations
 
 from emulator.program import Op
-from emulator.scenario import GpuSpec
+from emulator.scenario.spec import GpuSpec
 
 
 class Gpu:

@@ -10,11 +10,11 @@ from typing import Callable
 
 from emulator.errors import EmulatorError
 from emulator.program import Program
-from emulator.scenario import Scenario
+from emulator.scenario.spec import Scenario
 
 
 def _emulator(path: str, mirror: int) -> Program:
-    from emulator.trace import load_trace
+    from emulator.importers.native import load_trace
 
     if mirror:
         raise EmulatorError("workload.mirror applies to kineto traces only")

@@ -34,8 +34,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
-from ..trace import TraceError
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
+from emulator.importers.native import TraceError
 
 _INSTALL = "the Chakra format needs the optional package mlc-chakra (pip install mlc-chakra)"
 _FOREIGN_IDS = 10**9  # id block per rank for files written by other tools
@@ -56,7 +56,7 @@ def _pb() -> Any:
 # ---------------------------------------------------------------------------- framing
 
 
-def _write_msg(f: Any, msg: Any) -> None:
+def write_msg(f: Any, msg: Any) -> None:
     data = msg.SerializeToString()
     n = len(data)
     out = bytearray()
@@ -69,7 +69,7 @@ def _write_msg(f: Any, msg: Any) -> None:
     f.write(bytes(out) + data)
 
 
-def _read_msgs(path: str) -> list[bytes]:
+def read_msgs(path: str) -> list[bytes]:
     with open(path, "rb") as f:
         raw = f.read()
     msgs, pos = [], 0
@@ -128,12 +128,12 @@ def export_chakra(program: Program, out_dir: str) -> list[str]:
     for rank in program.simulated_ranks():
         path = os.path.join(out_dir, f"chakra.{rank}.et")
         with open(path, "wb") as f:
-            _write_msg(f, _metadata(pb, program, rank))
+            write_msg(f, _metadata(pb, program, rank))
             prev: dict[str, int] = {}
             for index, op in enumerate(program.ops):
                 if op.rank != rank:
                     continue
-                _write_msg(f, _node(pb, op, index, prev.get(op.stream), rank_of))
+                write_msg(f, _node(pb, op, index, prev.get(op.stream), rank_of))
                 prev[op.stream] = op.id
         paths.append(path)
     return paths
@@ -215,7 +215,7 @@ def load_chakra(path: str) -> Program:
 
     per_file = []
     for file_rank, f in _files(path):
-        msgs = _read_msgs(f)
+        msgs = read_msgs(f)
         if not msgs:
             raise TraceError(f"{f}: empty Chakra file (no GlobalMetadata)")
         try:

@@ -34,7 +34,7 @@ What becomes what
   followed (on the same thread) by a launch ``b`` on stream X makes ``b``
   depend on the last op launched before the wait on every other stream Y,
   *unless* the measured timeline rules it out (``b`` started before that op
-  ended, beyond ``_TOL_S``): the event was then recorded earlier, or on another
+  ended, beyond ``TOL_S``): the event was then recorded earlier, or on another
   stream.
 
 ``Program.meta["measured"]`` holds what the trace measured, per rank (a list
@@ -47,11 +47,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 
-from ..trace import TraceError  # the project's one trace error (an EmulatorError)
-from .kineto_reader import (  # records and reading
-    GpuOp, HostCall, RankTrace, US, _TOL_S, _complete_steps, _steps, read_json, read_rank, trace_files,
+from emulator.importers.native import TraceError  # the project's one trace error (an EmulatorError)
+from emulator.importers.kineto_reader import (  # records and reading
+    GpuOp, HostCall, RankTrace, US, TOL_S, complete_steps, steps_of, read_json, read_rank, trace_files,
 )
 # ---------------------------------------------------------------------------- building
 
@@ -111,11 +111,11 @@ def _common_step(files: list[str], datas: list[dict]) -> int | None:
     any_steps = False
     for f, d in zip(files, datas):
         events = [e for e in d["traceEvents"] if isinstance(e, dict)]
-        steps = _steps(events, f)
+        steps = steps_of(events, f)
         if not steps:
             continue
         any_steps = True
-        done = _complete_steps(events, steps, f)
+        done = complete_steps(events, steps, f)
         common = done if common is None else common & done
     if not any_steps:
         return None
@@ -214,7 +214,7 @@ def _build_rank(rt: RankTrace, rank: int, world: int, mirrored: bool, t0: float,
         deps = [cpu] if cpu is not None else []
         for snap in pending_waits.pop(g.launch_tid, []):
             for s, j in snap.items():
-                if s != g.stream and g.ts >= rt.gpu_ops[j].end - _TOL_S and gpu_ids[j] not in deps:
+                if s != g.stream and g.ts >= rt.gpu_ops[j].end - TOL_S and gpu_ids[j] not in deps:
                     deps.append(gpu_ids[j])
         oid = new_id()
         gpu_ids.append(oid)
@@ -248,7 +248,7 @@ def _waited_op(launched: list[GpuOp], sync_end: float) -> int | None:
     """Index of the launched op that a sync returning at ``sync_end`` waited for."""
     best, best_end = None, -1.0
     for j, g in enumerate(launched):
-        if g.end <= sync_end + _TOL_S and g.end > best_end:
+        if g.end <= sync_end + TOL_S and g.end > best_end:
             best, best_end = j, g.end
     return best
 

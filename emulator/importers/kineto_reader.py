@@ -12,12 +12,12 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..trace import TraceError  # the project's one trace error (an EmulatorError)
+from emulator.importers.native import TraceError  # the project's one trace error (an EmulatorError)
 
 
 
 US = 1e-6  # Kineto timestamps are microseconds
-_TOL_S = 2e-6  # s, slack allowed when testing a dependency against measured times
+TOL_S = 2e-6  # s, slack allowed when testing a dependency against measured times
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _HOST_CATS = ("cpu_op", "user_annotation", "python_function")
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
@@ -157,7 +157,7 @@ def _num(e: dict, key: str, path: str) -> float:
     return float(v)
 
 
-def _steps(events: list[dict], path: str) -> dict[int, tuple[float, float]]:
+def steps_of(events: list[dict], path: str) -> dict[int, tuple[float, float]]:
     out: dict[int, tuple[float, float]] = {}
     for e in events:
         m = _STEP.match(str(e.get("name", "")))
@@ -166,7 +166,7 @@ def _steps(events: list[dict], path: str) -> dict[int, tuple[float, float]]:
     return out
 
 
-def _complete_steps(events: list[dict], steps: dict[int, tuple[float, float]], path: str) -> set[int]:
+def complete_steps(events: list[dict], steps: dict[int, tuple[float, float]], path: str) -> set[int]:
     """Steps all of whose kernel launches have their kernel in the trace."""
     gpu_corr = {e.get("args", {}).get("correlation") for e in events if e.get("cat") in _GPU_CATS}
     ok = set()
@@ -219,12 +219,12 @@ def read_rank(path: str, iteration: int | None = None, *, data: dict | None = No
     data = data if data is not None else read_json(path)
     events = [e for e in data["traceEvents"] if isinstance(e, dict)]
     rank, world, pgs = _dist_info(data, path)
-    steps = _steps(events, path)
+    steps = steps_of(events, path)
     if iteration is not None and iteration not in steps:
         have = ", ".join(f"#{n}" for n in sorted(steps)) or "none"
         raise TraceError(f"{path}: no ProfilerStep#{iteration} (steps in the file: {have})")
     if iteration is None and steps:
-        complete = _complete_steps(events, steps, path)
+        complete = complete_steps(events, steps, path)
         if not complete:
             raise TraceError(f"{path}: no complete ProfilerStep (every step lacks GPU activity of some launch)")
         iteration = max(complete)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import EmulatorError
-from ..program import COMM_KINDS, Program
+from emulator.errors import EmulatorError
+from emulator.program import COMM_KINDS, Program
 
 
 def _gpu_spans(result: Any, rank: int) -> list:

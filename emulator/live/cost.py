@@ -23,7 +23,7 @@ from emulator.devices.gpu import Gpu
 from emulator.engine import Engine
 from emulator.errors import EmulatorError
 from emulator.program import COLLECTIVE, COLLECTIVE_OPS, RECV, SEND, Op, Program
-from emulator.scenario import Scenario
+from emulator.scenario.spec import Scenario
 from emulator.simulation import build_cluster
 
 

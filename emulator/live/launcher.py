@@ -130,7 +130,7 @@ def _env(args: argparse.Namespace, scenario, world: int, record: str) -> dict[st
 
 def live_command(args: argparse.Namespace) -> str | int:
     from emulator.live.report import human, summarize, write_report
-    from emulator.scenario import load_scenario
+    from emulator.scenario.reader import load_scenario
 
     args = _split(args)
     scenario = load_scenario(args.scenario, args.set or [])

@@ -38,7 +38,7 @@ def _session():
     from emulator.live.clock import Clock
     from emulator.live.cost import CommCost
     from emulator.live.session import Session
-    from emulator.scenario import load_scenario
+    from emulator.scenario.reader import load_scenario
 
     scenario = load_scenario(os.environ["EMULATOR_LIVE_SCENARIO"], json.loads(os.environ.get("EMULATOR_LIVE_SET", "[]")))
     world = int(os.environ["EMULATOR_LIVE_WORLD"])

@@ -1,8 +1,6 @@
 """Collectives as a few coupled flows, not packets (DESIGN.md, "Network model").
 
-A plan is a list of phases; a phase is a list of flows that start together; the
-next phase starts when every flow of the phase is done. A flow is (links,
-weights, volume per byte of the buffer S, latency).
+A collective becomes a flow plan (flows.py): phases of flows that start together.
 
 Algorithms (small named plug-ins in ``ALGORITHMS``), for a group of n GPUs and a
 buffer of S bytes (the nccl-tests convention), uncontended on bandwidth B with a
@@ -33,19 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from emulator.network.compression import compress_plans
+from emulator.network.flows import FlowSpec, Plan
 from emulator.network.routing import Router
 from emulator.program import Fold
-
-
-@dataclass(frozen=True, slots=True)
-class FlowSpec:
-    links: tuple[int, ...]
-    weights: tuple[float, ...]
-    volume: float  # bytes moved per byte of S
-    latency: float  # s
-
-
-Plan = list[list[FlowSpec]]
 
 
 @dataclass(frozen=True)
@@ -111,8 +100,6 @@ class CollectiveModel:
         (``emulator.network.compression``). ``keys`` are (op, group, root), with
         op "p2p" and group (src, dst) for point-to-point. No plan may be asked for
         afterwards that was not prepared: it could break the link equivalences."""
-        from emulator.network.compression import compress_plans
-
         for key in keys:
             if key not in self._raw_plans:
                 self._raw_plans[key] = self._folded(key)

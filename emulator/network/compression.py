@@ -12,7 +12,7 @@ Pure: no SimPy. The run moves traffic on the kept link of each group only;
 """
 from __future__ import annotations
 
-from emulator.network.collectives import FlowSpec, Plan
+from emulator.network.flows import FlowSpec, Plan
 
 
 def compress_plans(plans: list[Plan], capacity: list[float]) -> tuple[list[Plan], dict[int, int]]:

@@ -168,9 +168,9 @@ def _fabric_path(topo: Topology, na: int, nb: int, nic_a: str, nic_b: str) -> li
         return _split([nic_a, sa], spines, [sb, nic_b])
     # ring / torus: dimension-order routing, ECMP over the two ways round on a tie
     dims = topo.torus_dims
-    from emulator.network.topology import _ravel, _unravel
+    from emulator.network.topology import ravel, unravel
 
-    ca, cb = _unravel(na, dims), _unravel(nb, dims)
+    ca, cb = unravel(na, dims), unravel(nb, dims)
     paths: list[tuple[list[int], float]] = [([na], 1.0)]
     for d, size in enumerate(dims):
         fwd = (cb[d] - ca[d]) % size
@@ -184,11 +184,11 @@ def _fabric_path(topo: Topology, na: int, nb: int, nic_a: str, nic_b: str) -> li
         grown = []
         for seq, w in paths:
             for s in steps:
-                cur = _unravel(seq[-1], dims)
+                cur = unravel(seq[-1], dims)
                 ext = list(seq)
                 while cur[d] != cb[d]:
                     cur[d] = (cur[d] + s) % size
-                    ext.append(_ravel(cur, dims))
+                    ext.append(ravel(cur, dims))
                 grown.append((ext, w / len(steps)))
         paths = grown
     out = [(nic_a, f"tr{na}", 1.0)]

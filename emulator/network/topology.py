@@ -19,7 +19,7 @@ from typing import Callable
 
 import networkx as nx
 
-from emulator.scenario import ClusterSpec, NodeSpec
+from emulator.scenario.spec import ClusterSpec, NodeSpec
 
 
 @dataclass
@@ -177,18 +177,18 @@ def torus(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None
         for i in range(spec.nics):
             _nic_port(g, f"nic{n}.{i}", f"tr{n}", spec)
     for n in range(c.nodes):
-        coords = _unravel(n, dims)
+        coords = unravel(n, dims)
         for d, size in enumerate(dims):
             if size < 2:
                 continue
             nxt = list(coords)
             nxt[d] = (coords[d] + 1) % size
-            m = _ravel(nxt, dims)
+            m = ravel(nxt, dims)
             if m != n and not g.has_edge(f"tr{n}", f"tr{m}"):
                 _link(g, f"tr{n}", f"tr{m}", bw, c.fabric.latency, spec.nic_efficiency, "fabric")
 
 
-def _unravel(n: int, dims: tuple[int, ...]) -> list[int]:
+def unravel(n: int, dims: tuple[int, ...]) -> list[int]:
     out = []
     for size in reversed(dims):
         out.append(n % size)
@@ -196,7 +196,7 @@ def _unravel(n: int, dims: tuple[int, ...]) -> list[int]:
     return out[::-1]
 
 
-def _ravel(coords: list[int], dims: tuple[int, ...]) -> int:
+def ravel(coords: list[int], dims: tuple[int, ...]) -> int:
     r = 0
     for size, x in zip(dims, coords):
         r = r * size + x
@@ -233,7 +233,7 @@ def load_graph(path: str) -> Topology:
     Ranks map to the gpu nodes in file order. Links are exactly as given (efficiency 1).
     """
     from emulator.errors import EmulatorError
-    from emulator.units import parse_si
+    from emulator.scenario.units import parse_si
 
     try:
         with open(path, encoding="utf-8") as fh:

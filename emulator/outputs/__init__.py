@@ -8,7 +8,7 @@ from emulator.outputs.atomic import write_text
 from emulator.outputs.gantt import write_gantt
 from emulator.outputs.perfetto import write_perfetto
 from emulator.outputs.spans_csv import write_spans_csv
-from emulator.summary import summary_json
+from emulator.outputs.summary import summary_json
 from emulator.simulation import Result
 
 

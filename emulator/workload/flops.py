@@ -19,8 +19,8 @@ Narayanan et al. SC21, eq. (3) and its recompute variant:
 """
 from __future__ import annotations
 
-from ..scenario import ModelSpec
-from .models import resolve
+from emulator.scenario.spec import ModelSpec
+from emulator.workload.models import resolve
 
 
 def attention_core_flops(m: ModelSpec) -> float:

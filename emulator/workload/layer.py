@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..devices import compute
-from ..scenario import GpuSpec, ModelSpec
-from .models import has_biases, resolve
+from emulator.devices import compute
+from emulator.scenario.spec import GpuSpec, ModelSpec
+from emulator.workload.models import has_biases, resolve
 
 FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
 
@@ -149,7 +149,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                 ep: int = 1, dtype: int = 2, flash: bool = False) -> LayerShape:
     """The per-GPU layer shape of ``model`` under the given parallelism."""
     m = resolve(model)
-    causal = m.preset != "bert-large"
+    causal = m.causal
     return LayerShape(b=micro_batch, s=m.seq_len // cp, s_kv=m.seq_len, h=m.hidden, heads=m.heads,
                       kv_heads=m.kv_heads, ffn=m.ffn_hidden, swiglu=m.swiglu, biases=has_biases(m),
                       dropout=has_biases(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
-from ..errors import ScenarioError
-from ..scenario import ParallelSpec
+from emulator.errors import ScenarioError
+from emulator.scenario.spec import ParallelSpec
 
 ORDER: tuple[str, ...] = ("pp", "dp", "cp", "tp")  # slowest → fastest (Megatron-LM)
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..errors import ScenarioError
-from ..scenario import Scenario
-from . import layer as Ly
-from . import models as M
-from .placement import Layout
-from .schedules import check_schedule
-from .stages import chunk_layers
+from emulator.errors import ScenarioError
+from emulator.scenario.spec import Scenario
+from emulator.workload import layer as Ly
+from emulator.workload import models as M
+from emulator.workload.placement import Layout
+from emulator.workload.schedules import check_schedule
+from emulator.scenario.checks import layout_violations
+from emulator.scenario.stages import chunk_layers
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v (16) + write param, m, v (12) + bf16 copy (2)
@@ -51,35 +52,21 @@ class Plan:
 
 
 def _check(sc: Scenario) -> None:
+    """What a model workload needs beyond the rule book (a model, a GPU type, a known precision)."""
     if sc.model is None:
         raise ScenarioError("a workload needs a model (or workload.trace)", key="model")
     if sc.cluster.node is None:
         raise ScenarioError("the model workload needs a node type with a gpu", key="cluster.node")
-    M.check_model(sc.model)
-    m, par, tr = M.resolve(sc.model), sc.parallel, sc.training
+    tr = sc.training
     if tr.precision not in DTYPE_BYTES:
         raise ScenarioError(f"expected one of {', '.join(DTYPE_BYTES)}, got {tr.precision!r}", key="training.precision")
     if tr.recompute not in ("none", "selective", "full"):
         raise ScenarioError(f"expected none, selective or full, got {tr.recompute!r}", key="training.recompute")
     if sc.simulation.detail not in ("layer", "op"):
         raise ScenarioError(f"expected layer or op, got {sc.simulation.detail!r}", key="simulation.detail")
-    if not 0 <= par.zero <= 3:
-        raise ScenarioError(f"expected 0 to 3, got {par.zero}", key="parallel.zero")
-    if m.heads % par.tp or m.ffn_hidden % par.tp:
-        raise ScenarioError(f"tp {par.tp} must divide heads ({m.heads}) and ffn_hidden ({m.ffn_hidden})",
-                            key="parallel.tp")
-    if m.kv_heads % par.tp and par.tp % m.kv_heads:
-        raise ScenarioError(f"tp {par.tp} and kv_heads {m.kv_heads} must divide one another", key="parallel.tp")
-    if m.seq_len % (par.cp * (par.tp if par.sequence_parallel else 1)):
-        raise ScenarioError(f"seq_len {m.seq_len} must be divisible by cp·tp (sequence parallel)", key="parallel.cp")
-    chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers, par.last_chunk_layers)
-    if m.experts and m.experts % par.ep:
-        raise ScenarioError(f"ep {par.ep} must divide experts {m.experts}", key="parallel.ep")
-    if not m.experts and par.ep > 1:
-        raise ScenarioError(f"ep {par.ep} needs a MoE model (model.experts)", key="parallel.ep")
-    if tr.micro_batch < 1 or tr.global_batch % (tr.micro_batch * par.dp):
-        raise ScenarioError(f"global_batch {tr.global_batch} must be a multiple of micro_batch·dp = "
-                            f"{tr.micro_batch}·{par.dp}", key="training.global_batch")
+    broken = layout_violations(sc.model, tr, sc.parallel)
+    if broken:
+        raise broken[0].error()
 
 
 def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Sequence
 
-from ..errors import ScenarioError
+from emulator.errors import ScenarioError
 
 
 class Task(NamedTuple):

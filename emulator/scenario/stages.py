@@ -18,7 +18,7 @@ the embedding, or only the head); a middle chunk holds at least one.
 """
 from __future__ import annotations
 
-from ..errors import ScenarioError
+from emulator.errors import ScenarioError
 
 
 def chunk_layers(layers: int, pp: int, virtual: int = 1, first: int | None = None,

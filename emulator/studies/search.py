@@ -8,12 +8,14 @@ The search space (all sizes powers of two):
 - ZeRO stage 0..3 (0 only when dp·cp = 1);
 - recompute none, selective, full.
 
-Rules (Megatron's): heads % tp = 0 (and kv_heads % tp), layers split over the pp·v
-chunks (evenly, or else with lighter first and last chunks: workload/stages.py),
-global_batch % (micro_batch·dp) = 0, seq_len % cp = 0, interleaved needs the
-micro-batches per pipeline to be a multiple of pp. A layout breaking one is pruned
-with that reason; a layout whose memory_report does not fit is pruned before it is
-simulated (the search never proposes a layout its own memory model rejects).
+Rules: the loader's rule book (scenario/checks.py, ``layout_violations``): heads, FFN and
+KV heads over tp, layers over the pp·v chunks (evenly, or else with lighter first and
+last chunks: scenario/stages.py), global_batch over micro_batch·dp, the sequence over
+cp (·tp with sequence parallelism), experts over ep, and the interleaved schedule's
+micro-batches. A layout breaking one is pruned with the loader's message, so the
+search keeps exactly the layouts the loader accepts; a layout whose memory_report
+does not fit is pruned before it is simulated (the search never proposes a layout its
+own memory model rejects).
 
 Recompute only adds work, so for each (layout, ZeRO stage) only the least recompute
 that fits is simulated (none, else selective, else full); ``exhaustive`` simulates
@@ -31,11 +33,12 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from emulator.errors import EmulatorError, ScenarioError
-from emulator.scenario import Scenario
-from emulator.store import ResultStore, Row, export_csv
-from emulator.sweep import (Point, RunStats, close_executor, load_point, make_executor, run_points,
+from emulator.scenario.spec import Scenario
+from emulator.studies.store import ResultStore, Row, export_csv
+from emulator.studies.sweep import (Point, RunStats, close_executor, load_point, make_executor, run_points,
                             stderr_progress)
-from emulator.workload.stages import balanced_ends, chunk_layers
+from emulator.scenario.checks import layout_violations
+from emulator.scenario.stages import balanced_ends
 
 RECOMPUTE = ("none", "selective", "full")
 SPLIT_RESET = ("parallel.first_chunk_layers=null", "parallel.last_chunk_layers=null")
@@ -120,24 +123,12 @@ def cluster_overrides(sc: Scenario, gpus: int | None) -> list[str]:
 
 
 def rule_violation(sc: Scenario, lay: Layout) -> str | None:
-    """The first layout rule ``lay`` breaks on ``sc``'s model, or None."""
-    m, t = sc.model, sc.training
-    assert m is not None
-    if m.heads % lay.tp or (m.kv_heads and m.kv_heads % lay.tp):
-        return "heads not divisible by tp"
-    try:
-        chunk_layers(m.layers, lay.pp, lay.virtual_stages, lay.ends, lay.ends)
-    except ScenarioError:
-        return "layers do not split over pp*v"
-    if m.seq_len % lay.cp:
-        return "seq_len not divisible by cp"
-    if (lay.dp * lay.cp) % lay.ep or (m.experts and m.experts % lay.ep):
-        return "ep not dividing dp*cp or experts"
-    if t.global_batch % (lay.micro_batch * lay.dp):
-        return "global_batch not divisible by micro_batch*dp"
-    if lay.virtual_stages > 1 and (t.global_batch // (lay.micro_batch * lay.dp)) % lay.pp:
-        return "interleaved: micro-batches not a multiple of pp"
-    return None
+    """The first layout rule ``lay`` breaks on ``sc``'s model, in the loader's words (the rule book,
+    scenario/checks.py), or None."""
+    assert sc.model is not None
+    laid = lay.apply(sc)
+    broken = layout_violations(sc.model, laid.training, laid.parallel)
+    return broken[0].message if broken else None
 
 
 def shapes(sc: Scenario, gpus: int, lim: Limits) -> list[Layout]:
@@ -214,7 +205,7 @@ def _shape(row: Row) -> tuple:
 
 def why_best(best: Row, second: Row, label: str = "#2") -> str:
     """One line: the time component that ``second`` loses most on against ``best``."""
-    from emulator.units import format_time
+    from emulator.scenario.units import format_time
 
     bt, st = best.metric("tokens_per_s") or 0.0, second.metric("tokens_per_s") or 0.0
     parts = ("compute", "exposed_comm", "bubble", "other")
@@ -237,7 +228,7 @@ def layout_text(row: Row) -> str:
 
 
 def ranked_table(rows: Sequence[Row], top: int) -> str:
-    from emulator.units import format_bytes, format_time
+    from emulator.scenario.units import format_bytes, format_time
 
     head = ["#", "tokens/s", "MFU", "mem/GPU", "iteration", "layout"]
     lines = []
@@ -274,7 +265,7 @@ class SearchResult:
 def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store: ResultStore, executor: Any,
            progress_factory: Any = None, max_points: int = DEFAULT_MAX_POINTS) -> SearchResult:
     """Plan, prune, simulate (skipping what the store has) and rank the layouts of a scenario."""
-    from emulator.scenario import load_scenario
+    from emulator.scenario.reader import load_scenario
 
     sc0 = load_scenario(path, list(base))
     if sc0.model is None or sc0.workload.trace:

@@ -1,6 +1,8 @@
-"""The scenario reader: a YamlValue tree, read against the key table of emulator/schema.py,
-into the frozen dataclasses of emulator/scenario.py, with `--set key.path=value`
-overrides applied to the tree first and cross-field checks after.
+"""The scenario reader: YAML text or a file, read into the frozen dataclasses of spec.py.
+
+The text becomes a YamlValue tree (yamltree.py), ``--set key.path=value`` overrides are
+applied to the tree, the tree is read against the key table of schema.py, and the
+result goes through the cross-key checks and the rule book of checks.py.
 
 Every problem is a ScenarioError: "FILE:LINE: key.path: expected ..., got ...".
 """
@@ -11,30 +13,51 @@ import math
 import os
 from typing import Any, Mapping, Sequence
 
-
-from . import units
-from .errors import CatalogError, EmulatorError, ScenarioError, UnitError, did_you_mean
-from .schema import (
-    CLUSTER_KEYS, FABRIC_KEYS, GPU_KEYS, KEYS, MODEL_KEYS, NODE_KEYS, OVERRIDE_KEYS,
+from emulator.errors import CatalogError, EmulatorError, ScenarioError, UnitError, did_you_mean
+from emulator.scenario import catalog, spec, units
+from emulator.scenario.checks import ScenarioChecks, graph_gpus
+from emulator.scenario.schema import (
+    AXES, CLUSTER_KEYS, FABRIC_KEYS, GPU_KEYS, KEYS, MODEL_KEYS, NODE_KEYS, OVERRIDE_KEYS,
     SECTION_TYPES, UNIT_TYPES, Key, all_key_paths,
 )
+from emulator.scenario.spec import ClusterSpec, FabricSpec, GpuSpec, ModelSpec, NodeSpec, Override, Scenario
+from emulator.scenario.yamltree import (
+    EXPECTED, EXTENSION_PREFIX, MAX_FILE_BYTES, SUB_SECTIONS, TAG, YamlValue,
+    decode, describe, in_range, parse_tree, python_value, range_text, show,
+)
 
-from . import scenario as _spec
-from .scenario import (
-    ClusterSpec, FabricSpec, GpuSpec, ModelSpec, NodeSpec, Override, Scenario,
-)
-from .scenario_checks import _Checks, _graph_gpus
-from .yamltree import (
-    _EXPECTED, _SUB_SECTIONS, _TAG, EXTENSION_PREFIX, YamlValue,
-    _describe, _in_range, _python, _range_text, _show, _tree,
-)
+
+def load_scenario_text(text: str | bytes, path: str = "<string>", overrides: Sequence[str] = ()) -> Scenario:
+    """A Scenario from YAML text; ``path`` names it in messages and anchors relative paths."""
+    source = str(path)
+    if isinstance(text, (bytes, bytearray)):
+        text = decode(bytes(text), source)
+    tree = apply_overrides(parse_tree(text, source), overrides)
+    return _Reader(source).scenario(tree)
+
+
+def load_scenario(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Scenario:
+    """A Scenario from a YAML file, with ``--set key.path=value`` overrides applied.
+
+    Raises ScenarioError (one line: file, line, key path, expected, got) for any bad input.
+    """
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise ScenarioError(f"cannot read the scenario: {err.strerror or err}", source) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ScenarioError(f"more than {MAX_FILE_BYTES} bytes; a scenario is a few kilobytes", source)
+    return load_scenario_text(decode(raw, source), source, overrides)
+
 
 # ------------------------------------------------------------------ --set overrides
 
 
 
 # the dataclasses the key table names (Key.cls), by name
-SPEC_CLASSES = {name: getattr(_spec, name) for name in (
+SPEC_CLASSES = {name: getattr(spec, name) for name in (
     "ClusterSpec", "CollectivesSpec", "FabricSpec", "GpuSpec", "ModelSpec", "NodeSpec", "Override", "ParallelSpec",
     "Scenario", "SimulationSpec", "TrainingSpec", "WorkloadSpec")}
 
@@ -87,7 +110,7 @@ def apply_overrides(tree: YamlValue | None, overrides: Sequence[str]) -> YamlVal
             tree = YamlValue(where, mapping={})
         if tree.mapping is None:
             return tree  # the top level is not a mapping: reported when it is read
-        value = _tree(value_text, where) or YamlValue(where, tag=_TAG + "null")
+        value = parse_tree(value_text, where) or YamlValue(where, tag=TAG + "null")
         value.key_where = where
         node = tree
         for i, part in enumerate(parts[:-1]):
@@ -137,7 +160,7 @@ class _Reader:
             return {}
         if v.mapping is None:
             sample = ", ".join(list(keys)[:4])
-            raise self.fail(v.where, kp, f"expected a mapping of keys ({sample}, ...), got {_describe(v)}")
+            raise self.fail(v.where, kp, f"expected a mapping of keys ({sample}, ...), got {describe(v)}")
         self.seen[kp] = v.key_where or v.where
         for name, item in v.mapping.items():
             if name not in keys and not (kp == "" and name.startswith(EXTENSION_PREFIX)):
@@ -154,7 +177,7 @@ class _Reader:
                 hint = "; did you mean " + " or ".join(f'"{o}"' for o in others[:3]) + "?"
             else:
                 hint = f"; expected one of: {', '.join(keys)}"
-        return self.fail(item.key_where or item.where, _join(kp, name), f"unknown key {_show(name)}{hint}")
+        return self.fail(item.key_where or item.where, _join(kp, name), f"unknown key {show(name)}{hint}")
 
     def require(self, m: Mapping[str, YamlValue], keys: Mapping[str, Key], kp: str,
                 names: Sequence[str] | None = None) -> None:
@@ -185,29 +208,29 @@ class _Reader:
         if t == "axis_order":
             return self.axis_order(v, kp)
         if v.mapping is not None or v.items is not None:
-            raise self.fail(v.where, kp, f"expected {self.expected(key)}, got {_describe(v)}")
+            raise self.fail(v.where, kp, f"expected {self.expected(key)}, got {describe(v)}")
         if t in ("str", "path", "enum"):
             return getattr(self, "read_" + t)(v, key, kp)
-        x = _python(v)
+        x = python_value(v)
         if t in UNIT_TYPES or t == "ratio":
             try:
                 value = units.parse_ratio(x) if t == "ratio" else units.PARSERS[t](x)
             except UnitError as err:
                 raise self.fail(v.where, kp, str(err)) from None
-            if not _in_range(key, value):
+            if not in_range(key, value):
                 noun = "a number" if t == "ratio" else units.KINDS[t].name
-                raise self.fail(v.where, kp, f"expected {_range_text(key, noun)}, got {_show(x)}")
+                raise self.fail(v.where, kp, f"expected {range_text(key, noun)}, got {show(x)}")
             return value
         if t == "bool":
             if not isinstance(x, bool):
-                raise self.fail(v.where, kp, f"expected true or false, got {_show(x)}")
+                raise self.fail(v.where, kp, f"expected true or false, got {show(x)}")
             return x
         if isinstance(x, bool) or not isinstance(x, (int, float)) or (t == "int" and not isinstance(x, int)):
-            raise self.fail(v.where, kp, f"expected {self.expected(key)}, got {_show(x)}")
+            raise self.fail(v.where, kp, f"expected {self.expected(key)}, got {show(x)}")
         if isinstance(x, float) and not math.isfinite(x):
             raise self.fail(v.where, kp, f"expected a finite number, got {v.text}")
-        if not _in_range(key, x):
-            raise self.fail(v.where, kp, f"expected {_range_text(key, self.expected(key))}, got {_show(x)}")
+        if not in_range(key, x):
+            raise self.fail(v.where, kp, f"expected {range_text(key, self.expected(key))}, got {show(x)}")
         return x if t == "int" else float(x)
 
     @staticmethod
@@ -217,7 +240,7 @@ class _Reader:
             return f"{kind.name} with a unit such as {kind.examples}"
         if key.type == "enum":
             return "one of " + ", ".join(key.enum)
-        return _EXPECTED.get(key.type, key.type)
+        return EXPECTED.get(key.type, key.type)
 
     def read_str(self, v: YamlValue, key: Key, kp: str) -> str:
         if not v.text.strip():
@@ -233,7 +256,7 @@ class _Reader:
                 return choice
         choices = ", ".join(key.enum)
         return_hint = did_you_mean(text, list(key.enum))
-        raise self.fail(v.where, kp, f"expected one of {choices}, got {_show(_python(v))}{return_hint}")
+        raise self.fail(v.where, kp, f"expected one of {choices}, got {show(python_value(v))}{return_hint}")
 
     def read_path(self, v: YamlValue, key: Key, kp: str) -> str:
         text = self.read_str(v, key, kp)
@@ -248,29 +271,25 @@ class _Reader:
         dim = Key("int", "", minimum=1, maximum=10**6)
         if v.items is not None:
             items = v.items
-        elif v.mapping is None and isinstance(_python(v), str) and "x" in v.text:
-            items = [YamlValue(v.where, text=t.strip(), tag=_TAG + "int") for t in v.text.split("x")]
+        elif v.mapping is None and isinstance(python_value(v), str) and "x" in v.text:
+            items = [YamlValue(v.where, text=t.strip(), tag=TAG + "int") for t in v.text.split("x")]
         elif v.mapping is None:
             items = [v]
         else:
-            raise self.fail(v.where, kp, f"expected {_EXPECTED['int_list']}, got a mapping")
+            raise self.fail(v.where, kp, f"expected {EXPECTED['int_list']}, got a mapping")
         if not 1 <= len(items) <= 6:
             raise self.fail(v.where, kp, f"expected 1 to 6 dimensions, got {len(items)}")
         return tuple(self.read(item, dim, f"{kp}[{i}]") for i, item in enumerate(items))
 
     def axis_order(self, v: YamlValue, kp: str) -> tuple[str, ...]:
-        from .schema import AXES
-
         if v.items is None:
-            raise self.fail(v.where, kp, f"expected {_EXPECTED['axis_order']}, got {_describe(v)}")
+            raise self.fail(v.where, kp, f"expected {EXPECTED['axis_order']}, got {describe(v)}")
         names = tuple(self.read(item, Key("str", ""), f"{kp}[{i}]").strip().lower() for i, item in enumerate(v.items))
         if sorted(names) != sorted(AXES):
-            raise self.fail(v.where, kp, f"expected {_EXPECTED['axis_order']}, got [{', '.join(names)}]")
+            raise self.fail(v.where, kp, f"expected {EXPECTED['axis_order']}, got [{', '.join(names)}]")
         return names
 
     def catalog(self, v: YamlValue, kind: str, kp: str) -> Any:
-        from . import catalog
-
         name = self.read(v, Key("str", ""), kp)
         user = getattr(self, "user_catalog", None)
         try:
@@ -287,16 +306,16 @@ class _Reader:
                                              "`name` and `cluster`")
         if tree.mapping is None:
             raise self.fail(tree.where, "", "expected a mapping at the top level (name: ..., "
-                                            f"cluster: ...), got {_describe(tree)}")
+                                            f"cluster: ...), got {describe(tree)}")
         self.seen[""] = tree.where
         top = self.section(tree, KEYS, "")
         self.require(top, KEYS, "")
         name = self.read(top["name"], KEYS["name"], "name")
         cluster = self.cluster(top["cluster"])
         model = self.model(top["model"]) if "model" in top else None
-        subs = {n: self.flat(top.get(n), n) for n in _SUB_SECTIONS}
+        subs = {n: self.flat(top.get(n), n) for n in SUB_SECTIONS}
         s = Scenario(name=name, cluster=cluster, model=model, path=self.source, **subs)
-        return _Checks(self, s).run()
+        return ScenarioChecks(s, self.where, lambda kp: kp in self.seen).run()
 
     def flat(self, v: YamlValue | None, name: str) -> Any:
         key = KEYS[name]
@@ -309,7 +328,7 @@ class _Reader:
         m = self.section(v, CLUSTER_KEYS, kp)
         if v.is_null or not m:
             raise self.fail(v.where, kp, "expected a mapping with nodes and node (e.g. nodes: 4, "
-                                         f"node: dgx-a100), got {_describe(v)}")
+                                         f"node: dgx-a100), got {describe(v)}")
         fabric = self.fabric(m.get("fabric"))
         if "catalog" in m:
             self.user_catalog = self.read(m["catalog"], CLUSTER_KEYS["catalog"], "cluster.catalog")
@@ -320,7 +339,7 @@ class _Reader:
         if "nodes" in m:
             nodes = self.read(m["nodes"], CLUSTER_KEYS["nodes"], "cluster.nodes")
         else:
-            count = _graph_gpus(fabric.graph) if custom else None
+            count = graph_gpus(fabric.graph) if custom else None
             nodes = max(1, count // node.gpus_per_node) if (count and node) else 1
         overrides = self.overrides(m.get("overrides"))
         if node is not None and nodes > 1 and node.nics == 0 and not custom:
@@ -383,12 +402,12 @@ class _Reader:
             return ()
         if v.items is None:
             raise self.fail(v.where, kp, "expected a list of overrides (- kind: gpu_slowdown, "
-                                         f"target: gpu:3, factor: 1.5), got {_describe(v)}")
+                                         f"target: gpu:3, factor: 1.5), got {describe(v)}")
         out = []
         for i, item in enumerate(v.items):
             ikp = f"{kp}[{i}]"
             if item.mapping is None:
-                raise self.fail(item.where, ikp, f"expected a mapping (kind, target, factor), got {_describe(item)}")
+                raise self.fail(item.where, ikp, f"expected a mapping (kind, target, factor), got {describe(item)}")
             m = self.section(item, OVERRIDE_KEYS, ikp)
             self.require(m, OVERRIDE_KEYS, ikp)
             out.append(Override(**self.fields(m, OVERRIDE_KEYS, ikp)))
@@ -412,19 +431,14 @@ class _Reader:
     def preset(self, v: YamlValue, given: dict[str, Any]) -> ModelSpec:
         kp = "model.preset"
         name = self.read(v, MODEL_KEYS["preset"], kp)
-        try:
-            from .workload.models import model_names, model_preset  # type: ignore[import-not-found]
-        except ImportError:
-            raise self.fail(v.where, kp, "model presets are not available (emulator.workload.models "
-                                         "is missing); give the model's sizes instead") from None
-        names = list(model_names())
+        names = catalog.model_names()
         canonical = {n.lower(): n for n in names}.get(name.strip().lower())
         if canonical is None:
             raise self.fail(v.where, kp, f'unknown model "{name}"{did_you_mean(name, names)} '
                                          f"(known: {', '.join(names)})")
         name = canonical
         try:
-            base = model_preset(name)
+            base = catalog.model_preset(name)
         except EmulatorError as err:
             raise self.fail(v.where, kp, str(err)) from None
         return dataclasses.replace(base, preset=name, **given)

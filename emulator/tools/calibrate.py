@@ -33,8 +33,8 @@ import re
 import statistics
 from dataclasses import dataclass, replace
 
-from .errors import EmulatorError
-from .scenario import GpuSpec, NodeSpec
+from emulator.errors import EmulatorError
+from emulator.scenario.spec import GpuSpec, NodeSpec
 
 LARGE = 64 * 2**20  # B: sizes at which busbw has plateaued
 SMALL = 1024  # B: sizes at which time is latency only
@@ -211,7 +211,7 @@ class ComputeFit:
 
 def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
     """GEMM and memory-bound efficiencies of a one-GPU Kineto profile against ``gpu``."""
-    from .importers.kineto_reader import DTYPE_BYTES, read_rank
+    from emulator.importers.kineto_reader import DTYPE_BYTES, read_rank
 
     try:
         rt = read_rank(path)
@@ -328,7 +328,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def calibrate_command(args: argparse.Namespace) -> str:
     """Run the fits; write ``--out`` if given; return the report text."""
-    from . import catalog
+    from emulator.scenario import catalog
 
     if not args.nccl_log and not args.kineto:
         raise CalibrationError("calibrate: give at least one --nccl-log FILE or --kineto FILE")

@@ -1,20 +1,12 @@
-"""Scenarios: YAML files loaded into frozen, validated dataclasses.
+"""The scenario spec: the frozen dataclasses a scenario file is read into.
 
-Nothing downstream of this module reads YAML. All quantities are SI here
-(bytes, bytes/s, seconds, FLOP/s); units are parsed once, at load time.
-
-The loader lives in emulator/yamltree.py (YAML → a tree of values that know
-their file and line) and emulator/scenario_reader.py (the tree → these
-dataclasses, with --set overrides and cross-checks); emulator/schema.py holds
-the key table both the reader and the JSON Schema are derived from.
+Nothing downstream of the scenario package reads YAML. All quantities are SI here
+(bytes, bytes/s, seconds, FLOP/s); units are parsed once, at load time, by
+reader.py against the key table of schema.py.
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
-from typing import Sequence
-
-from .errors import ScenarioError
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -26,6 +18,8 @@ class GpuSpec:
     launch_overhead: float = 4e-6  # s per kernel
     gemm_efficiency: float = 0.0  # measured fraction of peak of large GEMMs; 0: the model's (compute.py)
     memory_efficiency: float = 0.0  # measured fraction of HBM bandwidth of streaming kernels; 0: the model's
+    sm_count: int = 0  # streaming multiprocessors; 0: unknown, costed as an A100's (devices/compute.py)
+    matmul_fraction: float = 0.0  # measured max achievable matmul FLOP/s / dense peak; 0: unmeasured (as A100)
 
 
 @dataclass(frozen=True)
@@ -90,6 +84,13 @@ class ModelSpec:
     top_k: int = 0
     swiglu: bool = False
     tied_embeddings: bool = False
+    causal: bool = True  # a causal attention mask (decoders); False: bidirectional (BERT)
+
+    def resolved(self) -> "ModelSpec":
+        """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,
+        top_k 0 → 1 for an MoE model."""
+        return replace(self, ffn_hidden=self.ffn_hidden or 4 * self.hidden, kv_heads=self.kv_heads or self.heads,
+                       top_k=self.top_k or (1 if self.experts else 0))
 
 
 @dataclass(frozen=True)
@@ -155,42 +156,3 @@ class Scenario:
     def gpus(self) -> int:
         node = self.cluster.node
         return self.cluster.nodes * node.gpus_per_node if node else 0
-
-
-
-
-def load_scenario_text(text: str | bytes, path: str = "<string>", overrides: Sequence[str] = ()) -> Scenario:
-    """A Scenario from YAML text; ``path`` names it in messages and anchors relative paths."""
-    from .scenario_reader import _Reader, apply_overrides
-    from .yamltree import _decode, _tree
-
-    source = str(path)
-    if isinstance(text, (bytes, bytearray)):
-        text = _decode(bytes(text), source)
-    tree = apply_overrides(_tree(text, source), overrides)
-    return _Reader(source).scenario(tree)
-
-
-def load_scenario(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Scenario:
-    """A Scenario from a YAML file, with ``--set key.path=value`` overrides applied.
-
-    Raises ScenarioError (one line: file, line, key path, expected, got) for any bad input.
-    """
-    from .yamltree import MAX_FILE_BYTES, _decode
-
-    source = os.fspath(path)
-    try:
-        with open(source, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as err:
-        raise ScenarioError(f"cannot read the scenario: {err.strerror or err}", source) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ScenarioError(f"more than {MAX_FILE_BYTES} bytes; a scenario is a few kilobytes", source)
-    return load_scenario_text(_decode(raw, source), source, overrides)
-
-
-def require_workload(s: Scenario) -> None:
-    """For ``emulator run``: a scenario needs a model or a workload.trace."""
-    if s.model is None and s.workload.trace is None:
-        raise ScenarioError("a run needs a workload: give a model (model.preset, or layers, hidden, "
-                            "heads, seq_len, vocab) or a workload.trace", s.path or "<string>", "model")

@@ -11,7 +11,7 @@ from emulator.engine import Engine
 from emulator.errors import EmulatorError
 from emulator.network.routing import NoRouteError
 from emulator.program import COLLECTIVE, COLLECTIVE_OPS, Op, Program
-from emulator.scenario import Scenario
+from emulator.scenario.spec import Scenario
 from emulator.simulation import build_cluster
 
 
@@ -25,7 +25,7 @@ def bus_factor(op: str, n: int) -> float:
 
 def size_range(text: str) -> list[float]:
     """'8B:8GiB' → 8, 16, 32, ... 8 GiB (doubling, as nccl-tests -f 2); 'A' → [A]."""
-    from emulator.units import parse_bytes
+    from emulator.scenario.units import parse_bytes
 
     try:
         lo, _, hi = text.partition(":")

@@ -14,19 +14,18 @@ from typing import Any
 
 import yaml
 
-from .errors import ScenarioError
-from .schema import (
+from emulator.errors import ScenarioError
+from emulator.scenario.schema import (
     MAX_COUNT, Key,
 )
 
 MAX_FILE_BYTES = 1 << 20  # a scenario is a few kilobytes
 MAX_VALUES = 20_000  # YAML values after expanding aliases (stops "billion laughs")
 MAX_DEPTH = 24  # nesting levels; the deepest real key is 4 levels down
-_TAG = "tag:yaml.org,2002:"
+TAG = "tag:yaml.org,2002:"
 _YAML_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
-_TARGET = re.compile(r"^(gpu|node):(\d+)$")
 EXTENSION_PREFIX = "x-"  # top-level keys the loader ignores: a place for &anchors
-_SUB_SECTIONS = ("training", "parallel", "collectives", "workload", "simulation")
+SUB_SECTIONS = ("training", "parallel", "collectives", "workload", "simulation")
 
 
 @dataclass
@@ -40,19 +39,19 @@ class YamlValue:
     mapping: dict[str, "YamlValue"] | None = None
     items: list["YamlValue"] | None = None
     text: str = ""
-    tag: str = _TAG + "str"
+    tag: str = TAG + "str"
     plain: bool = True  # an unquoted scalar
     key_where: str = ""
 
     @property
     def is_null(self) -> bool:
-        return self.mapping is None and self.items is None and self.tag == _TAG + "null"
+        return self.mapping is None and self.items is None and self.tag == TAG + "null"
 
 
 # ----------------------------------------------------------------- YAML -> tree
 
 
-def _decode(raw: bytes, source: str) -> str:
+def decode(raw: bytes, source: str) -> str:
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         try:
             return raw.decode("utf-16")
@@ -142,7 +141,7 @@ class _Expander:
         out: dict[str, YamlValue] = {}
         merged: dict[str, YamlValue] = {}
         for key, value in node.value:
-            if key.tag == _TAG + "merge":
+            if key.tag == TAG + "merge":
                 self._merge(value, depth, inner, merged)
                 continue
             if not isinstance(key, yaml.ScalarNode):
@@ -173,7 +172,7 @@ class _Expander:
                 merged.setdefault(name, item)
 
 
-def _tree(text: str, source: str) -> YamlValue | None:
+def parse_tree(text: str, source: str) -> YamlValue | None:
     if len(text) > MAX_FILE_BYTES:
         raise ScenarioError(f"more than {MAX_FILE_BYTES} characters; a scenario is a few kilobytes",
                             source)
@@ -186,30 +185,30 @@ def _tree(text: str, source: str) -> YamlValue | None:
 # ------------------------------------------------------------------ scalars
 
 
-def _python(v: YamlValue) -> Any:
+def python_value(v: YamlValue) -> Any:
     """A scalar as YAML reads it (int, float, bool, None), else its text.
 
     YAML 1.1 quirks are undone: "2:1" stays text (not the base-60 number 121), and
     plain "1e3" is a number (PyYAML would read it as text).
     """
     tag, text = v.tag, v.text
-    if tag == _TAG + "null":
+    if tag == TAG + "null":
         return None
-    if tag == _TAG + "bool":
+    if tag == TAG + "bool":
         return text.lower() in ("yes", "true", "on", "y")
-    if tag in (_TAG + "int", _TAG + "float") and ":" not in text:
+    if tag in (TAG + "int", TAG + "float") and ":" not in text:
         try:
             node = yaml.ScalarNode(tag, text)
             c = yaml.constructor.SafeConstructor()
             return c.construct_yaml_int(node) if tag.endswith("int") else c.construct_yaml_float(node)
         except (ValueError, OverflowError):
             return text
-    if tag == _TAG + "str" and v.plain and _YAML_NUMBER.match(text):
+    if tag == TAG + "str" and v.plain and _YAML_NUMBER.match(text):
         return float(text)
     return text
 
 
-def _show(x: Any) -> str:
+def show(x: Any) -> str:
     if x is None:
         return "nothing"
     if isinstance(x, bool):
@@ -226,28 +225,28 @@ def _show(x: Any) -> str:
     return str(x)
 
 
-def _describe(v: YamlValue) -> str:
+def describe(v: YamlValue) -> str:
     if v.mapping is not None:
         return "a mapping"
     if v.items is not None:
         return "a list"
-    return _show(_python(v))
+    return show(python_value(v))
 
 
-_EXPECTED = {"int": "an integer", "number": "a number", "bool": "true or false", "str": "a string",
+EXPECTED = {"int": "an integer", "number": "a number", "bool": "true or false", "str": "a string",
              "path": "a file path", "ratio": 'a number or a ratio such as 0.8, "230/300" or "2:1"',
              "int_list": "a list of integers such as [4, 4, 2]",
              "axis_order": "the four axes pp, dp, cp, tp in some order, such as [pp, dp, cp, tp]"}
 
 
 def _maximum(key: Key) -> float | None:
-    """Unit quantities are bounded by emulator/units.py; counts by MAX_COUNT."""
+    """Unit quantities are bounded by emulator/scenario/units.py; counts by MAX_COUNT."""
     if key.maximum is not None:
         return key.maximum
     return MAX_COUNT if key.type in ("int", "number") else None
 
 
-def _range_text(key: Key, noun: str) -> str:
+def range_text(key: Key, noun: str) -> str:
     hi = _maximum(key)
     fmt = (lambda x: f"{x:g}") if key.type != "int" else (lambda x: str(int(x)))
     if key.minimum is not None:
@@ -257,7 +256,7 @@ def _range_text(key: Key, noun: str) -> str:
     return f"{noun} from 0 to {fmt(hi)}" if hi is not None else noun
 
 
-def _in_range(key: Key, x: float) -> bool:
+def in_range(key: Key, x: float) -> bool:
     if key.positive and not x > 0:
         return False
     if key.minimum is not None and x < key.minimum:

@@ -5,7 +5,7 @@
 - two fields (``--x`` and ``--by``): a heatmap of the metric;
 - ``--pareto``: tokens/s against GPUs (or cost per hour, ``--cost-per-gpu-hour``),
   with the front: the points that no cheaper point beats;
-- ``--links SCENARIO``: runs it and draws its link utilisation (emulator/linkplot.py).
+- ``--links SCENARIO``: runs it and draws its link utilisation (emulator/outputs/linkplot.py).
 
 A field's value is the one the study varied ("100 Gb/s"), else the resolved
 scenario's (so a row made by another study can still be placed); values sort by
@@ -15,30 +15,17 @@ SVG, atomically.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 from typing import Any, Sequence
 
 from emulator.errors import EmulatorError
-from emulator.outputs.atomic import write_atomic
-from emulator.store import ResultStore, Row
+from emulator.outputs.figures import save_figure
+from emulator.outputs.linkplot import plot_links
+from emulator.studies.store import ResultStore, Row
 
 
 class PlotError(EmulatorError):
     """Nothing to plot, or an ambiguous request."""
-
-
-def save_figure(fig: Any, path: str) -> list[str]:
-    """Write ``fig`` as ``path`` (PNG) and the same name with .svg, each atomically."""
-    stem = os.path.splitext(path)[0]
-    out = []
-    for ext in ("png", "svg"):
-        buf = io.BytesIO()
-        fig.savefig(buf, format=ext, dpi=120)
-        target = f"{stem}.{ext}"
-        write_atomic(target, lambda fh: fh.write(buf.getvalue()), binary=True)
-        out.append(target)
-    return out
 
 
 def _lookup(tree: Any, key: str) -> Any:
@@ -247,8 +234,8 @@ def plot_command(args: argparse.Namespace) -> str:
         if os.path.isdir(args.links):
             raise PlotError(f"--links {args.links}: a run's output folder holds no link series; "
                             "give the scenario file (it is run with link recording)")
-        from emulator.linkplot import plot_links
-        from emulator.scenario import load_scenario, require_workload
+        from emulator.scenario.reader import load_scenario
+        from emulator.scenario.checks import require_workload
         from emulator.simulation import simulate
 
         sc = load_scenario(args.links, args.set)

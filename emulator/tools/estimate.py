@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from emulator.program import COLLECTIVE, COMPUTE, SEND
-from emulator.scenario import Scenario
+from emulator.scenario.spec import Scenario
 
 EVENTS_PER_COMM = 3.0  # latency timer + completion + re-solve (measured: 2.6–3.4 on the benchmark cases)
 EVENTS_PER_S = 100_000.0  # engine throughput on the reference 2-core machine (benchmarks/run.py)
@@ -21,7 +21,7 @@ EVENTS_PER_S = 100_000.0  # engine throughput on the reference 2-core machine (b
 def estimate(scenario: Scenario) -> str:
     """A few lines: ops, simulated ranks, expected events and wall time."""
     from emulator.simulation import build_workload
-    from emulator.units import format_time
+    from emulator.scenario.units import format_time
 
     t0 = time.perf_counter()
     program, notes = build_workload(scenario)

@@ -7,17 +7,20 @@ validates against it, the catalog reads its node/GPU entries with it, and
 and for ``emulator schema``. Add a key here and both follow.
 
 Types: ``str``, ``enum``, ``int``, ``number``, ``ratio`` (0.8, "230/300", "2:1"),
-``bool``, the unit kinds of emulator/units.py (``bytes``, ``time``,
+``bool``, the unit kinds of emulator/scenario/units.py (``bytes``, ``time``,
 ``bandwidth``, ``flops_rate``), ``path`` (a file, relative to the scenario),
 ``int_list``, ``section`` (a mapping of keys) and ``sections`` (a list of them).
 """
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from .units import KINDS as UNIT_KINDS
-from .units import RATIO_PATTERN, UNIT_PATTERNS
+from emulator.scenario import spec
+from emulator.scenario.units import KINDS as UNIT_KINDS
+from emulator.scenario.units import RATIO_PATTERN, UNIT_PATTERNS
+
+Names = Mapping[str, Sequence[str]]  # catalog kind ("gpu", "node", "model") → the names it knows
 
 UNIT_TYPES = tuple(UNIT_KINDS)  # bytes, time, bandwidth, flops_rate, flops
 MAX_COUNT = 10**9  # default upper bound of an integer key
@@ -57,6 +60,10 @@ GPU_KEYS: dict[str, Key] = {
                            minimum=0, maximum=1),
     "memory_efficiency": Key("ratio", "Measured fraction of HBM bandwidth that streaming kernels reach.",
                              minimum=0, maximum=1),
+    "sm_count": Key("int", "Streaming multiprocessors (GEMM tile-wave quantisation); 0 or absent: as an A100 (108).",
+                    minimum=0, maximum=10**5),
+    "matmul_fraction": Key("ratio", "Maximum achievable matmul FLOP/s as a fraction of the dense peak (a "
+                                    "measurement, e.g. mamf-finder); 0 or absent: as an A100.", minimum=0, maximum=1),
 }
 
 NODE_KEYS: dict[str, Key] = {
@@ -121,7 +128,7 @@ CLUSTER_KEYS: dict[str, Key] = {
 }
 
 MODEL_KEYS: dict[str, Key] = {
-    "preset": Key("str", "A model preset (emulator/workload/models.py); other keys change it.",
+    "preset": Key("str", "A model preset (the model catalog, emulator/scenario/catalog.py); other keys change it.",
                   names="model"),
     "layers": Key("int", "Transformer layers.", minimum=1, maximum=10**6),
     "hidden": Key("int", "Hidden size.", minimum=1, maximum=10**7),
@@ -135,6 +142,7 @@ MODEL_KEYS: dict[str, Key] = {
     "top_k": Key("int", "Experts per token (MoE).", minimum=0, maximum=10**6),
     "swiglu": Key("bool", "SwiGLU MLP (three matrices)."),
     "tied_embeddings": Key("bool", "Input and output embeddings shared."),
+    "causal": Key("bool", "A causal attention mask (decoders, the default); false: bidirectional (BERT)."),
 }
 
 TRAINING_KEYS: dict[str, Key] = {
@@ -221,21 +229,6 @@ def all_key_paths(keys: Mapping[str, Key] = KEYS, prefix: str = "") -> list[str]
 # ---------------------------------------------------------------- JSON Schema
 
 
-def _names(kind: str) -> list[str]:
-    """Catalog names for an enum in the schema; empty when the source is unavailable."""
-    try:
-        if kind == "gpu":
-            from .catalog import gpu_names
-            return gpu_names()
-        if kind == "node":
-            from .catalog import node_names
-            return node_names()
-        from .workload.models import model_names  # type: ignore[import-not-found]
-        return list(model_names())
-    except ImportError:
-        return []
-
-
 def _default(key: Key, name: str, cls: type | None) -> Any:
     """The dataclass default of a key, in the file's spelling (unit kinds: an SI string)."""
     if cls is None:
@@ -253,15 +246,15 @@ def _default(key: Key, name: str, cls: type | None) -> Any:
     return MISSING
 
 
-def _scalar_schema(key: Key) -> dict[str, Any]:
+def _scalar_schema(key: Key, names: Names) -> dict[str, Any]:
     t = key.type
     if t in UNIT_TYPES:
         return {"type": "string", "pattern": UNIT_PATTERNS[t]}
     if t == "enum":
         return {"type": "string", "enum": list(key.enum)}
     if t == "str":
-        names = _names(key.names) if key.names else []
-        return {"type": "string", "enum": names} if names else {"type": "string", "minLength": 1}
+        choices = list(names.get(key.names, ())) if key.names else []
+        return {"type": "string", "enum": choices} if choices else {"type": "string", "minLength": 1}
     if t == "path":
         return {"type": "string", "minLength": 1}
     if t == "bool":
@@ -285,8 +278,8 @@ def _scalar_schema(key: Key) -> dict[str, Any]:
     return out
 
 
-def _object_schema(keys: Mapping[str, Key], cls: type | None, scenario_module: Any) -> dict[str, Any]:
-    props = {name: _key_schema(name, key, cls, scenario_module) for name, key in keys.items()}
+def _object_schema(keys: Mapping[str, Key], cls: type | None, names: Names) -> dict[str, Any]:
+    props = {name: _key_schema(name, key, cls, names) for name, key in keys.items()}
     required = [n for n, k in keys.items() if k.required and k.required_unless is None]
     out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
     if required:
@@ -303,17 +296,17 @@ def _object_schema(keys: Mapping[str, Key], cls: type | None, scenario_module: A
     return out
 
 
-def _key_schema(name: str, key: Key, parent: type | None, scenario_module: Any) -> dict[str, Any]:
+def _key_schema(name: str, key: Key, parent: type | None, names: Names) -> dict[str, Any]:
     if key.type in SECTION_TYPES:
-        cls = getattr(scenario_module, key.cls) if key.cls else None
-        obj = _object_schema(key.keys or {}, cls, scenario_module)
+        cls = getattr(spec, key.cls) if key.cls else None
+        obj = _object_schema(key.keys or {}, cls, names)
         out = {"type": "array", "items": obj} if key.type == "sections" else obj
         if key.names:
-            names = _names(key.names)
-            text = {"type": "string", "enum": names} if names else {"type": "string"}
+            choices = list(names.get(key.names, ()))
+            text = {"type": "string", "enum": choices} if choices else {"type": "string"}
             out = {"oneOf": [text, out]}
     else:
-        out = _scalar_schema(key)
+        out = _scalar_schema(key, names)
         default = _default(key, name, parent)
         if default is not MISSING:
             out["default"] = default
@@ -321,11 +314,11 @@ def _key_schema(name: str, key: Key, parent: type | None, scenario_module: Any) 
     return out
 
 
-def scenario_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a scenario file, derived from ``KEYS``."""
-    from . import scenario as scenario_module
-
-    body = _object_schema(KEYS, scenario_module.Scenario, scenario_module)
+def scenario_schema(names: Names | None = None) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a scenario file, derived from ``KEYS``. ``names`` holds the
+    catalog names a key may take ({"gpu": [...], "node": [...], "model": [...]}), given at run time by
+    the caller (the CLI reads them from the catalogs); without them those keys are any string."""
+    body = _object_schema(KEYS, spec.Scenario, names or {})
     body["patternProperties"] = {"^x-": {"description": "Ignored: a place for YAML &anchors."}}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -23,7 +23,7 @@ class TraceError(EmulatorError):
 
 
 def _num(v: Any, kind: str, where: str, key: str) -> float:
-    from emulator.units import parse_si
+    from emulator.scenario.units import parse_si
 
     try:
         return parse_si(v, kind)

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import UnitError
+from emulator.errors import UnitError
 
 __all__ = [
     "UnitError", "parse_bytes", "parse_time", "parse_bandwidth", "parse_flops_rate",

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Sequence
 from emulator.errors import EmulatorError
 from emulator.fingerprint import fingerprint
 from emulator.outputs.atomic import write_atomic
-from emulator.scenario import Scenario
+from emulator.scenario.spec import Scenario
 
 SCHEMA_VERSION = 2
 METRICS = ("iteration_time_s", "tokens_per_s", "mfu", "peak_bytes_per_gpu", "fits", "gpus")

@@ -79,14 +79,14 @@ def summary_json(summary: dict) -> str:
 
 
 def _fmt_time(s: float) -> str:
-    from emulator.units import format_time
+    from emulator.scenario.units import format_time
 
     return format_time(s)
 
 
 def human_table(summary: dict) -> str:
     """A short aligned table for people."""
-    from emulator.units import format_bytes
+    from emulator.scenario.units import format_bytes
 
     T = summary["iteration_time_s"]
     bd = summary["breakdown_s"]

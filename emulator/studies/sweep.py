@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from emulator.errors import EmulatorError
-from emulator.executor import DaskExecutor, Executor, LocalExecutor
-from emulator.scenario import Scenario
-from emulator.store import ResultStore, export_csv, make_row, scenario_key
+from emulator.studies.executor import DaskExecutor, Executor, LocalExecutor
+from emulator.scenario.spec import Scenario
+from emulator.studies.store import ResultStore, export_csv, make_row, scenario_key
 
 Write = Callable[[str], Any]
 MAX_POINTS = 100_000
@@ -126,7 +126,8 @@ class Point:
 def load_point(path: str, base: Sequence[str], values: dict[str, str], index: int, total: int,
                varied: dict | None = None) -> Point:
     """Load and validate one point; a bad one raises SweepError naming it."""
-    from emulator.scenario import load_scenario, require_workload
+    from emulator.scenario.reader import load_scenario
+    from emulator.scenario.checks import require_workload
 
     overrides = tuple(f"{k}={v}" for k, v in values.items())
     try:
@@ -159,7 +160,7 @@ def build_points(path: str, base: Sequence[str], combos: Sequence[dict[str, str]
 def evaluate(scenario: Scenario) -> dict:
     """Worker side: {"summary": ...} or {"error": message} for a user-caused failure."""
     from emulator.simulation import simulate
-    from emulator.summary import summarize
+    from emulator.outputs.summary import summarize
 
     try:
         return {"summary": summarize(simulate(scenario, record_links=False))}
@@ -274,7 +275,7 @@ def _fmt(v: Any) -> str:
 
 def table(rows: Sequence[Any], limit: int = 40) -> str:
     """An aligned table of study rows: the varied values, then the headline metrics."""
-    from emulator.units import format_bytes, format_time
+    from emulator.scenario.units import format_bytes, format_time
 
     varied: list[str] = []
     for r in rows:

@@ -1,0 +1,218 @@
+"""The catalogs: GPUs and nodes (emulator/data/catalog.yaml), and models by name.
+
+The YAML file holds the hardware figures with their units and sources (hardware.csv
+and nccl.csv rows of the calibration set, or vendor datasheets); this module turns
+them into :class:`GpuSpec` and :class:`NodeSpec` with SI values, reading each key
+with the same key table as a scenario's inline node (schema.py).
+
+The model catalog is a table of transformer shapes: a preset is a :class:`ModelSpec`
+with ``preset`` set to its name and its implied defaults filled in
+(``ModelSpec.resolved``); a scenario may change any field afterwards.
+
+Model sources:
+- GPT-3 family: Brown et al. 2020, Table 2.1 (n_layers, d_model, n_heads), seq 2048,
+  vocabulary 50257 (GPT-2 BPE). The 1.3B row lists 24 heads of d_head 128, which does
+  not multiply out to d_model 2048; we keep d_head 128 (16 heads). The 13B row lists
+  d_model 5140, which is not a multiple of 40 heads; we use 5120 (d_head 128) as
+  Megatron does.
+- Megatron ladder: Narayanan et al. SC21, Table 1 (heads, hidden, layers); seq 2048,
+  vocabulary 51200 (the padded GPT-2 vocabulary used there).
+- Llama 2: Touvron et al. 2023 and the released configs (ffn 11008/13824/28672,
+  vocabulary 32000, seq 4096; 70B uses GQA with 8 KV heads).
+- Llama 3 / 3.1: Dubey et al. 2024, Table 3 (layers, hidden, ffn, heads, 8 KV heads,
+  vocabulary 128256, seq 8192).
+- Mixtral 8x7B: Jiang et al. 2024 and the released config (32 layers, hidden 4096,
+  ffn 14336, 32 heads, 8 KV heads, 8 experts, top-2, vocabulary 32000); trained here at
+  seq 4096.
+- BERT-large: Devlin et al. 2019 (24 layers, hidden 1024, 16 heads, vocabulary 30522,
+  seq 512).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Mapping
+
+import yaml
+
+from emulator.errors import CatalogError, EmulatorError, UnitError, did_you_mean
+from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec
+from emulator.scenario.schema import GPU_KEYS, NODE_KEYS, UNIT_TYPES, Key
+from emulator.scenario.units import PARSERS, parse_ratio
+
+_META = ("source",)
+
+
+def _convert(name: str, key: Key, value: Any) -> Any:
+    if key.type in UNIT_TYPES:
+        return PARSERS[key.type](value)
+    if key.type == "ratio":
+        return parse_ratio(value)
+    if key.type == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UnitError(f"expected an integer, got {value!r}")
+        return value
+    return str(value)
+
+
+def entry_fields(entry_name: str, entry: Mapping[str, Any], keys: Mapping[str, Key]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in entry.items():
+        if name in _META or name == "gpu":
+            continue
+        if name not in keys:
+            raise EmulatorError(f"catalog.yaml: {entry_name}: unknown key {name!r}")
+        try:
+            out[keys[name].attr or name] = _convert(name, keys[name], value)
+        except UnitError as err:
+            raise EmulatorError(f"catalog.yaml: {entry_name}.{name}: {err}") from None
+    return out
+
+
+def _parse(raw: Any, base_gpus: Mapping[str, GpuSpec]) -> tuple[dict[str, GpuSpec], dict[str, NodeSpec]]:
+    if not isinstance(raw, dict):
+        raise EmulatorError("catalog.yaml: expected a mapping with 'gpus' and/or 'nodes'")
+    gpus = {n: GpuSpec(name=n, **entry_fields(n, e, GPU_KEYS)) for n, e in (raw.get("gpus") or {}).items()}
+    known = {**base_gpus, **gpus}
+    nodes: dict[str, NodeSpec] = {}
+    for n, e in (raw.get("nodes") or {}).items():
+        g = e.get("gpu") if isinstance(e, dict) else None
+        if g not in known:
+            raise EmulatorError(f"catalog.yaml: {n}.gpu: unknown GPU {g!r}")
+        try:
+            nodes[n] = NodeSpec(name=n, gpu=known[g], **entry_fields(n, e, NODE_KEYS))
+        except TypeError as err:  # a missing field: say which
+            missing = str(err).partition("argument")[2].strip(": s")
+            raise EmulatorError(f"catalog.yaml: {n}: missing {missing}") from None
+    return gpus, nodes
+
+
+@lru_cache(maxsize=1)
+def _data() -> tuple[dict[str, GpuSpec], dict[str, NodeSpec]]:
+    text = resources.files("emulator").joinpath("data/catalog.yaml").read_text(encoding="utf-8")
+    return _parse(yaml.safe_load(text), {})
+
+
+def load_user_catalog(path: str) -> tuple[dict[str, GpuSpec], dict[str, NodeSpec]]:
+    """A user's catalog file (the shape of catalog.yaml, e.g. from ``emulator calibrate``),
+    merged over the built-in one. Errors name the file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+        gpus, nodes = _parse(raw, _data()[0])
+    except (OSError, yaml.YAMLError) as err:
+        raise EmulatorError(f"{path}: cannot read the catalog: {err}") from None
+    except EmulatorError as err:
+        raise EmulatorError(str(err).replace("catalog.yaml", path, 1)) from None
+    return {**_data()[0], **gpus}, {**_data()[1], **nodes}
+
+
+def _lookup(table: Mapping[str, Any], name: object, what: str) -> Any:
+    text = str(name)
+    if text in table:
+        return table[text]
+    folded = {k.lower(): k for k in table}
+    if text.lower() in folded:
+        return table[folded[text.lower()]]
+    raise CatalogError(unknown_name_message(text, list(table), what))
+
+
+def unknown_name_message(name: str, known: list[str], what: str) -> str:
+    """'unknown GPU "H100"; did you mean "H100-SXM5-80GB"? (known: ...)'"""
+    return f'unknown {what} "{name}"{did_you_mean(name, known)} (known: {", ".join(known)})'
+
+
+def gpu(name: str, user: str | None = None) -> GpuSpec:
+    """A catalog GPU by name (case-insensitive); unknown names raise CatalogError."""
+    return _lookup(load_user_catalog(user)[0] if user else _data()[0], name, "GPU")
+
+
+def node(name: str, user: str | None = None) -> NodeSpec:
+    """A catalog node by name (case-insensitive), also from a ``user`` catalog file."""
+    return _lookup(load_user_catalog(user)[1] if user else _data()[1], name, "node")
+
+
+def gpu_names() -> list[str]:
+    return list(_data()[0])
+
+
+def node_names() -> list[str]:
+    return list(_data()[1])
+
+
+# ------------------------------------------------------------------ models
+
+
+def _gpt3(layers: int, hidden: int, heads: int) -> dict[str, Any]:
+    return dict(layers=layers, hidden=hidden, heads=heads, seq_len=2048, vocab=50257, tied_embeddings=True)
+
+
+def _megatron(heads: int, hidden: int, layers: int) -> dict[str, Any]:
+    return dict(layers=layers, hidden=hidden, heads=heads, seq_len=2048, vocab=51200, tied_embeddings=True)
+
+
+def _llama(layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int) -> dict[str, Any]:
+    return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv, ffn_hidden=ffn,
+                vocab=vocab, seq_len=seq, swiglu=True, tied_embeddings=False)
+
+
+MODELS: dict[str, dict[str, Any]] = {
+    "gpt3-125m": _gpt3(12, 768, 12),
+    "gpt3-350m": _gpt3(24, 1024, 16),
+    "gpt3-760m": _gpt3(24, 1536, 16),
+    "gpt3-1.3b": _gpt3(24, 2048, 16),
+    "gpt3-2.7b": _gpt3(32, 2560, 32),
+    "gpt3-6.7b": _gpt3(32, 4096, 32),
+    "gpt3-13b": _gpt3(40, 5120, 40),
+    "gpt3-175b": _gpt3(96, 12288, 96),
+    "megatron-1.7b": _megatron(24, 2304, 24),
+    "megatron-3.6b": _megatron(32, 3072, 30),
+    "megatron-7.5b": _megatron(32, 4096, 36),
+    "megatron-18b": _megatron(48, 6144, 40),
+    "megatron-39b": _megatron(64, 8192, 48),
+    "megatron-76b": _megatron(80, 10240, 60),
+    "megatron-145b": _megatron(96, 12288, 80),
+    "megatron-310b": _megatron(128, 16384, 96),
+    "megatron-530b": _megatron(128, 20480, 105),
+    "megatron-1t": _megatron(160, 25600, 128),
+    "llama2-7b": _llama(32, 4096, 32, 32, 11008, 32000, 4096),
+    "llama2-13b": _llama(40, 5120, 40, 40, 13824, 32000, 4096),
+    "llama2-70b": _llama(80, 8192, 64, 8, 28672, 32000, 4096),
+    "llama3-8b": _llama(32, 4096, 32, 8, 14336, 128256, 8192),
+    "llama3-70b": _llama(80, 8192, 64, 8, 28672, 128256, 8192),
+    "llama3-405b": _llama(126, 16384, 128, 8, 53248, 128256, 8192),
+    "mixtral-8x7b": dict(_llama(32, 4096, 32, 8, 14336, 32000, 4096), experts=8, top_k=2),
+    "bert-large": dict(layers=24, hidden=1024, heads=16, seq_len=512, vocab=30522, tied_embeddings=True,
+                       causal=False),  # an encoder: bidirectional attention
+}
+
+# Models that have biases and learned layernorm bias (GPT-2/3, Megatron GPT, BERT): the
+# Llama family (RMSNorm, no biases) is marked by swiglu=True.
+
+
+def model_names() -> list[str]:
+    """Every preset name, in catalogue order."""
+    return list(_PRESETS)
+
+
+def model_preset(name: str) -> ModelSpec:
+    """The preset called ``name`` (case-insensitive), resolved; CatalogError if unknown."""
+    key = name.strip().lower()
+    if key not in _PRESETS:
+        close = difflib.get_close_matches(key, list(_PRESETS), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise CatalogError(f"unknown model preset {name!r}{hint} (known: {', '.join(_PRESETS)})")
+    return resolve(ModelSpec(preset=key, **_PRESETS[key]))
+
+
+def model_names() -> list[str]:
+    """Every model preset's name, in catalog order."""
+    return list(MODELS)
+
+
+def model_preset(name: str) -> ModelSpec:
+    """The preset called ``name`` (case-insensitive), its defaults filled in; CatalogError if unknown."""
+    key = name.strip().lower()
+    if key not in MODELS:
+        raise CatalogError(unknown_name_message(name, list(MODELS), "model preset"))
+    return ModelSpec(preset=key, **MODELS[key]).resolved()

@@ -1,0 +1,234 @@
+"""The rule book: Megatron's layout rules, written once, and the cross-key checks of a loaded scenario.
+
+:func:`layout_violations` is the one place that says whether a model, its training
+batch and a parallel layout go together (heads, FFN and KV heads over tp, layers over
+the pipeline chunks, batches over micro-batches and data-parallel replicas, experts
+over ep, sequence over cp·tp, the interleaved schedule's micro-batch rule). The
+loader (:class:`ScenarioChecks`), the workload plan and the layout search all call it,
+so a layout the search keeps is a layout the loader accepts.
+
+:class:`ScenarioChecks` adds what needs the whole scenario: world = tp·pp·dp·cp against
+the cluster's GPUs (deriving dp when it was left out), override targets, NVLS. Each
+failure is a ScenarioError that names the file, line and key path.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import yaml
+
+from emulator.errors import ScenarioError
+from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario, TrainingSpec
+from emulator.scenario.stages import chunk_layers
+from emulator.scenario.yamltree import show
+
+TARGET = re.compile(r"^(gpu|node):(\d+)$")  # an override target that names a GPU or a node
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: the key path to change and what is wrong, in the loader's words."""
+
+    key: str
+    message: str
+
+    def error(self) -> ScenarioError:
+        return ScenarioError(self.message, key=self.key)
+
+
+def model_violations(model: ModelSpec) -> list[Violation]:
+    """The rules of the model's own shape (sizes at least 1, heads over hidden, KV heads, experts)."""
+    out: list[Violation] = []
+    for name in ("layers", "hidden", "heads", "seq_len", "vocab"):
+        if getattr(model, name) < 1:
+            out.append(Violation(f"model.{name}", f"the model needs {name} of at least 1, got {getattr(model, name)}"))
+    if out:
+        return out
+    m = model
+    if m.hidden % m.heads:
+        out.append(Violation("model.heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads})"))
+    if m.kv_heads and (m.kv_heads > m.heads or m.heads % m.kv_heads):
+        out.append(Violation("model.kv_heads", f"kv_heads ({m.kv_heads}) must divide heads ({m.heads})"))
+    if m.experts and m.top_k > m.experts:  # top_k 0: the model's default (1)
+        out.append(Violation("model.top_k", f"top_k ({m.top_k}) must be at most experts ({m.experts})"))
+    if not m.experts and m.top_k:
+        out.append(Violation("model.top_k", f"top_k ({m.top_k}) needs experts > 0 (an MoE model)"))
+    return out
+
+
+def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> list[Violation]:
+    """Every rule that ``parallel`` breaks for ``model`` and ``training``, in the order the loader
+    reports them; the model's own shape first (a broken shape stops there)."""
+    out = model_violations(model) + _size_violations(training, parallel)
+    if out:
+        return out
+    m, t, p = model.resolved(), training, parallel
+    out += _schedule_violations(p)
+    if (p.dp * p.cp) % p.ep:
+        out.append(Violation("parallel.ep", f"ep ({p.ep}) must divide dp*cp = {p.dp}*{p.cp} = {p.dp * p.cp}"))
+    if p.ep > 1 and not m.experts:
+        out.append(Violation("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)"))
+    if m.experts and m.experts % p.ep:
+        out.append(Violation("parallel.ep", f"ep ({p.ep}) must divide model.experts ({m.experts})"))
+    per_step = t.micro_batch * p.dp
+    if t.global_batch % per_step:
+        out.append(Violation("training.global_batch", f"global_batch ({t.global_batch}) must be divisible "
+                                                      f"by micro_batch*dp = {t.micro_batch}*{p.dp} = {per_step}"))
+    try:
+        chunk_layers(m.layers, p.pp, p.virtual_stages, p.first_chunk_layers, p.last_chunk_layers)
+    except ScenarioError as err:
+        out.append(Violation(err.key or "parallel.pp", err.message))
+    out += _tensor_violations(m, p)
+    micro_batches = t.global_batch // per_step
+    if p.schedule == "interleaved-1f1b" and p.pp > 1 and micro_batches % p.pp:
+        out.append(Violation("training.global_batch",
+                             f"interleaved-1f1b needs the micro-batches per pipeline (global_batch/(micro_batch*dp) "
+                             f"= {micro_batches}) to be a multiple of pp ({p.pp})"))
+    return out
+
+
+def _size_violations(t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """Sizes of at least 1 (the key table enforces them in files; specs made in code may break them)."""
+    sizes = [(f"parallel.{n}", getattr(p, n)) for n in ("tp", "pp", "dp", "cp", "ep", "virtual_stages")]
+    sizes += [("training.micro_batch", t.micro_batch), ("training.global_batch", t.global_batch)]
+    return [Violation(key, f"expected at least 1, got {x}") for key, x in sizes if x < 1]
+
+
+def _schedule_violations(p: ParallelSpec) -> list[Violation]:
+    out: list[Violation] = []
+    if p.schedule not in SCHEDULES:
+        out.append(Violation("parallel.schedule", f"expected one of {', '.join(SCHEDULES)}, got {p.schedule!r}"))
+    if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
+        out.append(Violation("parallel.virtual_stages", f"virtual_stages > 1 needs schedule: interleaved-1f1b "
+                                                        f'(schedule is "{p.schedule}")'))
+    if not 0 <= p.zero <= 3:
+        out.append(Violation("parallel.zero", f"expected 0 to 3, got {p.zero}"))
+    return out
+
+
+def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
+    """Heads, FFN and KV heads over tp; the sequence over cp (and tp with sequence parallelism)."""
+    out: list[Violation] = []
+    if m.heads % p.tp:
+        out.append(Violation("parallel.tp", f"model.heads ({m.heads}) must be divisible by tp ({p.tp})"))
+    if m.ffn_hidden % p.tp:
+        out.append(Violation("parallel.tp", f"model.ffn_hidden ({m.ffn_hidden}) must be divisible by tp ({p.tp})"))
+    if m.kv_heads % p.tp and p.tp % m.kv_heads:  # kv heads may be replicated over tp
+        out.append(Violation("parallel.tp", f"model.kv_heads ({m.kv_heads}) and tp ({p.tp}) must divide one another"))
+    split = p.cp * (p.tp if p.sequence_parallel else 1)
+    if m.seq_len % split:
+        what = f"cp*tp = {p.cp}*{p.tp}" if p.sequence_parallel else "cp"
+        out.append(Violation("parallel.cp", f"model.seq_len ({m.seq_len}) must be divisible by {what} = {split}"))
+    return out
+
+
+def require_workload(s: Scenario) -> None:
+    """For ``emulator run``: a scenario needs a model or a workload.trace."""
+    if s.model is None and s.workload.trace is None:
+        raise ScenarioError("a run needs a workload: give a model (model.preset, or layers, hidden, "
+                            "heads, seq_len, vocab) or a workload.trace", s.path or "<string>", "model")
+
+
+def graph_gpus(path: str | None) -> int | None:
+    """Best effort: the number of gpu nodes in a custom graph file (None if unknown)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(64 << 20)
+        data = json.loads(text) if not path.endswith((".yaml", ".yml")) else yaml.safe_load(text)
+        return sum(1 for n in data["nodes"] if isinstance(n, dict) and n.get("kind") == "gpu") or None
+    except Exception:  # the topology builder reports a bad graph file
+        return None
+
+
+class ScenarioChecks:
+    """The cross-key checks of a freshly read scenario. ``where(key path)`` says where a key (or its
+    nearest given parent) is in the file; ``given(key path)`` whether the file gave it."""
+
+    def __init__(self, s: Scenario, where: Callable[[str], str], given: Callable[[str], bool]) -> None:
+        self.s = s
+        self.where = where
+        self.given = given
+
+    def fail(self, kp: str, message: str) -> ScenarioError:
+        return ScenarioError(message, self.where(kp), kp)
+
+    def gpus(self) -> int:
+        s = self.s
+        if s.cluster.fabric.kind == "custom" and not self.given("cluster.nodes"):
+            return graph_gpus(s.cluster.fabric.graph) or s.gpus
+        return s.gpus
+
+    def run(self) -> Scenario:
+        s = self.s
+        p = s.parallel
+        if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
+            v = _schedule_violations(p)[0]
+            raise self.fail(v.key, v.message)
+        p = self.derive_dp(p)
+        s = dataclasses.replace(s, parallel=p)
+        node = s.cluster.node
+        if s.collectives.algorithm == "nvls" and (node is None or not node.nvls_busbw
+                                                  or s.cluster.fabric.kind == "custom"):
+            raise self.fail("collectives.algorithm", "nvls needs a catalog or inline node with NVLink SHARP "
+                                                     "(nvls_busbw, e.g. dgx-h100, dgx-h200)")
+        self.check_targets(s)
+        if s.model is not None:
+            self.check_layout(s.model, s.training, p)
+        return s
+
+    def derive_dp(self, p: ParallelSpec) -> ParallelSpec:
+        gpus = self.gpus()
+        if self.given("parallel.dp") or not gpus:
+            return p
+        rest = p.tp * p.pp * p.cp
+        if gpus % rest == 0:
+            return dataclasses.replace(p, dp=gpus // rest)
+        if self.s.model is not None:
+            raise self.fail("parallel", f"tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {rest} does not divide "
+                                        f"the {gpus} GPUs, so dp cannot be derived; change them")
+        return p
+
+    def check_targets(self, s: Scenario) -> None:
+        gpus, nodes = s.gpus, (s.cluster.nodes if s.cluster.node is not None else 0)
+        for i, o in enumerate(s.cluster.overrides):
+            kp = f"cluster.overrides[{i}].target"
+            m = TARGET.match(o.target)
+            link = "->" in o.target or not m
+            allowed = {"gpu_slowdown": ("gpu", "node"), "node_fail": ("node",)}.get(o.kind)
+            kind = "link" if link else (m.group(1) if m else None)
+            if allowed is not None and kind not in allowed:  # links are checked on the topology
+                forms = {"gpu": '"gpu:N"', "node": '"node:N"', "link": '"src->dst"'}
+                raise self.fail(kp, f"expected {' or '.join(forms[a] for a in allowed)} for {o.kind}, "
+                                    f"got {show(o.target)}")
+            if m and kind == "gpu" and gpus and int(m.group(2)) >= gpus:
+                raise self.fail(kp, f"there is no gpu {m.group(2)}: the cluster has GPUs 0 to {gpus - 1}")
+            if m and kind == "node" and nodes and int(m.group(2)) >= nodes:
+                raise self.fail(kp, f"there is no node {m.group(2)}: the cluster has nodes 0 to {nodes - 1}")
+
+    def check_layout(self, m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> None:
+        """The model's shape, the world size against the cluster, the batch being given, then the rule book."""
+        shape = model_violations(m)
+        if shape:
+            raise self.fail(shape[0].key, shape[0].message)
+        gpus = self.gpus()
+        world = p.tp * p.pp * p.dp * p.cp
+        if gpus and world != gpus:
+            c = self.s.cluster
+            nodes = f" ({c.nodes} nodes x {c.node.gpus_per_node})" if c.node else ""
+            raise self.fail("parallel.dp" if self.given("parallel.dp") else "parallel",
+                            f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {world}, but the cluster has "
+                            f"{gpus} GPUs{nodes}; they must be equal (leave dp out to derive it)")
+        per_step = t.micro_batch * p.dp
+        if not self.given("training.global_batch") and per_step > 1:
+            raise self.fail("training.global_batch", f"this key is required with a model (sequences per "
+                                                     f"iteration, a multiple of micro_batch*dp = {per_step})")
+        broken = layout_violations(m, t, p)
+        if broken:
+            raise self.fail(broken[0].key, broken[0].message)
