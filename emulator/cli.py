@@ -19,7 +19,8 @@ from emulator.errors import EmulatorError
 
 # name → (module, add-arguments function, command function, help); imported on use
 PLUGINS: dict[str, tuple[str, str, str, str]] = {
-    "sweep": ("emulator.studies.sweep", "add_arguments", "sweep_command", "run a grid of scenario variants into a results store"),
+    "sweep": ("emulator.studies.sweep", "add_arguments", "sweep_command",
+              "run a grid of scenario variants into a results store"),
     "search": ("emulator.studies.search", "add_arguments", "search_command", "find the best parallel layout that fits"),
     "plot": ("emulator.studies.plot", "add_arguments", "plot_command", "plot a sweep's results"),
     "calibrate": ("emulator.tools.calibrate", "add_arguments", "calibrate_command",
@@ -42,7 +43,8 @@ class Progress:
         if wall < self.after or not sys.stderr.isatty() and not os.environ.get("EMULATOR_PROGRESS"):
             return
         self.shown = True
-        sys.stderr.write(f"\r  simulated {now * 1e3:10.3f} ms | {events:>12,} events | {events / wall:>10,.0f} events/s")
+        rate = events / wall
+        sys.stderr.write(f"\r  simulated {now * 1e3:10.3f} ms | {events:>12,} events | {rate:>10,.0f} events/s")
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -51,8 +53,8 @@ class Progress:
 
 
 def _load(args: argparse.Namespace, need_workload: bool = True):
-    from emulator.scenario.reader import load_scenario
     from emulator.scenario.checks import require_workload
+    from emulator.scenario.reader import load_scenario
 
     sc = load_scenario(args.scenario, args.set or [])
     if need_workload:
@@ -61,8 +63,8 @@ def _load(args: argparse.Namespace, need_workload: bool = True):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from emulator.simulation import simulate
     from emulator.outputs.summary import human_table, summarize, summary_json
+    from emulator.simulation import simulate
 
     sc = _load(args)
     if args.estimate:
@@ -85,13 +87,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(human_table(summary))
         if args.out:
-            print(f"outputs in {args.out}/: summary.json spans.csv trace.json" + ("" if args.no_gantt else " gantt.png"))
+            files = "summary.json spans.csv trace.json" + ("" if args.no_gantt else " gantt.png")
+            print(f"outputs in {args.out}/: {files}")
     return 0
 
 
 def cmd_collective(args: argparse.Namespace) -> int:
-    from emulator.tools.collective_bench import collective_table, size_range
     from emulator.scenario.units import format_bytes
+    from emulator.tools.collective_bench import collective_table, size_range
 
     sc = _load(args, need_workload=False)
     rows = collective_table(sc, args.op, size_range(args.sizes), args.gpus)
@@ -116,7 +119,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="emulator", description="Emulate distributed DNN training on a cluster you do not have.")
+    p = argparse.ArgumentParser(prog="emulator",
+                                description="Emulate distributed DNN training on a cluster you do not have.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="emulate one training iteration of a scenario")
     run.add_argument("scenario", help="scenario YAML file")
@@ -128,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     col = sub.add_parser("collective", help="nccl-tests-style table of one collective on the scenario's cluster")
     col.add_argument("scenario")
-    col.add_argument("--op", default="all_reduce", help="all_reduce | reduce_scatter | all_gather | all_to_all | broadcast")
+    col.add_argument("--op", default="all_reduce",
+                     help="all_reduce | reduce_scatter | all_gather | all_to_all | broadcast")
     col.add_argument("--sizes", default="8B:8GiB", help="MIN:MAX, doubling (default 8B:8GiB)")
     col.add_argument("--gpus", type=int, help="use only the first N GPUs")
     col.add_argument("--json", action="store_true")

@@ -31,8 +31,8 @@ import simpy
 from emulator.devices.gpu import Gpu
 from emulator.errors import EmulatorError
 from emulator.network.collectives import CollectiveModel
-from emulator.network.flows import Plan
 from emulator.network.fabric import Fabric
+from emulator.network.flows import Plan
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from emulator.spans import SpanTable
 

@@ -30,9 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from emulator.scenario.spec import ModelSpec, Scenario
+from emulator.scenario.stages import chunk_layers, stage_layers
 from emulator.workload import models as M
 from emulator.workload.schedules import max_in_flight, schedule
-from emulator.scenario.stages import chunk_layers, stage_layers
 
 # ASSUMPTION: CUDA context (~0.5 GiB) + cuBLAS workspace + NCCL communicator buffers
 # (a few MiB per channel and peer) come to about 1 GiB per GPU in Megatron-style runs.

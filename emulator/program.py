@@ -188,7 +188,8 @@ class Program:
                     raise ValueError(f"op {op.id}: dependency {d} is not an op of this program")
             if op.kind == COLLECTIVE:
                 if op.collective not in COLLECTIVE_OPS:
-                    raise ValueError(f"op {op.id}: collective {op.collective!r} is not one of {', '.join(COLLECTIVE_OPS)}")
+                    known = ", ".join(COLLECTIVE_OPS)
+                    raise ValueError(f"op {op.id}: collective {op.collective!r} is not one of {known}")
                 if op.rank not in op.group:
                     raise ValueError(f"op {op.id}: rank {op.rank} is not in its group {list(op.group)}")
                 if any(not 0 <= g < self.ranks for g in op.group):

@@ -23,11 +23,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from emulator.studies.executor import LocalExecutor  # noqa: E402
 from emulator.outputs.linkplot import plot_links  # noqa: E402
-from emulator.studies.plot import plot_study  # noqa: E402
 from emulator.scenario import load_scenario  # noqa: E402
 from emulator.simulation import simulate  # noqa: E402
+from emulator.studies.executor import LocalExecutor  # noqa: E402
+from emulator.studies.plot import plot_study  # noqa: E402
 from emulator.studies.store import ResultStore  # noqa: E402
 from emulator.studies.sweep import build_points, expand, run_points  # noqa: E402
 

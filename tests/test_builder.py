@@ -5,10 +5,18 @@ import pytest
 
 from emulator.errors import ScenarioError
 from emulator.program import Fold
-from emulator.scenario import (ClusterSpec, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario,
-                               SimulationSpec, TrainingSpec)
-from emulator.workload.builder import build_program, fold_grid
+from emulator.scenario import (
+    ClusterSpec,
+    GpuSpec,
+    ModelSpec,
+    NodeSpec,
+    ParallelSpec,
+    Scenario,
+    SimulationSpec,
+    TrainingSpec,
+)
 from emulator.scenario.catalog import model_preset
+from emulator.workload.builder import build_program, fold_grid
 
 A100 = GpuSpec("A100-SXM4-80GB", 312e12, 2039e9, 80 * 2**30, 4e-6)
 TINY = ModelSpec(layers=4, hidden=256, heads=4, seq_len=128, vocab=512, tied_embeddings=True)
@@ -36,7 +44,9 @@ def run(prog):
             index[o.id] = (o.group, count[(o.rank, o.group)])
             count[(o.rank, o.group)] += 1
     coll, p2p = defaultdict(dict), defaultdict(dict)
-    cost = lambda o: 1e-6 + o.bytes / 100e9
+    def cost(o):
+        return 1e-6 + o.bytes / 100e9
+
     progress = True
     while progress:
         progress = False

@@ -8,9 +8,8 @@ import os
 import pytest
 import yaml
 
-from emulator.tools.calibrate import (CalibrationError, add_arguments, calibrate_command, fit_latency,
-                                  parse_nccl_log)
 from emulator.errors import EmulatorError
+from emulator.tools.calibrate import CalibrationError, add_arguments, calibrate_command, fit_latency, parse_nccl_log
 
 NCCL = os.path.join(os.path.dirname(__file__), "data", "nccl")
 LOG2 = os.path.join(NCCL, "dgx-a100-2gpu.log")

@@ -4,8 +4,8 @@ from importlib import resources
 import pytest
 import yaml
 
-from emulator.scenario import catalog
 from emulator.errors import CatalogError, EmulatorError
+from emulator.scenario import catalog
 
 GIB = 2**30
 

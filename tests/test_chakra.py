@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from emulator.program import Fold, Op, Program
 from emulator.importers.native import TraceError
+from emulator.program import Fold, Op, Program
 
 pytest.importorskip("chakra.schema.protobuf.et_def_pb2",
                     reason="the optional extra mlc-chakra is not installed (pip install mlc-chakra)")

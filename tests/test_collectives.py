@@ -1,10 +1,10 @@
 """Collective algorithms as coupled flows: uncontended times equal the α-β formulas."""
 import pytest
+from helpers import custom_scenario, star
 
 from emulator.program import Op, Program
 from emulator.scenario import load_scenario_text
 from emulator.simulation import run_program
-from helpers import custom_scenario, star
 
 B, LAT, S = 50e9, 1e-6, 1e9  # star links: 50 GB/s, 1 us each; a hop GPU→switch→GPU has α = 2 us
 

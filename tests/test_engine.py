@@ -1,10 +1,10 @@
 """Engine semantics: streams, dependencies, rendezvous, send/recv, deadlocks, exact spans."""
 import pytest
+from helpers import custom_scenario, star, write_graph
 
 from emulator.engine import DeadlockError
 from emulator.program import Op, Program
 from emulator.simulation import run_program
-from helpers import custom_scenario, star, write_graph
 
 
 def test_send_over_k_hops_is_exact(tmp_path):

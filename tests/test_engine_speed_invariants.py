@@ -1,6 +1,7 @@
 """The engine's fast paths change no result: a Stamped program (templates + copies) runs
 exactly like its materialised ops, and the SpanTable reads back exactly those spans."""
 import pytest
+from helpers import custom_scenario, star
 
 from emulator.engine import DeadlockError
 from emulator.folding import Stamped, program_fold, unfold
@@ -8,7 +9,6 @@ from emulator.program import Fold, Op, Program
 from emulator.scenario import load_scenario_text
 from emulator.simulation import run_program
 from emulator.workload.builder import build_program
-from helpers import custom_scenario, star
 
 TEXT = """
 name: s

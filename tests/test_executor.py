@@ -2,12 +2,12 @@
 import math
 
 import pytest
+from test_sweep import degrade, no_wall, write_tiny
 
 from emulator.cli import main
 from emulator.errors import EmulatorError
 from emulator.studies.executor import LocalExecutor, auto_batch, batches, run_batch
 from emulator.studies.store import ResultStore
-from test_sweep import degrade, no_wall, write_tiny
 
 
 def test_batches_and_auto_batch():

@@ -3,7 +3,8 @@ import random
 
 import pytest
 import simpy
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from emulator.network.fabric import Fabric, Flow, max_min_rates
 

@@ -2,8 +2,8 @@
 import pytest
 
 from emulator.scenario import ModelSpec
-from emulator.workload import flops as F
 from emulator.scenario.catalog import model_preset
+from emulator.workload import flops as F
 
 
 @pytest.mark.parametrize("name", ["gpt3-175b", "megatron-1t", "gpt3-125m", "megatron-18b"])

@@ -2,9 +2,9 @@
 import pytest
 
 from emulator.scenario import GpuSpec, ModelSpec
+from emulator.scenario.catalog import model_preset
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
-from emulator.scenario.catalog import model_preset
 
 GPT = ModelSpec(layers=48, hidden=6144, heads=64, seq_len=2048, vocab=51200)
 A100 = GpuSpec("A100-SXM4-80GB", 312e12, 2039e9, 80 * 2**30, 4e-6)
@@ -46,7 +46,9 @@ def test_tp_comm_counts():
 
 def test_sp_shards_elementwise():
     # layernorm forward moves 2 passes of Te·h·2 bytes: Te = b·s = 8192 (no SP) or 1024 (SP, t=8)
-    ln = lambda L: next(k for k in Ly.forward_steps(L) if k.name == "ln1")
+    def ln(L):
+        return next(k for k in Ly.forward_steps(L) if k.name == "ln1")
+
     assert ln(Ly.layer_shape(GPT, 4, t=8)).bytes == 2 * 8192 * 6144 * 2
     assert ln(Ly.layer_shape(GPT, 4, t=8, sp=True)).bytes == 2 * 1024 * 6144 * 2
 

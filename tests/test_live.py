@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import custom_scenario, star
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

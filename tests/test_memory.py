@@ -2,9 +2,7 @@
 import pytest
 
 from emulator.memory import WORKSPACE_BYTES, layer_activation_bytes, memory_report, model_state_bytes
-from emulator.scenario import (ClusterSpec, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario,
-                               TrainingSpec)
-from emulator.scenario import catalog
+from emulator.scenario import ClusterSpec, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario, TrainingSpec, catalog
 from emulator.workload import models as M
 
 GPT22 = ModelSpec(layers=48, hidden=6144, heads=64, seq_len=2048, vocab=51200)

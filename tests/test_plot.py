@@ -1,14 +1,14 @@
 """Study plots and link utilisation: the numbers behind them, and the files."""
 import numpy as np
 import pytest
+from test_sweep import degrade, write_tiny
 
 from emulator.cli import main
 from emulator.errors import EmulatorError
 from emulator.outputs.linkplot import busiest, cumulative, plot_links, utilisation
-from emulator.studies.plot import pareto_front, plot_study
 from emulator.scenario import load_scenario
 from emulator.simulation import simulate
-from test_sweep import degrade, write_tiny
+from emulator.studies.plot import pareto_front, plot_study
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

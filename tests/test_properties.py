@@ -1,10 +1,11 @@
 """Properties of any run (hypothesis): streams never overlap and keep program order; every op
 starts after its dependencies end; the makespan is at least the critical path."""
-from hypothesis import given, settings, strategies as st
+from helpers import custom_scenario, star
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from emulator.program import Op, Program
 from emulator.simulation import run_program
-from helpers import custom_scenario, star
 
 RANKS = 3
 

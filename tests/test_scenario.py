@@ -6,10 +6,15 @@ import textwrap
 import pytest
 import yaml
 
-from emulator.scenario import catalog
 from emulator.errors import ScenarioError
 from emulator.scenario import (
-    ClusterSpec, ModelSpec, Scenario, load_scenario, load_scenario_text, require_workload,
+    ClusterSpec,
+    ModelSpec,
+    Scenario,
+    catalog,
+    load_scenario,
+    load_scenario_text,
+    require_workload,
 )
 from emulator.scenario.schema import KEYS, all_key_paths, scenario_schema
 

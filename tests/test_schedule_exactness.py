@@ -4,12 +4,12 @@ import dataclasses
 from collections import defaultdict
 
 import pytest
+from helpers import custom_scenario, write_graph
 
 from emulator.program import COMPUTE, Program
 from emulator.scenario import load_scenario_text
 from emulator.simulation import run_program
 from emulator.workload.builder import build_program
-from helpers import custom_scenario, write_graph
 
 TEXT = """
 name: bubble

@@ -5,9 +5,9 @@ import pytest
 
 from emulator.cli import main
 from emulator.errors import EmulatorError
-from emulator.studies.executor import LocalExecutor
 from emulator.memory import memory_report
 from emulator.scenario import load_scenario
+from emulator.studies.executor import LocalExecutor
 from emulator.studies.search import Layout, Limits, cluster_overrides, plan, rule_violation, search
 from emulator.studies.store import ResultStore
 
@@ -95,8 +95,8 @@ def test_search_needs_a_model(tmp_path, capsys):
 
 
 def test_layers_that_do_not_split_evenly_get_lighter_end_stages(tmp_path, capsys):
-    from emulator.studies.search import shapes
     from emulator.scenario.stages import balanced_ends, chunk_layers
+    from emulator.studies.search import shapes
 
     # 126 layers (Llama-3 405B): on 16 chunks 7 at each end, 14 x 8 between; on 128 chunks 0 and 126 x 1
     assert balanced_ends(126, 16) == 7 and balanced_ends(126, 128) == 0

@@ -9,11 +9,11 @@ from emulator.errors import ScenarioError
 from emulator.memory import memory_report
 from emulator.program import COMPUTE, Program
 from emulator.scenario import load_scenario_text
+from emulator.scenario.stages import chunk_layers, stage_layers
 from emulator.simulation import run_program
 from emulator.workload.builder import build_program
 from emulator.workload.plan import make_plan
 from emulator.workload.schedules import max_in_flight, schedule
-from emulator.scenario.stages import chunk_layers, stage_layers
 
 
 def test_llama3_405b_split_and_megatron_first_last():

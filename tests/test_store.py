@@ -3,10 +3,10 @@ import os
 import sqlite3
 
 import pytest
+from test_sweep import write_tiny
 
 from emulator.scenario import load_scenario
 from emulator.studies.store import ResultStore, StoreError, canonical_json, csv_rows, export_csv, make_row, scenario_key
-from test_sweep import write_tiny
 
 MODEL = """name: m
 cluster: {nodes: 1, node: dgx-a100}
@@ -162,8 +162,8 @@ def test_schema_1_database_gains_the_emulator_column(tmp_path):
 
 
 def test_sweep_runs_stale_points_again(tmp_path, monkeypatch, capsys):
-    from emulator.studies import store as store_module
     from emulator.cli import main
+    from emulator.studies import store as store_module
 
     path = write_tiny(str(tmp_path))
     db = str(tmp_path / "s.sqlite")

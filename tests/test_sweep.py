@@ -9,13 +9,13 @@ import sys
 import time
 
 import pytest
+from helpers import star
 
 from emulator.cli import main
 from emulator.errors import EmulatorError
 from emulator.studies.executor import LocalExecutor
 from emulator.studies.store import ResultStore
 from emulator.studies.sweep import build_points, evaluate, expand, parse_vary, run_points, scalar, split_values
-from helpers import star
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

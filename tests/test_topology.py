@@ -1,11 +1,11 @@
 """Topology builders and routing: link rates, oversubscription, ECMP splits, custom graphs."""
 import pytest
+from helpers import write_graph
 
 from emulator.errors import EmulatorError
 from emulator.network.routing import Router
 from emulator.network.topology import build_topology, load_graph
 from emulator.scenario import load_scenario_text
-from helpers import write_graph
 
 
 def topo(fabric, nodes=4):

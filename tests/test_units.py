@@ -8,8 +8,19 @@ from hypothesis import strategies as st
 
 from emulator.errors import EmulatorError
 from emulator.scenario.units import (
-    UNIT_PATTERNS, UnitError, format_bandwidth, format_bytes, format_flops_rate, format_time,
-    parse_bandwidth, parse_bytes, parse_flops, parse_flops_rate, parse_ratio, parse_si, parse_time,
+    UNIT_PATTERNS,
+    UnitError,
+    format_bandwidth,
+    format_bytes,
+    format_flops_rate,
+    format_time,
+    parse_bandwidth,
+    parse_bytes,
+    parse_flops,
+    parse_flops_rate,
+    parse_ratio,
+    parse_si,
+    parse_time,
 )
 
 

@@ -50,8 +50,9 @@ def test_incomplete_user_catalog_entry_names_what_is_missing(tmp_path):
 def test_kineto_fitted_gemm_efficiency_reaches_the_compute_model(tmp_path, capsys):
     import json
 
-    from emulator.devices import compute
     from test_kineto import hand_trace
+
+    from emulator.devices import compute
 
     trace = tmp_path / "one.json"
     trace.write_text(json.dumps(hand_trace()))

@@ -34,8 +34,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
 from emulator.importers.native import TraceError
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
 
 _INSTALL = "the Chakra format needs the optional package mlc-chakra (pip install mlc-chakra)"
 _FOREIGN_IDS = 10**9  # id block per rank for files written by other tools
@@ -85,7 +85,8 @@ def read_msgs(path: str) -> list[bytes]:
             if not b & 0x80:
                 break
         if pos + size > len(raw):
-            raise TraceError(f"{path}: truncated Chakra file (a message of {size} bytes at byte {pos} runs past the end)")
+            raise TraceError(f"{path}: truncated Chakra file (a message of {size} bytes at byte {pos} runs past "
+                             "the end)")
         msgs.append(raw[pos:pos + size])
         pos += size
     return msgs
@@ -266,7 +267,8 @@ def _rank_ops(nodes: list[Any], rank: int, ranks: int, path: str) -> list[tuple[
 def _own_op(n: Any, a: dict, rank: int) -> Op:
     kind = {v: k for k, v in _NODE_TYPE.items()}[_type_name(n)]
     root, peer, tag, mb, stage, layer = (int(x) for x in a["emu_ints"])
-    return Op(id=int(n.id), rank=rank, kind=kind, stream=a["emu_stream"], deps=tuple(int(d) for d in a["emu_dep_order"]),
+    return Op(id=int(n.id), rank=rank, kind=kind, stream=a["emu_stream"],
+              deps=tuple(int(d) for d in a["emu_dep_order"]),
               name=n.name, duration=a.get("emu_duration_s"), flops=a["emu_flops"], bytes=a["emu_bytes"],
               category=a["emu_category"],
               collective=_FROM_COMM_TYPE[int(a["comm_type"])] if kind == COLLECTIVE else "",

@@ -47,12 +47,21 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from emulator.importers.kineto_reader import (  # records and reading
+    TOL_S,
+    US,
+    GpuOp,
+    HostCall,
+    RankTrace,
+    complete_steps,
+    read_json,
+    read_rank,
+    steps_of,
+    trace_files,
+)
+from emulator.importers.native import TraceError  # the project's one trace error (an EmulatorError)
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 
-from emulator.importers.native import TraceError  # the project's one trace error (an EmulatorError)
-from emulator.importers.kineto_reader import (  # records and reading
-    GpuOp, HostCall, RankTrace, US, TOL_S, complete_steps, steps_of, read_json, read_rank, trace_files,
-)
 # ---------------------------------------------------------------------------- building
 
 
@@ -139,7 +148,8 @@ def _assign_ranks(traces: list[RankTrace], path: str, mirror: int) -> list[RankT
     ranks = [t.rank for t in ordered]
     world = ordered[0].world
     if all(r is not None for r in ranks) and ranks != list(range(len(ordered))):
-        hint = f"; use mirror={world} to replay one rank as {world} symmetric ranks" if len(ordered) == 1 and world else ""
+        one = len(ordered) == 1 and world
+        hint = f"; use mirror={world} to replay one rank as {world} symmetric ranks" if one else ""
         raise TraceError(f"{path}: has the traces of ranks {ranks} of a world of {world}, "
                          f"expected every rank 0..{len(ordered) - 1}{hint}")
     if world is not None and world != len(ordered):

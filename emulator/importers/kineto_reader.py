@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 
 from emulator.importers.native import TraceError  # the project's one trace error (an EmulatorError)
 
-
-
 US = 1e-6  # Kineto timestamps are microseconds
 TOL_S = 2e-6  # s, slack allowed when testing a dependency against measured times
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")

@@ -65,7 +65,8 @@ def _split(args: argparse.Namespace) -> argparse.Namespace:
     try:
         ns, unknown = inner.parse_known_args(rest[:cut])
     except SystemExit:
-        raise EmulatorError("emulator live: usage: emulator live SCENARIO [OPTIONS] -- python train.py [ARGS]") from None
+        raise EmulatorError("emulator live: usage: emulator live SCENARIO [OPTIONS] -- python train.py "
+                            "[ARGS]") from None
     if unknown:
         raise EmulatorError(f"emulator live: unknown options {' '.join(unknown)} (the training command goes after --)")
     merged = argparse.Namespace(**{**vars(args), **vars(ns)})

@@ -109,7 +109,8 @@ def human(summary: dict) -> str:
         f"  compute (measured)   {summary['breakdown_s']['compute'] * 1e3:10.3f} ms",
         f"  exposed comm         {summary['breakdown_s']['exposed_comm'] * 1e3:10.3f} ms"
         f"  ({live['comm_share'] * 100:.1f}% of the iteration)",
-        f"  comm (emulated)      {live['comm_s'] * 1e3:10.3f} ms  ({live['overlapped_comm_s'] * 1e3:.3f} ms overlapped)",
+        f"  comm (emulated)      {live['comm_s'] * 1e3:10.3f} ms"
+        f"  ({live['overlapped_comm_s'] * 1e3:.3f} ms overlapped)",
         f"  collectives/iter     {live['collectives_per_iteration']:10.1f}"
         f"  ({live['comm_bytes_per_iteration'] / 1e6:.3f} MB)",
     ]

@@ -40,7 +40,8 @@ def _session():
     from emulator.live.session import Session
     from emulator.scenario.reader import load_scenario
 
-    scenario = load_scenario(os.environ["EMULATOR_LIVE_SCENARIO"], json.loads(os.environ.get("EMULATOR_LIVE_SET", "[]")))
+    overrides = json.loads(os.environ.get("EMULATOR_LIVE_SET", "[]"))
+    scenario = load_scenario(os.environ["EMULATOR_LIVE_SCENARIO"], overrides)
     world = int(os.environ["EMULATOR_LIVE_WORLD"])
     rank = int(os.environ.get("RANK", "0"))
     return Session(Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall")), CommCost(scenario, world), world, rank)
@@ -104,7 +105,8 @@ def main(argv: list[str]) -> int:
     prof = None
     marker_wall = 0.0
     if profile:
-        from torch.profiler import ProfilerActivity, profile as _profile, record_function
+        from torch.profiler import ProfilerActivity, record_function
+        from torch.profiler import profile as _profile
 
         prof = _profile(activities=[ProfilerActivity.CPU])
         prof.__enter__()

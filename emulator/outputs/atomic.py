@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Callable, IO
+from typing import IO, Callable
 
 
 def write_atomic(path: str, write: Callable[[IO], None], binary: bool = False) -> None:

@@ -14,8 +14,18 @@ load_scenario``); modules inside the package import each other directly.
 from emulator.scenario.checks import Violation, layout_violations, require_workload
 from emulator.scenario.reader import load_scenario, load_scenario_text
 from emulator.scenario.spec import (
-    ClusterSpec, CollectivesSpec, FabricSpec, GpuSpec, ModelSpec, NodeSpec, Override, ParallelSpec, Scenario,
-    SimulationSpec, TrainingSpec, WorkloadSpec,
+    ClusterSpec,
+    CollectivesSpec,
+    FabricSpec,
+    GpuSpec,
+    ModelSpec,
+    NodeSpec,
+    Override,
+    ParallelSpec,
+    Scenario,
+    SimulationSpec,
+    TrainingSpec,
+    WorkloadSpec,
 )
 
 __all__ = [

@@ -36,8 +36,8 @@ from typing import Any, Mapping
 import yaml
 
 from emulator.errors import CatalogError, EmulatorError, UnitError, did_you_mean
-from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec
 from emulator.scenario.schema import GPU_KEYS, NODE_KEYS, UNIT_TYPES, Key
+from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec
 from emulator.scenario.units import PARSERS, parse_ratio
 
 _META = ("source",)
@@ -186,23 +186,8 @@ MODELS: dict[str, dict[str, Any]] = {
                        causal=False),  # an encoder: bidirectional attention
 }
 
-# Models that have biases and learned layernorm bias (GPT-2/3, Megatron GPT, BERT): the
-# Llama family (RMSNorm, no biases) is marked by swiglu=True.
-
-
-def model_names() -> list[str]:
-    """Every preset name, in catalogue order."""
-    return list(_PRESETS)
-
-
-def model_preset(name: str) -> ModelSpec:
-    """The preset called ``name`` (case-insensitive), resolved; CatalogError if unknown."""
-    key = name.strip().lower()
-    if key not in _PRESETS:
-        close = difflib.get_close_matches(key, list(_PRESETS), n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise CatalogError(f"unknown model preset {name!r}{hint} (known: {', '.join(_PRESETS)})")
-    return resolve(ModelSpec(preset=key, **_PRESETS[key]))
+# Models with biases and learned layernorm shifts (GPT-2/3, Megatron GPT, BERT) have swiglu False;
+# the Llama family (RMSNorm, no biases) is marked by swiglu=True (workload/models.py, has_biases).
 
 
 def model_names() -> list[str]:

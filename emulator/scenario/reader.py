@@ -17,13 +17,34 @@ from emulator.errors import CatalogError, EmulatorError, ScenarioError, UnitErro
 from emulator.scenario import catalog, spec, units
 from emulator.scenario.checks import ScenarioChecks, graph_gpus
 from emulator.scenario.schema import (
-    AXES, CLUSTER_KEYS, FABRIC_KEYS, GPU_KEYS, KEYS, MODEL_KEYS, NODE_KEYS, OVERRIDE_KEYS,
-    SECTION_TYPES, UNIT_TYPES, Key, all_key_paths,
+    AXES,
+    CLUSTER_KEYS,
+    FABRIC_KEYS,
+    GPU_KEYS,
+    KEYS,
+    MODEL_KEYS,
+    NODE_KEYS,
+    OVERRIDE_KEYS,
+    SECTION_TYPES,
+    UNIT_TYPES,
+    Key,
+    all_key_paths,
 )
 from emulator.scenario.spec import ClusterSpec, FabricSpec, GpuSpec, ModelSpec, NodeSpec, Override, Scenario
 from emulator.scenario.yamltree import (
-    EXPECTED, EXTENSION_PREFIX, MAX_FILE_BYTES, SUB_SECTIONS, TAG, YamlValue,
-    decode, describe, in_range, parse_tree, python_value, range_text, show,
+    EXPECTED,
+    EXTENSION_PREFIX,
+    MAX_FILE_BYTES,
+    SUB_SECTIONS,
+    TAG,
+    YamlValue,
+    decode,
+    describe,
+    in_range,
+    parse_tree,
+    python_value,
+    range_text,
+    show,
 )
 
 

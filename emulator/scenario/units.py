@@ -223,7 +223,8 @@ def parse_ratio(v: object) -> float:
     return value
 
 
-RATIO_PATTERN = r"^\s*\+?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*(?:[/:]\s*\+?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)?\s*$"
+_NUMBER_PATTERN = r"\+?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+RATIO_PATTERN = rf"^\s*{_NUMBER_PATTERN}\s*(?:[/:]\s*{_NUMBER_PATTERN})?\s*$"
 
 
 PARSERS: dict[str, Callable[[object], float]] = {

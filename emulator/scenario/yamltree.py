@@ -16,7 +16,8 @@ import yaml
 
 from emulator.errors import ScenarioError
 from emulator.scenario.schema import (
-    MAX_COUNT, Key,
+    MAX_COUNT,
+    Key,
 )
 
 MAX_FILE_BYTES = 1 << 20  # a scenario is a few kilobytes
@@ -250,7 +251,9 @@ def range_text(key: Key, noun: str) -> str:
     hi = _maximum(key)
     fmt = (lambda x: f"{x:g}") if key.type != "int" else (lambda x: str(int(x)))
     if key.minimum is not None:
-        return f"{noun} from {fmt(key.minimum)} to {fmt(hi)}" if hi is not None else f"{noun} of at least {fmt(key.minimum)}"
+        if hi is None:
+            return f"{noun} of at least {fmt(key.minimum)}"
+        return f"{noun} from {fmt(key.minimum)} to {fmt(hi)}"
     if key.positive:
         return f"{noun} more than 0" + (f" and at most {fmt(hi)}" if hi is not None else "")
     return f"{noun} from 0 to {fmt(hi)}" if hi is not None else noun

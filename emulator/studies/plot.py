@@ -234,8 +234,8 @@ def plot_command(args: argparse.Namespace) -> str:
         if os.path.isdir(args.links):
             raise PlotError(f"--links {args.links}: a run's output folder holds no link series; "
                             "give the scenario file (it is run with link recording)")
-        from emulator.scenario.reader import load_scenario
         from emulator.scenario.checks import require_workload
+        from emulator.scenario.reader import load_scenario
         from emulator.simulation import simulate
 
         sc = load_scenario(args.links, args.set)

@@ -32,13 +32,20 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from emulator.errors import EmulatorError, ScenarioError
-from emulator.scenario.spec import Scenario
-from emulator.studies.store import ResultStore, Row, export_csv
-from emulator.studies.sweep import (Point, RunStats, close_executor, load_point, make_executor, run_points,
-                            stderr_progress)
+from emulator.errors import EmulatorError
 from emulator.scenario.checks import layout_violations
+from emulator.scenario.spec import Scenario
 from emulator.scenario.stages import balanced_ends
+from emulator.studies.store import ResultStore, Row, export_csv
+from emulator.studies.sweep import (
+    Point,
+    RunStats,
+    close_executor,
+    load_point,
+    make_executor,
+    run_points,
+    stderr_progress,
+)
 
 RECOMPUTE = ("none", "selective", "full")
 SPLIT_RESET = ("parallel.first_chunk_layers=null", "parallel.last_chunk_layers=null")
@@ -352,5 +359,5 @@ def search_command(args: argparse.Namespace) -> str:
     export_csv(res.rows, csv_path)
     name = res.points[0].scenario.name if res.points else stem
     gpus = res.points[0].scenario.gpus if res.points else (args.gpus or 0)
-    return "\n".join([report(res, name, gpus, args.top),
-                      f"{res.stats.ran} simulated now, {res.stats.skipped} from {db}; all results in {db} and {csv_path}"])
+    done = f"{res.stats.ran} simulated now, {res.stats.skipped} from {db}; all results in {db} and {csv_path}"
+    return "\n".join([report(res, name, gpus, args.top), done])

@@ -17,7 +17,8 @@ that ran it. Databases of schema 1 (no such column) gain it on opening, with
 every old row stale.
 
 Durability: WAL journal, one transaction per finished point, an insert that
-leaves an existing row of the same key and emulator alone (and replaces a stale one). SQLite's commit is atomic, so a process killed at any moment leaves
+leaves an existing row of the same key and emulator alone (and replaces a stale
+one). SQLite's commit is atomic, so a process killed at any moment leaves
 every committed point and no half-written one. Only the parent process writes.
 
 Columns: key, scenario (name), varied (JSON: the ``--set`` values that made this

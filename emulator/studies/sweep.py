@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from emulator.errors import EmulatorError
-from emulator.studies.executor import DaskExecutor, Executor, LocalExecutor
 from emulator.scenario.spec import Scenario
+from emulator.studies.executor import DaskExecutor, Executor, LocalExecutor
 from emulator.studies.store import ResultStore, export_csv, make_row, scenario_key
 
 Write = Callable[[str], Any]
@@ -126,8 +126,8 @@ class Point:
 def load_point(path: str, base: Sequence[str], values: dict[str, str], index: int, total: int,
                varied: dict | None = None) -> Point:
     """Load and validate one point; a bad one raises SweepError naming it."""
-    from emulator.scenario.reader import load_scenario
     from emulator.scenario.checks import require_workload
+    from emulator.scenario.reader import load_scenario
 
     overrides = tuple(f"{k}={v}" for k, v in values.items())
     try:
@@ -159,8 +159,8 @@ def build_points(path: str, base: Sequence[str], combos: Sequence[dict[str, str]
 
 def evaluate(scenario: Scenario) -> dict:
     """Worker side: {"summary": ...} or {"error": message} for a user-caused failure."""
-    from emulator.simulation import simulate
     from emulator.outputs.summary import summarize
+    from emulator.simulation import simulate
 
     try:
         return {"summary": summarize(simulate(scenario, record_links=False))}

@@ -322,7 +322,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="nccl-tests output (all_reduce_perf, ...); repeat for several GPU counts")
     parser.add_argument("--kineto", metavar="FILE", help="a one-GPU PyTorch profiler trace with record_shapes")
     parser.add_argument("--base", default="dgx-a100", metavar="NODE", help="catalog node to start from")
-    parser.add_argument("--name", default=None, metavar="NEW", help="name of the calibrated node (default BASE-calibrated)")
+    parser.add_argument("--name", default=None, metavar="NEW",
+                        help="name of the calibrated node (default BASE-calibrated)")
     parser.add_argument("--out", default=None, metavar="FILE.yaml", help="write the catalog entry here")
 
 
@@ -343,7 +344,8 @@ def calibrate_command(args: argparse.Namespace) -> str:
     node = calibrated_node(base, name, intra, inter)
     report = _report(node, logs, intra, inter, compute)
     if args.out:
-        sources = [os.path.basename(p) for p in args.nccl_log] + ([os.path.basename(args.kineto)] if args.kineto else [])
+        sources = [os.path.basename(p) for p in args.nccl_log]
+        sources += [os.path.basename(args.kineto)] if args.kineto else []
         text = catalog_yaml(node, f"calibrated from {', '.join(sources)} on base {args.base}", compute)
         try:
             with open(args.out, "w", encoding="utf-8") as f:
@@ -362,11 +364,13 @@ def _report(node: NodeSpec, logs: list[NcclLog], intra: LinkFit | None, inter: L
                    f"busbw {log.large_busbw() / 1e9:.1f} GB/s, small-message time {log.small_time() * 1e6:.2f} us")
     for label, fit in (("intra-node", intra), ("inter-node", inter)):
         if fit:
-            out.append(f"{label}: efficiency {fit.efficiency:.4f} ({fit.busbw / 1e9:.1f} / {fit.line_rate / 1e9:.1f} GB/s), "
+            rates = f"{fit.busbw / 1e9:.1f} / {fit.line_rate / 1e9:.1f} GB/s"
+            out.append(f"{label}: efficiency {fit.efficiency:.4f} ({rates}), "
                        f"launch {fit.launch * 1e6:.3f} us, per step {fit.per_step * 1e6:.3f} us")
     if compute:
         if compute.gemm_efficiency is not None:
-            out.append(f"GEMM efficiency {compute.gemm_efficiency:.4f} of peak over {len(compute.gemm_by_shape)} shapes")
+            shapes = len(compute.gemm_by_shape)
+            out.append(f"GEMM efficiency {compute.gemm_efficiency:.4f} of peak over {shapes} shapes")
         if compute.memory_efficiency is not None:
             out.append(f"memory-bound efficiency {compute.memory_efficiency:.4f} of HBM bandwidth")
     out.append(f"node {node.name}: intra_efficiency {node.intra_efficiency:.4f}, "

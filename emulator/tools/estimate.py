@@ -20,8 +20,8 @@ EVENTS_PER_S = 100_000.0  # engine throughput on the reference 2-core machine (b
 
 def estimate(scenario: Scenario) -> str:
     """A few lines: ops, simulated ranks, expected events and wall time."""
-    from emulator.simulation import build_workload
     from emulator.scenario.units import format_time
+    from emulator.simulation import build_workload
 
     t0 = time.perf_counter()
     program, notes = build_workload(scenario)

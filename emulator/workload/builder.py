@@ -33,18 +33,23 @@ chunk, layer, ring step and direction, and class 0 for pipeline, 1 for CP.
 """
 from __future__ import annotations
 
-
 from emulator.devices import compute
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
 from emulator.scenario.spec import Scenario
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
-from emulator.workload.schedules import schedule
-
 from emulator.workload.plan import (  # noqa: F401  (grad_reduce_bytes, make_plan, fold_grid: part of this module's API)
-    ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, DTYPE_BYTES, Plan, Unit, fold_grid, grad_reduce_bytes, make_plan,
+    ADAM_BYTES_PER_PARAM,
+    ADAM_FLOPS_PER_PARAM,
+    DTYPE_BYTES,
+    Plan,
+    Unit,
+    fold_grid,
+    grad_reduce_bytes,
+    make_plan,
 )
+from emulator.workload.schedules import schedule
 
 
 class _RankBuilder:

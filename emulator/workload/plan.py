@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from emulator.errors import ScenarioError
+from emulator.scenario.checks import layout_violations
 from emulator.scenario.spec import Scenario
+from emulator.scenario.stages import chunk_layers
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.placement import Layout
 from emulator.workload.schedules import check_schedule
-from emulator.scenario.checks import layout_violations
-from emulator.scenario.stages import chunk_layers
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v (16) + write param, m, v (12) + bf16 copy (2)
