@@ -156,7 +156,7 @@ def _plugin(fn: Callable[[argparse.Namespace], object]) -> Callable[[argparse.Na
             if out:
                 print(out)
             return 0
-        return int(out or 0)
+        return out if isinstance(out, int) else 0
     return run
 
 

@@ -21,6 +21,7 @@ class FaultError(EmulatorError):
 
 
 def _links(topo: Topology, target: str) -> list[int]:
+    ids: list[int | None]
     if "<->" in target:
         a, b = (x.strip() for x in target.split("<->", 1))
         ids = [topo.link_ids.get((a, b)), topo.link_ids.get((b, a))]
@@ -32,10 +33,10 @@ def _links(topo: Topology, target: str) -> list[int]:
             raise FaultError(f"cluster.overrides: unknown link or node {target!r} "
                              "(use a link 'A->B', a cable 'A<->B' or a node name such as 'nic3.0', 'leaf1', 'gpu5')")
         ids = [i for i, (u, v) in enumerate(topo.links) if target in (u, v)]
-    ids = [i for i in ids if i is not None]
-    if not ids:
+    found = [i for i in ids if i is not None]
+    if not found:
         raise FaultError(f"cluster.overrides: no link {target!r} in the topology")
-    return ids
+    return found
 
 
 def _ranks(topo: Topology, target: str) -> list[int]:

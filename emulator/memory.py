@@ -111,6 +111,8 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
 def memory_report(sc: Scenario) -> MemoryReport:
     """Peak memory over the pipeline stages of ``sc`` (one GPU of the worst stage)."""
     par, tr = sc.parallel, sc.training
+    if sc.model is None or sc.cluster.node is None:
+        raise ValueError("a memory report needs a model and a node type")
     m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, par.tp))
     gpu = sc.cluster.node.gpu
     dtype = 4 if tr.precision == "fp32" else 2
@@ -144,4 +146,5 @@ def memory_report(sc: Scenario) -> MemoryReport:
         peak = sum(breakdown.values())
         if best is None or peak > best.peak_bytes_per_gpu:
             best = MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage)
+    assert best is not None  # pp >= 1: at least one stage
     return best

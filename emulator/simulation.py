@@ -24,7 +24,7 @@ from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
 from emulator.program import Fold, Program
-from emulator.scenario.spec import Scenario
+from emulator.scenario.spec import GpuSpec, Scenario
 from emulator.spans import Span, SpanTable
 
 Progress = Callable[[float, int], None]
@@ -93,7 +93,7 @@ class Cluster:
     topology: Topology
     slowdown: dict[int, float]
     collectives: CollectiveModel
-    gpu_spec: object
+    gpu_spec: GpuSpec | None
 
     def gpus(self, ranks: Iterable[int]) -> dict[int, Gpu]:
         return {r: Gpu(r, self.gpu_spec, self.slowdown.get(r, 1.0)) for r in ranks}

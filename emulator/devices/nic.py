@@ -8,6 +8,7 @@ report can say which link or NIC is the bottleneck.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from emulator.network.topology import Topology
 
@@ -51,7 +52,7 @@ def busiest_links(topo: Topology, link_bytes: list[float], period: float, top: i
 def busiest_nic(topo: Topology, link_bytes: list[float], period: float) -> dict | None:
     """The NIC whose busier direction is the most utilised."""
     util = utilisation(link_bytes, topo.capacity, period)
-    best = None
+    best: dict[str, Any] | None = None
     for nic in nics(topo):
         for direction, ports in (("egress", nic.egress), ("ingress", nic.ingress)):
             for p in ports:

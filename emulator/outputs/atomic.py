@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 
-def write_atomic(path: str, write: Callable[[IO], None], binary: bool = False) -> None:
+def write_atomic(path: str, write: Callable[[IO[Any]], object], binary: bool = False) -> None:
     """Call ``write(fh)`` on a temporary file, then rename it over ``path``."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": ""})) as fh:
+        fh: IO[Any]
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())

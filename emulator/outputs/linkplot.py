@@ -12,7 +12,7 @@ mean utilisation over the run, ∫ load dt / (T · C).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def utilisation(series: Series, capacity: float, t_end: float, bins: int) -> np.
     return np.diff(F) / (width * capacity) if capacity > 0 and width > 0 else np.zeros(bins)
 
 
-def busiest(link_series: dict[int, Series], capacity: Sequence[float], t_end: float, top: int) -> list[int]:
+def busiest(link_series: Mapping[int, Series], capacity: Sequence[float], t_end: float, top: int) -> list[int]:
     """The ``top`` links by mean utilisation over [0, t_end] (ties: the lower link id)."""
     end = np.array([t_end])
     score = {l: float(cumulative(s, end)[0]) / (t_end * capacity[l])

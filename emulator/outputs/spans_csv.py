@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+from typing import Sequence
 
 from emulator.outputs.atomic import write_atomic
 from emulator.spans import CSV_COLUMNS, Span
@@ -12,7 +13,7 @@ def _row(s: Span) -> list:
             repr(float(s.flops)), s.microbatch, s.stage]
 
 
-def write_spans_csv(path: str, spans: list[Span]) -> None:
+def write_spans_csv(path: str, spans: Sequence[Span]) -> None:
     def write(fh) -> None:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(CSV_COLUMNS)

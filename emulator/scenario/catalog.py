@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 import yaml
 
@@ -41,6 +41,7 @@ from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec
 from emulator.scenario.units import PARSERS, parse_ratio
 
 _META = ("source",)
+T = TypeVar("T")  # a catalog entry: GpuSpec or NodeSpec
 
 
 def _convert(name: str, key: Key, value: Any) -> Any:
@@ -107,7 +108,7 @@ def load_user_catalog(path: str) -> tuple[dict[str, GpuSpec], dict[str, NodeSpec
     return {**_data()[0], **gpus}, {**_data()[1], **nodes}
 
 
-def _lookup(table: Mapping[str, Any], name: object, what: str) -> Any:
+def _lookup(table: Mapping[str, T], name: object, what: str) -> T:
     text = str(name)
     if text in table:
         return table[text]

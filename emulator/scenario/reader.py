@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from emulator.errors import CatalogError, EmulatorError, ScenarioError, UnitError, did_you_mean
 from emulator.scenario import catalog, spec, units
@@ -46,6 +46,8 @@ from emulator.scenario.yamltree import (
     range_text,
     show,
 )
+
+T = TypeVar("T")  # a catalog entry: GpuSpec or NodeSpec
 
 
 def load_scenario_text(text: str | bytes, path: str = "<string>", overrides: Sequence[str] = ()) -> Scenario:
@@ -160,6 +162,7 @@ class _Reader:
         self.base_dir = os.path.dirname(os.path.abspath(source)) if real else os.getcwd()
         self.seen: dict[str, str] = {}
         self.empty: set[str] = set()  # keys given without a value ("key:" alone)
+        self.user_catalog: str | None = None  # cluster.catalog, once read
 
     # -- messages
     def fail(self, where: str, keypath: str, message: str) -> ScenarioError:
@@ -310,11 +313,17 @@ class _Reader:
             raise self.fail(v.where, kp, f"expected {EXPECTED['axis_order']}, got [{', '.join(names)}]")
         return names
 
-    def catalog(self, v: YamlValue, kind: str, kp: str) -> Any:
+    def catalog_gpu(self, v: YamlValue, kp: str) -> GpuSpec:
+        return self.catalog(v, kp, catalog.gpu)
+
+    def catalog_node(self, v: YamlValue, kp: str) -> NodeSpec:
+        return self.catalog(v, kp, catalog.node)
+
+    def catalog(self, v: YamlValue, kp: str, lookup: Callable[[str, str | None], T]) -> T:
+        """A catalog entry by the name ``v`` holds (also from the scenario's own catalog file)."""
         name = self.read(v, Key("str", ""), kp)
-        user = getattr(self, "user_catalog", None)
         try:
-            return catalog.gpu(name, user) if kind == "gpu" else catalog.node(name, user)
+            return lookup(name, self.user_catalog)
         except CatalogError as err:
             raise self.fail(v.where, kp, str(err)) from None
         except EmulatorError as err:
@@ -385,9 +394,9 @@ class _Reader:
 
     def node(self, v: YamlValue, kp: str, lenient: bool) -> NodeSpec:
         if v.mapping is None:
-            return self.catalog(v, "node", kp)
+            return self.catalog_node(v, kp)
         m = self.section(v, NODE_KEYS, kp)
-        base: NodeSpec | None = self.catalog(m["preset"], "node", kp + ".preset") if "preset" in m else None
+        base = self.catalog_node(m["preset"], kp + ".preset") if "preset" in m else None
         given = self.fields(m, NODE_KEYS, kp)
         if "gpu" in m:
             given["gpu"] = self.gpu(m["gpu"], kp + ".gpu", base.gpu if base else None)
@@ -407,11 +416,11 @@ class _Reader:
     def gpu(self, v: YamlValue, kp: str, base: GpuSpec | None = None) -> GpuSpec:
         """A catalog GPU, or an inline one (from its preset, else from the node preset's GPU)."""
         if v.mapping is None:
-            return self.catalog(v, "gpu", kp)
+            return self.catalog_gpu(v, kp)
         m = self.section(v, GPU_KEYS, kp)
         given = self.fields(m, GPU_KEYS, kp)
         if "preset" in m:
-            base = self.catalog(m["preset"], "gpu", kp + ".preset")
+            base = self.catalog_gpu(m["preset"], kp + ".preset")
         if base is not None:
             return dataclasses.replace(base, **given)
         self.require(m, GPU_KEYS, kp, ["peak_flops", "hbm_bandwidth", "memory"])

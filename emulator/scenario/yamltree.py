@@ -136,6 +136,7 @@ class _Expander:
         inner = ancestors | {id(node)}
         if isinstance(node, yaml.SequenceNode):
             return YamlValue(where, items=[self.value(n, depth + 1, inner) for n in node.value])
+        assert isinstance(node, yaml.MappingNode)  # a composed node is a scalar, a sequence or a mapping
         return YamlValue(where, mapping=self.mapping(node, depth, inner))
 
     def mapping(self, node: yaml.MappingNode, depth: int, inner: frozenset[int]) -> dict[str, YamlValue]:
@@ -249,7 +250,9 @@ def _maximum(key: Key) -> float | None:
 
 def range_text(key: Key, noun: str) -> str:
     hi = _maximum(key)
-    fmt = (lambda x: f"{x:g}") if key.type != "int" else (lambda x: str(int(x)))
+    def fmt(x: float) -> str:
+        return str(int(x)) if key.type == "int" else f"{x:g}"
+
     if key.minimum is not None:
         if hi is None:
             return f"{noun} of at least {fmt(key.minimum)}"

@@ -15,6 +15,7 @@ SVG, atomically.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from typing import Any, Sequence
 
@@ -111,7 +112,8 @@ def line_figure(rows: Sequence[Row], x: str, metric: str, title: str) -> Any:
     for g, members in sorted(groups.items()):
         members = sorted(members, key=lambda r: sort_key(r, x))
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(others, g)) or None
-        ax.plot([pos[_label(field_value(r, x))] for r in members], [metric_value(r, metric) for r in members],
+        ys = [metric_value(r, metric) for r in members]
+        ax.plot([pos[_label(field_value(r, x))] for r in members], [math.nan if y is None else y for y in ys],
                 marker="o", label=label)
     if not numeric:
         ax.set_xticks([pos[lab] for lab, _ in xs_all])

@@ -41,7 +41,9 @@ class SweepError(EmulatorError):
 
 def split_values(text: str) -> list[str]:
     """'1,2,[4, 4],"a,b"' -> ['1', '2', '[4, 4]', '"a,b"']: commas outside brackets and quotes."""
-    out, cur, depth, quote = [], [], 0, ""
+    out: list[str] = []
+    cur: list[str] = []
+    depth, quote = 0, ""
     for ch in text:
         if quote:
             quote = "" if ch == quote else quote

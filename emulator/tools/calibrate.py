@@ -282,14 +282,16 @@ def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str
     g = node.gpu
     lines = [f"# Written by `emulator calibrate`: {source}"]
     gpu_name = g.name
-    fitted = compute is not None and (compute.gemm_efficiency is not None or compute.memory_efficiency is not None)
-    if fitted:
+    if compute is not None and (compute.gemm_efficiency is not None or compute.memory_efficiency is not None):
         gpu_name = f"{node.name}-gpu"
         lines += ["gpus:", f"  {gpu_name}:",
                   f"    peak_flops: {_q(g.peak_flops, 'TFLOP/s', 1e12)}",
                   f"    hbm_bandwidth: {_q(g.hbm_bandwidth, 'GB/s', 1e9)}",
                   f"    memory: {_q(g.memory_bytes, 'GiB', 2**30)}",
                   f"    launch_overhead: {_q(g.launch_overhead, 'us', 1e-6)}"]
+        # the base GPU's hardware facts (its catalog fields) carry over to the calibrated entry
+        lines += [f"    sm_count: {g.sm_count}"] if g.sm_count else []
+        lines += [f"    matmul_fraction: {g.matmul_fraction:.6g}"] if g.matmul_fraction else []
         if compute.gemm_efficiency is not None:
             lines.append(f"    gemm_efficiency: {compute.gemm_efficiency:.6g}")
         if compute.memory_efficiency is not None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from emulator.errors import ScenarioError
 from emulator.scenario.checks import layout_violations
-from emulator.scenario.spec import Scenario
+from emulator.scenario.spec import ModelSpec, Scenario
 from emulator.scenario.stages import chunk_layers
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
@@ -41,7 +41,7 @@ class Plan:
 
     sc: Scenario
     layout: Layout
-    model: object
+    model: ModelSpec
     micro: int
     v: int
     chunk_units: dict = field(default_factory=dict)  # virtual stage → list[Unit]
@@ -51,7 +51,7 @@ class Plan:
     grad_dtype: int = 2  # bytes per gradient element in the data-parallel reduction
 
 
-def _check(sc: Scenario) -> None:
+def _check(sc: Scenario) -> ModelSpec:
     """What a model workload needs beyond the rule book (a model, a GPU type, a known precision)."""
     if sc.model is None:
         raise ScenarioError("a workload needs a model (or workload.trace)", key="model")
@@ -67,6 +67,7 @@ def _check(sc: Scenario) -> None:
     broken = layout_violations(sc.model, tr, sc.parallel)
     if broken:
         raise broken[0].error()
+    return sc.model
 
 
 def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
@@ -107,12 +108,12 @@ def grad_reduce_bytes(precision: str, grad_reduce: str) -> int:
 
 def make_plan(sc: Scenario) -> Plan:
     """Validate ``sc`` and precompute its per-chunk units."""
-    _check(sc)
+    model = _check(sc)
     par, tr = sc.parallel, sc.training
     layout = Layout.from_parallel(par, sc.gpus, par.order or None)
     micro = tr.global_batch // (tr.micro_batch * par.dp)
     check_schedule(par.schedule, par.pp, micro, par.virtual_stages)
-    m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, par.tp))
+    m = replace(M.resolve(model), vocab=M.padded_vocab(M.resolve(model).vocab, par.tp))
     dtype = DTYPE_BYTES[tr.precision]
     flash = getattr(tr, "attention", "unfused") == "flash"
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash)
