@@ -1,0 +1,14 @@
+"""emulator: a SimPy discrete-event emulator of distributed DNN training.
+
+The folders follow the pipeline, bottom to top; a module imports only from its own
+layer or the layers below it (DESIGN.md, "Layout"):
+
+    program.py, spans.py, errors.py, fingerprint.py   the IR, the output records, the error types
+    scenario/     YAML → a validated, frozen Scenario; the rule book; the catalogs
+    network/, devices/, importers/   the fabric and collectives; GPU and NIC costs; traces → Program
+    workload/, engine.py, folding.py, faults.py      scenario → Program; Program + network → Spans
+    simulation.py, memory.py, metrics.py             the one place that wires a run together
+    outputs/      summary.json, spans.csv, trace.json, gantt.png, link plots
+    studies/, tools/, live/   sweeps and layout search; calibration and benchmarks; live emulation
+    cli.py        argument parsing only
+"""

@@ -1,4 +1,12 @@
-"""Workload importers: every trace format becomes the same Program IR.
+"""The importers layer: every trace format becomes the same Program IR.
+
+Owns the project's own trace format (native.py), PyTorch Kineto profiles
+(kineto_reader.py reads, kineto.py builds), MLCommons Chakra execution traces
+(chakra.py, import and export) and the measured-vs-emulated replay report
+(replay_report.py).
+
+May import: emulator.errors, emulator.program, emulator.scenario and its own modules;
+never workload/, the engine or anything above.
 
 ``FORMATS`` maps a ``workload.format`` name to its loader (small named plug-ins);
 the Kineto and Chakra loaders are imported on demand, so neither their code nor

@@ -9,4 +9,7 @@
 
 Only ``backend`` and ``run`` import torch, and only when used: this package and
 ``launcher`` import without it.
+
+May import: emulator.simulation, emulator.engine, emulator.outputs and everything below
+them; never studies/, tools/ or the CLI.
 """

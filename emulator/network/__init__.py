@@ -1,0 +1,10 @@
+"""The network layer: topologies, routes, flow plans and the max-min fair fabric.
+
+Owns the topology builders (topology.py), routing with ECMP (routing.py), flow plans
+(flows.py), the collective algorithms that make them (collectives.py), link
+compression (compression.py) and the flow-level fabric, the only SimPy code here
+(fabric.py).
+
+May import: emulator.errors, emulator.program (Fold), emulator.scenario (specs, units),
+and its own modules. Never workload/, the engine or anything above.
+"""

@@ -1,5 +1,13 @@
-"""Output files of a run (DESIGN.md, "Output files"), each written atomically:
-summary.json, spans.csv, trace.json (Perfetto) and gantt.png."""
+"""The outputs layer: what a finished run shows, from its Result and Spans only.
+
+Owns the summary (summary.py), spans.csv, trace.json for Perfetto, gantt.png, the
+link-utilisation plot (linkplot.py), saving figures (figures.py) and atomic writes
+(atomic.py). ``write_outputs`` writes the files of DESIGN.md's "Output files", each
+atomically.
+
+May import: emulator.simulation (Result) and everything below it; never studies/,
+tools/, live/ or the CLI.
+"""
 from __future__ import annotations
 
 import os

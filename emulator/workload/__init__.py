@@ -1,0 +1,10 @@
+"""The workload layer: a model scenario becomes a Program (one training iteration per rank).
+
+Owns the model sizes (models.py), FLOP counts (flops.py), the per-layer kernels and
+communication (layer.py), rank placement (placement.py), pipeline schedules
+(schedules.py), the rank-independent build plan (plan.py) and the per-rank builder
+(builder.py). Layout rules come from the rule book, emulator/scenario/checks.py.
+
+May import: emulator.errors, emulator.program, emulator.scenario, emulator.devices
+(compute costs) and its own modules. Never the engine, network/ or anything above.
+"""

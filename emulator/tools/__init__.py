@@ -1,0 +1,9 @@
+"""The tools layer: commands that measure or size things rather than run a job.
+
+Owns calibration from nccl-tests logs and Kineto profiles (calibrate.py), the
+nccl-tests-style table of one collective (collective_bench.py) and the event-count
+and wall-time estimate of a run (estimate.py).
+
+May import: emulator.simulation, emulator.outputs and everything below them; never
+studies/, live/ or the CLI.
+"""
