@@ -140,8 +140,9 @@ def test_report_iterations_clip_waits_and_comm():
 
 
 # -- the backend (needs torch) -------------------------------------------------------------
-@pytest.fixture(scope="module")
+@pytest.fixture
 def live_pg(tmp_path_factory):
+    """The backend in this process as rank 0 of 8; afterwards torch is as it was (uninstall)."""
     torch = pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
     import torch.distributed as dist
 
@@ -157,6 +158,7 @@ def live_pg(tmp_path_factory):
     dist.init_process_group("emulator", rank=0, world_size=8, store=dist.HashStore())
     yield torch, dist, s
     dist.destroy_process_group()
+    backend.uninstall()
 
 
 def test_mirror_data_semantics(live_pg):
@@ -228,6 +230,76 @@ def test_ddp_waits_for_its_buckets_at_the_end_of_backward(live_pg):
     ar = [c for c in s.comms if c.op == "all_reduce"][-1]
     assert ar.bytes == 1_002_000.0
     assert s.waits[-1].reason == "backward" and s.waits[-1].end_s == pytest.approx(ar.end_s)
+
+
+TRAIN_TWO_STEPS = """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+assert hasattr(torch.autograd.backward, "__wrapped__")  # the backend's patch is in during the run
+dist.init_process_group("gloo")  # replaced by the emulator backend
+model = DDP(torch.nn.Linear(4, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    opt.zero_grad()
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+"""
+
+
+def test_live_run_puts_torch_back_as_it_was(tmp_path, monkeypatch):
+    """The child side of `emulator live`, run in this process: while the script runs, backward,
+    DDP's parameter check, init_process_group and the optimizer hooks are the backend's; when
+    the run ends they are the originals again and the hooks are gone."""
+    torch = pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
+    import torch.distributed as dist
+    import torch.nn.parallel.distributed as ddp
+    from torch.optim import optimizer as optim
+
+    from emulator.live import backend, run
+
+    assert not hasattr(torch.autograd.backward, "__wrapped__")  # no earlier test left its patch in
+    before = (torch.autograd.backward, ddp._verify_param_shape_across_processes, dist.init_process_group,
+              dist.distributed_c10d.init_process_group)
+    hooks = (list(optim._global_optimizer_pre_hooks), list(optim._global_optimizer_post_hooks))
+    # 50 ms per link: each all-reduce outlasts the rest of the backward by far (on the virtual
+    # clock, which does not sleep it out), so every backward ends in a wait
+    graph = star(tmp_path, 4, bw=1e9, lat=0.05)
+    scen = tmp_path / "s.yaml"
+    scen.write_text(f"name: star\ncluster:\n  fabric: {{kind: custom, graph: {graph}}}\n")
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN_TWO_STEPS)
+    for key, value in {"EMULATOR_LIVE_SCENARIO": str(scen), "EMULATOR_LIVE_WORLD": "4",
+                       "EMULATOR_LIVE_CLOCK": "virtual", "EMULATOR_LIVE_RECORD": str(tmp_path / "record.json")}.items():
+        monkeypatch.setenv(key, value)
+    for key in ("EMULATOR_LIVE_SET", "EMULATOR_LIVE_PROFILE", "RANK"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # run.main sets them for the script
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+    assert run.main([str(script)]) == 0
+    with open(tmp_path / "record.json") as fh:
+        record = json.load(fh)
+    # The patches worked during the run: two optimizer steps ended two iterations (the step hook), and
+    # each backward waited (the backward patch) for DDP's one gradient all-reduce of Linear(4, 4):
+    # 4·4 + 4 = 20 fp32 = 80 B on the world of 4, which takes 2·3·(2·0.05 s) + 2·3/4·80 B/1 GB/s
+    # = 0.6 s + 0.12 us.
+    assert len(record["steps_s"]) == 2
+    ars = [c for c in record["comms"] if c["op"] == "all_reduce"]
+    assert [(c["bytes"], c["group"]) for c in ars] == [(80.0, [0, 1, 2, 3])] * 2
+    assert all(c["end_s"] - c["start_s"] == pytest.approx(0.6 + 1.2e-7, rel=1e-9) for c in ars)
+    backward = [w for w in record["waits"] if w["reason"] == "backward"]
+    assert [w["end_s"] for w in backward] == [pytest.approx(c["end_s"], rel=1e-12) for c in ars]
+
+    # ... and at the end they are gone
+    assert not dist.is_initialized()
+    assert torch.autograd.backward is before[0] and not hasattr(torch.autograd.backward, "__wrapped__")
+    assert ddp._verify_param_shape_across_processes is before[1]
+    assert dist.init_process_group is before[2] and dist.distributed_c10d.init_process_group is before[3]
+    assert (list(optim._global_optimizer_pre_hooks), list(optim._global_optimizer_post_hooks)) == hooks
+    assert backend._state["session"] is None and backend._state["undo"] == []
+    backend.uninstall()  # a second call is harmless
 
 
 # -- end to end (needs torch) ---------------------------------------------------------------

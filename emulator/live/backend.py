@@ -28,12 +28,14 @@ calls a C++ path that a Python process group cannot serve, and mirror ranks are
 identical by construction), (2) makes the end of a backward pass wait for the
 communication issued during it (DDP waits for its gradient buckets there), and
 (3) hooks optimizer steps: a step waits for outstanding communication, and the
-end of a step ends an iteration.
+end of a step ends an iteration. ``uninstall()`` undoes (1)-(3) and drops the session
+when the live run ends (``emulator.live.run``); the backend name stays registered
+(torch cannot unregister one), and without a session nothing patched remains.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -42,7 +44,9 @@ from torch._C._distributed_c10d import Work as _CWork
 from emulator.live.session import CommRecord, Session
 
 BACKEND = "emulator"
-_state: dict[str, Any] = {"session": None, "installed": False}
+# session: the live Session; registered: the backend name is registered with torch (once per
+# process); undo: what puts torch back as it was, one callable per patch or hook, in install order
+_state: dict[str, Any] = {"session": None, "registered": False, "undo": []}
 
 
 def session() -> Session:
@@ -58,7 +62,7 @@ class EmulatorWork(_CWork):
     def __init__(self, result: Any, record: CommRecord | None) -> None:
         super().__init__()
         self.record = record
-        self.future = torch.futures.Future()
+        self.future: torch.futures.Future[Any] = torch.futures.Future()
         self.future.set_result(result)
 
     def wait(self, timeout: Any = None) -> bool:
@@ -106,7 +110,7 @@ class EmulatorProcessGroup(dist.ProcessGroup):
     """Rank ``rank`` of a group of ``size``; ``ranks`` are its members' world ranks."""
 
     def __init__(self, rank: int, size: int, ranks: list[int]) -> None:
-        super().__init__(rank, size)
+        super().__init__(rank, size)  # type: ignore[call-arg]  # the (rank, size) constructor a Python backend uses
         self.ranks = tuple(ranks) if ranks else tuple(range(size))
         self._sent: dict[tuple, torch.Tensor] = {}
         self._name = ""
@@ -273,18 +277,26 @@ def _create(opts: Any, pg_options: Any = None) -> EmulatorProcessGroup:
 
 # -- installation ------------------------------------------------------------------
 def install(live: Session) -> None:
-    """Make ``live`` the session of the emulator backend; register it and its hooks (once)."""
+    """Make ``live`` the session of the emulator backend; register it and put its patches and hooks in (once)."""
     _state["session"] = live
-    if _state["installed"]:
-        return
-    _state["installed"] = True
-    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
-    _patch_ddp_check()
-    _patch_backward()
-    _hook_optimizers()
+    if not _state["registered"]:
+        dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
+        _state["registered"] = True
+    if not _state["undo"]:
+        _state["undo"] = [_patch_ddp_check(), _patch_backward(), *_hook_optimizers()]
 
 
-def _patch_ddp_check() -> None:
+def uninstall() -> None:
+    """Undo ``install``: DDP's parameter-shape check and ``torch.autograd.backward`` are the
+    originals again, the optimizer step hooks are removed, and the backend has no session.
+    Safe to call twice or without an install."""
+    undo = _state["undo"]
+    while undo:
+        undo.pop()()  # the reverse of the install order
+    _state["session"] = None
+
+
+def _patch_ddp_check() -> Callable[[], None]:
     import torch.nn.parallel.distributed as ddp
 
     original = ddp._verify_param_shape_across_processes
@@ -297,8 +309,14 @@ def _patch_ddp_check() -> None:
 
     ddp._verify_param_shape_across_processes = verify
 
+    def undo() -> None:
+        if ddp._verify_param_shape_across_processes is verify:  # not if someone wrapped it since
+            ddp._verify_param_shape_across_processes = original
 
-def _patch_backward() -> None:
+    return undo
+
+
+def _patch_backward() -> Callable[[], None]:
     original = torch.autograd.backward
 
     @functools.wraps(original)
@@ -313,8 +331,15 @@ def _patch_backward() -> None:
 
     torch.autograd.backward = backward
 
+    def undo() -> None:
+        # if another library wrapped it since, leave its wrapper: ours is a pass-through without a session
+        if torch.autograd.backward is backward:
+            torch.autograd.backward = original
 
-def _hook_optimizers() -> None:
+    return undo
+
+
+def _hook_optimizers() -> list[Callable[[], None]]:
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -328,5 +353,4 @@ def _hook_optimizers() -> None:
         if live is not None:
             live.step(id(optimizer))
 
-    register_optimizer_step_pre_hook(pre)
-    register_optimizer_step_post_hook(post)
+    return [register_optimizer_step_pre_hook(pre).remove, register_optimizer_step_post_hook(post).remove]

@@ -4,7 +4,8 @@ It builds the live Session from the environment the launcher sets, installs the
 ``emulator`` backend, makes ``init_process_group()`` pick it (any backend the
 script names is replaced by "emulator"; the store is an in-process HashStore,
 so no MASTER_ADDR/PORT and no rendezvous), runs the unmodified script with
-runpy as ``__main__``, and writes the run's record (JSON) for the launcher.
+runpy as ``__main__``, writes the run's record (JSON) for the launcher, and at the end
+destroys the process group and undoes its patches of torch (``_end``).
 
 Environment (set by the launcher):
 EMULATOR_LIVE_SCENARIO (path), EMULATOR_LIVE_SET (JSON list of --set overrides),
@@ -17,7 +18,7 @@ import json
 import os
 import runpy
 import sys
-from typing import Any
+from typing import Any, Callable
 
 NEEDS_TORCH = "emulator live needs PyTorch: pip install '.[live]'"
 MAX_PROFILE_EVENTS = 200_000
@@ -47,8 +48,9 @@ def _session():
     return Session(Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall")), CommCost(scenario, world), world, rank)
 
 
-def _patch_init(live) -> None:
-    """``init_process_group(...)`` → the emulator backend on an in-process store, whatever was asked."""
+def _patch_init(live) -> Callable[[], None]:
+    """``init_process_group(...)`` → the emulator backend on an in-process store, whatever was asked.
+    Returns what puts the original back."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
@@ -62,8 +64,17 @@ def _patch_init(live) -> None:
             kwargs["timeout"] = timeout
         return original("emulator", world_size=live.world, rank=live.rank, store=dist.HashStore(), **kwargs)
 
-    dist.init_process_group = init_process_group
-    c10d.init_process_group = init_process_group
+    # the patch takes the script's arguments whatever they are: looser than torch's own signature
+    dist.init_process_group = init_process_group  # type: ignore[assignment]
+    c10d.init_process_group = init_process_group  # type: ignore[assignment]
+
+    def undo() -> None:
+        if dist.init_process_group is init_process_group:  # type: ignore[comparison-overlap]
+            dist.init_process_group = original
+        if c10d.init_process_group is init_process_group:  # type: ignore[comparison-overlap]
+            c10d.init_process_group = original
+
+    return undo
 
 
 def _profile_events(path: str, marker_wall: float, clock) -> list[dict]:
@@ -100,7 +111,7 @@ def main(argv: list[str]) -> int:
     except EmulatorError as exc:
         return _fail(str(exc))
     backend.install(live)
-    _patch_init(live)
+    unpatch_init = _patch_init(live)
     profile = os.environ.get("EMULATOR_LIVE_PROFILE") == "1"
     prof = None
     marker_wall = 0.0
@@ -125,27 +136,40 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
-        live.finish()
-        record = live.to_dict()
-        if prof is not None:
-            import tempfile
-
-            prof.__exit__(None, None, None)
-            with tempfile.TemporaryDirectory() as tmp:
-                path = os.path.join(tmp, "profile.json")
-                prof.export_chrome_trace(path)
-                record["profile"] = _profile_events(path, marker_wall, live.clock)
-        out = os.environ.get("EMULATOR_LIVE_RECORD")
-        if out:
-            write_text(out, json.dumps(record))
         try:
-            import torch.distributed as dist
+            live.finish()
+            record = live.to_dict()
+            if prof is not None:
+                import tempfile
 
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        except Exception:  # the script may have torn it down already
-            pass
+                prof.__exit__(None, None, None)
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = os.path.join(tmp, "profile.json")
+                    prof.export_chrome_trace(path)
+                    record["profile"] = _profile_events(path, marker_wall, live.clock)
+            out = os.environ.get("EMULATOR_LIVE_RECORD")
+            if out:
+                write_text(out, json.dumps(record))
+        finally:
+            _end(unpatch_init)
     return code
+
+
+def _end(unpatch_init: Callable[[], None]) -> None:
+    """The end of the live session: the process group goes, and torch is as it was before the run
+    (init_process_group, autograd.backward, DDP's check and the optimizer hooks are the originals)."""
+    import torch.distributed as dist
+
+    from emulator.live import backend
+
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # the script may have torn it down already
+        pass
+    finally:
+        unpatch_init()
+        backend.uninstall()
 
 
 if __name__ == "__main__":
