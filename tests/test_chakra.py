@@ -7,6 +7,8 @@ import pytest
 
 from emulator.importers.native import TraceError
 from emulator.program import Fold, Op, Program
+from emulator.scenario import load_scenario_text
+from emulator.workload.builder import build_program
 
 pytest.importorskip("chakra.schema.protobuf.et_def_pb2",
                     reason="the optional extra mlc-chakra is not installed (pip install mlc-chakra)")
@@ -60,13 +62,10 @@ def test_round_trip_of_an_imported_kineto_trace(tmp_path):
 
 
 def test_round_trip_of_a_generated_workload(tmp_path):
-    builder = pytest.importorskip("emulator.workload.builder", reason="the workload builder is not written yet")
-    from emulator.scenario import load_scenario_text
-
     s = load_scenario_text("name: x\ncluster: {nodes: 1, node: dgx-a100}\n"
                            "model: {layers: 4, hidden: 1024, heads: 16, seq_len: 512, vocab: 32000}\n"
                            "training: {global_batch: 16, micro_batch: 2}\nparallel: {tp: 2, pp: 2, dp: 2}\n")
-    p = builder.build_program(s, None)
+    p = build_program(s, None)
     export_chakra(p, str(tmp_path))
     q = load_chakra(str(tmp_path))
     assert by_rank(q) == by_rank(p)

@@ -7,8 +7,10 @@ import os
 
 import pytest
 
+from emulator import simulation
 from emulator.errors import EmulatorError
 from emulator.importers.kineto import TraceError, load_kineto
+from emulator.scenario import load_scenario_text
 
 HERE = os.path.dirname(__file__)
 DATA = os.path.join(HERE, "data", "kineto")
@@ -281,12 +283,7 @@ def test_resnet_dag_reproduces_measured_span():
 
 # ----------------------------------------------------------------------------- replay on the engine
 
-simulation = pytest.importorskip("emulator.simulation", reason="the engine (emulator/simulation.py) is absent")
-
-
 def _scenario(text: str):
-    from emulator.scenario import load_scenario_text
-
     return load_scenario_text(text)
 
 
