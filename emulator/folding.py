@@ -133,7 +133,7 @@ class Stamped(Program):
     def __init__(self, template: Program, stamp: Fold) -> None:  # noqa: D107 (no dataclass init)
         self.ranks = template.ranks
         self.fold = None
-        self.meta = dict(template.meta)
+        self.meta = template.meta  # immutable: shared
         self.template = template.ops
         self.stamp = stamp
         self.translations = list(stamp.translations())
@@ -155,7 +155,7 @@ class Stamped(Program):
         Program(self.ranks, self.template).validate()
 
     def repeated(self, n: int) -> Program:
-        return self if n <= 1 else Program(self.ranks, self.ops, None, dict(self.meta)).repeated(n)
+        return self if n <= 1 else Program(self.ranks, self.ops, None, self.meta).repeated(n)
 
 
 def unfold(program: Program, fold: Fold) -> Stamped:

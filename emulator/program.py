@@ -19,16 +19,58 @@ Units are SI: seconds, bytes, FLOPs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import IntEnum
 from itertools import product
 from typing import Iterator
 
-COMPUTE = "compute"
-COLLECTIVE = "collective"
-SEND = "send"
-RECV = "recv"
-KINDS = (COMPUTE, COLLECTIVE, SEND, RECV)
+from emulator.meta import ProgramMeta
+
+__all__ = ["OpKind", "COMPUTE", "COLLECTIVE", "SEND", "RECV", "KINDS", "COMM_KINDS", "COLLECTIVE_OPS", "Op", "Fold",
+           "Program", "ProgramMeta"]
+
+
+class OpKind(IntEnum):
+    """What an op does. Its text form (``label``: "compute", "collective", "send", "recv")
+    is the one every output and trace format uses; ``str()`` and f-strings give it too.
+    Trace readers turn a label into a kind with :meth:`parse`.
+    """
+
+    COMPUTE = 0
+    COLLECTIVE = 1
+    SEND = 2
+    RECV = 3
+
+    @property
+    def label(self) -> str:
+        """The lowercase name, as written in spans, traces and reports."""
+        return _LABELS[self]
+
+    @classmethod
+    def parse(cls, text: str) -> OpKind:
+        """The kind whose label is ``text``; ValueError naming the known labels otherwise."""
+        kind = _BY_LABEL.get(text)
+        if kind is None:
+            raise ValueError(f"kind {text!r} is not one of {', '.join(_LABELS)}")
+        return kind
+
+    def __str__(self) -> str:
+        return _LABELS[self]
+
+    def __format__(self, spec: str) -> str:
+        return format(_LABELS[self], spec)
+
+
+
+_LABELS: tuple[str, ...] = tuple(k.name.lower() for k in OpKind)  # indexed by value
+_BY_LABEL: dict[str, OpKind] = {k.name.lower(): k for k in OpKind}
+
+COMPUTE = OpKind.COMPUTE
+COLLECTIVE = OpKind.COLLECTIVE
+SEND = OpKind.SEND
+RECV = OpKind.RECV
+KINDS: tuple[OpKind, ...] = (COMPUTE, COLLECTIVE, SEND, RECV)
+COMM_KINDS: tuple[OpKind, ...] = (COLLECTIVE, SEND, RECV)
 COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast")
-COMM_KINDS = (COLLECTIVE, SEND, RECV)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +85,7 @@ class Op:
 
     id: int
     rank: int
-    kind: str
+    kind: OpKind
     stream: str = "compute"
     deps: tuple[int, ...] = ()
     name: str = ""
@@ -121,7 +163,8 @@ class Fold:
         coords = (r[:, None] // strides[None, :]) % shape[None, :]  # (n, axes)
         offsets = np.array(list(self.translations()), dtype=np.int64).reshape(-1, len(shape))  # (T, axes)
         moved = (coords[None, :, :] + offsets[:, None, :]) % shape[None, None, :]  # (T, n, axes)
-        return (moved @ strides).tolist()
+        rows: list[list[int]] = (moved @ strides).tolist()  # numpy types tolist() as Any
+        return rows
 
 
 @dataclass
@@ -130,14 +173,15 @@ class Program:
 
     ``ops`` holds the ops of the simulated ranks only; with a ``fold`` those are
     the representatives, and every other rank is a translate of one of them.
-    ``meta`` carries workload facts for the reports (model FLOPs per iteration,
-    tokens per iteration, ...), never anything the engine needs.
+    ``meta`` carries facts for the reports (the workload's FLOPs and tokens per
+    iteration, or what a trace measured: ``emulator.meta``), never anything the
+    engine needs.
     """
 
     ranks: int
     ops: list[Op]
     fold: Fold | None = None
-    meta: dict = field(default_factory=dict)
+    meta: ProgramMeta = field(default_factory=ProgramMeta)
 
     def repeated(self, n: int) -> "Program":
         """``n`` back-to-back iterations: each rank's iteration k+1 starts on every
@@ -162,9 +206,10 @@ class Program:
                 if k and op.id in heads:
                     deps += tuple(t + off - stride for t in tails[op.rank])
                 out.append(replace(op, id=op.id + off, deps=deps))
-        return Program(self.ranks, out, self.fold, dict(self.meta))
+        return Program(self.ranks, out, self.fold, self.meta)
 
     def simulated_ranks(self) -> list[int]:
+        """The ranks that have ops, in order."""
         return sorted({op.rank for op in self.ops})
 
     def validate(self) -> None:
@@ -179,14 +224,14 @@ class Program:
                 raise ValueError(f"op {op.id}: duplicate id")
             ids.add(op.id)
         for op in self.ops:
-            if op.kind not in KINDS:
-                raise ValueError(f"op {op.id}: kind {op.kind!r} is not one of {', '.join(KINDS)}")
+            if op.kind.__class__ is not OpKind:  # a hand-made Op given a label or a number
+                raise ValueError(f"op {op.id}: kind {op.kind!r} is not one of {', '.join(_LABELS)} (an OpKind)")
             if not 0 <= op.rank < self.ranks:
                 raise ValueError(f"op {op.id}: rank {op.rank} outside 0..{self.ranks - 1}")
             for d in op.deps:
                 if d not in ids:
                     raise ValueError(f"op {op.id}: dependency {d} is not an op of this program")
-            if op.kind == COLLECTIVE:
+            if op.kind is COLLECTIVE:
                 if op.collective not in COLLECTIVE_OPS:
                     known = ", ".join(COLLECTIVE_OPS)
                     raise ValueError(f"op {op.id}: collective {op.collective!r} is not one of {known}")
@@ -194,7 +239,7 @@ class Program:
                     raise ValueError(f"op {op.id}: rank {op.rank} is not in its group {list(op.group)}")
                 if any(not 0 <= g < self.ranks for g in op.group):
                     raise ValueError(f"op {op.id}: group {list(op.group)} has a rank outside 0..{self.ranks - 1}")
-            if op.kind in (SEND, RECV):
+            if op.kind is SEND or op.kind is RECV:
                 if not 0 <= op.peer < self.ranks or op.peer == op.rank:
                     raise ValueError(f"op {op.id}: peer {op.peer} is not another rank in 0..{self.ranks - 1}")
             if op.bytes < 0 or op.flops < 0 or (op.duration is not None and op.duration < 0):

@@ -50,7 +50,7 @@ class SpanTable(Sequence):
     """
 
     def __init__(self, static: list[tuple], ids: list[int], ranks: list[int], rank_maps: list[dict[int, int] | None],
-                 stride: int, start: list[float], end: list[float], xfer: list[float]) -> None:
+                 stride: int, start: Sequence[float], end: Sequence[float], xfer: Sequence[float]) -> None:
         # static[t] = (stream, kind, name, bytes, flops, microbatch, stage, category, layer)
         self._cols = list(zip(*static)) if static else [()] * 9
         self._static = static

@@ -4,7 +4,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from emulator.errors import ScenarioError
-from emulator.program import Fold
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold
 from emulator.scenario import (
     ClusterSpec,
     GpuSpec,
@@ -40,7 +40,7 @@ def run(prog):
     end, prev, issued = {}, defaultdict(float), set()
     index, count = {}, defaultdict(int)
     for o in prog.ops:
-        if o.kind == "collective":
+        if o.kind is COLLECTIVE:
             index[o.id] = (o.group, count[(o.rank, o.group)])
             count[(o.rank, o.group)] += 1
     coll, p2p = defaultdict(dict), defaultdict(dict)
@@ -60,16 +60,16 @@ def run(prog):
                 if any(d not in end for d in o.deps) or o.id in issued:
                     break
                 ready = max([prev[key]] + [end[d] for d in o.deps])
-                if o.kind == "compute":
+                if o.kind is COMPUTE:
                     end[o.id] = prev[key] = ready + o.duration
                     heads[key] += 1
                     progress = True
                     continue
                 issued.add(o.id)
-                if o.kind == "collective":
+                if o.kind is COLLECTIVE:
                     box, need = coll[index[o.id]], [g for g in o.group if g in sim]
                 else:
-                    box = p2p[(o.rank, o.peer, o.tag) if o.kind == "send" else (o.peer, o.rank, o.tag)]
+                    box = p2p[(o.rank, o.peer, o.tag) if o.kind is SEND else (o.peer, o.rank, o.tag)]
                     need = [o.rank, o.peer] if o.peer in sim else [o.rank]
                 box[o.rank] = (o, ready, key)
                 if len(box) == len(need):
@@ -85,20 +85,20 @@ def test_layer_mode_counts_per_layer_and_microbatch():
     # tp 2, pp 2, dp 2 on 8 GPUs; 8 samples / (1·2) = 4 micro-batches; 2 layers per stage.
     prog = build_program(scen(8, ParallelSpec(tp=2, pp=2, dp=2)))
     prog.validate()
-    assert prog.meta["microbatches"] == 4 and prog.meta["pp"] == 2
+    assert prog.meta.workload.microbatches == 4 and prog.meta.workload.pp == 2
     ops = [o for o in prog.ops if o.rank == 0 and o.layer == 1 and o.microbatch == 2]
     c = Counter((o.kind, o.category) for o in ops)
     # forward: [ln1..proj] AR [bda1..down] AR [bda2] → 3 compute + 2 all-reduces;
     # backward: [bda2_bwd..up.dgrad] AR‖[up.wgrad] [ln2_bwd..qkv.dgrad] AR‖[qkv.wgrad] [ln1_bwd..] → 5 + 2
-    assert c[("compute", "fwd")] == 3 and c[("compute", "bwd")] == 5
-    assert c[("collective", "comm")] == 4
-    assert all(o.group == (0, 1) for o in ops if o.kind == "collective")
+    assert c[(COMPUTE, "fwd")] == 3 and c[(COMPUTE, "bwd")] == 5
+    assert c[(COLLECTIVE, "comm")] == 4
+    assert all(o.group == (0, 1) for o in ops if o.kind is COLLECTIVE)
 
 
 def test_op_mode_counts():
     prog = build_program(scen(2, ParallelSpec(tp=2), detail="op"))
     fwd = [o.name.split(".", 3)[-1] for o in prog.ops if o.rank == 0 and o.layer == 0 and o.microbatch == 0
-           and o.category == "fwd" and o.kind == "compute"]
+           and o.category == "fwd" and o.kind is COMPUTE]
     assert fwd == ["ln1", "qkv", "attn.qk", "attn.softmax", "attn.dropout", "attn.pv", "ctx_copy", "proj",
                    "bda1", "ln2", "mlp.up", "gelu", "mlp.down", "bda2"]
 
@@ -106,11 +106,11 @@ def test_op_mode_counts():
 def test_groups_follow_megatron_order():
     prog = build_program(scen(8, ParallelSpec(tp=2, pp=2, dp=2), gb=16))
     for o in prog.ops:
-        if o.kind == "collective" and o.stream == "tp":
+        if o.kind is COLLECTIVE and o.stream == "tp":
             assert o.group == (o.rank // 2 * 2, o.rank // 2 * 2 + 1)
-        if o.kind == "collective" and o.stream == "dp" and o.name.startswith("grad"):
+        if o.kind is COLLECTIVE and o.stream == "dp" and o.name.startswith("grad"):
             assert o.group == tuple(sorted({o.rank, o.rank ^ 2}))  # dp stride TP = 2
-        if o.kind in ("send", "recv"):
+        if o.kind in (SEND, RECV):
             assert abs(o.peer - o.rank) == 4  # pp stride TP·DP = 4
 
 
@@ -134,8 +134,8 @@ def test_programs_are_consistent_and_run(par, kw):
     rank = {o.id: o.rank for o in prog.ops}
     assert all(rank[d] == o.rank for o in prog.ops for d in o.deps)
     # tags unique per (src, dst), every send has exactly one recv
-    sends = Counter((o.rank, o.peer, o.tag) for o in prog.ops if o.kind == "send")
-    recvs = Counter((o.peer, o.rank, o.tag) for o in prog.ops if o.kind == "recv")
+    sends = Counter((o.rank, o.peer, o.tag) for o in prog.ops if o.kind is SEND)
+    recvs = Counter((o.peer, o.rank, o.tag) for o in prog.ops if o.kind is RECV)
     assert max(sends.values(), default=1) == 1 and sends == recvs
     end, stuck = run(prog)
     assert not stuck, f"deadlock at {stuck[0]}"
@@ -164,7 +164,7 @@ def test_fold_emits_representatives_only():
     fold = Fold(shape, tuple(n in ("tp", "dp") for n in names))
     prog = build_program(sc, fold)
     assert prog.simulated_ranks() == [0, 4]
-    assert any(o.group == (0, 1) for o in prog.ops if o.kind == "collective")  # world numbering
+    assert any(o.group == (0, 1) for o in prog.ops if o.kind is COLLECTIVE)  # world numbering
     end, stuck = run(prog)
     assert not stuck
 
@@ -172,9 +172,10 @@ def test_fold_emits_representatives_only():
 def test_meta():
     prog = build_program(scen(8, ParallelSpec(tp=2, pp=2, dp=2), recompute="full"))
     # tokens 8·128; model FLOPs 72·8·128·4·256²·(1 + 128/1536 + 512/12288)
-    assert prog.meta["tokens"] == 1024 and prog.meta["samples"] == 8
-    assert prog.meta["model_flops"] == pytest.approx(72 * 8 * 128 * 4 * 256**2 * (1 + 128 / 1536 + 512 / 12288))
-    assert prog.meta["hardware_flops"] == pytest.approx(96 * 8 * 128 * 4 * 256**2 * (1 + 128 / 1536 + 512 / 16384))
+    facts = prog.meta.workload
+    assert facts.tokens == 1024 and facts.samples == 8
+    assert facts.model_flops == pytest.approx(72 * 8 * 128 * 4 * 256**2 * (1 + 128 / 1536 + 512 / 12288))
+    assert facts.hardware_flops == pytest.approx(96 * 8 * 128 * 4 * 256**2 * (1 + 128 / 1536 + 512 / 16384))
 
 
 def test_bad_input_is_a_clear_error():
@@ -191,4 +192,4 @@ def test_gpt3_175b_builds_folded():
     shape, names = fold_grid(sc)
     prog = build_program(sc, Fold(shape, tuple(n in ("tp", "dp") for n in names)))
     assert prog.simulated_ranks() == list(range(0, 1024, 128))
-    assert prog.meta["microbatches"] == 96
+    assert prog.meta.workload.microbatches == 96

@@ -6,7 +6,8 @@ import os
 import pytest
 
 from emulator.importers.native import TraceError
-from emulator.program import Fold, Op, Program
+from emulator.meta import ProgramMeta
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
 from emulator.scenario import load_scenario_text
 from emulator.workload.builder import build_program
 
@@ -21,19 +22,19 @@ DATA = os.path.join(os.path.dirname(__file__), "data", "kineto")
 def two_rank_program() -> Program:
     """Every op kind, two streams, a dependency across ranks, a fold and meta."""
     ops = [
-        Op(0, 0, "compute", "compute", (), "fwd0", flops=2.5e12, bytes=1.5e9, category="fwd", microbatch=0,
+        Op(0, 0, COMPUTE, "compute", (), "fwd0", flops=2.5e12, bytes=1.5e9, category="fwd", microbatch=0,
            stage=0, layer=3),
-        Op(1, 1, "compute", "compute", (), "fwd1", duration=1.25e-4, category="fwd", microbatch=0, stage=1),
-        Op(2, 0, "send", "pp", (0,), "send", bytes=4194304.0, peer=1, tag=7, microbatch=0),
-        Op(3, 1, "recv", "pp", (), "recv", bytes=4194304.0, peer=0, tag=7, microbatch=0),
-        Op(4, 1, "compute", "compute", (3, 0), "bwd1", flops=1e12, category="bwd"),
-        Op(5, 0, "collective", "dp", (0,), "grads", bytes=1e8 / 3, collective="all_reduce", group=(0, 1)),
-        Op(6, 1, "collective", "dp", (4,), "grads", bytes=1e8 / 3, collective="all_reduce", group=(0, 1)),
-        Op(7, 0, "collective", "dp", (), "bcast", bytes=12.0, collective="broadcast", group=(0, 1), root=1),
-        Op(8, 1, "collective", "dp", (), "bcast", bytes=12.0, collective="broadcast", group=(0, 1), root=1),
-        Op(9, 0, "compute", "cpu", (5,), "host", duration=0.0, category="host"),
+        Op(1, 1, COMPUTE, "compute", (), "fwd1", duration=1.25e-4, category="fwd", microbatch=0, stage=1),
+        Op(2, 0, SEND, "pp", (0,), "send", bytes=4194304.0, peer=1, tag=7, microbatch=0),
+        Op(3, 1, RECV, "pp", (), "recv", bytes=4194304.0, peer=0, tag=7, microbatch=0),
+        Op(4, 1, COMPUTE, "compute", (3, 0), "bwd1", flops=1e12, category="bwd"),
+        Op(5, 0, COLLECTIVE, "dp", (0,), "grads", bytes=1e8 / 3, collective="all_reduce", group=(0, 1)),
+        Op(6, 1, COLLECTIVE, "dp", (4,), "grads", bytes=1e8 / 3, collective="all_reduce", group=(0, 1)),
+        Op(7, 0, COLLECTIVE, "dp", (), "bcast", bytes=12.0, collective="broadcast", group=(0, 1), root=1),
+        Op(8, 1, COLLECTIVE, "dp", (), "bcast", bytes=12.0, collective="broadcast", group=(0, 1), root=1),
+        Op(9, 0, COMPUTE, "cpu", (5,), "host", duration=0.0, category="host"),
     ]
-    return Program(ranks=4, ops=ops, fold=Fold((2, 2), (True, False)), meta={"model_flops": 1.5e15})
+    return Program(ranks=4, ops=ops, fold=Fold((2, 2), (True, False)), meta=ProgramMeta.from_dict({"model_flops": 1.5e15}))
 
 
 def by_rank(p: Program) -> dict[int, list[Op]]:
@@ -109,8 +110,8 @@ def test_foreign_file_gets_streams_and_new_ids(tmp_path):
             write_msg(f, pb.Node(id=0, name="mm", type=pb.COMP_NODE, duration_micros=250))
     p = load_chakra(str(tmp_path))
     assert [(op.id, op.rank, op.kind, op.stream, op.deps) for op in p.ops] == [
-        (0, 0, "compute", "compute", ()), (1, 0, "collective", "comm", (0,)),
-        (10**9, 1, "compute", "compute", ()), (10**9 + 1, 1, "collective", "comm", (10**9,))]
+        (0, 0, COMPUTE, "compute", ()), (1, 0, COLLECTIVE, "comm", (0,)),
+        (10**9, 1, COMPUTE, "compute", ()), (10**9 + 1, 1, COLLECTIVE, "comm", (10**9,))]
     assert p.ops[0].duration == pytest.approx(250e-6) and p.ops[1].group == (0, 1) and p.ops[1].bytes == 1 << 20
 
 

@@ -2,7 +2,7 @@
 import pytest
 from helpers import custom_scenario, star
 
-from emulator.program import Op, Program
+from emulator.program import COLLECTIVE, Op, Program
 from emulator.scenario import load_scenario_text
 from emulator.simulation import run_program
 
@@ -12,7 +12,7 @@ B, LAT, S = 50e9, 1e-6, 1e9  # star links: 50 GB/s, 1 us each; a hop GPU→switc
 def _run(tmp_path, n, collective, nbytes=S, root=-1, algorithm="auto"):
     sc = custom_scenario(star(tmp_path, n, bw=B, lat=LAT))
     g = tuple(range(n))
-    ops = [Op(r, r, "collective", collective=collective, group=g, bytes=nbytes, root=root) for r in g]
+    ops = [Op(r, r, COLLECTIVE, collective=collective, group=g, bytes=nbytes, root=root) for r in g]
     return run_program(Program(n, ops), sc, record_links=False).iteration_time_s
 
 
@@ -47,7 +47,7 @@ def test_hierarchical_all_reduce_on_two_nodes():
     intra = 6.05e-6 + 7 * 1.975e-6 + 7 / 8 * S1 / 230e9
     inter = 6.05e-6 + 2 * 4e-6 + 2 * (1 / 2) * (S1 / 8) / 24e9
     g = tuple(range(16))
-    ops = [Op(r, r, "collective", collective="all_reduce", group=g, bytes=S1) for r in g]
+    ops = [Op(r, r, COLLECTIVE, collective="all_reduce", group=g, bytes=S1) for r in g]
     t = run_program(Program(16, ops), sc, record_links=False).iteration_time_s
     assert t == pytest.approx(2 * intra + inter, rel=1e-9)
 
@@ -73,7 +73,7 @@ def test_nvls_all_reduce_reaches_the_measured_bus_bandwidth():
     sc = load_scenario_text(text, "n.yaml")
     S1 = 2**30
     g = tuple(range(8))
-    ops = [Op(r, r, "collective", collective="all_reduce", group=g, bytes=S1) for r in g]
+    ops = [Op(r, r, COLLECTIVE, collective="all_reduce", group=g, bytes=S1) for r in g]
     t = run_program(Program(8, ops), sc, record_links=False).iteration_time_s
     assert t == pytest.approx(6.05e-6 + 2 * 1.975e-6 + 7 / 4 * S1 / 480e9, rel=1e-9)
     (row,) = collective_table(sc, "all_reduce", [8 * 2**30])

@@ -5,7 +5,7 @@ from helpers import custom_scenario, star
 
 from emulator.engine import DeadlockError
 from emulator.folding import Stamped, program_fold, unfold
-from emulator.program import Fold, Op, Program
+from emulator.program import RECV, Fold, Op, Program
 from emulator.scenario import load_scenario_text
 from emulator.simulation import run_program
 from emulator.workload.builder import build_program
@@ -23,7 +23,7 @@ def test_stamped_runs_exactly_like_its_materialised_ops():
     sc = load_scenario_text(TEXT, "s.yaml")
     fold = program_fold(sc)
     stamped = unfold(build_program(sc, fold), fold)
-    flat = Program(stamped.ranks, list(stamped.ops), None, dict(stamped.meta))  # the plain (one-copy) path
+    flat = Program(stamped.ranks, list(stamped.ops), None, stamped.meta)  # the plain (one-copy) path
     a, b = run_program(stamped, sc, record_links=False), run_program(flat, sc, record_links=False)
     # 16 ranks = 2 (pp) × 8 copies; bit-identical times, spans in the same order
     assert a.iteration_time_s == b.iteration_time_s and a.events == b.events
@@ -47,7 +47,7 @@ def test_span_table_indexing_matches_iteration():
 def test_stamped_deadlock_names_the_copy(tmp_path):
     # the template: rank 0 waits for a recv from rank 1; its copy (rank 1) waits for rank 0
     sc = custom_scenario(star(tmp_path, 2))
-    stamped = Stamped(Program(2, [Op(0, 0, "recv", peer=1, bytes=10, tag=3)]), Fold((2,), (True,)))
+    stamped = Stamped(Program(2, [Op(0, 0, RECV, peer=1, bytes=10, tag=3)]), Fold((2,), (True,)))
     with pytest.raises(DeadlockError) as err:
         run_program(stamped, sc)
     msg = str(err.value)

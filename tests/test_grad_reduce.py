@@ -14,7 +14,7 @@ parallel: {tp: 1, pp: 1, dp: 8}
 
 def _dp_bytes(sets):
     p = build_program(load_scenario_text(TEXT, "g.yaml", sets), None)
-    return sum(op.bytes for op in p.ops if op.rank == 0 and op.stream == "dp"), p.meta["params"]
+    return sum(op.bytes for op in p.ops if op.rank == 0 and op.stream == "dp"), p.meta.workload.params
 
 
 def test_rule():

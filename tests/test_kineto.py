@@ -10,6 +10,7 @@ import pytest
 from emulator import simulation
 from emulator.errors import EmulatorError
 from emulator.importers.kineto import TraceError, load_kineto
+from emulator.program import COLLECTIVE
 from emulator.scenario import load_scenario_text
 
 HERE = os.path.dirname(__file__)
@@ -82,7 +83,7 @@ def test_hand_trace_ops_deps_and_host_lane(tmp_path):
     prog = load_kineto(_write(tmp_path, hand_trace(), gz=True), mirror=2)
     assert prog.ranks == 2 and len(prog.ops) == 22  # 11 ops per rank, rank 1 a copy of rank 0
     r0 = [op for op in prog.ops if op.rank == 0]
-    kinds = [(op.stream, op.kind) for op in r0]
+    kinds = [(op.stream, op.kind.label) for op in r0]
     assert kinds == [("cpu", "compute"), ("cuda:7", "compute"), ("cpu", "compute"), ("cuda:20", "collective"),
                      ("cpu", "compute"), ("cuda:7", "compute"), ("cpu", "compute"), ("cpu", "compute"),
                      ("cuda:7", "compute"), ("cpu", "compute"), ("cuda:20", "collective")]
@@ -109,7 +110,7 @@ def test_hand_trace_ops_deps_and_host_lane(tmp_path):
 
 def test_hand_trace_measured_meta(tmp_path):
     prog = load_kineto(_write(tmp_path, hand_trace()), mirror=2)
-    m = prog.meta["measured"]
+    m = prog.meta.measured
     assert m["iteration"] == 3 and m["shared_clock"] is False
     r0 = m["ranks"][0]
     # GPU ops from 1030 (GEMM start) to 1136 (broadcast end): 106 us; step starts at 1000
@@ -162,7 +163,7 @@ def test_rank_set_errors(tmp_path):
 def test_dlrm_cut_first_all_to_all():
     """Ranks 0 and 1 of DLRM around their first all-to-all (tests/data/kineto/dlrm-2rank)."""
     prog = load_kineto(os.path.join(DATA, "dlrm-2rank"))
-    m = prog.meta["measured"]
+    m = prog.meta.measured
     assert prog.ranks == 2 and m["shared_clock"] is True
     c0, c1 = (r["collectives"][0] for r in m["ranks"])
     # SendRecv kernel under nccl:all_to_all with Input Dims [[6144]] float: 6144 x 4 = 24576 B
@@ -179,7 +180,7 @@ def test_dlrm_cut_first_all_to_all():
 
 def test_resnet_cut_modern_nccl_args():
     prog = load_kineto(os.path.join(DATA, "resnet-allreduce.json"), mirror=4)
-    colls = [op for op in prog.ops if op.kind == "collective" and op.rank == 0]
+    colls = [op for op in prog.ops if op.kind is COLLECTIVE and op.rank == 0]
     # 'In msg nelems' 2049000 floats, widened from the 2-rank group to 4 mirrored ranks
     assert [(c.collective, c.bytes, c.group) for c in colls] == [("all_reduce", 8196000.0, (0, 1, 2, 3))]
     assert prog.ranks == 4 and len(prog.ops) == 4 * len([op for op in prog.ops if op.rank == 0])
@@ -191,7 +192,7 @@ def test_resnet_cut_modern_nccl_args():
 @needs_real
 def test_dlrm_real_measured_spans():
     prog = load_kineto(DLRM)
-    m = prog.meta["measured"]
+    m = prog.meta.measured
     assert prog.ranks == 8 and m["iteration"] == 10 and m["shared_clock"]
     # README of ../shared/traces/kineto: GPU span per rank of ProfilerStep#10, in ms
     readme = [13.009, 18.467, 11.350, 17.511, 16.589, 16.392, 11.410, 10.967]
@@ -210,11 +211,11 @@ def test_resnet_real_steps():
     spans = {}
     for it in (4, 5, 6):
         prog = load_kineto(os.path.join(RESNET, "rank0.json.gz"), mirror=2, iteration=it)
-        spans[it] = prog.meta["measured"]["ranks"][0]["span_s"] * 1e3
+        spans[it] = prog.meta.measured["ranks"][0]["span_s"] * 1e3
     assert spans == pytest.approx({4: 215.77, 5: 213.53, 6: 218.76}, abs=0.01)  # README, ms
     prog = load_kineto(RESNET, mirror=2)
-    assert prog.meta["measured"]["iteration"] == 6  # the last complete step
-    colls = [op for op in prog.ops if op.kind == "collective" and op.rank == 0]
+    assert prog.meta.measured["iteration"] == 6  # the last complete step
+    colls = [op for op in prog.ops if op.kind is COLLECTIVE and op.rank == 0]
     ar = [c for c in colls if c.collective == "all_reduce"]
     assert len(ar) == 5 and len(colls) == 7
     # 2049000 + 7875584 + 6563840 + 6637568 + 2431040 = 25557032 floats ("about 25.6M")
@@ -230,7 +231,7 @@ def _list_schedule(prog, cost):
         last[(op.rank, op.stream)] = op.id
     count, members = {}, {}
     for op in prog.ops:
-        if op.kind == "collective":
+        if op.kind is COLLECTIVE:
             k = count.get((op.rank, op.group), 0)
             count[(op.rank, op.group)] = k + 1
             members.setdefault((op.group, k), []).append(op)
@@ -244,7 +245,7 @@ def _list_schedule(prog, cost):
                 rest.append(op)
                 continue
             ready[op.id] = max((times[d][1] for d in need), default=0.0)
-            if op.kind != "collective":
+            if op.kind is not COLLECTIVE:
                 times[op.id] = (ready[op.id], ready[op.id] + (op.duration or 0.0))
             elif all(o.id in ready for o in members[key[op.id]]):
                 t = max(ready[o.id] for o in members[key[op.id]])
@@ -263,9 +264,9 @@ def test_dlrm_dag_reproduces_measured_ends():
     """The imported DAG, with each collective costing its measured own cost, gives back the
     measured end of every rank: the waits emerge from the rendezvous."""
     prog = load_kineto(DLRM)
-    own = {c["op_id"]: c["own_s"] for r in prog.meta["measured"]["ranks"] for c in r["collectives"]}
+    own = {c["op_id"]: c["own_s"] for r in prog.meta.measured["ranks"] for c in r["collectives"]}
     times = _list_schedule(prog, lambda op: own[op.id])
-    for r in prog.meta["measured"]["ranks"]:
+    for r in prog.meta.measured["ranks"]:
         gpu = [times[op.id] for op in prog.ops if op.rank == r["rank"] and op.stream != "cpu"]
         assert max(t[1] for t in gpu) == pytest.approx(r["end_s"], abs=150 * US)  # measured: 0.07-0.1 ms off
         assert min(t[0] for t in gpu) == pytest.approx(r["start_s"], abs=20 * US)  # the launch latency
@@ -274,11 +275,11 @@ def test_dlrm_dag_reproduces_measured_ends():
 @needs_real
 def test_resnet_dag_reproduces_measured_span():
     prog = load_kineto(RESNET, mirror=2)
-    meas = {c["op_id"]: c["duration_s"] for r in prog.meta["measured"]["ranks"] for c in r["collectives"]}
+    meas = {c["op_id"]: c["duration_s"] for r in prog.meta.measured["ranks"] for c in r["collectives"]}
     times = _list_schedule(prog, lambda op: meas[op.id])
     gpu = [times[op.id] for op in prog.ops if op.rank == 0 and op.stream != "cpu"]
     span = max(t[1] for t in gpu) - min(t[0] for t in gpu)
-    assert span == pytest.approx(prog.meta["measured"]["ranks"][0]["span_s"], rel=0.005)
+    assert span == pytest.approx(prog.meta.measured["ranks"][0]["span_s"], rel=0.005)
 
 
 # ----------------------------------------------------------------------------- replay on the engine
@@ -297,7 +298,7 @@ def test_replay_dlrm_on_dgx_v100():
     0.1 ms of each other there), and each rank waits in its collectives as measured."""
     prog = load_kineto(DLRM)
     result = simulation.run_program(prog, _scenario("name: dlrm\ncluster: {nodes: 1, node: dgx-v100}\n"))
-    measured = prog.meta["measured"]
+    measured = prog.meta.measured
     last_end = max(_gpu_end(result, r) for r in range(8))
     assert last_end == pytest.approx(max(r["end_s"] for r in measured["ranks"]), rel=0.10)
     for r in measured["ranks"]:
@@ -316,7 +317,7 @@ def test_replay_resnet_mirrored_on_a100():
     result = simulation.run_program(prog, _scenario("name: resnet\ncluster: {nodes: 1, node: dgx-a100}\n"))
     spans = [s for s in result.spans if s.rank == 0 and s.stream != "cpu"]
     span = max(s.end_s for s in spans) - min(s.start_s for s in spans)
-    assert span == pytest.approx(prog.meta["measured"]["ranks"][0]["span_s"], rel=0.05)  # 218.76 ms
+    assert span == pytest.approx(prog.meta.measured["ranks"][0]["span_s"], rel=0.05)  # 218.76 ms
 
 
 def _exposed_trace() -> dict:
@@ -348,7 +349,7 @@ def _graph(tmp_path, bandwidth: float) -> str:
 def test_halving_bandwidth_lengthens_exactly_the_exposed_comm(tmp_path):
     prog = load_kineto(_write(tmp_path, _exposed_trace()), mirror=2)
     b_op = [op for op in prog.ops if op.rank == 0 and op.name == "B"][0]
-    ar = [op for op in prog.ops if op.rank == 0 and op.kind == "collective"][0]
+    ar = [op for op in prog.ops if op.rank == 0 and op.kind is COLLECTIVE][0]
     assert ar.id in b_op.deps and ar.bytes == 100e6  # B waits for the all-reduce of 25M x 4 B
     ends = {}
     for bw in (100e9, 50e9):

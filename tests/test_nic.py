@@ -2,7 +2,7 @@
 import pytest
 
 from emulator.devices.nic import busiest_links, busiest_nic, nics
-from emulator.program import Op, Program
+from emulator.program import RECV, SEND, Op, Program
 from emulator.scenario import load_scenario_text
 from emulator.simulation import run_program
 
@@ -10,7 +10,7 @@ from emulator.simulation import run_program
 def test_one_transfer_makes_its_nic_the_busiest():
     # 2 DGX A100 on one switch; rank 0 sends 1 GB to rank 8 (node 1): it crosses nic0.0 → sw → nic1.0.
     sc = load_scenario_text("name: n\ncluster: {nodes: 2, node: dgx-a100, fabric: {kind: single_switch}}\n", "n.yaml")
-    ops = [Op(0, 0, "send", peer=8, bytes=1e9, tag=1), Op(1, 8, "recv", peer=0, bytes=1e9, tag=1)]
+    ops = [Op(0, 0, SEND, peer=8, bytes=1e9, tag=1), Op(1, 8, RECV, peer=0, bytes=1e9, tag=1)]
     r = run_program(Program(16, ops), sc)
     assert len(nics(r.topology)) == 16 and all(len(n.egress) == 1 for n in nics(r.topology))
     # the NIC ports (24 GB/s after efficiency) carry the bytes the whole time the transfer streams:

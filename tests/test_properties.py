@@ -4,7 +4,7 @@ from helpers import custom_scenario, star
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.program import Op, Program
+from emulator.program import COLLECTIVE, COMPUTE, Op, Program
 from emulator.simulation import run_program
 
 RANKS = 3
@@ -22,10 +22,10 @@ def programs(draw):
             cid = len(ops)
             nbytes = draw(st.sampled_from([0.0, 1e6, 1e8]))
             for r in range(RANKS):
-                ops.append(Op(cid + r, r, "collective", stream="comm", collective="all_reduce",
+                ops.append(Op(cid + r, r, COLLECTIVE, stream="comm", collective="all_reduce",
                               group=tuple(range(RANKS)), bytes=nbytes))
             continue
-        ops.append(Op(len(ops), rank, "compute", stream=draw(st.sampled_from(["compute", "aux"])), deps=deps,
+        ops.append(Op(len(ops), rank, COMPUTE, stream=draw(st.sampled_from(["compute", "aux"])), deps=deps,
                       duration=draw(st.sampled_from([0.0, 1e-3, 2e-3, 5e-3]))))
     return Program(RANKS, ops)
 

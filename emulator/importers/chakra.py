@@ -35,7 +35,8 @@ from dataclasses import replace
 from typing import Any
 
 from emulator.importers.native import TraceError
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
+from emulator.meta import ProgramMeta, TraceFacts, TraceSource
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, OpKind, Program
 
 _INSTALL = "the Chakra format needs the optional package mlc-chakra (pip install mlc-chakra)"
 _FOREIGN_IDS = 10**9  # id block per rank for files written by other tools
@@ -148,13 +149,15 @@ def _metadata(pb: Any, program: Program, rank: int) -> Any:
         md.attr.append(_attr(pb, "emu_fold_shape", "int64_list", program.fold.shape))
         md.attr.append(_attr(pb, "emu_fold_folded", "bool_list", program.fold.folded))
     try:
-        md.attr.append(_attr(pb, "emu_meta", "string_val", json.dumps(program.meta)))
+        md.attr.append(_attr(pb, "emu_meta", "string_val", json.dumps(program.meta.to_dict())))
     except (TypeError, ValueError):
         pass  # meta that is not JSON stays behind (it is for reports only)
     return md
 
 
-_NODE_TYPE = {COMPUTE: "COMP_NODE", COLLECTIVE: "COMM_COLL_NODE", SEND: "COMM_SEND_NODE", RECV: "COMM_RECV_NODE"}
+_NODE_TYPE: dict[OpKind, str] = {COMPUTE: "COMP_NODE", COLLECTIVE: "COMM_COLL_NODE", SEND: "COMM_SEND_NODE",
+                                  RECV: "COMM_RECV_NODE"}
+_KIND_OF_NODE: dict[str, OpKind] = {v: k for k, v in _NODE_TYPE.items()}
 
 
 def _node(pb: Any, op: Op, index: int, prev: int | None, rank_of: dict[int, int]) -> Any:
@@ -166,15 +169,15 @@ def _node(pb: Any, op: Op, index: int, prev: int | None, rank_of: dict[int, int]
         n.duration_micros = int(round(op.duration * 1e6))
     add = n.attr.append
     add(_attr(pb, "is_cpu_op", "bool_val", op.stream == "cpu"))
-    if op.kind == COMPUTE:
+    if op.kind is COMPUTE:
         add(_attr(pb, "num_ops", "int64_val", int(op.flops)))
         add(_attr(pb, "tensor_size", "uint64_val", int(op.bytes)))
     else:
         add(_attr(pb, "comm_size", "int64_val", int(op.bytes)))
-    if op.kind == COLLECTIVE:
+    if op.kind is COLLECTIVE:
         add(_attr(pb, "comm_type", "int64_val", _COMM_TYPES[op.collective]))
-    if op.kind in (SEND, RECV):
-        src, dst = (op.rank, op.peer) if op.kind == SEND else (op.peer, op.rank)
+    if op.kind is SEND or op.kind is RECV:
+        src, dst = (op.rank, op.peer) if op.kind is SEND else (op.peer, op.rank)
         add(_attr(pb, "comm_src", "int32_val", src))
         add(_attr(pb, "comm_dst", "int32_val", dst))
         add(_attr(pb, "comm_tag", "int32_val", op.tag))
@@ -240,7 +243,14 @@ def load_chakra(path: str) -> Program:
     fold = None
     if "emu_fold_shape" in first:
         fold = Fold(tuple(int(x) for x in first["emu_fold_shape"]), tuple(bool(x) for x in first["emu_fold_folded"]))
-    meta = json.loads(first["emu_meta"]) if "emu_meta" in first else {"source": {"format": "chakra", "path": path}}
+    if "emu_meta" in first:
+        flat = json.loads(first["emu_meta"])
+        try:
+            meta = ProgramMeta.from_dict(flat)
+        except (ValueError, KeyError, TypeError) as e:
+            raise TraceError(f"{path}: emu_meta is not a program's meta: {e}") from None
+    else:
+        meta = ProgramMeta(trace=TraceFacts(TraceSource("chakra", path)))
     program = Program(ranks=ranks, ops=[op for _, op in indexed], fold=fold, meta=meta)
     try:
         program.validate()
@@ -265,13 +275,13 @@ def _rank_ops(nodes: list[Any], rank: int, ranks: int, path: str) -> list[tuple[
 
 
 def _own_op(n: Any, a: dict, rank: int) -> Op:
-    kind = {v: k for k, v in _NODE_TYPE.items()}[_type_name(n)]
+    kind = _KIND_OF_NODE[_type_name(n)]
     root, peer, tag, mb, stage, layer = (int(x) for x in a["emu_ints"])
     return Op(id=int(n.id), rank=rank, kind=kind, stream=a["emu_stream"],
               deps=tuple(int(d) for d in a["emu_dep_order"]),
               name=n.name, duration=a.get("emu_duration_s"), flops=a["emu_flops"], bytes=a["emu_bytes"],
               category=a["emu_category"],
-              collective=_FROM_COMM_TYPE[int(a["comm_type"])] if kind == COLLECTIVE else "",
+              collective=_FROM_COMM_TYPE[int(a["comm_type"])] if kind is COLLECTIVE else "",
               group=tuple(int(g) for g in a["emu_group"]), root=root, peer=peer, tag=tag, microbatch=mb,
               stage=stage, layer=layer)
 

@@ -37,7 +37,7 @@ What becomes what
   ended, beyond ``TOL_S``): the event was then recorded earlier, or on another
   stream.
 
-``Program.meta["measured"]`` holds what the trace measured, per rank (a list
+``Program.meta.measured`` (``emulator.meta.Measured``) holds what the trace measured, per rank (a list
 indexed by rank): the GPU span (first to last GPU op of the step), the start
 offset, and per collective its measured duration and, when all ranks share a
 clock, its own cost (end minus the last rank's arrival) and its wait.
@@ -60,7 +60,8 @@ from emulator.importers.kineto_reader import (  # records and reading
     trace_files,
 )
 from emulator.importers.native import TraceError  # the project's one trace error (an EmulatorError)
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+from emulator.meta import CollectiveMeasure, Measured, ProgramMeta, RankMeasure, TraceFacts, TraceSource
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, OpKind, Program
 
 # ---------------------------------------------------------------------------- building
 
@@ -91,7 +92,7 @@ def load_kineto(path: str, *, mirror: int = 0, iteration: int | None = None) -> 
     shared = not mirror and _shared_clock(traces)
     t0 = min(t.step_start for t in sources) if shared else None
     ops: list[Op] = []
-    per_rank: list[dict] = []
+    per_rank: list[RankMeasure] = []
     next_id = [0]
     for r, rt in enumerate(sources):
         built, info = _build_rank(rt, r, world, bool(mirror), t0 if t0 is not None else rt.step_start, next_id)
@@ -99,15 +100,13 @@ def load_kineto(path: str, *, mirror: int = 0, iteration: int | None = None) -> 
         per_rank.append(info)
     if shared:
         _own_costs(per_rank)
-    program = Program(ranks=world, ops=ops, meta={
-        "source": {"format": "kineto", "path": path, "files": files, "iteration": traces[0].step,
-                   "mirror": mirror},
-        "measured": {
-            "iteration": traces[0].step, "shared_clock": shared, "ranks": per_rank,
-            "span_s": max(p["end_s"] for p in per_rank) - min(p["start_s"] for p in per_rank),
-        },
-        "warnings": [w for t in traces for w in t.warnings],
-    })
+    measured: Measured = {
+        "iteration": traces[0].step, "shared_clock": shared, "ranks": per_rank,
+        "span_s": max(p["end_s"] for p in per_rank) - min(p["start_s"] for p in per_rank),
+    }
+    source = TraceSource("kineto", path, tuple(files), traces[0].step, mirror)
+    facts = TraceFacts(source, measured, tuple(w for t in traces for w in t.warnings))
+    program = Program(ranks=world, ops=ops, meta=ProgramMeta(trace=facts))
     try:
         program.validate()
     except ValueError as e:
@@ -135,11 +134,13 @@ def _common_step(files: list[str], datas: list[dict]) -> int | None:
 
 def _assign_ranks(traces: list[RankTrace], path: str, mirror: int) -> list[RankTrace]:
     if all(t.rank is not None for t in traces):
-        by_rank = {}
+        by_rank: dict[int, RankTrace] = {}
         for t in traces:
-            if t.rank in by_rank:
-                raise TraceError(f"{path}: rank {t.rank} appears twice ({by_rank[t.rank].path} and {t.path})")
-            by_rank[t.rank] = t
+            rank = t.rank
+            assert rank is not None  # all of them, just checked
+            if rank in by_rank:
+                raise TraceError(f"{path}: rank {rank} appears twice ({by_rank[rank].path} and {t.path})")
+            by_rank[rank] = t
         ordered = [by_rank[r] for r in sorted(by_rank)]
     else:
         ordered = traces
@@ -177,7 +178,7 @@ def _short(name: str) -> str:
 
 
 def _build_rank(rt: RankTrace, rank: int, world: int, mirrored: bool, t0: float,
-                next_id: list[int]) -> tuple[list[Op], dict]:
+                next_id: list[int]) -> tuple[list[Op], RankMeasure]:
     """The ops of one rank: a host lane, the GPU ops, and their dependencies."""
     ops: list[Op] = []
     gpu_ids: list[int] = []  # op id of rt.gpu_ops[i]
@@ -205,7 +206,7 @@ def _build_rank(rt: RankTrace, rank: int, world: int, mirrored: bool, t0: float,
     pending_waits: dict[object, list[dict[int, int]]] = {}  # tid -> snapshots (stream -> gpu index)
     last_on_stream: dict[int, int] = {}  # stream -> index into rt.gpu_ops
     pending_sync_dep: list[int] = []
-    collectives: list[dict] = []
+    collectives: list[CollectiveMeasure] = []
     for i, g in enumerate(rt.gpu_ops):
         while ci < len(calls) and calls[ci].ts <= g.launch_ts:
             c = calls[ci]
@@ -229,17 +230,17 @@ def _build_rank(rt: RankTrace, rank: int, world: int, mirrored: bool, t0: float,
         oid = new_id()
         gpu_ids.append(oid)
         ops.append(_gpu_op(g, oid, rank, world, mirrored, tuple(deps), rt))
-        if ops[-1].kind != COMPUTE:
-            collectives.append({"op_id": oid, "collective": ops[-1].collective or ops[-1].kind,
+        if ops[-1].kind is not COMPUTE:
+            collectives.append({"op_id": oid, "collective": ops[-1].collective or ops[-1].kind.label,
                                 "group": list(ops[-1].group), "bytes": ops[-1].bytes,
                                 "start_s": g.ts - t0, "end_s": g.end - t0, "duration_s": g.dur,
                                 "own_s": None, "wait_s": None})
         last_on_stream[g.stream] = i
     first = min(g.ts for g in rt.gpu_ops)
     last = max(g.end for g in rt.gpu_ops)
-    info = {"rank": rank, "file": rt.path, "span_s": last - first, "start_s": first - t0,
-            "end_s": last - t0, "step_start_s": rt.step_start - t0, "cpu_step_s": rt.step_dur,
-            "collectives": collectives}
+    info: RankMeasure = {"rank": rank, "file": rt.path, "span_s": last - first, "start_s": first - t0,
+                         "end_s": last - t0, "step_start_s": rt.step_start - t0, "cpu_step_s": rt.step_dur,
+                         "collectives": collectives}
     return ops, info
 
 
@@ -272,13 +273,13 @@ def _gpu_op(g: GpuOp, oid: int, rank: int, world: int, mirrored: bool, deps: tup
         return Op(id=oid, rank=rank, kind=COMPUTE, stream=stream, deps=deps, name=name,
                   duration=g.dur, bytes=nbytes, category=g.category)
     c = g.comm
-    if c.op in (SEND, RECV):
+    if c.op in (SEND.label, RECV.label):
         if c.peer < 0:
             rt.warnings.append(f"{rt.path}: {c.op} at ts {g.ts / US:.0f} us has no peer; imported as a "
                                f"fixed-duration compute op")
             return Op(id=oid, rank=rank, kind=COMPUTE, stream=stream, deps=deps, name=name,
                       duration=g.dur, bytes=c.bytes, category="comm")
-        return Op(id=oid, rank=rank, kind=c.op, stream=stream, deps=deps, name=name, bytes=c.bytes,
+        return Op(id=oid, rank=rank, kind=OpKind.parse(c.op), stream=stream, deps=deps, name=name, bytes=c.bytes,
                   peer=c.peer, category="comm")
     group = c.group
     if mirrored or group is None:
@@ -293,11 +294,11 @@ def _gpu_op(g: GpuOp, oid: int, rank: int, world: int, mirrored: bool, deps: tup
               collective=c.op, group=group, category="comm")
 
 
-def _own_costs(per_rank: list[dict]) -> None:
+def _own_costs(per_rank: list[RankMeasure]) -> None:
     """Own cost and wait of each collective, matched k-th to k-th per group (shared clock)."""
-    by_group: dict[tuple, list[list[dict]]] = {}
+    by_group: dict[tuple[int, ...], list[list[CollectiveMeasure]]] = {}
     for info in per_rank:
-        seen: dict[tuple, list[dict]] = {}
+        seen: dict[tuple[int, ...], list[CollectiveMeasure]] = {}
         for c in info["collectives"]:
             seen.setdefault(tuple(c["group"]), []).append(c)
         for g, lst in seen.items():

@@ -73,7 +73,7 @@ class GpuOp:
     name: str
     cat: str
     args: dict
-    launch_ts: float | None = None  # s
+    launch_ts: float  # s, the host-side launch (every GPU op of a step is matched to its launch)
     launch_tid: object = None
     category: str = "fwd"
     cpu_op: dict | None = None  # innermost enclosing aten op (with 'Input Dims' when recorded)

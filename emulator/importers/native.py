@@ -15,7 +15,9 @@ import json
 from typing import Any
 
 from emulator.errors import EmulatorError
-from emulator.program import COLLECTIVE, COLLECTIVE_OPS, COMPUTE, KINDS, RECV, SEND, Op, Program
+from emulator.program import COLLECTIVE, COLLECTIVE_OPS, COMPUTE, KINDS, RECV, SEND, Op, OpKind, Program
+
+_LABELS = tuple(k.label for k in KINDS)  # the kinds as the format writes them
 
 
 class TraceError(EmulatorError):
@@ -44,19 +46,20 @@ def _op(d: Any, i: int, path: str, ranks: int) -> Op:
     for key in ("id", "rank", "kind"):
         if key not in d:
             raise TraceError(f"{where}: missing key {key!r}")
-    kind = d["kind"]
-    if kind not in KINDS:
-        raise TraceError(f"{where}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+    label = d["kind"]
+    if not isinstance(label, str) or label not in _LABELS:
+        raise TraceError(f"{where}: kind: expected one of {', '.join(_LABELS)}, got {label!r}")
+    kind = OpKind.parse(label)
     deps = d.get("deps", [])
     if not isinstance(deps, list):
         raise TraceError(f"{where}: deps: expected a list of op ids, got {deps!r}")
-    common = dict(id=_int(d["id"], where, "id"), rank=_int(d["rank"], where, "rank"), kind=kind,
-                  stream=str(d.get("stream", "compute" if kind == COMPUTE else "comm")),
-                  deps=tuple(_int(x, where, "deps") for x in deps), name=str(d.get("name", "")),
-                  category=str(d.get("category", "")),
-                  microbatch=_int(d.get("microbatch", -1), where, "microbatch"),
-                  stage=_int(d.get("stage", -1), where, "stage"), layer=_int(d.get("layer", -1), where, "layer"))
-    if kind == COMPUTE:
+    common: dict[str, Any] = dict(
+        id=_int(d["id"], where, "id"), rank=_int(d["rank"], where, "rank"), kind=kind,
+        stream=str(d.get("stream", "compute" if kind is COMPUTE else "comm")),
+        deps=tuple(_int(x, where, "deps") for x in deps), name=str(d.get("name", "")),
+        category=str(d.get("category", "")), microbatch=_int(d.get("microbatch", -1), where, "microbatch"),
+        stage=_int(d.get("stage", -1), where, "stage"), layer=_int(d.get("layer", -1), where, "layer"))
+    if kind is COMPUTE:
         if "duration" in d:
             return Op(**common, duration=_num(d["duration"], "time", where, "duration"),
                       flops=_num(d.get("flops", 0), "flops", where, "flops"),
@@ -67,8 +70,8 @@ def _op(d: Any, i: int, path: str, ranks: int) -> Op:
                   bytes=_num(d.get("bytes", 0), "bytes", where, "bytes"))
     nbytes = _num(d.get("bytes"), "bytes", where, "bytes") if "bytes" in d else None
     if nbytes is None:
-        raise TraceError(f"{where}: a {kind} op needs 'bytes'")
-    if kind == COLLECTIVE:
+        raise TraceError(f"{where}: a {label} op needs 'bytes'")
+    if kind is COLLECTIVE:
         name = d.get("op")
         if name not in COLLECTIVE_OPS:
             raise TraceError(f"{where}: op: expected one of {', '.join(COLLECTIVE_OPS)}, got {name!r}")
@@ -79,7 +82,7 @@ def _op(d: Any, i: int, path: str, ranks: int) -> Op:
         return Op(**common, bytes=nbytes, collective=name, group=members,
                   root=_int(d.get("root", members[0]), where, "root"))
     if "peer" not in d:
-        raise TraceError(f"{where}: a {kind} op needs 'peer'")
+        raise TraceError(f"{where}: a {label} op needs 'peer'")
     return Op(**common, bytes=nbytes, peer=_int(d["peer"], where, "peer"), tag=_int(d.get("tag", 0), where, "tag"))
 
 
@@ -115,22 +118,22 @@ def dump_trace(program: Program) -> dict:
     """A Program as a v1 trace object (deterministic key order)."""
     ops = []
     for op in program.ops:
-        d: dict[str, Any] = {"id": op.id, "rank": op.rank, "kind": op.kind, "deps": list(op.deps),
+        d: dict[str, Any] = {"id": op.id, "rank": op.rank, "kind": op.kind.label, "deps": list(op.deps),
                              "stream": op.stream}
         if op.name:
             d["name"] = op.name
-        if op.kind == COMPUTE:
+        if op.kind is COMPUTE:
             if op.duration is not None:
                 d["duration"] = op.duration
             if op.flops:
                 d["flops"] = op.flops
             if op.bytes or op.duration is None:
                 d["bytes"] = op.bytes
-        elif op.kind == COLLECTIVE:
+        elif op.kind is COLLECTIVE:
             d.update(op=op.collective, group=list(op.group), bytes=op.bytes)
             if op.collective == "broadcast":
                 d["root"] = op.root
-        elif op.kind in (SEND, RECV):
+        elif op.kind is SEND or op.kind is RECV:
             d.update(peer=op.peer, bytes=op.bytes, tag=op.tag)
         for key in ("category",):
             if getattr(op, key):

@@ -1,6 +1,6 @@
 """Replay report: a trace's measured timeline against its emulated replay, per rank.
 
-``compare(program, result)`` reads ``program.meta["measured"]`` (written by the
+``compare(program, result)`` reads ``program.meta.measured`` (written by the
 Kineto importer) and the spans of ``result`` (the engine's run of that program):
 
 - span: first to last GPU op of the rank (host ``cpu`` lane excluded);
@@ -17,6 +17,8 @@ from typing import Any
 from emulator.errors import EmulatorError
 from emulator.program import COMM_KINDS, Program
 
+_COMM_LABELS = tuple(k.label for k in COMM_KINDS)  # span kinds are labels
+
 
 def _gpu_spans(result: Any, rank: int) -> list:
     return [s for s in result.spans if s.rank == rank and s.stream != "cpu"]
@@ -24,7 +26,7 @@ def _gpu_spans(result: Any, rank: int) -> list:
 
 def compare(program: Program, result: Any) -> list[dict]:
     """Per rank: measured vs emulated span, end and collective wait (seconds), and span error."""
-    measured = program.meta.get("measured")
+    measured = program.meta.measured
     if not measured:
         raise EmulatorError("replay report: the program carries no measured timeline (not a Kineto import)")
     rows = []
@@ -34,9 +36,10 @@ def compare(program: Program, result: Any) -> list[dict]:
             continue
         start = min(s.start_s for s in spans)
         end = max(s.end_s for s in spans)
-        comm = [s for s in spans if s.kind in COMM_KINDS]
+        comm = [s for s in spans if s.kind in _COMM_LABELS]
         waits = [c["wait_s"] for c in m["collectives"]]
-        meas_wait = sum(waits) if waits and all(w is not None for w in waits) else None
+        known = [w for w in waits if w is not None]
+        meas_wait = sum(known) if waits and len(known) == len(waits) else None
         emu_span = end - start
         rows.append({
             "rank": m["rank"],

@@ -36,6 +36,12 @@ from emulator.network.flows import FlowSpec, Plan
 from emulator.network.routing import Router
 from emulator.program import Fold
 
+PlanKey = tuple[str, tuple[int, ...], int]  # (op, group, root); op "p2p" with group (src, dst) for a transfer
+Hop = tuple[int, int, float]  # (src, dst, scale): one routed leg of a flow, its bytes scaled
+RawFlow = tuple[list[Hop], float, float]  # (hops, volume per byte of S, latency)
+RawPlan = list[list[RawFlow]]  # phases of flows, before routing
+Algorithm = Callable[["CollectiveModel", str, tuple[int, ...], int], RawPlan]
+
 
 @dataclass(frozen=True)
 class StepCosts:
@@ -77,13 +83,14 @@ class CollectiveModel:
         self.steps = steps
         self.algorithm = algorithm
         self.fold = fold
-        self._cache: dict[tuple, Plan] = {}  # the plans in use (compressed once prepared)
-        self._raw_plans: dict[tuple, Plan] = {}  # as built, before compression
+        self._cache: dict[PlanKey, Plan] = {}  # the plans in use (compressed once prepared)
+        self._raw_plans: dict[PlanKey, Plan] = {}  # as built, before compression
         self._frozen = False
         self.link_alias: dict[int, int] = {}  # link → the link compression kept for it
 
     # -- public ---------------------------------------------------------------
     def collective(self, op: str, group: tuple[int, ...], root: int = -1) -> Plan:
+        """The flow plan of collective ``op`` on ``group`` (world ranks, sorted) from ``root``."""
         key = (op, group, root)
         plan = self._cache.get(key)
         if plan is None:
@@ -93,9 +100,10 @@ class CollectiveModel:
         return plan
 
     def p2p(self, src: int, dst: int) -> Plan:
+        """The flow plan of one transfer src → dst."""
         return self.collective("p2p", (src, dst), src)
 
-    def prepare(self, keys: list[tuple], capacity: list[float]) -> None:
+    def prepare(self, keys: list[PlanKey], capacity: list[float]) -> None:
         """Build every plan a program will need, then compress their links together
         (``emulator.network.compression``). ``keys`` are (op, group, root), with
         op "p2p" and group (src, dst) for point-to-point. No plan may be asked for
@@ -111,7 +119,7 @@ class CollectiveModel:
         self._frozen = True
 
     # -- construction ---------------------------------------------------------
-    def _raw(self, op: str, group: tuple[int, ...], root: int) -> list[list[tuple[list[tuple], float, float]]]:
+    def _raw(self, op: str, group: tuple[int, ...], root: int) -> RawPlan:
         """Phases of flows, each flow as (hops [(src, dst, scale)], volume, latency)."""
         if op == "p2p":
             a, b = group
@@ -129,13 +137,14 @@ class CollectiveModel:
             algo = "ring"
         return ALGORITHMS[algo](self, op, group, root)
 
-    def _folded(self, key: tuple) -> Plan:
+    def _folded(self, key: PlanKey) -> Plan:
+        """The routed plan of ``key``; with a fold, each flow also carries its symmetric copies' links."""
         op, group, root = key
         raw = self._raw(op, group, root)
         images = [raw]
         fold = self.fold
         if fold is not None and fold.copies > 1:
-            seen = {tuple(group) if op == "p2p" else frozenset(group)}
+            seen: set[tuple[int, ...] | frozenset[int]] = {tuple(group) if op == "p2p" else frozenset(group)}
             members = list(group) + ([root] if root >= 0 else [])
             for row in fold.translate_all(members):
                 img = row[:len(group)]
@@ -154,8 +163,8 @@ class CollectiveModel:
             out = []
             for f, (_hops, volume, latency) in enumerate(phase):
                 acc = _Acc()
-                for img in images:
-                    for a, b, scale in img[p][f][0]:
+                for copy in images:
+                    for a, b, scale in copy[p][f][0]:
                         links, weights, _lat = self.router.route(a, b)
                         acc.add(links, weights, scale)
                 links, weights = acc.freeze()
@@ -190,14 +199,16 @@ class CollectiveModel:
             return [list(group)]
         return [[r for local in per for r in local[c:] + local[:c]] for c in range(k)]
 
-    def _ring_flows(self, ring: list[int], volume: float, steps: int) -> tuple[list[tuple], float, float]:
+    def _ring_flows(self, ring: list[int], volume: float, steps: int) -> RawFlow:
+        """One ring channel over ``ring``: every hop, at the pace of the slowest (``steps`` steps of it)."""
         n = len(ring)
         hops = [(ring[i], ring[(i + 1) % n], 1.0) for i in range(n)]
         alpha = max(self._alpha(a, b) for a, b, _ in hops)
         return hops, volume, self.steps.launch + steps * alpha
 
 
-def ring(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> list:
+def ring(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
+    """Ring reduce-scatter, all-gather or all-reduce (one channel per local position across nodes)."""
     n = len(group)
     if op == "broadcast":
         return chain_broadcast(model, group, root)
@@ -209,7 +220,8 @@ def ring(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> 
     return [[model._ring_flows(r, factor / k, steps) for r in rings]]
 
 
-def chain_broadcast(model: CollectiveModel, group: tuple[int, ...], root: int) -> list:
+def chain_broadcast(model: CollectiveModel, group: tuple[int, ...], root: int) -> RawPlan:
+    """A pipelined chain from the root through the group."""
     order = list(group)
     if root in order:
         i = order.index(root)
@@ -219,11 +231,12 @@ def chain_broadcast(model: CollectiveModel, group: tuple[int, ...], root: int) -
     return [[(hops, 1.0, model.steps.launch + (len(order) - 1) * alpha)]]
 
 
-def direct(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> list:
+def direct(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
+    """All-to-all as one flow per ordered pair (other ops: ring)."""
     if op != "all_to_all":
         return ring(model, op, group, root)
     n = len(group)
-    flows = []
+    flows: list[RawFlow] = []
     for a in group:
         for b in group:
             if a != b:
@@ -231,7 +244,7 @@ def direct(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -
     return [flows]
 
 
-def hierarchical(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> list:
+def hierarchical(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
     """Reduce-scatter in each node, all-reduce across nodes per local position, all-gather."""
     per = model._by_node(group)
     k, m = len(per[0]), len(per)
@@ -243,7 +256,7 @@ def hierarchical(model: CollectiveModel, op: str, group: tuple[int, ...], root: 
     return phases
 
 
-def nvls(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> list:
+def nvls(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
     """All-reduce by NVLink SHARP inside one node: every GPU sends its buffer to the switch,
     which reduces it and multicasts the result back. Per GPU, S up and S down (a ring moves
     2(n-1)/n·S), in two steps. The volume is set so that a large all-reduce reaches the node's
@@ -254,7 +267,7 @@ def nvls(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> 
     return [[model._ring_flows(list(group), 2.0 * (n - 1) / n * model.steps.nvls, 2)]]
 
 
-ALGORITHMS: dict[str, Callable[[CollectiveModel, str, tuple[int, ...], int], list]] = {
+ALGORITHMS: dict[str, Algorithm] = {
     "ring": ring,
     "direct": direct,
     "hierarchical": hierarchical,

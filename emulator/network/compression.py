@@ -28,7 +28,7 @@ def compress_plans(plans: list[Plan], capacity: list[float]) -> tuple[list[Plan]
                 for link, w in zip(f.links, f.weights):
                     users.setdefault(link, []).append((fid, w))
     keep: dict[int, int] = {}
-    first: dict[tuple, int] = {}
+    first: dict[tuple[float, tuple[tuple[int, float], ...]], int] = {}  # (capacity, users) → first such link
     for link in sorted(users):
         sig = (capacity[link], tuple(users[link]))
         keep[link] = first.setdefault(sig, link)

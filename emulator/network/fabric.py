@@ -16,6 +16,11 @@ Life of a flow (DESIGN.md, "Network model"):
 Timeouts carry their flow as the event value to one shared callback (no closure
 per flow or completion: fewer allocations, less garbage-collector work).
 
+Determinism: the flows on a link are kept in an insertion-ordered dict, not a set.
+A set of Flow objects iterates in the order of their identity hashes (addresses),
+which differ from run to run; the order of a component's flows decides the order in
+which loads are summed, and so the last bits of the link-load series.
+
 The rate solver is progressive filling: every unfrozen flow grows at the same
 level x; the link that saturates first (least (c_l − frozen load_l)/Σ w of its
 unfrozen flows) fixes x for every unfrozen flow crossing it; repeat.
@@ -28,6 +33,11 @@ import simpy
 
 INF = float("inf")
 _TIE = 1e-12  # relative tolerance for links saturating at the same level
+# A link whose Σ w over its unfrozen flows is at most this is empty: what remains after
+# subtracting the frozen flows' weights is rounding residue. Weights are crossing counts
+# (≥ 1) or ECMP shares (1/k of a few paths), so a real remainder is ≫ 1e-15, and the
+# residue of a few subtractions of O(1) weights is a few ulps of 1 (ε = 2.2e-16).
+_EMPTY_WSUM = 1e-15
 
 
 class Flow:
@@ -101,7 +111,7 @@ def max_min_rates(flows: Sequence[Flow], capacity: Sequence[float]) -> list[floa
                     wsum[l2] -= w
         for link in tight:
             live.discard(link)
-        live = {l for l in live if wsum[l] > 1e-15}
+        live = {l for l in live if wsum[l] > _EMPTY_WSUM}
     return rates
 
 
@@ -123,7 +133,7 @@ def max_min_rates_vectorised(flows: Sequence[Flow], capacity: Sequence[float]) -
     while not frozen.all():
         active = ~frozen[entry_flow]
         wsum = np.bincount(entry_link, weights=w * active, minlength=nl)
-        ok = live & (wsum > 1e-15)
+        ok = live & (wsum > _EMPTY_WSUM)
         if not ok.any():
             break
         share = np.full(nl, INF)
@@ -146,7 +156,8 @@ class Fabric:
     def __init__(self, env: simpy.Environment, capacity: Sequence[float]) -> None:
         self.env = env
         self.capacity = list(capacity)
-        self.on_link: list[set[Flow] | None] = [None] * len(self.capacity)
+        # the flows on each link, in arrival order (a dict as an ordered set: see the module doc)
+        self.on_link: list[dict[Flow, None] | None] = [None] * len(self.capacity)
         self._dirty: set[int] = set()
         self._pending = False
         self._mark = 0
@@ -166,7 +177,8 @@ class Fabric:
             self._start(flow)
 
     def _started(self, event: simpy.Event) -> None:
-        self._start(event._value)  # the flow, after its latency
+        """A flow's latency is over (the timeout's value is the flow)."""
+        self._start(event.value)  # type: ignore[arg-type]  # simpy types every value Optional[Any]
 
     # -- internals ------------------------------------------------------------
     def _start(self, flow: Flow) -> None:
@@ -178,8 +190,8 @@ class Fabric:
         for link in flow.links:
             s = on_link[link]
             if s is None:
-                s = on_link[link] = set()
-            s.add(flow)
+                s = on_link[link] = {}
+            s[flow] = None
             self._dirty.add(link)
         self._request_solve()
 
@@ -260,7 +272,9 @@ class Fabric:
         f.last = now
 
     def _finished(self, event: simpy.Event) -> None:
-        self._finish(*event._value)  # (flow, its version when this completion was scheduled)
+        """A scheduled completion: the timeout's value is (flow, its version when scheduled)."""
+        flow, version = event.value  # type: ignore[misc]  # simpy types every value Optional[Any]
+        self._finish(flow, version)
 
     def _finish(self, f: Flow, version: int) -> None:
         if f.version != version:
@@ -271,7 +285,8 @@ class Fabric:
         on_link = self.on_link
         for link in f.links:
             s = on_link[link]
-            s.discard(f)
+            assert s is not None  # the flow was added to every link of its own
+            s.pop(f, None)
             self._dirty.add(link)  # survivors speed up; an emptied link reports 0 load
         self._request_solve()
         f.done()

@@ -30,8 +30,9 @@ class Router:
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
         self._cache: dict[tuple[int, int], Route] = {}
-        self._fwd: dict[str, tuple[dict, dict]] = {}
-        self._bwd: dict[str, tuple[dict, dict]] = {}
+        # breadth-first search from a node: (hop distance, number of shortest paths) per node
+        self._fwd: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+        self._bwd: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
         self.structured = topo.kind != "custom" and not topo.failed
 
     def route(self, a: int, b: int) -> Route:
@@ -81,7 +82,7 @@ class Router:
         return max(best.values()) if best else 0.0
 
     # -- breadth-first ECMP for arbitrary graphs ----------------------------------
-    def _bfs(self, start: str, reverse: bool) -> tuple[dict, dict]:
+    def _bfs(self, start: str, reverse: bool) -> tuple[dict[str, int], dict[str, int]]:
         cache = self._bwd if reverse else self._fwd
         hit = cache.get(start)
         if hit is not None:
@@ -113,7 +114,7 @@ class Router:
             raise NoRouteError(f"no route from {src} to {dst}: the network joins no path between them")
         dt, st = self._bfs(dst, True)
         total = ds[dst]
-        out = []
+        out: list[tuple[str, str, float]] = []
         failed = self.topo.failed
         for u, du in ds.items():
             if du >= total or u not in dt:
@@ -127,7 +128,7 @@ class Router:
 
 
 def _split(path_prefix: list[str], options: list[list[str]], path_suffix: list[str]) -> list[tuple[str, str, float]]:
-    out = []
+    out: list[tuple[str, str, float]] = []
     hops = list(zip(path_prefix, path_prefix[1:]))
     out.extend((u, v, 1.0) for u, v in hops)
     w = 1.0 / len(options)

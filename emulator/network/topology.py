@@ -39,7 +39,7 @@ class Topology:
     capacity: list[float] = field(default_factory=list)  # B/s, bandwidth × efficiency
     latency: list[float] = field(default_factory=list)  # s
     cls: list[str] = field(default_factory=list)
-    failed: frozenset = frozenset()  # links that carry nothing (failed)
+    failed: frozenset[tuple[str, str]] = frozenset()  # links (edges) that carry nothing (failed)
 
     def index(self) -> None:
         """(Re)build the flat link arrays from the graph, in a deterministic order."""
@@ -56,7 +56,8 @@ class Topology:
 
     def node_of(self, rank: int) -> int:
         """The server (node) index of a rank; -1 on a custom graph."""
-        return self.graph.nodes[self.gpus[rank]].get("node", -1)
+        node: int = self.graph.nodes[self.gpus[rank]].get("node", -1)  # networkx attributes are untyped
+        return node
 
     def nic_of(self, rank: int) -> str:
         node = rank // self.gpus_per_node
@@ -217,6 +218,8 @@ def build_topology(cluster: ClusterSpec) -> Topology:
     if cluster.fabric.kind == "custom":
         return load_graph(cluster.fabric.graph or "")
     spec = cluster.node
+    if spec is None:
+        raise ValueError(f"fabric kind {cluster.fabric.kind!r} needs a node type (only a custom graph has none)")
     g = nx.DiGraph()
     gpus = build_nodes(g, cluster.nodes, spec)
     topo = Topology(g, gpus, cluster.fabric.kind, spec.gpus_per_node, spec.nics)

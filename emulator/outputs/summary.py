@@ -21,7 +21,8 @@ def _memory(result: Result) -> dict[str, Any]:
     from emulator.memory import memory_report
 
     m = memory_report(sc)
-    out = {"peak_bytes_per_gpu": m.peak_bytes_per_gpu, "capacity_bytes": m.capacity_bytes, "fits": m.fits}
+    out: dict[str, Any] = {"peak_bytes_per_gpu": m.peak_bytes_per_gpu, "capacity_bytes": m.capacity_bytes,
+                           "fits": m.fits}
     out["breakdown_bytes"] = dict(sorted(m.breakdown.items()))
     return out
 
@@ -29,23 +30,23 @@ def _memory(result: Result) -> dict[str, Any]:
 def summarize(result: Result) -> dict[str, Any]:
     """The summary object of a run."""
     sc = result.scenario
-    meta = result.program.meta
+    facts = result.program.meta.workload  # None for an imported trace
     T = result.iteration_time_s
     gpus = result.program.ranks
-    pp = int(meta.get("pp", sc.parallel.pp if sc.model and not sc.workload.trace else 1))
+    pp = int(facts.pp if facts is not None else sc.parallel.pp if sc.model and not sc.workload.trace else 1)
     if sc.workload.trace:  # a trace says it is pipelined by its stages
         pp = max(pp, len({s.stage for s in result.spans if s.stage >= 0}))
     bd = breakdown(result.spans, T, pipelined=pp > 1, iterations=max(1, sc.simulation.iterations))
-    model_flops = float(meta.get("model_flops", 0.0))
-    hw_flops = float(meta.get("hardware_flops", model_flops))
+    model_flops = float(facts.model_flops) if facts is not None else 0.0
+    hw_flops = float(facts.hardware_flops) if facts is not None else model_flops
     if not model_flops:  # a trace: the FLOPs its ops declare, times the copies each rank stands for
         copies = result.program.fold.copies if result.program.fold else 1
         model_flops = hw_flops = sum(s.flops for s in result.spans) * copies / max(1, sc.simulation.iterations)
     peak = sc.cluster.node.gpu.peak_flops if sc.cluster.node else 0.0
     per_gpu = model_flops / T / gpus if T > 0 else 0.0
     hw_per_gpu = hw_flops / T / gpus if T > 0 else 0.0
-    tokens = float(meta.get("tokens", 0.0))
-    samples = float(meta.get("samples", 0.0))
+    tokens = float(facts.tokens) if facts is not None else 0.0
+    samples = float(facts.samples) if facts is not None else 0.0
     out = {
         "scenario": sc.name,
         "gpus": gpus,
@@ -67,7 +68,7 @@ def summarize(result: Result) -> dict[str, Any]:
         period = T * max(1, sc.simulation.iterations)
         out["links"] = {"busiest": busiest_links(result.topology, result.link_bytes, period),
                         "busiest_nic": busiest_nic(result.topology, result.link_bytes, period)}
-    if meta.get("measured") and sc.simulation.iterations <= 1:  # a replayed real trace: measured vs emulated
+    if result.program.meta.measured and sc.simulation.iterations <= 1:  # a replayed real trace: measured vs emulated
         from emulator.importers.replay_report import compare
 
         out["replay"] = compare(result.program, result)

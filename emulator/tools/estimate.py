@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from emulator.folding import Stamped
 from emulator.program import COLLECTIVE, COMPUTE, SEND
 from emulator.scenario.spec import Scenario
 
@@ -28,16 +29,17 @@ def estimate(scenario: Scenario) -> str:
     build_s = time.perf_counter() - t0
     # an unfolded run given as templates: copies' compute ops end together (one event),
     # each copy's collectives and sends are instances of their own
-    ops = getattr(program, "template", None)
-    copies = len(program.translations) if ops is not None else 1
-    ops = program.ops if ops is None else ops
+    if isinstance(program, Stamped):
+        ops, copies = program.template, len(program.translations)
+    else:
+        ops, copies = program.ops, 1
     compute = comm = 0.0
     for op in ops:
-        if op.kind == COMPUTE:
+        if op.kind is COMPUTE:
             compute += 1
-        elif op.kind == SEND:
+        elif op.kind is SEND:
             comm += copies
-        elif op.kind == COLLECTIVE:
+        elif op.kind is COLLECTIVE:
             simulated = sum(1 for r in op.group if (program.fold is None or program.fold.is_representative(r)))
             members = min(len(op.group), max(1, simulated) * copies)
             n = len(op.group)

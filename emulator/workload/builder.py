@@ -33,7 +33,11 @@ chunk, layer, ring step and direction, and class 0 for pipeline, 1 for CP.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from emulator.devices import compute
+from emulator.meta import ProgramMeta, WorkloadFacts
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
 from emulator.scenario.spec import Scenario
 from emulator.workload import flops as F
@@ -52,6 +56,17 @@ from emulator.workload.plan import (  # noqa: F401  (grad_reduce_bytes, make_pla
 from emulator.workload.schedules import schedule
 
 
+@dataclass(frozen=True, slots=True)
+class _UnitTag:
+    """What every op of one unit (a layer's forward or backward in one task) is tagged with."""
+
+    prefix: str  # of the op names, e.g. "mb3.layer7.fwd."
+    mb: int
+    stage: int  # the virtual stage
+    layer: int
+    key: int = -1  # the unit's tag key (micro-batch, stage, layer, direction); CP ring tags derive from it
+
+
 class _RankBuilder:
     """Emits the ops of one rank into a shared list."""
 
@@ -59,7 +74,9 @@ class _RankBuilder:
         self.plan, self.rank, self.ops, self.next_id = plan, rank, ops, next_id
         self.lo = plan.layout
         self.c = self.lo.coords(rank)
-        self.gpu = plan.sc.cluster.node.gpu
+        node = plan.sc.cluster.node
+        assert node is not None  # make_plan checked it
+        self.gpu = node.gpu
         self.detail = plan.sc.simulation.detail
         self.last_compute: int | None = None
         self.tp = self.lo.tp_group(rank)
@@ -70,9 +87,10 @@ class _RankBuilder:
         self.zero_ag: dict[tuple[int, str], int] = {}  # ZeRO-1/2 overlapped param gather, per unit
         self._time_cache: dict[int, float] = {}
         self._carry: list[int] = []
+        self._ring_step = 0  # CP ring exchanges emitted so far in the current unit (part of their tags)
 
     # --- op emission -----------------------------------------------------------------
-    def _emit(self, **kw) -> int:
+    def _emit(self, **kw: Any) -> int:
         oid = self.next_id[0]
         self.next_id[0] += 1
         self.ops.append(Op(id=oid, rank=self.rank, **kw))
@@ -84,25 +102,25 @@ class _RankBuilder:
             self._time_cache[key] = Ly.kernel_time(k, self.gpu)
         return self._time_cache[key]
 
-    def _compute(self, kernels: list[Ly.Kernel], deps: list[int], meta: dict) -> int:
+    def _compute(self, kernels: list[Ly.Kernel], deps: list[int], unit: _UnitTag) -> int:
         name = kernels[0].name if len(kernels) == 1 else f"{kernels[0].name}..{kernels[-1].name}"
         oid = self._emit(kind=COMPUTE, stream="compute", deps=tuple(sorted(set(deps))),
-                         name=f"{meta['prefix']}{name}", duration=sum(self._kernel_time(k) for k in kernels),
+                         name=f"{unit.prefix}{name}", duration=sum(self._kernel_time(k) for k in kernels),
                          flops=sum(k.flops for k in kernels), bytes=sum(k.bytes for k in kernels),
-                         category=kernels[0].category, microbatch=meta["mb"], stage=meta["stage"],
-                         layer=meta["layer"])
+                         category=kernels[0].category, microbatch=unit.mb, stage=unit.stage,
+                         layer=unit.layer)
         self.last_compute = oid
         return oid
 
-    def _comm(self, st: Ly.Comm, meta: dict) -> list[int]:
+    def _comm(self, st: Ly.Comm, unit: _UnitTag) -> list[int]:
         """Emit one layer Comm; returns the op ids the waiting kernel must depend on."""
         deps = () if self.last_compute is None else (self.last_compute,)
-        common = dict(deps=deps, category="comm", microbatch=meta["mb"], stage=meta["stage"], layer=meta["layer"])
-        name = f"{meta['prefix']}{st.name}"
+        common = dict(deps=deps, category="comm", microbatch=unit.mb, stage=unit.stage, layer=unit.layer)
+        name = f"{unit.prefix}{st.name}"
         if st.collective == "ring":
             nxt, prv = self.lo.neighbour(self.rank, "cp", 1), self.lo.neighbour(self.rank, "cp", -1)
-            key = meta["key"] * self.lo.sizes["cp"] + meta["ring"]
-            meta["ring"] += 1
+            key = unit.key * self.lo.sizes["cp"] + self._ring_step
+            self._ring_step += 1
             tag = key * 4 + 1
             s = self._emit(kind=SEND, stream="cp_send", name=name, bytes=st.bytes, peer=nxt, tag=tag, **common)
             r = self._emit(kind=RECV, stream="cp_recv", name=name, bytes=st.bytes, peer=prv, tag=tag, **common)
@@ -111,8 +129,10 @@ class _RankBuilder:
         return [self._emit(kind=COLLECTIVE, stream=st.group, name=name, bytes=st.bytes, collective=st.collective,
                            group=group, **common)]
 
-    def _emit_steps(self, steps: list, deps: list[int], meta: dict) -> tuple[int | None, int | None]:
+    def _emit_steps(self, steps: list[Ly.Step], deps: list[int],
+                    unit: _UnitTag) -> tuple[int | None, int | None]:
         """Emit a unit's steps; returns (first compute op, last op any later work must follow)."""
+        self._ring_step = 0  # the unit's CP ring exchanges are numbered from 0
         pending: list[tuple[int, list[int]]] = []  # (kernels still allowed to overlap, comm op ids)
         group: list[Ly.Kernel] = []
         first: int | None = None
@@ -121,14 +141,14 @@ class _RankBuilder:
         def flush() -> None:
             nonlocal group, wait, first
             if group:
-                oid = self._compute(group, wait, meta)
+                oid = self._compute(group, wait, unit)
                 first = first if first is not None else oid
                 group, wait = [], []
 
         for st in steps:
             if isinstance(st, Ly.Comm):
                 flush()
-                ids = self._comm(st, meta)
+                ids = self._comm(st, unit)
                 pending.append((st.overlap, ids))
                 continue
             must = [i for left, ids in pending if left == 0 for i in ids]
@@ -165,7 +185,7 @@ class _RankBuilder:
         V = p * self.plan.v
         units = self.plan.chunk_units[vs]
         deps: list[int] = []
-        self._carry: list[int] = []
+        self._carry = []
         fwd = phase == "F"
         if p > 1 and ((fwd and vs > 0) or (not fwd and vs < V - 1)):
             src_vs = vs - 1 if fwd else vs + 1
@@ -187,16 +207,17 @@ class _RankBuilder:
                 udeps.append(prefetch[i])
             if fwd and (vs, unit.name) in self.zero_ag:
                 udeps.append(self.zero_ag[(vs, unit.name)])
-            meta = dict(prefix=f"mb{mb}.{unit.name}.{'fwd' if fwd else 'bwd'}.", mb=mb, stage=vs,
-                        layer=unit.layer, key=((mb * V + vs) * (self.plan.model.layers + 2) + unit.layer + 1) * 2
-                        + (0 if fwd else 1), ring=0)
+            where = _UnitTag(prefix=f"mb{mb}.{unit.name}.{'fwd' if fwd else 'bwd'}.", mb=mb, stage=vs,
+                             layer=unit.layer, key=((mb * V + vs) * (self.plan.model.layers + 2) + unit.layer + 1) * 2
+                             + (0 if fwd else 1))
             before = self.last_compute
-            first, last = self._emit_steps(unit.fwd if fwd else unit.bwd, udeps, meta)
+            first, last = self._emit_steps(unit.fwd if fwd else unit.bwd, udeps, where)
             deps = []
             if zero3 and i + 1 < len(order):  # prefetch the next unit's weights during this one
                 prefetch[i + 1] = self._zero3_gather(order[i + 1], vs, mb, phase,
                                                      [before] if before is not None else [])
             if not fwd:
+                assert last is not None  # every unit's backward emits at least one kernel
                 self.grad_ready[(vs, unit.name)] = last
                 if zero3:
                     self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.zero3_rs",
@@ -205,7 +226,7 @@ class _RankBuilder:
                                deps=(last,), category="comm", microbatch=mb, stage=vs, layer=unit.layer)
         if self._carry:  # an overlapped comm outlives the task: a zero-cost join keeps it on the path
             self._compute([Ly.Kernel("join", "elementwise", 0.0, 0.0, "bwd" if not fwd else "fwd")],
-                          self._carry, dict(prefix=f"mb{mb}.", mb=mb, stage=vs, layer=units[-1].layer))
+                          self._carry, _UnitTag(prefix=f"mb{mb}.", mb=mb, stage=vs, layer=units[-1].layer))
             self._carry = []
         if p > 1 and ((fwd and vs < V - 1) or (not fwd and vs > 0)):
             dst_vs = vs + 1 if fwd else vs - 1
@@ -324,16 +345,12 @@ def build_program(sc: Scenario, fold: Fold | None = None) -> Program:
     for rank in range(plan.layout.world):
         if fold is None or fold.is_representative(rank):
             _RankBuilder(plan, rank, ops, next_id).build()
-    m, tr = M.resolve(sc.model), sc.training
-    meta = {
-        "model_flops": F.model_flops(m, tr.global_batch),
-        "hardware_flops": F.hardware_flops(m, tr.global_batch, tr.recompute, plan.flash),
-        "tokens": tr.global_batch * m.seq_len,
-        "samples": tr.global_batch,
-        "pp": sc.parallel.pp,
-        "microbatches": plan.micro,
-        "tp": sc.parallel.tp, "dp": sc.parallel.dp, "cp": sc.parallel.cp, "ep": sc.parallel.ep,
-        "virtual_stages": plan.v, "schedule": sc.parallel.schedule,
-        "params": M.total_params(m),
-    }
-    return Program(plan.layout.world, ops, fold, meta)
+    assert sc.model is not None  # make_plan checked it
+    m, tr, par = M.resolve(sc.model), sc.training, sc.parallel  # the model's own vocabulary, not the padded one
+    facts = WorkloadFacts(
+        model_flops=F.model_flops(m, tr.global_batch),
+        hardware_flops=F.hardware_flops(m, tr.global_batch, tr.recompute, plan.flash),
+        tokens=tr.global_batch * m.seq_len, samples=tr.global_batch, pp=par.pp, microbatches=plan.micro,
+        tp=par.tp, dp=par.dp, cp=par.cp, ep=par.ep, virtual_stages=plan.v, schedule=par.schedule,
+        params=M.total_params(m))
+    return Program(plan.layout.world, ops, fold, ProgramMeta(workload=facts))
