@@ -2,8 +2,11 @@
 
     python benchmarks/run.py [--cases node-8gpu,gpt3-1024] [--unfolded] [--baseline REV] [--json]
 
-For each case it prints wall time, events, events/s, ranks simulated, peak RSS and
-the predicted iteration time (so a speed-up that changes the answer is caught).
+For each case it prints wall time, the wall time over this machine's SimPy floor
+(one process waiting on 1,000,000 ``env.timeout``s, measured in the same run, so the
+ratio travels between machines that differ by 2-3x), events, events/s, ranks
+simulated, peak RSS and the predicted iteration time (so a speed-up that changes
+the answer is caught).
 Each case runs in a fresh process (`emulator run --json`), so peak RSS is that
 run's alone. With ``--baseline REV`` the same cases run first on a checkout of
 git revision REV (a temporary worktree), and the table adds the wall-time ratio
@@ -59,25 +62,45 @@ def run_case(root: str, scenario: str, sets: list[str]) -> dict:
             "peak_rss_mb": rss_kb / 1024, "iteration_time_s": s["iteration_time_s"]}
 
 
+FLOOR = """
+import time, simpy
+env = simpy.Environment()
+def wait(env):
+    for _ in range(1_000_000):
+        yield env.timeout(1)
+env.process(wait(env))
+t0 = time.perf_counter()
+env.run()
+print(time.perf_counter() - t0)
+"""
+
+
+def simpy_floor() -> float:
+    """Seconds this machine takes for one SimPy process to wait on 1,000,000 timeouts (fresh process)."""
+    out = subprocess.run([sys.executable, "-c", FLOOR], capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
 def worktree(rev: str) -> str:
     path = tempfile.mkdtemp(prefix="emulator-baseline-")
     subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", path, rev], check=True, capture_output=True)
     return path
 
 
-def table(rows: list[tuple[str, dict, dict | None]]) -> str:
-    head = f"{'case':<20} {'wall s':>8} {'events':>10} {'events/s':>10} {'ranks':>6} {'RSS MB':>8} {'iteration s':>14}"
+def table(rows: list[tuple[str, dict, dict | None]], floor: float) -> str:
+    head = f"{'case':<20} {'wall s':>8} {'/floor':>7} {'events':>10} {'events/s':>10} {'ranks':>6} {'RSS MB':>8} {'iteration s':>14}"
     out = [head + ("  baseline/now" if any(b for _, _, b in rows) else "")]
     for name, r, b in rows:
         if "error" in r:
             out.append(f"{name:<20} error: {r['error']}")
             continue
-        line = (f"{name:<20} {r['wall_s']:8.2f} {r['events']:10,d} {r['events_per_s']:10,.0f} "
+        line = (f"{name:<20} {r['wall_s']:8.2f} {r['wall_s'] / floor:7.2f} {r['events']:10,d} {r['events_per_s']:10,.0f} "
                 f"{r['ranks_simulated']:6d} {r['peak_rss_mb']:8.0f} {r['iteration_time_s']:14.6f}")
         if b and "error" not in b:
             same = "" if b["iteration_time_s"] == r["iteration_time_s"] else "  (answer changed!)"
             line += f"  {b['wall_s'] / r['wall_s']:6.2f}x{same}"
         out.append(line)
+    out.append(f"SimPy floor (1,000,000 timeouts, one process) on this machine: {floor:.3f} s")
     return "\n".join(out)
 
 
@@ -96,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     cases.update(UNFOLDED)
     base_root = worktree(args.baseline) if args.baseline else None
     rows = []
+    floor = simpy_floor()
     try:
         for name in names:
             scenario, sets = cases[name]
@@ -107,9 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         if base_root:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base_root], capture_output=True)
     if args.json:
-        sys.stdout.write(json.dumps({n: {"now": r, "baseline": b} for n, r, b in rows}, indent=2) + "\n")
+        doc = {n: {"now": r, "baseline": b, "simpy_floor_s": floor,
+                   "wall_over_floor": r["wall_s"] / floor if "wall_s" in r else None} for n, r, b in rows}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(table(rows) + "\n")
+        sys.stdout.write(table(rows, floor) + "\n")
     return 0
 
 

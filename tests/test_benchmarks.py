@@ -10,7 +10,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_benchmark_smoke_case_reports_every_figure():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--cases", "node-8gpu", "--json"],
                          capture_output=True, text=True, check=True, cwd=ROOT)
-    row = json.loads(out.stdout)["node-8gpu"]["now"]
+    case = json.loads(out.stdout)["node-8gpu"]
+    row = case["now"]
+    # the machine's SimPy floor, measured in the same run, and the wall time over it
+    assert case["simpy_floor_s"] > 0 and case["wall_over_floor"] == row["wall_s"] / case["simpy_floor_s"]
     assert set(row) >= {"wall_s", "events", "events_per_s", "ranks_simulated", "peak_rss_mb", "iteration_time_s"}
     # 8 GPUs, TP 2 × PP 2 × DP 2 folded over TP and DP: one simulated rank per stage = 2
     assert row["gpus"] == 8 and row["ranks_simulated"] == 2
