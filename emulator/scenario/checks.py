@@ -22,12 +22,12 @@ from typing import Callable
 import yaml
 
 from emulator.errors import ScenarioError
+from emulator.scenario.schema import SCHEDULES
 from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import chunk_layers
 from emulator.scenario.yamltree import show
 
 TARGET = re.compile(r"^(gpu|node):(\d+)$")  # an override target that names a GPU or a node
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 
 
 @dataclass(frozen=True)
