@@ -18,7 +18,7 @@ are exactly the formulas above. Fused (flash) attention keeps no s² terms. A st
 holds as many micro-batches (model chunks, interleaved) as its schedule has in flight
 at the worst moment (1F1B: p − s on stage s; GPipe: m; interleaved: Megatron's
 p·(1 + (p − 1)/(p·v)) chunks' worth on stage 0), read off the schedule itself; each
-in-flight chunk counts its own layers, so an uneven split (workload/stages.py) lightens
+in-flight chunk counts its own layers, so an uneven split (scenario/stages.py) lightens
 the stages it lightens.
 
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers,

@@ -1,7 +1,7 @@
 """The scenario key table, and the JSON Schema derived from it.
 
 ``KEYS`` is the one description of what a scenario file may contain: every key,
-its type, bounds, choices and help text. The loader (emulator/scenario.py)
+its type, bounds, choices and help text. The loader (reader.py)
 validates against it, the catalog reads its node/GPU entries with it, and
 :func:`scenario_schema` turns it into a JSON Schema (draft 2020-12) for editors
 and for ``emulator schema``. Add a key here and both follow.

@@ -114,7 +114,7 @@ class ParallelSpec:
     zero: int = 0
     schedule: str = "1f1b"  # gpipe | 1f1b | interleaved-1f1b
     virtual_stages: int = 1
-    first_chunk_layers: int | None = None  # layers of model chunk 0; None: an even split (workload/stages.py)
+    first_chunk_layers: int | None = None  # layers of model chunk 0; None: an even split (scenario/stages.py)
     last_chunk_layers: int | None = None  # layers of the last model chunk; None: an even split
     overlap_grad_reduce: bool = True
     grad_bucket: float = 25e6 * 4  # B

@@ -1,6 +1,6 @@
 """The build plan: everything about a scenario's workload that does not depend on the rank —
 the validated model (with Megatron's padded vocabulary), the micro-batches per pipeline,
-each virtual stage's units (embedding, its layers as split by :mod:`.stages`, head) with
+each virtual stage's units (embedding, its layers as split by emulator/scenario/stages.py, head) with
 their per-layer steps from :mod:`.layer`, the element sizes of activations and of the
 gradient reduction, and the rank grid for folding.
 """
