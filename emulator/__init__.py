@@ -3,7 +3,8 @@
 The folders follow the pipeline, bottom to top; a module imports only from its own
 layer or the layers below it (DESIGN.md, "Layout"):
 
-    program.py, spans.py, errors.py, fingerprint.py   the IR, the output records, the error types
+    program.py, meta.py, spans.py, errors.py, fingerprint.py   the IR and its report facts, the output
+                  records, the error types
     scenario/     YAML → a validated, frozen Scenario; the rule book; the catalogs
     network/, devices/, importers/   the fabric and collectives; GPU and NIC costs; traces → Program
     workload/, engine.py, folding.py, faults.py      scenario → Program; Program + network → Spans

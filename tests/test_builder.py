@@ -16,7 +16,8 @@ from emulator.scenario import (
     TrainingSpec,
 )
 from emulator.scenario.catalog import model_preset
-from emulator.workload.builder import build_program, fold_grid
+from emulator.workload.builder import build_program
+from emulator.workload.plan import fold_grid
 
 A100 = GpuSpec("A100-SXM4-80GB", 312e12, 2039e9, 80 * 2**30, 4e-6)
 TINY = ModelSpec(layers=4, hidden=256, heads=4, seq_len=128, vocab=512, tied_embeddings=True)

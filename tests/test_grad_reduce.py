@@ -1,7 +1,8 @@
 """Data-parallel gradient reduction type: Megatron reduces bf16 training's gradients in fp32."""
 
 from emulator.scenario import load_scenario_text
-from emulator.workload.builder import build_program, grad_reduce_bytes
+from emulator.workload.builder import build_program
+from emulator.workload.plan import grad_reduce_bytes
 
 TEXT = """
 name: g

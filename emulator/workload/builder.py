@@ -43,16 +43,7 @@ from emulator.scenario.spec import Scenario
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
-from emulator.workload.plan import (  # noqa: F401  (grad_reduce_bytes, make_plan, fold_grid: part of this module's API)
-    ADAM_BYTES_PER_PARAM,
-    ADAM_FLOPS_PER_PARAM,
-    DTYPE_BYTES,
-    Plan,
-    Unit,
-    fold_grid,
-    grad_reduce_bytes,
-    make_plan,
-)
+from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.schedules import schedule
 
 
