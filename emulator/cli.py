@@ -1,4 +1,4 @@
-"""The command line: ``emulator run | collective | schema | sweep | search | plot | calibrate | live``.
+"""The command line: ``emulator run | collective | schema | sweep | search | plot | calibrate | live | validate``.
 
 The only module (with ``__main__``) that prints. Bad input — any EmulatorError —
 exits with code 2 and one clear message; a bug exits with code 1 and a one-line
@@ -27,6 +27,8 @@ PLUGINS: dict[str, tuple[str, str, str, str]] = {
                   "fit model constants from nccl-tests logs and a Kineto trace"),
     "live": ("emulator.live.launcher", "add_arguments", "live_command",
              "run a real PyTorch script as a few ranks of an emulated cluster"),
+    "validate": ("emulator.tools.validate", "add_arguments", "validate_command",
+                 "compare predictions with your own measurements (a CSV of cases)"),
 }
 
 
@@ -152,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _plugin(fn: Callable[[argparse.Namespace], object]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         out = fn(args)
+        if isinstance(out, tuple):  # (text, exit code): a report that may also be a failure
+            text, code = out
+            if text:
+                print(text)
+            return int(code)
         if isinstance(out, str):
             if out:
                 print(out)
