@@ -1,10 +1,16 @@
 """Memory per GPU: model states, activations and workspace, and whether they fit.
 
-Model states (mixed-precision Adam, Rajbhandari et al. 2020): 16 bytes per parameter
-(2 bf16 weight, 2 bf16 gradient, 12 fp32 master weight, momentum and variance), with
-Ψ = parameters on this GPU after TP/PP/EP sharding and d = the ranks that share them
+Model states (mixed-precision Adam, Rajbhandari et al. 2020): 2 bytes of bf16 weight,
+g bytes of gradient and 12 of fp32 master weight, momentum and variance per parameter,
+with Ψ = parameters on this GPU after TP/PP/EP sharding and d = the ranks that share them
 (DP·CP for dense weights, as Megatron's distributed optimizer; DP·CP/EP for experts):
-    ZeRO-0 16Ψ,  ZeRO-1 4Ψ + 12Ψ/d,  ZeRO-2 2Ψ + 14Ψ/d,  ZeRO-3 16Ψ/d.
+    ZeRO-0 (14 + g)Ψ,  ZeRO-1 (2 + g)Ψ + 12Ψ/d,  ZeRO-2 2Ψ + (12 + g)Ψ/d,  ZeRO-3 (14 + g)Ψ/d.
+The gradient lives in Megatron-Core's main_grad buffer, whose type is that of the
+data-parallel reduction (``training.grad_reduce``): g = 4 with fp32, Megatron-LM's default
+for bf16 training (megatron/training/arguments.py, Megatron-Core 0.20.0: "bfloat16
+requires gradient accumulation and all-reduce to be done in fp32"); g = 2 with bf16, as
+NeMo's Nemotron-4 340B recipe sets (nemo/collections/llm/recipes/nemotron4_340b.py:
+grad_reduce_in_fp32 = False). Until this version g was 2 whatever the reduction.
 
 Activations of one layer and one micro-batch (Korthikanti et al. 2022, bytes; s is the
 sequence share of a CP rank, a the heads, t the TP size):
@@ -32,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from emulator.scenario.spec import ModelSpec, Scenario
 from emulator.scenario.stages import chunk_layers, stage_layers
 from emulator.workload import models as M
+from emulator.workload.plan import grad_reduce_bytes
 from emulator.workload.schedules import max_in_flight, schedule
 
 # ASSUMPTION: CUDA context (~0.5 GiB) + cuBLAS workspace + NCCL communicator buffers
@@ -39,7 +46,6 @@ from emulator.workload.schedules import max_in_flight, schedule
 WORKSPACE_BYTES = 2**30
 ADAM_STATE_BYTES = 12  # fp32 master weight, momentum, variance
 WEIGHT_BYTES = 2  # bf16 weight
-GRAD_BYTES = 2  # bf16 gradient
 
 
 @dataclass(frozen=True)
@@ -51,10 +57,11 @@ class MemoryReport:
     stage: int = 0  # the pipeline stage with the peak
 
 
-def model_state_bytes(psi: float, d: int, zero: int) -> dict:
-    """{'params', 'grads', 'optimizer'} bytes for Ψ parameters shared by d ranks under ZeRO ``zero``."""
+def model_state_bytes(psi: float, d: int, zero: int, grad_bytes: int = 2) -> dict:
+    """{'params', 'grads', 'optimizer'} bytes for Ψ parameters shared by d ranks under ZeRO ``zero``,
+    gradients held in ``grad_bytes``-byte elements (the main_grad buffer's type)."""
     params = WEIGHT_BYTES * psi / (d if zero >= 3 else 1)
-    grads = GRAD_BYTES * psi / (d if zero >= 2 else 1)
+    grads = grad_bytes * psi / (d if zero >= 2 else 1)
     optim = ADAM_STATE_BYTES * psi / (d if zero >= 1 else 1)
     return {"params": params, "grads": grads, "optimizer": optim}
 
@@ -65,7 +72,7 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     r = M.resolve(m)
     h, a = r.hidden, r.heads
     kvd = r.kv_heads * (h // a)
-    dropout = M.has_biases(r)
+    dropout = M.has_dropout(r)
     unit = s * b * dtype / 2  # the formulas count 2-byte elements
     if recompute == "full":
         return 2 * s * b * h * dtype / 2 / (t if sp else 1)
@@ -116,6 +123,7 @@ def memory_report(sc: Scenario) -> MemoryReport:
     m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, par.tp))
     gpu = sc.cluster.node.gpu
     dtype = 4 if tr.precision == "fp32" else 2
+    grad_bytes = grad_reduce_bytes(tr.precision, tr.grad_reduce)
     flash = getattr(tr, "attention", "unfused") == "flash" or par.cp > 1
     s = m.seq_len // par.cp
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
@@ -128,14 +136,14 @@ def memory_report(sc: Scenario) -> MemoryReport:
         mine = split[stage]  # layers of each of this stage's chunks
         dense, expert = _stage_params(m, sc, stage, sum(mine))
         d = par.dp * par.cp
-        states = model_state_bytes(dense, d, par.zero)
+        states = model_state_bytes(dense, d, par.zero, grad_bytes)
         if expert:
-            ex = model_state_bytes(expert, max(1, d // par.ep), par.zero)
+            ex = model_state_bytes(expert, max(1, d // par.ep), par.zero, grad_bytes)
             states = {k: states[k] + ex[k] for k in states}
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
         chunks = max_in_flight(tasks)
         acts = per_layer * max_in_flight(tasks, mine)  # layers of the (micro-batch, chunk)s in flight
-        if stage == 0 and M.has_biases(m):  # embedding dropout mask of each in-flight micro-batch
+        if stage == 0 and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
         work = float(WORKSPACE_BYTES)
         if par.zero >= 3:

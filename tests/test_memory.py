@@ -20,6 +20,13 @@ def test_model_states(zero, total):
     assert sum(model_state_bytes(1e9, 8, zero).values()) == pytest.approx(total)
 
 
+@pytest.mark.parametrize("zero,total", [(0, 18e9), (1, 7.5e9), (2, 3.75e9 + 0.25e9), (3, 2.25e9)])
+def test_model_states_with_fp32_gradients(zero, total):
+    # g = 4 (fp32 main_grad), Ψ = 1e9, d = 8: ZeRO-0 (14 + 4)Ψ = 18e9; ZeRO-1 (2 + 4)Ψ + 12Ψ/8 = 7.5e9;
+    # ZeRO-2 2Ψ + 16Ψ/8 = 4e9; ZeRO-3 18Ψ/8 = 2.25e9
+    assert sum(model_state_bytes(1e9, 8, zero, grad_bytes=4).values()) == pytest.approx(total)
+
+
 def test_korthikanti_formulas():
     # TP alone: sbh(10 + 24/8 + 5·64·2048/(6144·8)) = sbh·26.3333 = 1 325 400 064
     assert layer_activation_bytes(GPT22, 4, 2048, 8) == pytest.approx(SBH * (10 + 3 + 40 / 3))
@@ -35,37 +42,43 @@ def test_korthikanti_formulas():
     assert layer_activation_bytes(GPT22, 4, 2048, 8, True, "none", flash=True) == pytest.approx(34 * SBH / 8)
 
 
-def tiny(gpus=1, par=None, recompute="none") -> Scenario:
+def tiny(gpus=1, par=None, recompute="none", grad_reduce="auto") -> Scenario:
     m = ModelSpec(layers=2, hidden=1024, heads=16, seq_len=512, vocab=1024, tied_embeddings=True)
     par = par or ParallelSpec()
     return Scenario("t", ClusterSpec(1, node(gpus)), m, TrainingSpec(global_batch=8 * par.dp, micro_batch=1,
-                                                                    recompute=recompute), par)
+                                                                    recompute=recompute, grad_reduce=grad_reduce),
+                    par)
 
 
 def test_single_gpu_report():
     # Ψ = 2·(12h² + 13h) + V·h + s·h + 2h = 25 192 448 + 1 048 576 + 524 288 + 2048 = 26 767 360
-    # states 16Ψ = 428 277 760; activations 2 layers · sbh(34 + 5·16·512/1024) = 2·524 288·74
+    # bf16 training reduces (and holds) gradients in fp32 (grad_reduce auto, Megatron-LM): states
+    # (2 + 4 + 12)Ψ = 18Ψ = 481 812 480; activations 2 layers · sbh(34 + 5·16·512/1024) = 2·524 288·74
     # = 77 594 624, + embedding dropout mask sbh = 524 288; workspace 2^30 + fp32 logits
-    # 4·512·1024 = 2 097 152. Peak = 428 277 760 + 78 118 912 + 1 075 838 976 = 1 582 235 648.
+    # 4·512·1024 = 2 097 152. Peak = 481 812 480 + 78 118 912 + 1 075 838 976 = 1 635 770 368.
     sc = tiny()
     r = memory_report(sc)
     assert M.total_params(sc.model) == 26_767_360
-    assert r.breakdown["params"] + r.breakdown["grads"] + r.breakdown["optimizer"] == 16 * 26_767_360
+    assert r.breakdown["params"] + r.breakdown["grads"] + r.breakdown["optimizer"] == 18 * 26_767_360
+    assert r.breakdown["grads"] == 4 * 26_767_360
     assert r.breakdown["activations"] == 78_118_912
     assert r.breakdown["workspace"] == WORKSPACE_BYTES + 2_097_152
-    assert r.peak_bytes_per_gpu == 1_582_235_648
+    assert r.peak_bytes_per_gpu == 1_635_770_368
+    # with bf16 gradients (grad_reduce: bf16) the states are 16Ψ: 53 535 720 B less
+    bf16 = memory_report(tiny(grad_reduce="bf16"))
+    assert bf16.peak_bytes_per_gpu == 1_635_770_368 - 2 * 26_767_360
     assert r.fits and r.capacity_bytes == 80 * 2**30
 
 
 def test_pipeline_in_flight():
     # pp 2, 1F1B, 8 micro-batches. Stage 0: Ψ = 12 596 224 (layer) + 1 048 576 + 524 288 (embeddings)
-    # = 14 169 088 → 226 705 408 B; it holds 2 micro-batches: 2·38 797 312 + 2·524 288 = 78 643 200;
-    # + 2^30 → 1 379 090 432. Stage 1: Ψ = 12 596 224 + 1 048 576 (tied copy) + 2048 = 13 646 848
-    # → 218 349 568 + 38 797 312 + 2^30 + 2 097 152 = 1 332 985 856. Peak: stage 0.
+    # = 14 169 088 → 18Ψ = 255 043 584 B; it holds 2 micro-batches: 2·38 797 312 + 2·524 288 = 78 643 200;
+    # + 2^30 → 1 407 428 608. Stage 1: Ψ = 12 596 224 + 1 048 576 (tied copy) + 2048 = 13 646 848
+    # → 245 643 264 + 38 797 312 + 2^30 + 2 097 152 = 1 360 279 552. Peak: stage 0.
     r = memory_report(tiny(2, ParallelSpec(pp=2)))
     assert r.stage == 0
     assert r.breakdown["activations"] == 78_643_200
-    assert r.peak_bytes_per_gpu == 1_379_090_432
+    assert r.peak_bytes_per_gpu == 1_407_428_608
     # GPipe: all 8 micro-batches on stage 0: 8·(38 797 312 + 524 288) = 314 572 800
     assert memory_report(tiny(2, ParallelSpec(pp=2, schedule="gpipe"))).breakdown["activations"] == 314_572_800
 
@@ -76,3 +89,44 @@ def test_does_not_fit():
     r = memory_report(big)
     # 175e9/8 params · 16 B ≈ 350 GB ≫ 80 GiB
     assert not r.fits and r.peak_bytes_per_gpu > 16 * 174e9 / 8
+
+
+NEMOTRON_340B = """
+name: nemotron4-340b-128-h100
+cluster: {nodes: 16, node: dgx-h100}
+model: {preset: nemotron4-340b}
+training: {global_batch: 32, micro_batch: 1, recompute: selective, attention: flash, grad_reduce: bf16}
+parallel: {tp: 8, pp: 8, dp: 2, sequence_parallel: true, zero: 1, schedule: interleaved-1f1b, virtual_stages: 12}
+"""
+
+
+def test_nemotron_layer_activations_by_hand():
+    # Nemotron-4 340B, one layer, b 1, s 4096, t 8, SP, flash: no dropout masks, no s² terms.
+    # Stored (2-byte elements, all sharded by t with SP): two norm inputs 2·2h, QKV and MLP GEMM
+    # inputs 2h + 2h, Q 2h, K and V 2·2·kv_dim (kv_dim = 8·192 = 1536), projection input 2h,
+    # MLP up output 2f and squared-ReLU output 2f (f = 4h = 73 728, not gated):
+    # (12h + 4·1536 + 4f)·s·b/t = (221 184 + 6 144 + 294 912)·512 = 267 386 880 B
+    m = catalog.model_preset("nemotron4-340b")
+    assert (m.activation, m.biases, m.dropout, m.swiglu) == ("squared_relu", False, False, False)
+    assert layer_activation_bytes(m, 1, 4096, 8, True, "selective", flash=True) == 267_386_880
+
+
+def test_nemotron4_340b_memory_breakdown_by_hand():
+    """NeMo's Nemotron-4 340B layout on 128 H100, term by term (README, "Memory")."""
+    from emulator.scenario import load_scenario_text
+
+    r = memory_report(load_scenario_text(NEMOTRON_340B, "nemotron.yaml"))
+    # Stage 0 holds 12 layers (8 stages × 12 chunks of 1 layer) and the embedding. Per layer and GPU:
+    # (QKV h·(h + 2·1536) + proj h² + MLP 2·h·f)/8 + RMS gains 2h = (396 361 728 + 339 738 624
+    # + 2 717 908 992)/8 + 36 864 = 431 788 032; ×12 = 5 181 456 384; + embedding 256 000·h/8
+    # = 589 824 000 → Ψ = 5 771 280 384.
+    psi = 5_771_280_384
+    assert r.stage == 0
+    assert r.breakdown["params"] == 2 * psi and r.breakdown["grads"] == 2 * psi  # bf16 gradients
+    assert r.breakdown["optimizer"] == 12 * psi / 2  # distributed optimizer over dp 2
+    # Megatron's interleaved warm-up on stage 0: (p − 1)·2 + (v − 1)·p = 14 + 88 = 102 chunk passes,
+    # plus the one in 1F1B: 103 one-layer chunks of 267 386 880 B = 27 540 848 640 B
+    assert r.breakdown["activations"] == 103 * 267_386_880
+    # 10Ψ + activations + 2^30 = 57 712 803 840 + 27 540 848 640 + 1 073 741 824 = 86 327 394 304 B,
+    # 0.43 GB above 80 GiB (85 899 345 920): the README's "Memory" section says what this leaves open
+    assert r.peak_bytes_per_gpu == 86_327_394_304

@@ -52,3 +52,42 @@ def test_override_and_checks():
         [("model.heads", "hidden (512) must be divisible by heads (7)"),
          ("model.kv_heads", "kv_heads (12) must divide heads (7)")]
     assert M.padded_vocab(50257, 8) == 51200  # Megatron: multiple of 128·8 = 1024
+
+
+def test_nemotron_presets_count_no_biases():
+    # Nemotron-4 340B: per layer QKV h·(h + 2·8·192) = 18 432·21 504 = 396 361 728, proj h² = 339 738 624,
+    # MLP 2·h·4h = 2 717 908 992 (squared ReLU: two matrices, no biases), RMS gains 2h = 36 864
+    # → 3 454 046 208; ×96 = 331 588 435 968; + embedding and untied head 2·256 000·h = 9 437 184 000
+    # + final gain h = 18 432 → 341 025 638 400 (the report's "340B")
+    m = catalog.model_preset("nemotron4-340b")
+    assert M.mlp_params(m) == 2_717_908_992
+    assert M.layer_params(m) == 3_454_046_208
+    assert M.total_params(m) == 341_025_638_400
+    # Nemotron-4 15B: 32 layers of h 6144 (48 heads, 8 KV) → per layer 6144·(6144 + 2048) + 6144²
+    # + 2·6144·24 576 + 2·6144 = 50 331 648 + 37 748 736 + 301 989 888 + 12 288 = 390 082 560;
+    # ×32 = 12 482 641 920; + 2·256 000·6144 + 6144 = 3 145 734 144 → 15 628 376 064
+    assert M.total_params(catalog.model_preset("nemotron4-15b")) == 15_628_376_064
+
+
+def test_squared_relu_kernels():
+    from emulator.workload import layer as Ly
+
+    m = catalog.model_preset("nemotron4-15b")
+    L = Ly.layer_shape(m, micro_batch=1, t=8)
+    fwd = {k.name: k for k in Ly.kernels(Ly.forward_steps(L))}
+    bwd = {k.name: k for k in Ly.kernels(Ly.backward_steps(L))}
+    assert "squared_relu" in fwd and "gelu" not in fwd and "swiglu" not in fwd
+    assert "squared_relu_bwd" in bwd
+    # T·f/t = 4096·3072 = 12 582 912 elements: forward reads and writes them (2 passes of 2 B),
+    # 2 FLOPs each (max, square); backward 3 passes (no bias gradient), 3 FLOPs each
+    assert fwd["squared_relu"].bytes == 2 * 2 * 12_582_912 and fwd["squared_relu"].flops == 2 * 12_582_912
+    assert bwd["squared_relu_bwd"].bytes == 3 * 2 * 12_582_912 and bwd["squared_relu_bwd"].flops == 3 * 12_582_912
+    # the up GEMM is not gated: n = f/t = 3072 (SwiGLU would make it 6144)
+    assert fwd["mlp.up"].n == 3072
+    # no dropout: no bias-dropout-add mask, no attention dropout
+    assert not any("dropout" in name for name in fwd)
+
+
+def test_activation_contradicting_swiglu_is_refused():
+    m = dataclasses.replace(catalog.model_preset("llama2-7b"), activation="gelu")
+    assert [v.key for v in model_violations(m)] == ["model.activation"]

@@ -157,6 +157,11 @@ def _llama(layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, 
                 vocab=vocab, seq_len=seq, swiglu=True, tied_embeddings=False)
 
 
+def _nemotron(layers: int, hidden: int, heads: int) -> dict[str, Any]:
+    return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=8, ffn_hidden=4 * hidden, vocab=256000,
+                seq_len=4096, activation="squared_relu", biases=False, dropout=False, tied_embeddings=False)
+
+
 MODELS: dict[str, dict[str, Any]] = {
     "gpt3-125m": _gpt3(12, 768, 12),
     "gpt3-350m": _gpt3(24, 1024, 16),
@@ -183,12 +188,18 @@ MODELS: dict[str, dict[str, Any]] = {
     "llama3-70b": _llama(80, 8192, 64, 8, 28672, 128256, 8192),
     "llama3-405b": _llama(126, 16384, 128, 8, 53248, 128256, 8192),
     "mixtral-8x7b": dict(_llama(32, 4096, 32, 8, 14336, 32000, 4096), experts=8, top_k=2),
+    # Nemotron-4 (NVIDIA): squared-ReLU MLP of 4h, no biases, no dropout, GQA with 8 KV heads, RoPE,
+    # untied embeddings, 256k vocabulary, 4096 tokens. 340B: arXiv 2406.11704 (Nemotron-4 340B
+    # Technical Report, section 2.1); 15B: arXiv 2402.16819 (Nemotron-4 15B, Table 1).
+    "nemotron4-15b": _nemotron(32, 6144, 48),
+    "nemotron4-340b": _nemotron(96, 18432, 96),
     "bert-large": dict(layers=24, hidden=1024, heads=16, seq_len=512, vocab=30522, tied_embeddings=True,
                        causal=False),  # an encoder: bidirectional attention
 }
 
 # Models with biases and learned layernorm shifts (GPT-2/3, Megatron GPT, BERT) have swiglu False;
-# the Llama family (RMSNorm, no biases) is marked by swiglu=True (workload/models.py, has_biases).
+# the Llama family (RMSNorm, no biases) is marked by swiglu=True (workload/models.py, has_biases);
+# Nemotron says biases and dropout outright.
 
 
 def model_names() -> list[str]:

@@ -58,6 +58,9 @@ def model_violations(model: ModelSpec) -> list[Violation]:
         out.append(Violation("model.top_k", f"top_k ({m.top_k}) must be at most experts ({m.experts})"))
     if not m.experts and m.top_k:
         out.append(Violation("model.top_k", f"top_k ({m.top_k}) needs experts > 0 (an MoE model)"))
+    if m.swiglu and m.activation not in ("", "swiglu"):
+        out.append(Violation("model.activation", f"activation {m.activation} contradicts swiglu: true "
+                                                 "(yours or the preset's; set swiglu: false with it)"))
     return out
 
 

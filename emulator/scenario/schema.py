@@ -140,7 +140,12 @@ MODEL_KEYS: dict[str, Key] = {
     "kv_heads": Key("int", "Key/value heads (GQA); 0: as heads.", minimum=0, maximum=10**6),
     "experts": Key("int", "MoE experts per layer; 0: dense.", minimum=0, maximum=10**6),
     "top_k": Key("int", "Experts per token (MoE).", minimum=0, maximum=10**6),
-    "swiglu": Key("bool", "SwiGLU MLP (three matrices)."),
+    "swiglu": Key("bool", "SwiGLU MLP (three matrices); the same as activation: swiglu."),
+    "activation": Key("enum", "MLP activation: gelu (GPT, two matrices), swiglu (Llama, gated, three) or "
+                              "squared_relu (Nemotron, two); absent: swiglu if swiglu, else gelu.",
+                      enum=("gelu", "swiglu", "squared_relu")),
+    "biases": Key("bool", "Linear biases and layernorm shifts; absent: yes for gelu/squared_relu, no for swiglu."),
+    "dropout": Key("bool", "Hidden and attention dropout in training; absent: as biases."),
     "tied_embeddings": Key("bool", "Input and output embeddings shared."),
     "causal": Key("bool", "A causal attention mask (decoders, the default); false: bidirectional (BERT)."),
 }

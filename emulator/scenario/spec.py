@@ -85,12 +85,20 @@ class ModelSpec:
     swiglu: bool = False
     tied_embeddings: bool = False
     causal: bool = True  # a causal attention mask (decoders); False: bidirectional (BERT)
+    activation: str = ""  # MLP: gelu | swiglu | squared_relu; "": swiglu if swiglu else gelu
+    biases: bool | None = None  # linear biases and layernorm shifts; None: not swiglu (GPT yes, Llama no)
+    dropout: bool | None = None  # hidden and attention dropout; None: as biases (GPT yes, Llama no)
 
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,
-        top_k 0 → 1 for an MoE model."""
+        top_k 0 → 1 for an MoE model, the activation from ``swiglu`` (and back), biases
+        from the activation's family, dropout as biases."""
+        act = self.activation or ("swiglu" if self.swiglu else "gelu")
+        gated = act == "swiglu"
+        biases = (not gated) if self.biases is None else self.biases
         return replace(self, ffn_hidden=self.ffn_hidden or 4 * self.hidden, kv_heads=self.kv_heads or self.heads,
-                       top_k=self.top_k or (1 if self.experts else 0))
+                       top_k=self.top_k or (1 if self.experts else 0), activation=act, swiglu=gated,
+                       biases=biases, dropout=biases if self.dropout is None else self.dropout)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ that sequence parallelism shards:
 
 forward: ln1 · [SP all-gather] · QKV GEMM · (RoPE) · attention core · context copy ·
 proj GEMM · [TP all-reduce | SP reduce-scatter] · bias-dropout-add · ln2 · [SP AG] ·
-MLP up GEMM · GeLU | SwiGLU · MLP down GEMM · [TP AR | SP RS] · bias-dropout-add.
+MLP up GEMM · GeLU | SwiGLU | squared ReLU · MLP down GEMM · [TP AR | SP RS] · bias-dropout-add.
 Unfused attention core (the calibrated one): QKᵀ batched GEMM, fused scale-mask-
 softmax, dropout, P·V batched GEMM. Flash attention (and always with CP > 1) is one
 fused kernel per K/V block.
@@ -23,7 +23,8 @@ layernorm forward 2 (read x, write y) and backward 3 (read dy and x, write dx);
 bias-dropout-add forward 3.5 (read x and residual, write y and the mask), backward
 2.5 (read dy and mask, write dx) plus 1 for the bias gradient; residual-gradient
 accumulation 3 (read two, write one); GeLU 2 forward, 3 backward (+1 bias gradient);
-SwiGLU 3 forward, 5 backward; softmax 2 forward, 3 backward; attention dropout 2.5 each
+SwiGLU 3 forward, 5 backward; squared ReLU (Nemotron) as GeLU in bytes, 2 FLOPs per element
+forward (max, square) and 3 backward; softmax 2 forward, 3 backward; attention dropout 2.5 each
 way; contiguous copies 2.
 
 Backward of a linear layer is two GEMMs, dgrad then wgrad. As in Megatron
@@ -39,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from emulator.devices import compute
 from emulator.scenario.spec import GpuSpec, ModelSpec
-from emulator.workload.models import has_biases, resolve
+from emulator.workload.models import has_biases, has_dropout, resolve
 
 FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
 
@@ -106,6 +107,7 @@ class LayerShape:
     dtype: int = 2
     flash: bool = False
     causal: bool = True
+    activation: str = "gelu"  # gelu | swiglu | squared_relu (the element-wise op between the MLP GEMMs)
 
     @property
     def T(self) -> int:
@@ -152,8 +154,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
     causal = m.causal
     return LayerShape(b=micro_batch, s=m.seq_len // cp, s_kv=m.seq_len, h=m.hidden, heads=m.heads,
                       kv_heads=m.kv_heads, ffn=m.ffn_hidden, swiglu=m.swiglu, biases=has_biases(m),
-                      dropout=has_biases(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,
-                      top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal)
+                      dropout=has_dropout(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,
+                      top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation)
 
 
 # --- kernel constructors -------------------------------------------------------------
@@ -249,8 +251,7 @@ def _attention_forward(L: LayerShape, cat: str) -> list[Step]:
 
 
 def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
-    act = (elementwise("swiglu", L.T * L.f_l, 3.0, L, 4.0, cat) if L.swiglu
-           else elementwise("gelu", L.T * L.f_l, 2.0, L, 8.0, cat))
+    act = _act_forward(L, cat)
     if not L.experts:
         return [gemm("mlp.up", L.T, L.up_n, L.h, L, 1, cat), act, gemm("mlp.down", L.T, L.h, L.f_l, L, 1, cat)]
     routed = L.T * L.top_k  # token copies this rank sends (and, balanced, receives)
@@ -342,9 +343,22 @@ def attention_core_backward(L: LayerShape) -> list[Step]:
     return steps
 
 
+def _act_forward(L: LayerShape, cat: str) -> Kernel:
+    """The MLP's element-wise activation: SwiGLU reads two halves; GeLU and squared ReLU one input."""
+    if L.swiglu:
+        return elementwise("swiglu", L.T * L.f_l, 3.0, L, 4.0, cat)
+    if L.activation == "squared_relu":
+        return elementwise("squared_relu", L.T * L.f_l, 2.0, L, 2.0, cat)
+    return elementwise("gelu", L.T * L.f_l, 2.0, L, 8.0, cat)
+
+
 def _act_backward(L: LayerShape, tokens: int) -> Kernel:
     passes = 5.0 if L.swiglu else 3.0 + (1.0 if L.biases else 0.0)  # + bias gradient
-    return elementwise("swiglu_bwd" if L.swiglu else "gelu_bwd", tokens * L.f_l, passes, L, 8.0, BWD)
+    if L.swiglu:
+        return elementwise("swiglu_bwd", tokens * L.f_l, passes, L, 8.0, BWD)
+    if L.activation == "squared_relu":
+        return elementwise("squared_relu_bwd", tokens * L.f_l, passes, L, 3.0, BWD)
+    return elementwise("gelu_bwd", tokens * L.f_l, passes, L, 8.0, BWD)
 
 
 def _mlp_core_backward(L: LayerShape) -> list[Step]:

@@ -17,8 +17,13 @@ def resolve(spec: ModelSpec) -> ModelSpec:
 
 
 def has_biases(spec: ModelSpec) -> bool:
-    """GPT/BERT-style layers carry biases and layernorm shifts; Llama-style (SwiGLU) do not."""
-    return not spec.swiglu
+    """Linear biases and layernorm shifts: GPT/BERT yes, Llama (SwiGLU) and Nemotron no; ``model.biases``."""
+    return bool(resolve(spec).biases)
+
+
+def has_dropout(spec: ModelSpec) -> bool:
+    """Hidden and attention dropout (and their masks): as the biases unless ``model.dropout`` says."""
+    return bool(resolve(spec).dropout)
 
 
 def attention_params(spec: ModelSpec) -> int:
@@ -33,11 +38,10 @@ def attention_params(spec: ModelSpec) -> int:
 
 
 def mlp_params(spec: ModelSpec) -> int:
-    """One dense MLP: 2·h·f (GeLU, plus biases f + h) or 3·h·f (SwiGLU, no biases)."""
+    """One dense MLP: 2·h·f (GeLU, squared ReLU) or 3·h·f (SwiGLU, gated), plus biases f + h where the model has them."""
     s = resolve(spec)
-    if s.swiglu:
-        return 3 * s.hidden * s.ffn_hidden
-    return 2 * s.hidden * s.ffn_hidden + s.ffn_hidden + s.hidden
+    n = (3 if s.swiglu else 2) * s.hidden * s.ffn_hidden
+    return n + (s.ffn_hidden + s.hidden if has_biases(s) else 0)
 
 
 def norm_params(spec: ModelSpec) -> int:
