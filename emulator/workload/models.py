@@ -38,7 +38,7 @@ def attention_params(spec: ModelSpec) -> int:
 
 
 def mlp_params(spec: ModelSpec) -> int:
-    """One dense MLP: 2·h·f (GeLU, squared ReLU) or 3·h·f (SwiGLU, gated), plus biases f + h where the model has them."""
+    """One dense MLP: 2·h·f (GeLU, squared ReLU) or 3·h·f (SwiGLU, gated), plus biases f + h if any."""
     s = resolve(spec)
     n = (3 if s.swiglu else 2) * s.hidden * s.ffn_hidden
     return n + (s.ffn_hidden + s.hidden if has_biases(s) else 0)
