@@ -1,4 +1,4 @@
-"""The command line: ``emulator run | collective | schema | sweep | search | plot | calibrate | live``.
+"""The command line: ``emulator run | collective | schema | sweep | search | plot | calibrate | live | export``.
 
 The only module (with ``__main__``) that prints. Bad input — any EmulatorError —
 exits with code 2 and one clear message; a bug exits with code 1 and a one-line
@@ -27,6 +27,8 @@ PLUGINS: dict[str, tuple[str, str, str, str]] = {
                   "fit model constants from nccl-tests logs and a Kineto trace"),
     "live": ("emulator.live.launcher", "add_arguments", "live_command",
              "run a real PyTorch script as a few ranks of an emulated cluster"),
+    "export": ("emulator.tools.export", "add_arguments", "export_command",
+               "write a scenario's workload as Chakra ETs and an ASTRA-sim communicator-group file"),
 }
 
 
