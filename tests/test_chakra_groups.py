@@ -79,6 +79,23 @@ def test_quickstart_tp2_pp2_dp2_export_carries_its_groups(tmp_path, capsys):
                 assert groups[a["pg_name"]] == sorted((src, dst)) and a["comm_tag"] >= 0
             else:
                 assert "pg_name" not in a
+    # and `emulator run` of the exported trace gives the iteration time of the scenario (run folded)
+    (tmp_path / "back.yaml").write_text("name: back\ncluster: {nodes: 1, node: dgx-a100}\n"
+                                        "workload: {trace: et, format: chakra}\n")
+    times = []
+    for scenario in (QUICKSTART, str(tmp_path / "back.yaml")):
+        assert main(["run", scenario, "--json"]) == 0
+        times.append(json.loads(capsys.readouterr().out)["iteration_time_s"])
+    assert times[1] == pytest.approx(times[0], rel=1e-9)
+
+
+def test_export_bad_input_exits_2(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert main(["export", QUICKSTART, "--out", str(tmp_path / "file")]) == 2
+    assert capsys.readouterr().err.startswith(f"emulator: --out {tmp_path}/file: cannot write the trace there (")
+    (tmp_path / "s.yaml").write_text("name: empty\ncluster: {nodes: 1, node: dgx-a100}\n")
+    assert main(["export", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "et")]) == 2
+    assert "s.yaml: model: a run needs a workload" in capsys.readouterr().err
 
 
 def test_chakra_jsonizer_reads_every_exported_file(tmp_path, monkeypatch):
@@ -193,14 +210,19 @@ def test_foreign_trace_with_a_group_file(tmp_path):
 
 
 def test_groups_from_a_pytorch_metadata_node(tmp_path):
-    """A trace converted from PyTorch declares its process groups in a METADATA node (ranks [] = all)."""
-    pgs = json.dumps([{"pg_name": "0", "ranks": []}, {"pg_name": "5", "ranks": [1, 0]}])
-    for rank in range(2):
+    """A trace converted from PyTorch declares its process groups in a METADATA node (ranks [] = all);
+    Chakra's converter writes the node's values as str() of the PyTorch ET's list of one JSON string."""
+    pgs = json.dumps([{"pg_name": "0", "pg_desc": "default_pg", "ranks": []},
+                      {"pg_name": "5", "pg_desc": "tp", "ranks": [1, 0]},
+                      {"pg_name": "6", "pg_desc": "all", "ranks": []}])
+    for rank in range(3):
         md = pb.Node(id=0, name="## process_group:init ##", type=pb.METADATA_NODE)
-        md.inputs.values = json.dumps([pgs])
-        write_foreign(tmp_path, rank, [md, coll(1, "5")])
+        md.inputs.values = str([pgs])
+        write_foreign(tmp_path, rank, [md, coll(1, "5"), coll(2, "6")] if rank < 2 else [md, coll(2, "6")])
     p = load_chakra(str(tmp_path))
-    assert [op.group for op in p.ops if op.kind is COLLECTIVE] == [(1, 0), (1, 0)]
+    # group "5" as listed (ring order kept), "6" with ranks [] is every rank of the 3 files
+    assert [(op.rank, op.group) for op in p.ops if op.kind is COLLECTIVE] == [
+        (0, (1, 0)), (0, (0, 1, 2)), (1, (1, 0)), (1, (0, 1, 2)), (2, (0, 1, 2))]
 
 
 def test_an_unknown_group_names_the_node_and_the_group(tmp_path):

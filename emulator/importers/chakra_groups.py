@@ -7,22 +7,25 @@ The format, as the two consumers define it:
   ``src/converter/pytorch_converter.py`` rows 243-263 write it on collective and on
   send/recv nodes; ``src/feeder/et_feeder_node.cpp`` row 48 reads it as ``string_val``).
 - The group file, ASTRA-sim's ``--comm-group-configuration`` (ASTRA-sim commit 518bd51,
-  ``astra-sim/workload/Workload.cc``, ``Workload::initialize_comm_groups``), is one JSON
+  ``astra-sim/workload/Workload.cc`` rows 75-99, ``Workload::initialize_comm_groups``), is one JSON
   object: a group id written as a decimal string → the list of its member ranks, e.g.
-  ``{"1": [0, 1], "2": [2, 3]}``. ``Workload::extract_comm_group`` (same file) takes
+  ``{"1": [0, 1], "2": [2, 3]}``. ``Workload::extract_comm_group`` (rows 589-611) takes
   ``pg_name`` "" or "0" as the default group of every rank, ``std::stoi``-s any other
   name and stops with "communicator group N not found" when the file lacks it;
-  ``CommunicatorGroup::set_id`` (``astra-sim/system/CommunicatorGroup.cc``) asserts
+  ``CommunicatorGroup::set_id`` (``astra-sim/system/CommunicatorGroup.cc`` rows 41-47) asserts
   id > 0, so the file never defines "0".
 - A trace converted from PyTorch may instead carry its process groups in a
-  ``METADATA_NODE``: ``inputs.values`` holds ``["[{\\"pg_name\\": \\"1\\", \\"ranks\\": [0, 1]}, ...]"]``,
-  an empty ``ranks`` meaning every rank (``Workload::issue_pytorch_pg_metadata``, same file).
+  ``METADATA_NODE`` (PyTorch's "## process_group:init ##"): ``inputs.values`` holds
+  ``['[{"pg_name": "1", "ranks": [0, 1]}, ...]']``, an empty ``ranks`` meaning every rank
+  (``Workload::issue_pytorch_pg_metadata``, Workload.cc rows 101-134, which strips the outer
+  ``['`` and ``']``).
 
 Export names every distinct member set of a collective (and every send/recv pair) with
 ids 1, 2, ... in sorted order of the members; the set of all ranks is the default group "0".
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -129,18 +132,22 @@ def pytorch_pg_groups(values: str, where: str) -> dict[str, tuple[int, ...]]:
 
 
 def _pg_entries(values: str) -> list[Any]:
-    for parse in (lambda v: json.loads(v), lambda v: json.loads(v[2:-2].encode().decode("unicode_escape"))):
+    """The entries of a METADATA node's ``inputs.values``: Chakra's converter writes ``str(list)``
+    of the PyTorch ET's values (commit 21585d8, src/converter/pytorch_converter.py row 306), a
+    Python literal holding one JSON string; a JSON list of that string reads the same."""
+    data: Any = None
+    for parse in (json.loads, ast.literal_eval):
         try:
             data = parse(values)
-        except (ValueError, UnicodeDecodeError):
+            break
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             continue
-        if isinstance(data, list) and len(data) == 1 and isinstance(data[0], str):
-            try:
-                data = json.loads(data[0])
-            except ValueError:
-                return []
-        return data if isinstance(data, list) else []
-    return []
+    if isinstance(data, list) and len(data) == 1 and isinstance(data[0], str):
+        try:
+            data = json.loads(data[0])
+        except ValueError:
+            return []
+    return data if isinstance(data, list) else []
 
 
 def beside(path: str) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from emulator.errors import EmulatorError
 from emulator.importers import load_workload
 from emulator.importers.chakra import export_chakra
 from emulator.importers.chakra_groups import GROUP_FILE
@@ -41,7 +42,11 @@ def export_command(args: argparse.Namespace) -> str:
     """Write the trace; return the lines that say what was written and how to run it in ASTRA-sim."""
     sc = load_scenario(args.scenario, args.set or [])
     require_workload(sc)
-    paths = export_chakra(workload_program(sc), args.out)
+    program = workload_program(sc)
+    try:
+        paths = export_chakra(program, args.out)
+    except OSError as e:
+        raise EmulatorError(f"--out {args.out}: cannot write the trace there ({e.strerror or e})") from None
     ets = len(paths) - 1
     out = args.out.rstrip("/") or "/"
     return (f"wrote {ets} Chakra ET{'s' if ets != 1 else ''} ({os.path.join(out, 'chakra')}.<rank>.et) and "
