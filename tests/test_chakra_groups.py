@@ -118,6 +118,10 @@ def test_chakra_jsonizer_reads_every_exported_file(tmp_path, monkeypatch):
         comm = [o for o in objs[1:] if o.get("type") in ("COMM_COLL_NODE", "COMM_SEND_NODE", "COMM_RECV_NODE")]
         assert len(comm) == sum(op.kind in (COLLECTIVE, SEND, RECV) for op in mine)
         assert all(any(x["name"] == "pg_name" for x in o["attr"]) for o in comm)
+        # Chakra's ET feeder resolves a node's deps within its own file (src/feeder/et_feeder.cpp rows
+        # 105-117 at 21585d8; the package ships no Python feeder): every dep names a node of this file
+        ids = {o.get("id", "0") for o in objs[1:]}  # proto3 JSON leaves out id 0
+        assert all(d in ids for o in objs[1:] for d in o.get("dataDeps", []) + o.get("ctrlDeps", []))
     assert read_group_file(paths[-1])  # and the group file is the JSON object ASTRA-sim reads
 
 
