@@ -139,6 +139,14 @@ def test_a_second_export_removes_the_stale_rank_files(tmp_path):
     assert attrs(nodes_of(str(tmp_path / "chakra.0.et"))[0])["pg_name"] == "0"
 
 
+def test_the_export_is_byte_identical_run_to_run(tmp_path):
+    sc = load_scenario_text(SMALL % LAYOUTS["tp2-cp2-pp2-dp2"], "x.yaml")
+    a = export_chakra(build_program(sc, None), str(tmp_path / "a"))
+    b = export_chakra(build_program(sc, None), str(tmp_path / "b"))
+    assert [open(x, "rb").read() for x in a] == [open(y, "rb").read() for y in b]
+    assert not [f for f in os.listdir(tmp_path / "a") if f.startswith(".tmp-")]  # no temporary file left
+
+
 def test_a_tag_beyond_int32_is_refused(tmp_path):
     ops = [Op(0, 0, SEND, "pp", (), "s", bytes=4.0, peer=1, tag=2**31), Op(1, 1, RECV, "pp", (), "r", bytes=4.0,
                                                                             peer=0, tag=2**31)]
