@@ -1,4 +1,5 @@
-"""The command line: ``emulator run | collective | schema | sweep | search | plot | calibrate | live | validate``.
+"""The command line: ``emulator COMMAND``, COMMAND one of run, collective, schema, sweep, search, plot,
+calibrate, live, validate, export.
 
 The only module (with ``__main__``) that prints. Bad input — any EmulatorError —
 exits with code 2 and one clear message; a bug exits with code 1 and a one-line
@@ -29,6 +30,8 @@ PLUGINS: dict[str, tuple[str, str, str, str]] = {
              "run a real PyTorch script as a few ranks of an emulated cluster"),
     "validate": ("emulator.tools.validate", "add_arguments", "validate_command",
                  "compare predictions with your own measurements (a CSV of cases)"),
+    "export": ("emulator.tools.export", "add_arguments", "export_command",
+               "write a scenario's workload as Chakra ETs and an ASTRA-sim communicator-group file"),
 }
 
 

@@ -47,7 +47,7 @@ def by_rank(p: Program) -> dict[int, list[Op]]:
 def test_round_trip_is_identical(tmp_path):
     p = two_rank_program()
     paths = export_chakra(p, str(tmp_path / "et"))
-    assert [os.path.basename(x) for x in paths] == ["chakra.0.et", "chakra.1.et"]
+    assert [os.path.basename(x) for x in paths] == ["chakra.0.et", "chakra.1.et", "comm_group.json"]
     q = load_chakra(str(tmp_path / "et"))
     # same ops (every field, including float sizes like 1e8/3 and the op order), fold, ranks, meta
     assert q.ops == p.ops and q.ranks == 4 and q.fold == p.fold and q.meta == p.meta

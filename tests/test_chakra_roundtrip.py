@@ -21,7 +21,7 @@ def test_chakra_round_trip_same_iteration_time(tmp_path):
     sc = load_scenario_text(TEXT, "rt.yaml")
     program = build_program(sc, None)
     files = export_chakra(program, str(tmp_path))
-    assert len(files) == 16  # one file per rank
+    assert len(files) == 17  # one file per rank, then the communicator-group file
     back = load_chakra(str(tmp_path))
     a = run_program(program, sc, record_links=False).iteration_time_s
     b = run_program(back, sc, record_links=False).iteration_time_s

@@ -18,32 +18,32 @@ from typing import Callable
 
 from emulator.errors import EmulatorError
 from emulator.program import Program
-from emulator.scenario.spec import Scenario
+from emulator.scenario.spec import Scenario, WorkloadSpec
 
 
-def _emulator(path: str, mirror: int) -> Program:
+def _emulator(w: WorkloadSpec) -> Program:
     from emulator.importers.native import load_trace
 
-    if mirror:
+    if w.mirror:
         raise EmulatorError("workload.mirror applies to kineto traces only")
-    return load_trace(path)
+    return load_trace(w.trace or "")
 
 
-def _kineto(path: str, mirror: int) -> Program:
+def _kineto(w: WorkloadSpec) -> Program:
     from emulator.importers.kineto import load_kineto
 
-    return load_kineto(path, mirror=mirror)
+    return load_kineto(w.trace or "", mirror=w.mirror)
 
 
-def _chakra(path: str, mirror: int) -> Program:
+def _chakra(w: WorkloadSpec) -> Program:
     from emulator.importers.chakra import load_chakra
 
-    if mirror:
+    if w.mirror:
         raise EmulatorError("workload.mirror applies to kineto traces only")
-    return load_chakra(path)
+    return load_chakra(w.trace or "", groups=w.comm_groups)
 
 
-FORMATS: dict[str, Callable[[str, int], Program]] = {
+FORMATS: dict[str, Callable[[WorkloadSpec], Program]] = {
     "emulator": _emulator,
     "kineto": _kineto,
     "chakra": _chakra,
@@ -56,4 +56,4 @@ def load_workload(scenario: Scenario) -> Program:
     loader = FORMATS.get(w.format)
     if loader is None:
         raise EmulatorError(f"workload.format: expected one of {', '.join(FORMATS)}, got {w.format!r}")
-    return loader(w.trace or "", w.mirror)
+    return loader(w)

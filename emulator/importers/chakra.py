@@ -6,34 +6,52 @@ message classes come from the optional ``mlc-chakra`` package (``pip install
 mlc-chakra``); without it both functions raise a TraceError that says so.
 
 Export (``export_chakra``) writes one file per simulated rank,
-``<out_dir>/chakra.<rank>.et``:
+``<out_dir>/chakra.<rank>.et`` (ASTRA-sim's ``--workload-configuration=<out_dir>/chakra``),
+and the communicator-group file ``<out_dir>/comm_group.json`` (``chakra_groups.py``):
 - compute -> ``COMP_NODE`` with ``num_ops`` (FLOPs), ``tensor_size`` (bytes) and
-  ``duration_micros``; collective -> ``COMM_COLL_NODE`` with ``comm_type`` and
-  ``comm_size`` (the nccl-tests buffer S); send/recv -> ``COMM_SEND_NODE`` /
-  ``COMM_RECV_NODE`` with ``comm_src``, ``comm_dst``, ``comm_tag``, ``comm_size``;
+  ``duration_micros``; collective -> ``COMM_COLL_NODE`` with ``comm_type``,
+  ``comm_size`` (the nccl-tests buffer S) and ``pg_name``; send/recv ->
+  ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` with ``comm_src``, ``comm_dst``, ``comm_tag``
+  (int32, as Chakra's feeder reads them: commit 21585d8, src/feeder/et_feeder_node.cpp
+  rows 42-47), ``comm_size`` and the ``pg_name`` of the pair;
 - ``data_deps`` are the op's dependencies on its own rank; ``ctrl_deps`` is the
   previous op on its stream, so that a stream-unaware consumer (ASTRA-sim) keeps
   the in-order stream semantics;
 - ``emu_*`` attributes keep what Chakra has no field for (stream, category, exact
   duration in seconds, group, root, micro-batch, stage, layer, position, deps on
-  other ranks), so that our own files import back to the identical Program.
+  other ranks, the ranks that have files), so that our own files import back to the
+  identical Program.
 
-Import (``load_chakra``) reads a directory of ``*.<rank>.et`` files (or one file).
-Files without ``emu_*`` attributes (written by other tools) become: compute ops
-on stream ``compute`` (``cpu`` if ``is_cpu_op``), communication on stream
-``comm``, in a topological order of their deps (data and control; deps on nodes
-absent from the file are dropped); collectives span all ranks; node ids are
-renumbered ``rank * 10**9 + id``, since every file restarts them.
+Import (``load_chakra``) reads a directory of ``*.<rank>.et`` files (or one file) and the
+group file beside it (or the one given). Files without ``emu_*`` attributes (written by
+other tools) become: compute ops on stream ``compute`` (``cpu`` if ``is_cpu_op``),
+communication on stream ``comm``, in a topological order of their deps (data and
+control; deps on nodes absent from the file are dropped); a collective spans the group
+its ``pg_name`` names, or all ranks for "" and "0"; node ids are renumbered
+``rank * 10**9 + id``, since every file restarts them. A rank the trace needs without
+its file, or a group name the file lacks, is a TraceError naming the file or the node.
 """
 from __future__ import annotations
 
 import heapq
+import io
 import json
 import os
 import re
-from dataclasses import replace
-from typing import Any
+import tempfile
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
 
+from emulator.importers.chakra_groups import (
+    DEFAULT,
+    GROUP_FILE,
+    beside,
+    group_file_text,
+    members_of,
+    name_groups,
+    pytorch_pg_groups,
+    read_group_file,
+)
 from emulator.importers.native import TraceError
 from emulator.meta import ProgramMeta, TraceFacts, TraceSource
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, OpKind, Program
@@ -41,6 +59,7 @@ from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, OpKind, 
 _INSTALL = "the Chakra format needs the optional package mlc-chakra (pip install mlc-chakra)"
 _FOREIGN_IDS = 10**9  # id block per rank for files written by other tools
 _FILE = re.compile(r"\.(\d+)\.et$")
+_PREFIX = "chakra"  # the export's file names: chakra.<rank>.et (ASTRA-sim: --workload-configuration=DIR/chakra)
 _COMM_TYPES = {"all_reduce": 0, "all_gather": 2, "broadcast": 5, "all_to_all": 6, "reduce_scatter": 7}
 _FROM_COMM_TYPE = {0: "all_reduce", 1: "all_reduce", 2: "all_gather", 3: "all_gather", 4: "reduce_scatter",
                    5: "broadcast", 6: "all_to_all", 7: "reduce_scatter", 8: "reduce_scatter", 9: "all_reduce"}
@@ -122,29 +141,59 @@ def _attrs(msg: Any) -> dict[str, Any]:
 
 
 def export_chakra(program: Program, out_dir: str) -> list[str]:
-    """Write ``program`` as one Chakra ``.et`` file per simulated rank; return the paths."""
+    """Write ``program`` as one Chakra ``.et`` file per simulated rank and the communicator-group
+    file beside them; return the paths (the ETs in rank order, then the group file).
+
+    Each file is written to a temporary name and renamed into place; ``chakra.<r>.et`` files
+    of an earlier export to the same folder that this one does not write are removed.
+    """
     pb = _pb()
     os.makedirs(out_dir, exist_ok=True)
     rank_of = {op.id: op.rank for op in program.ops}
+    names = name_groups(program)
+    ranks = program.simulated_ranks()
     paths = []
-    for rank in program.simulated_ranks():
-        path = os.path.join(out_dir, f"chakra.{rank}.et")
-        with open(path, "wb") as f:
-            write_msg(f, _metadata(pb, program, rank))
-            prev: dict[str, int] = {}
-            for index, op in enumerate(program.ops):
-                if op.rank != rank:
-                    continue
-                write_msg(f, _node(pb, op, index, prev.get(op.stream), rank_of))
-                prev[op.stream] = op.id
+    for rank in ranks:
+        path = os.path.join(out_dir, f"{_PREFIX}.{rank}.et")
+        buf = io.BytesIO()
+        write_msg(buf, _metadata(pb, program, rank, ranks))
+        prev: dict[str, int] = {}
+        for index, op in enumerate(program.ops):
+            if op.rank != rank:
+                continue
+            write_msg(buf, _node(pb, op, index, prev.get(op.stream), rank_of, names))
+            prev[op.stream] = op.id
+        _write_atomic(path, buf.getvalue())
         paths.append(path)
-    return paths
+    group_path = os.path.join(out_dir, GROUP_FILE)
+    _write_atomic(group_path, group_file_text(names).encode())
+    for f in os.listdir(out_dir):
+        m = _FILE.search(f)
+        if m and f == f"{_PREFIX}.{m.group(1)}.et" and int(m.group(1)) not in ranks:
+            os.unlink(os.path.join(out_dir, f))  # a stale rank of an earlier, larger export
+    return paths + [group_path]
 
 
-def _metadata(pb: Any, program: Program, rank: int) -> Any:
+def _write_atomic(path: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the trace from other users
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _metadata(pb: Any, program: Program, rank: int, files: list[int]) -> Any:
     md = pb.GlobalMetadata(version="0.0.4")
     md.attr.append(_attr(pb, "emu_ranks", "int64_val", program.ranks))
     md.attr.append(_attr(pb, "emu_rank", "int64_val", rank))
+    md.attr.append(_attr(pb, "emu_files", "int64_list", files))
     if program.fold is not None:
         md.attr.append(_attr(pb, "emu_fold_shape", "int64_list", program.fold.shape))
         md.attr.append(_attr(pb, "emu_fold_folded", "bool_list", program.fold.folded))
@@ -160,7 +209,8 @@ _NODE_TYPE: dict[OpKind, str] = {COMPUTE: "COMP_NODE", COLLECTIVE: "COMM_COLL_NO
 _KIND_OF_NODE: dict[str, OpKind] = {v: k for k, v in _NODE_TYPE.items()}
 
 
-def _node(pb: Any, op: Op, index: int, prev: int | None, rank_of: dict[int, int]) -> Any:
+def _node(pb: Any, op: Op, index: int, prev: int | None, rank_of: dict[int, int],
+          names: dict[tuple[int, ...], str]) -> Any:
     n = pb.Node(id=op.id, name=op.name, type=getattr(pb, _NODE_TYPE[op.kind]))
     n.data_deps.extend(d for d in op.deps if rank_of.get(d) == op.rank)
     if prev is not None:
@@ -178,9 +228,14 @@ def _node(pb: Any, op: Op, index: int, prev: int | None, rank_of: dict[int, int]
         add(_attr(pb, "comm_type", "int64_val", _COMM_TYPES[op.collective]))
     if op.kind is SEND or op.kind is RECV:
         src, dst = (op.rank, op.peer) if op.kind is SEND else (op.peer, op.rank)
+        if not 0 <= op.tag < 2**31:
+            raise TraceError(f"op {op.id} ({op.name}): tag {op.tag} does not fit Chakra's comm_tag (int32)")
         add(_attr(pb, "comm_src", "int32_val", src))
         add(_attr(pb, "comm_dst", "int32_val", dst))
         add(_attr(pb, "comm_tag", "int32_val", op.tag))
+    members = members_of(op)
+    if members is not None:
+        add(_attr(pb, "pg_name", "string_val", names[members]))
     add(_attr(pb, "emu_index", "int64_val", index))
     add(_attr(pb, "emu_stream", "string_val", op.stream))
     add(_attr(pb, "emu_category", "string_val", op.category))
@@ -205,44 +260,105 @@ def _files(path: str) -> list[tuple[int | None, str]]:
         found = [(int(m.group(1)), os.path.join(path, f)) for f in os.listdir(path) if (m := _FILE.search(f))]
         if not found:
             raise TraceError(f"{path}: no Chakra files (*.<rank>.et) in this directory")
-        return sorted(found)
+        found.sort()
+        for (r1, f1), (r2, f2) in zip(found, found[1:]):
+            if r1 == r2:
+                raise TraceError(f"{path}: two Chakra files for rank {r1}: {os.path.basename(f1)} and "
+                                 f"{os.path.basename(f2)}; keep one trace per folder")
+        return [(r, f) for r, f in found]
     if not os.path.exists(path):
         raise TraceError(f"{path}: no such file or directory")
     m = _FILE.search(path)
     return [(int(m.group(1)) if m else None, path)]
 
 
-def load_chakra(path: str) -> Program:
-    """Import Chakra ``.et`` files (a directory of ``*.<rank>.et``, or one file) as a Program."""
-    pb = _pb()
+@dataclass
+class _RankFile:
+    """One parsed ``.et`` file."""
+
+    rank: int
+    path: str
+    md: dict[str, Any]
+    nodes: list[Any]
+
+    @property
+    def own(self) -> bool:
+        """Written by export_chakra (every node keeps its emu_* attributes)."""
+        return all(any(a.name == "emu_index" for a in n.attr) for n in self.nodes)
+
+
+def _read_file(pb: Any, rank: int | None, k: int, path: str) -> _RankFile:
     from google.protobuf.message import DecodeError
 
-    per_file = []
-    for file_rank, f in _files(path):
-        msgs = read_msgs(f)
-        if not msgs:
-            raise TraceError(f"{f}: empty Chakra file (no GlobalMetadata)")
-        try:
-            md = pb.GlobalMetadata()
-            md.ParseFromString(msgs[0])
-            nodes = []
-            for raw in msgs[1:]:
-                n = pb.Node()
-                n.ParseFromString(raw)
-                nodes.append(n)
-        except DecodeError as e:
-            raise TraceError(f"{f}: not a Chakra execution trace: {e}") from None
-        per_file.append((file_rank, f, _attrs(md), nodes))
-    ranks = int(per_file[0][2].get("emu_ranks", len(per_file)))
-    indexed: list[tuple[int, Op]] = []
-    for k, (file_rank, f, md, nodes) in enumerate(per_file):
-        rank = int(md.get("emu_rank", file_rank if file_rank is not None else k))
-        indexed.extend(_rank_ops(nodes, rank, ranks, f))
-    indexed.sort(key=lambda t: t[0])
-    first = per_file[0][2]
+    msgs = read_msgs(path)
+    if not msgs:
+        raise TraceError(f"{path}: empty Chakra file (no GlobalMetadata)")
+    try:
+        md = pb.GlobalMetadata()
+        md.ParseFromString(msgs[0])
+        nodes = []
+        for raw in msgs[1:]:
+            n = pb.Node()
+            n.ParseFromString(raw)
+            nodes.append(n)
+    except DecodeError as e:
+        raise TraceError(f"{path}: not a Chakra execution trace: {e}") from None
+    attrs = _attrs(md)
+    return _RankFile(int(attrs.get("emu_rank", rank if rank is not None else k)), path, attrs, nodes)
+
+
+class _Groups:
+    """The named communicator groups of an import, and the one rule that resolves a node's pg_name."""
+
+    def __init__(self, named: dict[str, tuple[int, ...]], source: str | None, world: int) -> None:
+        self.named = named
+        self.source = source
+        self.world = world
+
+    def resolve(self, pg: str, default: tuple[int, ...], rank: int, where: str) -> tuple[int, ...]:
+        if pg in ("", DEFAULT):
+            members = default
+        elif pg in self.named:
+            members = self.named[pg]
+        elif self.source is None:
+            raise TraceError(f"{where}: names communicator group \"{pg}\", but there is no group file "
+                             f"({GROUP_FILE} beside the trace, or workload.comm_groups)")
+        else:
+            raise TraceError(f"{where}: communicator group \"{pg}\" is not in {self.source}")
+        if rank not in members:
+            raise TraceError(f"{where}: communicator group \"{pg}\" {list(members)} does not include rank {rank}")
+        if max(members) >= self.world:
+            raise TraceError(f"{where}: communicator group \"{pg}\" lists rank {max(members)}, but the trace has "
+                             f"ranks 0 to {self.world - 1}")
+        return members
+
+
+def load_chakra(path: str, groups: str | None = None) -> Program:
+    """Import Chakra ``.et`` files (a directory of ``*.<rank>.et``, or one file) as a Program.
+
+    ``groups`` is the communicator-group file; by default ``comm_group.json`` beside the trace,
+    if there is one. A collective whose ``pg_name`` is neither "" nor "0" runs in the group of
+    that name (the file's, or a PyTorch METADATA node's); an unknown name is a TraceError
+    naming the node and the group.
+    """
+    pb = _pb()
+    files = [_read_file(pb, r, k, f) for k, (r, f) in enumerate(_files(path))]
+    first = files[0].md
+    source = groups or beside(path)
+    named = read_group_file(source) if source else {}
+    for f in files:
+        if not f.own:
+            named.update(_metadata_groups(f))
     fold = None
     if "emu_fold_shape" in first:
         fold = Fold(tuple(int(x) for x in first["emu_fold_shape"]), tuple(bool(x) for x in first["emu_fold_folded"]))
+    ranks = _world(path, files, named, fold)
+    named = {name: members or tuple(range(ranks)) for name, members in named.items()}  # () is every rank
+    resolver = _Groups(named, source, ranks)
+    indexed: list[tuple[int, Op]] = []
+    for f in files:
+        indexed.extend(_rank_ops(f, ranks, resolver))
+    indexed.sort(key=lambda t: t[0])
     if "emu_meta" in first:
         flat = json.loads(first["emu_meta"])
         try:
@@ -259,30 +375,89 @@ def load_chakra(path: str) -> Program:
     return program
 
 
-def _rank_ops(nodes: list[Any], rank: int, ranks: int, path: str) -> list[tuple[int, Op]]:
-    own = all(any(a.name == "emu_index" for a in n.attr) for n in nodes)
-    if own:
-        return [(int((a := _attrs(n))["emu_index"]), _own_op(n, a, rank)) for n in nodes]
-    nodes = _topological(nodes, path)
+def _metadata_groups(f: _RankFile) -> dict[str, tuple[int, ...]]:
+    """Process groups that a PyTorch-converted trace declares in its METADATA nodes."""
+    out: dict[str, tuple[int, ...]] = {}
+    for n in f.nodes:
+        if _type_name(n) == "METADATA_NODE" and n.inputs.values:
+            out.update(pytorch_pg_groups(n.inputs.values, f"{f.path}: node {n.id}"))
+    return out
+
+
+def _world(path: str, files: list[_RankFile], named: dict[str, tuple[int, ...]], fold: Fold | None) -> int:
+    """The number of ranks; a TraceError naming the missing file if a rank the trace needs has none."""
+    found = {f.rank for f in files}
+    first = files[0]
+    if "emu_ranks" in first.md:
+        ranks = int(first.md["emu_ranks"])
+        expected = [int(r) for r in first.md.get("emu_files", [])] or [
+            r for r in range(ranks) if fold is None or fold.is_representative(r)]
+        missing = [r for r in expected if r not in found]
+        if missing:
+            _missing(path, first, missing[0], f"the export wrote ranks {_span(expected)}")
+        return ranks
+    world = max(found) + 1
+    for f in files:
+        for n in f.nodes:
+            for r in _peers(n, named):
+                if r not in found:
+                    _missing(path, first, r, f"node {n.id} of {os.path.basename(f.path)} communicates with rank {r}")
+    missing = [r for r in range(world) if r not in found]
+    if missing:
+        _missing(path, first, missing[0], f"the trace has ranks 0 to {world - 1}")
+    return world
+
+
+def _peers(n: Any, named: dict[str, tuple[int, ...]]) -> list[int]:
+    t = _type_name(n)
+    if t not in ("COMM_COLL_NODE", "COMM_SEND_NODE", "COMM_RECV_NODE"):
+        return []
+    a = _attrs(n)
+    if t == "COMM_COLL_NODE":
+        return list(named.get(str(a.get("pg_name", "")), ()))
+    return [int(a[k]) for k in ("comm_src", "comm_dst") if k in a and int(a[k]) >= 0]
+
+
+def _span(ranks: list[int]) -> str:
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]} to {ranks[-1]}"
+    return ", ".join(str(r) for r in ranks)
+
+
+def _missing(path: str, first: _RankFile, rank: int, why: str) -> NoReturn:
+    base = os.path.basename(first.path)
+    m = _FILE.search(base)
+    name = f"{base[:m.start()] if m else _PREFIX}.{rank}.et"
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    raise TraceError(f"{folder}: missing Chakra file {name} for rank {rank} ({why})")
+
+
+def _rank_ops(f: _RankFile, ranks: int, groups: _Groups) -> list[tuple[int, Op]]:
+    if f.own:
+        return [(int((a := _attrs(n))["emu_index"]), _own_op(n, a, f.rank, f.path, groups)) for n in f.nodes]
+    nodes = _topological(f.nodes, f.path)
     known = {int(n.id) for n in nodes}
-    base = rank * _FOREIGN_IDS  # node ids restart in every file: renumber them per rank
+    base = f.rank * _FOREIGN_IDS  # node ids restart in every file: renumber them per rank
     out = []
     for pos, n in enumerate(nodes):
-        op = _foreign_op(n, _attrs(n), rank, ranks, path, known)
+        op = _foreign_op(n, _attrs(n), f.rank, ranks, f.path, known, groups)
         op = replace(op, id=base + op.id, deps=tuple(base + d for d in op.deps))
         out.append((base + pos, op))
     return out
 
 
-def _own_op(n: Any, a: dict, rank: int) -> Op:
+def _own_op(n: Any, a: dict, rank: int, path: str, groups: _Groups) -> Op:
     kind = _KIND_OF_NODE[_type_name(n)]
     root, peer, tag, mb, stage, layer = (int(x) for x in a["emu_ints"])
+    group = tuple(int(g) for g in a["emu_group"])
+    if kind is COLLECTIVE:
+        group = groups.resolve(str(a.get("pg_name", "")), group, rank, f"{path}: node {n.id}")
     return Op(id=int(n.id), rank=rank, kind=kind, stream=a["emu_stream"],
               deps=tuple(int(d) for d in a["emu_dep_order"]),
               name=n.name, duration=a.get("emu_duration_s"), flops=a["emu_flops"], bytes=a["emu_bytes"],
               category=a["emu_category"],
               collective=_FROM_COMM_TYPE[int(a["comm_type"])] if kind is COLLECTIVE else "",
-              group=tuple(int(g) for g in a["emu_group"]), root=root, peer=peer, tag=tag, microbatch=mb,
+              group=group, root=root, peer=peer, tag=tag, microbatch=mb,
               stage=stage, layer=layer)
 
 
@@ -290,7 +465,7 @@ def _type_name(n: Any) -> str:
     return _pb().NodeType.Name(n.type)
 
 
-def _foreign_op(n: Any, a: dict, rank: int, ranks: int, path: str, known: set[int]) -> Op:
+def _foreign_op(n: Any, a: dict, rank: int, ranks: int, path: str, known: set[int], groups: _Groups) -> Op:
     t = _type_name(n)
     deps = tuple(d for d in dict.fromkeys(int(d) for d in list(n.data_deps) + list(n.ctrl_deps)) if d in known)
     where = f"{path}: node {n.id}"
@@ -304,8 +479,9 @@ def _foreign_op(n: Any, a: dict, rank: int, ranks: int, path: str, known: set[in
         ct = int(a.get("comm_type", -1))
         if ct not in _FROM_COMM_TYPE:
             raise TraceError(f"{where}: unknown comm_type {ct}")
+        group = groups.resolve(str(a.get("pg_name", "")), tuple(range(ranks)), rank, where)
         return Op(id=int(n.id), rank=rank, kind=COLLECTIVE, stream="comm", deps=deps, name=n.name, bytes=size,
-                  collective=_FROM_COMM_TYPE[ct], group=tuple(range(ranks)), category="comm")
+                  collective=_FROM_COMM_TYPE[ct], group=group, category="comm")
     if t in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
         send = t == "COMM_SEND_NODE"
         peer = int(a.get("comm_dst" if send else "comm_src", -1))

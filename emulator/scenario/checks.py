@@ -182,6 +182,9 @@ class ScenarioChecks:
             raise self.fail("collectives.algorithm", "nvls needs a catalog or inline node with NVLink SHARP "
                                                      "(nvls_busbw, e.g. dgx-h100, dgx-h200)")
         self.check_targets(s)
+        if s.workload.comm_groups is not None and s.workload.format != "chakra":
+            raise self.fail("workload.comm_groups", f"a communicator-group file applies to chakra traces only "
+                                                    f'(workload.format is "{s.workload.format}")')
         if s.model is not None:
             self.check_layout(s.model, s.training, p)
         return s

@@ -195,6 +195,8 @@ WORKLOAD_KEYS: dict[str, Key] = {
     "format": Key("enum", "Trace format.", enum=("emulator", "kineto", "chakra")),
     "mirror": Key("int", "Replay a one-rank trace as N data-parallel ranks; 0: off.", minimum=0,
                   maximum=10**7),
+    "comm_groups": Key("path", "Chakra traces: the communicator-group file (ASTRA-sim's JSON of group id to "
+                               "ranks), relative to the scenario; default: comm_group.json beside the trace."),
 }
 
 SIMULATION_KEYS: dict[str, Key] = {

@@ -139,6 +139,7 @@ class WorkloadSpec:
     trace: str | None = None  # path, resolved relative to the scenario file
     format: str = "emulator"  # emulator | kineto | chakra
     mirror: int = 0  # replay a one-rank trace as N data-parallel ranks
+    comm_groups: str | None = None  # chakra: the communicator-group file (default: comm_group.json beside)
 
 
 @dataclass(frozen=True)
