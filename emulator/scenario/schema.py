@@ -181,6 +181,8 @@ PARALLEL_KEYS: dict[str, Key] = {
     "last_chunk_layers": Key("int", "Layers of the last model chunk (0: the LM head alone); see "
                                     "first_chunk_layers.", minimum=0, maximum=10**6),
     "overlap_grad_reduce": Key("bool", "Overlap gradient reduction with backward."),
+    "overlap_param_gather": Key("bool", "ZeRO-1/2: the distributed optimizer's parameter all-gather overlaps the "
+                                        "next iteration's forward, bucket by bucket; absent: as overlap_grad_reduce."),
     "grad_bucket": Key("bytes", 'Gradient bucket size, e.g. "25 MB".', positive=True),
     "order": Key("axis_order", "Rank placement, slowest to fastest axis, e.g. [pp, dp, cp, tp] "
                                "(Megatron's, the default: TP fastest inside a node)."),

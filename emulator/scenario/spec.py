@@ -125,6 +125,8 @@ class ParallelSpec:
     first_chunk_layers: int | None = None  # layers of model chunk 0; None: an even split (scenario/stages.py)
     last_chunk_layers: int | None = None  # layers of the last model chunk; None: an even split
     overlap_grad_reduce: bool = True
+    overlap_param_gather: bool | None = None  # ZeRO-1/2 parameter all-gather under the next forward; None: as
+    # overlap_grad_reduce (Megatron's --overlap-param-gather, which NeMo's recipes turn on with it)
     grad_bucket: float = 25e6 * 4  # B
     order: tuple[str, ...] = ()  # rank placement, slowest → fastest axis; () = Megatron's pp, dp, cp, tp
 

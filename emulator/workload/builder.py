@@ -23,9 +23,10 @@ Streams (in-order lanes) and what runs on them:
   after the last micro-batch's backward of its last layer (``overlap_grad_reduce``) or
   after the whole backward; tied-embedding all-reduce between the first and last stage;
   ZeRO-3's per-layer gradient reduce-scatter;
-- ``zero``: parameter all-gathers: ZeRO-1/2 after the optimizer, or, with overlap, at the
-  start of the iteration before each bucket's first forward (the steady state of
-  Megatron's overlap_param_gather: the previous step's gather overlaps this forward);
+- ``zero``: parameter all-gathers: ZeRO-1/2 after the optimizer, or, with
+  ``overlap_param_gather`` (by default as ``overlap_grad_reduce``), at the start of the
+  iteration before each bucket's first forward (the steady state of Megatron's
+  --overlap-param-gather: the previous step's gather overlaps this forward);
   ZeRO-3 before every layer's forward and backward, prefetched one layer ahead.
 
 Tags are unique per (src, dst): tag = 4·key + class, with key built from micro-batch,
@@ -39,7 +40,7 @@ from typing import Any
 from emulator.devices import compute
 from emulator.meta import ProgramMeta, WorkloadFacts
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
-from emulator.scenario.spec import Scenario
+from emulator.scenario.spec import ParallelSpec, Scenario
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
@@ -258,7 +259,7 @@ class _RankBuilder:
     def _param_gathers_first(self) -> None:
         """ZeRO-1/2 with overlap: this step's parameter all-gathers, before each bucket's forward."""
         par = self.plan.sc.parallel
-        if not (1 <= par.zero <= 2 and par.overlap_grad_reduce and len(self.dpcp) > 1):
+        if not (1 <= par.zero <= 2 and _overlap_param_gather(par) and len(self.dpcp) > 1):
             return
         # Bucket order for the forward: the reverse of the gradient order (first layers first).
         units = [(vs, u) for vs in self._my_chunks() for u in self.plan.chunk_units[vs]]
@@ -299,7 +300,7 @@ class _RankBuilder:
         opt = self._emit(kind=COMPUTE, stream="compute", name="optimizer", category="optimizer",
                          duration=compute.elementwise_time(nbytes, self.gpu), flops=psi * ADAM_FLOPS_PER_PARAM,
                          bytes=nbytes, deps=tuple(sorted(set(reduce_ops + ([end_bwd] if end_bwd is not None else [])))))
-        if 1 <= par.zero <= 2 and not par.overlap_grad_reduce and d_dense > 1:
+        if 1 <= par.zero <= 2 and not _overlap_param_gather(par) and d_dense > 1:
             for units, dense, expert in self._buckets(par.grad_bucket, self.plan.dtype):
                 vs, u = units[-1]
                 self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{u.name}", collective="all_gather",
@@ -326,6 +327,11 @@ class _RankBuilder:
         for task in schedule(par.schedule, self.c["pp"], par.pp, self.plan.micro, par.virtual_stages):
             self.run_task(task.phase, task.microbatch, task.chunk)
         self.finish()
+
+
+def _overlap_param_gather(par: ParallelSpec) -> bool:
+    """``parallel.overlap_param_gather``, whose default follows ``overlap_grad_reduce``."""
+    return par.overlap_grad_reduce if par.overlap_param_gather is None else par.overlap_param_gather
 
 
 def build_program(sc: Scenario, fold: Fold | None = None) -> Program:
