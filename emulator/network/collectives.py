@@ -146,7 +146,7 @@ class CollectiveModel:
         if fold is not None and fold.copies > 1:
             seen: set[tuple[int, ...] | frozenset[int]] = {tuple(group) if op == "p2p" else frozenset(group)}
             members = list(group) + ([root] if root >= 0 else [])
-            for row in fold.translate_all(members):
+            for row in fold.orbit(members, len(group), ordered=op == "p2p"):
                 img = row[:len(group)]
                 ident = tuple(img) if op == "p2p" else frozenset(img)
                 if ident in seen:
