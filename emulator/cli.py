@@ -123,7 +123,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command. A plugin's module (and what it imports: the outputs, matplotlib,
+    the store) is imported only for the command ``argv`` names; with ``argv`` None, for all of them."""
     p = argparse.ArgumentParser(prog="emulator",
                                 description="Emulate distributed DNN training on a cluster you do not have.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -146,12 +148,22 @@ def build_parser() -> argparse.ArgumentParser:
     col.set_defaults(func=cmd_collective)
     sch = sub.add_parser("schema", help="print the JSON Schema of scenario files")
     sch.set_defaults(func=cmd_schema)
+    wanted = _command(argv)
     for name, (module, add, func, help_text) in PLUGINS.items():
-        mod = importlib.import_module(module)  # a missing module is a broken install: let it show
         sp = sub.add_parser(name, help=help_text)
+        if wanted is not None and name != wanted:
+            continue  # listed in the help; its arguments are read only when it runs
+        mod = importlib.import_module(module)  # a missing module is a broken install: let it show
         getattr(mod, add)(sp)
         sp.set_defaults(func=_plugin(getattr(mod, func)))
     return p
+
+
+def _command(argv: Sequence[str] | None) -> str | None:
+    """The subcommand ``argv`` names (its first word that is not an option); None: import all."""
+    if argv is None:
+        return None
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 def _plugin(fn: Callable[[argparse.Namespace], object]) -> Callable[[argparse.Namespace], int]:
@@ -171,7 +183,8 @@ def _plugin(fn: Callable[[argparse.Namespace], object]) -> Callable[[argparse.Na
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

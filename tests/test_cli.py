@@ -65,3 +65,20 @@ def test_a_closed_pipe_is_not_an_internal_error():
                           cwd=ROOT, stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
     os.close(w)
     assert proc.returncode == 141 and proc.stderr == ""  # quiet, and 128 + SIGPIPE as a shell would report
+
+
+def test_a_command_imports_only_its_own_plugin():
+    # `emulator run` must not pay for the sweep store, the search or the plots at start-up;
+    # `emulator sweep --help` still lists sweep's own options
+    code = ("import sys\n"
+            "from emulator.cli import main\n"
+            "main(['run', 'scenarios/quickstart.yaml', '--json'])\n"
+            "print(sorted(m for m in ('emulator.studies.store', 'emulator.studies.search', 'emulator.studies.plot',"
+            " 'emulator.tools.calibrate') if m in sys.modules), file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stderr.strip() == "[]", out.stderr
+    help_text = subprocess.run([sys.executable, "-m", "emulator", "sweep", "--help"], cwd=ROOT,
+                               capture_output=True, text=True).stdout
+    assert "--db" in help_text
+    listing = subprocess.run([sys.executable, "-m", "emulator", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert all(name in listing.stdout for name in ("sweep", "search", "validate", "export", "live"))
