@@ -22,6 +22,7 @@ from typing import Any, Sequence
 from emulator.errors import EmulatorError
 from emulator.outputs.figures import save_figure
 from emulator.outputs.linkplot import plot_links
+from emulator.printable import figure_text
 from emulator.studies.store import ResultStore, Row
 
 
@@ -203,7 +204,7 @@ def plot_study(db: str, out: str, x: str | None = None, by: str | None = None, m
     if not any(metric_value(r, metric) is not None for r in rows):
         raise PlotError(f"--y {metric}: no row has this metric (e.g. tokens_per_s, iteration_time_s, mfu, "
                         "breakdown_s.exposed_comm, memory.peak_bytes_per_gpu)")
-    name = os.path.basename(db)
+    name = figure_text(os.path.basename(db))
     if pareto:
         return save_figure(pareto_figure(rows, metric, cost_per_gpu_hour, f"{metric}: Pareto front ({name})"), out)
     fields = [f for f in (x, by) if f] or varied_keys(rows)
