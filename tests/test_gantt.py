@@ -7,7 +7,7 @@ import pytest
 from helpers import custom_scenario, star
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from emulator.outputs.gantt import Block, chart, density, draw, evenly, gantt_figure, survey, write_gantt
+from emulator.outputs.gantt import AXES_PX, Block, chart, density, draw, evenly, gantt_figure, survey, write_gantt
 from emulator.scenario.spec import WorkloadSpec
 from emulator.simulation import simulate
 from emulator.spans import Span
@@ -51,7 +51,8 @@ def test_forward_passes_are_one_block_per_micro_batch_and_the_bubble_is_p_minus_
     c = chart(spans, survey(spans), total=2)
     assert [r.label for r in c.rows] == ["s0 · r0 compute", "r0 pp", "s1 · r1 compute", "r1 pp"]
     r0, r1 = c.rows[0], c.rows[2]
-    # the two layer kernels of a forward pass (1 µs apart, under one pixel: 9 ms / 1150 px = 7.8 µs) are one block
+    # the two layer kernels of a forward pass (1 µs apart, under one pixel: 9 ms / 1221 px = 7.4 µs) are one block
+    assert AXES_PX == 1221  # (14 − 1.25 − 1.65) in × 110 dpi
     assert [(b.key, b.microbatch) for b in r0.blocks] == [("fwd", 0), ("fwd", 1), ("bwd", 0), ("bwd", 1)]
     assert [(round(b.start / MS, 9), round(b.width / MS, 9)) for b in r0.blocks] == [(0, 1), (1, 1), (5, 2), (7, 2)]
     # the flush ends at 9 ms (stage 0's last backward); stage 0 idles from 2 to 5 ms, stage 1 from 0 to 1 and 7 to 9
@@ -181,9 +182,10 @@ def test_a_simulated_gpipe_run_draws_the_hand_computed_bubble(tmp_path):
     assert rows == ["s0 · r0 compute", "r0 pp", "s1 · r1 compute", "r1 pp"]
     assert _bars(ax, "bubble", 0) == [(2, 5)]
     assert _bars(ax, "bubble", 2) == [(0, 1), (7, 9)]
-    # the 1-byte sends (1e-15 s) still show: one pixel column (9 ms / 1150) at 1 ms and at 2 ms on row 1
-    px = 9 / 1150
-    assert [(a, round((b - a) / px, 6)) for a, b in _bars(ax, "send", 1)] == [(round(k * px, 9), 1) for k in (127, 255)]
+    # the 1-byte sends (1e-15 s) still show: one pixel column (9 ms / 1221) on row 1, at 1 ms (column
+    # 1221/9 = 135.7 → 135) and at 2 ms (271.3 → 271)
+    px = 9 / AXES_PX
+    assert [(a, round((b - a) / px, 6)) for a, b in _bars(ax, "send", 1)] == [(round(k * px, 9), 1) for k in (135, 271)]
     write_gantt(str(tmp_path / "g.png"), result)
     assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -31,6 +31,7 @@ matplotlib Figure (no pyplot state); ``write_gantt`` writes the PNG atomically.
 """
 from __future__ import annotations
 
+import functools
 import io
 import re
 from dataclasses import dataclass, field
@@ -46,7 +47,8 @@ from emulator.spans import Span
 MAX_ROWS = 48  # beyond, fewer groups are shown (at least MIN_GROUPS)
 MIN_GROUPS = 4
 WIDTH_IN, DPI = 14.0, 110
-AXES_PX = 1150  # about the axes' width in pixels at WIDTH_IN × DPI: the merge and label resolution
+LEFT_IN, RIGHT_IN, TOP_IN, BOTTOM_IN = 1.25, 1.65, 0.62, 0.5  # margins: row labels, legend, titles, x label
+AXES_PX = round((WIDTH_IN - LEFT_IN - RIGHT_IN) * DPI)  # the axes' width: the merge and label resolution
 EDGE_PX = 4  # blocks at least this wide get a white edge
 LABEL_PX = 7  # a micro-batch label needs this many pixels per digit, plus 4
 PHASES = ("fwd", "bwd", "recompute")  # compute categories that make up the pipeline
@@ -90,7 +92,7 @@ class Chart:
 class _Rank:
     stage: int = -1  # the lowest pipeline stage of its spans (interleaving gives a rank several)
     last_compute: float = 0.0
-    lanes: set[str] = field(default_factory=set)
+    streams: set[str] = field(default_factory=set)
 
 
 def lane(stream: str) -> str:
@@ -101,9 +103,14 @@ def lane(stream: str) -> str:
 
 
 def color_key(s: Span) -> str:
-    if s.kind == "compute":
-        return s.category if s.category in COLORS else "compute"
-    return s.kind if s.kind in COLORS else "collective"
+    return _color_key(s.kind, s.category)
+
+
+@functools.lru_cache(maxsize=256)
+def _color_key(kind: str, category: str) -> str:
+    if kind == "compute":
+        return category if category in COLORS else "compute"
+    return kind if kind in COLORS else "collective"
 
 
 def _lane_rank(name: str) -> tuple[int, list[tuple[int, str]]]:
@@ -119,7 +126,7 @@ def survey(spans: Iterable[Span]) -> dict[int, _Rank]:
         r = out.get(s.rank)
         if r is None:
             r = out[s.rank] = _Rank()
-        r.lanes.add(lane(s.stream))
+        r.streams.add(s.stream)
         if s.stage >= 0 and (r.stage < 0 or s.stage < r.stage):
             r.stage = s.stage
         if s.kind == "compute" and s.end_s > r.last_compute:
@@ -138,7 +145,7 @@ def evenly(items: list[int], k: int) -> list[int]:
 
 def choose(ranks: dict[int, _Rank], total: int) -> tuple[list[int], str]:
     """The ranks to show, in order, and the caption that says which and why."""
-    per_group = 1 + max((len(r.lanes - {"compute"}) for r in ranks.values()), default=0)
+    per_group = 1 + max((len({lane(st) for st in r.streams} - {"compute"}) for r in ranks.values()), default=0)
     limit = max(MIN_GROUPS, MAX_ROWS // per_group)
     by_stage: dict[int, list[int]] = {}
     for rank, info in ranks.items():
@@ -230,10 +237,13 @@ def chart(spans: Iterable[Span], ranks: dict[int, _Rank], total: int) -> Chart:
     """The rows, blocks and bubble of the chart (times in s); ``ranks`` is ``survey(spans)``."""
     shown, caption = choose(ranks, total)
     keep = set(shown)
-    by_row: dict[tuple[int, str], list[Span]] = {}
+    by_stream: dict[tuple[int, str], list[Span]] = {}
     for s in spans:
         if s.rank in keep:
-            by_row.setdefault((s.rank, lane(s.stream)), []).append(s)
+            by_stream.setdefault((s.rank, s.stream), []).append(s)
+    by_row: dict[tuple[int, str], list[Span]] = {}
+    for (rank, stream), some in sorted(by_stream.items()):
+        by_row.setdefault((rank, lane(stream)), []).extend(some)
     end_s = max((s.end_s for row in by_row.values() for s in row), default=0.0)
     tol = end_s / AXES_PX
     flush = max((s.end_s for (_, ln), row in by_row.items() if ln == "compute" for s in row
@@ -266,7 +276,11 @@ def draw(c: Chart, title: str, iteration_s: float) -> Any:
 
     scale, unit = (1e3, "ms") if iteration_s < 10 else (1.0, "s")
     n = len(c.rows)
-    fig = Figure(figsize=(WIDTH_IN, max(2.8, 0.3 * n + 1.7)), dpi=DPI, layout="constrained")
+    height = max(2.8, 0.3 * n + 1.7)
+    fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI)
+    # fixed margins in inches (a layout engine costs a second draw): row labels, legend, titles, x label
+    fig.subplots_adjust(left=LEFT_IN / WIDTH_IN, right=1 - RIGHT_IN / WIDTH_IN, top=1 - TOP_IN / height,
+                        bottom=BOTTOM_IN / height)
     ax = fig.add_subplot()
     px_per_s = AXES_PX / c.end_s if c.end_s > 0 else 0.0
     used: set[str] = set()
@@ -319,8 +333,9 @@ def draw(c: Chart, title: str, iteration_s: float) -> Any:
     if any(not r.compute for r in c.rows):
         notes.append("communication: the paler, the less of that moment a transfer is busy")
     ax.set_xlabel(";  ".join(notes))
-    fig.suptitle(f"{title}: iteration {iteration_s * scale:.3f} {unit}", fontsize=10)
-    ax.set_title(figure_text(c.caption), fontsize=7.5, loc="left", wrap=True)
+    fig.suptitle(f"{title}: iteration {iteration_s * scale:.3f} {unit}", fontsize=10, y=1 - 0.08 / height,
+                 va="top")
+    ax.set_title(figure_text(c.caption), fontsize=7.5, loc="left")
     handles = [Patch(facecolor=COLORS[k], label=k) for k in COLORS if k in used]
     if IDLE_LABEL in used:
         handles.append(Patch(facecolor=IDLE_COLOR, edgecolor="#8C8C8C", hatch="///", linewidth=0,
