@@ -46,3 +46,11 @@ def test_an_error_naming_a_file_with_a_newline_stays_one_line(tmp_path, capsys):
     assert main(["run", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err and "a\\nb\\x1b.yaml" in err
+
+
+def test_study_plot_labels_are_escaped():
+    from emulator.studies.plot import _label
+
+    # a varied value that is a name: the ESC is shown as \x1b, the $ as itself (not a mathtext formula)
+    assert _label("a$b\x1b$") == r"a\$b\x1b\$"
+    assert _label(0.5) == "0.5"

@@ -95,7 +95,8 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def _label(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    """A value as a tick, legend or annotation text (user text escaped: no raw control characters, no mathtext)."""
+    return f"{v:g}" if isinstance(v, float) else figure_text(str(v))
 
 
 def line_figure(rows: Sequence[Row], x: str, metric: str, title: str) -> Any:
