@@ -11,17 +11,19 @@ caption under the title says which ranks are shown and why.
 lane (``tp``, ``cp``, ``ep``, ``pp``, ``dp``, ``zero``; a rank's pipeline and
 context-parallel send/recv streams share one lane).
 
-**Blocks.** Consecutive compute spans of one micro-batch and phase (fwd, bwd,
-recompute) become one block when the gap between them is under one pixel (the
-per-layer kernels and the tensor-parallel waits in between), so a forward pass is
-one block, labelled with its micro-batch number where it is wide enough.
+**Blocks.** Consecutive compute spans of one micro-batch and phase (fwd, bwd)
+become one block when the gap between them is under one pixel (the per-layer
+kernels and the tensor-parallel waits in between), so a forward pass is one block,
+labelled with its micro-batch number where it is wide enough. Recompute belongs to
+its backward block and is drawn as a strip along the block's bottom edge.
 Communication is drawn from when the transfer began (after the rendezvous), at
 the picture's resolution: each pixel column is shaded by the share of it that a
 transfer is busy (a lone short send stays visible, a run of short all-reduces
 does not become a solid bar).
 
-**Bubble.** On compute rows, the idle time from 0 to the end of the last forward,
-backward or recompute span of the shown ranks (the pipeline flush) is hatched.
+**Bubble.** On each ``compute`` row, the idle time from 0 to the end of the last
+compute span other than the optimizer's among the shown ranks (the pipeline flush)
+is hatched: the bubble, plus any exposed waits.
 For GPipe with p stages, m micro-batches, f and b the forward and backward time of
 one micro-batch on one stage and free communication, every stage idles
 (p − 1)(f + b) of (m + p − 1)(f + b).
@@ -51,7 +53,6 @@ LEFT_IN, RIGHT_IN, TOP_IN, BOTTOM_IN = 1.25, 1.65, 0.62, 0.5  # margins: row lab
 AXES_PX = round((WIDTH_IN - LEFT_IN - RIGHT_IN) * DPI)  # the axes' width: the merge and label resolution
 EDGE_PX = 4  # blocks at least this wide get a white edge
 LABEL_PX = 7  # a micro-batch label needs this many pixels per digit, plus 4
-PHASES = ("fwd", "bwd", "recompute")  # compute categories that make up the pipeline
 LANE_ORDER = ("compute", "tp", "cp", "ep", "pp", "dp", "zero")
 COLORS = {"fwd": "#4C78A8", "bwd": "#F58518", "recompute": "#B279A2", "optimizer": "#54A24B",
           "compute": "#72B7B2", "collective": "#E45756", "send": "#9D755D", "recv": "#BAB0AC"}
@@ -89,7 +90,9 @@ class Chart:
 
 
 @dataclass
-class _Rank:
+class RankInfo:
+    """What ``survey`` learns of one rank."""
+
     stage: int = -1  # the lowest pipeline stage of its spans (interleaving gives a rank several)
     last_compute: float = 0.0
     streams: set[str] = field(default_factory=set)
@@ -119,13 +122,13 @@ def _lane_rank(name: str) -> tuple[int, list[tuple[int, str]]]:
     return (LANE_ORDER.index(name) if name in LANE_ORDER else len(LANE_ORDER), natural)
 
 
-def survey(spans: Iterable[Span]) -> dict[int, _Rank]:
+def survey(spans: Iterable[Span]) -> dict[int, RankInfo]:
     """One pass over every span: each rank's stage, compute end and lanes."""
-    out: dict[int, _Rank] = {}
+    out: dict[int, RankInfo] = {}
     for s in spans:
         r = out.get(s.rank)
         if r is None:
-            r = out[s.rank] = _Rank()
+            r = out[s.rank] = RankInfo()
         r.streams.add(s.stream)
         if s.stage >= 0 and (r.stage < 0 or s.stage < r.stage):
             r.stage = s.stage
@@ -143,7 +146,7 @@ def evenly(items: list[int], k: int) -> list[int]:
     return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
 
 
-def choose(ranks: dict[int, _Rank], total: int) -> tuple[list[int], str]:
+def choose(ranks: dict[int, RankInfo], total: int) -> tuple[list[int], str]:
     """The ranks to show, in order, and the caption that says which and why."""
     per_group = 1 + max((len({lane(st) for st in r.streams} - {"compute"}) for r in ranks.values()), default=0)
     limit = max(MIN_GROUPS, MAX_ROWS // per_group)
@@ -233,7 +236,7 @@ def density(blocks: list[Block], end: float, bins: int) -> list[tuple[float, flo
     return out
 
 
-def chart(spans: Iterable[Span], ranks: dict[int, _Rank], total: int) -> Chart:
+def chart(spans: Iterable[Span], ranks: dict[int, RankInfo], total: int) -> Chart:
     """The rows, blocks and bubble of the chart (times in s); ``ranks`` is ``survey(spans)``."""
     shown, caption = choose(ranks, total)
     keep = set(shown)
