@@ -13,10 +13,10 @@ import importlib
 import json
 import os
 import sys
-import time
 from typing import Callable, Sequence
 
 from emulator.errors import EmulatorError
+from emulator.printable import printable
 
 # name → (module, add-arguments function, command function, help); imported on use
 PLUGINS: dict[str, tuple[str, str, str, str]] = {
@@ -33,28 +33,6 @@ PLUGINS: dict[str, tuple[str, str, str, str]] = {
     "export": ("emulator.tools.export", "add_arguments", "export_command",
                "write a scenario's workload as Chakra ETs and an ASTRA-sim communicator-group file"),
 }
-
-
-class Progress:
-    """A one-line progress bar on stderr, shown once a run takes more than ``after`` s."""
-
-    def __init__(self, after: float = 2.0) -> None:
-        self.t0 = time.perf_counter()
-        self.after = after
-        self.shown = False
-
-    def __call__(self, now: float, events: int) -> None:
-        wall = time.perf_counter() - self.t0
-        if wall < self.after or not sys.stderr.isatty() and not os.environ.get("EMULATOR_PROGRESS"):
-            return
-        self.shown = True
-        rate = events / wall
-        sys.stderr.write(f"\r  simulated {now * 1e3:10.3f} ms | {events:>12,} events | {rate:>10,.0f} events/s")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\n")
 
 
 def _load(args: argparse.Namespace, need_workload: bool = True):
@@ -77,7 +55,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print(estimate(sc))
         return 0
-    progress = Progress()
+    from emulator.progress import RunProgress
+
+    progress = RunProgress()
     try:
         result = simulate(sc, progress=progress, record_links=bool(args.out))
     finally:
@@ -90,10 +70,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(summary_json(summary))
     else:
-        print(human_table(summary))
+        print(printable(human_table(summary), keep="\n\t"))
         if args.out:
             files = "summary.json spans.csv trace.json" + ("" if args.no_gantt else " gantt.png")
-            print(f"outputs in {args.out}/: {files}")
+            print(f"outputs in {printable(args.out)}/: {files}")
     return 0
 
 
@@ -106,7 +86,7 @@ def cmd_collective(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0
-    print(f"# {args.op} on {sc.name}")
+    print(f"# {printable(args.op)} on {printable(sc.name)}")
     print(f"{'size':>12} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
     for r in rows:
         print(f"{format_bytes(r['bytes']):>12} {r['time_s'] * 1e6:12.2f} {r['algbw_GB_per_s']:13.2f} "
@@ -176,7 +156,7 @@ def _plugin(fn: Callable[[argparse.Namespace], object]) -> Callable[[argparse.Na
             return int(code)
         if isinstance(out, str):
             if out:
-                print(out)
+                print(printable(out, keep="\n\t"))
             return 0
         return out if isinstance(out, int) else 0
     return run
@@ -192,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except EmulatorError as exc:
-        print(f"emulator: {exc}", file=sys.stderr)
+        print(f"emulator: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("emulator: interrupted", file=sys.stderr)
@@ -202,11 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush does not fail again
         return 141  # 128 + SIGPIPE, as a shell reports a command killed by the broken pipe
     except RecursionError as exc:
-        print(f"emulator: the input is too deeply nested to process ({exc})", file=sys.stderr)
+        print(f"emulator: the input is too deeply nested to process ({printable(str(exc))})", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, not bad input: one line, the traceback on request
         if os.environ.get("EMULATOR_DEBUG"):
             raise
-        print(f"emulator: internal error: {type(exc).__name__}: {exc} (set EMULATOR_DEBUG=1 for the traceback)",
-              file=sys.stderr)
+        print(f"emulator: internal error: {type(exc).__name__}: {printable(str(exc))} "
+              "(set EMULATOR_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1

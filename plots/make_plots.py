@@ -7,7 +7,8 @@
 2. layout-tp-pp: tokens/s over the TP × PP plane of GPT-3 2.7B on 16 GPUs (a heatmap);
 3. scale-pareto: tokens/s against GPUs for GPT-3 6.7B on 1–8 DGX H100 nodes and TP 2–8
    (the Pareto front);
-4. hot-links: link utilisation over one iteration on a 4:1 oversubscribed fat-tree.
+4. hot-links: link utilisation over one iteration on a 4:1 oversubscribed fat-tree;
+5. gantt-quickstart: the Gantt chart of scenarios/quickstart.yaml (PNG only, as `run --out`).
 
 The result databases go to --db-dir (default: a temporary folder), so re-running with
 the same folder only draws. Takes well under two minutes on 2 cores.
@@ -23,6 +24,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from emulator.outputs.gantt import write_gantt  # noqa: E402
 from emulator.outputs.linkplot import plot_links  # noqa: E402
 from emulator.scenario import load_scenario  # noqa: E402
 from emulator.simulation import simulate  # noqa: E402
@@ -68,6 +70,8 @@ def main() -> None:
 
     result = simulate(load_scenario(os.path.join(STUDIES, "hot-links.yaml")), record_links=True)
     plot_links(result, out("hot-links"), top=16)
+    quick = simulate(load_scenario(os.path.join(os.path.dirname(HERE), "scenarios", "quickstart.yaml")))
+    write_gantt(out("gantt-quickstart"), quick)
     print(f"figures in {HERE} ({time.perf_counter() - t0:.1f} s); databases in {db_dir}")
 
 

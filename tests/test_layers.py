@@ -13,13 +13,14 @@ PACKAGE = ROOT / "emulator"
 
 # bottom to top (the and DESIGN.md's order); a module's layer is that of its longest prefix
 LAYERS = [
-    ("emulator.program", "emulator.meta", "emulator.spans", "emulator.errors", "emulator.fingerprint"),
+    ("emulator.program", "emulator.meta", "emulator.spans", "emulator.errors", "emulator.fingerprint",
+     "emulator.printable"),
     ("emulator.scenario",),
     ("emulator.network", "emulator.devices", "emulator.importers"),
     ("emulator.workload", "emulator.engine", "emulator.folding", "emulator.faults", "emulator.memory",
      "emulator.metrics"),
     ("emulator.simulation",),
-    ("emulator.outputs", "emulator.linkplot"),
+    ("emulator.outputs", "emulator.linkplot", "emulator.progress"),
     ("emulator.studies", "emulator.tools", "emulator.live"),
     ("emulator.cli", "emulator.__main__"),
 ]

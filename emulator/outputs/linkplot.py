@@ -18,6 +18,7 @@ import numpy as np
 
 from emulator.errors import EmulatorError
 from emulator.outputs.figures import save_figure
+from emulator.printable import figure_text
 from emulator.simulation import Result
 
 Series = Sequence[tuple[float, float]]
@@ -75,7 +76,7 @@ def plot_links(result: Result, path: str, top: int = 16, bins: int = 200) -> lis
     ax.set_yticklabels([f"{topo.links[l][0]}→{topo.links[l][1]}  ({topo.capacity[l] / 1e9:.0f} GB/s)"
                         for l in links], fontsize=8)
     ax.set_xlabel("time (ms)")
-    ax.set_title(f"{result.scenario.name}: utilisation of the {len(links)} busiest links")
+    ax.set_title(f"{figure_text(result.scenario.name)}: utilisation of the {len(links)} busiest links")
     fig.colorbar(im, ax=ax, label="utilisation %")
     fig.tight_layout()
     return save_figure(fig, path)

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from emulator.metrics import breakdown
+from emulator.printable import printable
 from emulator.simulation import Result
 
 
@@ -92,7 +93,7 @@ def human_table(summary: dict) -> str:
     T = summary["iteration_time_s"]
     bd = summary["breakdown_s"]
     mem = summary["memory"]
-    rows = [("scenario", summary["scenario"]), ("GPUs", str(summary["gpus"])),
+    rows = [("scenario", printable(summary["scenario"])), ("GPUs", str(summary["gpus"])),
             ("iteration time", _fmt_time(T))]
     if summary["tokens_per_s"]:
         rows.append(("tokens/s", f"{summary['tokens_per_s']:,.0f}"))

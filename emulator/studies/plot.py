@@ -22,6 +22,7 @@ from typing import Any, Sequence
 from emulator.errors import EmulatorError
 from emulator.outputs.figures import save_figure
 from emulator.outputs.linkplot import plot_links
+from emulator.printable import figure_text
 from emulator.studies.store import ResultStore, Row
 
 
@@ -94,7 +95,8 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def _label(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    """A value as a tick, legend or annotation text (user text escaped: no raw control characters, no mathtext)."""
+    return f"{v:g}" if isinstance(v, float) else figure_text(str(v))
 
 
 def line_figure(rows: Sequence[Row], x: str, metric: str, title: str) -> Any:
@@ -203,7 +205,7 @@ def plot_study(db: str, out: str, x: str | None = None, by: str | None = None, m
     if not any(metric_value(r, metric) is not None for r in rows):
         raise PlotError(f"--y {metric}: no row has this metric (e.g. tokens_per_s, iteration_time_s, mfu, "
                         "breakdown_s.exposed_comm, memory.peak_bytes_per_gpu)")
-    name = os.path.basename(db)
+    name = figure_text(os.path.basename(db))
     if pareto:
         return save_figure(pareto_figure(rows, metric, cost_per_gpu_hour, f"{metric}: Pareto front ({name})"), out)
     fields = [f for f in (x, by) if f] or varied_keys(rows)

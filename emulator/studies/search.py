@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from emulator.errors import EmulatorError
+from emulator.printable import printable
+from emulator.progress import points_bar
 from emulator.scenario.checks import layout_violations
 from emulator.scenario.spec import Scenario
 from emulator.scenario.stages import balanced_ends
@@ -44,7 +46,6 @@ from emulator.studies.sweep import (
     load_point,
     make_executor,
     run_points,
-    stderr_progress,
 )
 
 RECOMPUTE = ("none", "selective", "full")
@@ -352,12 +353,12 @@ def search_command(args: argparse.Namespace) -> str:
     executor = make_executor(args.jobs, args.dask)
     try:
         with ResultStore(db) as store:
-            res = search(args.scenario, args.set, args.gpus, lim, store, executor, stderr_progress,
+            res = search(args.scenario, args.set, args.gpus, lim, store, executor, points_bar,
                          args.max_points)
     finally:
         close_executor(executor)
     export_csv(res.rows, csv_path)
-    name = res.points[0].scenario.name if res.points else stem
+    name = printable(res.points[0].scenario.name if res.points else stem)
     gpus = res.points[0].scenario.gpus if res.points else (args.gpus or 0)
     done = f"{res.stats.ran} simulated now, {res.stats.skipped} from {db}; all results in {db} and {csv_path}"
     return "\n".join([report(res, name, gpus, args.top), done])

@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
+
+from tqdm import tqdm
 
 from emulator.errors import EmulatorError
+from emulator.progress import points_bar
 from emulator.scenario.spec import Scenario
 from emulator.studies.executor import DaskExecutor, Executor, LocalExecutor
 from emulator.studies.store import ResultStore, export_csv, make_row, scenario_key
 
-Write = Callable[[str], Any]
 MAX_POINTS = 100_000
 
 
@@ -170,50 +170,6 @@ def evaluate(scenario: Scenario) -> dict:
         return {"error": str(exc)}
 
 
-class ProgressBar:
-    """points done/total, rate and ETA, written through ``write`` (None: silent)."""
-
-    def __init__(self, total: int, write: Write | None, label: str = "sweep", tty: bool = True,
-                 every: float = 0.2) -> None:
-        self.total, self.write, self.label, self.tty = total, write, label, tty
-        self.every = every if tty else max(every, 5.0)
-        self.t0 = time.perf_counter()
-        self.last = -1e9
-        self.done = 0
-
-    def update(self, done: int, force: bool = False) -> None:
-        self.done = done
-        now = time.perf_counter()
-        if self.write is None or (not force and now - self.last < self.every):
-            return
-        self.last = now
-        wall = now - self.t0
-        rate = done / wall if wall > 0 else 0.0
-        eta = (self.total - done) / rate if rate > 0 else float("inf")
-        eta_text = f"{eta:,.0f} s" if eta != float("inf") else "?"
-        line = (f"{self.label} {done:>{len(str(self.total))}}/{self.total} points | {rate:,.1f} points/s "
-                f"| ETA {eta_text}")
-        self.write(("\r" + line) if self.tty else line + "\n")
-
-    def close(self) -> None:
-        if self.write is not None and self.total:
-            self.update(self.done, force=True)
-            if self.tty:
-                self.write("\n")
-
-
-def stderr_progress(total: int, label: str) -> ProgressBar:
-    """The CLI's bar: on a terminal (or with EMULATOR_PROGRESS=1) it redraws one line."""
-    tty = sys.stderr.isatty()
-    forced = bool(os.environ.get("EMULATOR_PROGRESS"))
-
-    def write(text: str) -> None:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-
-    return ProgressBar(total, write if (tty or forced) else None, label, tty=tty)
-
-
 @dataclass
 class RunStats:
     points: int  # points in the study
@@ -226,7 +182,7 @@ class RunStats:
 
 
 def run_points(points: Sequence[Point], store: ResultStore, executor: Executor,
-               progress: ProgressBar | None = None, retry_errors: bool = False) -> RunStats:
+               progress: tqdm[Any] | None = None, retry_errors: bool = False) -> RunStats:
     """Run the points not yet in ``store``; commit each as it finishes."""
     t0 = time.perf_counter()
     unique: dict[str, Point] = {}
@@ -238,14 +194,14 @@ def run_points(points: Sequence[Point], store: ResultStore, executor: Executor,
     todo = [p for k, p in unique.items() if k not in done]
     stats = RunStats(len(points), len(unique), len(done), stale=len(store.stale_keys(unique)))
     if progress is not None:
-        progress.total = len(todo)
+        progress.reset(total=len(todo))
     for i, outcome in executor.run(evaluate, [p.scenario for p in todo]):
         p = todo[i]
         store.record(make_row(p.key, p.scenario, p.varied, outcome.get("summary"), outcome.get("error")))
         stats.ran += 1
         stats.errors += "error" in outcome
         if progress is not None:
-            progress.update(stats.ran)
+            progress.update(1)
     if progress is not None:
         progress.close()
     stats.wall_s = time.perf_counter() - t0
@@ -344,7 +300,7 @@ def sweep_command(args: argparse.Namespace) -> str:
     executor = make_executor(args.jobs, args.dask)
     try:
         with ResultStore(args.db) as store:
-            stats = run_points(points, store, executor, stderr_progress(len(points), "sweep"), args.retry_errors)
+            stats = run_points(points, store, executor, points_bar(len(points), "sweep"), args.retry_errors)
             rows = store.rows([p.key for p in points])
     finally:
         close_executor(executor)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from emulator.folding import Stamped
+from emulator.printable import printable
 from emulator.program import COLLECTIVE, COMPUTE, SEND
 from emulator.scenario.spec import Scenario
 
@@ -49,7 +50,7 @@ def estimate(scenario: Scenario) -> str:
     events = int((compute + EVENTS_PER_COMM * comm) * iterations)
     ranks = len(program.simulated_ranks())
     wall = build_s + events / EVENTS_PER_S
-    lines = [f"scenario        {scenario.name}",
+    lines = [f"scenario        {printable(scenario.name)}",
              f"GPUs            {program.ranks} ({ranks} simulated)",
              f"ops             {len(ops) * copies * iterations:,} ({int(compute) * copies:,} compute per iteration)",
              f"events          ~{events:,}",
