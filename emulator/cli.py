@@ -160,6 +160,40 @@ def _plugin(fn: Callable[[argparse.Namespace], object]) -> Callable[[argparse.Na
     return run
 
 
+# what each command writes: (option attribute, option, "file" | "folder"), checked before any work
+DESTINATIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "run": (("out", "--out", "folder"),),
+    "sweep": (("db", "--db", "file"), ("csv", "--csv", "file"), ("export_csv", "--export-csv", "file")),
+    "search": (("db", "--db", "file"), ("csv", "--csv", "file")),
+    "plot": (("out", "--out", "file"),),
+    "calibrate": (("out", "--out", "file"),),
+    "export": (("out", "--out", "folder"),),
+}
+
+
+def check_destinations(args: argparse.Namespace) -> None:
+    """Every path the command will write can be written: else a one-line DestinationError (exit 2), now."""
+    targets = [(flag, getattr(args, attr, None), kind) for attr, flag, kind in DESTINATIONS.get(args.command, ())]
+    if args.command == "sweep" and args.export_csv:  # --db is only read
+        targets = [t for t in targets if t[0] != "--db"]
+    if args.command == "search" and getattr(args, "scenario", None):  # search's defaults: SCENARIO-search.*
+        db = args.db or os.path.splitext(os.path.basename(args.scenario))[0] + "-search.sqlite"
+        targets = [("--db", db, "file"), ("--csv", args.csv or os.path.splitext(db)[0] + ".csv", "file")]
+    if args.command == "plot" and args.out:  # plot writes an SVG beside the PNG
+        targets.append(("--out", os.path.splitext(args.out)[0] + ".svg", "file"))
+    targets = [t for t in targets if t[1] is not None and not getattr(args, "estimate", False)]
+    if not targets:
+        return
+    from emulator.outputs import OUTPUT_FILES
+    from emulator.outputs.destination import check_file, check_folder
+
+    for flag, path, kind in targets:
+        if kind == "folder":
+            check_folder(path, flag, OUTPUT_FILES if args.command == "run" else ())
+        else:
+            check_file(path, flag)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -167,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_destinations(args)
         return args.func(args)
     except EmulatorError as exc:
         print(f"emulator: {exc}", file=sys.stderr)
