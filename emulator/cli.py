@@ -181,13 +181,13 @@ def check_destinations(args: argparse.Namespace) -> None:
         targets = [("--db", db, "file"), ("--csv", args.csv or os.path.splitext(db)[0] + ".csv", "file")]
     if args.command == "plot" and args.out:  # plot writes an SVG beside the PNG
         targets.append(("--out", os.path.splitext(args.out)[0] + ".svg", "file"))
-    targets = [t for t in targets if t[1] is not None and not getattr(args, "estimate", False)]
-    if not targets:
+    found = [(flag, str(path), kind) for flag, path, kind in targets if path is not None]
+    if not found or getattr(args, "estimate", False):
         return
     from emulator.outputs import OUTPUT_FILES
     from emulator.outputs.destination import check_file, check_folder
 
-    for flag, path, kind in targets:
+    for flag, path, kind in found:
         if kind == "folder":
             check_folder(path, flag, OUTPUT_FILES if args.command == "run" else ())
         else:

@@ -19,7 +19,6 @@ from emulator.outputs.spans_csv import write_spans_csv
 from emulator.outputs.summary import summary_json
 from emulator.simulation import Result
 
-
 OUTPUT_FILES = ("summary.json", "spans.csv", "trace.json", "gantt.png")  # the marker first: see fileset.py
 
 
