@@ -89,7 +89,11 @@ def test_check_file_and_folder_name_the_path_and_the_fault(tmp_path, readonly):
              (lambda: check_folder(str(tmp_path / "f"), "--out"), "exists and is a file, not a folder"),
              (lambda: check_folder(str(tmp_path / "f" / "sub" / "deeper")), "which is a file, not a folder"),
              (lambda: check_folder(str(ro)), "the folder is not writable"),
-             (lambda: check_folder(str(tmp_path), names=("d",)), f"{tmp_path / 'd'} is a folder")]
+             (lambda: check_folder(str(tmp_path), names=("d",)), f"{tmp_path / 'd'} is a folder"),
+             (lambda: check_folder(str(tmp_path / "dangling")), "is a broken symbolic link"),
+             (lambda: check_file(str(tmp_path / "loop")), "is a symbolic link that leads nowhere")]
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    os.symlink(tmp_path / "loop", tmp_path / "loop")
     for call, needle in cases:
         with pytest.raises(DestinationError) as exc:
             call()
@@ -368,3 +372,17 @@ def test_the_lock_of_a_killed_sweep_is_released(tmp_path):
             proc.kill()
     with ResultStore(db) as store:
         assert store.count() == 0
+
+
+def test_a_figure_is_written_as_a_png_and_svg_pair(tmp_path):
+    from matplotlib.figure import Figure
+
+    from emulator.outputs.figures import save_figure
+
+    (tmp_path / "p.svg").write_text("<svg>an older drawing</svg>")
+    (tmp_path / "other.png").write_bytes(b"the user's")
+    paths = save_figure(Figure(figsize=(1, 1)), str(tmp_path / "p.png"))
+    assert paths == [str(tmp_path / "p.png"), str(tmp_path / "p.svg")]
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "an older drawing" not in (tmp_path / "p.svg").read_text()
+    assert sorted(os.listdir(tmp_path)) == ["other.png", "p.png", "p.svg"]

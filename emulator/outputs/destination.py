@@ -63,7 +63,8 @@ def check_file(path: str, label: str = "") -> None:
         try:
             mode = os.stat(path).st_mode
         except OSError as exc:  # a dangling or looping symbolic link
-            raise DestinationError(f"{_name(label, path)}: cannot be read ({exc.strerror})") from None
+            raise DestinationError(f"{_name(label, path)}: is a symbolic link that leads nowhere "
+                                   f"({exc.strerror})") from None
         if not stat.S_ISREG(mode):
             raise DestinationError(f"{_name(label, path)}: is not a regular file (a device, pipe or socket)")
         if not os.access(path, os.W_OK):
@@ -76,6 +77,8 @@ def check_folder(path: str, label: str = "", names: Sequence[str] = ()) -> None:
     folders."""
     if not path:
         raise DestinationError(f"{label or 'output'}: expected a folder name, got an empty one")
+    if os.path.islink(path) and not os.path.exists(path):
+        raise DestinationError(f"{_name(label, path)}: is a broken symbolic link")
     if os.path.lexists(path) and not os.path.isdir(path):
         raise DestinationError(f"{_name(label, path)}: exists and is a file, not a folder")
     if os.path.isdir(path):

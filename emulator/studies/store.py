@@ -297,11 +297,15 @@ class ResultStore:
                   row.error, None if row.summary is None else json.dumps(row.summary, sort_keys=True),
                   *_flat(row), row.emulator, time.time())
         update = ", ".join(f"{c}=excluded.{c}" for c in _COLUMNS[1:])
-        with self.db:  # BEGIN ... COMMIT
-            cur = self.db.execute(f"INSERT INTO results ({', '.join(_COLUMNS)}) "
-                                  f"VALUES ({', '.join('?' * len(_COLUMNS))}) "
-                                  f"ON CONFLICT(key) DO UPDATE SET {update} "
-                                  "WHERE results.emulator IS NOT excluded.emulator", values)
+        try:
+            with self.db:  # BEGIN ... COMMIT
+                cur = self.db.execute(f"INSERT INTO results ({', '.join(_COLUMNS)}) "
+                                      f"VALUES ({', '.join('?' * len(_COLUMNS))}) "
+                                      f"ON CONFLICT(key) DO UPDATE SET {update} "
+                                      "WHERE results.emulator IS NOT excluded.emulator", values)
+        except sqlite3.OperationalError as exc:  # disk full, the file made read-only meanwhile, ...
+            raise StoreError(f"{self.path}: cannot write the results database ({exc}); every point committed "
+                             "before this one is kept") from None
         return cur.rowcount == 1
 
     def done_keys(self, keys: Iterable[str] | None = None) -> set[str]:
