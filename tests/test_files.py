@@ -98,6 +98,9 @@ def test_check_file_and_folder_name_the_path_and_the_fault(tmp_path, readonly):
         with pytest.raises(DestinationError) as exc:
             call()
         assert needle in str(exc.value), str(exc.value)
+    if os.path.isdir("/proc/self"):  # root passes os.access there, but no file can be created: the probe says so
+        with pytest.raises(DestinationError, match="its folder /proc is not writable"):
+            check_file("/proc/x.csv")
     check_file(str(tmp_path / "new" / "deeper" / "x.csv"))  # creatable: no error
     check_folder(str(tmp_path / "new" / "out"))
 

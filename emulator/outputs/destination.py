@@ -12,15 +12,16 @@ names the path and what is wrong with it:
 - a folder that is not writable: the destination's own folder, or, when
   folders have to be created, the nearest one that exists.
 
-The checks use ``os.access``, so they agree with what the kernel will allow
-(a read-only mount and an immutable folder count as not writable, even for
-root). They run again where the file is written: a path that changes between
+A folder counts as writable when ``os.access`` says so and a temporary file
+can really be created in it (and is removed at once), so the checks agree with
+what the kernel will allow, even for root. They run again where the file is written: a path that changes between
 the check and the write still fails cleanly, only later.
 """
 from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from typing import Sequence
 
 from emulator.errors import EmulatorError
@@ -35,21 +36,33 @@ def _name(label: str, path: str) -> str:
 
 
 def _writable_folder(folder: str) -> bool:
-    return os.access(folder, os.W_OK | os.X_OK)
+    """The kernel lets us create a file in ``folder``: asked (``os.access``), then tried (a temporary file,
+    removed at once), since root passes every ``access`` check on folders where creation still fails."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".tmp-emulator-{os.getpid()}-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
 def _check_creatable(folder: str, label: str, path: str) -> None:
-    """``folder`` exists and is writable, or can be created: its nearest existing ancestor is a writable folder."""
-    probe = os.path.abspath(folder)
+    """``folder`` exists and is writable, or can be created: its nearest existing ancestor is a writable folder.
+    Paths are named as the user wrote them (relative stays relative)."""
+    folder = os.path.normpath(folder or ".")
+    probe = folder
     while not os.path.lexists(probe):
-        parent = os.path.dirname(probe)
+        parent = os.path.dirname(probe) or "."
         if parent == probe:
             break
         probe = parent
     if not os.path.isdir(probe):
         raise DestinationError(f"{_name(label, path)}: lies below {probe}, which is a file, not a folder")
     if not _writable_folder(probe):
-        what = "its folder" if probe == os.path.abspath(folder) else "cannot create it: the folder"
+        what = "its folder" if probe == folder else "cannot create it: the folder"
         raise DestinationError(f"{_name(label, path)}: {what} {probe} is not writable")
 
 
@@ -69,7 +82,7 @@ def check_file(path: str, label: str = "") -> None:
             raise DestinationError(f"{_name(label, path)}: is not a regular file (a device, pipe or socket)")
         if not os.access(path, os.W_OK):
             raise DestinationError(f"{_name(label, path)}: is read-only")
-    _check_creatable(os.path.dirname(os.path.abspath(path)), label, path)
+    _check_creatable(os.path.dirname(path), label, path)
 
 
 def check_folder(path: str, label: str = "", names: Sequence[str] = ()) -> None:
