@@ -1,6 +1,7 @@
 """The command line: ``emulator run | collective | schema | sweep | search | plot | calibrate | live``.
 
-The only module (with ``__main__``) that prints. Bad input — any EmulatorError —
+The only module (with ``__main__``) that prints. Every path a command will write
+is checked before it runs (``check_destinations``). Bad input — any EmulatorError —
 exits with code 2 and one clear message; a bug exits with code 1 and a one-line
 report (set EMULATOR_DEBUG=1 for the traceback). Subcommands owned by other
 modules register through ``add_arguments(parser)`` and a command function.

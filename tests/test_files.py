@@ -136,6 +136,18 @@ def test_run_out_on_bad_paths_fails_before_simulating(tmp_path, capsys, readonly
     _fails(capsys, ["run", sc, "--out", str(ro)], f"--out {ro}: the folder is not writable")
     (tmp_path / "o2" / "trace.json").mkdir(parents=True)
     _fails(capsys, ["run", sc, "--out", str(tmp_path / "o2")], "trace.json is a folder")
+    (tmp_path / "o3").mkdir()
+    locked = tmp_path / "o3" / "spans.csv"
+    locked.write_text("theirs")
+    locked.chmod(0o444)
+    if os.access(locked, os.W_OK):  # root: make it immutable
+        subprocess.run(["chattr", "+i", str(locked)], capture_output=True)
+    try:
+        if not os.access(locked, os.W_OK):
+            _fails(capsys, ["run", sc, "--out", str(tmp_path / "o3")], "spans.csv is read-only")
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], capture_output=True)
+    assert locked.read_text() == "theirs"
 
 
 def _summary(out):

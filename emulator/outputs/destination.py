@@ -102,6 +102,8 @@ def check_folder(path: str, label: str = "", names: Sequence[str] = ()) -> None:
             if os.path.isdir(inside):
                 raise DestinationError(f"{_name(label, path)}: {inside} is a folder; the command writes a file "
                                        "there")
+            if os.path.isfile(inside) and not os.access(inside, os.W_OK):
+                raise DestinationError(f"{_name(label, path)}: {inside} is read-only; the command would replace it")
         return
     _check_creatable(path, label, path)
 
