@@ -1,7 +1,8 @@
 """The command line: ``emulator COMMAND``, COMMAND one of run, collective, schema, sweep, search, plot,
 calibrate, live, validate, export.
 
-The only module (with ``__main__``) that prints. Bad input — any EmulatorError —
+The only module (with ``__main__``) that prints. Every path a command will write
+is checked before it runs (``check_destinations``). Bad input — any EmulatorError —
 exits with code 2 and one clear message; a bug exits with code 1 and a one-line
 report (set EMULATOR_DEBUG=1 for the traceback). Subcommands owned by other
 modules register through ``add_arguments(parser)`` and a command function.
@@ -162,6 +163,40 @@ def _plugin(fn: Callable[[argparse.Namespace], object]) -> Callable[[argparse.Na
     return run
 
 
+# what each command writes: (option attribute, option, "file" | "folder"), checked before any work
+DESTINATIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "run": (("out", "--out", "folder"),),
+    "sweep": (("db", "--db", "file"), ("csv", "--csv", "file"), ("export_csv", "--export-csv", "file")),
+    "search": (("db", "--db", "file"), ("csv", "--csv", "file")),
+    "plot": (("out", "--out", "file"),),
+    "calibrate": (("out", "--out", "file"),),
+    "export": (("out", "--out", "folder"),),
+}
+
+
+def check_destinations(args: argparse.Namespace) -> None:
+    """Every path the command will write can be written: else a one-line DestinationError (exit 2), now."""
+    targets = [(flag, getattr(args, attr, None), kind) for attr, flag, kind in DESTINATIONS.get(args.command, ())]
+    if args.command == "sweep" and args.export_csv:  # --db is only read
+        targets = [t for t in targets if t[0] != "--db"]
+    if args.command == "search" and getattr(args, "scenario", None):  # search's defaults: SCENARIO-search.*
+        db = args.db or os.path.splitext(os.path.basename(args.scenario))[0] + "-search.sqlite"
+        targets = [("--db", db, "file"), ("--csv", args.csv or os.path.splitext(db)[0] + ".csv", "file")]
+    if args.command == "plot" and args.out:  # plot writes an SVG beside the PNG
+        targets.append(("--out", os.path.splitext(args.out)[0] + ".svg", "file"))
+    found = [(flag, str(path), kind) for flag, path, kind in targets if path is not None]
+    if not found or getattr(args, "estimate", False):
+        return
+    from emulator.outputs import OUTPUT_FILES
+    from emulator.outputs.destination import check_file, check_folder
+
+    for flag, path, kind in found:
+        if kind == "folder":
+            check_folder(path, flag, OUTPUT_FILES if args.command == "run" else ())
+        else:
+            check_file(path, flag)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
@@ -170,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_destinations(args)
         return args.func(args)
     except EmulatorError as exc:
         print(f"emulator: {printable(str(exc))}", file=sys.stderr)

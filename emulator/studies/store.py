@@ -21,6 +21,12 @@ leaves an existing row of the same key and emulator alone (and replaces a stale
 one). SQLite's commit is atomic, so a process killed at any moment leaves
 every committed point and no half-written one. Only the parent process writes.
 
+Files that are not ours: an existing file is checked read-only first (our
+``meta`` and ``results`` tables) and is never written if it fails the check.
+A read-only file or folder is reported as such before anything runs. One
+writer at a time: a study holds ``PATH.lock`` (flock) while the store is open,
+and a second one is refused with a message (:class:`ResultStore`).
+
 Columns: key, scenario (name), varied (JSON: the ``--set`` values that made this
 point, in ``--vary`` order), resolved (JSON: the loaded scenario), status (ok | error), error (the
 message), summary (JSON), and the flat metrics iteration_time_s, tokens_per_s,
@@ -36,12 +42,14 @@ import json
 import os
 import sqlite3
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from emulator.errors import EmulatorError
 from emulator.fingerprint import fingerprint
 from emulator.outputs.atomic import write_atomic
+from emulator.outputs.destination import DestinationError, check_file
 from emulator.scenario.spec import Scenario
 
 SCHEMA_VERSION = 2
@@ -71,6 +79,30 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 class StoreError(EmulatorError):
     """The results database cannot be opened or is not one of ours."""
+
+
+def _lock(path: str) -> int | None:
+    """Hold ``PATH.lock`` exclusively (the lock file stays; the lock dies with the process); StoreError if another
+    process holds it. None where flock is missing (not POSIX): no protection there."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    lock_path = path + ".lock"
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise StoreError(f"{lock_path}: cannot create the lock file of {path} ({exc.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise StoreError(f"{path}: another sweep or search (pid {holder}) is writing this results database; "
+                         "wait for it to finish, or give another --db") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def canonical_json(obj: Any) -> str:
@@ -148,15 +180,32 @@ def _flat(row: Row) -> tuple:
 
 
 class ResultStore:
-    """A SQLite results database (created on first use)."""
+    """A SQLite results database: ``create=True`` to write (created on first use), ``create=False`` to read.
+
+    A file that is not ours is never modified: an existing file is first opened read-only and must hold
+    our ``meta`` (with a schema version) and ``results`` tables; anything else is a StoreError and the
+    file is left byte-identical. A writer holds an exclusive lock (``flock`` on ``PATH.lock``, released
+    when the process ends, even by SIGKILL) for as long as it is open, so a second sweep or search on the
+    same database is refused with a message instead of running every point again. Readers take no lock.
+    """
 
     def __init__(self, path: str, create: bool = True) -> None:
         self.path = path
+        self._lock: int | None = None
         if not create and not os.path.isfile(path):
-            raise StoreError(f"{path}: no such results database")
-        folder = os.path.dirname(os.path.abspath(path))
+            what = "is a folder, not a" if os.path.isdir(path) else "no such"
+            raise StoreError(f"{path}: {what} results database")
         if create:
-            os.makedirs(folder, exist_ok=True)
+            try:
+                check_file(path)
+            except DestinationError as exc:
+                raise StoreError(f"{exc}; a study writes its results there") from None
+        version = self._inspect() if os.path.isfile(path) and os.path.getsize(path) > 0 else None
+        if not create:
+            self.version = version or str(SCHEMA_VERSION)
+            self.db = self._connect_readonly()
+            return
+        self._lock = _lock(path)
         try:
             self.db = sqlite3.connect(path, timeout=30.0)  # DML opens a transaction; `with self.db` commits it
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -164,22 +213,75 @@ class ResultStore:
             self.db.executescript(_CREATE)
             with self.db:
                 self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                version = self.db.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()[0]
                 if version == "1":
-                    version = self._upgrade_from_1()
+                    self._upgrade_from_1()
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{path}: not a results database ({exc})") from None
-        if version != str(SCHEMA_VERSION):
-            raise StoreError(f"{path}: results database schema {version}, this emulator reads {SCHEMA_VERSION}")
+            self._unlock()
+            raise StoreError(f"{path}: cannot write the results database ({exc})") from None
+        self.version = str(SCHEMA_VERSION)
 
-    def _upgrade_from_1(self) -> str:
+    def _uri(self, immutable: bool = False) -> str:
+        return f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro" + ("&immutable=1" if immutable else "")
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A read-only connection; in a folder we may not write (no -shm can be made), an immutable one."""
+        try:
+            con = sqlite3.connect(self._uri(), uri=True, timeout=30.0)
+            con.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return con
+        except sqlite3.OperationalError:
+            if os.access(os.path.dirname(os.path.abspath(self.path)), os.W_OK):
+                raise
+            return sqlite3.connect(self._uri(immutable=True), uri=True)
+
+    def _inspect(self) -> str:
+        """The schema version of an existing file, read without writing to it; StoreError if it is not ours."""
+        path = self.path
+        if not os.access(path, os.R_OK):
+            raise StoreError(f"{path}: the results database is not readable (no read permission)")
+        try:
+            con = self._connect_readonly()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: not a results database (SQLite cannot read it: {exc}); "
+                             "it was left untouched") from None
+        try:
+            tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            missing = [t for t in ("meta", "results") if t not in tables]
+            if missing:
+                found = ", ".join(sorted(tables)) or "none"
+                raise StoreError(f"{path}: a SQLite database, but not a results database of the emulator (tables: "
+                                 f"{found}; no {' or '.join(missing)} table); it was left untouched, give another --db")
+            row = con.execute("SELECT value FROM meta WHERE name='schema_version'").fetchone()
+            columns = {r[1] for r in con.execute("PRAGMA table_info(results)")}
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: not a results database ({exc}); it was left untouched") from None
+        finally:
+            con.close()
+        if row is None:
+            raise StoreError(f"{path}: not a results database of the emulator (its meta table has no schema_version); "
+                             "it was left untouched, give another --db")
+        version = str(row[0])
+        if version not in ("1", str(SCHEMA_VERSION)):
+            raise StoreError(f"{path}: results database schema {version}, this emulator reads {SCHEMA_VERSION}")
+        need = set(_COLUMNS) - ({"emulator"} if version == "1" else set())
+        if not need <= columns:
+            raise StoreError(f"{path}: not a results database of the emulator (its results table lacks "
+                             f"{', '.join(sorted(need - columns))}); it was left untouched, give another --db")
+        return version
+
+    def _upgrade_from_1(self) -> None:
         """Schema 1 → 2 (inside the caller's transaction): add ``emulator``; every old row is stale."""
         self.db.execute("ALTER TABLE results ADD COLUMN emulator TEXT")
         self.db.execute("UPDATE meta SET value=? WHERE name='schema_version'", (str(SCHEMA_VERSION),))
-        return str(SCHEMA_VERSION)
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)  # releases the flock
+            self._lock = None
 
     def close(self) -> None:
         self.db.close()
+        self._unlock()
 
     def __enter__(self) -> "ResultStore":
         return self
@@ -195,11 +297,15 @@ class ResultStore:
                   row.error, None if row.summary is None else json.dumps(row.summary, sort_keys=True),
                   *_flat(row), row.emulator, time.time())
         update = ", ".join(f"{c}=excluded.{c}" for c in _COLUMNS[1:])
-        with self.db:  # BEGIN ... COMMIT
-            cur = self.db.execute(f"INSERT INTO results ({', '.join(_COLUMNS)}) "
-                                  f"VALUES ({', '.join('?' * len(_COLUMNS))}) "
-                                  f"ON CONFLICT(key) DO UPDATE SET {update} "
-                                  "WHERE results.emulator IS NOT excluded.emulator", values)
+        try:
+            with self.db:  # BEGIN ... COMMIT
+                cur = self.db.execute(f"INSERT INTO results ({', '.join(_COLUMNS)}) "
+                                      f"VALUES ({', '.join('?' * len(_COLUMNS))}) "
+                                      f"ON CONFLICT(key) DO UPDATE SET {update} "
+                                      "WHERE results.emulator IS NOT excluded.emulator", values)
+        except sqlite3.OperationalError as exc:  # disk full, the file made read-only meanwhile, ...
+            raise StoreError(f"{self.path}: cannot write the results database ({exc}); every point committed "
+                             "before this one is kept") from None
         return cur.rowcount == 1
 
     def done_keys(self, keys: Iterable[str] | None = None) -> set[str]:
@@ -211,6 +317,8 @@ class ResultStore:
         return self._keys("emulator IS NOT ?", keys)
 
     def _keys(self, condition: str, keys: Iterable[str] | None) -> set[str]:
+        if self.version == "1":  # opened read-only, so never upgraded: every row is stale
+            condition = condition.replace("emulator", "NULL")
         found = {k for (k,) in self.db.execute(f"SELECT key FROM results WHERE {condition}", (fingerprint(),))}
         return found if keys is None else found & set(keys)
 
@@ -224,7 +332,9 @@ class ResultStore:
 
     def rows(self, keys: Sequence[str] | None = None) -> list[Row]:
         """Rows in the order of ``keys`` (missing keys skipped), or all rows in a stable order."""
-        cur = self.db.execute("SELECT key, scenario, varied, resolved, status, error, summary, emulator FROM results")
+        emulator = "emulator" if self.version != "1" else "NULL"  # a schema-1 file opened read-only
+        cur = self.db.execute(f"SELECT key, scenario, varied, resolved, status, error, summary, {emulator} "
+                              "FROM results")
         found = {r[0]: Row(r[0], r[1], json.loads(r[2]), json.loads(r[3]), r[4], r[5],
                            None if r[6] is None else json.loads(r[6]), r[7]) for r in cur}
         if keys is None:
