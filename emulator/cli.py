@@ -171,6 +171,7 @@ DESTINATIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "plot": (("out", "--out", "file"),),
     "calibrate": (("out", "--out", "file"),),
     "export": (("out", "--out", "folder"),),
+    "validate": (("out", "--out", "folder"),),
 }
 
 

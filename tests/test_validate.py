@@ -135,4 +135,4 @@ def test_out_that_is_a_file_is_refused_before_running(tmp_path, capsys):
     blocker = tmp_path / "f"
     blocker.write_text("x")
     assert main(["validate", str(EXAMPLE), "--out", str(blocker)]) == 2
-    assert "exists and is not a folder" in capsys.readouterr().err
+    assert f"--out {blocker}: exists and is a file, not a folder" in capsys.readouterr().err
