@@ -58,7 +58,11 @@ def shared_links(result: Result) -> list[dict[str, Any]]:
 
 
 def aggregate(summary: dict[str, Any], rows: list[dict[str, Any]], runs: list[JobRun], peak: float) -> None:
-    """Top-level throughput of a multi-job run: sums over the jobs (see the module doc)."""
+    """Top-level throughput of a multi-job run: sums over the jobs (see the module doc). Jobs that
+    replay traces carry no workload facts; with only those, the span-based figures stay."""
+    if all(run.program.meta.workload is None for run in runs):
+        summary["gpus"] = sum(r["gpus"] for r in rows)
+        return
     gpus = sum(r["gpus"] for r in rows)
     summary["gpus"] = gpus
     summary["samples_per_s"] = sum(r["samples_per_s"] for r in rows)

@@ -169,6 +169,10 @@ class ScenarioChecks:
     def run(self) -> Scenario:
         s = self.s
         p = s.parallel
+        if s.jobs and (s.model is not None or s.workload.trace is not None):
+            which = "model" if s.model is not None else "workload.trace"
+            raise self.fail(which, "a scenario with jobs gives each job its own model (or workload.trace); "
+                                   f"move the top-level {which} into a job")
         if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
             v = _schedule_violations(p)[0]
             raise self.fail(v.key, v.message)
@@ -188,10 +192,6 @@ class ScenarioChecks:
 
     def check_jobs(self, s: Scenario) -> tuple[JobSpec, ...]:
         """Each job's workload and layout against its own nodes, then their placement on the cluster."""
-        if s.model is not None or s.workload.trace is not None:
-            which = "model" if s.model is not None else "workload.trace"
-            raise self.fail(which, "a scenario with jobs gives each job its own model (or workload.trace); "
-                                   f"move the top-level {which} into a job")
         node = s.cluster.node
         if node is None or s.cluster.fabric.kind == "custom":
             raise self.fail("jobs", "jobs need a cluster of nodes (cluster.nodes and cluster.node), "
