@@ -122,6 +122,25 @@ def test_the_scenarios_in_the_folder():
         assert (r.iteration_time_s - nb) / (r.alone_iteration_time_s - nb) == pytest.approx(3.0, rel=2e-3)
 
 
+def test_job_memory_is_the_job_alone():
+    """A job's memory row is the memory report of the same model and layout as a one-job scenario."""
+    from emulator.memory import memory_report
+
+    path = os.path.join(ROOT, "scenarios", "jobs-two-disjoint-leaves.yaml")
+    sc = load_scenario(path)
+    s = summarize(simulate(sc))
+    single = load_scenario_text(textwrap.dedent("""\
+        name: one
+        cluster: {nodes: 2, node: dgx-a100}
+        model: {preset: gpt3-1.3b, layers: 4}
+        training: {global_batch: 8, micro_batch: 4}
+        parallel: {tp: 8}
+        """))
+    want = memory_report(single)
+    assert s["jobs"][0]["memory"] == {"peak_bytes_per_gpu": want.peak_bytes_per_gpu, "fits": True}
+    assert s["memory"]["peak_bytes_per_gpu"] is None  # no one top-level model
+
+
 def test_same_scenario_same_bytes():
     path = os.path.join(ROOT, "scenarios", "jobs-interleaved-4to1.yaml")
     texts = []

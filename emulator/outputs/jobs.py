@@ -2,7 +2,8 @@
 
 Per job (``jobs``, in scenario order): its nodes, GPUs, start, iteration time on the shared
 fabric and alone on the same nodes (both simulated in the same command), the slowdown
-(shared / alone), and its throughput and MFU at its shared iteration time.
+(shared / alone), its throughput and MFU at its shared iteration time, and its memory
+(peak bytes per GPU and whether it fits; None for a trace job).
 
 ``shared_links``: every link that the traffic of two or more jobs crosses, with each job's
 bytes per iteration on it (from its alone run: routes do not depend on timing), its class
@@ -39,8 +40,20 @@ def job_rows(result: Result) -> list[dict[str, Any]]:
             "tokens_per_s": float(facts.tokens) / T if facts is not None and T > 0 else 0.0,
             "model_tflops_per_gpu": per_gpu / 1e12,
             "mfu": per_gpu / peak if peak and facts is not None else None,
+            "memory": _memory(result, run),
         })
     return out
+
+
+def _memory(result: Result, run: JobRun) -> dict[str, Any]:
+    node = result.scenario.cluster.node
+    if run.job.model is None or run.job.workload.trace or node is None:
+        return {"peak_bytes_per_gpu": None, "fits": None}
+    from emulator.memory import memory_report
+    from emulator.workload.jobs import job_scenario
+
+    m = memory_report(job_scenario(result.scenario, run.job))
+    return {"peak_bytes_per_gpu": m.peak_bytes_per_gpu, "fits": m.fits}
 
 
 def shared_links(result: Result) -> list[dict[str, Any]]:
