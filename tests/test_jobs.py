@@ -220,6 +220,12 @@ def test_top_level_model_and_jobs_do_not_mix():
                             "move the top-level model into a job")
 
 
+def test_top_level_parallel_and_jobs_do_not_mix():
+    text = HEAD.replace("jobs:\n", "parallel: {tp: 8}\njobs:\n") + f"  - {{name: a, nodes: 2, {JOB}}}\n"
+    assert _error(text) == ("x.yaml:5: parallel: a scenario with jobs reads parallel inside each job "
+                            "(jobs[i].parallel); move the top-level parallel into the jobs")
+
+
 def test_a_job_layout_error_names_the_job_key():
     # dp = 16 GPUs / tp 8 = 2; a global batch of 5 is not a multiple of micro_batch·dp = 1·2
     text = HEAD + "  - {name: a, nodes: 2, model: {preset: gpt3-1.3b}, training: {global_batch: 5}, parallel: {tp: 8}}\n"

@@ -169,10 +169,8 @@ class ScenarioChecks:
     def run(self) -> Scenario:
         s = self.s
         p = s.parallel
-        if s.jobs and (s.model is not None or s.workload.trace is not None):
-            which = "model" if s.model is not None else "workload.trace"
-            raise self.fail(which, "a scenario with jobs gives each job its own model (or workload.trace); "
-                                   f"move the top-level {which} into a job")
+        if s.jobs:
+            self.check_no_top_workload(s)
         if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
             v = _schedule_violations(p)[0]
             raise self.fail(v.key, v.message)
@@ -189,6 +187,17 @@ class ScenarioChecks:
         if s.jobs:
             s = dataclasses.replace(s, jobs=self.check_jobs(s))
         return s
+
+    def check_no_top_workload(self, s: Scenario) -> None:
+        """With jobs, the workload keys belong to each job: none at the top level."""
+        if s.model is not None or s.workload.trace is not None:
+            which = "model" if s.model is not None else "workload.trace"
+            raise self.fail(which, "a scenario with jobs gives each job its own model (or workload.trace); "
+                                   f"move the top-level {which} into a job")
+        for section in ("training", "parallel", "workload"):
+            if self.given(section):
+                raise self.fail(section, f"a scenario with jobs reads {section} inside each job "
+                                         f"(jobs[i].{section}); move the top-level {section} into the jobs")
 
     def check_jobs(self, s: Scenario) -> tuple[JobSpec, ...]:
         """Each job's workload and layout against its own nodes, then their placement on the cluster."""
