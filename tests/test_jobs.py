@@ -231,3 +231,23 @@ def test_a_job_layout_error_names_the_job_key():
     text = HEAD + "  - {name: a, nodes: 2, model: {preset: gpt3-1.3b}, training: {global_batch: 5}, parallel: {tp: 8}}\n"
     assert _error(text) == ("x.yaml:6: jobs[0].training.global_batch: global_batch (5) must be divisible by "
                             "micro_batch*dp = 1*2 = 2")
+
+
+def test_a_trace_with_more_ranks_than_the_job_has_gpus(tmp_path):
+    # the trace has 2 ranks; one node of one GPU holds 1
+    (tmp_path / "ar.json").write_text(json.dumps(TRACE))
+    path = tmp_path / "one.yaml"
+    path.write_text(textwrap.dedent("""\
+        name: one
+        cluster:
+          nodes: 2
+          node: {gpu: A100-SXM4-80GB, gpus_per_node: 1, intra_bandwidth: "1000 GB/s", nics: 1,
+                 nic_bandwidth: "100 GB/s"}
+        jobs:
+          - {name: a, nodes: 1, workload: {trace: ar.json}}
+        """))
+    from emulator.errors import EmulatorError
+
+    with pytest.raises(EmulatorError) as info:
+        simulate(load_scenario(str(path)))
+    assert str(info.value) == f"{path}: job 'a': the workload has 2 ranks but the job has 1 GPUs"
