@@ -5,6 +5,10 @@ way"): the workload front end (builder or trace importer) makes the Program,
 the topology builder makes the network, the engine runs them, and the Result
 holds the spans and facts that every report reads.
 
+A multi-job scenario (``jobs:``) runs every job's Program on its own nodes in one engine
+over the shared fabric (``simulate_jobs``), then each job again alone on the same nodes,
+so each job's slowdown is measured in the same command (``JobRun``).
+
 An unfolded model run (every rank simulated) is a ``Stamped`` program: the
 representatives' ops plus the translations that copy them, which the engine runs
 without materialising 21M ops at 1024 GPUs; its spans are a ``SpanTable`` that
@@ -24,7 +28,7 @@ from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
 from emulator.program import Fold, Program
-from emulator.scenario.spec import GpuSpec, Scenario
+from emulator.scenario.spec import GpuSpec, JobSpec, Scenario
 from emulator.spans import Span, SpanTable
 
 Progress = Callable[[float, int], None]
@@ -44,6 +48,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     link_series: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     link_bytes: list[float] = field(default_factory=list)
+    jobs: list["JobRun"] = field(default_factory=list)  # a multi-job scenario's jobs, in scenario order
 
     @property
     def ranks_simulated(self) -> int:
@@ -51,6 +56,22 @@ class Result:
         if isinstance(spans, SpanTable):
             return spans.rank_count()
         return len({s.rank for s in spans})
+
+
+@dataclass
+class JobRun:
+    """One job of a multi-job run: where it ran, and its iteration time shared and alone."""
+
+    job: JobSpec
+    gpus: tuple[int, ...]  # cluster GPU of each job rank
+    program: Program  # the job's own Program (its rank numbering), for its workload facts
+    iteration_time_s: float  # on the shared fabric, from its start
+    alone_iteration_time_s: float  # alone on the same nodes, same cluster
+    link_bytes: list[float]  # bytes per link per iteration, alone (the same flows as shared)
+
+    @property
+    def slowdown(self) -> float:
+        return self.iteration_time_s / self.alone_iteration_time_s if self.alone_iteration_time_s > 0 else 1.0
 
 
 def build_workload(scenario: Scenario) -> tuple[Program, list[str]]:
@@ -80,6 +101,8 @@ def step_costs(scenario: Scenario) -> StepCosts:
 
 def simulate(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:
     """Build and run a scenario."""
+    if scenario.jobs:
+        return simulate_jobs(scenario, progress=progress, record_links=record_links)
     program, notes = build_workload(scenario)
     return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
 
@@ -108,8 +131,9 @@ def build_cluster(scenario: Scenario, fold: Fold | None = None) -> Cluster:
 
 
 def run_program(program: Program, scenario: Scenario, progress: Progress | None = None,
-                record_links: bool = True, notes: list[str] | None = None) -> Result:
-    """Run a Program on the scenario's cluster."""
+                record_links: bool = True, notes: list[str] | None = None, repeat: bool = True) -> Result:
+    """Run a Program on the scenario's cluster (``repeat``: run simulation.iterations copies
+    of it back to back; False: the program already holds them)."""
     t0 = time.perf_counter()
     try:
         program.validate()
@@ -121,7 +145,7 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
         raise EmulatorError(f"{scenario.path or scenario.name}: the workload has {program.ranks} ranks but the "
                             f"cluster has only {len(topo.gpus)} GPUs")
     iterations = max(1, scenario.simulation.iterations)
-    if iterations > 1:
+    if iterations > 1 and repeat:
         program = program.repeated(iterations)
     gpus = cluster.gpus(program.simulated_ranks())
     series: dict[int, list[tuple[float, float]]] = {}
@@ -155,3 +179,55 @@ def _alias_traffic(alias: dict[int, int], series: dict[int, list], link_bytes: l
             if kept in series:
                 series[link] = series[kept]
     return series, link_bytes
+
+
+JOBS_NOTE = ("folding off: jobs share the fabric, so each job is simulated rank by rank "
+             "(shared and alone)")
+
+
+def simulate_jobs(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:
+    """Run every job of ``scenario`` together on the shared fabric, then each alone on the same nodes.
+
+    A job's iteration time is (its last op's end − its start) / iterations; its slowdown is that
+    over the same job's alone time. Its link bytes come from the alone run: routes do not depend
+    on timing, so a job moves the same bytes over the same links shared or alone.
+    """
+    from emulator.workload.jobs import delayed, gpu_map, id_span, job_scenario, merge, place
+
+    t0 = time.perf_counter()
+    node = scenario.cluster.node
+    assert node is not None  # the loader requires a node for jobs
+    world = scenario.cluster.nodes * node.gpus_per_node
+    iterations = max(1, scenario.simulation.iterations)
+    placed: list[tuple[JobSpec, tuple[int, ...], Program, Program]] = []
+    base = 0
+    for job in scenario.jobs:
+        own, _notes = build_workload(job_scenario(scenario, job))
+        own = Program(own.ranks, list(own.ops), None, own.meta)  # materialise a stamped (unfolded) program
+        gpus = gpu_map(job.nodes_assigned, node.gpus_per_node)
+        try:
+            on_cluster = place(own.repeated(iterations), gpus, world, base)
+        except ValueError as exc:
+            raise EmulatorError(f"{scenario.path or scenario.name}: job {job.name!r}: {exc}") from None
+        base = id_span(on_cluster)
+        shared = delayed(on_cluster, job.start, base)
+        base = max(base, id_span(shared))
+        placed.append((job, gpus, own, shared))
+    together = merge([p[3] for p in placed], world)
+    result = run_program(together, scenario, progress=progress, record_links=record_links, notes=[JOBS_NOTE],
+                         repeat=False)
+    last_end: dict[int, float] = {}
+    for s in result.spans:
+        if s.end_s > last_end.get(s.rank, 0.0):
+            last_end[s.rank] = s.end_s
+    runs = []
+    for job, gpus, own, _shared in placed:
+        alone = run_program(place(own.repeated(iterations), gpus, world, 0), scenario, record_links=False,
+                            repeat=False)
+        end = max((last_end.get(g, 0.0) for g in gpus), default=0.0)
+        runs.append(JobRun(job, gpus, own, (end - job.start) / iterations, alone.iteration_time_s,
+                           [b / iterations for b in alone.link_bytes]))
+    result.jobs = runs
+    result.iteration_time_s = max(r.iteration_time_s for r in runs)
+    result.wall_s = time.perf_counter() - t0
+    return result

@@ -19,7 +19,7 @@ def _kind(path):
     sc = load_scenario(path)
     if os.path.basename(path).startswith("live-"):
         return "live", sc
-    return ("run" if sc.model is not None or sc.workload.trace else "collective"), sc
+    return ("run" if sc.model is not None or sc.workload.trace or sc.jobs else "collective"), sc
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[os.path.basename(p) for p in SCENARIOS])
@@ -42,8 +42,11 @@ def test_scenario_runs(path, capsys):
     assert sum(bd.values()) == pytest.approx(s["iteration_time_s"], rel=1e-9)
     assert set(s["memory"]) >= {"peak_bytes_per_gpu", "capacity_bytes", "fits"}
     assert set(s["sim"]) >= {"events", "wall_s", "ranks_simulated"}
-    if sc.model is not None:
+    if sc.model is not None or sc.jobs:
         assert 0 < s["mfu"] <= s["hfu"] < 1
+    if sc.jobs:  # one row per job, each at least as slow as alone on the same nodes
+        assert [j["name"] for j in s["jobs"]] == [j.name for j in sc.jobs]
+        assert all(j["slowdown"] >= 1.0 for j in s["jobs"])
     if sc.workload.format == "kineto":  # a replayed real trace: each rank's span within 10 % of measured
         assert s["replay"] and all(abs(r["span_error"]) < 0.10 for r in s["replay"])
 

@@ -4,6 +4,9 @@ One process per rank, named "rank 5 · node 0 · gpu 5", one thread per stream;
 each op a complete ("X") event in µs, with bytes, FLOPs, micro-batch, stage
 and, for communication, the time spent waiting for the other members. The
 busiest fabric links are counter tracks (GB/s) in a "fabric links" process.
+
+A multi-job run (``jobs:``) has one process per job instead, named "job a · nodes 0, 2",
+with one thread per rank and stream ("rank 3 · gpu 19 · compute"; the rank is the job's own).
 """
 from __future__ import annotations
 
@@ -23,7 +26,33 @@ def _rank_name(result: Result, rank: int) -> str:
     return f"rank {rank} · node {node} · gpu {rank % topo.gpus_per_node}"
 
 
+def _job_lanes(result: Result) -> tuple[list[dict], dict[tuple[int, str], tuple[int, int]]]:
+    """Metadata events and (cluster GPU, stream) → (pid, tid) for a multi-job run: a process per job."""
+    events: list[dict] = []
+    streams: dict[int, set[str]] = {}
+    for s in result.spans:
+        streams.setdefault(s.rank, set()).add(s.stream)
+    lanes: dict[tuple[int, str], tuple[int, int]] = {}
+    for pid, run in enumerate(result.jobs):
+        nodes = ", ".join(str(n) for n in run.job.nodes_assigned)
+        events.append({"ph": "M", "pid": pid, "name": "process_name",
+                       "args": {"name": f"job {run.job.name} · nodes {nodes}"}})
+        events.append({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": pid}})
+        tid = 0
+        for rank, gpu in enumerate(run.gpus):
+            for name in sorted(streams.get(gpu, ()), key=lambda n: (n != "compute", n)):
+                lanes[(gpu, name)] = (pid, tid)
+                events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
+                               "args": {"name": f"rank {rank} · gpu {gpu} · {name}"}})
+                events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
+                               "args": {"sort_index": tid}})
+                tid += 1
+    return events, lanes
+
+
 def trace_events(result: Result) -> list[dict]:
+    if result.jobs:
+        return _job_events(result)
     events: list[dict] = []
     streams: dict[int, dict[str, int]] = {}
     for s in result.spans:
@@ -43,6 +72,19 @@ def trace_events(result: Result) -> list[dict]:
                        "cat": s.category or s.kind, "ts": round(s.start_s * 1e6, 6),
                        "dur": round((s.end_s - s.start_s) * 1e6, 6), "args": args})
     events.extend(link_counters(result, pid=max(streams, default=0) + 1))
+    return events
+
+
+def _job_events(result: Result) -> list[dict]:
+    events, lanes = _job_lanes(result)
+    for s in sorted(result.spans, key=lambda s: (s.rank, s.start_s, s.op_id)):
+        args = {"op_id": s.op_id, "bytes": s.bytes, "flops": s.flops, "microbatch": s.microbatch, "stage": s.stage}
+        if s.kind != "compute":
+            args["wait_us"] = round((s.xfer_s - s.start_s) * 1e6, 6)
+        pid, tid = lanes[(s.rank, s.stream)]
+        events.append({"ph": "X", "pid": pid, "tid": tid, "name": s.name, "cat": s.category or s.kind,
+                       "ts": round(s.start_s * 1e6, 6), "dur": round((s.end_s - s.start_s) * 1e6, 6), "args": args})
+    events.extend(link_counters(result, pid=len(result.jobs)))
     return events
 
 

@@ -35,6 +35,8 @@ def summarize(result: Result) -> dict[str, Any]:
     T = result.iteration_time_s
     gpus = result.program.ranks
     pp = int(facts.pp if facts is not None else sc.parallel.pp if sc.model and not sc.workload.trace else 1)
+    if result.jobs:  # several jobs: pipelined if any of them is
+        pp = max(run.job.parallel.pp for run in result.jobs)
     if sc.workload.trace:  # a trace says it is pipelined by its stages
         pp = max(pp, len({s.stage for s in result.spans if s.stage >= 0}))
     bd = breakdown(result.spans, T, pipelined=pp > 1, iterations=max(1, sc.simulation.iterations))
@@ -69,6 +71,13 @@ def summarize(result: Result) -> dict[str, Any]:
         period = T * max(1, sc.simulation.iterations)
         out["links"] = {"busiest": busiest_links(result.topology, result.link_bytes, period),
                         "busiest_nic": busiest_nic(result.topology, result.link_bytes, period)}
+    if result.jobs:
+        from emulator.outputs.jobs import aggregate, job_rows, shared_links
+
+        rows = job_rows(result)
+        out["jobs"] = rows
+        out["shared_links"] = shared_links(result)
+        aggregate(out, rows, result.jobs, peak)
     if result.program.meta.measured and sc.simulation.iterations <= 1:  # a replayed real trace: measured vs emulated
         from emulator.importers.replay_report import compare
 
@@ -110,6 +119,13 @@ def human_table(summary: dict) -> str:
         verdict = "fits" if mem["fits"] else "DOES NOT FIT"
         rows.append(("memory/GPU", f"{format_bytes(mem['peak_bytes_per_gpu'])} of "
                                    f"{format_bytes(mem['capacity_bytes'])}  {verdict}"))
+    for job in summary.get("jobs", []):
+        rows.append((f"job {job['name']}", f"{_fmt_time(job['iteration_time_s'])}  alone "
+                                           f"{_fmt_time(job['alone_iteration_time_s'])}  slowdown "
+                                           f"{job['slowdown']:.3f}  (nodes {job['nodes']})"))
+    if summary.get("shared_links"):
+        top = summary["shared_links"][0]
+        rows.append(("jobs met on", f"{len(summary['shared_links'])} links, e.g. {top['link']} ({top['class']})"))
     hot = summary.get("links", {}).get("busiest")
     if hot:
         rows.append(("busiest link", f"{hot[0]['link']} ({hot[0]['class']}): {hot[0]['utilisation']:.0%} busy"))

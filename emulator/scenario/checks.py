@@ -22,8 +22,9 @@ from typing import Callable
 import yaml
 
 from emulator.errors import ScenarioError
+from emulator.scenario.allocation import AllocationError, Request, allocate
 from emulator.scenario.schema import SCHEDULES
-from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario, TrainingSpec
+from emulator.scenario.spec import JobSpec, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import chunk_layers
 from emulator.scenario.yamltree import show
 
@@ -132,7 +133,7 @@ def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
 
 def require_workload(s: Scenario) -> None:
     """For ``emulator run``: a scenario needs a model or a workload.trace."""
-    if s.model is None and s.workload.trace is None:
+    if s.model is None and s.workload.trace is None and not s.jobs:
         raise ScenarioError("a run needs a workload: give a model (model.preset, or layers, hidden, "
                             "heads, seq_len, vocab) or a workload.trace", s.path or "<string>", "model")
 
@@ -171,6 +172,8 @@ class ScenarioChecks:
     def run(self) -> Scenario:
         s = self.s
         p = s.parallel
+        if s.jobs:
+            self.check_no_top_workload(s)
         if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
             v = _schedule_violations(p)[0]
             raise self.fail(v.key, v.message)
@@ -187,7 +190,87 @@ class ScenarioChecks:
                                                     f'(workload.format is "{s.workload.format}")')
         if s.model is not None:
             self.check_layout(s.model, s.training, p)
+        if s.jobs:
+            s = dataclasses.replace(s, jobs=self.check_jobs(s))
         return s
+
+    def check_no_top_workload(self, s: Scenario) -> None:
+        """With jobs, the workload keys belong to each job: none at the top level."""
+        if s.model is not None or s.workload.trace is not None:
+            which = "model" if s.model is not None else "workload.trace"
+            raise self.fail(which, "a scenario with jobs gives each job its own model (or workload.trace); "
+                                   f"move the top-level {which} into a job")
+        for section in ("training", "parallel", "workload"):
+            if self.given(section):
+                raise self.fail(section, f"a scenario with jobs reads {section} inside each job "
+                                         f"(jobs[i].{section}); move the top-level {section} into the jobs")
+
+    def check_jobs(self, s: Scenario) -> tuple[JobSpec, ...]:
+        """Each job's workload and layout against its own nodes, then their placement on the cluster."""
+        node = s.cluster.node
+        if node is None or s.cluster.fabric.kind == "custom":
+            raise self.fail("jobs", "jobs need a cluster of nodes (cluster.nodes and cluster.node), "
+                                    "not a custom graph")
+        names: dict[str, int] = {}
+        jobs = []
+        for i, job in enumerate(s.jobs):
+            kp = f"jobs[{i}]"
+            if job.name in names:
+                raise self.fail(f"{kp}.name", f"job name {show(job.name)} is also the name of jobs[{names[job.name]}]; "
+                                              "names must be unique")
+            names[job.name] = i
+            jobs.append(self.check_job(kp, job, node.gpus_per_node))
+        leaf = s.cluster.fabric.leaf_size if s.cluster.fabric.kind in ("fat_tree", "rail") else s.cluster.nodes
+        requests = [Request(j.name, j.nodes, j.placement, j.node_list, j.seed) for j in jobs]
+        try:
+            placed = allocate(requests, s.cluster.nodes, leaf)
+        except AllocationError as err:
+            raise self.fail(f"jobs[{err.index}].{err.key}", err.message) from None
+        return tuple(dataclasses.replace(j, nodes_assigned=p) for j, p in zip(jobs, placed))
+
+    def check_job(self, kp: str, job: JobSpec, gpus_per_node: int) -> JobSpec:
+        """One job: its node count, a workload, and its layout on nodes x gpus_per_node GPUs."""
+        if job.placement == "list":
+            if self.given(f"{kp}.nodes") and job.nodes != len(job.node_list):
+                raise self.fail(f"{kp}.nodes", f"nodes is {job.nodes} but the placement lists {len(job.node_list)} "
+                                               "nodes; give one or the other")
+            job = dataclasses.replace(job, nodes=len(job.node_list))
+        elif not self.given(f"{kp}.nodes"):
+            raise self.fail(f"{kp}.nodes", "this key is required with placement "
+                                           f"{job.placement} (how many nodes the job runs on)")
+        if self.given(f"{kp}.seed") and job.placement != "random":
+            raise self.fail(f"{kp}.seed", f'seed is only read with placement: random (placement is "{job.placement}")')
+        if job.model is None and job.workload.trace is None:
+            raise self.fail(f"{kp}.model", "a job needs a workload: give a model (model.preset, or layers, hidden, "
+                                           "heads, seq_len, vocab) or a workload.trace")
+        gpus = job.nodes * gpus_per_node
+        p = job.parallel
+        if not self.given(f"{kp}.parallel.dp"):
+            rest = p.tp * p.pp * p.cp
+            if gpus % rest and job.model is not None:
+                raise self.fail(f"{kp}.parallel", f"tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {rest} does not divide the "
+                                                  f"job's {gpus} GPUs, so dp cannot be derived; change them")
+            p = dataclasses.replace(p, dp=max(1, gpus // rest))
+        job = dataclasses.replace(job, parallel=p)
+        if job.model is None:
+            return job
+        shape = model_violations(job.model)
+        if shape:
+            raise self.fail(f"{kp}.{shape[0].key}", shape[0].message)
+        world = p.tp * p.pp * p.dp * p.cp
+        if world != gpus:
+            raise self.fail(f"{kp}.parallel", f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {world}, but the job "
+                                              f"has {gpus} GPUs ({job.nodes} nodes x {gpus_per_node}); they must "
+                                              "be equal (leave dp out to derive it)")
+        t = job.training
+        if not self.given(f"{kp}.training.global_batch") and t.micro_batch * p.dp > 1:
+            raise self.fail(f"{kp}.training.global_batch", "this key is required with a model (sequences per "
+                                                           f"iteration, a multiple of micro_batch*dp = "
+                                                           f"{t.micro_batch * p.dp})")
+        broken = layout_violations(job.model, t, p)
+        if broken:
+            raise self.fail(f"{kp}.{broken[0].key}", broken[0].message)
+        return job
 
     def derive_dp(self, p: ParallelSpec) -> ParallelSpec:
         gpus = self.gpus()

@@ -21,16 +21,18 @@ from emulator.scenario.schema import (
     CLUSTER_KEYS,
     FABRIC_KEYS,
     GPU_KEYS,
+    JOB_KEYS,
     KEYS,
     MODEL_KEYS,
     NODE_KEYS,
     OVERRIDE_KEYS,
+    PLACEMENTS,
     SECTION_TYPES,
     UNIT_TYPES,
     Key,
     all_key_paths,
 )
-from emulator.scenario.spec import ClusterSpec, FabricSpec, GpuSpec, ModelSpec, NodeSpec, Override, Scenario
+from emulator.scenario.spec import ClusterSpec, FabricSpec, GpuSpec, JobSpec, ModelSpec, NodeSpec, Override, Scenario
 from emulator.scenario.yamltree import (
     EXPECTED,
     EXTENSION_PREFIX,
@@ -81,8 +83,8 @@ def load_scenario(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -
 
 # the dataclasses the key table names (Key.cls), by name
 SPEC_CLASSES = {name: getattr(spec, name) for name in (
-    "ClusterSpec", "CollectivesSpec", "FabricSpec", "GpuSpec", "ModelSpec", "NodeSpec", "Override", "ParallelSpec",
-    "Scenario", "SimulationSpec", "TrainingSpec", "WorkloadSpec")}
+    "ClusterSpec", "CollectivesSpec", "FabricSpec", "GpuSpec", "JobSpec", "ModelSpec", "NodeSpec", "Override",
+    "ParallelSpec", "Scenario", "SimulationSpec", "TrainingSpec", "WorkloadSpec")}
 
 def _override_keys(text: str) -> tuple[list[str], str]:
     """'parallel.tp=4' -> (['parallel', 'tp'], '4'), checked against the key table."""
@@ -94,7 +96,7 @@ def _override_keys(text: str) -> tuple[list[str], str]:
     keys: Mapping[str, Key] = KEYS
     for i, part in enumerate(parts):
         if part not in keys:
-            others = [p for p in all_key_paths() if p.endswith("." + part)]
+            others = _hints([p for p in all_key_paths() if p.endswith("." + part)])
             hint = did_you_mean(part, list(keys)) or (f'; did you mean "{others[0]}"?' if others else "")
             raise ScenarioError(f'unknown key "{part}"{hint}', where, ".".join(parts[: i + 1]))
         key = keys[part]
@@ -196,7 +198,7 @@ class _Reader:
     def unknown(self, name: str, item: YamlValue, keys: Mapping[str, Key], kp: str) -> ScenarioError:
         hint = did_you_mean(name, list(keys))
         if not hint:
-            others = [p for p in all_key_paths() if p.endswith("." + name) or p == name]
+            others = _hints([p for p in all_key_paths() if p.endswith("." + name) or p == name])
             if others:
                 hint = "; did you mean " + " or ".join(f'"{o}"' for o in others[:3]) + "?"
             else:
@@ -231,6 +233,8 @@ class _Reader:
             return self.int_list(v, kp)
         if t == "axis_order":
             return self.axis_order(v, kp)
+        if t == "placement":
+            return self.placement(v, kp)
         if v.mapping is not None or v.items is not None:
             raise self.fail(v.where, kp, f"expected {self.expected(key)}, got {describe(v)}")
         if t in ("str", "path", "enum"):
@@ -313,6 +317,17 @@ class _Reader:
             raise self.fail(v.where, kp, f"expected {EXPECTED['axis_order']}, got [{', '.join(names)}]")
         return names
 
+    def placement(self, v: YamlValue, kp: str) -> str | tuple[int, ...]:
+        """A policy name, or a list of node indices (each at least 0)."""
+        if v.items is not None:
+            if not v.items:
+                raise self.fail(v.where, kp, f"expected {EXPECTED['placement']}, got an empty list")
+            node = Key("int", "", minimum=0, maximum=10**6)
+            return tuple(self.read(item, node, f"{kp}[{i}]") for i, item in enumerate(v.items))
+        if v.mapping is not None:
+            raise self.fail(v.where, kp, f"expected {EXPECTED['placement']}, got a mapping")
+        return self.read_enum(v, Key("enum", "", enum=PLACEMENTS), kp)
+
     def catalog_gpu(self, v: YamlValue, kp: str) -> GpuSpec:
         return self.catalog(v, kp, catalog.gpu)
 
@@ -344,14 +359,44 @@ class _Reader:
         cluster = self.cluster(top["cluster"])
         model = self.model(top["model"]) if "model" in top else None
         subs = {n: self.flat(top.get(n), n) for n in SUB_SECTIONS}
-        s = Scenario(name=name, cluster=cluster, model=model, path=self.source, **subs)
+        jobs = self.jobs(top.get("jobs"))
+        s = Scenario(name=name, cluster=cluster, model=model, path=self.source, jobs=jobs, **subs)
         return ScenarioChecks(s, self.where, lambda kp: kp in self.seen).run()
 
-    def flat(self, v: YamlValue | None, name: str) -> Any:
-        key = KEYS[name]
+    def flat(self, v: YamlValue | None, name: str, keys: Mapping[str, Key] = KEYS, prefix: str = "") -> Any:
+        key = keys[name]
         assert key.keys is not None and key.cls is not None
-        m = self.section(v, key.keys, name)
-        return SPEC_CLASSES[key.cls](**self.fields(m, key.keys, name))
+        kp = _join(prefix, name)
+        m = self.section(v, key.keys, kp)
+        return SPEC_CLASSES[key.cls](**self.fields(m, key.keys, kp))
+
+    def jobs(self, v: YamlValue | None) -> tuple[JobSpec, ...]:
+        """The ``jobs:`` list: each job's own keys, model and sub-sections (checks.py places them)."""
+        kp = "jobs"
+        if v is None or v.is_null:
+            return ()
+        if v.items is None or not v.items:
+            raise self.fail(v.where, kp, "expected a list of jobs (- name: a, nodes: 2, model: {...}), "
+                                         f"got {'an empty list' if v.items is not None else describe(v)}")
+        self.seen[kp] = v.key_where or v.where
+        out = []
+        for i, item in enumerate(v.items):
+            ikp = f"{kp}[{i}]"
+            if item.mapping is None:
+                raise self.fail(item.where, ikp, f"expected a mapping (name, nodes, placement, model, ...), "
+                                                 f"got {describe(item)}")
+            m = self.section(item, JOB_KEYS, ikp)
+            self.require(m, JOB_KEYS, ikp)
+            given = self.fields(m, JOB_KEYS, ikp)
+            placement = given.pop("placement", "contiguous")
+            if isinstance(placement, tuple):
+                given.update(placement="list", node_list=placement)
+            else:
+                given["placement"] = placement
+            model = self.model(m["model"], f"{ikp}.model") if "model" in m else None
+            subs = {n: self.flat(m.get(n), n, JOB_KEYS, ikp) for n in ("training", "parallel", "workload")}
+            out.append(JobSpec(model=model, **given, **subs))
+        return tuple(out)
 
     def cluster(self, v: YamlValue) -> ClusterSpec:
         kp = "cluster"
@@ -443,23 +488,22 @@ class _Reader:
             out.append(Override(**self.fields(m, OVERRIDE_KEYS, ikp)))
         return tuple(out)
 
-    def model(self, v: YamlValue) -> ModelSpec | None:
-        m = self.section(v, MODEL_KEYS, "model")
+    def model(self, v: YamlValue, kp: str = "model") -> ModelSpec | None:
+        m = self.section(v, MODEL_KEYS, kp)
         if not m:
             return None
-        given = self.fields(m, MODEL_KEYS, "model")
+        given = self.fields(m, MODEL_KEYS, kp)
         if "preset" in m:
-            spec = self.preset(m["preset"], given)
+            spec = self.preset(m["preset"], given, kp + ".preset")
         else:
             missing = [k for k in ("layers", "hidden", "heads", "seq_len", "vocab") if k not in given]
             if missing:
-                raise self.fail(self.where("model"), "model", f"missing {', '.join(missing)}: give "
-                                                              "them, or a model.preset")
+                raise self.fail(self.where(kp), kp, f"missing {', '.join(missing)}: give "
+                                                    f"them, or a {kp}.preset")
             spec = ModelSpec(**given)
         return spec
 
-    def preset(self, v: YamlValue, given: dict[str, Any]) -> ModelSpec:
-        kp = "model.preset"
+    def preset(self, v: YamlValue, given: dict[str, Any], kp: str = "model.preset") -> ModelSpec:
         name = self.read(v, MODEL_KEYS["preset"], kp)
         names = catalog.model_names()
         canonical = {n.lower(): n for n in names}.get(name.strip().lower())
@@ -472,6 +516,11 @@ class _Reader:
         except EmulatorError as err:
             raise self.fail(v.where, kp, str(err)) from None
         return dataclasses.replace(base, preset=name, **given)
+
+
+def _hints(paths: list[str]) -> list[str]:
+    """Key paths to suggest: a job's copy of a key (jobs.model.layers) only when nothing else fits."""
+    return [p for p in paths if not p.startswith("jobs.")] or paths
 
 
 def _join(prefix: str, name: str) -> str:

@@ -221,6 +221,29 @@ KEYS: dict[str, Key] = {
     "simulation": Key("section", "Simulation controls.", keys=SIMULATION_KEYS, cls="SimulationSpec"),
 }
 
+PLACEMENTS = ("contiguous", "spread", "random")  # job placement policies (emulator/scenario/allocation.py)
+JOB_KEYS: dict[str, Key] = {
+    "name": Key("str", "Name of the job (unique; names its rows in the summary and its process group in trace.json).",
+                required=True),
+    "nodes": Key("int", "Nodes the job runs on; absent with an explicit placement list: the list's length.",
+                 minimum=1, maximum=10**6),
+    "placement": Key("placement", "Where the job runs: contiguous (the first free run of nodes, the default), "
+                                  "spread (round robin over the leaves), random (with seed), or an explicit "
+                                  "list of node indices such as [0, 2, 4]."),
+    "seed": Key("int", "Seed of placement: random.", minimum=0, maximum=2**63 - 1),
+    "start": _time('When the job starts, e.g. "2 ms" (default 0 s: at the start of the run).'),
+    "model": Key("section", "The job's model: a preset, or its sizes.", keys=MODEL_KEYS, cls="ModelSpec"),
+    "training": Key("section", "The job's batch and precision.", keys=TRAINING_KEYS, cls="TrainingSpec"),
+    "parallel": Key("section", "The job's parallelism (GPUs = its nodes x gpus_per_node = tp*pp*dp*cp).",
+                    keys=PARALLEL_KEYS, cls="ParallelSpec"),
+    "workload": Key("section", "A trace to run as this job instead of a model.", keys=WORKLOAD_KEYS,
+                    cls="WorkloadSpec"),
+}
+
+KEYS["jobs"] = Key("sections", "Several jobs sharing the cluster's fabric, each with its own model, training, "
+                               "parallel (or workload.trace) and placement; replaces the top-level workload.",
+                   keys=JOB_KEYS, cls="JobSpec")
+
 SECTION_TYPES = ("section", "sections")
 
 
@@ -270,6 +293,10 @@ def _scalar_schema(key: Key, names: Names) -> dict[str, Any]:
         return {"type": "boolean"}
     if t == "int_list":
         return {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 6}
+    if t == "placement":
+        return {"oneOf": [{"type": "string", "enum": list(PLACEMENTS)},
+                          {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1,
+                           "uniqueItems": True}]}
     if t == "axis_order":
         return {"type": "array", "items": {"type": "string", "enum": list(AXES)}, "minItems": 4, "maxItems": 4,
                 "uniqueItems": True}

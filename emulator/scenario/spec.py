@@ -152,6 +152,28 @@ class SimulationSpec:
 
 
 @dataclass(frozen=True)
+class JobSpec:
+    """One job of a multi-job scenario (``jobs:``): its own workload and where it runs.
+
+    ``placement`` is a policy (contiguous | spread | random) or "list" for an explicit
+    ``node_list``; the loader resolves every policy to ``nodes_assigned`` (node indices,
+    in the order the job's ranks fill them), so nothing downstream re-runs a policy.
+    """
+
+    name: str
+    nodes: int = 0  # how many nodes the job uses
+    placement: str = "contiguous"  # contiguous | spread | random | list
+    node_list: tuple[int, ...] = ()  # for placement "list": the nodes, in rank order
+    seed: int = 0  # for placement "random"
+    start: float = 0.0  # s, when the job starts (offset from t = 0)
+    model: ModelSpec | None = None
+    training: TrainingSpec = field(default_factory=TrainingSpec)
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    nodes_assigned: tuple[int, ...] = ()  # resolved by the loader (scenario/allocation.py)
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     cluster: ClusterSpec
@@ -161,6 +183,7 @@ class Scenario:
     collectives: CollectivesSpec = field(default_factory=CollectivesSpec)
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     simulation: SimulationSpec = field(default_factory=SimulationSpec)
+    jobs: tuple[JobSpec, ...] = ()  # several jobs on one fabric; empty: the one job above
     path: str = ""  # the file it was loaded from, for messages and relative paths
 
     @property

@@ -1,0 +1,99 @@
+"""Jobs: the Programs of several jobs, placed on their nodes of one cluster and merged.
+
+A multi-job scenario (``jobs:``) runs each job's own Program (built for a cluster of
+the job's size) on the nodes the loader allocated to it (``JobSpec.nodes_assigned``,
+emulator/scenario/allocation.py). Job rank r runs on cluster GPU
+
+    nodes_assigned[r // gpus_per_node] · gpus_per_node + r mod gpus_per_node,
+
+so a job keeps its layout (TP inside a node, the rest across its nodes) wherever its
+nodes are. Every rank, group, peer and root of its ops is renumbered that way and its
+op ids are shifted by a per-job base, so the jobs' ops can share one Program and one
+engine (one fabric) without meeting anywhere but on the links.
+
+A job that starts at an offset gets one fixed-duration op per rank on the ``cpu``
+stream ("waiting for job start"), which every first op of its streams depends on; the
+metrics do not count that lane as GPU work (emulator/metrics.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from emulator.program import COMPUTE, Op, Program
+from emulator.scenario.spec import JobSpec, Scenario, SimulationSpec
+
+START_STREAM = "cpu"  # the lane of the start-offset op: not GPU work for the metrics
+START_NAME = "waiting for job start"
+
+
+@dataclass(frozen=True)
+class PlacedJob:
+    """One job's ops on the cluster's GPUs: ``gpus[r]`` is the cluster GPU of job rank r."""
+
+    job: JobSpec
+    gpus: tuple[int, ...]
+    program: Program  # ranks renumbered to cluster GPUs, ``ranks`` = the cluster's GPUs
+
+
+def job_scenario(scenario: Scenario, job: JobSpec) -> Scenario:
+    """A one-job Scenario of ``job`` on a cluster of its own size (to build its Program); folding
+    off (its copies need not be alike on the shared fabric) and one iteration (repeated later)."""
+    cluster = dataclasses.replace(scenario.cluster, nodes=len(job.nodes_assigned), overrides=())
+    sim = SimulationSpec(iterations=1, fold="off", detail=scenario.simulation.detail)
+    return dataclasses.replace(scenario, name=job.name, cluster=cluster, model=job.model, training=job.training,
+                               parallel=job.parallel, workload=job.workload, simulation=sim, jobs=())
+
+
+def gpu_map(nodes: tuple[int, ...], gpus_per_node: int) -> tuple[int, ...]:
+    """Cluster GPU of each job rank: ranks fill the job's nodes in order, ``gpus_per_node`` each."""
+    return tuple(n * gpus_per_node + local for n in nodes for local in range(gpus_per_node))
+
+
+def place(program: Program, gpus: tuple[int, ...], world: int, id_base: int) -> Program:
+    """``program`` with rank r renamed ``gpus[r]`` (groups re-sorted) and op ids shifted by ``id_base``."""
+    if program.ranks > len(gpus):
+        raise ValueError(f"the workload has {program.ranks} ranks but the job has {len(gpus)} GPUs")
+    groups: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+    def group(g: tuple[int, ...]) -> tuple[int, ...]:
+        out = groups.get(g)
+        if out is None:
+            out = groups[g] = tuple(sorted(gpus[r] for r in g))
+        return out
+
+    ops = [dataclasses.replace(op, id=op.id + id_base, rank=gpus[op.rank], deps=tuple(d + id_base for d in op.deps),
+                               group=group(op.group) if op.group else (),
+                               peer=gpus[op.peer] if op.peer >= 0 else -1,
+                               root=gpus[op.root] if op.root >= 0 else -1)
+           for op in program.ops]
+    return Program(world, ops, None, program.meta)
+
+
+def delayed(program: Program, start: float, id_base: int) -> Program:
+    """``program`` whose every rank waits ``start`` seconds first (no-op for 0): one op per rank,
+    ids from ``id_base``, that the first op of each of the rank's streams depends on."""
+    if start <= 0.0:
+        return program
+    ranks = sorted({op.rank for op in program.ops})
+    wait = {r: id_base + i for i, r in enumerate(ranks)}
+    head: set[tuple[int, str]] = set()
+    ops = [Op(id=wait[r], rank=r, kind=COMPUTE, stream=START_STREAM,
+              name=START_NAME, duration=start, category="idle") for r in ranks]
+    for op in program.ops:
+        key = (op.rank, op.stream)
+        if key not in head:
+            head.add(key)
+            op = dataclasses.replace(op, deps=op.deps + (wait[op.rank],))
+        ops.append(op)
+    return Program(program.ranks, ops, None, program.meta)
+
+
+def merge(programs: list[Program], world: int) -> Program:
+    """One Program holding the ops of every job (ids already disjoint)."""
+    return Program(world, [op for p in programs for op in p.ops], None)
+
+
+def id_span(program: Program) -> int:
+    """One more than the largest op id (0 for no ops): the next job's id base."""
+    return max((op.id for op in program.ops), default=-1) + 1
