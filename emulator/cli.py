@@ -73,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(printable(human_table(summary), keep="\n\t"))
         if args.out:
-            files = "summary.json spans.csv trace.json" + ("" if args.no_gantt else " gantt.png")
+            files = "summary.json spans.csv trace.json ranks.csv" + ("" if args.no_gantt else " gantt.png")
             print(f"outputs in {printable(args.out)}/: {files}")
     return 0
 

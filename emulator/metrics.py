@@ -12,7 +12,8 @@ Breakdown of the iteration time T, per simulated rank, then averaged over ranks
 - ``other``: the optimizer step, and idle time when pp = 1 (waiting for
   stragglers, launch gaps).
 
-compute + exposed_comm + bubble + other = T exactly.
+compute + exposed_comm + bubble + other = T exactly, for the average and for every
+rank (``rank_breakdowns``; outputs/ranks.py expands it over a fold's copies).
 
 FLOP rates: model TFLOP/s per GPU = model FLOPs / (T · gpus), MFU = that / peak;
 HFU counts the recomputed work (hardware FLOPs).
@@ -77,6 +78,16 @@ def _buckets(spans: Iterable[Span]) -> dict[int, list[array]]:
     return per_rank
 
 
+def _rank_parts(bucket: list[array], span_total: float, pipelined: bool) -> tuple[float, float, float, float]:
+    """(compute, exposed_comm, bubble, other) of one rank over all iterations."""
+    cs, ce, ms, me, os_, oe = bucket
+    c = union_length(cs, ce)
+    cc = union_length(cs + ms, ce + me)
+    busy = union_length(cs + ms + os_, ce + me + oe)
+    idle = max(0.0, span_total - busy)
+    return c, cc - c, idle if pipelined else 0.0, (busy - cc) + (0.0 if pipelined else idle)
+
+
 def breakdown(spans: Iterable[Span], period: float, pipelined: bool, iterations: int = 1) -> Breakdown:
     """Per-iteration breakdown averaged over the simulated ranks (see module doc)."""
     per_rank = _buckets(spans)
@@ -84,14 +95,16 @@ def breakdown(spans: Iterable[Span], period: float, pipelined: bool, iterations:
         return Breakdown(0.0, 0.0, 0.0, period)
     total = [0.0, 0.0, 0.0, 0.0]
     span_total = period * iterations
-    for cs, ce, ms, me, os_, oe in per_rank.values():
-        c = union_length(cs, ce)
-        cc = union_length(cs + ms, ce + me)
-        busy = union_length(cs + ms + os_, ce + me + oe)
-        idle = max(0.0, span_total - busy)
-        total[0] += c
-        total[1] += cc - c
-        total[2] += idle if pipelined else 0.0
-        total[3] += (busy - cc) + (0.0 if pipelined else idle)
+    for bucket in per_rank.values():
+        for i, part in enumerate(_rank_parts(bucket, span_total, pipelined)):
+            total[i] += part
     n = len(per_rank) * iterations
     return Breakdown(*(x / n for x in total))
+
+
+def rank_breakdowns(spans: Iterable[Span], period: float, pipelined: bool,
+                    iterations: int = 1) -> dict[int, Breakdown]:
+    """The per-iteration breakdown of each simulated rank, by rank (each adds up to ``period``)."""
+    span_total = period * iterations
+    return {rank: Breakdown(*(x / iterations for x in _rank_parts(bucket, span_total, pipelined)))
+            for rank, bucket in sorted(_buckets(spans).items())}

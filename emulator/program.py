@@ -138,6 +138,10 @@ class Fold:
             r = r * size + c
         return r
 
+    def representative(self, rank: int) -> int:
+        """The simulated rank that ``rank`` is a translate of (its folded coordinates set to 0)."""
+        return self.rank([0 if f else c for c, f in zip(self.coords(rank), self.folded)])
+
     def is_representative(self, rank: int) -> bool:
         return all(c == 0 for c, f in zip(self.coords(rank), self.folded) if f)
 

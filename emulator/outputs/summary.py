@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from emulator.metrics import breakdown
+from emulator.outputs.ranks import rank_rows
 from emulator.printable import printable
 from emulator.simulation import Result
 
@@ -39,7 +40,8 @@ def summarize(result: Result) -> dict[str, Any]:
         pp = max(run.job.parallel.pp for run in result.jobs)
     if sc.workload.trace:  # a trace says it is pipelined by its stages
         pp = max(pp, len({s.stage for s in result.spans if s.stage >= 0}))
-    bd = breakdown(result.spans, T, pipelined=pp > 1, iterations=max(1, sc.simulation.iterations))
+    iterations = max(1, sc.simulation.iterations)
+    bd = breakdown(result.spans, T, pipelined=pp > 1, iterations=iterations)
     model_flops = float(facts.model_flops) if facts is not None else 0.0
     hw_flops = float(facts.hardware_flops) if facts is not None else model_flops
     if not model_flops:  # a trace: the FLOPs its ops declare, times the copies each rank stands for
@@ -61,6 +63,7 @@ def summarize(result: Result) -> dict[str, Any]:
         "mfu": per_gpu / peak if peak else None,
         "hfu": hw_per_gpu / peak if peak else None,
         "breakdown_s": bd.as_dict(),
+        "ranks": rank_rows(result.spans, T, pp > 1, iterations, result.program.fold),
         "memory": _memory(result),
         "sim": {"events": result.events, "wall_s": result.wall_s, "ranks_simulated": result.ranks_simulated,
                 "notes": list(result.notes)},
