@@ -208,10 +208,10 @@ def _split(path_prefix: list[str], options: Sequence[Sequence[str]], path_suffix
     return out
 
 
-def _choose(topo: Topology, a: int, b: int, salt: str, options: list[T]) -> list[T]:
+def _choose(topo: Topology, a: int, b: int, salt: str, options: Sequence[T]) -> list[T]:
     """All the equal-cost ``options`` (spray), or the one the flow a→b hashes to (ecmp_hash)."""
     if topo.routing != "ecmp_hash" or len(options) < 2:
-        return options
+        return list(options)
     return [options[ecmp_pick(topo.seed, a, b, salt, len(options))]]
 
 

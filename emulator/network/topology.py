@@ -187,10 +187,16 @@ def rail(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
         _spine_links(g, c, spec, names, leaf * spec.nic_bandwidth, topo)
 
 
+def _switches(g: nx.DiGraph, names: list[str]) -> None:
+    for name in names:
+        g.add_node(name, kind="switch")
+
+
 def fat_tree3(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
     """Three levels: leaves, pods of ``pod_size`` leaves with ``spines`` spines each, cores."""
     leaf, leaves = _leaves(c)
     topo.leaf_size, topo.pod_size = leaf, c.fabric.pod_size
+    _switches(g, [f"leaf{j}" for j in range(leaves)])
     for n in range(c.nodes):
         for i in range(spec.nics):
             _nic_port(g, f"nic{n}.{i}", f"leaf{n // leaf}", spec)
@@ -202,6 +208,9 @@ def fat_tree3(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> 
     up = c.fabric.link_bandwidth or leaf * spec.nics * spec.nic_bandwidth / spines
     up /= c.fabric.oversubscription
     core_bw = c.fabric.link_bandwidth or c.fabric.pod_size * up / topo.cores
+    _switches(g, [f"spine{p}.{k}" for p in range(pods) for k in range(spines)])
+    if pods > 1:
+        _switches(g, [f"core{k}.{m}" for k in range(spines) for m in range(topo.cores)])
     for j in range(leaves):
         for k in range(spines):
             _link(g, f"leaf{j}", f"spine{j // c.fabric.pod_size}.{k}", up, c.fabric.latency, spec.nic_efficiency,
@@ -222,6 +231,8 @@ def multi_plane(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -
     topo.spines = spines
     up = (c.fabric.link_bandwidth or leaf * spec.nic_bandwidth / spines) / c.fabric.oversubscription
     for i in range(spec.nics):
+        _switches(g, [f"plane{i}.leaf{j}" for j in range(leaves)])
+        _switches(g, [f"plane{i}.spine{k}" for k in range(spines)] if leaves > 1 else [])
         for n in range(c.nodes):
             _nic_port(g, f"nic{n}.{i}", f"plane{i}.leaf{n // leaf}", spec)
         if leaves == 1:
