@@ -121,7 +121,8 @@ class TimedFault:
 
 @dataclass
 class FaultRecord:
-    """What a timed fault did, for the reports: when, and how many flows it rerouted or stalled."""
+    """What a timed fault did, for the reports: when, and how many flows it rerouted or stalled
+    (those on the link when it failed, and those that started on it while it was down)."""
 
     kind: str
     target: str
@@ -216,7 +217,18 @@ class FaultSchedule:
         for link, w in zip(flow.links, flow.weights):
             for m in group.get(link, (link,)):
                 acc[m] = acc.get(m, 0.0) + w
+        for link in acc.keys() & self.detours.keys():  # a flow that starts during a failure: count it
+            record = self._owner(link)
+            if self.detours[link] is None:
+                record.stalled += 1
+            else:
+                record.rerouted += 1
         flow.links, flow.weights = _replace(acc, self.detours)
+
+    def _owner(self, link: int) -> FaultRecord:
+        """The record of the first active failure of ``link``."""
+        f = next(f for f in self.active if f.kind == "link_fail" and link in f.links)
+        return self.records[next(i for i, g in enumerate(self.faults) if g is f)]
 
 
 def _replace(acc: dict[int, float], detours: dict[int, dict[int, float] | None]) -> tuple[tuple[int, ...],
