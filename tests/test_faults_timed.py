@@ -128,3 +128,18 @@ def test_bad_timing_keys_name_the_file_line_and_key(override, key, words):
         load_scenario_text(text, "s.yaml")
     msg = str(err.value)
     assert msg.startswith("s.yaml:6: " + key) and words in msg and "\n" not in msg
+
+
+def test_the_cli_rejects_a_bad_timed_fault_with_exit_code_2(tmp_path, capsys):
+    from emulator.cli import main
+
+    path = _scenario(str(tmp_path), "  overrides: [{kind: link_fail, target: 'leaf0->spine0', at: 1 s, "
+                                    "until: 0.5 s}]\n")
+    assert main(["run", path, "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("f.yaml:6: cluster.overrides[0].until: until (0.5 s) must be after at (1 s)")
+
+
+def test_an_unknown_timed_link_is_a_clear_error(tmp_path):
+    with pytest.raises(EmulatorError, match="no link 'leaf0->spine9'"):
+        _run(str(tmp_path), "  overrides: [{kind: link_fail, target: 'leaf0->spine9', at: 1 s}]\n")

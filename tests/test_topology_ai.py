@@ -200,3 +200,19 @@ def test_bad_fabric_keys_name_the_file_line_and_key(fabric, key, words):
         load_scenario_text(text, "s.yaml")
     msg = str(err.value)
     assert msg.startswith("s.yaml:5: " + key) and words in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("fabric", ["{kind: multi_plane, leaf_size: 1, spines: 2}",
+                                    "{kind: fat_tree3, leaf_size: 1, pod_size: 2}",
+                                    "{kind: dragonfly, leaf_size: 1, group_size: 2}"])
+def test_folded_equals_unfolded_on_the_new_fabrics(fabric):
+    # GPT-3 1.3B, TP 2 × PP 2 × DP 8 on 4 nodes: folding rotates GPUs inside nodes only (NIC i ↔ NIC j,
+    # an automorphism of each of these fabrics); the folded run must give the unfolded one's time exactly
+    path = os.path.join(ROOT, "scenarios", "quickstart.yaml")
+    times = []
+    for fold in ("auto", "off"):
+        sc = load_scenario(path, ["cluster.nodes=4", "parallel.dp=8", f"cluster.fabric={fabric}",
+                                  f"simulation.fold={fold}"])
+        r = simulate(sc, record_links=False)
+        times.append((r.iteration_time_s, r.ranks_simulated))
+    assert times[0][0] == times[1][0] and times[0][1] < times[1][1] == 32
