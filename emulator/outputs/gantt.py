@@ -4,6 +4,7 @@ Readable at 8 ranks and at 512: pipeline (and context-parallel) send and recv
 streams share one row per rank; beyond ``MAX_ROWS`` rows, ranks are sampled
 evenly, always keeping one rank of every pipeline stage, and the title says how
 many are shown. On busy rows, touching spans of one colour are merged before drawing.
+Timed link faults are a red line at ``at`` and a shaded band until ``until`` (or the end).
 """
 from __future__ import annotations
 
@@ -103,6 +104,12 @@ def write_gantt(path: str, result: Result) -> None:
     ax.legend(handles=[Patch(color=c, label=k) for k, c in COLORS.items() if c in used], loc="upper right",
               fontsize=7, ncol=4)
     ax.grid(axis="x", alpha=0.3)
+    end = max((s.end_s for s in result.spans), default=0.0)
+    for f in result.faults:
+        stop = min(f.until_s if f.until_s is not None else end, max(end, f.at_s))  # not past the run
+        ax.axvspan(f.at_s * scale, stop * scale, color="#E45756", alpha=0.10, linewidth=0)
+        ax.axvline(f.at_s * scale, color="#E45756", linewidth=1.2)
+        ax.text(f.at_s * scale, -0.6, f" {f.label}", color="#E45756", fontsize=7, va="bottom")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
