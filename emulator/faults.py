@@ -44,7 +44,7 @@ class FaultError(EmulatorError):
     """An override that cannot be applied."""
 
 
-def _links(topo: Topology, target: str) -> list[int]:
+def _links(topo: Topology, target: str, where: str = "cluster.overrides") -> list[int]:
     ids: list[int | None]
     if "<->" in target:
         a, b = (x.strip() for x in target.split("<->", 1))
@@ -54,12 +54,12 @@ def _links(topo: Topology, target: str) -> list[int]:
         ids = [topo.link_ids.get((a, b))]
     else:
         if target not in topo.graph:
-            raise FaultError(f"cluster.overrides: unknown link or node {target!r} "
+            raise FaultError(f"{where}: unknown link or node {target!r} "
                              "(use a link 'A->B', a cable 'A<->B' or a node name such as 'nic3.0', 'leaf1', 'gpu5')")
         ids = [i for i, (u, v) in enumerate(topo.links) if target in (u, v)]
     found = [i for i in ids if i is not None]
     if not found:
-        raise FaultError(f"cluster.overrides: no link {target!r} in the topology")
+        raise FaultError(f"{where}: no link {target!r} in the topology")
     return found
 
 
@@ -139,12 +139,12 @@ class FaultRecord:
 def timed_faults(topo: Topology, overrides: tuple[Override, ...]) -> list[TimedFault]:
     """The timed link overrides of a scenario, their targets resolved on ``topo``."""
     out = []
-    for ov in overrides:
+    for k, ov in enumerate(overrides):
         if is_timed(ov):
             if ov.kind not in ("link_degrade", "link_fail"):
-                raise FaultError(f"cluster.overrides: {ov.kind} cannot be timed (at/until are for link faults)")
-            out.append(TimedFault(ov.kind, ov.target, tuple(_links(topo, ov.target)), ov.factor, ov.at or 0.0,
-                                  ov.until))
+                raise FaultError(f"cluster.overrides[{k}]: {ov.kind} cannot be timed (at/until are for link faults)")
+            links = tuple(_links(topo, ov.target, f"cluster.overrides[{k}].target"))
+            out.append(TimedFault(ov.kind, ov.target, links, ov.factor, ov.at or 0.0, ov.until))
     return out
 
 

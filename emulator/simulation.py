@@ -105,7 +105,10 @@ def build_cluster(scenario: Scenario, fold: Fold | None = None) -> Cluster:
     """The topology, faults and collective model of ``scenario`` (``fold``: the program's symmetry)."""
     topo = build_topology(scenario.cluster)
     slowdown = apply_faults(topo, scenario.cluster.overrides)
-    timed = timed_faults(topo, scenario.cluster.overrides)
+    try:
+        timed = timed_faults(topo, scenario.cluster.overrides)
+    except EmulatorError as exc:
+        raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None
     model = CollectiveModel(Router(topo), topo.node_of, step_costs(scenario), scenario.collectives.algorithm, fold)
     return Cluster(topo, slowdown, model, scenario.cluster.node.gpu if scenario.cluster.node else None, timed)
 

@@ -141,5 +141,5 @@ def test_the_cli_rejects_a_bad_timed_fault_with_exit_code_2(tmp_path, capsys):
 
 
 def test_an_unknown_timed_link_is_a_clear_error(tmp_path):
-    with pytest.raises(EmulatorError, match="no link 'leaf0->spine9'"):
+    with pytest.raises(EmulatorError, match=r"f\.yaml: cluster\.overrides\[0\]\.target: no link 'leaf0->spine9'"):
         _run(str(tmp_path), "  overrides: [{kind: link_fail, target: 'leaf0->spine9', at: 1 s}]\n")
