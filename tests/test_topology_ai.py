@@ -216,3 +216,17 @@ def test_folded_equals_unfolded_on_the_new_fabrics(fabric):
         r = simulate(sc, record_links=False)
         times.append((r.iteration_time_s, r.ranks_simulated))
     assert times[0][0] == times[1][0] and times[0][1] < times[1][1] == 32
+
+
+@pytest.mark.parametrize("fabric, nodes, a, b, paths", [
+    ("{kind: fat_tree3, leaf_size: 2, pod_size: 2", 8, 0, 32, 16),  # 8 spines × 2 cores
+    ("{kind: multi_plane, leaf_size: 2, spines: 4", 4, 0, 16, 4),
+    ("{kind: dragonfly, leaf_size: 1, group_size: 4, global_links: 2", 16, 0, 32, 2),
+    ("{kind: ring", 4, 0, 16, 2),  # node 0 → node 2 on a ring of 4: two ways round
+])
+def test_ecmp_hash_takes_one_of_the_sprayed_paths(fabric, nodes, a, b, paths):
+    spray, _ = shares(topo(fabric + "}", nodes), a, b)
+    hashed, _ = shares(topo(fabric + ", routing: ecmp_hash, seed: 5}", nodes), a, b)
+    assert set(hashed.values()) == {1.0} and set(hashed) <= set(spray)
+    # spray: the least share of any link is 1/paths (each path carries 1/paths of the flow)
+    assert min(spray.values()) == pytest.approx(1 / paths)
