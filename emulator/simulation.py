@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from emulator.devices.gpu import Gpu
-from emulator.engine import Engine
+from emulator.engine import DeadlockError, Engine
 from emulator.errors import EmulatorError
 from emulator.faults import FaultRecord, FaultSchedule, TimedFault, apply_faults, timed_faults
 from emulator.network.collectives import CollectiveModel, StepCosts
@@ -149,6 +149,13 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
         spans, events = engine.run()
     except NoRouteError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
+    except DeadlockError as exc:
+        stuck = [f for f in schedule.records if f.stalled and f.until_s is None]
+        if stuck:  # a timed failure with no way round and no recovery: say so first
+            raise DeadlockError(f"{scenario.path or scenario.name}: {stuck[0].label} at {stuck[0].at_s:g} s stalled "
+                                f"{stuck[0].stalled} flows with no way round and never recovers (give it until:); "
+                                f"{exc}") from None
+        raise
     makespan = max(engine.end, default=0.0)  # = max span end, without making the spans
     alias = {} if cluster.timed else model.link_alias  # timed faults ran every flow on all its links
     return Result(scenario, program, topo, spans, makespan / iterations, events, time.perf_counter() - t0,

@@ -79,7 +79,8 @@ def test_a_fault_after_the_flow_ended_changes_nothing(tmp_path):
 
 
 def test_a_permanent_failure_with_no_detour_is_a_clear_deadlock(tmp_path):
-    with pytest.raises(EmulatorError, match="deadlock"):
+    with pytest.raises(EmulatorError, match=r"link_fail nic0\.0->leaf0 at 1 s stalled 1 flows with no way round "
+                                            r"and never recovers \(give it until:\); deadlock"):
         _run(str(tmp_path), "  overrides: [{kind: link_fail, target: 'nic0.0->leaf0', at: 1 s}]\n")
 
 
