@@ -13,7 +13,8 @@ This module decides which translations are automorphisms of the topology:
   two-level fat-tree or rail fabric; so a dp axis that spans several leaves is
   split into (leaves, nodes in a leaf, GPUs in a node) and each part is folded;
 - rings and tori fold only inside nodes; custom graphs, overrides (stragglers,
-  degraded or failed links), traces and expert parallelism are not folded.
+  degraded or failed links), hashed ECMP routing, traces and expert parallelism are
+  not folded.
 
 Each refusal comes with a note that the summary carries.
 """
@@ -67,6 +68,8 @@ def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
     c = scenario.cluster
     if c.fabric.kind == "custom" or c.node is None:
         return None, "folding off: a custom graph is not known to be symmetric"
+    if c.fabric.routing == "ecmp_hash":
+        return None, "folding off: ECMP hashing routes each pair of GPUs its own way (fabric.routing: ecmp_hash)"
     if c.overrides:
         return None, "folding off: overrides (stragglers, degraded or failed links) break the symmetry"
     p = scenario.parallel

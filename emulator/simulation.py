@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from emulator.devices.gpu import Gpu
-from emulator.engine import Engine
+from emulator.engine import DeadlockError, Engine
 from emulator.errors import EmulatorError
-from emulator.faults import apply_faults
+from emulator.faults import FaultRecord, FaultSchedule, TimedFault, apply_faults, timed_faults
 from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
@@ -49,6 +49,7 @@ class Result:
     link_series: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     link_bytes: list[float] = field(default_factory=list)
     jobs: list["JobRun"] = field(default_factory=list)  # a multi-job scenario's jobs, in scenario order
+    faults: list[FaultRecord] = field(default_factory=list)  # the timed faults and what they did
 
     @property
     def ranks_simulated(self) -> int:
@@ -117,6 +118,7 @@ class Cluster:
     slowdown: dict[int, float]
     collectives: CollectiveModel
     gpu_spec: GpuSpec | None
+    timed: list[TimedFault] = field(default_factory=list)  # link faults in the middle of the run
 
     def gpus(self, ranks: Iterable[int]) -> dict[int, Gpu]:
         return {r: Gpu(r, self.gpu_spec, self.slowdown.get(r, 1.0)) for r in ranks}
@@ -126,8 +128,12 @@ def build_cluster(scenario: Scenario, fold: Fold | None = None) -> Cluster:
     """The topology, faults and collective model of ``scenario`` (``fold``: the program's symmetry)."""
     topo = build_topology(scenario.cluster)
     slowdown = apply_faults(topo, scenario.cluster.overrides)
+    try:
+        timed = timed_faults(topo, scenario.cluster.overrides)
+    except EmulatorError as exc:
+        raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None
     model = CollectiveModel(Router(topo), topo.node_of, step_costs(scenario), scenario.collectives.algorithm, fold)
-    return Cluster(topo, slowdown, model, scenario.cluster.node.gpu if scenario.cluster.node else None)
+    return Cluster(topo, slowdown, model, scenario.cluster.node.gpu if scenario.cluster.node else None, timed)
 
 
 def run_program(program: Program, scenario: Scenario, progress: Progress | None = None,
@@ -162,12 +168,23 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
         engine = Engine(program, model, topo.capacity, gpus, progress)
         if record_links:
             engine.fabric.listeners.append(record)
+        schedule = FaultSchedule(engine.env, engine.fabric, topo, cluster.timed, model.link_alias)
+        schedule.start()
         spans, events = engine.run()
     except NoRouteError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
+    except DeadlockError as exc:
+        stuck = [f for f in schedule.records if f.stalled and f.until_s is None]
+        if stuck:  # a timed failure with no way round and no recovery: say so first
+            raise DeadlockError(f"{scenario.path or scenario.name}: {stuck[0].label} at {stuck[0].at_s:g} s stalled "
+                                f"{stuck[0].stalled} flows with no way round and never recovers (give it until:); "
+                                f"{exc}") from None
+        raise
     makespan = max(engine.end, default=0.0)  # = max span end, without making the spans
+    alias = {} if cluster.timed else model.link_alias  # timed faults ran every flow on all its links
     return Result(scenario, program, topo, spans, makespan / iterations, events, time.perf_counter() - t0,
-                  list(notes or []), *_alias_traffic(model.link_alias, series, engine.fabric.bytes_on_link))
+                  list(notes or []), *_alias_traffic(alias, series, engine.fabric.bytes_on_link),
+                  faults=schedule.records)
 
 
 def _alias_traffic(alias: dict[int, int], series: dict[int, list], link_bytes: list[float]) -> tuple[dict, list]:

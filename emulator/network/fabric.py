@@ -21,6 +21,12 @@ A set of Flow objects iterates in the order of their identity hashes (addresses)
 which differ from run to run; the order of a component's flows decides the order in
 which loads are summed, and so the last bits of the link-load series.
 
+Time-varying links (emulator.faults): ``set_capacity`` changes a link's capacity
+in the middle of a run (its component is re-solved at once: a link of capacity 0
+stalls its flows); ``reroute`` moves an in-flight flow's remaining bytes onto
+other links; ``rewrite``, when set, may change the links of every flow as it
+starts (a detour around a failed link).
+
 The rate solver is progressive filling: every unfrozen flow grows at the same
 level x; the link that saturates first (least (c_l − frozen load_l)/Σ w of its
 unfrozen flows) fixes x for every unfrozen flow crossing it; repeat.
@@ -165,6 +171,8 @@ class Fabric:
         self.bytes_on_link = [0.0] * len(self.capacity)
         # called after every re-solve with (time, {link: load in B/s}) of the component
         self.listeners: list[Callable[[float, dict[int, float]], None]] = []
+        # called on every flow as it starts; may change its links and weights (emulator.faults)
+        self.rewrite: Callable[[Flow], None] | None = None
 
     # -- the narrow interface -------------------------------------------------
     def transfer(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
@@ -176,12 +184,44 @@ class Fabric:
         else:
             self._start(flow)
 
+    def set_capacity(self, link: int, capacity: float) -> None:
+        """The link's capacity (B/s) is ``capacity`` from now on; its flows are re-solved."""
+        self.capacity[link] = capacity
+        self._dirty.add(link)
+        self._request_solve()
+
+    def flows_on(self, link: int) -> list[Flow]:
+        """The flows streaming over ``link`` now, in arrival order."""
+        return list(self.on_link[link] or ())
+
+    def reroute(self, flow: Flow, links: tuple[int, ...], weights: tuple[float, ...]) -> None:
+        """An in-flight flow's remaining bytes go over ``links`` from now on."""
+        self._settle(flow, self.env.now)
+        on_link = self.on_link
+        for link in flow.links:
+            s = on_link[link]
+            assert s is not None  # the flow was added to every link of its own
+            s.pop(flow, None)
+            self._dirty.add(link)
+        flow.links, flow.weights = links, weights
+        flow.rate = 0.0
+        flow.version += 1  # its scheduled completion is stale
+        for link in links:
+            s = on_link[link]
+            if s is None:
+                s = on_link[link] = {}
+            s[flow] = None
+            self._dirty.add(link)
+        self._request_solve()
+
     def _started(self, event: simpy.Event) -> None:
         """A flow's latency is over (the timeout's value is the flow)."""
         self._start(event.value)  # type: ignore[arg-type]  # simpy types every value Optional[Any]
 
     # -- internals ------------------------------------------------------------
     def _start(self, flow: Flow) -> None:
+        if self.rewrite is not None:
+            self.rewrite(flow)
         if flow.remaining <= 0.0 or not flow.links:
             flow.done()
             return

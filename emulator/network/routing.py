@@ -9,15 +9,102 @@ The latency is that of the slowest shortest path (the last byte waits for it).
 The generated topologies get a structured router (O(1) per route, no search);
 custom graphs and topologies with failed links use a breadth-first search,
 cached per source and per destination.
+
+Two ECMP policies (the topology's ``routing``, from ``cluster.fabric.routing``):
+- ``spray`` (the default): each flow is split evenly over its equal-cost paths, as above;
+- ``ecmp_hash``: each flow takes one of them, picked by a hash of (seed, source rank,
+  destination rank, the switch that chooses), as a switch hashes a flow's header.
+  Two flows may then pick the same link while another stays idle: a collision. The
+  hash is BLAKE2b (never Python's ``hash``, which is salted per process), so a seed
+  gives the same paths in every run. On a generated fabric the choice is one of the
+  whole set of equal-cost paths; on a searched graph it is made hop by hop.
+
+:func:`detour` gives the way around a failed link u→v: the even split over the
+shortest paths u→v that avoid the failed links and pass through switches only (a
+GPU or a NIC forwards nothing), as a fast-reroute does (emulator.faults).
 """
 from __future__ import annotations
 
+import hashlib
 from collections import deque
+from typing import Callable, Sequence, TypeVar
+
+import networkx as nx
 
 from emulator.errors import EmulatorError
 from emulator.network.topology import Topology
 
 Route = tuple[tuple[int, ...], tuple[float, ...], float]
+T = TypeVar("T")
+Weighted = list[tuple[str, str, float]]  # (u, v, share of the traffic) per directed link
+Search = tuple[dict[str, int], dict[str, int]]  # hop distance and number of shortest paths per node
+
+
+def ecmp_pick(seed: int, a: int, b: int, salt: str, n: int) -> int:
+    """Which of ``n`` equal-cost choices the flow a→b takes at ``salt`` (deterministic)."""
+    digest = hashlib.blake2b(f"{seed}:{a}:{b}:{salt}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % n
+
+
+def bfs(g: nx.DiGraph, failed: frozenset[tuple[str, str]] | set[tuple[str, str]], start: str, reverse: bool,
+        transit: Callable[[str], bool] | None = None) -> Search:
+    """Breadth-first search from ``start`` (against the links when ``reverse``) avoiding
+    ``failed``; only nodes that ``transit`` allows are passed through (all, if None)."""
+    nbrs = g.predecessors if reverse else g.successors
+    dist = {start: 0}
+    sigma = {start: 1}
+    q = deque([start])
+    while q:
+        u = q.popleft()
+        for v in nbrs(u):
+            edge = (v, u) if reverse else (u, v)
+            if edge in failed:
+                continue
+            if v not in dist:
+                dist[v] = dist[u] + 1
+                sigma[v] = 0
+                if transit is None or transit(v):
+                    q.append(v)
+            if dist[v] == dist[u] + 1:
+                sigma[v] += sigma[u]
+    return dist, sigma
+
+
+def shortest_dag(g: nx.DiGraph, failed: frozenset[tuple[str, str]] | set[tuple[str, str]], src: str, dst: str,
+                 fwd: Search, bwd: Search, transit: Callable[[str], bool] | None = None) -> Weighted:
+    """The links of the shortest paths src→dst, each with its share of an even split over them."""
+    (ds, ss), (dt, st) = fwd, bwd
+    total = ds[dst]
+    out: Weighted = []
+    for u, du in ds.items():
+        if du >= total or u not in dt or (transit is not None and u != src and not transit(u)):
+            continue
+        for v in g.successors(u):
+            if (u, v) in failed or v not in dt or du + 1 + dt[v] != total:
+                continue
+            if transit is None or v == dst or transit(v):
+                out.append((u, v, ss[u] * st[v] / ss[dst]))
+    return out
+
+
+def detour(topo: Topology, failed: set[tuple[str, str]], link: int) -> dict[int, float] | None:
+    """The way around ``link`` (u→v) when ``failed`` links carry nothing: each link of the
+    shortest switch-only paths u→v with its share of an even split; None if there is none."""
+    u, v = topo.links[link]
+    g = topo.graph
+
+    def transit(n: str) -> bool:
+        return bool(g.nodes[n].get("kind") == "switch")
+
+    fwd = bfs(g, failed, u, False, transit)
+    if v not in fwd[0]:
+        return None
+    bwd = bfs(g, failed, v, True, transit)
+    out: dict[int, float] = {}
+    for a, b, w in shortest_dag(g, failed, u, v, fwd, bwd, transit):
+        lid = topo.link_ids[(a, b)]
+        out[lid] = out.get(lid, 0.0) + w
+    return out
 
 
 class NoRouteError(EmulatorError):
@@ -49,7 +136,7 @@ class Router:
         if self.structured:
             weighted = structured_path(topo, a, b)
         else:
-            weighted = self._ecmp(topo.gpus[a], topo.gpus[b])
+            weighted = self._ecmp(topo.gpus[a], topo.gpus[b], a, b)
         ids = topo.link_ids
         acc: dict[int, float] = {}
         for u, v, w in weighted:
@@ -82,53 +169,36 @@ class Router:
         return max(best.values()) if best else 0.0
 
     # -- breadth-first ECMP for arbitrary graphs ----------------------------------
-    def _bfs(self, start: str, reverse: bool) -> tuple[dict[str, int], dict[str, int]]:
+    def _bfs(self, start: str, reverse: bool) -> Search:
         cache = self._bwd if reverse else self._fwd
         hit = cache.get(start)
-        if hit is not None:
-            return hit
-        g = self.topo.graph
-        failed = self.topo.failed
-        nbrs = g.predecessors if reverse else g.successors
-        dist = {start: 0}
-        sigma = {start: 1}
-        q = deque([start])
-        while q:
-            u = q.popleft()
-            for v in nbrs(u):
-                edge = (v, u) if reverse else (u, v)
-                if edge in failed:
-                    continue
-                if v not in dist:
-                    dist[v] = dist[u] + 1
-                    sigma[v] = 0
-                    q.append(v)
-                if dist[v] == dist[u] + 1:
-                    sigma[v] += sigma[u]
-        cache[start] = (dist, sigma)
-        return dist, sigma
+        if hit is None:
+            hit = cache[start] = bfs(self.topo.graph, self.topo.failed, start, reverse)
+        return hit
 
-    def _ecmp(self, src: str, dst: str) -> list[tuple[str, str, float]]:
-        ds, ss = self._bfs(src, False)
-        if dst not in ds:
+    def _ecmp(self, src: str, dst: str, a: int, b: int) -> Weighted:
+        fwd = self._bfs(src, False)
+        if dst not in fwd[0]:
             raise NoRouteError(f"no route from {src} to {dst}: the network joins no path between them")
-        dt, st = self._bfs(dst, True)
-        total = ds[dst]
-        out: list[tuple[str, str, float]] = []
-        failed = self.topo.failed
-        for u, du in ds.items():
-            if du >= total or u not in dt:
-                continue
-            for v in self.topo.graph.successors(u):
-                if (u, v) in failed:
-                    continue
-                if v in dt and du + 1 + dt[v] == total:
-                    out.append((u, v, ss[u] * st[v] / ss[dst]))
+        bwd = self._bfs(dst, True)
+        dag = shortest_dag(self.topo.graph, self.topo.failed, src, dst, fwd, bwd)
+        if self.topo.routing != "ecmp_hash":
+            return dag
+        nxt: dict[str, list[str]] = {}
+        for u, v, _w in dag:
+            nxt.setdefault(u, []).append(v)
+        out: Weighted = []
+        u = src
+        while u != dst:  # hop by hop, as each switch hashes the flow
+            options = sorted(nxt[u])
+            v = options[ecmp_pick(self.topo.seed, a, b, u, len(options))]
+            out.append((u, v, 1.0))
+            u = v
         return out
 
 
-def _split(path_prefix: list[str], options: list[list[str]], path_suffix: list[str]) -> list[tuple[str, str, float]]:
-    out: list[tuple[str, str, float]] = []
+def _split(path_prefix: list[str], options: Sequence[Sequence[str]], path_suffix: list[str]) -> Weighted:
+    out: Weighted = []
     hops = list(zip(path_prefix, path_prefix[1:]))
     out.extend((u, v, 1.0) for u, v in hops)
     w = 1.0 / len(options)
@@ -138,39 +208,101 @@ def _split(path_prefix: list[str], options: list[list[str]], path_suffix: list[s
     return out
 
 
-def structured_path(topo: Topology, a: int, b: int) -> list[tuple[str, str, float]]:
+def _choose(topo: Topology, a: int, b: int, salt: str, options: Sequence[T]) -> list[T]:
+    """All the equal-cost ``options`` (spray), or the one the flow a→b hashes to (ecmp_hash)."""
+    if topo.routing != "ecmp_hash" or len(options) < 2:
+        return list(options)
+    return [options[ecmp_pick(topo.seed, a, b, salt, len(options))]]
+
+
+def structured_path(topo: Topology, a: int, b: int) -> Weighted:
     """The weighted edges of the shortest paths a→b on a generated topology."""
     g_a, g_b = topo.gpus[a], topo.gpus[b]
     gpn = topo.gpus_per_node
     na, nb = a // gpn, b // gpn
+    sw = "nvsw" if topo.graph.has_node(f"nvsw{na}") else "pcie"
     if na == nb:
-        sw = "nvsw" if topo.graph.has_node(f"nvsw{na}") else "pcie"
         mid = f"{sw}{na}"
         return [(g_a, mid, 1.0), (mid, g_b, 1.0)]
     nic_a, nic_b = topo.nic_of(a), topo.nic_of(b)
     head = [(g_a, nic_a, 1.0)]
+    if topo.kind == "multi_plane" and nic_a.split(".")[1] != nic_b.split(".")[1]:
+        # planes never meet: cross NVLink to the GPU of b's plane first (NCCL's PXN)
+        plane = int(nic_b.split(".")[1])
+        x = na * gpn + -(-plane * gpn // topo.nics_per_node)  # the first GPU of the node on that NIC
+        nic_a = topo.nic_of(x)
+        head = [(g_a, f"{sw}{na}", 1.0), (f"{sw}{na}", topo.gpus[x], 1.0), (topo.gpus[x], nic_a, 1.0)]
     tail = [(nic_b, g_b, 1.0)]
-    return head + _fabric_path(topo, na, nb, nic_a, nic_b) + tail
+    return head + _fabric_path(topo, a, b, nic_a, nic_b) + tail
 
 
-def _fabric_path(topo: Topology, na: int, nb: int, nic_a: str, nic_b: str) -> list[tuple[str, str, float]]:
+def _fabric_path(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> Weighted:
     kind = topo.kind
+    na, nb = a // topo.gpus_per_node, b // topo.gpus_per_node
     if kind == "single_switch":
         return [(nic_a, "sw", 1.0), ("sw", nic_b, 1.0)]
-    if kind in ("fat_tree", "rail"):
+    if kind in ("fat_tree", "rail", "multi_plane"):
+        la, lb = na // topo.leaf_size, nb // topo.leaf_size
         if kind == "fat_tree":
-            sa, sb = f"leaf{na // topo.leaf_size}", f"leaf{nb // topo.leaf_size}"
+            sa, sb, spine = f"leaf{la}", f"leaf{lb}", "spine"
+        elif kind == "rail":
+            sa, sb, spine = f"rail{la}.{nic_a.split('.')[1]}", f"rail{lb}.{nic_b.split('.')[1]}", "spine"
         else:
-            sa = f"rail{na // topo.leaf_size}.{nic_a.split('.')[1]}"
-            sb = f"rail{nb // topo.leaf_size}.{nic_b.split('.')[1]}"
+            plane = f"plane{nic_a.split('.')[1]}"
+            sa, sb, spine = f"{plane}.leaf{la}", f"{plane}.leaf{lb}", f"{plane}.spine"
         if sa == sb:
             return [(nic_a, sa, 1.0), (sa, nic_b, 1.0)]
-        spines = [[sa, f"spine{k}", sb] for k in range(topo.spines)]
-        return _split([nic_a, sa], spines, [sb, nic_b])
-    # ring / torus: dimension-order routing, ECMP over the two ways round on a tie
-    dims = topo.torus_dims
+        spines = [[sa, f"{spine}{k}", sb] for k in range(topo.spines)]
+        return _split([nic_a, sa], _choose(topo, a, b, sa, spines), [sb, nic_b])
+    if kind == "fat_tree3":
+        return _fat_tree3_path(topo, a, b, nic_a, nic_b)
+    if kind == "dragonfly":
+        return _dragonfly_path(topo, a, b, nic_a, nic_b)
+    return _torus_path(topo, a, b, nic_a, nic_b)
+
+
+def _fat_tree3_path(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> Weighted:
+    """Up to the lowest common level (leaf, pod spine or core) and down, over every equal-cost way."""
+    la, lb = (a // topo.gpus_per_node) // topo.leaf_size, (b // topo.gpus_per_node) // topo.leaf_size
+    sa, sb = f"leaf{la}", f"leaf{lb}"
+    if la == lb:
+        return [(nic_a, sa, 1.0), (sa, nic_b, 1.0)]
+    pa, pb = la // topo.pod_size, lb // topo.pod_size
+    if pa == pb:
+        options = [[sa, f"spine{pa}.{k}", sb] for k in range(topo.spines)]
+    else:
+        options = [[sa, f"spine{pa}.{k}", f"core{k}.{m}", f"spine{pb}.{k}", sb]
+                   for k in range(topo.spines) for m in range(topo.cores)]
+    return _split([nic_a, sa], _choose(topo, a, b, sa, options), [sb, nic_b])
+
+
+def _dragonfly_path(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> Weighted:
+    """Minimal routing: a local hop to a router with a global link to b's group, the global
+    link, a local hop to b's router; ECMP over the ``global_links`` global links."""
+    from emulator.network.topology import dragonfly_gateway
+
+    ra, rb = (a // topo.gpus_per_node) // topo.leaf_size, (b // topo.gpus_per_node) // topo.leaf_size
+    n = topo.group_size
+    ga, gb = ra // n, rb // n
+    sa, sb = f"df{ga}.{ra % n}", f"df{gb}.{rb % n}"
+    if ra == rb:
+        return [(nic_a, sa, 1.0), (sa, nic_b, 1.0)]
+    if ga == gb:
+        return [(nic_a, sa, 1.0), (sa, sb, 1.0), (sb, nic_b, 1.0)]
+    options = []
+    for m in range(topo.global_links):
+        gw_a, gw_b = f"df{ga}.{dragonfly_gateway(ga, gb, m, topo)}", f"df{gb}.{dragonfly_gateway(gb, ga, m, topo)}"
+        options.append([sa] + ([gw_a] if gw_a != sa else []) + ([gw_b] if gw_b != sb else []) + [sb])
+    # gw_a == sa and gw_b == sb leave [sa, sb]: the global link itself
+    return _split([nic_a, sa], _choose(topo, a, b, sa, options), [sb, nic_b])
+
+
+def _torus_path(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> Weighted:
+    """Dimension-order routing, ECMP over the two ways round on a tie."""
     from emulator.network.topology import ravel, unravel
 
+    na, nb = a // topo.gpus_per_node, b // topo.gpus_per_node
+    dims = topo.torus_dims
     ca, cb = unravel(na, dims), unravel(nb, dims)
     paths: list[tuple[list[int], float]] = [([na], 1.0)]
     for d, size in enumerate(dims):
@@ -182,6 +314,7 @@ def _fabric_path(topo: Topology, na: int, nb: int, nic_a: str, nic_b: str) -> li
             steps.append(-1)
         if not steps:
             continue
+        steps = _choose(topo, a, b, f"dim{d}", steps)
         grown = []
         for seq, w in paths:
             for s in steps:

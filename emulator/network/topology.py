@@ -8,7 +8,24 @@ Edges are directed links with ``bandwidth`` (raw line rate, B/s), ``efficiency``
 Builders are small named plug-ins (``BUILDERS``): the node interior (NVSwitch or
 PCIe switch: every GPU has a port of the intra-node rate each way; GPU i uses NIC
 i·nics/g) and the fabric joining the NICs (single switch, two-level leaf/spine
-fat-tree with an oversubscription ratio, rail-optimized, ring/torus, custom file).
+fat-tree with an oversubscription ratio, three-level fat-tree of pods, rail-optimized,
+multi-plane rails, dragonfly, ring/torus, custom file).
+
+Today's AI-cluster fabrics (issue #16):
+- ``fat_tree3``: leaves of ``leaf_size`` nodes, pods of ``pod_size`` leaves, each pod
+  with ``spines`` spines (leaf–spine as in ``fat_tree``), and spine k of every pod
+  joined to the ``cores`` core switches of plane k. A spine–core link has
+  ``link_bandwidth``, or by default pod_size × the leaf–spine rate / cores (the
+  core level is non-blocking; the leaf level carries the oversubscription);
+- ``multi_plane``: NIC i of every node on plane i, each plane its own leaf/spine
+  network (``spines`` per plane) that meets no other plane; a transfer between NICs
+  of different planes first crosses the node's NVLink to the GPU of the right plane
+  (NCCL's PXN);
+- ``dragonfly``: a router per ``leaf_size`` nodes (all their NICs), ``group_size``
+  routers per group joined all-to-all (local links), and ``global_links`` links
+  between every pair of groups (link m of groups i, j on router (rel·h + m) mod a of
+  each, rel the other group's index among the rest); every link has
+  ``link_bandwidth``, by default the NIC rate.
 """
 from __future__ import annotations
 
@@ -40,6 +57,12 @@ class Topology:
     latency: list[float] = field(default_factory=list)  # s
     cls: list[str] = field(default_factory=list)
     failed: frozenset[tuple[str, str]] = frozenset()  # links (edges) that carry nothing (failed)
+    routing: str = "spray"  # spray | ecmp_hash (emulator.network.routing)
+    seed: int = 0  # seed of the ECMP hash
+    pod_size: int = 0  # leaves per pod (fat_tree3)
+    cores: int = 0  # core switches per spine position (fat_tree3)
+    group_size: int = 0  # routers per group (dragonfly)
+    global_links: int = 0  # links between two groups (dragonfly)
 
     def index(self) -> None:
         """(Re)build the flat link arrays from the graph, in a deterministic order."""
@@ -115,7 +138,7 @@ def _leaves(c: ClusterSpec) -> tuple[int, int]:
 def _spine_links(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, switches: list[str],
                  down_bw: float, topo: Topology) -> None:
     """Join ``switches`` through ``spines`` spines so that up = down / oversubscription."""
-    spines = max(1, spec.nics)
+    spines = c.fabric.spines or max(1, spec.nics)
     topo.spines = spines
     if c.fabric.link_bandwidth:
         up_each = c.fabric.link_bandwidth / c.fabric.oversubscription
@@ -130,7 +153,8 @@ def _spine_links(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, switches: list[s
 def fat_tree(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
     """Two-level leaf/spine: ``leaf_size`` nodes per leaf; uplinks = downlinks / oversub.
 
-    There are ``nics`` spines (an even ECMP split makes their number immaterial);
+    There are ``spines`` spines, by default ``nics`` (an even ECMP split makes their
+    number immaterial; a hashed one does not);
     each leaf–spine link has bandwidth leaf_size·nics·nic_bw / (oversub·spines),
     or ``link_bandwidth``/oversub when the scenario gives a fabric link rate.
     """
@@ -161,6 +185,91 @@ def rail(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
             _nic_port(g, f"nic{n}.{i}", f"rail{n // leaf}.{i}", spec)
     if len(names) > 1:
         _spine_links(g, c, spec, names, leaf * spec.nic_bandwidth, topo)
+
+
+def _switches(g: nx.DiGraph, names: list[str]) -> None:
+    for name in names:
+        g.add_node(name, kind="switch")
+
+
+def fat_tree3(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+    """Three levels: leaves, pods of ``pod_size`` leaves with ``spines`` spines each, cores."""
+    leaf, leaves = _leaves(c)
+    topo.leaf_size, topo.pod_size = leaf, c.fabric.pod_size
+    _switches(g, [f"leaf{j}" for j in range(leaves)])
+    for n in range(c.nodes):
+        for i in range(spec.nics):
+            _nic_port(g, f"nic{n}.{i}", f"leaf{n // leaf}", spec)
+    pods = math.ceil(leaves / c.fabric.pod_size)
+    spines = c.fabric.spines or max(1, spec.nics)
+    topo.spines, topo.cores = spines, c.fabric.cores or c.fabric.pod_size
+    if leaves == 1:
+        return
+    up = c.fabric.link_bandwidth or leaf * spec.nics * spec.nic_bandwidth / spines
+    up /= c.fabric.oversubscription
+    core_bw = c.fabric.link_bandwidth or c.fabric.pod_size * up / topo.cores
+    _switches(g, [f"spine{p}.{k}" for p in range(pods) for k in range(spines)])
+    if pods > 1:
+        _switches(g, [f"core{k}.{m}" for k in range(spines) for m in range(topo.cores)])
+    for j in range(leaves):
+        for k in range(spines):
+            _link(g, f"leaf{j}", f"spine{j // c.fabric.pod_size}.{k}", up, c.fabric.latency, spec.nic_efficiency,
+                  "fabric")
+    if pods == 1:
+        return
+    for p in range(pods):
+        for k in range(spines):
+            for m in range(topo.cores):
+                _link(g, f"spine{p}.{k}", f"core{k}.{m}", core_bw, c.fabric.latency, spec.nic_efficiency, "fabric")
+
+
+def multi_plane(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+    """One leaf/spine network per NIC index (plane); planes never meet."""
+    leaf, leaves = _leaves(c)
+    topo.leaf_size = leaf
+    spines = c.fabric.spines or 1
+    topo.spines = spines
+    up = (c.fabric.link_bandwidth or leaf * spec.nic_bandwidth / spines) / c.fabric.oversubscription
+    for i in range(spec.nics):
+        _switches(g, [f"plane{i}.leaf{j}" for j in range(leaves)])
+        _switches(g, [f"plane{i}.spine{k}" for k in range(spines)] if leaves > 1 else [])
+        for n in range(c.nodes):
+            _nic_port(g, f"nic{n}.{i}", f"plane{i}.leaf{n // leaf}", spec)
+        if leaves == 1:
+            continue
+        for j in range(leaves):
+            for k in range(spines):
+                _link(g, f"plane{i}.leaf{j}", f"plane{i}.spine{k}", up, c.fabric.latency, spec.nic_efficiency,
+                      "fabric")
+
+
+def dragonfly_gateway(src_group: int, dst_group: int, m: int, topo: Topology) -> int:
+    """The router (index in ``src_group``) that holds global link ``m`` towards ``dst_group``."""
+    rel = dst_group if dst_group < src_group else dst_group - 1
+    return (rel * topo.global_links + m) % topo.group_size
+
+
+def dragonfly(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+    """Groups of all-to-all routers, every pair of groups joined by ``global_links`` links."""
+    leaf, routers = _leaves(c)
+    a, h = c.fabric.group_size, c.fabric.global_links
+    topo.leaf_size, topo.group_size, topo.global_links = leaf, a, h
+    groups = math.ceil(routers / a)
+    bw, lat, eff = c.fabric.link_bandwidth or spec.nic_bandwidth, c.fabric.latency, spec.nic_efficiency
+    for n in range(c.nodes):
+        r = n // leaf
+        for i in range(spec.nics):
+            _nic_port(g, f"nic{n}.{i}", f"df{r // a}.{r % a}", spec)
+    for grp in range(groups):
+        for x in range(a):
+            g.add_node(f"df{grp}.{x}", kind="switch")
+            for y in range(x):
+                _link(g, f"df{grp}.{x}", f"df{grp}.{y}", bw, lat, eff, "fabric")
+    for gi in range(groups):
+        for gj in range(gi):
+            for m in range(h):
+                ri, rj = dragonfly_gateway(gi, gj, m, topo), dragonfly_gateway(gj, gi, m, topo)
+                _link(g, f"df{gi}.{ri}", f"df{gj}.{rj}", bw, lat, eff, "fabric")
 
 
 def torus(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
@@ -208,6 +317,9 @@ BUILDERS: dict[str, Callable[[nx.DiGraph, ClusterSpec, NodeSpec, Topology], None
     "single_switch": single_switch,
     "fat_tree": fat_tree,
     "rail": rail,
+    "fat_tree3": fat_tree3,
+    "multi_plane": multi_plane,
+    "dragonfly": dragonfly,
     "ring": torus,
     "torus": torus,
 }
@@ -216,13 +328,16 @@ BUILDERS: dict[str, Callable[[nx.DiGraph, ClusterSpec, NodeSpec, Topology], None
 def build_topology(cluster: ClusterSpec) -> Topology:
     """Build the cluster's topology (custom graphs come from their file)."""
     if cluster.fabric.kind == "custom":
-        return load_graph(cluster.fabric.graph or "")
+        topo = load_graph(cluster.fabric.graph or "")
+        topo.routing, topo.seed = cluster.fabric.routing, cluster.fabric.seed
+        return topo
     spec = cluster.node
     if spec is None:
         raise ValueError(f"fabric kind {cluster.fabric.kind!r} needs a node type (only a custom graph has none)")
     g = nx.DiGraph()
     gpus = build_nodes(g, cluster.nodes, spec)
-    topo = Topology(g, gpus, cluster.fabric.kind, spec.gpus_per_node, spec.nics)
+    topo = Topology(g, gpus, cluster.fabric.kind, spec.gpus_per_node, spec.nics,
+                    routing=cluster.fabric.routing, seed=cluster.fabric.seed)
     if cluster.fabric.kind not in BUILDERS:
         raise ValueError(f"unknown fabric kind {cluster.fabric.kind!r}; known: {', '.join(sorted(BUILDERS))}, custom")
     BUILDERS[cluster.fabric.kind](g, cluster, spec, topo)

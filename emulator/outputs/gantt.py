@@ -28,6 +28,9 @@ For GPipe with p stages, m micro-batches, f and b the forward and backward time 
 one micro-batch on one stage and free communication, every stage idles
 (p − 1)(f + b) of (m + p − 1)(f + b).
 
+**Faults.** Timed link faults (``at``/``until``) are a red line at ``at`` and a shaded
+band until ``until`` (or the end of the run).
+
 ``chart`` computes all of this (pure, tested on hand-made spans); ``draw`` makes the
 matplotlib Figure (no pyplot state); ``write_gantt`` writes the PNG atomically.
 """
@@ -270,7 +273,7 @@ def _label_fits(width_px: float, mb: int) -> bool:
     return width_px >= LABEL_PX * len(str(mb)) + 4
 
 
-def draw(c: Chart, title: str, iteration_s: float) -> Any:
+def draw(c: Chart, title: str, iteration_s: float, faults: Iterable[Any] = ()) -> Any:
     """The matplotlib Figure of a chart: bars, hatched bubble, micro-batch labels, the legend
     right of the axes."""
     from matplotlib.colors import to_rgba
@@ -323,6 +326,11 @@ def draw(c: Chart, title: str, iteration_s: float) -> Any:
                     ax.text((b.start + b.width / 2) * scale, y, str(b.microbatch), ha="center", va="center",
                             fontsize=6, color="white", gid="microbatch")
                     labelled = True
+    for f in faults:  # timed link faults: a line when it begins, a band while it lasts
+        stop = min(f.until_s if f.until_s is not None else c.end_s, max(c.end_s, f.at_s))  # not past the run
+        ax.axvspan(f.at_s * scale, stop * scale, color="#E45756", alpha=0.10, linewidth=0, gid="fault")
+        ax.axvline(f.at_s * scale, color="#E45756", linewidth=1.2, gid="fault")
+        ax.text(f.at_s * scale, -0.6, f" {figure_text(f.label)}", color="#E45756", fontsize=7, va="bottom")
     for y in range(1, n):  # a line between groups
         if c.rows[y].rank != c.rows[y - 1].rank:
             ax.axhline(y - 0.5, color="#7F7F7F", linewidth=0.6)
@@ -353,7 +361,7 @@ def draw(c: Chart, title: str, iteration_s: float) -> Any:
 def gantt_figure(result: Result) -> Any:
     spans = result.spans
     c = chart(spans, survey(spans), result.program.ranks)
-    return draw(c, figure_text(result.scenario.name), result.iteration_time_s)
+    return draw(c, figure_text(result.scenario.name), result.iteration_time_s, result.faults)
 
 
 def write_gantt(path: str, result: Result) -> None:

@@ -7,6 +7,8 @@ busiest fabric links are counter tracks (GB/s) in a "fabric links" process.
 
 A multi-job run (``jobs:``) has one process per job instead, named "job a · nodes 0, 2",
 with one thread per rank and stream ("rank 3 · gpu 19 · compute"; the rank is the job's own).
+Timed link faults (``at``/``until``) are spans from ``at`` to ``until`` (or to the
+end of the run) in a "faults" process, with an instant event at ``at``.
 """
 from __future__ import annotations
 
@@ -72,6 +74,7 @@ def trace_events(result: Result) -> list[dict]:
                        "cat": s.category or s.kind, "ts": round(s.start_s * 1e6, 6),
                        "dur": round((s.end_s - s.start_s) * 1e6, 6), "args": args})
     events.extend(link_counters(result, pid=max(streams, default=0) + 1))
+    events.extend(fault_events(result, pid=max(streams, default=0) + 2))
     return events
 
 
@@ -85,7 +88,23 @@ def _job_events(result: Result) -> list[dict]:
         events.append({"ph": "X", "pid": pid, "tid": tid, "name": s.name, "cat": s.category or s.kind,
                        "ts": round(s.start_s * 1e6, 6), "dur": round((s.end_s - s.start_s) * 1e6, 6), "args": args})
     events.extend(link_counters(result, pid=len(result.jobs)))
+    events.extend(fault_events(result, pid=len(result.jobs) + 1))
     return events
+def fault_events(result: Result, pid: int) -> list[dict]:
+    """The timed link faults: one thread per fault, a span while it lasts and an instant when it begins."""
+    if not result.faults:
+        return []
+    end = max((s.end_s for s in result.spans), default=0.0)
+    out: list[dict] = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": "faults"}}]
+    for tid, f in enumerate(result.faults):
+        stop = f.until_s if f.until_s is not None else max(end, f.at_s)
+        args = {"flows_rerouted": f.rerouted, "flows_stalled": f.stalled}
+        out.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": f.label}})
+        out.append({"ph": "i", "pid": pid, "tid": tid, "s": "g", "name": f.label, "ts": round(f.at_s * 1e6, 6),
+                    "args": args})
+        out.append({"ph": "X", "pid": pid, "tid": tid, "name": f.label, "cat": "fault",
+                    "ts": round(f.at_s * 1e6, 6), "dur": round((stop - f.at_s) * 1e6, 6), "args": args})
+    return out
 
 
 def link_counters(result: Result, pid: int) -> list[dict]:

@@ -81,6 +81,9 @@ def summarize(result: Result) -> dict[str, Any]:
         out["jobs"] = rows
         out["shared_links"] = shared_links(result)
         aggregate(out, rows, result.jobs, peak)
+    if result.faults:  # timed link faults: when, and what they did to the flows on those links
+        out["faults"] = [{"kind": f.kind, "target": f.target, "at_s": f.at_s, "until_s": f.until_s,
+                          "flows_rerouted": f.rerouted, "flows_stalled": f.stalled} for f in result.faults]
     if result.program.meta.measured and sc.simulation.iterations <= 1:  # a replayed real trace: measured vs emulated
         from emulator.importers.replay_report import compare
 

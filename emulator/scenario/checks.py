@@ -29,6 +29,13 @@ from emulator.scenario.stages import chunk_layers
 from emulator.scenario.yamltree import show
 
 TARGET = re.compile(r"^(gpu|node):(\d+)$")  # an override target that names a GPU or a node
+FABRIC_ONLY = {  # fabric keys that only some kinds read
+    "spines": ("fat_tree", "rail", "fat_tree3", "multi_plane"),
+    "pod_size": ("fat_tree3",),
+    "cores": ("fat_tree3",),
+    "group_size": ("dragonfly",),
+    "global_links": ("dragonfly",),
+}
 
 
 @dataclass(frozen=True)
@@ -184,10 +191,12 @@ class ScenarioChecks:
                                                   or s.cluster.fabric.kind == "custom"):
             raise self.fail("collectives.algorithm", "nvls needs a catalog or inline node with NVLink SHARP "
                                                      "(nvls_busbw, e.g. dgx-h100, dgx-h200)")
+        self.check_fabric(s)
         self.check_targets(s)
         if s.workload.comm_groups is not None and s.workload.format != "chakra":
             raise self.fail("workload.comm_groups", f"a communicator-group file applies to chakra traces only "
                                                     f'(workload.format is "{s.workload.format}")')
+        self.check_timing(s)
         if s.model is not None:
             self.check_layout(s.model, s.training, p)
         if s.jobs:
@@ -283,6 +292,34 @@ class ScenarioChecks:
             raise self.fail("parallel", f"tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {rest} does not divide "
                                         f"the {gpus} GPUs, so dp cannot be derived; change them")
         return p
+
+    def check_fabric(self, s: Scenario) -> None:
+        """Keys of one fabric kind given with another, and the dragonfly's global links."""
+        f, kp = s.cluster.fabric, "cluster.fabric"
+        for key, kinds in FABRIC_ONLY.items():
+            if self.given(f"{kp}.{key}") and f.kind not in kinds:
+                raise self.fail(f"{kp}.{key}", f"{key} is only read with kind: {' | '.join(kinds)} "
+                                               f'(kind is "{f.kind}")')
+        if self.given(f"{kp}.seed") and f.routing != "ecmp_hash":
+            raise self.fail(f"{kp}.seed", f'seed is only read with routing: ecmp_hash (routing is "{f.routing}")')
+        if f.kind == "dragonfly" and f.global_links > f.group_size:
+            raise self.fail(f"{kp}.global_links", f"global_links ({f.global_links}) must be at most group_size "
+                                                  f"({f.group_size}): each router holds one link to a group")
+
+    def check_timing(self, s: Scenario) -> None:
+        """``at``/``until`` only on link faults, until after at, no timed extra latency."""
+        for i, o in enumerate(s.cluster.overrides):
+            kp = f"cluster.overrides[{i}]"
+            timed = o.at is not None or o.until is not None
+            if timed and o.kind not in ("link_degrade", "link_fail"):
+                key = "at" if o.at is not None else "until"
+                raise self.fail(f"{kp}.{key}", f"{key} is only read with kind: link_degrade | link_fail (a link "
+                                               f'that fails or degrades in the middle of a run; kind is "{o.kind}")')
+            if o.until is not None and o.until <= (o.at or 0.0):
+                raise self.fail(f"{kp}.until", f"until ({o.until:g} s) must be after at ({o.at or 0.0:g} s)")
+            if timed and o.extra_latency:
+                raise self.fail(f"{kp}.extra_latency", "extra_latency cannot be timed (a flow's latency is paid "
+                                                       "when it starts); give it without at/until, or use factor")
 
     def check_targets(self, s: Scenario) -> None:
         gpus, nodes = s.gpus, (s.cluster.nodes if s.cluster.node is not None else 0)

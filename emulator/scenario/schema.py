@@ -92,7 +92,9 @@ NODE_KEYS: dict[str, Key] = {
                                    "nvls. Absent: the node has no NVLS.", positive=True),
 }
 
-FABRIC_KINDS = ("single_switch", "fat_tree", "rail", "ring", "torus", "custom")
+FABRIC_KINDS = ("single_switch", "fat_tree", "fat_tree3", "rail", "multi_plane", "dragonfly", "ring", "torus",
+                "custom")
+ROUTINGS = ("spray", "ecmp_hash")
 FABRIC_KEYS: dict[str, Key] = {
     "kind": Key("enum", "Topology between nodes.", enum=FABRIC_KINDS),
     "oversubscription": Key("ratio", 'Leaf down/up bandwidth ratio, 1 or more (2 or "2:1").',
@@ -101,8 +103,21 @@ FABRIC_KEYS: dict[str, Key] = {
                           positive=True),
     "latency": _time('Latency of one fabric link, e.g. "1 us".'),
     "graph": Key("path", "Graph file (nodes and links) for kind: custom, relative to the scenario."),
-    "leaf_size": Key("int", "Nodes per leaf (fat_tree) or per rail switch (rail).", minimum=1),
+    "leaf_size": Key("int", "Nodes per leaf (fat_tree, fat_tree3, multi_plane), per rail switch (rail) "
+                                 "or per router (dragonfly).", minimum=1),
     "torus_dims": Key("int_list", "Torus dimensions, e.g. [4, 4, 2]; default: a ring."),
+    "routing": Key("enum", "ECMP over equal-cost paths: spray (each flow split evenly over them, the default) or "
+                           "ecmp_hash (each flow takes one, chosen by a seeded hash: collisions happen).",
+                   enum=ROUTINGS),
+    "seed": Key("int", "Seed of the ECMP hash (routing: ecmp_hash).", minimum=0, maximum=2**63 - 1),
+    "spines": Key("int", "Spine switches (fat_tree, rail; per pod for fat_tree3; per plane for multi_plane); "
+                         "0 or absent: one per NIC.", minimum=0, maximum=10**5),
+    "pod_size": Key("int", "Leaves per pod (fat_tree3).", minimum=1, maximum=10**5),
+    "cores": Key("int", "Core switches per spine position (fat_tree3); 0 or absent: pod_size.",
+                 minimum=0, maximum=10**5),
+    "group_size": Key("int", "Routers per group (dragonfly).", minimum=1, maximum=10**5),
+    "global_links": Key("int", "Links between each pair of groups (dragonfly), at most group_size.",
+                        minimum=1, maximum=10**5),
 }
 
 OVERRIDE_KINDS = ("gpu_slowdown", "link_degrade", "link_fail", "node_fail")
@@ -113,6 +128,9 @@ OVERRIDE_KEYS: dict[str, Key] = {
     "factor": Key("number", "Slowdown (>1 is slower) or bandwidth factor (<1 is slower).",
                   positive=True, maximum=1e6),
     "extra_latency": _time('Added latency, e.g. "5 us".'),
+    "at": _time('When a link fault begins, in the middle of the run, e.g. "2.5 s" (link_degrade, link_fail); '
+                'absent: from the start.'),
+    "until": _time('When the link recovers, e.g. "4 s" (after at); absent: never.'),
 }
 
 CLUSTER_KEYS: dict[str, Key] = {

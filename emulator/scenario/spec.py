@@ -43,13 +43,20 @@ class NodeSpec:
 
 @dataclass(frozen=True)
 class FabricSpec:
-    kind: str = "single_switch"  # single_switch | fat_tree | rail | ring | torus | custom
+    kind: str = "single_switch"  # schema.FABRIC_KINDS: single_switch, fat_tree, fat_tree3, rail, multi_plane, ...
     oversubscription: float = 1.0
     link_bandwidth: float | None = None  # B/s per fabric link; default: the NIC rate
     latency: float = 1e-6  # s per fabric link
     graph: str | None = None  # path, for kind == custom
     leaf_size: int = 16  # nodes per leaf (fat_tree) or per rail switch (rail)
     torus_dims: tuple[int, ...] = ()  # for kind == torus; default: a ring
+    routing: str = "spray"  # spray (every flow split evenly over its equal-cost paths) | ecmp_hash (one, by hash)
+    seed: int = 0  # seed of the ECMP hash
+    spines: int = 0  # spine switches (fat_tree, rail; per pod: fat_tree3; per plane: multi_plane); 0: one per NIC
+    pod_size: int = 4  # leaves per pod (fat_tree3)
+    cores: int = 0  # core switches per spine position (fat_tree3); 0: pod_size
+    group_size: int = 4  # routers per group (dragonfly)
+    global_links: int = 1  # links between each pair of groups (dragonfly)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,8 @@ class Override:
     target: str  # "gpu:5", "node:3", or a link "src->dst" in topology node names
     factor: float = 1.0  # slowdown (>1 is slower) or bandwidth factor (<1 is slower)
     extra_latency: float = 0.0  # s
+    at: float | None = None  # s: the fault begins then, in the middle of the run (links only); None: from the start
+    until: float | None = None  # s: the link recovers then; None: never
 
 
 @dataclass(frozen=True)
