@@ -326,3 +326,21 @@ def test_collective_sizes_are_whole_bytes_and_gpus_zero_is_an_error():
             collective_table(sc, "all_reduce", [1e6], bad)
     [row] = collective_table(sc, "all_reduce", [1e6])  # omitted: all 8 GPUs, busbw = algbw × 2(8-1)/8 = 1.75
     assert row["busbw_GB_per_s"] == pytest.approx(row["algbw_GB_per_s"] * 1.75)
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["collective", "scenarios/quickstart.yaml", "--gpus", "0"],
+     "emulator: --gpus: expected at least 2 (the GPUs of the collective; omit it for all), got 0"),
+    (["collective", "scenarios/quickstart.yaml", "--sizes", "1.5B:10B"],
+     "emulator: --sizes: MIN is 1.5 B; expected a whole number of bytes, got '1.5B:10B'"),
+    (["run", "scenarios/replay-resnet50-mirrored-2xa100.yaml", "--set", "workload.mirror=2000"],
+     "emulator: --set workload.mirror=2000: workload.mirror: mirror 2000 replays the trace as 2000 ranks, but the "
+     "cluster has 2 GPUs; expected at most 2"),
+])
+def test_the_cli_exits_2_with_one_line(argv, line, capsys, monkeypatch):
+    from emulator.cli import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == line + "\n" and captured.out == ""
