@@ -388,6 +388,13 @@ class Engine:
         left = sum(1 for e in self.end if e < 0.0)
         lines = [f"deadlock: {left} of {self.n} ops can never finish "
                  f"(simulated time {self.env.now:.6g} s). Waiting:"]
+        cycle = self._cycle()
+        if cycle:
+            steps = " -> ".join(f"op {self.op_id(i)} (rank {self.rank(i)} {self.tops[i % self.T].stream})"
+                                for i in cycle + cycle[:1])
+            lines[0] = lines[0].replace("deadlock:", "deadlock: a dependency cycle:", 1)
+            lines.insert(1, f"  cycle: {steps} (each must end before the next can start: a dependency, "
+                            "or the op before it on its stream)")
         shown = 0
         heads: dict[tuple[int, str], int] = {}
         for i in range(self.n):
@@ -402,6 +409,33 @@ class Engine:
             lines.append(f"  rank {rank} stream {stream}: op {self.op_id(i)} ({self._why(i)})")
             shown += 1
         return "\n".join(lines)
+
+    def _cycle(self) -> list[int]:
+        """A cycle of ops that never started, each the prerequisite of the next (dependency or stream
+        order), as flat op indices; [] when the unfinished ops form no cycle."""
+        T, succ, start = self.T, self.succ, self.start
+        state: dict[int, int] = {}  # 1: on the current path, 2: done (no cycle through it)
+        for root in range(self.n):
+            if start[root] >= 0 or root in state:
+                continue
+            path, stack = [root], [iter(succ[root % T])]
+            state[root] = 1
+            while stack:
+                base = path[-1] - path[-1] % T
+                j = next(stack[-1], None)
+                if j is None:
+                    state[path.pop()] = 2
+                    stack.pop()
+                    continue
+                j += base
+                if start[j] >= 0 or state.get(j) == 2:
+                    continue
+                if state.get(j) == 1:
+                    return path[path.index(j):]
+                state[j] = 1
+                path.append(j)
+                stack.append(iter(succ[j % T]))
+        return []
 
     def _why(self, i: int) -> str:
         """Why op ``i`` never finished, in words."""

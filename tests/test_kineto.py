@@ -153,7 +153,7 @@ def test_rank_set_errors(tmp_path):
     _write(d, hand_trace(world=2, rank=0), "b.json")
     with pytest.raises(TraceError, match="rank 0 appears twice"):
         load_kineto(str(d))
-    with pytest.raises(TraceError, match="no such file"):
+    with pytest.raises(TraceError, match="missing: file not found"):
         load_kineto(str(tmp_path / "missing"))
 
 

@@ -216,9 +216,9 @@ def test_set_overrides():
 
 
 def test_set_creates_missing_sections():
-    s = load(COLLECTIVE_ONLY, overrides=["cluster.fabric.oversubscription=2", "parallel.tp=4",
+    s = load(COLLECTIVE_ONLY, overrides=["cluster.fabric.link_bandwidth=400 Gb/s", "parallel.tp=4",
                                          "cluster.fabric.torus_dims=[2, 8]", "cluster.fabric.kind=torus"])
-    assert s.cluster.fabric.oversubscription == 2.0 and s.parallel.tp == 4
+    assert s.cluster.fabric.link_bandwidth == 50e9 and s.parallel.tp == 4  # 400 Gb/s / 8 bits = 50 GB/s
     assert s.cluster.fabric.torus_dims == (2, 8)
 
 

@@ -36,7 +36,8 @@ def test_key_is_of_the_resolved_scenario_not_its_spelling_or_path(tmp_path):
     assert len(k) == 64  # sha256 hex
     assert scenario_key(load_scenario(b)) == k  # path is excluded
     # "2" and "2.0" and "2:1" are the same oversubscription
-    ks = {scenario_key(load_scenario(a, [f"cluster.fabric.oversubscription={v}"])) for v in ("2", "2.0", "2:1")}
+    ks = {scenario_key(load_scenario(a, ["cluster.fabric.kind=fat_tree", f"cluster.fabric.oversubscription={v}"]))
+          for v in ("2", "2.0", "2:1")}
     assert len(ks) == 1 and k not in ks
     # dp=8 given or derived (8 GPUs / tp 1) is the same layout
     assert scenario_key(load_scenario(a, ["parallel.dp=8"])) == k

@@ -56,4 +56,8 @@ def load_workload(scenario: Scenario) -> Program:
     loader = FORMATS.get(w.format)
     if loader is None:
         raise EmulatorError(f"workload.format: expected one of {', '.join(FORMATS)}, got {w.format!r}")
+    gpus = scenario.gpus
+    if w.mirror and gpus and w.mirror > gpus:  # before building: each mirrored rank costs its own ops
+        raise EmulatorError(f"{scenario.path or scenario.name}: workload.mirror: {w.mirror} ranks but the "
+                            f"cluster has {gpus} GPUs; expected at most {gpus}")
     return loader(w)

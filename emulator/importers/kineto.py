@@ -60,6 +60,7 @@ from emulator.importers.kineto_reader import (  # records and reading
     trace_files,
 )
 from emulator.importers.native import TraceError  # the project's one trace error (an EmulatorError)
+from emulator.importers.pairs import pair_mismatch
 from emulator.meta import CollectiveMeasure, Measured, ProgramMeta, RankMeasure, TraceFacts, TraceSource
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, OpKind, Program
 
@@ -111,6 +112,9 @@ def load_kineto(path: str, *, mirror: int = 0, iteration: int | None = None) -> 
         program.validate()
     except ValueError as e:
         raise TraceError(f"{path}: the imported program is inconsistent: {e}") from None
+    mismatch = pair_mismatch(program)
+    if mismatch is not None:
+        raise TraceError(f"{path}: the imported program is inconsistent: {mismatch}")
     return program
 
 

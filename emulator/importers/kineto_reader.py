@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from emulator.importers.native import TraceError  # the project's one trace error (an EmulatorError)
+from emulator.scenario import paths
 
 US = 1e-6  # Kineto timestamps are microseconds
 TOL_S = 2e-6  # s, slack allowed when testing a dependency against measured times
@@ -120,15 +121,20 @@ class RankTrace:
 
 def trace_files(path: str) -> list[str]:
     """The trace files under ``path`` (a directory, sorted by name, or one file)."""
-    if os.path.isdir(path):
-        files = sorted(os.path.join(path, f) for f in os.listdir(path)
-                       if f.endswith(".json") or f.endswith(".json.gz"))
-        if not files:
-            raise TraceError(f"{path}: no .json or .json.gz trace files in this directory")
-        return files
-    if not os.path.exists(path):
-        raise TraceError(f"{path}: no such file or directory")
-    return [path]
+    wrong = paths.problem(path, folder_ok=True)
+    if wrong is not None:
+        raise TraceError(f"{path}: {wrong}")
+    if not os.path.isdir(path):
+        return [path]
+    files = sorted(os.path.join(path, f) for f in os.listdir(path)
+                   if f.endswith(".json") or f.endswith(".json.gz"))
+    if not files:
+        raise TraceError(f"{path}: no .json or .json.gz trace files in this directory")
+    for f in files:  # a device or a pipe named x.json would be read for ever
+        wrong = paths.problem(f)
+        if wrong is not None:
+            raise TraceError(f"{f}: {wrong}")
+    return files
 
 
 def read_json(path: str) -> dict:
@@ -204,7 +210,8 @@ def _dist_info(data: dict, path: str) -> tuple[int | None, int | None, dict[str,
     pgs = {}
     for pg in info.get("pg_config", []) or []:
         if isinstance(pg, dict) and isinstance(pg.get("ranks"), list):
-            pgs[str(pg.get("pg_name"))] = tuple(int(r) for r in pg["ranks"])
+            name = str(pg.get("pg_name"))
+            pgs[name] = _members(pg["ranks"], f"{path}: distributedInfo.pg_config {name!r}")
     return rank, world, pgs
 
 
@@ -356,16 +363,28 @@ def _numel(dims: object) -> int:
     return sum(_numel(d) for d in dims if isinstance(d, list) and d)
 
 
-def _parse_ranks(v: object) -> tuple[int, ...] | None:
-    if isinstance(v, list):
-        return tuple(sorted(int(x) for x in v))
+def _parse_ranks(v: object, where: str) -> tuple[int, ...] | None:
+    """A process group's ranks (a list, or its JSON text), sorted; each member once."""
     if isinstance(v, str) and v.strip().startswith("["):
         try:
-            lst = json.loads(v)
+            v = json.loads(v)
         except json.JSONDecodeError:
             return None
-        return tuple(sorted(int(x) for x in lst)) if lst else None
-    return None
+    if not isinstance(v, list) or not v:
+        return None
+    return _members(v, where)
+
+
+def _members(v: list, where: str) -> tuple[int, ...]:
+    try:
+        ranks = [int(x) for x in v]
+    except (TypeError, ValueError):
+        raise TraceError(f"{where}: process group ranks {v!r}: expected a list of integers") from None
+    twice = sorted({r for r in ranks if ranks.count(r) > 1})
+    if twice:
+        raise TraceError(f"{where}: process group ranks {ranks} list rank {twice[0]} more than once; "
+                         "expected each member once")
+    return tuple(sorted(ranks))
 
 
 def _bytes_for(coll: str, in_n: int, out_n: int, esize: int, n: int) -> float:
@@ -386,7 +405,7 @@ def _comm_info(op: GpuOp, stack: list[dict], rt: RankTrace) -> CommInfo:
         coll = _COLL_NAMES.get(str(a["Collective name"]).lower())
         if coll is None:
             raise TraceError(f"{where}: unknown 'Collective name' {a['Collective name']!r}")
-        group = _parse_ranks(a.get("Process Group Ranks"))
+        group = _parse_ranks(a.get("Process Group Ranks"), where)
         gsize = int(a.get("Group size") or (len(group) if group else n))
         esize = _dtype_bytes(a.get("dtype", "float"), where)
         in_n, out_n = int(a.get("In msg nelems") or 0), int(a.get("Out msg nelems") or 0)

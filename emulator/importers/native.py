@@ -7,7 +7,8 @@ or ``flops``/``bytes`` (compute); ``peer``, ``bytes``, ``tag`` (send/recv);
 ``op``, ``group``, ``bytes`` (collective; ``root`` for broadcast). Optional:
 ``stream``, ``name``, ``category``, ``microbatch``, ``stage``, ``layer``.
 Plain numbers are SI; strings with units are accepted. Ops keep file order on
-each (rank, stream). ``dump_trace`` writes a Program back in this format.
+each (rank, stream). A group lists each member once, and a send and the recv it
+pairs with carry the same bytes (pairs.py). ``dump_trace`` writes a Program back in this format.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import json
 from typing import Any
 
 from emulator.errors import EmulatorError
+from emulator.importers.pairs import pair_mismatch
 from emulator.program import COLLECTIVE, COLLECTIVE_OPS, COMPUTE, KINDS, RECV, SEND, Op, OpKind, Program
+from emulator.scenario import paths
 
 _LABELS = tuple(k.label for k in KINDS)  # the kinds as the format writes them
 
@@ -78,7 +81,12 @@ def _op(d: Any, i: int, path: str, ranks: int) -> Op:
         group = d.get("group", list(range(ranks)))
         if not isinstance(group, list) or not group:
             raise TraceError(f"{where}: group: expected a list of ranks, got {group!r}")
-        members = tuple(sorted({_int(x, where, "group") for x in group}))
+        listed = [_int(x, where, "group") for x in group]
+        twice = sorted({x for x in listed if listed.count(x) > 1})
+        if twice:
+            raise TraceError(f"{where}: group: {listed} lists rank {twice[0]} more than once; "
+                             "expected each member once")
+        members = tuple(sorted(listed))
         return Op(**common, bytes=nbytes, collective=name, group=members,
                   root=_int(d.get("root", members[0]), where, "root"))
     if "peer" not in d:
@@ -88,6 +96,9 @@ def _op(d: Any, i: int, path: str, ranks: int) -> Op:
 
 def load_trace(path: str) -> Program:
     """Read a v1 trace file into a Program (raises TraceError on any defect)."""
+    wrong = paths.problem(path)
+    if wrong is not None:
+        raise TraceError(f"{path}: {wrong}")
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -111,6 +122,9 @@ def load_trace(path: str) -> Program:
         program.validate()
     except ValueError as exc:
         raise TraceError(f"{path}: {exc}") from None
+    mismatch = pair_mismatch(program)
+    if mismatch is not None:
+        raise TraceError(f"{path}: {mismatch}")
     return program
 
 

@@ -348,7 +348,8 @@ def build_topology(cluster: ClusterSpec) -> Topology:
 def load_graph(path: str) -> Topology:
     """A custom graph file (JSON or YAML): ``nodes`` [{id, kind}] and directed ``links``
     [{src, dst, bandwidth, latency}]. Plain numbers are SI; unit strings are accepted.
-    Ranks map to the gpu nodes in file order. Links are exactly as given (efficiency 1).
+    Ranks map to the gpu nodes in file order. Links are exactly as given (efficiency 1), each
+    directed link once.
     """
     from emulator.errors import EmulatorError
     from emulator.scenario.units import parse_si
@@ -381,6 +382,7 @@ def load_graph(path: str) -> Topology:
             attrs["rank"] = len(gpus)
             gpus.append(nid)
         g.add_node(nid, **attrs)
+    listed: dict[tuple[str, str], int] = {}  # (src, dst) → index of the entry that gave it
     for i, link in enumerate(data["links"]):
         where = f"{path}: links[{i}]"
         if not isinstance(link, dict) or not {"src", "dst", "bandwidth"} <= set(link):
@@ -396,6 +398,10 @@ def load_graph(path: str) -> Topology:
             raise EmulatorError(f"{where}: {exc}") from None
         if bw <= 0:
             raise EmulatorError(f"{where}: bandwidth must be positive, got {link['bandwidth']!r}")
+        if (src, dst) in listed:  # one entry per direction: parallel cables are one link of their total rate
+            raise EmulatorError(f"{where}: the link {src} -> {dst} is already links[{listed[src, dst]}]; expected "
+                                "each directed link once (give parallel cables as one link of their total bandwidth)")
+        listed[src, dst] = i
         g.add_edge(src, dst, bandwidth=bw, latency=lat, efficiency=1.0, cls="custom")
     if not gpus:
         raise EmulatorError(f"{path}: the graph has no gpu nodes")

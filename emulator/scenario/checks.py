@@ -8,7 +8,8 @@ loader (:class:`ScenarioChecks`), the workload plan and the layout search all ca
 so a layout the search keeps is a layout the loader accepts.
 
 :class:`ScenarioChecks` adds what needs the whole scenario: world = tp·pp·dp·cp against
-the cluster's GPUs (deriving dp when it was left out), override targets, NVLS. Each
+the cluster's GPUs (deriving dp when it was left out), override targets, NVLS, a mirrored
+trace's ranks against the GPUs. Each
 failure is a ScenarioError that names the file, line and key path.
 """
 from __future__ import annotations
@@ -197,6 +198,7 @@ class ScenarioChecks:
             raise self.fail("workload.comm_groups", f"a communicator-group file applies to chakra traces only "
                                                     f'(workload.format is "{s.workload.format}")')
         self.check_timing(s)
+        self.check_mirror(s)
         if s.model is not None:
             self.check_layout(s.model, s.training, p)
         if s.jobs:
@@ -337,6 +339,15 @@ class ScenarioChecks:
                 raise self.fail(kp, f"there is no gpu {m.group(2)}: the cluster has GPUs 0 to {gpus - 1}")
             if m and kind == "node" and nodes and int(m.group(2)) >= nodes:
                 raise self.fail(kp, f"there is no node {m.group(2)}: the cluster has nodes 0 to {nodes - 1}")
+
+    def check_mirror(self, s: Scenario) -> None:
+        """A mirrored trace replays one rank as ``mirror`` ranks: at most one per GPU (checked here,
+        before the importer builds them all)."""
+        gpus = self.gpus()
+        if s.workload.mirror and gpus and s.workload.mirror > gpus:
+            raise self.fail("workload.mirror", f"mirror {s.workload.mirror} replays the trace as "
+                                               f"{s.workload.mirror} ranks, but the cluster has {gpus} GPUs; "
+                                               f"expected at most {gpus}")
 
     def check_layout(self, m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> None:
         """The model's shape, the world size against the cluster, the batch being given, then the rule book."""

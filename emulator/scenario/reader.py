@@ -14,11 +14,12 @@ import os
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from emulator.errors import CatalogError, EmulatorError, ScenarioError, UnitError, did_you_mean
-from emulator.scenario import catalog, spec, units
+from emulator.scenario import catalog, paths, spec, units
 from emulator.scenario.checks import ScenarioChecks, graph_gpus
 from emulator.scenario.schema import (
     AXES,
     CLUSTER_KEYS,
+    FABRIC_KEY_KINDS,
     FABRIC_KEYS,
     GPU_KEYS,
     JOB_KEYS,
@@ -290,9 +291,11 @@ class _Reader:
         text = self.read_str(v, key, kp)
         path = os.path.normpath(os.path.join(self.base_dir, os.path.expanduser(text)))
         # a trace may be a folder of per-rank files (Kineto, Chakra); the importer checks its contents
-        if not (os.path.isfile(path) or (kp == "workload.trace" and os.path.isdir(path))):
-            raise self.fail(v.where, kp, f'file not found: "{path}" ("{text}" is read relative to '
-                                         f"the scenario's folder)")
+        wrong = paths.problem(path, folder_ok=kp == "workload.trace")
+        if wrong is not None:
+            relative = "" if os.path.isabs(os.path.expanduser(text)) else \
+                f' ("{text}" is read relative to the scenario\'s folder)'
+            raise self.fail(v.where, kp, f'{wrong}: "{path}"{relative}')
         return path
 
     def int_list(self, v: YamlValue, kp: str) -> tuple[int, ...]:
@@ -429,12 +432,12 @@ class _Reader:
         if spec.kind == "custom" and spec.graph is None:
             raise self.fail(self.where(kp), kp + ".graph", 'kind "custom" needs a graph file '
                                                            "(graph: path/to/graph.json)")
-        if spec.kind != "custom" and spec.graph is not None:
-            raise self.fail(self.where(kp + ".graph"), kp + ".graph",
-                            f'a graph is only read with kind: custom (kind is "{spec.kind}")')
-        if spec.kind != "torus" and spec.torus_dims:
-            raise self.fail(self.where(kp + ".torus_dims"), kp + ".torus_dims",
-                            f'torus_dims is only read with kind: torus (kind is "{spec.kind}")')
+        for name in m:
+            kinds = FABRIC_KEY_KINDS.get(name)
+            if kinds is not None and spec.kind not in kinds:
+                raise self.fail(self.where(f"{kp}.{name}"), f"{kp}.{name}",
+                                f"{name} is only read with kind: {' or '.join(kinds)} (kind is "
+                                f'"{spec.kind}"); remove it, or --set {kp}.{name}= to drop it')
         return spec
 
     def node(self, v: YamlValue, kp: str, lenient: bool) -> NodeSpec:

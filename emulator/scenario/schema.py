@@ -44,15 +44,31 @@ class Key:
     required_unless: tuple[str, str] | None = None  # (sibling key path, value) that waives it
 
 
+# Physical bounds of link and device figures (the rule book refuses values outside them):
+# - no link is slower than 1 Mb/s (125 kB/s): 1/10 of the first Ethernet (IEEE 802.3, 1983: 10 Mb/s);
+#   a smaller figure is a typo in the unit (1e-300 Gb/s, "200 b/s" for "200 Gb/s");
+# - no latency or fixed cost is longer than 1 s: light in fibre (2e8 m/s) goes once round the
+#   Earth (40,075 km) in 0.2 s, and a kernel launch or collective step costs microseconds.
+MIN_BANDWIDTH = 125e3  # B/s (1 Mb/s)
+MAX_LATENCY = 1.0  # s
+# The largest world a mirrored trace may replay: 2**20 ranks, about ten times the largest
+# GPU clusters built to date (~1e5 GPUs); the cluster's own GPU count is checked too (checks.py).
+MAX_MIRROR = 2**20
+
+
 def _time(doc: str) -> Key:
-    return Key("time", doc)
+    return Key("time", doc, maximum=MAX_LATENCY)
+
+
+def _bandwidth(doc: str) -> Key:
+    return Key("bandwidth", doc, minimum=MIN_BANDWIDTH)
 
 
 GPU_KEYS: dict[str, Key] = {
     "preset": Key("str", "A catalog GPU to start from; the other keys change its figures.", names="gpu"),
     "name": Key("str", "A label for this GPU type."),
     "peak_flops": Key("flops_rate", 'Dense bf16/fp16 tensor-core peak, e.g. "989.4 TFLOP/s".', positive=True),
-    "hbm_bandwidth": Key("bandwidth", 'HBM bandwidth, e.g. "3350 GB/s".', positive=True),
+    "hbm_bandwidth": _bandwidth('HBM bandwidth, e.g. "3350 GB/s".'),
     "memory": Key("bytes", 'HBM capacity, e.g. "80 GiB".', positive=True, attr="memory_bytes"),
     "launch_overhead": _time('Fixed cost per kernel, e.g. "4 us".'),
     "gemm_efficiency": Key("ratio", "Measured fraction of peak that large GEMMs reach (emulator calibrate "
@@ -73,23 +89,21 @@ NODE_KEYS: dict[str, Key] = {
     "gpu": Key("section", "A catalog GPU name, or a mapping of GPU figures.", keys=GPU_KEYS,
                names="gpu", cls="GpuSpec"),
     "intra": Key("enum", "How GPUs of a node connect.", enum=("nvswitch", "pcie")),
-    "intra_bandwidth": Key("bandwidth", 'Line rate of one GPU port, each direction, e.g. "450 GB/s".',
-                           positive=True),
+    "intra_bandwidth": _bandwidth('Line rate of one GPU port, each direction, e.g. "450 GB/s".'),
     "intra_latency": _time('Latency of one intra-node link, e.g. "0.15 us".'),
     "intra_efficiency": Key("ratio", "Achieved / line rate inside a node (nccl-tests), in (0, 1].",
                             positive=True, maximum=1.0),
     "nics": Key("int", "Network cards per node (compute rails).", minimum=0, maximum=1024),
-    "nic_bandwidth": Key("bandwidth", 'Line rate of one NIC, each direction, e.g. "400 Gb/s".',
-                         positive=True),
+    "nic_bandwidth": _bandwidth('Line rate of one NIC, each direction, e.g. "400 Gb/s".'),
     "nic_latency": _time('Latency of a NIC link, e.g. "0.5 us".'),
     "nic_efficiency": Key("ratio", "Achieved / line rate of a NIC (nccl-tests), in (0, 1].",
                           positive=True, maximum=1.0),
     "step_latency_intra": _time("Software latency per collective step inside a node."),
     "step_latency_inter": _time("Software latency per collective step across nodes."),
     "collective_launch": _time("Fixed cost of one collective call."),
-    "nvls_busbw": Key("bandwidth", "Bus bandwidth of an all-reduce by NVLink SHARP (in-switch reduction) "
-                                   "inside a node, large messages (nccl-tests); used by collectives.algorithm: "
-                                   "nvls. Absent: the node has no NVLS.", positive=True),
+    "nvls_busbw": _bandwidth("Bus bandwidth of an all-reduce by NVLink SHARP (in-switch reduction) "
+                             "inside a node, large messages (nccl-tests); used by collectives.algorithm: "
+                             "nvls. Absent: the node has no NVLS."),
 }
 
 FABRIC_KINDS = ("single_switch", "fat_tree", "fat_tree3", "rail", "multi_plane", "dragonfly", "ring", "torus",
@@ -99,8 +113,7 @@ FABRIC_KEYS: dict[str, Key] = {
     "kind": Key("enum", "Topology between nodes.", enum=FABRIC_KINDS),
     "oversubscription": Key("ratio", 'Leaf down/up bandwidth ratio, 1 or more (2 or "2:1").',
                             minimum=1.0, maximum=1e6),
-    "link_bandwidth": Key("bandwidth", "Bandwidth of one fabric link; default: the NIC rate.",
-                          positive=True),
+    "link_bandwidth": _bandwidth("Bandwidth of one fabric link; default: the NIC rate."),
     "latency": _time('Latency of one fabric link, e.g. "1 us".'),
     "graph": Key("path", "Graph file (nodes and links) for kind: custom, relative to the scenario."),
     "leaf_size": Key("int", "Nodes per leaf (fat_tree, fat_tree3, multi_plane), per rail switch (rail) "
@@ -118,6 +131,19 @@ FABRIC_KEYS: dict[str, Key] = {
     "group_size": Key("int", "Routers per group (dragonfly).", minimum=1, maximum=10**5),
     "global_links": Key("int", "Links between each pair of groups (dragonfly), at most group_size.",
                         minimum=1, maximum=10**5),
+}
+
+# The fabric kinds that read each fabric key (topology.py, BUILDERS): a key given for another kind
+# would be ignored, so the loader refuses it. single_switch reads none (its ports are the NICs').
+_SPINES = ("fat_tree", "rail", "fat_tree3", "multi_plane")  # leaf/rail switches joined by spines
+_LINKS = (*_SPINES, "dragonfly", "ring", "torus")  # kinds with fabric links of their own
+FABRIC_KEY_KINDS: dict[str, tuple[str, ...]] = {
+    "oversubscription": _SPINES,
+    "leaf_size": (*_SPINES, "dragonfly"),
+    "link_bandwidth": _LINKS,
+    "latency": _LINKS,
+    "torus_dims": ("torus",),
+    "graph": ("custom",),
 }
 
 OVERRIDE_KINDS = ("gpu_slowdown", "link_degrade", "link_fail", "node_fail")
@@ -213,8 +239,8 @@ COLLECTIVES_KEYS: dict[str, Key] = {
 WORKLOAD_KEYS: dict[str, Key] = {
     "trace": Key("path", "A trace file to run instead of a model, relative to the scenario."),
     "format": Key("enum", "Trace format.", enum=("emulator", "kineto", "chakra")),
-    "mirror": Key("int", "Replay a one-rank trace as N data-parallel ranks; 0: off.", minimum=0,
-                  maximum=10**7),
+    "mirror": Key("int", "Replay a one-rank trace as N data-parallel ranks (at most the cluster's GPUs); "
+                         "0: off.", minimum=0, maximum=MAX_MIRROR),
     "comm_groups": Key("path", "Chakra traces: the communicator-group file (ASTRA-sim's JSON of group id to "
                                "ranks), relative to the scenario; default: comm_group.json beside the trace."),
 }

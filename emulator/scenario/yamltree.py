@@ -19,6 +19,7 @@ from emulator.scenario.schema import (
     MAX_COUNT,
     Key,
 )
+from emulator.scenario.units import KINDS as UNIT_KINDS
 
 MAX_FILE_BYTES = 1 << 20  # a scenario is a few kilobytes
 MAX_VALUES = 20_000  # YAML values after expanding aliases (stops "billion laughs")
@@ -251,8 +252,10 @@ def _maximum(key: Key) -> float | None:
 
 def range_text(key: Key, noun: str) -> str:
     hi = _maximum(key)
+    unit = f" {UNIT_KINDS[key.type].si_unit}" if key.type in UNIT_KINDS else ""
+
     def fmt(x: float) -> str:
-        return str(int(x)) if key.type == "int" else f"{x:g}"
+        return str(int(x)) if key.type == "int" else f"{x:g}{unit}"
 
     if key.minimum is not None:
         if hi is None:

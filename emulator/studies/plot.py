@@ -30,12 +30,30 @@ class PlotError(EmulatorError):
     """Nothing to plot, or an ambiguous request."""
 
 
-def _lookup(tree: Any, key: str) -> Any:
+_ABSENT = object()  # a key path that leads nowhere (unlike a field whose value is null)
+
+
+def _find(tree: Any, key: str) -> Any:
     for part in key.split("."):
         if not isinstance(tree, dict) or part not in tree:
-            return None
+            return _ABSENT
         tree = tree[part]
     return tree
+
+
+def _lookup(tree: Any, key: str) -> Any:
+    v = _find(tree, key)
+    return None if v is _ABSENT else v
+
+
+def require_field(rows: Sequence[Row], key: str, flag: str) -> None:
+    """A PlotError unless some row has scenario field ``key`` (varied, or in its resolved scenario)."""
+    if any(key in r.varied or _find(r.resolved, key) is not _ABSENT for r in rows):
+        return
+    varied = sorted({k for r in rows for k in r.varied})
+    hint = f"; the varied fields are {', '.join(varied)}" if varied else ""
+    raise PlotError(f"{flag} {key}: no row has this scenario field (expected a key path such as "
+                    f"parallel.tp or cluster.fabric.oversubscription){hint}")
 
 
 def field_value(row: Row, key: str) -> Any:
@@ -208,6 +226,9 @@ def plot_study(db: str, out: str, x: str | None = None, by: str | None = None, m
     name = figure_text(os.path.basename(db))
     if pareto:
         return save_figure(pareto_figure(rows, metric, cost_per_gpu_hour, f"{metric}: Pareto front ({name})"), out)
+    for flag, key in (("--x", x), ("--by", by)):
+        if key:
+            require_field(rows, key, flag)
     fields = [f for f in (x, by) if f] or varied_keys(rows)
     if not fields:
         raise PlotError("the rows vary no field: nothing to put on the x axis (give --x)")

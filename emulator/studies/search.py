@@ -279,7 +279,7 @@ def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store:
     if sc0.model is None or sc0.workload.trace:
         raise SearchError(f"{path}: search needs a model workload (model.preset or sizes), not a trace")
     base = [*base, *cluster_overrides(sc0, gpus)]
-    sc = load_scenario(path, base) if gpus is not None else sc0
+    sc = _resized(path, base, sc0) if gpus is not None else sc0
     p = plan(sc, sc.gpus, lim)
     if len(p.layouts) > max_points:
         raise SearchError(f"{prune_text(p)}: more than --max-points {max_points}; narrow the space with "
@@ -293,6 +293,16 @@ def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store:
     stats = run_points(points, store, executor, progress)
     rows = store.rows([pt.key for pt in points])
     return SearchResult(p, points, rows, fitting_rows(rows), stats)
+
+
+def _resized(path: str, base: Sequence[str], sc0: Scenario) -> Scenario:
+    """``sc0`` on the cluster that ``base`` (with --gpus's overrides) describes. Every layout sets its own
+    tp, pp, dp, cp and ep, so the base scenario's layout is not checked against the new GPU count: the
+    cluster is loaded without the model (whose layout checks need the old count), then the model rejoins."""
+    from emulator.scenario.reader import load_scenario
+
+    bare = load_scenario(path, [*base, "model="])
+    return dataclasses.replace(sc0, cluster=bare.cluster)
 
 
 def report(res: SearchResult, sc_name: str, gpus: int, top: int) -> str:

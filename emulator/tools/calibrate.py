@@ -244,9 +244,22 @@ def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
     if not groups:
         raise CalibrationError(f"{path}: no kernel is launched under an aten op with shapes "
                                "(profile with record_shapes=True)")
+    if not gemm_time and not mem_time:
+        raise CalibrationError(_nothing_fitted(path, groups))
     return ComputeFit(gemm_flops / gemm_time / gpu.peak_flops if gemm_time else None,
                       {k: statistics.median(v) for k, v in shapes.items()},
                       mem_bytes / mem_time / gpu.hbm_bandwidth if mem_time else None, len(rt.gpu_ops))
+
+
+def _nothing_fitted(path: str, groups: dict[int, list]) -> str:
+    """Why a Kineto profile gave no efficiency at all, in words."""
+    ops = [kernels[0].cpu_op for kernels in groups.values()]
+    shaped = [op for op in ops if op.get("args", {}).get("Input Dims")]
+    if not shaped:
+        return (f"{path}: the trace was recorded without shapes: none of its {len(ops)} aten ops that launch "
+                "kernels has 'Input Dims', so nothing can be fitted; profile with record_shapes=True")
+    return (f"{path}: nothing to fit: none of the {len(shaped)} aten ops with shapes is a GEMM (aten::mm, addmm, "
+            "bmm, baddbmm, linear) or an elementwise op moving at least 1 MiB")
 
 
 def _numel(dims: list) -> int:

@@ -35,6 +35,9 @@ def size_range(text: str) -> list[float]:
         raise EmulatorError(f"--sizes: {exc}") from None
     if a <= 0 or b < a:
         raise EmulatorError(f"--sizes: expected MIN:MAX with 0 < MIN <= MAX, got {text!r}")
+    for end, value in (("MIN", a), ("MAX", b)):
+        if value != int(value):  # a buffer holds whole bytes: "1.5B" would be run, and shown, as something else
+            raise EmulatorError(f"--sizes: {end} is {value:g} B; expected a whole number of bytes, got {text!r}")
     out, s = [], a
     while s <= b * (1 + 1e-12):
         out.append(s)
@@ -46,9 +49,11 @@ def collective_table(scenario: Scenario, op: str, sizes: list[float], gpus: int 
     """One row per size: bytes, time_s, algbw_GB_per_s, busbw_GB_per_s."""
     if op not in COLLECTIVE_OPS:
         raise EmulatorError(f"--op: expected one of {', '.join(COLLECTIVE_OPS)}, got {op!r}")
+    if gpus is not None and gpus < 2:  # checked before building the cluster; None (omitted): all GPUs
+        raise EmulatorError(f"--gpus: expected at least 2 (the GPUs of the collective; omit it for all), got {gpus}")
     cluster = build_cluster(scenario)
     topo = cluster.topology
-    n = gpus or len(topo.gpus)
+    n = len(topo.gpus) if gpus is None else gpus
     if len(topo.gpus) < 2:
         raise EmulatorError(f"{scenario.path or scenario.name}: the cluster has {len(topo.gpus)} GPU; "
                             "a collective needs at least 2")
