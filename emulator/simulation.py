@@ -23,6 +23,7 @@ from emulator.faults import apply_faults
 from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
+from emulator.network.tuning import hardware
 from emulator.program import Fold, Program
 from emulator.scenario.spec import GpuSpec, Scenario
 from emulator.spans import Span, SpanTable
@@ -103,7 +104,8 @@ def build_cluster(scenario: Scenario, fold: Fold | None = None) -> Cluster:
     """The topology, faults and collective model of ``scenario`` (``fold``: the program's symmetry)."""
     topo = build_topology(scenario.cluster)
     slowdown = apply_faults(topo, scenario.cluster.overrides)
-    model = CollectiveModel(Router(topo), topo.node_of, step_costs(scenario), scenario.collectives.algorithm, fold)
+    model = CollectiveModel(Router(topo), topo.node_of, step_costs(scenario), scenario.collectives.algorithm, fold,
+                            hardware(scenario.cluster))
     return Cluster(topo, slowdown, model, scenario.cluster.node.gpu if scenario.cluster.node else None)
 
 

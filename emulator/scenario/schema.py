@@ -103,6 +103,8 @@ FABRIC_KEYS: dict[str, Key] = {
     "graph": Key("path", "Graph file (nodes and links) for kind: custom, relative to the scenario."),
     "leaf_size": Key("int", "Nodes per leaf (fat_tree) or per rail switch (rail).", minimum=1),
     "torus_dims": Key("int_list", "Torus dimensions, e.g. [4, 4, 2]; default: a ring."),
+    "sharp": Key("bool", "In-network reduction in the fabric's switches (InfiniBand SHARP, NCCL CollNet): "
+                         "enables collectives.algorithm collnet, and auto may choose it. Not on ring or torus."),
 }
 
 OVERRIDE_KINDS = ("gpu_slowdown", "link_degrade", "link_fail", "node_fail")
@@ -182,7 +184,11 @@ PARALLEL_KEYS: dict[str, Key] = {
 }
 
 COLLECTIVES_KEYS: dict[str, Key] = {
-    "algorithm": Key("enum", "Collective algorithm.", enum=("auto", "ring", "hierarchical", "direct", "nvls")),
+    "algorithm": Key("enum", "Collective algorithm: ring (the default; all-to-all direct, broadcast a chain "
+                             "per ring channel), tree (NCCL's double binary tree), collnet (in-network "
+                             "reduction, needs cluster.fabric.sharp), hierarchical, direct, nvls, or auto "
+                             "(NCCL 2.30's tuning model chooses per call by operation, size and layout).",
+                     enum=("auto", "ring", "tree", "collnet", "hierarchical", "direct", "nvls")),
 }
 
 WORKLOAD_KEYS: dict[str, Key] = {

@@ -50,6 +50,7 @@ class FabricSpec:
     graph: str | None = None  # path, for kind == custom
     leaf_size: int = 16  # nodes per leaf (fat_tree) or per rail switch (rail)
     torus_dims: tuple[int, ...] = ()  # for kind == torus; default: a ring
+    sharp: bool = False  # in-network reduction in the switches (SHARP / NCCL CollNet); collectives.algorithm collnet
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ class ParallelSpec:
 
 @dataclass(frozen=True)
 class CollectivesSpec:
-    algorithm: str = "auto"  # auto | ring | hierarchical | direct
+    algorithm: str = "ring"  # ring | tree | collnet | hierarchical | direct | nvls | auto (NCCL's choice)
 
 
 @dataclass(frozen=True)
