@@ -57,14 +57,18 @@ def test_tree_all_reduce_on_four_nodes():
 
 
 def test_collnet_reduces_in_the_switch():
-    # 4 nodes with SHARP: reduce-scatter in each node (6.05 + 7 × 1.975 us + 7/8·S / 230 GB/s), then per
-    # local position one flow of S/8 up to the switch and back: every NIC carries it once each way, the
-    # first node's too (merged, not 3×): S/8 at 24 GB/s, latency 6.05 + 2 × 4 us; then all-gather as RS.
-    intra = LAUNCH + 7 * INTRA + 7 / 8 * S / 230e9
+    # 4 nodes with SHARP, pipelined: per local position c one flow of S/8: the 7 other GPUs of each node
+    # send it to member c (weight 1 on their NVLink uplinks), c sends it to the switch and back, c hands
+    # the sum to the 7 (weight 7 on its uplink). Each GPU uplink: 7·r (its own channel) + 7 × r (the
+    # others) = 14·r ≤ 230 GB/s, so r = 230/14 = 16.43 GB/s < 24 GB/s on the NIC, which carries the flow
+    # once each way, on the first node too (merged in the switch; summed, 3·r ≤ 24 would bind at 8 GB/s).
+    # Time: 6.05 + 2·(1.975 + 4) us + (S/8) / (230e9/14) = ... + 1.75·S / 230e9.
     t = _time(_scenario(4, algorithm="collnet", extra=", sharp: true"), 32)
-    assert t == pytest.approx(2 * intra + LAUNCH + 2 * 4e-6 + S / 8 / NIC, rel=1e-9)
-    # the hierarchical ring across the 4 nodes moves 2·3/4 of that: slower
-    assert _time(_scenario(4, algorithm="hierarchical"), 32) > t
+    assert t == pytest.approx(LAUNCH + 2 * (INTRA + 4e-6) + 1.75 * S / 230e9, rel=1e-9)
+    # the hierarchical ring across the 4 nodes: RS, 2·3/4·S/8 at 24 GB/s, AG, one after the other: slower
+    hier = 2 * (LAUNCH + 7 * INTRA + 7 / 8 * S / 230e9) + LAUNCH + 6 * 4e-6 + 1.5 * S / 8 / NIC
+    assert _time(_scenario(4, algorithm="hierarchical"), 32) == pytest.approx(hier, rel=1e-9)
+    assert hier > t
 
 
 def test_auto_may_choose_collnet_only_with_sharp():

@@ -15,10 +15,10 @@ latency of its class) and a launch cost L:
 - tree all-reduce (NCCL's double binary tree, tree.py): per channel two trees over the
   nodes, each carrying half; inside a node a chain. Reduce up and broadcast down are
   pipelined: one flow over every edge both ways, L + 2·(chain α + depth α).
-- collnet all-reduce (InfiniBand SHARP, ``fabric.sharp``): reduce-scatter inside each
-  node, in-network all-reduce of S/k per local position (each NIC sends S/k up once
-  and gets S/k back; the switches reduce, so a link shared by several nodes' paths
-  carries it once), all-gather inside the node.
+- collnet all-reduce (InfiniBand SHARP, ``fabric.sharp``), pipelined: per local position
+  one flow of S/k from the node's GPUs to that position's GPU, up the switches and back
+  (each NIC sends S/k once and gets it back once; the switches reduce, so a link shared
+  by several nodes' paths carries it once) and out to the node's GPUs again.
 - hierarchical all-reduce (multi-node): reduce-scatter inside each node, ring
   all-reduce of S/k across nodes per local position, all-gather inside the node.
 - nvls all-reduce (one node with NVLink SHARP, opt-in): L + 2·α + S/B_nvls·2(n−1)/n,
@@ -50,9 +50,9 @@ from emulator.program import Fold
 PlanKey = tuple[str, tuple[int, ...], int]  # (op, group, root); op "p2p" with group (src, dst) for a transfer
 CacheKey = tuple[str, tuple[int, ...], int, str]  # a PlanKey and the algorithm that builds it
 Hop = tuple[int, int, float]  # (src, dst, scale): one routed leg of a flow, its bytes scaled
-# (hops, volume per byte of S, latency, merged): merged hops are reduced in the switches, so a link
-# on several of them carries the flow once (the most any hop puts on it), not their sum
-RawFlow = tuple[list[Hop], float, float, bool]
+# (hops, volume per byte of S, latency, merged hops): merged hops are reduced in the switches, so a
+# link on several of them carries the flow once (the most any of them puts on it), not their sum
+RawFlow = tuple[list[Hop], float, float, list[Hop]]
 RawPlan = list[list[RawFlow]]  # phases of flows, before routing
 Algorithm = Callable[["CollectiveModel", str, tuple[int, ...], int], RawPlan]
 
@@ -225,11 +225,11 @@ class CollectiveModel:
 
     # -- construction ---------------------------------------------------------
     def _raw(self, op: str, group: tuple[int, ...], root: int, algo: str) -> RawPlan:
-        """Phases of flows, each flow as (hops [(src, dst, scale)], volume, latency, merged)."""
+        """Phases of flows, each flow as (hops [(src, dst, scale)], volume, latency, merged hops)."""
         if op == "p2p":
             a, b = group
             lat = self.steps.launch + self._alpha(a, b)
-            return [[([(a, b, 1.0)], 1.0, lat, False)]]
+            return [[([(a, b, 1.0)], 1.0, lat, [])]]
         if len(group) < 2:
             return []
         return ALGORITHMS[algo](self, op, group, root)
@@ -261,11 +261,14 @@ class CollectiveModel:
             for f, (_hops, volume, latency, merged) in enumerate(phase):
                 acc = _Acc()
                 for copy in images:
-                    one = _Acc() if merged else acc
                     for a, b, scale in copy[p][f][0]:
                         links, weights, _lat = self.router.route(a, b)
-                        (one.most if merged else one.add)(links, weights, scale)
+                        acc.add(links, weights, scale)
                     if merged:
+                        one = _Acc()
+                        for a, b, scale in copy[p][f][3]:
+                            links, weights, _lat = self.router.route(a, b)
+                            one.most(links, weights, scale)
                         acc.add(*one.freeze())
                 links, weights = acc.freeze()
                 out.append(FlowSpec(links, weights, volume, latency))
@@ -305,7 +308,7 @@ class CollectiveModel:
         n = len(ring)
         hops = [(ring[i], ring[(i + 1) % n], 1.0) for i in range(n)]
         alpha = max(self._alpha(a, b) for a, b, _ in hops)
-        return hops, volume, self.steps.launch + steps * alpha, False
+        return hops, volume, self.steps.launch + steps * alpha, []
 
 
 def ring(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
@@ -331,7 +334,7 @@ def ring_broadcast(model: CollectiveModel, group: tuple[int, ...], root: int) ->
             order = order[i:] + order[:i]
         hops = [(order[i], order[i + 1], 1.0) for i in range(len(order) - 1)]
         alpha = max(model._alpha(a, b) for a, b, _ in hops)
-        flows.append((hops, 1.0 / len(rings), model.steps.launch + (len(order) - 1) * alpha, False))
+        flows.append((hops, 1.0 / len(rings), model.steps.launch + (len(order) - 1) * alpha, []))
     return [flows]
 
 
@@ -344,7 +347,7 @@ def direct(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -
     for a in group:
         for b in group:
             if a != b:
-                flows.append(([(a, b, 1.0)], 1.0 / n, model.steps.launch + model._alpha(a, b), False))
+                flows.append(([(a, b, 1.0)], 1.0 / n, model.steps.launch + model._alpha(a, b), []))
     return [flows]
 
 
@@ -373,26 +376,28 @@ def double_tree(model: CollectiveModel, op: str, group: tuple[int, ...], root: i
                     inter += [(a, b, 1.0), (b, a, 1.0)]
             inter_alpha = max((model._alpha(a, b) for a, b, _ in inter), default=0.0)
             lat = model.steps.launch + 2 * (chain_steps * chain_alpha + tree.depth(parent) * inter_alpha)
-            flows.append((intra + inter, 1.0 / (2 * k), lat, False))
+            flows.append((intra + inter, 1.0 / (2 * k), lat, []))
     return [flows]
 
 
 def collnet(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
-    """In-network all-reduce (SHARP, NCCL's CollNet Direct): reduce-scatter inside each node, then per
-    local position c the c-th members of all nodes send S/k up the switch tree, which reduces it and
-    sends the sum back (routes to the first node's member and back, merged: each link once each
-    way); then all-gather inside each node. Latency of the middle phase: L + 2·max α to the root."""
+    """In-network all-reduce (SHARP, NCCL's CollNet Direct), pipelined: per local position c (k of
+    them), every GPU of a node sends its S/k share to the node's c-th member (reduce-scatter), which
+    sends it up the switch tree and gets the sum back (routes to the first node's c-th member and
+    back, merged: each link once each way, the switches reduce), then hands it to the node's other
+    GPUs (all-gather). One flow per c carries S/k over all of it at one rate; latency
+    L + 2·(α inside the node + α to the first node)."""
     per = model._by_node(group)
     k = len(per[0])
-    phase1 = [model._ring_flows(local, (k - 1) / k, k - 1) for local in per] if k > 1 else []
-    phase2: list[RawFlow] = []
+    flows: list[RawFlow] = []
     for c in range(k):
         heads = [local[c] for local in per]
-        top = heads[0]
-        hops = [h for x in heads[1:] for h in ((x, top, 1.0), (top, x, 1.0))]
-        alpha = max(model._alpha(a, b) for a, b, _ in hops)
-        phase2.append((hops, 1.0 / k, model.steps.launch + 2 * alpha, True))
-    return [phase1, phase2, list(phase1)] if k > 1 else [phase2]
+        intra = [h for local in per for x in local if x != local[c] for h in ((x, local[c], 1.0), (local[c], x, 1.0))]
+        up = [h for x in heads[1:] for h in ((x, heads[0], 1.0), (heads[0], x, 1.0))]
+        a_intra = max((model._alpha(a, b) for a, b, _ in intra), default=0.0)
+        a_inter = max(model._alpha(a, b) for a, b, _ in up)
+        flows.append((intra, 1.0 / k, model.steps.launch + 2 * (a_intra + a_inter), up))
+    return [flows]
 
 
 def hierarchical(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
