@@ -108,6 +108,7 @@ class CollectiveModel:
         self._raw_plans: dict[CacheKey, Plan] = {}  # as built, before compression
         self._frozen = False
         self.link_alias: dict[int, int] = {}  # link → the link compression kept for it
+        self._calls: dict[tuple[object, ...], Plan] = {}  # (op, group, root[, nbytes with auto]) → its plan
         self._candidates: dict[tuple[str, tuple[int, ...]], tuple[str, ...]] = {}
         self._choices: dict[tuple[str, tuple[int, ...], float], tuple[str, str]] = {}
 
@@ -115,12 +116,16 @@ class CollectiveModel:
     def collective(self, op: str, group: tuple[int, ...], root: int = -1, nbytes: float = 0.0) -> Plan:
         """The flow plan of collective ``op`` of ``nbytes`` on ``group`` (world ranks, sorted) from
         ``root``. The size matters only to ``auto``, which picks the algorithm per call."""
-        key = (op, group, root, self.algorithm_for(op, group, nbytes))
-        plan = self._cache.get(key)
+        call = (op, group, root, nbytes) if self.algorithm == "auto" else (op, group, root)
+        plan = self._calls.get(call)  # one lookup per call on the hot path
         if plan is None:
-            if self._frozen:
-                raise RuntimeError(f"collective plan {key} was not prepared before the run")
-            plan = self._cache[key] = self._raw_plans[key] = self._folded(key)
+            key = (op, group, root, self.algorithm_for(op, group, nbytes))
+            plan = self._cache.get(key)
+            if plan is None:
+                if self._frozen:
+                    raise RuntimeError(f"collective plan {key} was not prepared before the run")
+                plan = self._cache[key] = self._raw_plans[key] = self._folded(key)
+            self._calls[call] = plan
         return plan
 
     def p2p(self, src: int, dst: int) -> Plan:
@@ -143,6 +148,7 @@ class CollectiveModel:
         order = sorted(self._raw_plans, key=lambda k: (repr(k[:3]), k[3]))
         compressed, self.link_alias = compress_plans([self._raw_plans[k] for k in order], capacity)
         self._cache = dict(zip(order, compressed))
+        self._calls = {}
         self._frozen = True
 
     # -- the choice of algorithm ------------------------------------------------
