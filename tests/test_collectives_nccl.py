@@ -139,3 +139,12 @@ def test_tree_runs_folded_as_unfolded():
     off = simulate(load_scenario_text(text.replace("FOLD", "off"), "f.yaml"), record_links=False)
     assert on.ranks_simulated < off.ranks_simulated == 32
     assert on.iteration_time_s == pytest.approx(off.iteration_time_s, rel=1e-12)
+
+
+def test_a_forced_algorithm_that_nccl_would_not_run_has_no_protocol():
+    # NVLS on an inline A100 node: NCCL's nvlsEfficiency for Ampere is 0 (no NVLS), so its table has no
+    # protocol for it; the emulator runs it as asked and says so with an empty protocol
+    text = ("name: n\ncluster:\n  nodes: 1\n  node: {preset: dgx-a100, nvls_busbw: 300 GB/s}\n"
+            "collectives: {algorithm: nvls}\n")
+    (row,) = collective_table(load_scenario_text(text, "n.yaml"), "all_reduce", [S])
+    assert (row["algorithm"], row["protocol"]) == ("nvls", "")

@@ -187,8 +187,11 @@ class CollectiveModel:
             if comm is None or self.hardware is None or not options or op in ("p2p", "all_to_all"):
                 out = (algos[0], "")
             else:
-                pick = tuning.choose(op, nbytes, comm, self.hardware, options)
-                out = (pick.algorithm, pick.protocol)
+                try:
+                    pick = tuning.choose(op, nbytes, comm, self.hardware, options)
+                    out = (pick.algorithm, pick.protocol)
+                except ValueError:  # NCCL would not run it (NVLS before Hopper, say): the emulator still does
+                    out = (algos[0], "")
             self._choices[key] = out
         return out
 
