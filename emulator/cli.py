@@ -88,10 +88,11 @@ def cmd_collective(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0
     print(f"# {printable(args.op)} on {printable(sc.name)}")
-    print(f"{'size':>12} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
+    print(f"{'size':>12} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}  algorithm")
     for r in rows:
+        algo = r["algorithm"] + (f" ({r['protocol']})" if r["protocol"] else "")
         print(f"{format_bytes(r['bytes']):>12} {r['time_s'] * 1e6:12.2f} {r['algbw_GB_per_s']:13.2f} "
-              f"{r['busbw_GB_per_s']:13.2f}")
+              f"{r['busbw_GB_per_s']:13.2f}  {algo}")
     return 0
 
 

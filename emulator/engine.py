@@ -305,7 +305,7 @@ class Engine:
                     f"collective mismatch on group {list(group)} (call #{seq}): op {self.op_id(arrived[0])} on rank "
                     f"{self.rank(arrived[0])} is {first.collective} of {first.bytes:g} B but op {self.op_id(j)} on "
                     f"rank {self.rank(j)} is {o.collective} of {o.bytes:g} B")
-        plan = self.model.collective(first.collective, group, self._tr(k0, first.root))
+        plan = self.model.collective(first.collective, group, self._tr(k0, first.root), first.bytes)
         self._run_plan(plan, first.bytes, arrived)
 
     def _run_plan(self, plan: Plan, nbytes: float, members: list[int]) -> None:

@@ -27,6 +27,7 @@ from emulator.faults import FaultRecord, FaultSchedule, TimedFault, apply_faults
 from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
+from emulator.network.tuning import hardware
 from emulator.program import Fold, Program
 from emulator.scenario.spec import GpuSpec, JobSpec, Scenario
 from emulator.spans import Span, SpanTable
@@ -132,7 +133,8 @@ def build_cluster(scenario: Scenario, fold: Fold | None = None) -> Cluster:
         timed = timed_faults(topo, scenario.cluster.overrides)
     except EmulatorError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None
-    model = CollectiveModel(Router(topo), topo.node_of, step_costs(scenario), scenario.collectives.algorithm, fold)
+    model = CollectiveModel(Router(topo), topo.node_of, step_costs(scenario), scenario.collectives.algorithm, fold,
+                            hardware(scenario.cluster))
     return Cluster(topo, slowdown, model, scenario.cluster.node.gpu if scenario.cluster.node else None, timed)
 
 

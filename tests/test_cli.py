@@ -47,7 +47,8 @@ def test_collective_json_rows(capsys):
     # = 6.05 + 14 × 1.975 = 33.7 us, plus 8·14/8 B / 230 GB/s (negligible: 4.9e-11 s)
     assert main(["collective", os.path.join(ROOT, "scenarios", "dgx-a100-node.yaml"), "--sizes", "8B", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert set(row) == {"bytes", "time_s", "algbw_GB_per_s", "busbw_GB_per_s"}
+    assert set(row) == {"bytes", "time_s", "algbw_GB_per_s", "busbw_GB_per_s", "algorithm", "protocol"}
+    assert (row["algorithm"], row["protocol"]) == ("ring", "LL")  # the default; NCCL's best protocol for it
     assert row["time_s"] == pytest.approx(33.7e-6 + 14 / 8 * 8 / 230e9, rel=1e-9)
 
 

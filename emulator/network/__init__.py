@@ -1,7 +1,8 @@
 """The network layer: topologies, routes, flow plans and the max-min fair fabric.
 
 Owns the topology builders (topology.py), routing with ECMP (routing.py), flow plans
-(flows.py), the collective algorithms that make them (collectives.py), link
+(flows.py), the collective algorithms that make them (collectives.py; NCCL's double
+binary tree in tree.py, NCCL's tuning model for ``auto`` in tuning.py), link
 compression (compression.py) and the flow-level fabric, the only SimPy code here
 (fabric.py).
 

@@ -9,18 +9,28 @@ latency of its class) and a launch cost L:
 
 - ring all-reduce:       L + 2(n−1)·α + 2(n−1)/n · S/B
 - ring reduce-scatter / all-gather: L + (n−1)·α + (n−1)/n · S/B
-- chain broadcast:       L + (n−1)·α + S/B            (pipelined from the root)
+- ring broadcast:        L + (n−1)·α + S/B   (pipelined from the root along each ring channel)
 - direct all-to-all:     one flow per ordered pair, S/n bytes each
 - send/recv:             L + α + S/B
+- tree all-reduce (NCCL's double binary tree, tree.py): per channel two trees over the
+  nodes, each carrying half; inside a node a chain. Reduce up and broadcast down are
+  pipelined: one flow over every edge both ways, L + 2·(chain α + depth α).
+- collnet all-reduce (InfiniBand SHARP, ``fabric.sharp``), pipelined: per local position
+  one flow of S/k from the node's GPUs to that position's GPU, up the switches and back
+  (each NIC sends S/k once and gets it back once; the switches reduce, so a link shared
+  by several nodes' paths carries it once) and out to the node's GPUs again.
 - hierarchical all-reduce (multi-node): reduce-scatter inside each node, ring
   all-reduce of S/k across nodes per local position, all-gather inside the node.
 - nvls all-reduce (one node with NVLink SHARP, opt-in): L + 2·α + S/B_nvls·2(n−1)/n,
   B_nvls the node's measured NVLS bus bandwidth; other groups and ops fall back to ring.
+- auto: NCCL's tuning model (tuning.py) picks, per call, by operation, size, node
+  count and GPUs per node, among the algorithms above that apply.
 
 A pipelined ring moves at the pace of its slowest hop, so one ring channel is one
 flow over every hop of the ring at one common rate. A group spanning several
-nodes with k members on each runs k channels (NCCL's rings, one per NIC rail),
-each carrying S/k; channel c enters each node at its c-th local member.
+nodes runs k channels (NCCL's rings, one per NIC rail), k the members on its
+smallest node (as many as the smaller side allows), each carrying S/k; channel c
+enters each node at its c-th local member and visits the node's other members.
 
 With symmetry folding, the flows of the representative instance also carry the
 links of every symmetric copy of it (each distinct image of the group under the
@@ -31,14 +41,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from emulator.network import tree, tuning
 from emulator.network.compression import compress_plans
 from emulator.network.flows import FlowSpec, Plan
 from emulator.network.routing import Router
 from emulator.program import Fold
 
 PlanKey = tuple[str, tuple[int, ...], int]  # (op, group, root); op "p2p" with group (src, dst) for a transfer
+CacheKey = tuple[str, tuple[int, ...], int, str]  # a PlanKey and the algorithm that builds it
 Hop = tuple[int, int, float]  # (src, dst, scale): one routed leg of a flow, its bytes scaled
-RawFlow = tuple[list[Hop], float, float]  # (hops, volume per byte of S, latency)
+# (hops, volume per byte of S, latency, merged hops): merged hops are reduced in the switches, so a
+# link on several of them carries the flow once (the most any of them puts on it), not their sum
+RawFlow = tuple[list[Hop], float, float, list[Hop]]
 RawPlan = list[list[RawFlow]]  # phases of flows, before routing
 Algorithm = Callable[["CollectiveModel", str, tuple[int, ...], int], RawPlan]
 
@@ -66,6 +80,11 @@ class _Acc:
         for l, x in zip(links, weights):
             w[l] = w.get(l, 0.0) + x * scale
 
+    def most(self, links: tuple[int, ...], weights: tuple[float, ...], scale: float = 1.0) -> None:
+        w = self.w
+        for l, x in zip(links, weights):
+            w[l] = max(w.get(l, 0.0), x * scale)
+
     def freeze(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
         links = tuple(sorted(self.w))
         return links, tuple(self.w[l] for l in links)
@@ -75,7 +94,8 @@ class CollectiveModel:
     """Turns collectives and point-to-point transfers into flow plans (memoised)."""
 
     def __init__(self, router: Router, node_of: Callable[[int], int], steps: StepCosts,
-                 algorithm: str = "auto", fold: Fold | None = None) -> None:
+                 algorithm: str = "ring", fold: Fold | None = None,
+                 hardware: tuning.Hardware | None = None) -> None:
         if algorithm not in ("auto", *ALGORITHMS):
             raise ValueError(f"unknown collective algorithm {algorithm!r}; known: auto, {', '.join(ALGORITHMS)}")
         self.router = router
@@ -83,20 +103,29 @@ class CollectiveModel:
         self.steps = steps
         self.algorithm = algorithm
         self.fold = fold
-        self._cache: dict[PlanKey, Plan] = {}  # the plans in use (compressed once prepared)
-        self._raw_plans: dict[PlanKey, Plan] = {}  # as built, before compression
+        self.hardware = hardware  # the tuning model's view of the nodes (None: custom graph)
+        self._cache: dict[CacheKey, Plan] = {}  # the plans in use (compressed once prepared)
+        self._raw_plans: dict[CacheKey, Plan] = {}  # as built, before compression
         self._frozen = False
         self.link_alias: dict[int, int] = {}  # link → the link compression kept for it
+        self._calls: dict[tuple[object, ...], Plan] = {}  # (op, group, root[, nbytes with auto]) → its plan
+        self._candidates: dict[tuple[str, tuple[int, ...]], tuple[str, ...]] = {}
+        self._choices: dict[tuple[str, tuple[int, ...], float], tuple[str, str]] = {}
 
     # -- public ---------------------------------------------------------------
-    def collective(self, op: str, group: tuple[int, ...], root: int = -1) -> Plan:
-        """The flow plan of collective ``op`` on ``group`` (world ranks, sorted) from ``root``."""
-        key = (op, group, root)
-        plan = self._cache.get(key)
+    def collective(self, op: str, group: tuple[int, ...], root: int = -1, nbytes: float = 0.0) -> Plan:
+        """The flow plan of collective ``op`` of ``nbytes`` on ``group`` (world ranks, sorted) from
+        ``root``. The size matters only to ``auto``, which picks the algorithm per call."""
+        call = (op, group, root, nbytes) if self.algorithm == "auto" else (op, group, root)
+        plan = self._calls.get(call)  # one lookup per call on the hot path
         if plan is None:
-            if self._frozen:
-                raise RuntimeError(f"collective plan {key} was not prepared before the run")
-            plan = self._cache[key] = self._raw_plans[key] = self._folded(key)
+            key = (op, group, root, self.algorithm_for(op, group, nbytes))
+            plan = self._cache.get(key)
+            if plan is None:
+                if self._frozen:
+                    raise RuntimeError(f"collective plan {key} was not prepared before the run")
+                plan = self._cache[key] = self._raw_plans[key] = self._folded(key)
+            self._calls[call] = plan
         return plan
 
     def p2p(self, src: int, dst: int) -> Plan:
@@ -106,41 +135,118 @@ class CollectiveModel:
     def prepare(self, keys: list[PlanKey], capacity: list[float]) -> None:
         """Build every plan a program will need, then compress their links together
         (``emulator.network.compression``). ``keys`` are (op, group, root), with
-        op "p2p" and group (src, dst) for point-to-point. No plan may be asked for
-        afterwards that was not prepared: it could break the link equivalences."""
-        for key in keys:
-            if key not in self._raw_plans:
-                self._raw_plans[key] = self._folded(key)
+        op "p2p" and group (src, dst) for point-to-point; with ``auto``, the plan of every
+        algorithm it may pick for them. No plan may be asked for afterwards that was not
+        prepared: it could break the link equivalences."""
+        for op, group, root in keys:
+            for algo in self.candidates(op, group):
+                key = (op, group, root, algo)
+                if key not in self._raw_plans:
+                    self._raw_plans[key] = self._folded(key)
         # always from the uncompressed plans: a link equivalent within earlier plans need not
         # be within the new set (the model is reused across engines by `collective` and `live`)
-        order = sorted(self._raw_plans, key=repr)
+        order = sorted(self._raw_plans, key=lambda k: (repr(k[:3]), k[3]))
         compressed, self.link_alias = compress_plans([self._raw_plans[k] for k in order], capacity)
         self._cache = dict(zip(order, compressed))
+        self._calls = {}
         self._frozen = True
 
+    # -- the choice of algorithm ------------------------------------------------
+    def candidates(self, op: str, group: tuple[int, ...]) -> tuple[str, ...]:
+        """The algorithms that may run ``op`` on ``group``: the fixed one (after its fallbacks),
+        or, with ``auto``, each that NCCL's tuning model may pick and the emulator can build."""
+        key = (op, group)
+        out = self._candidates.get(key)
+        if out is None:
+            if op == "p2p":
+                out = ("p2p",)
+            elif self.algorithm != "auto":
+                out = (self._fixed(op, group),)
+            else:
+                out = self._auto_candidates(op, group)
+            self._candidates[key] = out
+        return out
+
+    def algorithm_for(self, op: str, group: tuple[int, ...], nbytes: float) -> str:
+        """The algorithm that runs one call of ``op`` on ``group`` of ``nbytes``."""
+        algos = self.candidates(op, group)
+        if len(algos) == 1:
+            return algos[0]
+        return self.choice(op, group, nbytes)[0]
+
+    def choice(self, op: str, group: tuple[int, ...], nbytes: float) -> tuple[str, str]:
+        """(algorithm, NCCL protocol) of one call; the protocol is NCCL's best for the algorithm
+        ("" where NCCL has no table: all-to-all, point-to-point, hierarchical, custom graphs). The
+        emulator does not model protocols: the flows use the calibrated α and β."""
+        key = (op, group, nbytes)
+        out = self._choices.get(key)
+        if out is None:
+            algos = self.candidates(op, group)
+            options = tuple(a for a in algos if a in tuning.NAMES.values())
+            comm = self._comm(group)
+            if comm is None or self.hardware is None or not options or op in ("p2p", "all_to_all"):
+                out = (algos[0], "")
+            else:
+                try:
+                    pick = tuning.choose(op, nbytes, comm, self.hardware, options)
+                    out = (pick.algorithm, pick.protocol)
+                except ValueError:  # NCCL would not run it (NVLS before Hopper, say): the emulator still does
+                    out = (algos[0], "")
+            self._choices[key] = out
+        return out
+
+    def _fixed(self, op: str, group: tuple[int, ...]) -> str:
+        """The configured algorithm, or the ring where it does not apply to this op or group."""
+        algo = self.algorithm
+        if len(group) < 2:
+            return "ring"
+        if op == "all_to_all" or algo == "direct":
+            return "direct" if op == "all_to_all" else "ring"
+        if algo in ("hierarchical", "collnet") and (op != "all_reduce" or not self._regular(group)):
+            return "ring"
+        if algo == "collnet" and (self.hardware is None or not self.hardware.sharp):
+            return "ring"
+        if algo == "tree" and (op != "all_reduce" or self.node_of(group[0]) < 0):
+            return "ring"
+        if algo == "nvls" and (op != "all_reduce" or not self.steps.nvls or len(self._by_node(group)) > 1
+                               or self.node_of(group[0]) < 0):
+            return "ring"
+        return algo
+
+    def _auto_candidates(self, op: str, group: tuple[int, ...]) -> tuple[str, ...]:
+        if len(group) < 2:
+            return ("ring",)
+        if op == "all_to_all":
+            return ("direct",)
+        if op != "all_reduce" or self.hardware is None or self.node_of(group[0]) < 0:
+            return ("ring",)
+        out = ["ring", "tree"]
+        if self.hardware.sharp and self._regular(group):
+            out.append("collnet")
+        if self.steps.nvls and len(self._by_node(group)) == 1:
+            out.append("nvls")
+        return tuple(out)
+
+    def _comm(self, group: tuple[int, ...]) -> tuning.Comm | None:
+        if self.hardware is None or len(group) < 2 or self.node_of(group[0]) < 0:
+            return None
+        return tuning.comm_of(self.hardware, [len(p) for p in self._by_node(group)])
+
     # -- construction ---------------------------------------------------------
-    def _raw(self, op: str, group: tuple[int, ...], root: int) -> RawPlan:
-        """Phases of flows, each flow as (hops [(src, dst, scale)], volume, latency)."""
+    def _raw(self, op: str, group: tuple[int, ...], root: int, algo: str) -> RawPlan:
+        """Phases of flows, each flow as (hops [(src, dst, scale)], volume, latency, merged hops)."""
         if op == "p2p":
             a, b = group
             lat = self.steps.launch + self._alpha(a, b)
-            return [[([(a, b, 1.0)], 1.0, lat)]]
+            return [[([(a, b, 1.0)], 1.0, lat, [])]]
         if len(group) < 2:
             return []
-        algo = self.algorithm
-        if algo == "auto" or (algo != "direct" and op == "all_to_all") or (algo == "direct" and op != "all_to_all"):
-            algo = "direct" if op == "all_to_all" else "ring"
-        if algo == "hierarchical" and (op != "all_reduce" or not self._regular(group)):
-            algo = "ring"
-        if algo == "nvls" and (op != "all_reduce" or not self.steps.nvls or len(self._by_node(group)) > 1
-                               or self.node_of(group[0]) < 0):
-            algo = "ring"
         return ALGORITHMS[algo](self, op, group, root)
 
-    def _folded(self, key: PlanKey) -> Plan:
+    def _folded(self, key: CacheKey) -> Plan:
         """The routed plan of ``key``; with a fold, each flow also carries its symmetric copies' links."""
-        op, group, root = key
-        raw = self._raw(op, group, root)
+        op, group, root, algo = key
+        raw = self._raw(op, group, root, algo)
         images = [raw]
         fold = self.fold
         if fold is not None and fold.copies > 1:
@@ -154,19 +260,25 @@ class CollectiveModel:
                 seen.add(ident)
                 iroot = row[-1] if root >= 0 else -1
                 igroup = tuple(img) if op == "p2p" else tuple(sorted(img))
-                image = self._raw(op, igroup, iroot)
+                image = self._raw(op, igroup, iroot, algo)
                 if [len(ph) for ph in image] != [len(ph) for ph in raw]:
                     raise RuntimeError(f"folding: the copy {igroup} of {op} {group} is not symmetric to it")
                 images.append(image)
         plan: Plan = []
         for p, phase in enumerate(raw):
             out = []
-            for f, (_hops, volume, latency) in enumerate(phase):
+            for f, (_hops, volume, latency, merged) in enumerate(phase):
                 acc = _Acc()
                 for copy in images:
                     for a, b, scale in copy[p][f][0]:
                         links, weights, _lat = self.router.route(a, b)
                         acc.add(links, weights, scale)
+                    if merged:
+                        one = _Acc()
+                        for a, b, scale in copy[p][f][3]:
+                            links, weights, _lat = self.router.route(a, b)
+                            one.most(links, weights, scale)
+                        acc.add(*one.freeze())
                 links, weights = acc.freeze()
                 out.append(FlowSpec(links, weights, volume, latency))
             plan.append(out)
@@ -192,10 +304,11 @@ class CollectiveModel:
         return len(per) > 1 and len({len(p) for p in per}) == 1 and self.node_of(group[0]) >= 0
 
     def rings(self, group: tuple[int, ...]) -> list[list[int]]:
-        """The ring channels of a group: one ring, or one per local position across nodes."""
+        """The ring channels of a group: one ring, or, across nodes, one per local position of the
+        smallest node (NCCL uses as many channels as the smaller side allows)."""
         per = self._by_node(group)
-        k = len(per[0])
-        if len(per) == 1 or self.node_of(group[0]) < 0 or any(len(p) != k for p in per) or k == 1:
+        k = min(len(p) for p in per)
+        if len(per) == 1 or self.node_of(group[0]) < 0 or k == 1:
             return [list(group)]
         return [[r for local in per for r in local[c:] + local[:c]] for c in range(k)]
 
@@ -204,14 +317,14 @@ class CollectiveModel:
         n = len(ring)
         hops = [(ring[i], ring[(i + 1) % n], 1.0) for i in range(n)]
         alpha = max(self._alpha(a, b) for a, b, _ in hops)
-        return hops, volume, self.steps.launch + steps * alpha
+        return hops, volume, self.steps.launch + steps * alpha, []
 
 
 def ring(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
-    """Ring reduce-scatter, all-gather or all-reduce (one channel per local position across nodes)."""
+    """Ring reduce-scatter, all-gather, all-reduce or broadcast (one channel per local position across nodes)."""
     n = len(group)
     if op == "broadcast":
-        return chain_broadcast(model, group, root)
+        return ring_broadcast(model, group, root)
     if op == "all_to_all":
         return direct(model, op, group, root)
     factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
@@ -220,15 +333,18 @@ def ring(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> 
     return [[model._ring_flows(r, factor / k, steps) for r in rings]]
 
 
-def chain_broadcast(model: CollectiveModel, group: tuple[int, ...], root: int) -> RawPlan:
-    """A pipelined chain from the root through the group."""
-    order = list(group)
-    if root in order:
-        i = order.index(root)
-        order = order[i:] + order[:i]
-    hops = [(order[i], order[i + 1], 1.0) for i in range(len(order) - 1)]
-    alpha = max(model._alpha(a, b) for a, b, _ in hops)
-    return [[(hops, 1.0, model.steps.launch + (len(order) - 1) * alpha)]]
+def ring_broadcast(model: CollectiveModel, group: tuple[int, ...], root: int) -> RawPlan:
+    """A pipelined chain from the root along each ring channel (NCCL's ring broadcast), S/k on each."""
+    rings = model.rings(group)
+    flows: list[RawFlow] = []
+    for order in rings:
+        if root in order:
+            i = order.index(root)
+            order = order[i:] + order[:i]
+        hops = [(order[i], order[i + 1], 1.0) for i in range(len(order) - 1)]
+        alpha = max(model._alpha(a, b) for a, b, _ in hops)
+        flows.append((hops, 1.0 / len(rings), model.steps.launch + (len(order) - 1) * alpha, []))
+    return [flows]
 
 
 def direct(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
@@ -240,7 +356,56 @@ def direct(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -
     for a in group:
         for b in group:
             if a != b:
-                flows.append(([(a, b, 1.0)], 1.0 / n, model.steps.launch + model._alpha(a, b)))
+                flows.append(([(a, b, 1.0)], 1.0 / n, model.steps.launch + model._alpha(a, b), []))
+    return [flows]
+
+
+def double_tree(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
+    """NCCL's tree all-reduce: per channel (one per local position of the smallest node), two trees
+    over the nodes (tree.py), each carrying S/(2k); inside a node a chain from the channel's entry
+    member through the node's others. Reduce (up) and broadcast (down) are pipelined: one flow per
+    (channel, tree) over every edge, both ways, at one rate; latency L + 2·(chain α + depth α)."""
+    per = model._by_node(group)
+    m, k = len(per), min(len(p) for p in per)
+    flows: list[RawFlow] = []
+    for c in range(k):
+        chains = [local[c:] + local[:c] for local in per]
+        intra: list[Hop] = []
+        for chain in chains:
+            for a, b in zip(chain, chain[1:]):
+                intra += [(a, b, 1.0), (b, a, 1.0)]
+        chain_alpha = max((model._alpha(a, b) for a, b, _ in intra), default=0.0)
+        chain_steps = max(len(chain) for chain in chains) - 1
+        for t in (0, 1):
+            parent = tree.parents(m, t)
+            inter: list[Hop] = []
+            for i, p in enumerate(parent):
+                if p >= 0:
+                    a, b = chains[i][0], chains[p][0]
+                    inter += [(a, b, 1.0), (b, a, 1.0)]
+            inter_alpha = max((model._alpha(a, b) for a, b, _ in inter), default=0.0)
+            lat = model.steps.launch + 2 * (chain_steps * chain_alpha + tree.depth(parent) * inter_alpha)
+            flows.append((intra + inter, 1.0 / (2 * k), lat, []))
+    return [flows]
+
+
+def collnet(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
+    """In-network all-reduce (SHARP, NCCL's CollNet Direct), pipelined: per local position c (k of
+    them), every GPU of a node sends its S/k share to the node's c-th member (reduce-scatter), which
+    sends it up the switch tree and gets the sum back (routes to the first node's c-th member and
+    back, merged: each link once each way, the switches reduce), then hands it to the node's other
+    GPUs (all-gather). One flow per c carries S/k over all of it at one rate; latency
+    L + 2·(α inside the node + α to the first node)."""
+    per = model._by_node(group)
+    k = len(per[0])
+    flows: list[RawFlow] = []
+    for c in range(k):
+        heads = [local[c] for local in per]
+        intra = [h for local in per for x in local if x != local[c] for h in ((x, local[c], 1.0), (local[c], x, 1.0))]
+        up = [h for x in heads[1:] for h in ((x, heads[0], 1.0), (heads[0], x, 1.0))]
+        a_intra = max((model._alpha(a, b) for a, b, _ in intra), default=0.0)
+        a_inter = max(model._alpha(a, b) for a, b, _ in up)
+        flows.append((intra, 1.0 / k, model.steps.launch + 2 * (a_intra + a_inter), up))
     return [flows]
 
 
@@ -269,6 +434,8 @@ def nvls(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> 
 
 ALGORITHMS: dict[str, Algorithm] = {
     "ring": ring,
+    "tree": double_tree,
+    "collnet": collnet,
     "direct": direct,
     "hierarchical": hierarchical,
     "nvls": nvls,

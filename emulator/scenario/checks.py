@@ -193,6 +193,7 @@ class ScenarioChecks:
             raise self.fail("collectives.algorithm", "nvls needs a catalog or inline node with NVLink SHARP "
                                                      "(nvls_busbw, e.g. dgx-h100, dgx-h200)")
         self.check_fabric(s)
+        self.check_sharp(s)
         self.check_targets(s)
         if s.workload.comm_groups is not None and s.workload.format != "chakra":
             raise self.fail("workload.comm_groups", f"a communicator-group file applies to chakra traces only "
@@ -282,6 +283,16 @@ class ScenarioChecks:
         if broken:
             raise self.fail(f"{kp}.{broken[0].key}", broken[0].message)
         return job
+
+    def check_sharp(self, s: Scenario) -> None:
+        """In-network reduction needs switches; collnet needs in-network reduction."""
+        fabric = s.cluster.fabric
+        if fabric.sharp and fabric.kind in ("ring", "torus"):
+            raise self.fail("cluster.fabric.sharp", f"in-network reduction needs switches, and a {fabric.kind} "
+                                                    "fabric has none: use single_switch, fat_tree, rail or custom")
+        if s.collectives.algorithm == "collnet" and not fabric.sharp:
+            raise self.fail("collectives.algorithm", "collnet reduces in the switches: set cluster.fabric.sharp: "
+                                                     "true (InfiniBand SHARP) or choose another algorithm")
 
     def derive_dp(self, p: ParallelSpec) -> ParallelSpec:
         gpus = self.gpus()

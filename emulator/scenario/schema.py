@@ -131,6 +131,8 @@ FABRIC_KEYS: dict[str, Key] = {
     "group_size": Key("int", "Routers per group (dragonfly).", minimum=1, maximum=10**5),
     "global_links": Key("int", "Links between each pair of groups (dragonfly), at most group_size.",
                         minimum=1, maximum=10**5),
+    "sharp": Key("bool", "In-network reduction in the fabric's switches (InfiniBand SHARP, NCCL CollNet): "
+                         "enables collectives.algorithm collnet, and auto may choose it. Not on ring or torus."),
 }
 
 # The fabric kinds that read each fabric key (topology.py, BUILDERS): a key given for another kind
@@ -233,7 +235,11 @@ PARALLEL_KEYS: dict[str, Key] = {
 }
 
 COLLECTIVES_KEYS: dict[str, Key] = {
-    "algorithm": Key("enum", "Collective algorithm.", enum=("auto", "ring", "hierarchical", "direct", "nvls")),
+    "algorithm": Key("enum", "Collective algorithm: ring (the default; all-to-all direct, broadcast a chain "
+                             "per ring channel), tree (NCCL's double binary tree), collnet (in-network "
+                             "reduction, needs cluster.fabric.sharp), hierarchical, direct, nvls, or auto "
+                             "(NCCL 2.30's tuning model chooses per call by operation, size and layout).",
+                     enum=("auto", "ring", "tree", "collnet", "hierarchical", "direct", "nvls")),
 }
 
 WORKLOAD_KEYS: dict[str, Key] = {

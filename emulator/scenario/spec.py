@@ -57,6 +57,7 @@ class FabricSpec:
     cores: int = 0  # core switches per spine position (fat_tree3); 0: pod_size
     group_size: int = 4  # routers per group (dragonfly)
     global_links: int = 1  # links between each pair of groups (dragonfly)
+    sharp: bool = False  # in-network reduction in the switches (SHARP / NCCL CollNet); collectives.algorithm collnet
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class ParallelSpec:
 
 @dataclass(frozen=True)
 class CollectivesSpec:
-    algorithm: str = "auto"  # auto | ring | hierarchical | direct
+    algorithm: str = "ring"  # ring | tree | collnet | hierarchical | direct | nvls | auto (NCCL's choice)
 
 
 @dataclass(frozen=True)

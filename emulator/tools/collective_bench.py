@@ -3,7 +3,9 @@
 For each size S: time t from the engine (one collective over the first N GPUs),
 algbw = S/t and busbw = algbw × factor, with factor 2(n−1)/n for all-reduce,
 (n−1)/n for reduce-scatter, all-gather and all-to-all, 1 for broadcast — as
-nccl-tests reports them (GB/s = 1e9 B/s).
+nccl-tests reports them (GB/s = 1e9 B/s). Each row also names the algorithm that
+ran (with ``collectives.algorithm: auto``, NCCL's pick for that size) and NCCL's
+protocol for it (network/tuning.py; "" where NCCL has no table).
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ def size_range(text: str) -> list[float]:
 
 
 def collective_table(scenario: Scenario, op: str, sizes: list[float], gpus: int | None = None) -> list[dict]:
-    """One row per size: bytes, time_s, algbw_GB_per_s, busbw_GB_per_s."""
+    """One row per size: bytes, time_s, algbw_GB_per_s, busbw_GB_per_s, algorithm, protocol."""
     if op not in COLLECTIVE_OPS:
         raise EmulatorError(f"--op: expected one of {', '.join(COLLECTIVE_OPS)}, got {op!r}")
     if gpus is not None and gpus < 2:  # checked before building the cluster; None (omitted): all GPUs
@@ -71,6 +73,7 @@ def collective_table(scenario: Scenario, op: str, sizes: list[float], gpus: int 
             raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None
         t = max(s.end_s for s in spans)
         algbw = size / t / 1e9 if t > 0 else 0.0
+        algorithm, protocol = cluster.collectives.choice(op, group, size)
         rows.append({"bytes": size, "time_s": t, "algbw_GB_per_s": algbw,
-                     "busbw_GB_per_s": algbw * bus_factor(op, n)})
+                     "busbw_GB_per_s": algbw * bus_factor(op, n), "algorithm": algorithm, "protocol": protocol})
     return rows
