@@ -84,6 +84,7 @@ class Engine:
         # plain ints (OpKind values) for the hot path: an int compares in C, the enum in Python
         self.kind: list[int] = [int(op.kind) for op in self.tops]
         self.succ, wait = self._wire()
+        self.call = self._call_numbers()
         # flat arrays, not lists: no float object per op, and nothing for the garbage collector
         # to traverse (a full collection walking four 21M-entry lists cost ~1/3 of a 1024-GPU run)
         self.waiting = array("q", wait) * len(self._shifts)
@@ -92,7 +93,6 @@ class Engine:
         self.end = array("d", [-1.0]) * n
         self.events = 0
         self._rdv: dict[tuple[tuple[int, ...], int], list[int]] = {}  # (group, call #) → ops that arrived
-        self._seq: dict[GroupKey, int] = {}  # calls issued so far by a rank on a group
         self._p2p: dict[P2PKey, list[list[int]]] = {}  # [waiting sends, waiting recvs]
         self._ends: dict[float, list[int]] = {}  # end time → compute ops ending then (one timeout each)
         self.durs = self._durations()
@@ -150,6 +150,23 @@ class Engine:
             wait[i] = len(op.deps) + (prev is not None)
             last_on_stream[key] = i
         return succ, wait
+
+    def _call_numbers(self) -> list[int]:
+        """Per template op, its call number on its (rank, group) communicator, in program order
+        (-1 for other ops). NCCL matches the calls of a communicator in the order each rank
+        issues them (every rank must call its collectives on a communicator in the same order;
+        NCCL user guide, "Collective Operations"); a framework issues them in program order,
+        whichever stream (``zero``, ``dp``) they later run on. Matching by arrival order
+        instead paired a ZeRO-3 all-gather with a reduce-scatter as soon as ranks fell out of
+        lock-step (issue #17). A copy's ops are its template's, so the number holds for every copy."""
+        seen: dict[tuple[int, tuple[int, ...]], int] = {}
+        out = [-1] * len(self.tops)
+        for t, op in enumerate(self.tops):
+            if op.kind is COLLECTIVE:
+                key = (op.rank, op.group)
+                out[t] = seen.get(key, 0)
+                seen[key] = out[t] + 1
+        return out
 
     def _durations(self) -> list[list[float]]:
         """Per copy, the duration of each template op; copies whose ranks have the same
@@ -282,8 +299,7 @@ class Engine:
         if gkey is None:  # (rank, group) of this copy; the template's key when it is the identity
             gkey = keys[(op.rank, op.group)] = (self._tr(k, op.rank), self._group(k, op.group))
         group = gkey[1]
-        seq = self._seq.get(gkey, 0)
-        self._seq[gkey] = seq + 1
+        seq = self.call[t]
         key = (group, seq)
         arrived = self._rdv.get(key)
         if arrived is None:
