@@ -23,7 +23,7 @@ import yaml
 
 from emulator.errors import ScenarioError
 from emulator.scenario.schema import SCHEDULES
-from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario, TrainingSpec
+from emulator.scenario.spec import PRECISION_PEAK, ModelSpec, ParallelSpec, Scenario, TrainingSpec, precision_refusal
 from emulator.scenario.stages import chunk_layers
 from emulator.scenario.yamltree import show
 
@@ -181,6 +181,9 @@ class ScenarioChecks:
         self.check_targets(s)
         if s.model is not None:
             self.check_layout(s.model, s.training, p)
+            precision = s.training.precision
+            if node is not None and precision in PRECISION_PEAK and node.gpu.peak_at(precision) <= 0:
+                raise self.fail("training.precision", precision_refusal(node.gpu, precision))
         return s
 
     def derive_dp(self, p: ParallelSpec) -> ParallelSpec:
