@@ -1,8 +1,11 @@
 """The engine: runs each simulated rank's program on SimPy over the fabric.
 
 It owns the op semantics of the IR (``emulator.program``): dependencies, in-order
-streams, the rendezvous of collectives, send/recv matching by (src, dst, tag),
-and deadlock detection. It records one Span per op (``emulator.spans.SpanTable``).
+streams, the rendezvous of collectives (the calls of a communicator match in program
+order, as NCCL matches them in issue order, whatever stream each runs on), send/recv
+matching by (src, dst, tag), the sharing of one GPU by compute ops on several of its
+streams (``emulator.devices.sharing``; a rank with one compute stream keeps the fast
+path below), and deadlock detection. It records one Span per op (``emulator.spans.SpanTable``).
 
 Hot path notes: ops are indexed by position; each op keeps a counter of unmet
 prerequisites (its deps plus the previous op on its stream), in flat arrays; no SimPy process
@@ -30,6 +33,7 @@ from typing import Callable
 import simpy
 
 from emulator.devices.gpu import Gpu
+from emulator.devices.sharing import SharedGpu
 from emulator.errors import EmulatorError
 from emulator.folding import Stamped
 from emulator.network.collectives import CollectiveModel, PlanKey
@@ -85,6 +89,9 @@ class Engine:
         self.kind: list[int] = [int(op.kind) for op in self.tops]
         self.succ, wait = self._wire()
         self.call = self._call_numbers()
+        self.shares = self._sharing()
+        self._gpu_share: dict[int, SharedGpu] = {}  # world rank → its running kernels (sharing ranks only)
+        self._share_version: dict[int, int] = {}
         # flat arrays, not lists: no float object per op, and nothing for the garbage collector
         # to traverse (a full collection walking four 21M-entry lists cost ~1/3 of a 1024-GPU run)
         self.waiting = array("q", wait) * len(self._shifts)
@@ -168,6 +175,17 @@ class Engine:
                 seen[key] = out[t] + 1
         return out
 
+    def _sharing(self) -> list[bool]:
+        """Per template op: a GPU compute op of a rank whose compute runs on more than one stream.
+        Those ops share their GPU (``emulator.devices.sharing``); every other compute op runs at
+        full speed on the fast path (a rank with one compute stream never runs two kernels at once).
+        Host ops (stream ``cpu``, imported traces) are the CPU's time, not the GPU's."""
+        streams: dict[int, set[str]] = {}
+        for op in self.tops:
+            if op.kind is COMPUTE and op.stream != "cpu":
+                streams.setdefault(op.rank, set()).add(op.stream)
+        return [op.kind is COMPUTE and op.stream != "cpu" and len(streams[op.rank]) > 1 for op in self.tops]
+
     def _durations(self) -> list[list[float]]:
         """Per copy, the duration of each template op; copies whose ranks have the same
         slowdowns share one list."""
@@ -238,6 +256,9 @@ class Engine:
             if c == 0:  # OpKind.COMPUTE
                 xfer[i] = now
                 d = durs[k][t]
+                if d > 0.0 and self.shares[t]:
+                    self._share(self._tr(k, self.tops[t].rank), i, d, now)
+                    continue
                 if d > 0.0:
                     at = now + d  # what SimPy computes for the timeout: equal ends share one event
                     batch = ends.get(at)
@@ -281,6 +302,34 @@ class Engine:
         value is its own time (``_release``), so it is also the current time."""
         at: float = event.value  # type: ignore[assignment]  # simpy types every value Optional[Any]
         self._complete(self._ends.pop(at), at, [], True)  # start each: keep start order
+
+    # -- GPUs shared by several compute streams ---------------------------------------
+    def _share(self, gpu: int, i: int, work: float, now: float) -> None:
+        """Kernel ``i`` of ``work`` s (at full speed) starts on ``gpu``, sharing it with its running kernels."""
+        share = self._gpu_share.get(gpu)
+        if share is None:
+            share = self._gpu_share[gpu] = SharedGpu()
+        share.add(now, i, work)
+        self._share_schedule(gpu, share, now)
+
+    def _share_schedule(self, gpu: int, share: SharedGpu, now: float) -> None:
+        """(Re)schedule the GPU's next kernel end; an earlier schedule becomes stale."""
+        version = self._share_version.get(gpu, 0) + 1
+        self._share_version[gpu] = version
+        at = share.next_end()
+        if at is not None:
+            self.env.timeout(max(0.0, at - now), (gpu, version)).callbacks.append(self._share_done)
+
+    def _share_done(self, event: simpy.Event) -> None:
+        """A shared GPU's scheduled kernel end (ignored when a later start rescheduled it)."""
+        gpu, version = event.value  # type: ignore[misc]  # simpy types every value Optional[Any]
+        if self._share_version[gpu] != version:
+            return
+        now = self.env.now
+        share = self._gpu_share[gpu]
+        finished = share.finish(now)
+        self._share_schedule(gpu, share, now)
+        self._complete(finished, now, [], True)  # start each: keep start order
 
     def _done_many(self, members: list[int]) -> None:
         """The ops of a finished transfer (a collective's members, or a send and its recv) ended
