@@ -247,7 +247,7 @@ class Engine:
         """Start every op in ``ready`` (last first); zero-time completions are handled iteratively."""
         now = self.env.now
         T, kind, start, xfer, durs = self.T, self.kind, self.start, self.xfer, self.durs
-        timeout, done, ends = self.env.timeout, self._done, self._ends
+        timeout, done, ends, shares = self.env.timeout, self._done, self._ends, self.shares
         while ready:
             i = ready.pop()
             start[i] = now
@@ -256,7 +256,7 @@ class Engine:
             if c == 0:  # OpKind.COMPUTE
                 xfer[i] = now
                 d = durs[k][t]
-                if d > 0.0 and self.shares[t]:
+                if d > 0.0 and shares[t]:
                     self._share(self._tr(k, self.tops[t].rank), i, d, now)
                     continue
                 if d > 0.0:

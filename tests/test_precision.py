@@ -71,3 +71,28 @@ def test_fp8_on_a100_is_refused_naming_file_line_and_key(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "q.yaml:12: training.precision: fp8 needs the GPU's FP8" in err
     assert not os.path.exists(tmp_path / "o" / "summary.json")
+
+
+def test_tf32_on_v100_is_refused_at_its_line(tmp_path):
+    # V100 has no TF32 tensor cores (its catalog entry gives no peak_flops_tf32): refused at load.
+    path = os.path.join(str(tmp_path), "g.yaml")
+    with open(path, "w") as fh:
+        fh.write("name: g\ncluster: {nodes: 1, node: dgx-v100}\nmodel: {preset: gpt3-125m}\n"
+                 "training: {global_batch: 8, micro_batch: 1,\n  precision: tf32}\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value) == (f"{path}:5: training.precision: tf32 needs the GPU's TF32 tensor-core rate, but GPU "
+                              "V100-SXM2-32GB has none (its catalog entry gives no peak_flops_tf32); choose another "
+                              "precision or GPU, or give the GPU a peak_flops_tf32")
+
+
+def test_a_calibrated_catalog_entry_keeps_the_precision_rates(tmp_path):
+    # `emulator calibrate --kineto` writes a GPU entry of its own; it carries the base GPU's rates.
+    from emulator.tools.calibrate import ComputeFit, catalog_yaml
+
+    text = catalog_yaml(catalog.node("dgx-a100"), "test", ComputeFit(0.6, {}, 0.85, 10))
+    path = tmp_path / "cat.yaml"
+    path.write_text(text)
+    gpus, _ = catalog.load_user_catalog(str(path))
+    g = gpus["dgx-a100-gpu"]
+    assert (g.peak_at("fp32"), g.peak_at("tf32"), g.peak_at("fp8")) == (19.5e12, 156e12, 0.0)
