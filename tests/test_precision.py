@@ -96,3 +96,11 @@ def test_a_calibrated_catalog_entry_keeps_the_precision_rates(tmp_path):
     gpus, _ = catalog.load_user_catalog(str(path))
     g = gpus["dgx-a100-gpu"]
     assert (g.peak_at("fp32"), g.peak_at("tf32"), g.peak_at("fp8")) == (19.5e12, 156e12, 0.0)
+
+
+def test_a_negative_precision_rate_is_a_clear_error(tmp_path):
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(_quickstart(tmp_path, "fp32"), ["cluster.node.gpu.peak_flops_fp32=-1 TFLOP/s"])
+    assert str(err.value) == ('--set cluster.node.gpu.peak_flops_fp32=-1 TFLOP/s: cluster.node.gpu.peak_flops_fp32: '
+                              'expected a FLOP rate with a unit such as "312 TFLOP/s", got "-1 TFLOP/s": it must not '
+                              'be negative')
