@@ -104,3 +104,17 @@ def test_a_negative_precision_rate_is_a_clear_error(tmp_path):
     assert str(err.value) == ('--set cluster.node.gpu.peak_flops_fp32=-1 TFLOP/s: cluster.node.gpu.peak_flops_fp32: '
                               'expected a FLOP rate with a unit such as "312 TFLOP/s", got "-1 TFLOP/s": it must not '
                               'be negative')
+
+
+def test_an_fp8_gemm_moves_one_byte_per_element():
+    # A memory-bound GEMM m = n = 8192, k = 16 on H100 in fp8 (dtype 1). Bytes (8192·16 + 16·8192 + 8192²)·1
+    # = 67,371,008 at 0.9·3350 GB/s = 22.345 µs; FLOPs 2·8192²·16 = 2.147e9 at 1978.9 TFLOP/s × e
+    # (0.695 · 0.803/0.869 · e_tile 4096/(32·132) · 16/80 = 0.12455) = 8.71 µs: memory-bound, + 4 µs launch.
+    # (Before, every GEMM was costed with 2-byte operands: 44.69 + 4 µs.)
+    from emulator.scenario.spec import ModelSpec
+    from emulator.workload import layer as Ly
+
+    h100 = C.at_precision(catalog.gpu("H100-SXM5-80GB"), "fp8")
+    L = Ly.layer_shape(ModelSpec(layers=1, hidden=256, heads=4, seq_len=128, vocab=512), 1, dtype=1)
+    assert Ly.kernel_time(Ly.gemm("g", 8192, 8192, 16, L), h100) == pytest.approx(67371008 / (0.9 * 3350e9) + 4e-6,
+                                                                                    rel=1e-12)
