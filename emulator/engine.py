@@ -1,8 +1,11 @@
 """The engine: runs each simulated rank's program on SimPy over the fabric.
 
 It owns the op semantics of the IR (``emulator.program``): dependencies, in-order
-streams, the rendezvous of collectives, send/recv matching by (src, dst, tag),
-and deadlock detection. It records one Span per op (``emulator.spans.SpanTable``).
+streams, the rendezvous of collectives (the calls of a communicator match in program
+order, as NCCL matches them in issue order, whatever stream each runs on), send/recv
+matching by (src, dst, tag), the sharing of one GPU by compute ops on several of its
+streams (``emulator.devices.sharing``; a rank with one compute stream keeps the fast
+path below), and deadlock detection. It records one Span per op (``emulator.spans.SpanTable``).
 
 Hot path notes: ops are indexed by position; each op keeps a counter of unmet
 prerequisites (its deps plus the previous op on its stream), in flat arrays; no SimPy process
@@ -30,6 +33,7 @@ from typing import Callable
 import simpy
 
 from emulator.devices.gpu import Gpu
+from emulator.devices.sharing import SharedGpu
 from emulator.errors import EmulatorError
 from emulator.folding import Stamped
 from emulator.network.collectives import CollectiveModel, PlanKey
@@ -84,6 +88,10 @@ class Engine:
         # plain ints (OpKind values) for the hot path: an int compares in C, the enum in Python
         self.kind: list[int] = [int(op.kind) for op in self.tops]
         self.succ, wait = self._wire()
+        self.call = self._call_numbers()
+        self.shares = self._sharing()
+        self._gpu_share: dict[int, SharedGpu] = {}  # world rank → its running kernels (sharing ranks only)
+        self._share_version: dict[int, int] = {}
         # flat arrays, not lists: no float object per op, and nothing for the garbage collector
         # to traverse (a full collection walking four 21M-entry lists cost ~1/3 of a 1024-GPU run)
         self.waiting = array("q", wait) * len(self._shifts)
@@ -92,7 +100,6 @@ class Engine:
         self.end = array("d", [-1.0]) * n
         self.events = 0
         self._rdv: dict[tuple[tuple[int, ...], int], list[int]] = {}  # (group, call #) → ops that arrived
-        self._seq: dict[GroupKey, int] = {}  # calls issued so far by a rank on a group
         self._p2p: dict[P2PKey, list[list[int]]] = {}  # [waiting sends, waiting recvs]
         self._ends: dict[float, list[int]] = {}  # end time → compute ops ending then (one timeout each)
         self.durs = self._durations()
@@ -150,6 +157,34 @@ class Engine:
             wait[i] = len(op.deps) + (prev is not None)
             last_on_stream[key] = i
         return succ, wait
+
+    def _call_numbers(self) -> list[int]:
+        """Per template op, its call number on its (rank, group) communicator, in program order
+        (-1 for other ops). NCCL matches the calls of a communicator in the order each rank
+        issues them (every rank must call its collectives on a communicator in the same order;
+        NCCL user guide, "Collective Operations"); a framework issues them in program order,
+        whichever stream (``zero``, ``dp``) they later run on. Matching by arrival order
+        instead paired a ZeRO-3 all-gather with a reduce-scatter as soon as ranks fell out of
+        lock-step (issue #17). A copy's ops are its template's, so the number holds for every copy."""
+        seen: dict[tuple[int, tuple[int, ...]], int] = {}
+        out = [-1] * len(self.tops)
+        for t, op in enumerate(self.tops):
+            if op.kind is COLLECTIVE:
+                key = (op.rank, op.group)
+                out[t] = seen.get(key, 0)
+                seen[key] = out[t] + 1
+        return out
+
+    def _sharing(self) -> list[bool]:
+        """Per template op: a GPU compute op of a rank whose compute runs on more than one stream.
+        Those ops share their GPU (``emulator.devices.sharing``); every other compute op runs at
+        full speed on the fast path (a rank with one compute stream never runs two kernels at once).
+        Host ops (stream ``cpu``, imported traces) are the CPU's time, not the GPU's."""
+        streams: dict[int, set[str]] = {}
+        for op in self.tops:
+            if op.kind is COMPUTE and op.stream != "cpu":
+                streams.setdefault(op.rank, set()).add(op.stream)
+        return [op.kind is COMPUTE and op.stream != "cpu" and len(streams[op.rank]) > 1 for op in self.tops]
 
     def _durations(self) -> list[list[float]]:
         """Per copy, the duration of each template op; copies whose ranks have the same
@@ -212,7 +247,7 @@ class Engine:
         """Start every op in ``ready`` (last first); zero-time completions are handled iteratively."""
         now = self.env.now
         T, kind, start, xfer, durs = self.T, self.kind, self.start, self.xfer, self.durs
-        timeout, done, ends = self.env.timeout, self._done, self._ends
+        timeout, done, ends, shares = self.env.timeout, self._done, self._ends, self.shares
         while ready:
             i = ready.pop()
             start[i] = now
@@ -221,6 +256,9 @@ class Engine:
             if c == 0:  # OpKind.COMPUTE
                 xfer[i] = now
                 d = durs[k][t]
+                if d > 0.0 and shares[t]:
+                    self._share(self._tr(k, self.tops[t].rank), i, d, now)
+                    continue
                 if d > 0.0:
                     at = now + d  # what SimPy computes for the timeout: equal ends share one event
                     batch = ends.get(at)
@@ -265,6 +303,34 @@ class Engine:
         at: float = event.value  # type: ignore[assignment]  # simpy types every value Optional[Any]
         self._complete(self._ends.pop(at), at, [], True)  # start each: keep start order
 
+    # -- GPUs shared by several compute streams ---------------------------------------
+    def _share(self, gpu: int, i: int, work: float, now: float) -> None:
+        """Kernel ``i`` of ``work`` s (at full speed) starts on ``gpu``, sharing it with its running kernels."""
+        share = self._gpu_share.get(gpu)
+        if share is None:
+            share = self._gpu_share[gpu] = SharedGpu()
+        share.add(now, i, work)
+        self._share_schedule(gpu, share, now)
+
+    def _share_schedule(self, gpu: int, share: SharedGpu, now: float) -> None:
+        """(Re)schedule the GPU's next kernel end; an earlier schedule becomes stale."""
+        version = self._share_version.get(gpu, 0) + 1
+        self._share_version[gpu] = version
+        at = share.next_end()
+        if at is not None:
+            self.env.timeout(max(0.0, at - now), (gpu, version)).callbacks.append(self._share_done)
+
+    def _share_done(self, event: simpy.Event) -> None:
+        """A shared GPU's scheduled kernel end (ignored when a later start rescheduled it)."""
+        gpu, version = event.value  # type: ignore[misc]  # simpy types every value Optional[Any]
+        if self._share_version[gpu] != version:
+            return
+        now = self.env.now
+        share = self._gpu_share[gpu]
+        finished = share.finish(now)
+        self._share_schedule(gpu, share, now)
+        self._complete(finished, now, [], True)  # start each: keep start order
+
     def _done_many(self, members: list[int]) -> None:
         """The ops of a finished transfer (a collective's members, or a send and its recv) ended
         now; their successors start together, after all of them ended."""
@@ -282,8 +348,7 @@ class Engine:
         if gkey is None:  # (rank, group) of this copy; the template's key when it is the identity
             gkey = keys[(op.rank, op.group)] = (self._tr(k, op.rank), self._group(k, op.group))
         group = gkey[1]
-        seq = self._seq.get(gkey, 0)
-        self._seq[gkey] = seq + 1
+        seq = self.call[t]
         key = (group, seq)
         arrived = self._rdv.get(key)
         if arrived is None:

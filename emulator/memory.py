@@ -122,7 +122,7 @@ def memory_report(sc: Scenario) -> MemoryReport:
         raise ValueError("a memory report needs a model and a node type")
     m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, par.tp))
     gpu = sc.cluster.node.gpu
-    dtype = 4 if tr.precision == "fp32" else 2
+    dtype = 4 if tr.precision in ("fp32", "tf32") else 2
     grad_bytes = grad_reduce_bytes(tr.precision, tr.grad_reduce)
     flash = getattr(tr, "attention", "unfused") == "flash" or par.cp > 1
     s = m.seq_len // par.cp

@@ -30,12 +30,14 @@ def test_ring_all_reduce_is_exact(tmp_path):
 
 def test_streams_run_in_order_and_deps_cross_streams(tmp_path):
     # rank 0: compute a (2 s) then compute b (3 s) on one stream; c (1 s) on stream "x" after a.
-    # a: 0–2, b: 2–5, c: 2–3 → makespan 5 s
+    # b and c start together at 2 s and share the GPU (each at half speed, devices/sharing.py):
+    # c ends at 2 + 1·2 = 4 s, b has 3 − 1 = 2 s of work left and ends at 4 + 2 = 6 s.
+    # a: 0–2, b: 2–6, c: 2–4 → makespan 6 s = 2 + 3 + 1 (the GPU is never idle)
     sc = custom_scenario(star(tmp_path, 1))
     ops = [Op(0, 0, COMPUTE, duration=2.0, name="a"), Op(1, 0, COMPUTE, duration=3.0, name="b"),
            Op(2, 0, COMPUTE, stream="x", deps=(0,), duration=1.0, name="c")]
     spans = {s.name: (s.start_s, s.end_s) for s in run_program(Program(1, ops), sc).spans}
-    assert spans == {"a": (0.0, 2.0), "b": (2.0, 5.0), "c": (2.0, 3.0)}
+    assert spans == {"a": (0.0, 2.0), "b": (2.0, 6.0), "c": (2.0, 4.0)}
 
 
 def test_collective_waits_for_the_last_member(tmp_path):

@@ -2,7 +2,8 @@
 
 Owns the pure compute cost model (compute.py: the roofline with shape-dependent GEMM
 efficiency, fitted to ../shared/calibration), the GPU as the engine sees it
-(gpu.py: an op's duration, with its slowdown) and NIC utilisation reports (nic.py).
+(gpu.py: an op's duration, with its slowdown), the sharing of one GPU by concurrent
+compute streams (sharing.py) and NIC utilisation reports (nic.py).
 
 May import: emulator.errors, emulator.program, emulator.scenario (GpuSpec),
 emulator.network (topology, for NIC ports) and its own modules. Never workload/, the

@@ -4,8 +4,9 @@ Every kernel is costed by a roofline,
 
     time = max(flops / (peak · e_flops), bytes / (hbm · e_mem)) + launch_overhead,
 
-where ``peak`` and ``hbm`` are the GPU's dense tensor-core FLOP/s and HBM bandwidth
-(GpuSpec), and the efficiencies are:
+where ``peak`` and ``hbm`` are the GPU's dense FLOP/s at the training precision and its
+HBM bandwidth (GpuSpec; ``at_precision`` picks the peak, see "Precision" below), and the
+efficiencies are:
 
 - ``e_flops`` for a GEMM depends on its shape (m×k)·(k×n) (``batch`` independent ones):
       e_flops = E_GEMM_MAX · matmul_scale(gpu) · e_tile(m, n, batch) · k / (k + K_HALF)
@@ -28,12 +29,25 @@ Calibration (fitted against ../shared/calibration/layers.csv, all five GPT-22B r
 forward and backward; tests/test_calibration.py repeats the fit): E_GEMM_MAX and E_MEM.
 K_HALF is an assumption (the data cannot identify it). The tile size and SM counts are hardware facts. Other
 GPUs use the same three efficiencies with their own peak, HBM bandwidth and SM count.
+
+Precision (``training.precision``) chooses the peak a GEMM runs at (``precision_peak``):
+bf16 and fp16 the dense tensor-core peak (``peak_flops``); ``fp32`` the FP32 (CUDA-core)
+rate ``peak_flops_fp32``, because PyTorch runs float32 matmuls in full FP32 by default since
+1.12 (``torch.backends.cuda.matmul.allow_tf32 = False``) and Megatron-LM does not enable TF32
+(NVIDIA/Megatron-LM commit d98e8a64: ``allow_tf32`` is only ever set, to False, in its tests);
+``tf32`` (fp32 storage, TF32 tensor-core matmuls: ``allow_tf32 = True``) the TF32 rate
+``peak_flops_tf32``; ``fp8`` the FP8 tensor-core rate ``peak_flops_fp8``. A GPU whose catalog
+entry gives no rate for the precision (an A100 or V100 has no FP8, a V100 no TF32) is refused
+with a ScenarioError. The efficiencies above (fitted on bf16) apply unchanged to every
+precision: an ASSUMPTION, no calibration row measures fp32, tf32 or fp8 GEMMs.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from emulator.scenario.spec import GpuSpec
+from emulator.errors import ScenarioError
+from emulator.scenario.spec import PRECISION_PEAK, GpuSpec, precision_refusal
 
 # Output tile edge of the tensor-core GEMM kernels (cuBLAS/CUTLASS 128×128 tiles are
 # the common choice for large bf16 GEMMs on A100/H100; NVIDIA "Matrix Multiplication
@@ -64,6 +78,25 @@ K_HALF = 64.0  # ASSUMPTION (half a tile edge): not identifiable from layers.csv
 # under sustained load. H200 and H800 share H100's die and carry H100's fraction. GPUs without a
 # measurement (B200, L40S, V100: fraction 0) keep A100's: an ASSUMPTION.
 REFERENCE_FRACTION = 0.869  # A100 SXM, the GPU E_GEMM_MAX was fitted on
+
+
+def precision_peak(gpu: GpuSpec, precision: str) -> float:
+    """The GPU's dense FLOP/s for GEMMs at ``precision``; a ScenarioError (key
+    ``training.precision``) when its catalog entry gives no such rate."""
+    if precision not in PRECISION_PEAK:
+        raise ScenarioError(f"expected one of {', '.join(PRECISION_PEAK)}, got {precision!r}",
+                            key="training.precision")
+    peak = gpu.peak_at(precision)
+    if peak <= 0:
+        raise ScenarioError(precision_refusal(gpu, precision), key="training.precision")
+    return peak
+
+
+def at_precision(gpu: GpuSpec, precision: str) -> GpuSpec:
+    """``gpu`` with ``peak_flops`` set to its dense rate at ``precision`` (every cost function
+    below reads ``peak_flops``)."""
+    peak = precision_peak(gpu, precision)
+    return gpu if peak == gpu.peak_flops else replace(gpu, peak_flops=peak)
 
 
 def matmul_scale(gpu: GpuSpec) -> float:

@@ -25,7 +25,15 @@ import yaml
 from emulator.errors import ScenarioError
 from emulator.scenario.allocation import AllocationError, Request, allocate
 from emulator.scenario.schema import SCHEDULES
-from emulator.scenario.spec import JobSpec, ModelSpec, ParallelSpec, Scenario, TrainingSpec
+from emulator.scenario.spec import (
+    PRECISION_PEAK,
+    JobSpec,
+    ModelSpec,
+    ParallelSpec,
+    Scenario,
+    TrainingSpec,
+    precision_refusal,
+)
 from emulator.scenario.stages import chunk_layers
 from emulator.scenario.yamltree import show
 
@@ -202,6 +210,9 @@ class ScenarioChecks:
         self.check_mirror(s)
         if s.model is not None:
             self.check_layout(s.model, s.training, p)
+            precision = s.training.precision
+            if node is not None and precision in PRECISION_PEAK and node.gpu.peak_at(precision) <= 0:
+                raise self.fail("training.precision", precision_refusal(node.gpu, precision))
         if s.jobs:
             s = dataclasses.replace(s, jobs=self.check_jobs(s))
         return s

@@ -80,6 +80,12 @@ GPU_KEYS: dict[str, Key] = {
                     minimum=0, maximum=10**5),
     "matmul_fraction": Key("ratio", "Maximum achievable matmul FLOP/s as a fraction of the dense peak (a "
                                     "measurement, e.g. mamf-finder); 0 or absent: as an A100.", minimum=0, maximum=1),
+    "peak_flops_fp32": Key("flops_rate", 'FP32 (CUDA-core) peak, e.g. "19.5 TFLOP/s"; absent: '
+                                         "training.precision fp32 is refused.", minimum=0),
+    "peak_flops_tf32": Key("flops_rate", 'Dense TF32 tensor-core peak, e.g. "156 TFLOP/s"; absent: none.',
+                           minimum=0),
+    "peak_flops_fp8": Key("flops_rate", 'Dense FP8 tensor-core peak, e.g. "1978.9 TFLOP/s"; absent: none.',
+                          minimum=0),
 }
 
 NODE_KEYS: dict[str, Key] = {
@@ -199,7 +205,10 @@ MODEL_KEYS: dict[str, Key] = {
 TRAINING_KEYS: dict[str, Key] = {
     "global_batch": Key("int", "Sequences per iteration.", minimum=1),
     "micro_batch": Key("int", "Sequences per micro-batch.", minimum=1),
-    "precision": Key("enum", "Compute precision.", enum=("bf16", "fp16", "fp32", "fp8")),
+    "precision": Key("enum", "Compute precision: bf16/fp16 at the tensor-core peak; fp32 at the FP32 rate "
+                              "(PyTorch's default, no TF32); tf32 (fp32 storage, TF32 matmuls) at the TF32 "
+                              "rate; fp8 at the FP8 rate (refused on a GPU without one).",
+                      enum=("bf16", "fp16", "fp32", "tf32", "fp8")),
     "recompute": Key("enum", "Activation recomputation.", enum=("none", "selective", "full")),
     "attention": Key("enum", "Attention kernels: unfused (Megatron's, as in layers.csv) or flash.",
                      enum=("unfused", "flash")),

@@ -8,6 +8,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+# training.precision → (GpuSpec field of its dense GEMM peak, that rate in words). Why fp32 is the
+# FP32 rate and not TF32: emulator/devices/compute.py, "Precision".
+PRECISION_PEAK = {
+    "bf16": ("peak_flops", "bf16 tensor-core"),
+    "fp16": ("peak_flops", "fp16 tensor-core"),
+    "fp32": ("peak_flops_fp32", "FP32 (CUDA-core, no TF32)"),
+    "tf32": ("peak_flops_tf32", "TF32 tensor-core"),
+    "fp8": ("peak_flops_fp8", "FP8 tensor-core"),
+}
+
+
+def precision_refusal(gpu: "GpuSpec", precision: str) -> str:
+    """Why ``gpu`` cannot run ``precision`` (its catalog entry gives no rate for it)."""
+    field, words = PRECISION_PEAK[precision]
+    return (f"{precision} needs the GPU's {words} rate, but GPU {gpu.name} has none (its catalog entry gives "
+            f"no {field}); choose another precision or GPU, or give the GPU a {field}")
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -20,6 +37,13 @@ class GpuSpec:
     memory_efficiency: float = 0.0  # measured fraction of HBM bandwidth of streaming kernels; 0: the model's
     sm_count: int = 0  # streaming multiprocessors; 0: unknown, costed as an A100's (devices/compute.py)
     matmul_fraction: float = 0.0  # measured max achievable matmul FLOP/s / dense peak; 0: unmeasured (as A100)
+    peak_flops_fp32: float = 0.0  # FP32 (CUDA-core) FLOP/s; 0: unknown (training.precision fp32 is refused)
+    peak_flops_tf32: float = 0.0  # dense TF32 tensor-core FLOP/s; 0: none (precision tf32 is refused)
+    peak_flops_fp8: float = 0.0  # dense FP8 tensor-core FLOP/s; 0: none (precision fp8 is refused)
+
+    def peak_at(self, precision: str) -> float:
+        """Dense FLOP/s of GEMMs at ``training.precision`` (PRECISION_PEAK); 0 when the GPU has no such rate."""
+        return float(getattr(self, PRECISION_PEAK[precision][0]))
 
 
 @dataclass(frozen=True)
@@ -115,7 +139,7 @@ class ModelSpec:
 class TrainingSpec:
     global_batch: int = 1
     micro_batch: int = 1
-    precision: str = "bf16"  # bf16 | fp16 | fp32 | fp8
+    precision: str = "bf16"  # bf16 | fp16 | fp32 | tf32 | fp8 (devices/compute.py: the peak each runs at)
     recompute: str = "none"  # none | selective | full
     attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash
     grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16

@@ -305,6 +305,8 @@ def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str
         # the base GPU's hardware facts (its catalog fields) carry over to the calibrated entry
         lines += [f"    sm_count: {g.sm_count}"] if g.sm_count else []
         lines += [f"    matmul_fraction: {g.matmul_fraction:.6g}"] if g.matmul_fraction else []
+        lines += [f"    {f}: {_q(getattr(g, f), 'TFLOP/s', 1e12)}"
+                  for f in ("peak_flops_fp32", "peak_flops_tf32", "peak_flops_fp8") if getattr(g, f)]
         if compute.gemm_efficiency is not None:
             lines.append(f"    gemm_efficiency: {compute.gemm_efficiency:.6g}")
         if compute.memory_efficiency is not None:

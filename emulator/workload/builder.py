@@ -68,7 +68,7 @@ class _RankBuilder:
         self.c = self.lo.coords(rank)
         node = plan.sc.cluster.node
         assert node is not None  # make_plan checked it
-        self.gpu = node.gpu
+        self.gpu = compute.at_precision(node.gpu, plan.sc.training.precision)  # GEMMs at the precision's peak
         self.detail = plan.sc.simulation.detail
         self.last_compute: int | None = None
         self.tp = self.lo.tp_group(rank)

@@ -61,6 +61,7 @@ class Kernel:
     causal: bool = False  # flash
     backward: bool = False  # flash
     head_dim: int = 0  # flash
+    dtype: int = 2  # bytes per element of a gemm's or flash kernel's operands (training.precision)
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
 
 def gemm(name: str, m: int, n: int, k: int, L: LayerShape, batch: int = 1, cat: str = FWD) -> Kernel:
     return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), compute.gemm_bytes(m, n, k, L.dtype, batch),
-                  cat, m, n, k, batch)
+                  cat, m, n, k, batch, dtype=L.dtype)
 
 
 def elementwise(name: str, elements: float, passes: float, L: LayerShape, flops_per: float = 1.0,
@@ -174,16 +175,16 @@ def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel
     bh = L.b * L.a_l
     flops = 4.0 * bh * L.s * sk * L.d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0)
     nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * L.d * L.dtype
-    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, L.d, bh, L.causal, backward, L.d)
+    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, L.d, bh, L.causal, backward, L.d, dtype=L.dtype)
 
 
 def kernel_time(kern: Kernel, gpu: GpuSpec) -> float:
     """Seconds for ``kern`` on ``gpu`` (compute.py's roofline for its kind)."""
     if kern.kind == "gemm":
-        return compute.gemm_time(kern.m, kern.n, kern.k, gpu, 2, kern.batch)
+        return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch)
     if kern.kind == "flash":
         return compute.flash_attention_time(kern.batch, kern.m, kern.n, kern.head_dim, gpu, kern.causal,
-                                            kern.backward)
+                                            kern.backward, kern.dtype)
     return compute.elementwise_time(kern.bytes, gpu)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from emulator.devices.compute import precision_peak
 from emulator.errors import ScenarioError
 from emulator.scenario.checks import layout_violations
 from emulator.scenario.spec import ModelSpec, Scenario
@@ -17,7 +18,7 @@ from emulator.workload import models as M
 from emulator.workload.placement import Layout
 from emulator.workload.schedules import check_schedule
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4, "fp8": 1}  # tf32: fp32 storage, TF32 matmuls
 ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v (16) + write param, m, v (12) + bf16 copy (2)
 #                              + one grad-norm read (4): Megatron's clip_grad_norm + fused Adam step
 ADAM_FLOPS_PER_PARAM = 12.0
@@ -60,6 +61,7 @@ def _check(sc: Scenario) -> ModelSpec:
     tr = sc.training
     if tr.precision not in DTYPE_BYTES:
         raise ScenarioError(f"expected one of {', '.join(DTYPE_BYTES)}, got {tr.precision!r}", key="training.precision")
+    precision_peak(sc.cluster.node.gpu, tr.precision)  # refuses a precision the GPU has no rate for
     if tr.recompute not in ("none", "selective", "full"):
         raise ScenarioError(f"expected none, selective or full, got {tr.recompute!r}", key="training.recompute")
     if sc.simulation.detail not in ("layer", "op"):
