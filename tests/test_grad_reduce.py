@@ -30,3 +30,9 @@ def test_bf16_gradients_are_reduced_in_fp32_by_default():
     # embedding is Megatron-padded from 50257 to 50304 rows (a multiple of 128·tp): 47 × 768 more
     assert fp32 == 2 * bf16
     assert bf16 / 2 - params == (50304 - 50257) * 768
+
+
+def test_auto_reduces_fp8_training_gradients_in_fp32():
+    # fp8 training is bf16 training with FP8 GEMMs: fp32 main gradients, as bf16 (4 bytes, not 1)
+    assert grad_reduce_bytes("fp8", "auto") == 4
+    assert grad_reduce_bytes("fp16", "auto") == 2 and grad_reduce_bytes("fp32", "auto") == 4

@@ -162,9 +162,9 @@ FABRIC = "name: f\ncluster:\n  nodes: 4\n  node: dgx-a100\n  fabric:\n    kind: 
 
 
 @pytest.mark.parametrize("kind, key, value, reads", [
-    ("ring", "oversubscription", 2, "fat_tree or rail"),
-    ("torus", "leaf_size", 2, "fat_tree or rail"),
-    ("single_switch", "latency", "2 us", "fat_tree or rail or ring or torus"),
+    ("ring", "oversubscription", 2, "fat_tree or rail or fat_tree3 or multi_plane"),
+    ("torus", "leaf_size", 2, "fat_tree or rail or fat_tree3 or multi_plane or dragonfly"),
+    ("single_switch", "latency", "2 us", "fat_tree or rail or fat_tree3 or multi_plane or dragonfly or ring or torus"),
     ("fat_tree", "torus_dims", "[2, 2]", "torus"),
 ])
 def test_a_fabric_key_the_kind_does_not_read_is_refused(kind, key, value, reads):

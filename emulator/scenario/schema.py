@@ -162,9 +162,10 @@ OVERRIDE_KEYS: dict[str, Key] = {
     "factor": Key("number", "Slowdown (>1 is slower) or bandwidth factor (<1 is slower).",
                   positive=True, maximum=1e6),
     "extra_latency": _time('Added latency, e.g. "5 us".'),
-    "at": _time('When a link fault begins, in the middle of the run, e.g. "2.5 s" (link_degrade, link_fail); '
-                'absent: from the start.'),
-    "until": _time('When the link recovers, e.g. "4 s" (after at); absent: never.'),
+    # moments of a run, not latencies: not held to MAX_LATENCY (a fault at minute 3 is a fair question)
+    "at": Key("time", 'When a link fault begins, in the middle of the run, e.g. "2.5 s" (link_degrade, '
+                      'link_fail); absent: from the start.', minimum=0),
+    "until": Key("time", 'When the link recovers, e.g. "4 s" (after at); absent: never.', minimum=0),
 }
 
 CLUSTER_KEYS: dict[str, Key] = {

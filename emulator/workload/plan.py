@@ -101,10 +101,11 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
 def grad_reduce_bytes(precision: str, grad_reduce: str) -> int:
     """Bytes per gradient element reduced across data-parallel ranks. ``auto`` follows
     Megatron-LM: bf16 training accumulates and all-reduces its gradients in fp32
-    (arguments.py forces accumulate_allreduce_grads_in_fp32 with --bf16); other
-    precisions reduce in their own type."""
-    if grad_reduce == "auto":
-        return 4 if precision == "bf16" else DTYPE_BYTES[precision]
+    (arguments.py forces accumulate_allreduce_grads_in_fp32 with --bf16), and so does fp8
+    training, which runs with --bf16 (FP8 only in the GEMMs); fp16 and fp32 reduce in
+    their own type."""
+    if grad_reduce == "auto":  # fp8 training keeps bf16 weights and fp32 main gradients (Transformer Engine)
+        return 4 if precision in ("bf16", "fp8") else DTYPE_BYTES[precision]
     return DTYPE_BYTES[grad_reduce]
 
 
