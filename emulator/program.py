@@ -101,6 +101,9 @@ class Op:
     microbatch: int = -1
     stage: int = -1
     layer: int = -1
+    # compute ops the workload builder costed: seconds of ``duration`` from measured, interpolated
+    # and roofline kernels (devices/kernels.py); () when the duration came from elsewhere (a trace)
+    costed: tuple[float, float, float] = ()
 
 
 @dataclass(frozen=True, slots=True)

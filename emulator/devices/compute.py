@@ -32,6 +32,7 @@ GPUs use the same three efficiencies with their own peak, HBM bandwidth and SM c
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from emulator.scenario.spec import GpuSpec
 
@@ -117,6 +118,18 @@ def gemm_time(m: int, n: int, k: int, gpu: GpuSpec, dtype_bytes: int = 2, batch:
     t_flops = gemm_flops(m, n, k, batch) / (gpu.peak_flops * gemm_efficiency(m, n, k, gpu, batch))
     t_mem = gemm_bytes(m, n, k, dtype_bytes, batch) / (gpu.hbm_bandwidth * mem_efficiency(gpu))
     return max(t_flops, t_mem) + gpu.launch_overhead
+
+
+def measured_first(gpu: GpuSpec, op: str, dtype: str, dims: tuple[int, ...], flops: float,
+                   roofline: Callable[[], float]) -> tuple[float, str]:
+    """The kernel database first (devices/kernels.py): flops / measured-or-interpolated rate + launch;
+    else ``roofline()``. Returns (seconds, source: measured | interpolated | roofline)."""
+    from emulator.devices import kernels
+
+    hit = kernels.lookup(gpu, op, dtype, dims)
+    if hit is None:
+        return roofline(), kernels.ROOFLINE
+    return flops / hit.rate + gpu.launch_overhead, hit.source
 
 
 def elementwise_time(nbytes: float, gpu: GpuSpec) -> float:

@@ -64,6 +64,8 @@ GPU_KEYS: dict[str, Key] = {
                     minimum=0, maximum=10**5),
     "matmul_fraction": Key("ratio", "Maximum achievable matmul FLOP/s as a fraction of the dense peak (a "
                                     "measurement, e.g. mamf-finder); 0 or absent: as an A100.", minimum=0, maximum=1),
+    "kernel_table": Key("enum", "Built-in table of measured kernels costed before the roofline "
+                                "(devices/kernels.py): h100, b200, or none.", enum=("none", "h100", "b200")),
 }
 
 NODE_KEYS: dict[str, Key] = {
