@@ -103,7 +103,7 @@ class Op:
     layer: int = -1
     # compute ops the workload builder costed: seconds of ``duration`` from measured, interpolated
     # and roofline kernels (devices/kernels.py); () when the duration came from elsewhere (a trace)
-    costed: tuple[float, float, float] = ()
+    costed: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,8 @@ def _convert(name: str, key: Key, value: Any) -> Any:
         return PARSERS[key.type](value)
     if key.type == "ratio":
         return parse_ratio(value)
+    if key.type == "enum" and str(value) not in key.enum:
+        raise UnitError(f"expected one of {', '.join(key.enum)}, got {value!r}")
     if key.type == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise UnitError(f"expected an integer, got {value!r}")

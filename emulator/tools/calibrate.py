@@ -360,7 +360,7 @@ def _kernel_lines(g: GpuSpec, compute: ComputeFit) -> list[str]:
     """The GPU entry's measured kernels: every profiled GEMM shape with its median kernel time
     (devices/kernels.py looks them up before the built-in table and the roofline)."""
     lines = [f"    kernel_table: {g.kernel_table or 'none'}"]
-    entries = [(d, ty, s) for d, ty, s in compute.gemm_times]
+    entries: list[tuple[tuple[int, ...], str, float]] = [(d, ty, s) for d, ty, s in compute.gemm_times]
     entries += [(d, ty, s) for _, ty, d, s in g.kernels if (d, ty) not in {(e[0], e[1]) for e in entries}]
     if entries:
         lines.append("    kernels:  # op dtype batch x m x n x k, median kernel time (emulator calibrate --kineto)")
