@@ -156,3 +156,54 @@ def test_kernel_table_key_is_checked(tmp_path):
             "      kernel_table: h200\n")
     with pytest.raises(EmulatorError, match="kernel_table.*expected one of none, h100, b200"):
         load_scenario_text(text, "k.yaml")
+
+
+def test_b200_gemm_row():
+    # b200.csv: gemm bf16 1x4096x4096x4096 from the OpenXLA sm_100_B200 grid; gemm fp8 1x15360x4096x3072
+    # = 3432.5 TFLOP/s (mamf-finder, h100/gemm.csv row 10)
+    b200 = catalog.gpu("B200")
+    assert K.lookup(b200, "gemm", "fp8", (1, 15360, 4096, 3072)).rate == pytest.approx(3432.5e12)
+    assert K.lookup(b200, "gemm", "bf16", (1, 4096, 4096, 4096)).source == K.MEASURED
+    assert K.lookup(b200, "attention_fwd_causal", "bf16", (128, 4096)) is None  # no B200 attention rows
+
+
+def _h100_run(table: str):
+    from emulator.scenario import load_scenario_text
+    from emulator.simulation import simulate
+
+    text = ("name: kt\ncluster:\n  nodes: 1\n  node:\n    preset: dgx-h100\n    gpu:\n      preset: H100-SXM5-80GB\n"
+            f"      kernel_table: {table}\n"
+            "model: {layers: 2, hidden: 2048, heads: 16, ffn_hidden: 8192, seq_len: 4096, vocab: 32768}\n"
+            "training: {global_batch: 8, micro_batch: 1, attention: flash}\nparallel: {tp: 1}\n"
+            "simulation: {detail: op}\n")
+    return simulate(load_scenario_text(text, "kt.yaml"))
+
+
+def test_h100_scenario_costs_from_the_table_and_none_turns_it_off():
+    with_table, without = _h100_run("h100"), _h100_run("none")
+    ops = {op.name: op for op in with_table.program.ops if op.rank == 0}
+    old = {op.name: op for op in without.program.ops if op.rank == 0}
+    flash = ops["mb0.layer0.fwd.attn.flash"]
+    # causal, d = 128, 4096 keys: cuDNN 518 TFLOP/s (row 63); 4·16·4096²·128/2 = 68.719e9 FLOP -> 132.66 us + 4 us
+    assert flash.duration == pytest.approx(4 * 16 * 4096**2 * 128 / 2 / 518e12 + 4e-6)
+    assert flash.costed[0] == flash.duration
+    # proj (1, 4096, 2048, 2048) is a grid point: 727.467 TFLOP/s (row 1119): 34.360e9 FLOP -> 47.23 us + 4 us
+    assert ops["mb0.layer0.fwd.proj"].duration == pytest.approx(2 * 4096 * 2048 * 2048 / 727.467e12 + 4e-6)
+    # qkv (1, 4096, 6144, 2048): n = 6144 lies beyond the 4096 grid: the roofline, the same with or without
+    assert ops["mb0.layer0.fwd.qkv"].costed[2] == ops["mb0.layer0.fwd.qkv"].duration
+    assert ops["mb0.layer0.fwd.qkv"].duration == old["mb0.layer0.fwd.qkv"].duration
+    assert compute_source(without) == {"measured": 0.0, "interpolated": 0.0, "roofline": 1.0}
+    assert compute_source(with_table)["measured"] > 0.0
+
+
+def test_bad_kernels_in_a_user_catalog_name_the_file_and_entry(tmp_path):
+    from emulator.scenario import load_scenario
+
+    (tmp_path / "cat.yaml").write_text(
+        "gpus:\n  g1:\n    peak_flops: 989.4 TFLOP/s\n    hbm_bandwidth: 3350 GB/s\n    memory: 80 GiB\n"
+        "    kernels:\n      - \"gemm bf16 1x2x3 4 us\"\n"
+        "nodes:\n  n1: {gpu: g1, gpus_per_node: 8, intra: nvswitch, intra_bandwidth: 450 GB/s, intra_efficiency: 0.8,"
+        " intra_latency: 1 us, nics: 0, nic_bandwidth: 400 Gb/s, nic_efficiency: 0.9, nic_latency: 1 us}\n")
+    (tmp_path / "sc.yaml").write_text("name: x\ncluster: {nodes: 1, node: n1, catalog: cat.yaml}\n")
+    with pytest.raises(EmulatorError, match=r"cat.yaml: g1.kernels\[0\]: expected a gemm with 4 positive dims"):
+        load_scenario(str(tmp_path / "sc.yaml"))
