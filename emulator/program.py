@@ -101,6 +101,10 @@ class Op:
     microbatch: int = -1
     stage: int = -1
     layer: int = -1
+    # compute ops the workload builder costed: seconds of ``duration`` from measured, interpolated
+    # and roofline kernels (devices/kernels.py); () when the duration came from elsewhere (a trace).
+    # Report metadata, not part of what the op does: left out of equality (trace round trips).
+    costed: tuple[float, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Callable
 
 from emulator.errors import ScenarioError
 from emulator.scenario.spec import PRECISION_PEAK, GpuSpec, precision_refusal
@@ -150,6 +151,18 @@ def gemm_time(m: int, n: int, k: int, gpu: GpuSpec, dtype_bytes: int = 2, batch:
     t_flops = gemm_flops(m, n, k, batch) / (gpu.peak_flops * gemm_efficiency(m, n, k, gpu, batch))
     t_mem = gemm_bytes(m, n, k, dtype_bytes, batch) / (gpu.hbm_bandwidth * mem_efficiency(gpu))
     return max(t_flops, t_mem) + gpu.launch_overhead
+
+
+def measured_first(gpu: GpuSpec, op: str, dtype: str, dims: tuple[int, ...], flops: float,
+                   roofline: Callable[[], float]) -> tuple[float, str]:
+    """The kernel database first (devices/kernels.py): flops / measured-or-interpolated rate + launch;
+    else ``roofline()``. Returns (seconds, source: measured | interpolated | roofline)."""
+    from emulator.devices import kernels
+
+    hit = kernels.lookup(gpu, op, dtype, dims)
+    if hit is None:
+        return roofline(), kernels.ROOFLINE
+    return flops / hit.rate + gpu.launch_overhead, hit.source
 
 
 def elementwise_time(nbytes: float, gpu: GpuSpec) -> float:

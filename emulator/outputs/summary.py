@@ -29,6 +29,20 @@ def _memory(result: Result) -> dict[str, Any]:
     return out
 
 
+def compute_source(result: Result) -> dict[str, float] | None:
+    """Shares of the compute time the workload builder costed from measured, interpolated and
+    roofline kernels (devices/kernels.py), over the simulated ranks' ops; None for a trace."""
+    totals = [0.0, 0.0, 0.0]
+    for op in result.program.ops:
+        if op.costed:
+            for i, t in enumerate(op.costed):
+                totals[i] += t
+    whole = sum(totals)
+    if whole <= 0:
+        return None
+    return {"measured": totals[0] / whole, "interpolated": totals[1] / whole, "roofline": totals[2] / whole}
+
+
 def summarize(result: Result) -> dict[str, Any]:
     """The summary object of a run."""
     sc = result.scenario
@@ -65,6 +79,7 @@ def summarize(result: Result) -> dict[str, Any]:
         "breakdown_s": bd.as_dict(),
         "ranks": rank_rows(result.spans, T, pp > 1, iterations, result.program.fold),
         "memory": _memory(result),
+        "compute_source": compute_source(result),
         "sim": {"events": result.events, "wall_s": result.wall_s, "ranks_simulated": result.ranks_simulated,
                 "notes": list(result.notes)},
     }
@@ -121,6 +136,10 @@ def human_table(summary: dict) -> str:
                        ("other", "other")):
         share = bd[key] / T if T > 0 else 0.0
         rows.append((f"  {label}", f"{_fmt_time(bd[key]):>10}  {share:6.1%}"))
+    src = summary.get("compute_source")
+    if src:
+        rows.append(("compute costed", f"measured {src['measured']:.0%}, interpolated {src['interpolated']:.0%}, "
+                                       f"roofline {src['roofline']:.0%}"))
     if mem["peak_bytes_per_gpu"] is not None:
         verdict = "fits" if mem["fits"] else "DOES NOT FIT"
         rows.append(("memory/GPU", f"{format_bytes(mem['peak_bytes_per_gpu'])} of "

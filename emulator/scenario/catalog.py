@@ -49,6 +49,8 @@ def _convert(name: str, key: Key, value: Any) -> Any:
         return PARSERS[key.type](value)
     if key.type == "ratio":
         return parse_ratio(value)
+    if key.type == "enum" and str(value) not in key.enum:
+        raise UnitError(f"expected one of {', '.join(key.enum)}, got {value!r}")
     if key.type == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise UnitError(f"expected an integer, got {value!r}")
@@ -56,10 +58,37 @@ def _convert(name: str, key: Key, value: Any) -> Any:
     return str(value)
 
 
+def measured_kernels(entry_name: str, value: Any) -> tuple[tuple[str, str, tuple[int, ...], float], ...]:
+    """A GPU entry's ``kernels``: a list of "gemm DTYPE BxMxNxK TIME" strings (what ``emulator
+    calibrate --kineto`` writes: one GEMM shape and its measured kernel time each), as
+    (op, dtype, dims, seconds) for devices/kernels.py."""
+    if not isinstance(value, list):
+        raise EmulatorError(f"catalog.yaml: {entry_name}.kernels: expected a list of "
+                            '"gemm DTYPE BxMxNxK TIME" strings, got {value!r}')
+    out = []
+    for i, item in enumerate(value):
+        parts = str(item).split(None, 3)
+        try:
+            op, dtype, dims_text, time_text = parts
+            dims = tuple(int(d) for d in dims_text.split("x"))
+            seconds = PARSERS["time"](time_text)
+        except (ValueError, UnitError):
+            raise EmulatorError(f"catalog.yaml: {entry_name}.kernels[{i}]: expected \"gemm DTYPE BxMxNxK TIME\" "
+                                f'(e.g. "gemm bf16 1x4096x12288x4096 1.25 ms"), got {item!r}') from None
+        if op != "gemm" or len(dims) != 4 or min(dims) < 1 or not seconds > 0:
+            raise EmulatorError(f"catalog.yaml: {entry_name}.kernels[{i}]: expected a gemm with 4 positive dims "
+                                f"(batch x m x n x k) and a positive time, got {item!r}")
+        out.append((op, dtype, dims, seconds))
+    return tuple(out)
+
+
 def entry_fields(entry_name: str, entry: Mapping[str, Any], keys: Mapping[str, Key]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in entry.items():
         if name in _META or name == "gpu":
+            continue
+        if name == "kernels" and keys is GPU_KEYS:
+            out["kernels"] = measured_kernels(entry_name, value)
             continue
         if name not in keys:
             raise EmulatorError(f"catalog.yaml: {entry_name}: unknown key {name!r}")

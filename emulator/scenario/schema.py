@@ -86,6 +86,8 @@ GPU_KEYS: dict[str, Key] = {
                            minimum=0),
     "peak_flops_fp8": Key("flops_rate", 'Dense FP8 tensor-core peak, e.g. "1978.9 TFLOP/s"; absent: none.',
                           minimum=0),
+    "kernel_table": Key("enum", "Built-in table of measured kernels costed before the roofline "
+                                "(devices/kernels.py): h100, b200, or none.", enum=("none", "h100", "b200")),
 }
 
 NODE_KEYS: dict[str, Key] = {

@@ -37,6 +37,8 @@ class GpuSpec:
     memory_efficiency: float = 0.0  # measured fraction of HBM bandwidth of streaming kernels; 0: the model's
     sm_count: int = 0  # streaming multiprocessors; 0: unknown, costed as an A100's (devices/compute.py)
     matmul_fraction: float = 0.0  # measured max achievable matmul FLOP/s / dense peak; 0: unmeasured (as A100)
+    kernel_table: str = ""  # built-in measured-kernel table (devices/kernels.py: h100, b200); "": none
+    kernels: tuple[tuple[str, str, tuple[int, ...], float], ...] = ()  # measured (op, dtype, dims, s), first
     peak_flops_fp32: float = 0.0  # FP32 (CUDA-core) FLOP/s; 0: unknown (training.precision fp32 is refused)
     peak_flops_tf32: float = 0.0  # dense TF32 tensor-core FLOP/s; 0: none (precision tf32 is refused)
     peak_flops_fp8: float = 0.0  # dense FP8 tensor-core FLOP/s; 0: none (precision fp8 is refused)

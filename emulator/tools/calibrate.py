@@ -21,6 +21,10 @@ Inputs
   bmm, baddbmm or linear whose 'Input Dims' are recorded (FLOP-weighted overall,
   and per shape); memory-bound efficiency = bytes / time / hbm_bandwidth for
   elementwise ops moving >= 1 MiB (inputs + one output of the largest input's size).
+  Per shape, the median time of each GEMM (batch, m, n, k and dtype) is kept too: with
+  ``--out`` they become the calibrated GPU's ``kernels`` entries, which the workload
+  builder looks up before the roofline (devices/kernels.py: that exact shape, or
+  interpolated inside a grid of them); other shapes use the fitted efficiencies.
 - ``--base NODE``, ``--name NEW``, ``--out FILE.yaml``: the result is written as a
   catalog file (units as strings) with a node NEW copied from NODE and the fitted
   fields replaced.
@@ -196,6 +200,33 @@ def _gemm_flops(name: str, dims: list) -> float | None:
     return None
 
 
+def _gemm_dims(name: str, dims: list) -> tuple[int, int, int, int] | None:
+    """(batch, m, n, k) of an aten GEMM from its 'Input Dims' (linear: x [..., k], weight [n, k])."""
+    try:
+        if name in ("aten::mm", "aten::addmm"):
+            (m, k), (_, n) = dims[0 if name == "aten::mm" else 1], dims[1 if name == "aten::mm" else 2]
+            return 1, int(m), int(n), int(k)
+        if name in ("aten::bmm", "aten::baddbmm"):
+            (b, m, k), (_, _, n) = dims[0 if name == "aten::bmm" else 1], dims[1 if name == "aten::bmm" else 2]
+            return int(b), int(m), int(n), int(k)
+        if name == "aten::linear":
+            x, w = dims[0], dims[1]
+            return 1, _numel(x[:-1]), int(w[0]), int(x[-1])
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None
+
+
+_DTYPES = {"c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16", "half": "fp16", "float16": "fp16",
+           "float": "fp32", "float32": "fp32", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8"}
+
+
+def _gemm_dtype(name: str, types: list) -> str:
+    """The precision of a GEMM's first matrix operand ('Input type'), as the scenario names it."""
+    i = 1 if name in ("aten::addmm", "aten::baddbmm") else 0
+    return _DTYPES.get(str(types[i]).lower(), "") if len(types) > i else ""
+
+
 _ELEMENTWISE = re.compile(r"^aten::(add|mul|sub|div|relu|gelu|sigmoid|tanh|threshold_backward|copy_|fill_|"
                           r"zero_|clamp|softmax|_softmax|layer_norm|native_layer_norm|dropout|addcmul|addcdiv|"
                           r"sqrt|exp|where|masked_fill)")
@@ -207,6 +238,8 @@ class ComputeFit:
     gemm_by_shape: dict[str, float]
     memory_efficiency: float | None
     kernels: int
+    # per-shape GEMM times: ((batch, m, n, k), dtype, median seconds of the op's kernels), sorted
+    gemm_times: tuple[tuple[tuple[int, int, int, int], str, float], ...] = ()
 
 
 def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
@@ -223,6 +256,7 @@ def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
             groups.setdefault(g.cpu_instance, []).append(g)
     gemm_flops = gemm_time = mem_bytes = mem_time = 0.0
     shapes: dict[str, list[float]] = {}
+    times: dict[tuple[tuple[int, int, int, int], str], list[float]] = {}
     for kernels in groups.values():
         cpu = kernels[0].cpu_op
         name, args = str(cpu.get("name")), cpu.get("args", {})
@@ -235,6 +269,9 @@ def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
             gemm_flops += flops
             gemm_time += t
             shapes.setdefault(f"{name} {dims}", []).append(flops / t / gpu.peak_flops)
+            gdims, gtype = _gemm_dims(name, dims), _gemm_dtype(name, types)
+            if gdims is not None and gtype:
+                times.setdefault((gdims, gtype), []).append(t)
         elif _ELEMENTWISE.match(name):
             sizes = [_numel(d) * DTYPE_BYTES.get(str(ty).lower(), 4) for d, ty in zip(dims, types)
                      if isinstance(d, list) and d]
@@ -248,7 +285,8 @@ def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
         raise CalibrationError(_nothing_fitted(path, groups))
     return ComputeFit(gemm_flops / gemm_time / gpu.peak_flops if gemm_time else None,
                       {k: statistics.median(v) for k, v in shapes.items()},
-                      mem_bytes / mem_time / gpu.hbm_bandwidth if mem_time else None, len(rt.gpu_ops))
+                      mem_bytes / mem_time / gpu.hbm_bandwidth if mem_time else None, len(rt.gpu_ops),
+                      tuple((d, ty, statistics.median(v)) for (d, ty), v in sorted(times.items())))
 
 
 def _nothing_fitted(path: str, groups: dict[int, list]) -> str:
@@ -295,7 +333,8 @@ def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str
     g = node.gpu
     lines = [f"# Written by `emulator calibrate`: {source}"]
     gpu_name = g.name
-    if compute is not None and (compute.gemm_efficiency is not None or compute.memory_efficiency is not None):
+    if compute is not None and (compute.gemm_efficiency is not None or compute.memory_efficiency is not None
+                                or compute.gemm_times):
         gpu_name = f"{node.name}-gpu"
         lines += ["gpus:", f"  {gpu_name}:",
                   f"    peak_flops: {_q(g.peak_flops, 'TFLOP/s', 1e12)}",
@@ -311,6 +350,7 @@ def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str
             lines.append(f"    gemm_efficiency: {compute.gemm_efficiency:.6g}")
         if compute.memory_efficiency is not None:
             lines.append(f"    memory_efficiency: {compute.memory_efficiency:.6g}")
+        lines += _kernel_lines(g, compute)
         lines.append(f"    source: \"{source}; base GPU {g.name}\"")
     lines += ["nodes:", f"  {node.name}:",
               f"    gpu: {gpu_name}",
@@ -329,6 +369,18 @@ def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str
               *([f"    nvls_busbw: {_q(node.nvls_busbw, 'GB/s', 1e9)}"] if node.nvls_busbw else []),
               f"    source: \"{source}\""]
     return "\n".join(lines) + "\n"
+
+
+def _kernel_lines(g: GpuSpec, compute: ComputeFit) -> list[str]:
+    """The GPU entry's measured kernels: every profiled GEMM shape with its median kernel time
+    (devices/kernels.py looks them up before the built-in table and the roofline)."""
+    lines = [f"    kernel_table: {g.kernel_table or 'none'}"]
+    entries: list[tuple[tuple[int, ...], str, float]] = [(d, ty, s) for d, ty, s in compute.gemm_times]
+    entries += [(d, ty, s) for _, ty, d, s in g.kernels if (d, ty) not in {(e[0], e[1]) for e in entries}]
+    if entries:
+        lines.append("    kernels:  # op dtype batch x m x n x k, median kernel time (emulator calibrate --kineto)")
+        lines += [f'      - "gemm {ty} {"x".join(map(str, d))} {s * 1e6:.6g} us"' for d, ty, s in entries]
+    return lines
 
 
 # ---------------------------------------------------------------------------- the subcommand
@@ -388,6 +440,9 @@ def _report(node: NodeSpec, logs: list[NcclLog], intra: LinkFit | None, inter: L
         if compute.gemm_efficiency is not None:
             shapes = len(compute.gemm_by_shape)
             out.append(f"GEMM efficiency {compute.gemm_efficiency:.4f} of peak over {shapes} shapes")
+        if compute.gemm_times:
+            out.append(f"per-shape kernels: {len(compute.gemm_times)} GEMM shapes measured "
+                       "(written to the GPU's kernels with --out)")
         if compute.memory_efficiency is not None:
             out.append(f"memory-bound efficiency {compute.memory_efficiency:.4f} of HBM bandwidth")
     out.append(f"node {node.name}: intra_efficiency {node.intra_efficiency:.4f}, "

@@ -77,7 +77,7 @@ class _RankBuilder:
         self.edp = self.lo.edp_group(rank)
         self.grad_ready: dict[tuple[int, str], int] = {}  # (vs, unit) → op id of its last backward
         self.zero_ag: dict[tuple[int, str], int] = {}  # ZeRO-1/2 overlapped param gather, per unit
-        self._time_cache: dict[int, float] = {}
+        self._time_cache: dict[int, tuple[float, str]] = {}
         self._carry: list[int] = []
         self._ring_step = 0  # CP ring exchanges emitted so far in the current unit (part of their tags)
 
@@ -88,19 +88,23 @@ class _RankBuilder:
         self.ops.append(Op(id=oid, rank=self.rank, **kw))
         return oid
 
-    def _kernel_time(self, k: Ly.Kernel) -> float:
+    def _kernel_cost(self, k: Ly.Kernel) -> tuple[float, str]:
         key = id(k)
         if key not in self._time_cache:
-            self._time_cache[key] = Ly.kernel_time(k, self.gpu)
+            self._time_cache[key] = Ly.kernel_cost(k, self.gpu, self.plan.sc.training.precision)
         return self._time_cache[key]
 
     def _compute(self, kernels: list[Ly.Kernel], deps: list[int], unit: _UnitTag) -> int:
         name = kernels[0].name if len(kernels) == 1 else f"{kernels[0].name}..{kernels[-1].name}"
+        split = {"measured": 0.0, "interpolated": 0.0, "roofline": 0.0}
+        for k in kernels:
+            t, source = self._kernel_cost(k)
+            split[source] += t
         oid = self._emit(kind=COMPUTE, stream="compute", deps=tuple(sorted(set(deps))),
-                         name=f"{unit.prefix}{name}", duration=sum(self._kernel_time(k) for k in kernels),
+                         name=f"{unit.prefix}{name}", duration=sum(self._kernel_cost(k)[0] for k in kernels),
                          flops=sum(k.flops for k in kernels), bytes=sum(k.bytes for k in kernels),
                          category=kernels[0].category, microbatch=unit.mb, stage=unit.stage,
-                         layer=unit.layer)
+                         layer=unit.layer, costed=(split["measured"], split["interpolated"], split["roofline"]))
         self.last_compute = oid
         return oid
 
@@ -297,8 +301,9 @@ class _RankBuilder:
         psi = sum(u.params / (d_dense if par.zero >= 1 else 1) + u.expert_params / (d_exp if par.zero >= 1 else 1)
                   for vs in self._my_chunks() for u in self.plan.chunk_units[vs])
         nbytes = psi * ADAM_BYTES_PER_PARAM
+        t_opt = compute.elementwise_time(nbytes, self.gpu)
         opt = self._emit(kind=COMPUTE, stream="compute", name="optimizer", category="optimizer",
-                         duration=compute.elementwise_time(nbytes, self.gpu), flops=psi * ADAM_FLOPS_PER_PARAM,
+                         duration=t_opt, costed=(0.0, 0.0, t_opt), flops=psi * ADAM_FLOPS_PER_PARAM,
                          bytes=nbytes, deps=tuple(sorted(set(reduce_ops + ([end_bwd] if end_bwd is not None else [])))))
         if 1 <= par.zero <= 2 and not _overlap_param_gather(par) and d_dense > 1:
             for units, dense, expert in self._buckets(par.grad_bucket, self.plan.dtype):

@@ -178,14 +178,26 @@ def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel
     return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, L.d, bh, L.causal, backward, L.d, dtype=L.dtype)
 
 
-def kernel_time(kern: Kernel, gpu: GpuSpec) -> float:
-    """Seconds for ``kern`` on ``gpu`` (compute.py's roofline for its kind)."""
+def kernel_time(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> float:
+    """Seconds for ``kern`` on ``gpu`` (:func:`kernel_cost`)."""
+    return kernel_cost(kern, gpu, dtype)[0]
+
+
+def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float, str]:
+    """(seconds, source) for ``kern`` on ``gpu``: a GEMM or fused-attention kernel is looked up
+    in the GPU's measured kernels first (compute.measured_first; GEMM dims (batch, m, n, k),
+    attention (head_dim, keys)), else costed by compute.py's roofline for its kind; element-wise
+    kernels always by the roofline. ``dtype``: the training precision."""
     if kern.kind == "gemm":
-        return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch)
+        return compute.measured_first(gpu, "gemm", dtype, (kern.batch, kern.m, kern.n, kern.k), kern.flops,
+                                      lambda: compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch))
     if kern.kind == "flash":
-        return compute.flash_attention_time(kern.batch, kern.m, kern.n, kern.head_dim, gpu, kern.causal,
-                                            kern.backward, kern.dtype)
-    return compute.elementwise_time(kern.bytes, gpu)
+        op = f"attention_{'bwd' if kern.backward else 'fwd'}{'_causal' if kern.causal else ''}"
+        return compute.measured_first(gpu, op, dtype, (kern.head_dim, kern.n), kern.flops,
+                                      lambda: compute.flash_attention_time(kern.batch, kern.m, kern.n,
+                                                                           kern.head_dim, gpu, kern.causal,
+                                                                           kern.backward, kern.dtype))
+    return compute.elementwise_time(kern.bytes, gpu), "roofline"
 
 
 def _with_category(steps: list[Step], cat: str) -> list[Step]:

@@ -1,0 +1,164 @@
+"""The measured kernel database: FLOP/s per (GPU, op kind, dtype, shape), from measurements.
+
+A GPU's table is its catalog field ``kernel_table`` (a built-in table of
+``emulator/data/kernels/``: ``h100``, ``b200``) plus its ``kernels`` entries (per-shape
+times a user measured, e.g. written by ``emulator calibrate --kineto``; they come first).
+The compute model (compute.py, ``measured_first``) asks :func:`lookup` before its roofline:
+
+1. **measured**: an entry of exactly this shape (a GEMM also matches with m and n swapped:
+   Cᵀ = Bᵀ·Aᵀ does the same work);
+2. **interpolated**: the shape lies inside a measured grid: the rate is interpolated
+   multilinearly in log-shape space (log of every dimension) on log(rate), from the 2^d
+   grid corners that bracket it; every corner must have been measured;
+3. otherwise ``None``: the roofline costs it (compute.py).
+
+Op kinds and their dims:
+- ``gemm``: (batch, m, n, k); FLOPs 2·batch·m·n·k;
+- ``attention_fwd``, ``attention_bwd`` and their ``_causal`` forms: (head_dim, seq_len) of a
+  fused (flash / cuDNN) attention kernel, FLOPs in the FlashAttention convention
+  (4·b·heads·s²·d forward, halved when causal; backward 2.5 × forward).
+
+bf16 and fp16 run the same tensor-core rate on Hopper and Blackwell (NVIDIA H100 datasheet:
+989.4 TFLOP/s dense for each; B200: 2.25 PFLOP/s for each), so a dtype with no row of its
+own is looked up in the other's rows.
+
+Table files (CSV, ``#`` lines are comments): ``op,dtype,dims,tflops,source``; dims are
+``x``-joined integers; ``source`` cites the measurement (file and row).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from itertools import product
+
+from emulator.errors import CatalogError
+from emulator.scenario.spec import GpuSpec
+
+MEASURED, INTERPOLATED, ROOFLINE = "measured", "interpolated", "roofline"
+SOURCES = (MEASURED, INTERPOLATED, ROOFLINE)
+BUILTIN = ("h100", "b200")
+OPS = {"gemm": 4, "attention_fwd": 2, "attention_bwd": 2, "attention_fwd_causal": 2, "attention_bwd_causal": 2}
+_ALIASES = {"bf16": "fp16", "fp16": "bf16"}
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What the table says of one kernel: its rate (FLOP/s), how it was found, from which rows."""
+
+    rate: float
+    source: str  # measured | interpolated
+    cites: tuple[str, ...]
+
+
+class _Group:
+    """The entries of one (op, dtype): exact points and the axes of their grid."""
+
+    def __init__(self, points: dict[tuple[int, ...], tuple[float, str]]) -> None:
+        self.points = points
+        dims = len(next(iter(points)))
+        self.axes = [sorted({p[i] for p in points}) for i in range(dims)]
+
+    def exact(self, dims: tuple[int, ...], swap_mn: bool) -> Hit | None:
+        got = self.points.get(dims)
+        if got is None and swap_mn:
+            got = self.points.get((dims[0], dims[2], dims[1], dims[3]))
+        return Hit(got[0], MEASURED, (got[1],)) if got else None
+
+    def interpolate(self, dims: tuple[int, ...]) -> Hit | None:
+        brackets = []
+        for x, axis in zip(dims, self.axes):
+            if x < axis[0] or x > axis[-1]:
+                return None
+            lo = max(v for v in axis if v <= x)
+            hi = min(v for v in axis if v >= x)
+            w = 0.0 if hi == lo else (math.log(x) - math.log(lo)) / (math.log(hi) - math.log(lo))
+            brackets.append(((lo, 1.0 - w), (hi, w)) if hi != lo else ((lo, 1.0),))
+        log_rate, cites = 0.0, []
+        for corner in product(*brackets):
+            weight = math.prod(w for _, w in corner)
+            got = self.points.get(tuple(v for v, _ in corner))
+            if got is None:
+                return None
+            log_rate += weight * math.log(got[0])
+            cites.append(got[1])
+        return Hit(math.exp(log_rate), INTERPOLATED, tuple(cites))
+
+
+class KernelTable:
+    """Entries (op, dtype, dims, FLOP/s, source), grouped for lookup. Earlier entries win."""
+
+    def __init__(self, entries: list[tuple[str, str, tuple[int, ...], float, str]]) -> None:
+        points: dict[tuple[str, str], dict[tuple[int, ...], tuple[float, str]]] = {}
+        for op, dtype, dims, rate, source in entries:
+            points.setdefault((op, dtype), {}).setdefault(dims, (rate, source))
+        self.groups = {key: _Group(p) for key, p in points.items()}
+
+    def __len__(self) -> int:
+        return sum(len(g.points) for g in self.groups.values())
+
+    def lookup(self, op: str, dtype: str, dims: tuple[int, ...]) -> Hit | None:
+        """Exact, else interpolated, in this dtype's rows, then in its alias's; None: not covered."""
+        groups = [g for d in (dtype, _ALIASES.get(dtype)) if (g := self.groups.get((op, d or ""))) is not None]
+        for g in groups:
+            if (hit := g.exact(dims, op == "gemm")) is not None:
+                return hit
+        for g in groups:
+            if (hit := g.interpolate(dims)) is not None:
+                return hit
+        return None
+
+
+def parse_table(text: str, where: str) -> list[tuple[str, str, tuple[int, ...], float, str]]:
+    """The rows of a table file; CatalogError naming ``where`` and the line for a bad row."""
+    lines = [(i, ln) for i, ln in enumerate(text.splitlines(), start=1) if ln.strip() and not ln.startswith("#")]
+    if not lines or lines[0][1].strip() != "op,dtype,dims,tflops,source":
+        raise CatalogError(f"{where}: expected the header 'op,dtype,dims,tflops,source'")
+    out = []
+    for (i, _), row in zip(lines[1:], csv.reader(io.StringIO("\n".join(ln for _, ln in lines[1:])))):
+        try:
+            op, dtype, dims_text, tflops, source = row
+            dims = tuple(int(d) for d in dims_text.split("x"))
+            rate = float(tflops) * 1e12
+        except ValueError:
+            raise CatalogError(f"{where}: line {i}: expected op,dtype,dims (e.g. 1x4096x4096x4096),tflops,source"
+                               ) from None
+        if OPS.get(op) != len(dims) or not rate > 0 or min(dims) < 1:
+            raise CatalogError(f"{where}: line {i}: expected an op of {', '.join(OPS)} with its dims "
+                               f"(gemm: batch x m x n x k; attention: head_dim x seq_len) and a positive rate")
+        out.append((op, dtype, dims, rate, source))
+    return out
+
+
+@lru_cache(maxsize=None)
+def builtin(name: str) -> list[tuple[str, str, tuple[int, ...], float, str]]:
+    """The rows of a built-in table (emulator/data/kernels/NAME.csv)."""
+    if name not in BUILTIN:
+        raise CatalogError(f'unknown kernel table "{name}" (known: {", ".join(BUILTIN)})')
+    text = resources.files("emulator").joinpath(f"data/kernels/{name}.csv").read_text(encoding="utf-8")
+    return parse_table(text, f"emulator/data/kernels/{name}.csv")
+
+
+def gemm_flops(dims: tuple[int, ...]) -> float:
+    """2·batch·m·n·k of gemm dims (batch, m, n, k)."""
+    b, m, n, k = dims
+    return 2.0 * b * m * n * k
+
+
+@lru_cache(maxsize=64)
+def table(builtin_name: str, measured: tuple[tuple[str, str, tuple[int, ...], float], ...]) -> KernelTable | None:
+    """A GPU's table: its measured entries (op, dtype, dims, seconds; GEMMs) first, then the built-in one."""
+    rows = [(op, dtype, dims, gemm_flops(dims) / seconds, "calibrated (catalog kernels)")
+            for op, dtype, dims, seconds in measured]
+    if builtin_name and builtin_name != "none":
+        rows += builtin(builtin_name)
+    return KernelTable(rows) if rows else None
+
+
+def lookup(gpu: GpuSpec, op: str, dtype: str, dims: tuple[int, ...]) -> Hit | None:
+    """The measured (or interpolated) rate of a kernel on ``gpu``; None when its table does not cover it."""
+    t = table(gpu.kernel_table, gpu.kernels)
+    return t.lookup(op, dtype, dims) if t is not None else None
