@@ -18,3 +18,10 @@ def test_estimate_is_near_the_actual_event_count(capsys):
     # an estimate, not a count: within 30 % on this case
     assert 0.7 * actual <= estimated <= 1.3 * actual
     assert "8 (2 simulated)" in text
+
+
+def test_estimate_of_a_jobs_scenario_says_why_it_cannot(capsys):
+    from emulator.cli import main
+
+    assert main(["run", "scenarios/jobs-two-disjoint-leaves.yaml", "--estimate"]) == 2
+    assert "--estimate covers one workload; this scenario has 2 jobs" in capsys.readouterr().err

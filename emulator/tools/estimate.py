@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from emulator.errors import EmulatorError
 from emulator.folding import Stamped
 from emulator.printable import printable
 from emulator.program import COLLECTIVE, COMPUTE, SEND
@@ -25,6 +26,9 @@ def estimate(scenario: Scenario) -> str:
     from emulator.scenario.units import format_time
     from emulator.simulation import build_workload
 
+    if scenario.jobs:
+        raise EmulatorError(f"{scenario.path or scenario.name}: --estimate covers one workload; this scenario has "
+                            f"{len(scenario.jobs)} jobs (run it without --estimate; folding is off with jobs)")
     t0 = time.perf_counter()
     program, notes = build_workload(scenario)
     build_s = time.perf_counter() - t0
