@@ -341,3 +341,23 @@ def test_two_files_for_one_rank(tmp_path):
     (tmp_path / "v.0.et").write_bytes((tmp_path / "w.0.et").read_bytes())
     with pytest.raises(TraceError, match=r"two Chakra files for rank 0: v\.0\.et and w\.0\.et"):
         load_chakra(str(tmp_path))
+
+
+def p2p(node_id: int, send: bool, src: int, dst: int, size: int, tag: int = 7):
+    n = pb.Node(id=node_id, name="send" if send else "recv", type=pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE)
+    for name, val in (("comm_src", src), ("comm_dst", dst), ("comm_tag", tag)):
+        n.attr.add(name=name, int32_val=val)
+    n.attr.add(name="comm_size", int64_val=size)
+    return n
+
+
+def test_a_send_and_its_recv_of_different_sizes_are_refused(tmp_path):
+    # rank 0 sends 1 MiB to rank 1 with tag 7, but rank 1's recv expects 2 MiB: the trace is wrong,
+    # and the import says which two ops disagree (as the native and Kineto importers do)
+    write_foreign(tmp_path, 0, [p2p(0, True, 0, 1, 1 << 20)])
+    write_foreign(tmp_path, 1, [p2p(0, False, 0, 1, 2 << 20)])
+    with pytest.raises(TraceError, match=r"carries 1\.04858e\+06 B but the recv .* expects 2\.09715e\+06 B"):
+        load_chakra(str(tmp_path))
+    # the same sizes import
+    write_foreign(tmp_path, 1, [p2p(0, False, 0, 1, 1 << 20)])
+    assert len(load_chakra(str(tmp_path)).ops) == 2

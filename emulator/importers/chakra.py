@@ -53,6 +53,7 @@ from emulator.importers.chakra_groups import (
     read_group_file,
 )
 from emulator.importers.native import TraceError
+from emulator.importers.pairs import pair_mismatch
 from emulator.meta import ProgramMeta, TraceFacts, TraceSource
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, OpKind, Program
 
@@ -372,6 +373,9 @@ def load_chakra(path: str, groups: str | None = None) -> Program:
         program.validate()
     except ValueError as e:
         raise TraceError(f"{path}: the imported program is inconsistent: {e}") from None
+    mismatch = pair_mismatch(program)  # a send and its recv that disagree on the bytes
+    if mismatch is not None:
+        raise TraceError(f"{path}: {mismatch}")
     return program
 
 
