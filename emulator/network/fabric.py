@@ -206,13 +206,7 @@ class Fabric:
         flow.links, flow.weights = links, weights
         flow.rate = 0.0
         flow.version += 1  # its scheduled completion is stale
-        for link in links:
-            s = on_link[link]
-            if s is None:
-                s = on_link[link] = {}
-            s[flow] = None
-            self._dirty.add(link)
-        self._request_solve()
+        self._place(flow)
 
     def _started(self, event: simpy.Event) -> None:
         """A flow's latency is over (the timeout's value is the flow)."""
@@ -226,6 +220,10 @@ class Fabric:
             flow.done()
             return
         flow.last = self.env.now
+        self._place(flow)
+
+    def _place(self, flow: Flow) -> None:
+        """Put ``flow`` on each of its links (insertion-ordered sets) and ask for a re-solve."""
         on_link = self.on_link
         for link in flow.links:
             s = on_link[link]
