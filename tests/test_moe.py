@@ -69,6 +69,18 @@ def test_deepseek_v2_parameters(name, total, activated):
     assert M.activated_params(m) - M.embedding_params(m) == pytest.approx(activated, rel=3e-2)
 
 
+def test_qwen2_moe_parameters():
+    m = catalog.model_preset("qwen2-57b-a14b")
+    # attention 3584·(3584 + 2·4·128) + 3584² = 29 360 128; router 3584·64 = 229 376; norms 7 168;
+    # one expert 3·3584·2560 = 27 525 120; 8 shared as one MLP 8·27 525 120 = 220 200 960
+    assert M.layer_params(m) == 29_360_128 + 229_376 + 7_168 + 220_200_960 + 64 * 27_525_120
+    # 28 layers of 2 011 405 312 + embedding and head 151646·3584 = 543 499 264 each + final norm 3 584
+    assert M.total_params(m) == 28 * 2_011_405_312 + 2 * 543_499_264 + 3_584
+    assert M.total_params(m) == pytest.approx(57e9, rel=1e-2)  # "57B" (arXiv 2407.10671, Table 1)
+    # activated: 28·(249 797 632 + 8·27 525 120) + 2·543 499 264 + 3 584 = 14 246 962 688 ("A14B")
+    assert M.activated_params(m) == 14_246_962_688
+
+
 def test_small_model_parameters():
     m = SMALL
     # attention 1024·3072 + 1024·1024 = 4 194 304; norms 2·1024 = 2 048

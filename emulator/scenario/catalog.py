@@ -32,6 +32,11 @@ Model sources:
   appendix B.1, and DeepSeek-V3, arXiv 2412.19437, section 4.2 ("Model Hyper-Parameters"): no
   biases or dropout, RMSNorm, SwiGLU experts, untied embeddings, trained at 4096 tokens. V3's
   multi-token-prediction module is not modelled.
+- Qwen2-57B-A14B (MoE with GQA and 8 shared experts of the routed width): Qwen2 Technical
+  Report, arXiv 2407.10671, Table 1 (hidden 3584, 28 layers, 28 query and 4 KV heads, expert
+  intermediate size 2560, 64 routed experts, 8 activated, 8 shared, untied embeddings,
+  vocabulary 151,646), pre-trained at 4096 tokens (section 3.2); its QKV biases and the shared
+  experts' sigmoid gate are left out. 57.4B parameters and 14.2B activated by our count.
 - BERT-large: Devlin et al. 2019 (24 layers, hidden 1024, 16 heads, vocabulary 30522,
   seq 512).
 """
@@ -214,6 +219,8 @@ MODELS: dict[str, dict[str, Any]] = {
     "deepseek-v2-lite": _deepseek(27, 2048, 16, 10944, 1408, 64, 2, 6, 1, 0, 102400),
     "deepseek-v2": _deepseek(60, 5120, 128, 12288, 1536, 160, 2, 6, 1, 1536, 102400),
     "deepseek-v3": _deepseek(61, 7168, 128, 18432, 2048, 256, 1, 8, 3, 1536, 129280),
+    "qwen2-57b-a14b": dict(_llama(28, 3584, 28, 4, 2560, 151646, 4096), expert_ffn_hidden=2560, experts=64,
+                           top_k=8, shared_experts=8),
     "bert-large": dict(layers=24, hidden=1024, heads=16, seq_len=512, vocab=30522, tied_embeddings=True,
                        causal=False),  # an encoder: bidirectional attention
 }
