@@ -231,3 +231,13 @@ def test_rule_book(extra, message):
     with pytest.raises(ScenarioError) as info:
         load_scenario_text(HEAD + extra, "x.yaml")
     assert str(info.value) == message
+
+
+def test_grouped_gemm_efficiency_is_a_gpu_key():
+    text = ("name: x\ncluster:\n  nodes: 1\n  node:\n    preset: dgx-h100\n    gpu:\n      preset: H100-SXM5-80GB\n"
+            "      grouped_gemm_efficiency: {}\n")
+    assert load_scenario_text(text.format(0.8), "x.yaml").cluster.node.gpu.grouped_gemm_efficiency == 0.8
+    with pytest.raises(ScenarioError) as info:
+        load_scenario_text(text.format(1.5), "x.yaml")
+    assert str(info.value) == ("x.yaml:8: cluster.node.gpu.grouped_gemm_efficiency: expected a number from 0 to 1, "
+                               "got 1.5")
