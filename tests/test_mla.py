@@ -12,6 +12,7 @@ from emulator.simulation import simulate
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload.layer import Comm
 
 # h 1024, 8 heads, s 512, query rank 256, key/value rank 128, d_n 64, d_r 32, d_v 64 (d_qk 96), SwiGLU 2048
 MLA = ModelSpec(layers=2, hidden=1024, heads=8, seq_len=512, vocab=1000, ffn_hidden=2048, swiglu=True,
@@ -69,11 +70,25 @@ def test_tensor_parallel_shards_the_up_projections_only():
     k = _by_name(Ly.forward_steps(L))
     assert k["q_down"].n == 256 and k["kv_down"].n == 160  # replicated
     assert k["q_up"].n == 4 * 96 and k["kv_up"].n == 4 * 128 and k["proj"].k == 4 * 64
+    f = _by_name(Ly.forward_steps(L))
+    assert not [st for st in f.values() if isinstance(st, Comm) and st.collective == "all_gather"]  # no SP
     b = _by_name(Ly.backward_steps(L))
-    # the up projections' input gradients are all-reduced: T·r·2 bytes
-    assert b["kv_up.ar_dgrad"].bytes == 512 * 128 * 2
+    # the up projections' input gradients are all-reduced: T·r·2 bytes, kv with the rope key (shared by
+    # the heads that TP splits): 512·(128 + 32)·2
+    assert b["kv_up.ar_dgrad"].bytes == 512 * 160 * 2
     assert b["q_up.ar_dgrad"].bytes == 512 * 256 * 2
-    assert "qkv.ar_dgrad" not in b and "kv_down.ag_input" not in b  # no SP: no gather
+
+
+def test_sequence_parallel_gathers_the_latents_not_the_hidden_states():
+    L = Ly.layer_shape(MLA, 1, t=2, sp=True)
+    f = _by_name(Ly.forward_steps(L))
+    # the down projections run on the 256 tokens of this rank; the up projections gather the latents
+    assert (f["q_down"].m, f["kv_down"].m, f["q_up"].m, f["kv_up"].m) == (256, 256, 512, 512)
+    assert f["q_up.ag"].bytes == 512 * 256 * 2 and f["kv_up.ag"].bytes == 512 * 160 * 2
+    assert "ln1.ag" not in f  # Megatron's MLA gathers T·(r_q + r_kv + d_r) = 512·416, not T·h = 512·1024
+    b = _by_name(Ly.backward_steps(L))
+    assert b["q_up.rs_dgrad"].bytes == 512 * 256 * 2 and b["kv_up.ag_input"].bytes == 512 * 160 * 2
+    assert b["q_down.dgrad"].m == 256
 
 
 def test_flash_kernel_at_the_mean_head_dim():

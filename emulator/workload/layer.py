@@ -37,14 +37,18 @@ local − 1 experts of mean load, so it computes (f + local − 1)/local times t
 that one, because the all-to-alls wait for it, and the all-to-all buffers grow by the same
 factor (an upper bound of the traffic: only the busiest rank receives that much).
 
-Multi-latent attention (DeepSeek-V2/V3) replaces the QKV GEMM by q_down (h → r_q, replicated
-over TP), q_norm, q_up (r_q → a_l·d_qk), kv_down (h → r_kv + d_r, replicated), kv_norm,
-kv_up (r_kv → a_l·(d_n + d_v)), rotary embedding on the a_l query heads and the one shared
-rope key, and a core of head dims d_qk (scores) and d_v (values). Backward: the up
-projections are column-parallel (their input-gradient all-reduce of T·r elements runs under
-the wgrad); the replicated down projections need no TP reduction. Left out: Megatron's
-gathering of the compressed tensors instead of the hidden states under SP (the SP all-gather
-here moves T·h), and the TP all-reduce of the replicated weights' gradients (small).
+Multi-latent attention (DeepSeek-V2/V3), as Megatron-Core builds it
+(megatron/core/transformer/multi_latent_attention.py @ d98e8a64dd, MLASelfAttention): the
+down projections q_down (h → r_q) and kv_down (h → r_kv + d_r) are replicated over TP
+("duplicated") and run on the layer input as it is, Te tokens (T/t with SP); q_norm and
+kv_norm follow; the up projections q_up (r_q → a_l·d_qk) and kv_up (r_kv → a_l·(d_n + d_v))
+are column-parallel, so with SP they all-gather the compressed T·r_q and T·(r_kv + d_r)
+(the rope key with it) instead of the hidden states; without q_rank a column-parallel q
+(h → a_l·d_qk) gathers T·h as a QKV GEMM would. Then the rotary embedding on the a_l query
+heads and the one shared rope key, and a core of head dims d_qk (scores) and d_v (values).
+Backward mirrors it: the up projections' input gradients are all-reduced (SP:
+reduce-scattered) as T·r under their wgrad. Left out: the TP all-reduce of the replicated
+weights' gradients (finalize_model_grads; a few MB per layer).
 
 Backward of a linear layer is two GEMMs, dgrad then wgrad. As in Megatron
 (LinearWithGradAccumulationAndAsyncCommunication), the TP all-reduce (SP: reduce-scatter)
@@ -331,17 +335,25 @@ def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
     return steps
 
 
+def _sp_gather(L: LayerShape, name: str, width: int, cat: str) -> list[Step]:
+    """SP: all-gather T tokens of ``width`` elements ahead of a column-parallel GEMM (blocking)."""
+    if L.t > 1 and L.sp:
+        return [Comm(f"{name}.ag", "tp", "all_gather", L.T * width * L.dtype, 0, cat)]
+    return []
+
+
 def _mla_projections(L: LayerShape, cat: str) -> list[Step]:
     """MLA's query and key/value projections with their latent norms, and the decoupled rope."""
     steps: list[Step] = []
     if L.q_rank:
-        steps += [gemm("q_down", L.T, L.q_rank, L.h, L, 1, cat),
-                  elementwise("q_norm", L.T * L.q_rank, 2.0, L, 8.0, cat),
+        steps += [gemm("q_down", L.Te, L.q_rank, L.h, L, 1, cat),
+                  elementwise("q_norm", L.Te * L.q_rank, 2.0, L, 8.0, cat), *_sp_gather(L, "q_up", L.q_rank, cat),
                   gemm("q_up", L.T, L.a_l * L.d_qk, L.q_rank, L, 1, cat)]
     else:
-        steps.append(gemm("q", L.T, L.a_l * L.d_qk, L.h, L, 1, cat))
-    steps += [gemm("kv_down", L.T, L.kv_rank + L.rope_dim, L.h, L, 1, cat),
-              elementwise("kv_norm", L.T * L.kv_rank, 2.0, L, 8.0, cat),
+        steps += [*_sp_gather(L, "q", L.h, cat), gemm("q", L.T, L.a_l * L.d_qk, L.h, L, 1, cat)]
+    steps += [gemm("kv_down", L.Te, L.kv_rank + L.rope_dim, L.h, L, 1, cat),
+              elementwise("kv_norm", L.Te * L.kv_rank, 2.0, L, 8.0, cat),
+              *_sp_gather(L, "kv_up", L.kv_rank + L.rope_dim, cat),
               gemm("kv_up", L.T, L.a_l * (L.d_qk - L.rope_dim + L.d_v), L.kv_rank, L, 1, cat)]
     if L.rope_dim:
         steps.append(elementwise("rope", L.T * (L.a_l + 1) * L.rope_dim, 2.0, L, 3.0, cat))
@@ -349,7 +361,7 @@ def _mla_projections(L: LayerShape, cat: str) -> list[Step]:
 
 
 def _attention_forward(L: LayerShape, cat: str) -> list[Step]:
-    steps: list[Step] = [_norm(L, "ln1", cat), *_tp_in(L, "ln1", cat)]
+    steps: list[Step] = [_norm(L, "ln1", cat), *([] if L.mla else _tp_in(L, "ln1", cat))]
     if L.mla:
         steps += _mla_projections(L, cat)
     else:
@@ -417,19 +429,20 @@ def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
 
 # --- backward --------------------------------------------------------------------------
 
-def _column_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int) -> list[Step]:
+def _column_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int, width: int = 0) -> list[Step]:
     """Backward of a column-parallel linear y = x·W (x: m×k_in, W: k_in×n_out).
 
     [SP: all-gather of the saved input, under dgrad] · dgrad · [TP AR | SP RS of dx, under
-    wgrad] · wgrad.
+    wgrad] · wgrad. The communicated input is T tokens of ``width`` elements (0: h).
     """
     steps: list[Step] = []
+    nbytes = L.T * (width or L.h) * L.dtype
     if L.t > 1 and L.sp:
-        steps.append(Comm(f"{name}.ag_input", "tp", "all_gather", L.T * L.h * L.dtype, 1, BWD))
+        steps.append(Comm(f"{name}.ag_input", "tp", "all_gather", nbytes, 1, BWD))
     steps.append(gemm(f"{name}.dgrad", m, k_in, n_out, L, 1, BWD))
     if L.t > 1:
         op = "reduce_scatter" if L.sp else "all_reduce"
-        steps.append(Comm(f"{name}.{'rs' if L.sp else 'ar'}_dgrad", "tp", op, L.T * L.h * L.dtype, 1, BWD))
+        steps.append(Comm(f"{name}.{'rs' if L.sp else 'ar'}_dgrad", "tp", op, nbytes, 1, BWD))
     steps.append(gemm(f"{name}.wgrad", k_in, n_out, m, L, 1, BWD))
     return steps
 
@@ -535,30 +548,19 @@ def _mlp_core_backward(L: LayerShape) -> list[Step]:
     return steps
 
 
-def _latent_backward(L: LayerShape, name: str, rank: int, n_out: int) -> list[Step]:
-    """Backward of an MLA up projection (column-parallel, input the replicated latent of ``rank``):
-    dgrad · [TP all-reduce of the T×rank input gradient, under wgrad] · wgrad."""
-    steps: list[Step] = [gemm(f"{name}.dgrad", L.T, rank, n_out, L, 1, BWD)]
-    if L.t > 1:
-        steps.append(Comm(f"{name}.ar_dgrad", "tp", "all_reduce", L.T * rank * L.dtype, 1, BWD))
-    steps.append(gemm(f"{name}.wgrad", rank, n_out, L.T, L, 1, BWD))
-    return steps
-
-
 def _mla_backward(L: LayerShape) -> list[Step]:
-    """MLA's projections backward, from the rope back to the replicated down projections."""
+    """MLA's projections backward, from the rope back to the replicated down projections (on Te tokens)."""
     steps: list[Step] = []
     if L.rope_dim:
         steps.append(elementwise("rope_bwd", L.T * (L.a_l + 1) * L.rope_dim, 2.0, L, 3.0, BWD))
-    steps += [*_latent_backward(L, "kv_up", L.kv_rank, L.a_l * (L.d_qk - L.rope_dim + L.d_v)),
-              elementwise("kv_norm_bwd", L.T * L.kv_rank, 3.0, L, 10.0, BWD)]
-    if L.t > 1 and L.sp:  # the down projections' wgrad needs the gathered input
-        steps.append(Comm("kv_down.ag_input", "tp", "all_gather", L.T * L.h * L.dtype, 1, BWD))
-    steps += _linear_backward(L, "kv_down", L.T, L.kv_rank + L.rope_dim, L.h)
+    kv_in = L.kv_rank + L.rope_dim  # the gathered latent and rope key
+    steps += [*_column_backward(L, "kv_up", L.T, L.a_l * (L.d_qk - L.rope_dim + L.d_v), L.kv_rank, kv_in),
+              elementwise("kv_norm_bwd", L.Te * L.kv_rank, 3.0, L, 10.0, BWD),
+              *_linear_backward(L, "kv_down", L.Te, kv_in, L.h)]
     if L.q_rank:
-        steps += [*_latent_backward(L, "q_up", L.q_rank, L.a_l * L.d_qk),
-                  elementwise("q_norm_bwd", L.T * L.q_rank, 3.0, L, 10.0, BWD),
-                  *_linear_backward(L, "q_down", L.T, L.q_rank, L.h)]
+        steps += [*_column_backward(L, "q_up", L.T, L.a_l * L.d_qk, L.q_rank, L.q_rank),
+                  elementwise("q_norm_bwd", L.Te * L.q_rank, 3.0, L, 10.0, BWD),
+                  *_linear_backward(L, "q_down", L.Te, L.q_rank, L.h)]
     else:
         steps += _column_backward(L, "q", L.T, L.a_l * L.d_qk, L.h)
     return steps
