@@ -10,9 +10,12 @@ Mixture-of-Experts (DeepSeek-MoE, arXiv 2401.06066; Megatron-Core's MoE layer): 
 has ``experts`` routed experts of width f_e (``expert_ffn_hidden``, else ``ffn_hidden``),
 a router h·E, and ``shared_experts`` always-on experts of width f_s each, which run as one
 MLP of width n_s·f_s (as DeepSeek's reference code builds them:
-``MLP(dim, n_shared_experts * moe_inter_dim)``). The first ``first_dense_layers`` layers
-keep a dense MLP of ``ffn_hidden``. A token activates the attention, top_k routed experts,
-the shared ones and the router: :func:`activated_params`.
+``MLP(dim, n_shared_experts * moe_inter_dim)``, and as Megatron-Core's
+``moe_shared_expert_intermediate_size``, "shared expert total ffn hidden size", whose
+``moe_ffn_hidden_size`` also defaults to ``ffn_hidden_size``: transformer_config.py @
+d98e8a64dd). The first ``first_dense_layers`` layers keep a dense MLP of ``ffn_hidden``.
+A token activates the attention, top_k routed experts, the shared ones and the router:
+:func:`activated_params`.
 
 Multi-latent attention (DeepSeek-V2, arXiv 2405.04434, section 2.1; the reference code
 in deepseek-ai/DeepSeek-V3 @ 9b4e978, inference/model.py, class MLA), with r_q, r_kv the
