@@ -19,8 +19,13 @@ sequence share of a CP rank, a the heads, t the TP size):
     selective recompute s·b·h·(10 + 24/t), or 34·s·b·h/t with SP
     full recompute      2·s·b·h (2·s·b·h/t with SP: only the layer input is kept)
 computed term by term so that GQA (K, V of kv heads), SwiGLU (two up outputs), MoE
-(top_k routed copies) and models without dropout are counted; for a GPT these terms
-are exactly the formulas above. Fused (flash) attention keeps no s² terms. A stage
+(top_k routed copies of the expert width, times the busiest rank's load under routing
+imbalance, plus the shared experts' MLP) and models without dropout are counted; for a GPT
+these terms are exactly the formulas above. Multi-latent attention keeps Q and K of a·d_qk,
+V and the projection input of a·d_v, and the latents (r_q twice, r_kv + d_r and r_kv, as
+the replicated part). A stage that holds one of an MoE model's dense leading layers is
+charged the larger of the dense and the MoE layer's activations for each of its layers (an
+upper bound). Fused (flash) attention keeps no s² terms. A stage
 holds as many micro-batches (model chunks, interleaved) as its schedule has in flight
 at the worst moment (1F1B: p − s on stage s; GPipe: m; interleaved: Megatron's
 p·(1 + (p − 1)/(p·v)) chunks' worth on stage 0), read off the schedule itself; each
@@ -66,22 +71,50 @@ def model_state_bytes(psi: float, d: int, zero: int, grad_bytes: int = 2) -> dic
     return {"params": params, "grads": grads, "optimizer": optim}
 
 
+def _rank_load(r: ModelSpec, ep: int) -> float:
+    """The busiest EP rank's routed tokens over the mean (layer.py's LayerShape.rank_load)."""
+    if ep <= 1 or r.moe_imbalance == 1.0:
+        return 1.0
+    local = max(1, r.experts // ep)
+    return (r.moe_imbalance + local - 1) / local
+
+
+def _attention_terms(r: ModelSpec) -> tuple[float, float]:
+    """(replicated, sharded) stored elements per token of the attention block's projections."""
+    h, a = r.hidden, r.heads
+    if M.is_mla(r):
+        d_qk, d_v = M.head_dims(r)
+        latents = 2 * (2 * r.q_lora_rank + 2 * r.kv_lora_rank + r.qk_rope_head_dim)
+        return 2 * h + latents, 2 * a * d_qk * 2 + 2 * a * d_v * 2  # Q, K; V, projection input
+    kvd = r.kv_heads * (h // a)
+    return 2 * h, 2 * (h + kvd) + 2 * kvd + 2 * h  # QKV input; Q, K, V, projection input
+
+
+def _mlp_terms(r: ModelSpec, moe: bool, ep: int) -> float:
+    """Stored elements per token of the MLP (or the experts): up output(s) and activation output."""
+    def mlp(width: int) -> float:
+        return 2 * width * (2 if r.swiglu else 1) + 2 * width
+    if not moe:
+        return mlp(r.ffn_hidden)
+    routed = r.top_k * _rank_load(r, ep)
+    return routed * mlp(M.expert_ffn(r)) + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
+
+
 def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
-                           recompute: str = "none", flash: bool = False, dtype: int = 2) -> float:
-    """Stored activations of one layer, one micro-batch, on one GPU (see module docstring)."""
+                           recompute: str = "none", flash: bool = False, dtype: int = 2,
+                           ep: int = 1, moe: bool | None = None) -> float:
+    """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``moe``
+    False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts)."""
     r = M.resolve(m)
     h, a = r.hidden, r.heads
-    kvd = r.kv_heads * (h // a)
     dropout = M.has_dropout(r)
     unit = s * b * dtype / 2  # the formulas count 2-byte elements
     if recompute == "full":
         return 2 * s * b * h * dtype / 2 / (t if sp else 1)
     mask = 1.0 if dropout else 0.0  # 1-byte dropout mask per element of h
-    replicated = 2 * 2 * h + 2 * mask * h + 2 * h + 2 * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
-    routed = r.top_k if r.experts else 1
-    up = r.ffn_hidden * (2 if r.swiglu else 1)
-    sharded = (2 * (h + kvd) + 2 * kvd + 2 * h  # Q, K, V, projection input
-               + routed * (2 * up + 2 * r.ffn_hidden))  # up output(s), activation output
+    attn_rep, attn_sharded = _attention_terms(r)
+    replicated = 2 * 2 * h + 2 * mask * h + attn_rep + 2 * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
+    sharded = attn_sharded + _mlp_terms(r, bool(r.experts) if moe is None else moe, ep)
     scores = 0.0 if flash or recompute == "selective" else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
     if sp:
         return unit * (replicated + sharded + scores) / t
@@ -99,13 +132,17 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
     mlp = M.mlp_params(r) - (r.hidden if biases else 0)
     mlp_gpu = mlp / t + (r.hidden if biases else 0)
     expert = 0.0
+    lead = _dense_layers_of(sc, stage) if r.experts else 0
     if r.experts:
-        dense += r.hidden * r.experts
-        expert = mlp_gpu * r.experts / par.ep
+        shared = M.mlp_of_width(r, M.shared_ffn(r)) / t if r.shared_experts else 0.0
+        one = M.expert_params(r) - (r.hidden if biases else 0)
+        moe_dense = dense + r.hidden * r.experts + shared
+        expert = (one / t + (r.hidden if biases else 0)) * r.experts / par.ep
+        dense = moe_dense * (layers - lead) + (dense + mlp_gpu) * lead
+        expert *= layers - lead
     else:
         dense += mlp_gpu
-    dense *= layers
-    expert *= layers
+        dense *= layers
     if stage == 0:
         dense += r.vocab * r.hidden / t + (r.seq_len * r.hidden if biases else 0)
     if stage == p - 1:
@@ -113,6 +150,20 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
         if not r.tied_embeddings or p > 1:
             dense += r.vocab * r.hidden / t
     return dense, expert
+
+
+def _dense_layers_of(sc: Scenario, stage: int) -> int:
+    """How many of an MoE model's dense leading layers pipeline stage ``stage`` holds."""
+    m, par = M.resolve(sc.model) if sc.model else None, sc.parallel
+    if m is None or not m.first_dense_layers:
+        return 0
+    chunks = chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers, par.last_chunk_layers)
+    n, start = 0, 0
+    for vs, count in enumerate(chunks):
+        if vs % par.pp == stage:
+            n += max(0, min(start + count, m.first_dense_layers) - start)
+        start += count
+    return n
 
 
 def memory_report(sc: Scenario) -> MemoryReport:
@@ -129,8 +180,10 @@ def memory_report(sc: Scenario) -> MemoryReport:
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     split = stage_layers(chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
                                       par.last_chunk_layers), par.pp)
-    per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, par.sequence_parallel and par.tp > 1,
-                                       tr.recompute, flash, dtype)
+    sp = par.sequence_parallel and par.tp > 1
+    per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep)
+    per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep, False)
+                 if m.experts and m.first_dense_layers else per_layer)
     best: MemoryReport | None = None
     for stage in range(par.pp):
         mine = split[stage]  # layers of each of this stage's chunks
@@ -142,7 +195,8 @@ def memory_report(sc: Scenario) -> MemoryReport:
             states = {k: states[k] + ex[k] for k in states}
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
         chunks = max_in_flight(tasks)
-        acts = per_layer * max_in_flight(tasks, mine)  # layers of the (micro-batch, chunk)s in flight
+        worst = max(per_layer, per_dense) if _dense_layers_of(sc, stage) else per_layer
+        acts = worst * max_in_flight(tasks, mine)  # layers of the (micro-batch, chunk)s in flight
         if stage == 0 and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
         work = float(WORKSPACE_BYTES)

@@ -24,6 +24,19 @@ Model sources:
 - Mixtral 8x7B: Jiang et al. 2024 and the released config (32 layers, hidden 4096,
   ffn 14336, 32 heads, 8 KV heads, 8 experts, top-2, vocabulary 32000); trained here at
   seq 4096.
+- DeepSeek-V2-Lite, DeepSeek-V2, DeepSeek-V3 (MoE with shared experts and multi-latent
+  attention): the configs deepseek-ai/DeepSeek-V3 @ 9b4e978, inference/configs/config_16B.json,
+  config_236B.json and config_671B.json (dim, inter_dim, moe_inter_dim, n_layers, n_dense_layers,
+  n_heads, n_routed_experts, n_shared_experts, n_activated_experts, q/kv_lora_rank, qk_nope/rope
+  and v head dims, vocab_size), which agree with DeepSeek-V2, arXiv 2405.04434, section 3.1.2 and
+  appendix B.1, and DeepSeek-V3, arXiv 2412.19437, section 4.2 ("Model Hyper-Parameters"): no
+  biases or dropout, RMSNorm, SwiGLU experts, untied embeddings, trained at 4096 tokens. V3's
+  multi-token-prediction module is not modelled.
+- Qwen2-57B-A14B (MoE with GQA and 8 shared experts of the routed width): Qwen2 Technical
+  Report, arXiv 2407.10671, Table 1 (hidden 3584, 28 layers, 28 query and 4 KV heads, expert
+  intermediate size 2560, 64 routed experts, 8 activated, 8 shared, untied embeddings,
+  vocabulary 151,646), pre-trained at 4096 tokens (section 3.2); its QKV biases and the shared
+  experts' sigmoid gate are left out. 57.4B parameters and 14.2B activated by our count.
 - BERT-large: Devlin et al. 2019 (24 layers, hidden 1024, 16 heads, vocabulary 30522,
   seq 512).
 """
@@ -191,6 +204,14 @@ def _nemotron(layers: int, hidden: int, heads: int) -> dict[str, Any]:
                 seq_len=4096, activation="squared_relu", biases=False, dropout=False, tied_embeddings=False)
 
 
+def _deepseek(layers: int, hidden: int, heads: int, ffn: int, expert_ffn: int, experts: int, shared: int,
+              top_k: int, dense: int, q_rank: int, vocab: int) -> dict[str, Any]:
+    return dict(layers=layers, hidden=hidden, heads=heads, ffn_hidden=ffn, expert_ffn_hidden=expert_ffn,
+                experts=experts, shared_experts=shared, top_k=top_k, first_dense_layers=dense, q_lora_rank=q_rank,
+                kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab=vocab,
+                seq_len=4096, swiglu=True, tied_embeddings=False)
+
+
 MODELS: dict[str, dict[str, Any]] = {
     "gpt3-125m": _gpt3(12, 768, 12),
     "gpt3-350m": _gpt3(24, 1024, 16),
@@ -222,6 +243,13 @@ MODELS: dict[str, dict[str, Any]] = {
     # Technical Report, section 2.1); 15B: arXiv 2402.16819 (Nemotron-4 15B, Table 1).
     "nemotron4-15b": _nemotron(32, 6144, 48),
     "nemotron4-340b": _nemotron(96, 18432, 96),
+    # DeepSeek (sources above): layers, hidden, heads, dense ffn, expert ffn, routed, shared, top-k,
+    # leading dense layers, query rank (0: none), vocabulary
+    "deepseek-v2-lite": _deepseek(27, 2048, 16, 10944, 1408, 64, 2, 6, 1, 0, 102400),
+    "deepseek-v2": _deepseek(60, 5120, 128, 12288, 1536, 160, 2, 6, 1, 1536, 102400),
+    "deepseek-v3": _deepseek(61, 7168, 128, 18432, 2048, 256, 1, 8, 3, 1536, 129280),
+    "qwen2-57b-a14b": dict(_llama(28, 3584, 28, 4, 2560, 151646, 4096), expert_ffn_hidden=2560, experts=64,
+                           top_k=8, shared_experts=8),
     "bert-large": dict(layers=24, hidden=1024, heads=16, seq_len=512, vocab=30522, tied_embeddings=True,
                        causal=False),  # an encoder: bidirectional attention
 }

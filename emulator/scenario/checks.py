@@ -78,6 +78,46 @@ def model_violations(model: ModelSpec) -> list[Violation]:
     if m.swiglu and m.activation not in ("", "swiglu"):
         out.append(Violation("model.activation", f"activation {m.activation} contradicts swiglu: true "
                                                  "(yours or the preset's; set swiglu: false with it)"))
+    return out + _moe_violations(m) + _mla_violations(m)
+
+
+def _moe_violations(m: ModelSpec) -> list[Violation]:
+    """The MoE keys need experts; the dense leading layers leave at least one MoE layer; the busiest
+    expert cannot receive more than every token (imbalance ≤ experts/top_k)."""
+    out: list[Violation] = []
+    if not m.experts:
+        for name in ("expert_ffn_hidden", "shared_experts", "shared_expert_ffn_hidden", "first_dense_layers"):
+            if getattr(m, name):
+                out.append(Violation(f"model.{name}", f"{name} ({getattr(m, name)}) needs experts > 0 (an MoE model)"))
+        if m.moe_imbalance != 1.0:
+            out.append(Violation("model.moe_imbalance", f"moe_imbalance ({m.moe_imbalance:g}) needs experts > 0 "
+                                                        "(an MoE model)"))
+        return out
+    if m.first_dense_layers >= m.layers:
+        out.append(Violation("model.first_dense_layers", f"first_dense_layers ({m.first_dense_layers}) must be "
+                                                         f"less than layers ({m.layers}): no MoE layer would be left"))
+    if m.shared_expert_ffn_hidden and not m.shared_experts:
+        out.append(Violation("model.shared_expert_ffn_hidden", "shared_expert_ffn_hidden needs shared_experts > 0"))
+    top_k = m.top_k or 1
+    if not 1.0 <= m.moe_imbalance <= m.experts / top_k:
+        out.append(Violation("model.moe_imbalance", f"moe_imbalance ({m.moe_imbalance:g}) must be between 1 and "
+                                                    f"experts/top_k = {m.experts}/{top_k} = {m.experts / top_k:g} "
+                                                    "(the busiest expert gets at most every token)"))
+    return out
+
+
+def _mla_violations(m: ModelSpec) -> list[Violation]:
+    """Multi-latent attention: its dims need kv_lora_rank, and it is multi-head (no separate KV heads)."""
+    out: list[Violation] = []
+    if not m.kv_lora_rank:
+        for name in ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if getattr(m, name):
+                out.append(Violation(f"model.{name}", f"{name} ({getattr(m, name)}) needs kv_lora_rank > 0 "
+                                                      "(multi-latent attention)"))
+        return out
+    if m.kv_heads and m.kv_heads != m.heads:
+        out.append(Violation("model.kv_heads", f"multi-latent attention has one key/value head per query head: "
+                                               f"kv_heads ({m.kv_heads}) must be 0 or heads ({m.heads})"))
     return out
 
 
@@ -138,6 +178,9 @@ def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
         out.append(Violation("parallel.tp", f"model.heads ({m.heads}) must be divisible by tp ({p.tp})"))
     if m.ffn_hidden % p.tp:
         out.append(Violation("parallel.tp", f"model.ffn_hidden ({m.ffn_hidden}) must be divisible by tp ({p.tp})"))
+    for name in ("expert_ffn_hidden", "shared_expert_ffn_hidden"):
+        if getattr(m, name) % p.tp:
+            out.append(Violation("parallel.tp", f"model.{name} ({getattr(m, name)}) must be divisible by tp ({p.tp})"))
     if m.kv_heads % p.tp and p.tp % m.kv_heads:  # kv heads may be replicated over tp
         out.append(Violation("parallel.tp", f"model.kv_heads ({m.kv_heads}) and tp ({p.tp}) must divide one another"))
     split = p.cp * (p.tp if p.sequence_parallel else 1)

@@ -88,6 +88,9 @@ GPU_KEYS: dict[str, Key] = {
                           minimum=0),
     "kernel_table": Key("enum", "Built-in table of measured kernels costed before the roofline "
                                 "(devices/kernels.py): h100, b200, or none.", enum=("none", "h100", "b200")),
+    "grouped_gemm_efficiency": Key("ratio", "Throughput of an MoE grouped GEMM over that of the batched GEMM of its "
+                                            "groups' shape (a measurement); 0 or absent: 1, as DeepGEMM measured "
+                                            "on H800 (emulator/workload/layer.py).", minimum=0, maximum=1),
 }
 
 NODE_KEYS: dict[str, Key] = {
@@ -201,6 +204,27 @@ MODEL_KEYS: dict[str, Key] = {
                       enum=("gelu", "swiglu", "squared_relu")),
     "biases": Key("bool", "Linear biases and layernorm shifts; absent: yes for gelu/squared_relu, no for swiglu."),
     "dropout": Key("bool", "Hidden and attention dropout in training; absent: as biases."),
+    "expert_ffn_hidden": Key("int", "MLP width of one routed expert (MoE); 0 or absent: ffn_hidden.", minimum=0,
+                             maximum=10**8),
+    "shared_experts": Key("int", "Shared experts every token goes through (DeepSeek-MoE, Qwen-MoE); 0: none.",
+                          minimum=0, maximum=10**4),
+    "shared_expert_ffn_hidden": Key("int", "MLP width of one shared expert; 0 or absent: expert_ffn_hidden.",
+                                    minimum=0, maximum=10**8),
+    "first_dense_layers": Key("int", "Leading layers with a dense MLP of ffn_hidden instead of experts "
+                                     "(DeepSeek: 1 in V2, 3 in V3); 0: every layer is MoE.", minimum=0, maximum=10**6),
+    "moe_imbalance": Key("number", "Tokens routed to the busiest expert over the mean, at least 1 (1: balanced); "
+                                   "stretches the busiest expert-parallel rank's expert GEMMs and all-to-all.",
+                         minimum=1.0, maximum=1e6),
+    "q_lora_rank": Key("int", "Multi-latent attention: rank of the query down-projection; 0: a full query "
+                              "projection.", minimum=0, maximum=10**7),
+    "kv_lora_rank": Key("int", "Multi-latent attention (DeepSeek-V2/V3): rank of the compressed keys and values; "
+                               "0: standard attention.", minimum=0, maximum=10**7),
+    "qk_nope_head_dim": Key("int", "Multi-latent attention: per-head query/key dims without rotary embedding; "
+                                   "0: hidden/heads.", minimum=0, maximum=10**5),
+    "qk_rope_head_dim": Key("int", "Multi-latent attention: per-head query/key dims of the decoupled rotary "
+                                   "embedding.", minimum=0, maximum=10**5),
+    "v_head_dim": Key("int", "Multi-latent attention: per-head value dims; 0: hidden/heads.", minimum=0,
+                      maximum=10**5),
     "tied_embeddings": Key("bool", "Input and output embeddings shared."),
     "causal": Key("bool", "A causal attention mask (decoders, the default); false: bidirectional (BERT)."),
 }

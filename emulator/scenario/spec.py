@@ -37,6 +37,7 @@ class GpuSpec:
     memory_efficiency: float = 0.0  # measured fraction of HBM bandwidth of streaming kernels; 0: the model's
     sm_count: int = 0  # streaming multiprocessors; 0: unknown, costed as an A100's (devices/compute.py)
     matmul_fraction: float = 0.0  # measured max achievable matmul FLOP/s / dense peak; 0: unmeasured (as A100)
+    grouped_gemm_efficiency: float = 0.0  # MoE grouped GEMM / the batched GEMM of its groups; 0: 1.0 (layer.py)
     kernel_table: str = ""  # built-in measured-kernel table (devices/kernels.py: h100, b200); "": none
     kernels: tuple[tuple[str, str, tuple[int, ...], float], ...] = ()  # measured (op, dtype, dims, s), first
     peak_flops_fp32: float = 0.0  # FP32 (CUDA-core) FLOP/s; 0: unknown (training.precision fp32 is refused)
@@ -124,6 +125,18 @@ class ModelSpec:
     activation: str = ""  # MLP: gelu | swiglu | squared_relu; "": swiglu if swiglu else gelu
     biases: bool | None = None  # linear biases and layernorm shifts; None: not swiglu (GPT yes, Llama no)
     dropout: bool | None = None  # hidden and attention dropout; None: as biases (GPT yes, Llama no)
+    # Mixture-of-Experts beyond experts/top_k (DeepSeek-MoE, Qwen-MoE): workload/models.py
+    expert_ffn_hidden: int = 0  # MLP width of one routed expert; 0: ffn_hidden
+    shared_experts: int = 0  # experts every token goes through (run as one MLP of their summed width)
+    shared_expert_ffn_hidden: int = 0  # width of one shared expert; 0: expert_ffn_hidden
+    first_dense_layers: int = 0  # leading layers with a dense MLP of ffn_hidden (DeepSeek first_k_dense_replace)
+    moe_imbalance: float = 1.0  # tokens of the busiest expert / the mean (1: perfectly balanced routing)
+    # Multi-latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0
+    q_lora_rank: int = 0  # query down-projection rank; 0: a full query projection
+    kv_lora_rank: int = 0  # compressed key/value rank; 0: standard attention
+    qk_nope_head_dim: int = 0  # per-head query/key dims without rotary embedding; 0: hidden / heads
+    qk_rope_head_dim: int = 0  # per-head query/key dims with the decoupled rotary embedding
+    v_head_dim: int = 0  # per-head value dims; 0: hidden / heads
 
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,

@@ -7,6 +7,12 @@ Counted from the real matrix multiplications of a layer, per sequence of s token
     MLP 2·s·h·f·(2, or 3 with SwiGLU), times top_k for MoE, plus the router 2·s·h·E,
     LM head 2·s·h·V.
 
+MoE layers count the experts a token is routed to (top_k of width f_e), the shared experts
+(one MLP of their summed width) and the router; the ``first_dense_layers`` count their dense
+MLP: MFU counts the activated parameters. Token imbalance (``moe_imbalance``) makes the busiest
+rank slower, not the model bigger: it adds no model FLOPs. Multi-latent attention counts its
+projections (models.py) and a core of 2·s²·a·(d_qk + d_v) (d_qk = d_v = h/a: the 4·s²·h above).
+
 Backward costs twice the forward, so model FLOPs = 3·B·(l·layer + head). Hardware
 FLOPs add what recomputation reruns: the layer forward (full) or the attention core
 QKᵀ, P·V (selective). Elementwise work is not counted (the usual MFU convention), and
@@ -20,26 +26,64 @@ Narayanan et al. SC21, eq. (3) and its recompute variant:
 from __future__ import annotations
 
 from emulator.scenario.spec import ModelSpec
+from emulator.workload import models as M
 from emulator.workload.models import resolve
 
 
 def attention_core_flops(m: ModelSpec) -> float:
-    """QKᵀ and P·V of one layer, one sequence: 4·s²·h."""
+    """QKᵀ and P·V of one layer, one sequence: 4·s²·h (MLA: 2·s²·a·(d_qk + d_v))."""
     s = resolve(m)
+    if M.is_mla(s):
+        d_qk, d_v = M.head_dims(s)
+        return 2.0 * s.seq_len * s.seq_len * s.heads * (d_qk + d_v)
     return 4.0 * s.seq_len * s.seq_len * s.hidden
 
 
-def layer_forward_flops(m: ModelSpec) -> float:
-    """Matmul FLOPs of one layer's forward for one sequence."""
+def _mlp_flops(s: ModelSpec, width: int) -> float:
+    return 2.0 * s.seq_len * s.hidden * width * (3 if s.swiglu else 2)
+
+
+def _projection_flops(s: ModelSpec) -> float:
+    """The attention's linear layers for one sequence: QKV and output, or MLA's five."""
+    sl, h = s.seq_len, s.hidden
+    if M.is_mla(s):
+        d_qk, d_v = M.head_dims(s)
+        a, rq, rkv, dr = s.heads, s.q_lora_rank, s.kv_lora_rank, s.qk_rope_head_dim
+        q = h * rq + rq * a * d_qk if rq else h * a * d_qk
+        kv = h * (rkv + dr) + rkv * a * (d_qk - dr + d_v)
+        return 2.0 * sl * (q + kv + a * d_v * h)
+    d = h // s.heads
+    return 2.0 * sl * h * (h + 2 * s.kv_heads * d) + 2.0 * sl * h * h
+
+
+def layer_forward_flops(m: ModelSpec, layer: int | None = None) -> float:
+    """Matmul FLOPs of one layer's forward for one sequence (``layer``: a dense leading layer of an MoE
+    model when it is one of its ``first_dense_layers``; None: an MoE layer if the model has experts)."""
     s = resolve(m)
     sl, h = s.seq_len, s.hidden
-    d = h // s.heads
-    qkv = 2.0 * sl * h * (h + 2 * s.kv_heads * d)
-    proj = 2.0 * sl * h * h
-    mlp = 2.0 * sl * h * s.ffn_hidden * (3 if s.swiglu else 2)
-    if s.experts:
-        mlp = mlp * s.top_k + 2.0 * sl * h * s.experts
-    return qkv + attention_core_flops(s) + proj + mlp
+    moe = bool(s.experts) if layer is None else M.is_moe_layer(s, layer)
+    if M.is_mla(s):
+        attn = _projection_flops(s) + attention_core_flops(s)
+    else:
+        d = h // s.heads
+        qkv = 2.0 * sl * h * (h + 2 * s.kv_heads * d)
+        proj = 2.0 * sl * h * h
+        attn = qkv + attention_core_flops(s) + proj
+    if not moe:
+        return attn + _mlp_flops(s, s.ffn_hidden)
+    mlp = _mlp_flops(s, M.expert_ffn(s)) * s.top_k + 2.0 * sl * h * s.experts
+    if s.shared_experts:
+        mlp += _mlp_flops(s, M.shared_ffn(s))
+    return attn + mlp
+
+
+def layers_forward_flops(m: ModelSpec) -> float:
+    """All layers' forward for one sequence: l·layer_forward, the dense leading layers counted as such."""
+    s = resolve(m)
+    dense = min(s.first_dense_layers, s.layers) if s.experts else 0
+    if not dense:
+        return s.layers * layer_forward_flops(s)
+    return dense * layer_forward_flops(s, 0) + (s.layers - dense) * layer_forward_flops(s)
 
 
 def head_forward_flops(m: ModelSpec) -> float:
@@ -49,16 +93,16 @@ def head_forward_flops(m: ModelSpec) -> float:
 
 
 def model_flops(m: ModelSpec, global_batch: int) -> float:
-    """3·B·(l·layer_forward + head_forward): forward plus a backward of twice its cost."""
+    """3·B·(layers_forward + head_forward): forward plus a backward of twice its cost."""
     s = resolve(m)
-    return 3.0 * global_batch * (s.layers * layer_forward_flops(s) + head_forward_flops(s))
+    return 3.0 * global_batch * (layers_forward_flops(s) + head_forward_flops(s))
 
 
 def recompute_flops(m: ModelSpec, global_batch: int, recompute: str, fused_attention: bool = False) -> float:
     """Extra FLOPs recomputation runs: B·l·layer_forward (full), B·l·4s²h (selective, unfused)."""
     s = resolve(m)
     if recompute == "full":
-        return global_batch * s.layers * layer_forward_flops(s)
+        return global_batch * layers_forward_flops(s)
     if recompute == "selective" and not fused_attention:
         return global_batch * s.layers * attention_core_flops(s)
     return 0.0

@@ -27,6 +27,29 @@ SwiGLU 3 forward, 5 backward; squared ReLU (Nemotron) as GeLU in bytes, 2 FLOPs 
 forward (max, square) and 3 backward; softmax 2 forward, 3 backward; attention dropout 2.5 each
 way; contiguous copies 2.
 
+Mixture-of-Experts (a layer with ``experts``): router GEMM · permute · [EP all-to-all
+dispatch] · the local experts' up GEMM, activation and down GEMM as one grouped GEMM each
+(Megatron-Core's --moe-grouped-gemm) · [EP all-to-all combine] · unpermute; shared experts
+(one MLP of their summed width, TP-sharded) run on every token before the routed ones.
+With routing imbalance f (busiest expert / mean) the busiest EP rank holds that expert and
+local − 1 experts of mean load, so it computes (f + local − 1)/local times the mean tokens
+(1 without EP: all experts on each rank, the total is the mean); every rank is costed as
+that one, because the all-to-alls wait for it, and the all-to-all buffers grow by the same
+factor (an upper bound of the traffic: only the busiest rank receives that much).
+
+Multi-latent attention (DeepSeek-V2/V3), as Megatron-Core builds it
+(megatron/core/transformer/multi_latent_attention.py @ d98e8a64dd, MLASelfAttention): the
+down projections q_down (h → r_q) and kv_down (h → r_kv + d_r) are replicated over TP
+("duplicated") and run on the layer input as it is, Te tokens (T/t with SP); q_norm and
+kv_norm follow; the up projections q_up (r_q → a_l·d_qk) and kv_up (r_kv → a_l·(d_n + d_v))
+are column-parallel, so with SP they all-gather the compressed T·r_q and T·(r_kv + d_r)
+(the rope key with it) instead of the hidden states; without q_rank a column-parallel q
+(h → a_l·d_qk) gathers T·h as a QKV GEMM would. Then the rotary embedding on the a_l query
+heads and the one shared rope key, and a core of head dims d_qk (scores) and d_v (values).
+Backward mirrors it: the up projections' input gradients are all-reduced (SP:
+reduce-scattered) as T·r under their wgrad. Left out: the TP all-reduce of the replicated
+weights' gradients (finalize_model_grads; a few MB per layer).
+
 Backward of a linear layer is two GEMMs, dgrad then wgrad. As in Megatron
 (LinearWithGradAccumulationAndAsyncCommunication), the TP all-reduce (SP: reduce-scatter)
 of a column-parallel layer's input gradient runs asynchronously under its wgrad GEMM,
@@ -40,7 +63,7 @@ from dataclasses import dataclass, replace
 
 from emulator.devices import compute
 from emulator.scenario.spec import GpuSpec, ModelSpec
-from emulator.workload.models import has_biases, has_dropout, resolve
+from emulator.workload.models import expert_ffn, has_biases, has_dropout, head_dims, is_mla, resolve, shared_ffn
 
 FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
 
@@ -62,6 +85,7 @@ class Kernel:
     backward: bool = False  # flash
     head_dim: int = 0  # flash
     dtype: int = 2  # bytes per element of a gemm's or flash kernel's operands (training.precision)
+    grouped: bool = False  # an MoE grouped GEMM (its ``batch`` = the local experts)
 
 
 @dataclass(frozen=True)
@@ -109,6 +133,14 @@ class LayerShape:
     flash: bool = False
     causal: bool = True
     activation: str = "gelu"  # gelu | swiglu | squared_relu (the element-wise op between the MLP GEMMs)
+    expert_ffn: int = 0  # one routed expert's width; 0: ffn
+    shared_ffn: int = 0  # the shared experts' summed width; 0: none
+    imbalance: float = 1.0  # tokens of the busiest expert / the mean
+    q_rank: int = 0  # MLA query rank (0: a full query projection)
+    kv_rank: int = 0  # MLA key/value rank; 0: standard attention
+    rope_dim: int = 0  # MLA decoupled rope dims per head
+    qk_head: int = 0  # MLA query/key dims per head (d_n + d_r); 0: d
+    v_head: int = 0  # MLA value dims per head; 0: d
 
     @property
     def T(self) -> int:
@@ -122,6 +154,31 @@ class LayerShape:
     @property
     def d(self) -> int:
         return self.h // self.heads
+
+    @property
+    def d_qk(self) -> int:
+        return self.qk_head or self.d
+
+    @property
+    def d_v(self) -> int:
+        return self.v_head or self.d
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_rank > 0
+
+    @property
+    def fe_l(self) -> int:
+        """One routed expert's width on this GPU."""
+        return (self.expert_ffn or self.ffn) // self.t
+
+    @property
+    def rank_load(self) -> float:
+        """Routed tokens of the busiest EP rank over the mean: (f + local − 1)/local with EP, else 1."""
+        if self.ep <= 1 or self.imbalance == 1.0:
+            return 1.0
+        local = max(1, self.experts // self.ep)
+        return (self.imbalance + local - 1) / local
 
     @property
     def a_l(self) -> int:
@@ -153,10 +210,20 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
     """The per-GPU layer shape of ``model`` under the given parallelism."""
     m = resolve(model)
     causal = m.causal
+    d_qk, d_v = head_dims(m)
+    mla = dict(q_rank=m.q_lora_rank, kv_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim, qk_head=d_qk,
+               v_head=d_v, kv_heads=m.heads) if is_mla(m) else dict(kv_heads=m.kv_heads)
     return LayerShape(b=micro_batch, s=m.seq_len // cp, s_kv=m.seq_len, h=m.hidden, heads=m.heads,
-                      kv_heads=m.kv_heads, ffn=m.ffn_hidden, swiglu=m.swiglu, biases=has_biases(m),
+                      ffn=m.ffn_hidden, swiglu=m.swiglu, biases=has_biases(m),
                       dropout=has_dropout(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,
-                      top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation)
+                      top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation,
+                      expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
+                      imbalance=m.moe_imbalance, **mla)
+
+
+def dense_shape(L: LayerShape) -> LayerShape:
+    """The same layer with a dense MLP (a leading dense layer of an MoE model)."""
+    return replace(L, experts=0, top_k=0, expert_ffn=0, shared_ffn=0, imbalance=1.0)
 
 
 # --- kernel constructors -------------------------------------------------------------
@@ -166,16 +233,45 @@ def gemm(name: str, m: int, n: int, k: int, L: LayerShape, batch: int = 1, cat: 
                   cat, m, n, k, batch, dtype=L.dtype)
 
 
+def grouped_gemm(name: str, m: int, n: int, k: int, L: LayerShape, groups: int, cat: str = FWD) -> Kernel:
+    """The local experts' GEMMs as one grouped GEMM: ``groups`` GEMMs of m×n×k."""
+    return replace(gemm(name, m, n, k, L, groups, cat), grouped=True)
+
+
 def elementwise(name: str, elements: float, passes: float, L: LayerShape, flops_per: float = 1.0,
                 cat: str = FWD) -> Kernel:
     return Kernel(name, "elementwise", flops_per * elements, passes * elements * L.dtype, cat)
 
 
 def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel:
+    """MLA (d_qk ≠ d_v) is costed at the mean head dim (d_qk + d_v)/2: exact in FLOPs, 2·s·sk·(d_qk + d_v)."""
     bh = L.b * L.a_l
-    flops = 4.0 * bh * L.s * sk * L.d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0)
-    nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * L.d * L.dtype
-    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, L.d, bh, L.causal, backward, L.d, dtype=L.dtype)
+    d = L.d if L.d_qk == L.d_v == L.d else (L.d_qk + L.d_v) / 2
+    flops = 4.0 * bh * L.s * sk * d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0)
+    nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * d * L.dtype
+    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, int(d), bh, L.causal, backward, int(d), dtype=L.dtype)
+
+
+# Grouped GEMM against the plain GEMM of one group's shape, measured by DeepSeek's DeepGEMM on
+# H800 (FP8; deepseek-ai/DeepGEMM @ a6d97a1, README.md "Performance", tables "Normal GEMMs for
+# dense models" and "Grouped GEMMs for MoE models (contiguous layout)"): 8 groups of M 4096,
+# N 4096, K 7168: 1288 against 1304 TFLOPS (0.988); N 7168, K 2048: 1093 against 1025 (1.066);
+# 4 groups of M 8192: 1297/1304 (0.995) and 1099/1025 (1.072). A grouped GEMM loses nothing
+# measurable to the batched GEMM of its groups, so the default is 1: expert GEMMs are costed as
+# batched GEMMs; a GPU entry's measured ``grouped_gemm_efficiency`` scales their FLOP rate.
+GROUPED_GEMM_EFFICIENCY = 1.0
+
+
+def grouped_gemm_time(kern: Kernel, gpu: GpuSpec) -> float:
+    """A grouped GEMM: the batched GEMM's roofline with its FLOP rate × ``grouped_gemm_efficiency``."""
+    eff = gpu.grouped_gemm_efficiency or GROUPED_GEMM_EFFICIENCY
+    if eff == 1.0 or min(kern.m, kern.n, kern.k, kern.batch) <= 0:
+        return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch)
+    e = compute.gemm_efficiency(kern.m, kern.n, kern.k, gpu, kern.batch) * eff
+    t_flops = kern.flops / (gpu.peak_flops * e)
+    nbytes = compute.gemm_bytes(kern.m, kern.n, kern.k, kern.dtype, kern.batch)
+    t_mem = nbytes / (gpu.hbm_bandwidth * compute.mem_efficiency(gpu))
+    return max(t_flops, t_mem) + gpu.launch_overhead
 
 
 def kernel_time(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> float:
@@ -186,11 +282,16 @@ def kernel_time(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> float:
 def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float, str]:
     """(seconds, source) for ``kern`` on ``gpu``: a GEMM or fused-attention kernel is looked up
     in the GPU's measured kernels first (compute.measured_first; GEMM dims (batch, m, n, k),
-    attention (head_dim, keys)), else costed by compute.py's roofline for its kind; element-wise
-    kernels always by the roofline. ``dtype``: the training precision."""
+    attention (head_dim, keys)), else costed by compute.py's roofline for its kind (an MoE grouped
+    GEMM: :func:`grouped_gemm_time`); element-wise kernels always by the roofline. ``dtype``: the
+    training precision."""
     if kern.kind == "gemm":
+        def roofline() -> float:
+            if kern.grouped:
+                return grouped_gemm_time(kern, gpu)
+            return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch)
         return compute.measured_first(gpu, "gemm", dtype, (kern.batch, kern.m, kern.n, kern.k), kern.flops,
-                                      lambda: compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch))
+                                      roofline)
     if kern.kind == "flash":
         op = f"attention_{'bwd' if kern.backward else 'fwd'}{'_causal' if kern.causal else ''}"
         return compute.measured_first(gpu, op, dtype, (kern.head_dim, kern.n), kern.flops,
@@ -234,7 +335,7 @@ def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
     """Unfused: QKᵀ, softmax, dropout, PV. Fused: one flash kernel per CP ring step."""
     if L.fused_attention:
         steps: list[Step] = []
-        kv_block = 2 * L.b * L.s * L.kv_l * L.d * L.dtype  # K and V of this rank's tokens
+        kv_block = L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K and V of this rank's tokens
         for i in range(L.cp):
             if i < L.cp - 1:
                 steps.append(Comm(f"attn.kv_ring{i}", "cp", "ring", kv_block, 1, cat))
@@ -242,41 +343,90 @@ def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
         return steps
     bh = L.b * L.a_l
     scores = bh * L.s * L.s_kv
-    steps = [gemm("attn.qk", L.s, L.s_kv, L.d, L, bh, cat),
+    steps = [gemm("attn.qk", L.s, L.s_kv, L.d_qk, L, bh, cat),
              elementwise("attn.softmax", scores, 2.0, L, 5.0, cat)]
     if L.dropout:
         steps.append(elementwise("attn.dropout", scores, 2.5, L, 2.0, cat))
-    steps.append(gemm("attn.pv", L.s, L.d, L.s_kv, L, bh, cat))
+    steps.append(gemm("attn.pv", L.s, L.d_v, L.s_kv, L, bh, cat))
+    return steps
+
+
+def _sp_gather(L: LayerShape, name: str, width: int, cat: str) -> list[Step]:
+    """SP: all-gather T tokens of ``width`` elements ahead of a column-parallel GEMM (blocking)."""
+    if L.t > 1 and L.sp:
+        return [Comm(f"{name}.ag", "tp", "all_gather", L.T * width * L.dtype, 0, cat)]
+    return []
+
+
+def _mla_projections(L: LayerShape, cat: str) -> list[Step]:
+    """MLA's query and key/value projections with their latent norms, and the decoupled rope."""
+    steps: list[Step] = []
+    if L.q_rank:
+        steps += [gemm("q_down", L.Te, L.q_rank, L.h, L, 1, cat),
+                  elementwise("q_norm", L.Te * L.q_rank, 2.0, L, 8.0, cat), *_sp_gather(L, "q_up", L.q_rank, cat),
+                  gemm("q_up", L.T, L.a_l * L.d_qk, L.q_rank, L, 1, cat)]
+    else:
+        steps += [*_sp_gather(L, "q", L.h, cat), gemm("q", L.T, L.a_l * L.d_qk, L.h, L, 1, cat)]
+    steps += [gemm("kv_down", L.Te, L.kv_rank + L.rope_dim, L.h, L, 1, cat),
+              elementwise("kv_norm", L.Te * L.kv_rank, 2.0, L, 8.0, cat),
+              *_sp_gather(L, "kv_up", L.kv_rank + L.rope_dim, cat),
+              gemm("kv_up", L.T, L.a_l * (L.d_qk - L.rope_dim + L.d_v), L.kv_rank, L, 1, cat)]
+    if L.rope_dim:
+        steps.append(elementwise("rope", L.T * (L.a_l + 1) * L.rope_dim, 2.0, L, 3.0, cat))
     return steps
 
 
 def _attention_forward(L: LayerShape, cat: str) -> list[Step]:
-    steps: list[Step] = [_norm(L, "ln1", cat), *_tp_in(L, "ln1", cat),
-                         gemm("qkv", L.T, L.qkv_n, L.h, L, 1, cat)]
-    if not L.biases:  # rotary embeddings on q and k
+    steps: list[Step] = [_norm(L, "ln1", cat), *([] if L.mla else _tp_in(L, "ln1", cat))]
+    if L.mla:
+        steps += _mla_projections(L, cat)
+    else:
+        steps.append(gemm("qkv", L.T, L.qkv_n, L.h, L, 1, cat))
+    if not L.biases and not L.mla:  # rotary embeddings on q and k
         steps.append(elementwise("rope", L.T * (L.a_l + L.kv_l) * L.d, 2.0, L, 3.0, cat))
     if L.kv_l < L.a_l and not L.fused_attention:  # unfused GQA expands K, V to every head
         steps.append(elementwise("kv_expand", L.T * L.d * (L.kv_l + L.a_l), 2.0, L, 0.0, cat))
     steps += attention_core_forward(L, cat)
-    steps.append(elementwise("ctx_copy", L.T * L.a_l * L.d, 2.0, L, 0.0, cat))
-    steps += [gemm("proj", L.T, L.h, L.a_l * L.d, L, 1, cat), *_tp_out(L, "proj", cat), _bda(L, "bda1", cat)]
+    steps.append(elementwise("ctx_copy", L.T * L.a_l * L.d_v, 2.0, L, 0.0, cat))
+    steps += [gemm("proj", L.T, L.h, L.a_l * L.d_v, L, 1, cat), *_tp_out(L, "proj", cat), _bda(L, "bda1", cat)]
     return steps
 
 
-def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
-    act = _act_forward(L, cat)
-    if not L.experts:
-        return [gemm("mlp.up", L.T, L.up_n, L.h, L, 1, cat), act, gemm("mlp.down", L.T, L.h, L.f_l, L, 1, cat)]
+def _moe_sizes(L: LayerShape) -> tuple[int, int, int, float]:
+    """(routed token copies, local experts, tokens per local expert, all-to-all bytes) of the busiest rank."""
     routed = L.T * L.top_k  # token copies this rank sends (and, balanced, receives)
     local = max(1, L.experts // L.ep)
-    m_e = max(1, routed // local)  # tokens per local expert
-    a2a = routed * L.h * L.dtype
+    load = L.rank_load
+    received = routed if load == 1.0 else int(round(routed * load))
+    m_e = max(1, received // local)  # tokens per local expert
+    a2a = routed * L.h * L.dtype * load
+    return routed, local, m_e, a2a
+
+
+def _shared_forward(L: LayerShape, cat: str) -> list[Step]:
+    """The shared experts: one TP-sharded MLP of their summed width over every token."""
+    if not L.shared_ffn:
+        return []
+    f_l = L.shared_ffn // L.t
+    up = 2 * f_l if L.swiglu else f_l
+    return [gemm("shared.up", L.T, up, L.h, L, 1, cat), _act_forward(L, cat, L.T, f_l, "shared."),
+            gemm("shared.down", L.T, L.h, f_l, L, 1, cat)]
+
+
+def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
+    if not L.experts:
+        act = _act_forward(L, cat)
+        return [gemm("mlp.up", L.T, L.up_n, L.h, L, 1, cat), act, gemm("mlp.down", L.T, L.h, L.f_l, L, 1, cat)]
+    routed, local, m_e, a2a = _moe_sizes(L)
+    fe = L.fe_l
+    up = 2 * fe if L.swiglu else fe
     steps: list[Step] = [gemm("moe.router", L.T, L.experts, L.h, L, 1, cat),
-                         elementwise("moe.permute", routed * L.h, 2.0, L, 0.0, cat)]
+                         elementwise("moe.permute", routed * L.h, 2.0, L, 0.0, cat), *_shared_forward(L, cat)]
     if L.ep > 1:
         steps.append(Comm("moe.dispatch", "ep", "all_to_all", a2a, 0, cat))
-    act = replace(act, flops=act.flops * L.top_k, bytes=act.bytes * L.top_k)
-    steps += [gemm("moe.up", m_e, L.up_n, L.h, L, local, cat), act, gemm("moe.down", m_e, L.h, L.f_l, L, local, cat)]
+    act = _act_forward(L, cat, m_e * local if L.rank_load != 1.0 else routed, fe)
+    steps += [grouped_gemm("moe.up", m_e, up, L.h, L, local, cat), act,
+              grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
     if L.ep > 1:
         steps.append(Comm("moe.combine", "ep", "all_to_all", a2a, 0, cat))
     steps.append(elementwise("moe.unpermute", routed * L.h, 2.0, L, 1.0, cat))
@@ -295,19 +445,20 @@ def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
 
 # --- backward --------------------------------------------------------------------------
 
-def _column_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int) -> list[Step]:
+def _column_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int, width: int = 0) -> list[Step]:
     """Backward of a column-parallel linear y = x·W (x: m×k_in, W: k_in×n_out).
 
     [SP: all-gather of the saved input, under dgrad] · dgrad · [TP AR | SP RS of dx, under
-    wgrad] · wgrad.
+    wgrad] · wgrad. The communicated input is T tokens of ``width`` elements (0: h).
     """
     steps: list[Step] = []
+    nbytes = L.T * (width or L.h) * L.dtype
     if L.t > 1 and L.sp:
-        steps.append(Comm(f"{name}.ag_input", "tp", "all_gather", L.T * L.h * L.dtype, 1, BWD))
+        steps.append(Comm(f"{name}.ag_input", "tp", "all_gather", nbytes, 1, BWD))
     steps.append(gemm(f"{name}.dgrad", m, k_in, n_out, L, 1, BWD))
     if L.t > 1:
         op = "reduce_scatter" if L.sp else "all_reduce"
-        steps.append(Comm(f"{name}.{'rs' if L.sp else 'ar'}_dgrad", "tp", op, L.T * L.h * L.dtype, 1, BWD))
+        steps.append(Comm(f"{name}.{'rs' if L.sp else 'ar'}_dgrad", "tp", op, nbytes, 1, BWD))
     steps.append(gemm(f"{name}.wgrad", k_in, n_out, m, L, 1, BWD))
     return steps
 
@@ -338,7 +489,7 @@ def _norm_backward(L: LayerShape, name: str) -> list[Step]:
 def attention_core_backward(L: LayerShape) -> list[Step]:
     if L.fused_attention:
         steps: list[Step] = []
-        block = 2 * 2 * L.b * L.s * L.kv_l * L.d * L.dtype  # K, V and their gradients
+        block = 2 * L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K, V and their gradients
         for i in range(L.cp):
             if i < L.cp - 1:
                 steps.append(Comm(f"attn.kv_ring{i}_bwd", "cp", "ring", block, 1, BWD))
@@ -346,51 +497,88 @@ def attention_core_backward(L: LayerShape) -> list[Step]:
         return steps
     bh = L.b * L.a_l
     scores = bh * L.s * L.s_kv
-    steps = [gemm("attn.pv.dgrad_p", L.s, L.s_kv, L.d, L, bh, BWD),  # dP = dO·Vᵀ
-             gemm("attn.pv.dgrad_v", L.s_kv, L.d, L.s, L, bh, BWD)]  # dV = Pᵀ·dO
+    steps = [gemm("attn.pv.dgrad_p", L.s, L.s_kv, L.d_v, L, bh, BWD),  # dP = dO·Vᵀ
+             gemm("attn.pv.dgrad_v", L.s_kv, L.d_v, L.s, L, bh, BWD)]  # dV = Pᵀ·dO
     if L.dropout:
         steps.append(elementwise("attn.dropout_bwd", scores, 2.5, L, 1.0, BWD))
     steps += [elementwise("attn.softmax_bwd", scores, 3.0, L, 4.0, BWD),
-              gemm("attn.qk.dgrad_q", L.s, L.d, L.s_kv, L, bh, BWD),  # dQ = dS·K
-              gemm("attn.qk.dgrad_k", L.s_kv, L.d, L.s, L, bh, BWD)]  # dK = dSᵀ·Q
+              gemm("attn.qk.dgrad_q", L.s, L.d_qk, L.s_kv, L, bh, BWD),  # dQ = dS·K
+              gemm("attn.qk.dgrad_k", L.s_kv, L.d_qk, L.s, L, bh, BWD)]  # dK = dSᵀ·Q
     return steps
 
 
-def _act_forward(L: LayerShape, cat: str) -> Kernel:
-    """The MLP's element-wise activation: SwiGLU reads two halves; GeLU and squared ReLU one input."""
+def _act_forward(L: LayerShape, cat: str, tokens: int | None = None, f_l: int | None = None,
+                 prefix: str = "") -> Kernel:
+    """The MLP's element-wise activation: SwiGLU reads two halves; GeLU and squared ReLU one input.
+    Over ``tokens`` (default T) rows of width ``f_l`` (default the dense MLP's share)."""
+    n = (L.T if tokens is None else tokens) * (L.f_l if f_l is None else f_l)
     if L.swiglu:
-        return elementwise("swiglu", L.T * L.f_l, 3.0, L, 4.0, cat)
+        return elementwise(prefix + "swiglu", n, 3.0, L, 4.0, cat)
     if L.activation == "squared_relu":
-        return elementwise("squared_relu", L.T * L.f_l, 2.0, L, 2.0, cat)
-    return elementwise("gelu", L.T * L.f_l, 2.0, L, 8.0, cat)
+        return elementwise(prefix + "squared_relu", n, 2.0, L, 2.0, cat)
+    return elementwise(prefix + "gelu", n, 2.0, L, 8.0, cat)
 
 
-def _act_backward(L: LayerShape, tokens: int) -> Kernel:
+def _act_backward(L: LayerShape, tokens: int, f_l: int | None = None, prefix: str = "") -> Kernel:
     passes = 5.0 if L.swiglu else 3.0 + (1.0 if L.biases else 0.0)  # + bias gradient
+    n = tokens * (L.f_l if f_l is None else f_l)
     if L.swiglu:
-        return elementwise("swiglu_bwd", tokens * L.f_l, passes, L, 8.0, BWD)
+        return elementwise(prefix + "swiglu_bwd", n, passes, L, 8.0, BWD)
     if L.activation == "squared_relu":
-        return elementwise("squared_relu_bwd", tokens * L.f_l, passes, L, 3.0, BWD)
-    return elementwise("gelu_bwd", tokens * L.f_l, passes, L, 8.0, BWD)
+        return elementwise(prefix + "squared_relu_bwd", n, passes, L, 3.0, BWD)
+    return elementwise(prefix + "gelu_bwd", n, passes, L, 8.0, BWD)
+
+
+def _shared_backward(L: LayerShape) -> list[Step]:
+    if not L.shared_ffn:
+        return []
+    f_l = L.shared_ffn // L.t
+    up = 2 * f_l if L.swiglu else f_l
+    return [*_linear_backward(L, "shared.down", L.T, L.h, f_l), _act_backward(L, L.T, f_l, "shared."),
+            *_linear_backward(L, "shared.up", L.T, up, L.h)]
+
+
+def _grouped_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int, groups: int) -> list[Step]:
+    """dgrad then wgrad of the local experts' grouped GEMM."""
+    return [grouped_gemm(f"{name}.dgrad", m, k_in, n_out, L, groups, BWD),
+            grouped_gemm(f"{name}.wgrad", k_in, n_out, m, L, groups, BWD)]
 
 
 def _mlp_core_backward(L: LayerShape) -> list[Step]:
     if not L.experts:
         return [*_linear_backward(L, "mlp.down", L.T, L.h, L.f_l), _act_backward(L, L.T),
                 *_column_backward(L, "mlp.up", L.T, L.up_n, L.h)]
-    routed = L.T * L.top_k
-    local = max(1, L.experts // L.ep)
-    m_e = max(1, routed // local)
-    a2a = routed * L.h * L.dtype
+    routed, local, m_e, a2a = _moe_sizes(L)
+    fe = L.fe_l
+    up = 2 * fe if L.swiglu else fe
     steps: list[Step] = [elementwise("moe.unpermute_bwd", routed * L.h, 2.0, L, 1.0, BWD)]
     if L.ep > 1:
         steps.append(Comm("moe.combine_bwd", "ep", "all_to_all", a2a, 0, BWD))
-    steps += [*_linear_backward(L, "moe.down", m_e, L.h, L.f_l, local), _act_backward(L, routed),
-              *_linear_backward(L, "moe.up", m_e, L.up_n, L.h, local)]
+    steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local),
+              _act_backward(L, m_e * local if L.rank_load != 1.0 else routed, fe),
+              *_grouped_backward(L, "moe.up", m_e, up, L.h, local)]
     if L.ep > 1:
         steps.append(Comm("moe.dispatch_bwd", "ep", "all_to_all", a2a, 0, BWD))
-    steps += [elementwise("moe.permute_bwd", routed * L.h, 2.0, L, 1.0, BWD),
+    steps += [*_shared_backward(L), elementwise("moe.permute_bwd", routed * L.h, 2.0, L, 1.0, BWD),
               *_linear_backward(L, "moe.router", L.T, L.experts, L.h)]
+    return steps
+
+
+def _mla_backward(L: LayerShape) -> list[Step]:
+    """MLA's projections backward, from the rope back to the replicated down projections (on Te tokens)."""
+    steps: list[Step] = []
+    if L.rope_dim:
+        steps.append(elementwise("rope_bwd", L.T * (L.a_l + 1) * L.rope_dim, 2.0, L, 3.0, BWD))
+    kv_in = L.kv_rank + L.rope_dim  # the gathered latent and rope key
+    steps += [*_column_backward(L, "kv_up", L.T, L.a_l * (L.d_qk - L.rope_dim + L.d_v), L.kv_rank, kv_in),
+              elementwise("kv_norm_bwd", L.Te * L.kv_rank, 3.0, L, 10.0, BWD),
+              *_linear_backward(L, "kv_down", L.Te, kv_in, L.h)]
+    if L.q_rank:
+        steps += [*_column_backward(L, "q_up", L.T, L.a_l * L.d_qk, L.q_rank, L.q_rank),
+                  elementwise("q_norm_bwd", L.Te * L.q_rank, 3.0, L, 10.0, BWD),
+                  *_linear_backward(L, "q_down", L.Te, L.q_rank, L.h)]
+    else:
+        steps += _column_backward(L, "q", L.T, L.a_l * L.d_qk, L.h)
     return steps
 
 
@@ -410,11 +598,13 @@ def backward_steps(L: LayerShape, recompute: str = "none") -> list[Step]:
     steps += _norm_backward(L, "ln2")
     steps += _bda_backward(L, "bda1_bwd")
     steps += _grad_gather(L, "proj")
-    steps += _linear_backward(L, "proj", L.T, L.h, L.a_l * L.d)
-    steps.append(elementwise("ctx_copy_bwd", L.T * L.a_l * L.d, 2.0, L, 0.0, BWD))
+    steps += _linear_backward(L, "proj", L.T, L.h, L.a_l * L.d_v)
+    steps.append(elementwise("ctx_copy_bwd", L.T * L.a_l * L.d_v, 2.0, L, 0.0, BWD))
     if recompute == "selective" and not L.fused_attention:
         steps += _with_category(attention_core_forward(L), RECOMPUTE)
     steps += attention_core_backward(L)
+    if L.mla:
+        return steps + _mla_backward(L) + _norm_backward(L, "ln1")
     if L.kv_l < L.a_l and not L.fused_attention:
         steps.append(elementwise("kv_expand_bwd", L.T * L.d * (L.kv_l + L.a_l), 2.0, L, 1.0, BWD))
     if not L.biases:

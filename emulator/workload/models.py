@@ -5,6 +5,25 @@ emulator/scenario/catalog.py. :func:`resolve` fills the implied defaults
 (``ffn_hidden`` 0 means 4·hidden, ``kv_heads`` 0 means ``heads``). Parameter counts
 are exact counts of the weights the layer ops use (biases and layernorm gains
 included for GPT/BERT, none for Llama, as the models do).
+
+Mixture-of-Experts (DeepSeek-MoE, arXiv 2401.06066; Megatron-Core's MoE layer): a layer
+has ``experts`` routed experts of width f_e (``expert_ffn_hidden``, else ``ffn_hidden``),
+a router h·E, and ``shared_experts`` always-on experts of width f_s each, which run as one
+MLP of width n_s·f_s (as DeepSeek's reference code builds them:
+``MLP(dim, n_shared_experts * moe_inter_dim)``, and as Megatron-Core's
+``moe_shared_expert_intermediate_size``, "shared expert total ffn hidden size", whose
+``moe_ffn_hidden_size`` also defaults to ``ffn_hidden_size``: transformer_config.py @
+d98e8a64dd). The first ``first_dense_layers`` layers keep a dense MLP of ``ffn_hidden``.
+A token activates the attention, top_k routed experts, the shared ones and the router:
+:func:`activated_params`.
+
+Multi-latent attention (DeepSeek-V2, arXiv 2405.04434, section 2.1; the reference code
+in deepseek-ai/DeepSeek-V3 @ 9b4e978, inference/model.py, class MLA), with r_q, r_kv the
+query and key/value ranks, d_n, d_r, d_v the per-head no-rope, rope and value dims:
+
+    q:   h·r_q + r_q (norm) + r_q·a·(d_n + d_r)     (r_q = 0: h·a·(d_n + d_r))
+    kv:  h·(r_kv + d_r) + r_kv (norm) + r_kv·a·(d_n + d_v)
+    out: a·d_v·h
 """
 from __future__ import annotations
 
@@ -26,9 +45,25 @@ def has_dropout(spec: ModelSpec) -> bool:
     return bool(resolve(spec).dropout)
 
 
-def attention_params(spec: ModelSpec) -> int:
-    """QKV (h·(h + 2·kv·d)) and output projection (h²) weights, plus biases."""
+def is_mla(spec: ModelSpec) -> bool:
+    """Multi-latent attention: a compressed key/value rank is given."""
+    return spec.kv_lora_rank > 0
+
+
+def head_dims(spec: ModelSpec) -> tuple[int, int]:
+    """(query/key, value) dims per head: h/a each, or MLA's (d_n + d_r, d_v)."""
     s = resolve(spec)
+    d = s.hidden // s.heads
+    if not is_mla(s):
+        return d, d
+    return (s.qk_nope_head_dim or d) + s.qk_rope_head_dim, s.v_head_dim or d
+
+
+def attention_params(spec: ModelSpec) -> int:
+    """QKV (h·(h + 2·kv·d)) and output projection (h²) weights, plus biases; MLA: the module docstring."""
+    s = resolve(spec)
+    if is_mla(s):
+        return _mla_params(s)
     d = s.hidden // s.heads
     qkv_out = s.hidden + 2 * s.kv_heads * d
     n = s.hidden * qkv_out + s.hidden * s.hidden
@@ -37,11 +72,62 @@ def attention_params(spec: ModelSpec) -> int:
     return n
 
 
+def _mla_params(s: ModelSpec) -> int:
+    """Multi-latent attention weights (no biases, as DeepSeek's): projections and the two latent norms."""
+    h, a = s.hidden, s.heads
+    d_qk, d_v = head_dims(s)
+    d_n = d_qk - s.qk_rope_head_dim
+    q = h * s.q_lora_rank + s.q_lora_rank + s.q_lora_rank * a * d_qk if s.q_lora_rank else h * a * d_qk
+    kv = h * (s.kv_lora_rank + s.qk_rope_head_dim) + s.kv_lora_rank + s.kv_lora_rank * a * (d_n + d_v)
+    return q + kv + a * d_v * h
+
+
+def mlp_of_width(s: ModelSpec, width: int) -> int:
+    """An MLP of width ``width``: 2·h·width (3·h·width gated), plus biases width + h if any."""
+    n = (3 if s.swiglu else 2) * s.hidden * width
+    return n + (width + s.hidden if has_biases(s) else 0)
+
+
 def mlp_params(spec: ModelSpec) -> int:
     """One dense MLP: 2·h·f (GeLU, squared ReLU) or 3·h·f (SwiGLU, gated), plus biases f + h if any."""
     s = resolve(spec)
-    n = (3 if s.swiglu else 2) * s.hidden * s.ffn_hidden
-    return n + (s.ffn_hidden + s.hidden if has_biases(s) else 0)
+    return mlp_of_width(s, s.ffn_hidden)
+
+
+def expert_ffn(spec: ModelSpec) -> int:
+    """Width of one routed expert: ``expert_ffn_hidden``, else ``ffn_hidden``."""
+    return spec.expert_ffn_hidden or resolve(spec).ffn_hidden
+
+
+def shared_ffn(spec: ModelSpec) -> int:
+    """Summed width of the shared experts (they run as one MLP): n_s · (shared width or expert width)."""
+    return spec.shared_experts * (spec.shared_expert_ffn_hidden or expert_ffn(spec))
+
+
+def expert_params(spec: ModelSpec) -> int:
+    """One routed expert's MLP."""
+    s = resolve(spec)
+    return mlp_of_width(s, expert_ffn(s))
+
+
+def is_moe_layer(spec: ModelSpec, layer: int) -> bool:
+    """Layer ``layer`` (0-based) has experts: an MoE model past its ``first_dense_layers``."""
+    return bool(spec.experts) and layer >= spec.first_dense_layers
+
+
+def dense_layer_params(spec: ModelSpec, moe: bool) -> int:
+    """The weights of a layer that every rank of an expert-parallel group holds: attention, norms and the
+    dense MLP (``moe`` False), or the router and the shared experts (``moe`` True)."""
+    s = resolve(spec)
+    if not moe:
+        return attention_params(s) + mlp_params(s) + norm_params(s)
+    shared = mlp_of_width(s, shared_ffn(s)) if s.shared_experts else 0
+    return attention_params(s) + s.hidden * s.experts + shared + norm_params(s)
+
+
+def routed_params(spec: ModelSpec) -> int:
+    """The routed experts of one MoE layer: E · one expert."""
+    return spec.experts * expert_params(spec)
 
 
 def norm_params(spec: ModelSpec) -> int:
@@ -50,12 +136,19 @@ def norm_params(spec: ModelSpec) -> int:
     return 2 * (2 * s.hidden if has_biases(s) else s.hidden)
 
 
-def layer_params(spec: ModelSpec) -> int:
-    """All weights of one transformer layer (every expert counted, plus the router)."""
+def layer_params(spec: ModelSpec, layer: int | None = None) -> int:
+    """All weights of one transformer layer (every expert counted, plus the router); ``layer`` picks a
+    dense leading layer of a model with ``first_dense_layers`` (None: an MoE layer when there are experts)."""
     s = resolve(spec)
-    experts = max(s.experts, 1)
-    router = s.hidden * s.experts if s.experts else 0
-    return attention_params(s) + experts * mlp_params(s) + router + norm_params(s)
+    moe = bool(s.experts) if layer is None else is_moe_layer(s, layer)
+    return dense_layer_params(s, moe) + (routed_params(s) if moe else 0)
+
+
+def activated_layer_params(spec: ModelSpec, layer: int) -> int:
+    """The weights one token uses in layer ``layer``: all but the routed experts it is not sent to."""
+    s = resolve(spec)
+    moe = is_moe_layer(s, layer)
+    return dense_layer_params(s, moe) + (s.top_k * expert_params(s) if moe else 0)
 
 
 def embedding_params(spec: ModelSpec) -> int:
@@ -74,7 +167,16 @@ def head_params(spec: ModelSpec) -> int:
 def total_params(spec: ModelSpec) -> int:
     """Parameters of the whole model."""
     s = resolve(spec)
-    return s.layers * layer_params(s) + embedding_params(s) + head_params(s)
+    dense = min(s.first_dense_layers, s.layers) if s.experts else 0
+    return (dense * layer_params(s, 0) + (s.layers - dense) * layer_params(s) + embedding_params(s)
+            + head_params(s))
+
+
+def activated_params(spec: ModelSpec) -> int:
+    """Parameters one token uses (MoE: top_k routed experts of each MoE layer); the dense total otherwise."""
+    s = resolve(spec)
+    layers = sum(activated_layer_params(s, i) for i in range(s.layers))
+    return layers + embedding_params(s) + head_params(s)
 
 
 VOCAB_MULTIPLE = 128  # Megatron-LM --make-vocab-size-divisible-by (default 128), times tp

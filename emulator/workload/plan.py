@@ -73,7 +73,8 @@ def _check(sc: Scenario) -> ModelSpec:
 
 
 def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
-    """The units of virtual stage ``vs``: [embedding], its layers, [head]."""
+    """The units of virtual stage ``vs``: [embedding], its layers, [head]. An MoE model's
+    ``first_dense_layers`` get the dense layer's steps and hold no experts."""
     sc, m = plan.sc, plan.model
     par = sc.parallel
     V = par.pp * plan.v
@@ -86,10 +87,17 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
         units.append(Unit("embed", -1, Ly.embedding_forward(L, learned_pos), Ly.embedding_backward(L), p))
     fwd = Ly.forward_steps(L)
     bwd = Ly.backward_steps(L, sc.training.recompute)
-    dense = (M.layer_params(m) - (m.experts * M.mlp_params(m) if m.experts else 0)) / t
-    expert = m.experts * M.mlp_params(m) / (t * par.ep) if m.experts else 0.0
+    dense = M.dense_layer_params(m, bool(m.experts)) / t
+    expert = M.routed_params(m) / (t * par.ep) if m.experts else 0.0
+    lead: tuple[list, list, float] | None = None  # a dense leading layer of an MoE model
+    if m.experts and first < m.first_dense_layers:
+        Ld = Ly.dense_shape(L)
+        lead = (Ly.forward_steps(Ld), Ly.backward_steps(Ld, sc.training.recompute), M.dense_layer_params(m, False) / t)
     for i in range(first, first + per):
-        units.append(Unit(f"layer{i}", i, fwd, bwd, dense, expert))
+        if lead is not None and not M.is_moe_layer(m, i):
+            units.append(Unit(f"layer{i}", i, lead[0], lead[1], lead[2], 0.0))
+        else:
+            units.append(Unit(f"layer{i}", i, fwd, bwd, dense, expert))
     if vs == V - 1:
         p = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or par.pp > 1) else 0)
         if not m.tied_embeddings:
