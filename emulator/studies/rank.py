@@ -22,14 +22,15 @@ software latency of the class (intra or inter), L the collective launch cost.
 Pipeline: with T_s the time of one micro-batch (forward and backward, all its chunks) on
 stage s, m micro-batches, p stages and v chunks per stage,
 
-    1f1b, gpipe:      (m − 1)·max T_s + Σ T_s           (bubble (p − 1)/m when equal)
-    interleaved-1f1b: (m − 1)·max T_s + Σ T_s / v       (bubble (p − 1)/(v·m))
+    1f1b, gpipe:      m·max T_s + (Σ T_s − max T_s)       (bubble (p − 1)/m when equal)
+    interleaved-1f1b: m·max T_s + (Σ T_s − max T_s)/v   (bubble (p − 1)/(v·m))
 
 plus 2(p·v − 1) activation/gradient transfers on the fill and drain. Then the data-parallel
 gradient reduction of the stage with the most parameters (all-reduce with ZeRO 0,
-reduce-scatter and the parameter all-gather with ZeRO 1–2; ZeRO 3's per-micro-batch gathers
-and reduce-scatters count where they exceed that micro-batch's compute), exposed whole
-unless ``overlap_grad_reduce`` (then one bucket), the tied-embedding all-reduce, and the
+reduce-scatter and the parameter all-gather with ZeRO 1–2, exposed whole unless
+``overlap_grad_reduce`` / ``overlap_param_gather``, then one bucket each; ZeRO 3's
+per-micro-batch gathers and reduce-scatters count where they exceed that micro-batch's
+compute, plus the gather of each task's first layer, which nothing hides), the tied-embedding all-reduce, and the
 optimizer step (ADAM_BYTES_PER_PARAM per local parameter at streaming speed, as the builder).
 
 What it leaves out, and why the search still simulates its best layouts: contention between
@@ -177,7 +178,7 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     slow = max(stage_t)
     compute_s = micro * slow
-    fill = sum(stage_t) / (v if par.schedule == "interleaved-1f1b" else 1) - slow
+    fill = (sum(stage_t) - slow) / (v if par.schedule == "interleaved-1f1b" else 1)
     pp_bytes = tr.micro_batch * (m.seq_len // par.cp) * m.hidden * dtype
     if par.sequence_parallel and par.tp > 1:
         pp_bytes /= par.tp
@@ -258,14 +259,20 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_
         if par.zero >= 3:
             per_mb = (2 * ring_time("all_gather", d, params * dtype, dp_link)
                       + ring_time("reduce_scatter", d, params * grad, dp_link))
-            t = micro * max(0.0, per_mb - stage_t[s])
+            # each task's first unit waits for its own gather (the next ones are prefetched)
+            first = ring_time("all_gather", d, params_.layer_dense * dtype, dp_link)
+            t = micro * (max(0.0, per_mb - stage_t[s]) + 2 * par.virtual_stages * first)
         else:
             op = "all_reduce" if par.zero == 0 else "reduce_scatter"
             t = ring_time(op, d, params * grad, dp_link)
             if par.overlap_grad_reduce and params * grad > par.grad_bucket:
                 t *= par.grad_bucket / (params * grad)  # only the last bucket is exposed
             if par.zero in (1, 2):
-                t += ring_time("all_gather", d, params * dtype, dp_link)
+                gather = ring_time("all_gather", d, params * dtype, dp_link)
+                overlap = par.overlap_grad_reduce if par.overlap_param_gather is None else par.overlap_param_gather
+                if overlap and params * dtype > par.grad_bucket:
+                    gather *= par.grad_bucket / (params * dtype)  # under the next forward but its first bucket
+                t += gather
         worst = max(worst, t)
     if m.tied_embeddings and p > 1:
         worst += ring_time("all_reduce", 2, m.vocab * m.hidden / par.tp * dtype,

@@ -19,8 +19,9 @@ own memory model rejects).
 
 Recompute only adds work, so for each (layout, ZeRO stage) only the least recompute
 that fits is kept (none, else selective, else full; activations shrink with more
-recompute, so once one fits the others are not checked); ``exhaustive`` keeps every
-fitting one. The survivors are ranked by a closed-form iteration time
+recompute, so once one fits the others are not checked); ZeRO-2 communicates as ZeRO-1
+(workload/builder.py), so it is kept only where it lets less recompute fit than ZeRO-1
+does; ``exhaustive`` keeps every fitting one. The survivors are ranked by a closed-form iteration time
 (studies/rank.py, microseconds each), and only the best ``simulate_top`` of them run
 through the same executor and results store as a sweep, ranked by tokens/s. The output
 gives Spearman's ρ between the estimate and the emulator over the simulated layouts,
@@ -55,6 +56,9 @@ from emulator.studies.sweep import (
 
 RECOMPUTE = ("none", "selective", "full")
 SPLIT_RESET = ("parallel.first_chunk_layers=null", "parallel.last_chunk_layers=null")
+# ZeRO-1 and ZeRO-2 emit the same reduce-scatter and all-gather (workload/builder.py, finish); ZeRO-2
+# only holds less gradient memory, so it is worth simulating only where it lets less recompute fit
+SAME_AS_ZERO1 = "ZeRO-2 where ZeRO-1 fits with the same recompute (the same communication)"
 DEFAULT_MAX_POINTS = 400  # a guard on the layouts simulated
 DEFAULT_SIMULATE_TOP = 24  # the best of the closed-form ranking that the emulator runs
 
@@ -192,6 +196,7 @@ def plan(sc: Scenario, gpus: int, lim: Limits) -> Plan:
         if why:
             pruned[why] += n
             continue
+        least: dict[int, str] = {}  # ZeRO stage -> the least recompute that fits
         for z in zeros:
             fitting = 0
             for rc in RECOMPUTE:
@@ -200,8 +205,12 @@ def plan(sc: Scenario, gpus: int, lim: Limits) -> Plan:
                     pruned["more recompute than needed to fit"] += 1
                 elif not memory_report(lay.apply(sc)).fits:
                     pruned["out of memory"] += 1
+                elif z == 2 and least.get(1) == rc and not lim.exhaustive:
+                    fitting += 1
+                    pruned[SAME_AS_ZERO1] += 1
                 else:
                     fitting += 1
+                    least.setdefault(z, rc)
                     todo.append(lay)
     return Plan(todo, considered, pruned)
 
