@@ -179,7 +179,7 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     slow = max(stage_t)
     compute_s = micro * slow
     fill = (sum(stage_t) - slow) / (v if par.schedule == "interleaved-1f1b" else 1)
-    pp_bytes = tr.micro_batch * (m.seq_len // par.cp) * m.hidden * dtype
+    pp_bytes = float(tr.micro_batch * (m.seq_len // par.cp) * m.hidden * dtype)
     if par.sequence_parallel and par.tp > 1:
         pp_bytes /= par.tp
     p2p = ring_time("p2p", 2, pp_bytes, group_link(sc, st["pp"], 2)) if p > 1 else 0.0
