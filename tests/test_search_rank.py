@@ -78,7 +78,8 @@ def test_interleaving_divides_the_fill_by_the_virtual_stages(tmp_path):
     three = estimate_iteration(load_scenario(path, base + ["parallel.schedule=interleaved-1f1b",
                                                            "parallel.virtual_stages=3"]))
     sc = load_scenario(path, base)
-    # the pp neighbour is tp·dp·cp = 2 ranks away, in the same node: 1 MiB... = 1·2048·768·2 bytes
+    # the pp neighbour is dp·cp·tp = 2 ranks away, in the same node; one micro-batch's activations are
+    # b·s·h·2 = 1·2048·768·2 = 3,145,728 bytes
     p2p = ring_time("p2p", 2, 2048 * 768 * 2, group_link(sc, 2, 2))
     fill_1 = one.bubble_s - 2 * (4 - 1) * p2p
     fill_3 = three.bubble_s - 2 * (12 - 1) * p2p

@@ -49,6 +49,7 @@ from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec, Scenario
 from emulator.scenario.stages import chunk_layers, stage_layers
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload.placement import ORDER
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, grad_reduce_bytes
 
 
@@ -115,8 +116,6 @@ def group_link(sc: Scenario, stride: int, n: int) -> Link:
 
 def strides(sc: Scenario) -> dict[str, int]:
     """Rank distance between neighbours along each axis of the placement (workload/placement.py)."""
-    from emulator.workload.placement import ORDER
-
     par = sc.parallel
     sizes = {"pp": par.pp, "dp": par.dp, "cp": par.cp, "tp": par.tp}
     out, step = {}, 1
