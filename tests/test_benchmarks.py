@@ -18,3 +18,21 @@ def test_benchmark_smoke_case_reports_every_figure():
     # 8 GPUs, TP 2 × PP 2 × DP 2 folded over TP and DP: one simulated rank per stage = 2
     assert row["gpus"] == 8 and row["ranks_simulated"] == 2
     assert row["events"] > 0 and row["peak_rss_mb"] > 0
+
+
+def test_the_issue_13_layouts_load_as_published_and_fit():
+    # benchmarks/scenarios: the three layouts of issue #13's table (each runs for minutes: not run here)
+    from emulator.memory import memory_report
+    from emulator.scenario import load_scenario
+
+    expected = {  # file: (GPUs, tp, pp, dp, schedule, virtual stages, recompute, SP)
+        "gpt-145b-1536-a100.yaml": (1536, 8, 8, 24, "interleaved-1f1b", 2, "full", False),  # 8·8·24 = 1536
+        "gpt-1t-512-a100.yaml": (512, 8, 64, 1, "1f1b", 1, "selective", True),  # 8·64·1 = 512
+        "gpt-530b-2520-a100.yaml": (2520, 8, 35, 9, "interleaved-1f1b", 3, "full", False),  # 8·35·9 = 2520
+    }
+    for name, want in expected.items():
+        sc = load_scenario(os.path.join(ROOT, "benchmarks", "scenarios", name))
+        par = sc.parallel
+        assert (sc.gpus, par.tp, par.pp, par.dp, par.schedule, par.virtual_stages, sc.training.recompute,
+                par.sequence_parallel) == want, name
+        assert memory_report(sc).fits, name

@@ -25,3 +25,17 @@ def test_estimate_of_a_jobs_scenario_says_why_it_cannot(capsys):
 
     assert main(["run", "scenarios/jobs-two-disjoint-leaves.yaml", "--estimate"]) == 2
     assert "--estimate covers one workload; this scenario has 2 jobs" in capsys.readouterr().err
+
+
+def test_estimate_gives_the_closed_form_iteration_near_the_run(capsys):
+    # quickstart: the closed form of studies/rank.py (what `emulator search` ranks by), within 10 % of the run
+    path = os.path.join(ROOT, "scenarios", "quickstart.yaml")
+    assert main(["run", path, "--estimate"]) == 0
+    text = capsys.readouterr().out
+    from emulator.studies.rank import estimate_iteration
+
+    sc = load_scenario(path)
+    closed = estimate_iteration(sc).iteration_s
+    actual = simulate(sc, record_links=False).iteration_time_s
+    assert abs(closed - actual) <= 0.1 * actual
+    assert re.search(r"iteration\s+~\S+ \S+ \(closed form, no contention: studies/rank.py\)", text)

@@ -18,9 +18,15 @@ does not fit is pruned before it is simulated (the search never proposes a layou
 own memory model rejects).
 
 Recompute only adds work, so for each (layout, ZeRO stage) only the least recompute
-that fits is simulated (none, else selective, else full); ``exhaustive`` simulates
-every fitting one. The survivors run through the same executor and results store
-as a sweep, and are ranked by tokens/s.
+that fits is kept (none, else selective, else full; activations shrink with more
+recompute, so once one fits the others are not checked); ZeRO-2 communicates as ZeRO-1
+(workload/builder.py), so it is kept only where it lets less recompute fit than ZeRO-1
+does; ``exhaustive`` keeps every fitting one. The survivors are ranked by a closed-form iteration time
+(studies/rank.py, microseconds each), and only the best ``simulate_top`` of them run
+through the same executor and results store as a sweep, ranked by tokens/s. The output
+gives Spearman's ρ between the estimate and the emulator over the simulated layouts,
+and the best-to-worst spread among them. ``max_points`` is a guard on the layouts
+simulated, not on those considered.
 """
 from __future__ import annotations
 
@@ -50,7 +56,11 @@ from emulator.studies.sweep import (
 
 RECOMPUTE = ("none", "selective", "full")
 SPLIT_RESET = ("parallel.first_chunk_layers=null", "parallel.last_chunk_layers=null")
-DEFAULT_MAX_POINTS = 400
+# ZeRO-1 and ZeRO-2 emit the same reduce-scatter and all-gather (workload/builder.py, finish); ZeRO-2
+# only holds less gradient memory, so it is worth simulating only where it lets less recompute fit
+SAME_AS_ZERO1 = "ZeRO-2 where ZeRO-1 fits with the same recompute (the same communication)"
+DEFAULT_MAX_POINTS = 400  # a guard on the layouts simulated
+DEFAULT_SIMULATE_TOP = 24  # the best of the closed-form ranking that the emulator runs
 
 
 class SearchError(EmulatorError):
@@ -164,9 +174,11 @@ def shapes(sc: Scenario, gpus: int, lim: Limits) -> list[Layout]:
 
 @dataclass
 class Plan:
-    layouts: list[Layout]  # to simulate
+    layouts: list[Layout]  # every layout that passes the rules and fits, in enumeration order
     considered: int  # shapes × ZeRO stages × recompute options
     pruned: Counter  # reason -> layouts
+    estimates: dict = dataclasses.field(default_factory=dict)  # Layout -> closed-form iteration s (rank.py)
+    chosen: list[Layout] = dataclasses.field(default_factory=list)  # the best by estimate: to simulate
 
 
 def plan(sc: Scenario, gpus: int, lim: Limits) -> Plan:
@@ -184,18 +196,33 @@ def plan(sc: Scenario, gpus: int, lim: Limits) -> Plan:
         if why:
             pruned[why] += n
             continue
+        least: dict[int, str] = {}  # ZeRO stage -> the least recompute that fits
         for z in zeros:
             fitting = 0
             for rc in RECOMPUTE:
                 lay = dataclasses.replace(shape, zero=z, recompute=rc)
-                if not memory_report(lay.apply(sc)).fits:
-                    pruned["out of memory"] += 1
-                elif fitting and not lim.exhaustive:
+                if fitting and not lim.exhaustive:  # more recompute stores less: it fits too
                     pruned["more recompute than needed to fit"] += 1
+                elif not memory_report(lay.apply(sc)).fits:
+                    pruned["out of memory"] += 1
+                elif z == 2 and least.get(1) == rc and not lim.exhaustive:
+                    fitting += 1
+                    pruned[SAME_AS_ZERO1] += 1
                 else:
                     fitting += 1
+                    least.setdefault(z, rc)
                     todo.append(lay)
     return Plan(todo, considered, pruned)
+
+
+def choose(sc: Scenario, p: Plan, top: int | None) -> None:
+    """Estimate every fitting layout (rank.py) and keep the ``top`` best for simulation
+    (all of them with None), fastest first; ties keep enumeration order."""
+    from emulator.studies.rank import estimate_iteration
+
+    p.estimates = {lay: estimate_iteration(lay.apply(sc)).iteration_s for lay in p.layouts}
+    order = sorted(range(len(p.layouts)), key=lambda i: (p.estimates[p.layouts[i]], i))
+    p.chosen = [p.layouts[i] for i in (order if top is None else order[:top])]
 
 
 # ------------------------------------------------------------------ ranking
@@ -255,7 +282,37 @@ def ranked_table(rows: Sequence[Row], top: int) -> str:
 def prune_text(p: Plan) -> str:
     total = sum(p.pruned.values())
     reasons = ", ".join(f"{why}: {n}" for why, n in sorted(p.pruned.items(), key=lambda x: (-x[1], x[0])))
-    return f"{p.considered} layouts considered, {total} pruned ({reasons or 'none'}), {len(p.layouts)} to simulate"
+    rest = (f"{len(p.layouts)} fit, the best {len(p.chosen)} by the closed-form estimate to simulate"
+            if len(p.chosen) < len(p.layouts) else f"{len(p.layouts)} to simulate")
+    return f"{p.considered} layouts considered, {total} pruned ({reasons or 'none'}), {rest}"
+
+
+def estimate_quality(res: "SearchResult") -> str | None:
+    """Spearman's ρ between the closed-form estimate and the emulator's iteration time over the
+    layouts simulated without error, as one line; None below 3 of them."""
+    from emulator.studies.rank import spearman
+
+    pairs = [(res.estimates[r.key], r.metric("iteration_time_s")) for r in res.rows
+             if r.status == "ok" and r.metric("iteration_time_s") is not None and r.key in res.estimates]
+    rho = spearman([a for a, _ in pairs], [b for _, b in pairs])
+    if rho is None:
+        return None
+    return (f"estimate vs emulator: Spearman rank correlation {rho:.3f} over the {len(pairs)} simulated layouts "
+            "(iteration time; studies/rank.py)")
+
+
+def spread_text(rows: Sequence[Row]) -> str | None:
+    """The best-to-worst spread of tokens/s and iteration time among the simulated fitting layouts."""
+    from emulator.scenario.units import format_time
+
+    if len(rows) < 2:
+        return None
+    best, worst = rows[0], rows[-1]
+    bt, wt = best.metric("tokens_per_s") or 0.0, worst.metric("tokens_per_s") or 0.0
+    ratio = f"{bt / wt:.2f}x" if wt else "-"
+    return (f"spread over the {len(rows)} simulated layouts: best {bt:,.0f} tokens/s "
+            f"({format_time(best.metric('iteration_time_s'))} per iteration), worst {wt:,.0f} tokens/s "
+            f"({format_time(worst.metric('iteration_time_s'))}, {layout_text(worst)}): {ratio}")
 
 
 # ------------------------------------------------------------------ the study
@@ -265,14 +322,17 @@ def prune_text(p: Plan) -> str:
 class SearchResult:
     plan: Plan
     points: list[Point]
-    rows: list[Row]  # every simulated layout, in plan order
+    rows: list[Row]  # every simulated layout, in plan.chosen order (best estimate first)
     ranked: list[Row]  # fitting, best first
     stats: RunStats
+    estimates: dict = dataclasses.field(default_factory=dict)  # point key -> closed-form iteration s
 
 
 def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store: ResultStore, executor: Any,
-           progress_factory: Any = None, max_points: int = DEFAULT_MAX_POINTS) -> SearchResult:
-    """Plan, prune, simulate (skipping what the store has) and rank the layouts of a scenario."""
+           progress_factory: Any = None, max_points: int = DEFAULT_MAX_POINTS,
+           simulate_top: int | None = DEFAULT_SIMULATE_TOP) -> SearchResult:
+    """Plan, prune, rank by the closed-form estimate, simulate the best ``simulate_top`` (None: every
+    fitting layout; skipping what the store has) and rank those by tokens/s."""
     from emulator.scenario.reader import load_scenario
 
     sc0 = load_scenario(path, list(base))
@@ -281,18 +341,21 @@ def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store:
     base = [*base, *cluster_overrides(sc0, gpus)]
     sc = _resized(path, base, sc0) if gpus is not None else sc0
     p = plan(sc, sc.gpus, lim)
-    if len(p.layouts) > max_points:
-        raise SearchError(f"{prune_text(p)}: more than --max-points {max_points}; narrow the space with "
-                          "--max-tp, --max-pp, --micro-batches or --zero, or raise --max-points")
+    choose(sc, p, simulate_top)
+    if len(p.chosen) > max_points:
+        raise SearchError(f"{prune_text(p)}: more than --max-points {max_points}; simulate fewer with "
+                          "--simulate-top, narrow the space with --max-tp, --max-pp, --micro-batches or --zero, "
+                          "or raise --max-points")
     points = []
-    for i, lay in enumerate(p.layouts):
+    for i, lay in enumerate(p.chosen):
         values = {k: str(v) for k, v in lay.values().items()}
         # each layout sets its own split: the base scenario's end chunks do not carry over
-        points.append(load_point(path, [*base, *SPLIT_RESET], values, i, len(p.layouts), varied=lay.values()))
+        points.append(load_point(path, [*base, *SPLIT_RESET], values, i, len(p.chosen), varied=lay.values()))
     progress = progress_factory(len(points), "search") if progress_factory else None
     stats = run_points(points, store, executor, progress)
     rows = store.rows([pt.key for pt in points])
-    return SearchResult(p, points, rows, fitting_rows(rows), stats)
+    estimates = {pt.key: p.estimates[lay] for pt, lay in zip(points, p.chosen)}
+    return SearchResult(p, points, rows, fitting_rows(rows), stats, estimates)
 
 
 def _resized(path: str, base: Sequence[str], sc0: Scenario) -> Scenario:
@@ -317,6 +380,7 @@ def report(res: SearchResult, sc_name: str, gpus: int, top: int) -> str:
     other = next((r for r in res.ranked[1:] if _shape(r) != _shape(res.ranked[0])), None)
     if other is not None and other is not res.ranked[1]:
         lines.append(why_best(res.ranked[0], other, f"#{res.ranked.index(other) + 1}, the best other tp/pp/cp/ep"))
+    lines += [x for x in (spread_text(res.ranked), estimate_quality(res)) if x]
     if errors:
         lines.append(f"{len(errors)} layouts failed to simulate, e.g. {errors[0].error}")
     return "\n".join(lines)
@@ -332,6 +396,19 @@ def _ints(text: str) -> tuple[int, ...]:
     return vals
 
 
+def _top(text: str) -> int | None:
+    """--simulate-top: a positive integer, or ``all`` (None)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SearchError(f"--simulate-top: expected a positive integer or 'all', got {text!r}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario YAML file with a model and training.global_batch")
     p.add_argument("--gpus", type=int, help="GPUs to lay the job out on (default: the scenario's cluster)")
@@ -344,7 +421,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro-batches", default="1,2,4,8", help="micro-batch sizes to try (default 1,2,4,8)")
     p.add_argument("--zero", default="0,1,2,3", help="ZeRO stages to try (default 0,1,2,3)")
     p.add_argument("--exhaustive", action="store_true", help="also simulate more recompute than needed to fit")
-    p.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, help="refuse a larger search")
+    p.add_argument("--simulate-top", default=str(DEFAULT_SIMULATE_TOP), metavar="K",
+                   help=f"simulate the K layouts the closed-form estimate ranks best, or 'all' "
+                        f"(default {DEFAULT_SIMULATE_TOP})")
+    p.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS,
+                   help=f"refuse to simulate more layouts than this (default {DEFAULT_MAX_POINTS})")
     p.add_argument("--db", help="results database (default: SCENARIO-search.sqlite in this folder)")
     p.add_argument("--csv", help="CSV of every simulated layout (default: next to --db)")
     p.add_argument("--dask", metavar="tcp://HOST:8786", help="simulate on a Dask cluster")
@@ -358,13 +439,14 @@ def search_command(args: argparse.Namespace) -> str:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise SearchError(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
+    top = _top(args.simulate_top)
     lim = Limits(args.max_tp, args.max_pp, args.max_cp, _ints(args.micro_batches), _ints(args.zero),
                  args.exhaustive)
     executor = make_executor(args.jobs, args.dask)
     try:
         with ResultStore(db) as store:
             res = search(args.scenario, args.set, args.gpus, lim, store, executor, points_bar,
-                         args.max_points)
+                         args.max_points, top)
     finally:
         close_executor(executor)
     export_csv(res.rows, csv_path)

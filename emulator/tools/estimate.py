@@ -6,6 +6,8 @@ call shared by its members, or a send/recv pair) about three events — the
 latency timer, the completion and the rate re-solve — or, for a direct
 all-to-all of n ranks, two per flow of its n(n−1) flows. The wall time
 divides that by an event rate measured on the reference machine (2 cores).
+For a model workload it also gives the closed-form iteration time that ``emulator
+search`` ranks layouts by (studies/rank.py), so a user sees the answer's ballpark too.
 """
 from __future__ import annotations
 
@@ -59,4 +61,17 @@ def estimate(scenario: Scenario) -> str:
              f"ops             {len(ops) * copies * iterations:,} ({int(compute) * copies:,} compute per iteration)",
              f"events          ~{events:,}",
              f"wall time       ~{format_time(wall)} (build {format_time(build_s)}, at ~{EVENTS_PER_S:,.0f} events/s)"]
+    closed = closed_form(scenario)
+    if closed is not None:
+        lines.append(f"iteration       ~{format_time(closed)} (closed form, no contention: studies/rank.py)")
     return "\n".join(lines + [f"note: {n}" for n in notes])
+
+
+def closed_form(scenario: Scenario) -> float | None:
+    """The closed-form iteration time of a model workload (studies/rank.py); None for traces,
+    several jobs or a custom graph without a node type."""
+    from emulator.studies.rank import estimate_iteration
+
+    if scenario.model is None or scenario.workload.trace or scenario.cluster.node is None or scenario.jobs:
+        return None
+    return estimate_iteration(scenario).iteration_s

@@ -1,0 +1,291 @@
+"""A closed-form iteration time: the search's ranking estimate (no SimPy, no topology).
+
+For a model workload it adds up, per pipeline stage and micro-batch, the same kernels and
+tensor-parallel communications the builder emits (workload/plan.py, workload/layer.py:
+``forward_steps``, ``backward_steps``, the embedding and the head, costed by
+``layer.pass_time`` with ``devices/compute.py``), and prices communication with the
+uncontended ring formulas of network/collectives.py:
+
+    all-reduce       L + 2(n−1)·α + 2(n−1)/n · S/B
+    reduce-scatter,
+    all-gather       L + (n−1)·α + (n−1)/n · S/B
+    send/recv        L + α + S/B
+    all-to-all       L + (n−1)·α + (n−1)/n · S/B
+
+where B is the NVLink rate (line rate × ``intra_efficiency``) for a group inside one node, and
+across nodes k·B_nic, the node's NIC capacity shared evenly by its GPUs (``nics`` ·
+``nic_bandwidth`` · ``nic_efficiency`` / ``gpus_per_node``) times the k members the group has
+on each node (k rings, one per rail); divided by the fabric's oversubscription when the
+group spans more than one leaf. α is the links' latency plus the calibrated per-step
+software latency of the class (intra or inter), L the collective launch cost.
+
+Pipeline: with T_s the time of one micro-batch (forward and backward, all its chunks) on
+stage s, m micro-batches, p stages and v chunks per stage,
+
+    1f1b, gpipe:      m·max T_s + (Σ T_s − max T_s)       (bubble (p − 1)/m when equal)
+    interleaved-1f1b: m·max T_s + (Σ T_s − max T_s)/v   (bubble (p − 1)/(v·m))
+
+plus 2(p·v − 1) activation/gradient transfers on the fill and drain. Then the data-parallel
+gradient reduction of the stage with the most parameters (all-reduce with ZeRO 0,
+reduce-scatter and the parameter all-gather with ZeRO 1–2, exposed whole unless
+``overlap_grad_reduce`` / ``overlap_param_gather``, then one bucket each; ZeRO 3's
+per-micro-batch gathers and reduce-scatters count where they exceed that micro-batch's
+compute, plus the gather of each task's first layer, which nothing hides), the tied-embedding all-reduce, and the
+optimizer step (ADAM_BYTES_PER_PARAM per local parameter at streaming speed, as the builder).
+
+What it leaves out, and why the search still simulates its best layouts: contention between
+flows, the schedule's exact dependencies (p2p waits inside the steady state), hierarchical
+and NVLS collectives. It is a ranking, measured against the emulator by Spearman's ρ in
+every search's output.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from emulator.devices import compute
+from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec, Scenario
+from emulator.scenario.stages import chunk_layers, stage_layers
+from emulator.workload import layer as Ly
+from emulator.workload import models as M
+from emulator.workload.placement import ORDER
+from emulator.workload.plan import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, grad_reduce_bytes
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A closed-form iteration (seconds) and its parts; they add up to ``iteration_s``."""
+
+    iteration_s: float
+    compute_s: float  # m · T of the slowest stage (its kernels and blocking TP/CP/EP comm)
+    bubble_s: float  # the pipeline fill and drain, p2p transfers included
+    dp_comm_s: float  # exposed data-parallel (and tied-embedding) communication
+    optimizer_s: float
+
+
+@dataclass(frozen=True)
+class Link:
+    """One class of path: bandwidth B (B/s), per-step latency α (s), launch L (s)."""
+
+    bandwidth: float
+    alpha: float
+    launch: float
+
+
+def ring_time(op: str, n: int, nbytes: float, link: Link) -> float:
+    """Uncontended time of collective ``op`` on n members for a buffer of ``nbytes`` (module docstring)."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    if op == "p2p":
+        return link.launch + link.alpha + nbytes / link.bandwidth
+    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+    return link.launch + steps * link.alpha + steps / n * nbytes / link.bandwidth
+
+
+def intra_link(node: NodeSpec) -> Link:
+    """Inside one node: GPU → switch → GPU."""
+    return Link(node.intra_bandwidth * node.intra_efficiency, 2 * node.intra_latency + node.step_latency_intra,
+                node.collective_launch)
+
+
+def inter_link(sc: Scenario, per_node: int, nodes: int) -> Link:
+    """Across ``nodes`` nodes, ``per_node`` members of the group on each (one ring per rail)."""
+    node = sc.cluster.node
+    assert node is not None
+    fab = sc.cluster.fabric
+    share = node.nics * node.nic_bandwidth * node.nic_efficiency / node.gpus_per_node
+    bw = share * per_node
+    cross_leaf = fab.kind == "fat_tree" and nodes > fab.leaf_size
+    if cross_leaf and fab.oversubscription > 1:
+        bw /= fab.oversubscription
+    hops = 4 if cross_leaf else 2  # NIC → leaf (→ spine → leaf) → NIC
+    return Link(bw, 2 * node.nic_latency + hops * fab.latency + node.step_latency_inter, node.collective_launch)
+
+
+def group_link(sc: Scenario, stride: int, n: int) -> Link:
+    """The path class of a group of n ranks ``stride`` apart (ranks fill nodes in order)."""
+    node = sc.cluster.node
+    assert node is not None
+    g = node.gpus_per_node
+    if stride * (n - 1) < g:
+        return intra_link(node)
+    per_node = max(1, g // stride)
+    return inter_link(sc, min(per_node, n), -(-n // per_node))
+
+
+def strides(sc: Scenario) -> dict[str, int]:
+    """Rank distance between neighbours along each axis of the placement (workload/placement.py)."""
+    par = sc.parallel
+    sizes = {"pp": par.pp, "dp": par.dp, "cp": par.cp, "tp": par.tp}
+    out, step = {}, 1
+    for axis in reversed(tuple(par.order or ORDER)):
+        out[axis] = step
+        step *= sizes[axis]
+    return out
+
+
+@dataclass(frozen=True)
+class Params:
+    """Parameters on one GPU (workload/plan.py's units): per layer dense and expert, and what the
+    first stage (embedding) and the last stage (head) hold besides their layers."""
+
+    layer_dense: float
+    layer_expert: float
+    first: float
+    last: float
+
+    def stage(self, layers: int, s: int, p: int) -> tuple[float, float]:
+        """(dense, expert) parameters of stage s of p, which holds ``layers`` layers."""
+        dense = self.layer_dense * layers + (self.first if s == 0 else 0.0) + (self.last if s == p - 1 else 0.0)
+        return dense, self.layer_expert * layers
+
+
+def params_of(m: ModelSpec, sc: Scenario) -> Params:
+    par = sc.parallel
+    t = par.tp
+    dense = (M.layer_params(m) - (m.experts * M.mlp_params(m) if m.experts else 0)) / t
+    expert = m.experts * M.mlp_params(m) / (t * par.ep) if m.experts else 0.0
+    first = m.vocab * m.hidden / t + (m.seq_len * m.hidden if M.has_biases(m) else 0)
+    last = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or par.pp > 1) else 0)
+    if not m.tied_embeddings:
+        last -= m.vocab * m.hidden * (1 - 1 / t)
+    return Params(dense, expert, first, last)
+
+
+def estimate_iteration(sc: Scenario) -> Estimate:
+    """The closed-form iteration time of ``sc`` (a model workload whose layout passes the rule book)."""
+    par, tr = sc.parallel, sc.training
+    node = sc.cluster.node
+    if sc.model is None or node is None:
+        raise ValueError("an iteration estimate needs a model and a node type")
+    gpu = node.gpu
+    m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, par.tp))
+    dtype = DTYPE_BYTES[tr.precision]
+    flash = getattr(tr, "attention", "unfused") == "flash"
+    L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash)
+    st = strides(sc)
+    links = {"tp": group_link(sc, st["tp"], par.tp), "cp": group_link(sc, st["cp"], par.cp)}
+    links["ep"] = group_link(sc, st["cp"] if par.cp > 1 else st["dp"], par.ep)
+    sizes = {"tp": par.tp, "cp": par.cp, "ep": par.ep}
+    comm = tuple((name, sizes[name], links[name]) for name in ("tp", "cp", "ep"))
+    per_layer, embed, head = pass_times(L, tr.recompute, M.has_biases(m), m.vocab, gpu, comm)
+    p, v = par.pp, par.virtual_stages
+    split = stage_layers(chunk_layers(m.layers, p, v, par.first_chunk_layers, par.last_chunk_layers), p)
+    stage_t = [sum(split[s]) * per_layer + (embed if s == 0 else 0.0) + (head if s == p - 1 else 0.0)
+               for s in range(p)]
+    micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
+    slow = max(stage_t)
+    compute_s = micro * slow
+    fill = (sum(stage_t) - slow) / (v if par.schedule == "interleaved-1f1b" else 1)
+    pp_bytes = float(tr.micro_batch * (m.seq_len // par.cp) * m.hidden * dtype)
+    if par.sequence_parallel and par.tp > 1:
+        pp_bytes /= par.tp
+    p2p = ring_time("p2p", 2, pp_bytes, group_link(sc, st["pp"], 2)) if p > 1 else 0.0
+    bubble_s = max(0.0, fill) + 2 * (p * v - 1) * p2p
+    params = params_of(m, sc)
+    dp_comm_s = _dp_exposed(sc, m, params, split, stage_t, micro, st)
+    optimizer_s = _optimizer(sc, params, split, gpu)
+    total = compute_s + bubble_s + dp_comm_s + optimizer_s
+    return Estimate(total, compute_s, bubble_s, dp_comm_s, optimizer_s)
+
+
+@functools.lru_cache(maxsize=4096)
+def pass_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab: int, gpu: GpuSpec,
+               comm: tuple[tuple[str, int, Link], ...]) -> tuple[float, float, float]:
+    """(layer, embedding, head) forward + backward of one micro-batch, by ``layer.pass_time``.
+    ``comm`` is (group, size, link) for tp, cp and ep. Cached: a search's layouts share few shapes."""
+    groups = {name: (n, link) for name, n, link in comm}
+
+    def comm_time(c: Ly.Comm) -> float:
+        n, link = groups[c.group]
+        if c.collective == "ring":
+            return ring_time("p2p", 2, c.bytes, link)
+        return ring_time(c.collective, n, c.bytes, link)
+
+    def both(fwd: list, bwd: list) -> float:
+        return Ly.pass_time(fwd, gpu, comm_time) + Ly.pass_time(bwd, gpu, comm_time)
+
+    return (both(Ly.forward_steps(L), Ly.backward_steps(L, recompute)),
+            both(Ly.embedding_forward(L, learned_positions), Ly.embedding_backward(L)),
+            both(Ly.head_forward(L, vocab), Ly.head_backward(L, vocab)))
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing the mean of their positions."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation ρ (Pearson's r of the ranks); None below 3 pairs or with a constant side."""
+    if len(xs) != len(ys) or len(xs) < 3:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    n = len(rx)
+    mx, my = sum(rx) / n, sum(ry) / n
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    vx = sum((a - mx) ** 2 for a in rx)
+    vy = sum((b - my) ** 2 for b in ry)
+    if vx == 0 or vy == 0:
+        return None
+    return float(cov / (vx * vy) ** 0.5)
+
+
+def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_t: list, micro: int,
+                st: dict[str, int]) -> float:
+    """Exposed data-parallel communication of the stage with the most parameters, plus the tied
+    embedding all-reduce between the first and last stage."""
+    par, tr = sc.parallel, sc.training
+    p = par.pp
+    d = par.dp * par.cp
+    grad = grad_reduce_bytes(tr.precision, tr.grad_reduce)
+    dtype = DTYPE_BYTES[tr.precision]
+    dp_link = group_link(sc, min(st["dp"], st["cp"]) if par.cp > 1 else st["dp"], d)
+    worst = 0.0
+    for s in range(p):
+        dense, expert = params_.stage(sum(split[s]), s, p)
+        params = dense + expert  # experts reduce over d/ep ranks: priced as dense (an upper bound)
+        if par.zero >= 3:
+            per_mb = (2 * ring_time("all_gather", d, params * dtype, dp_link)
+                      + ring_time("reduce_scatter", d, params * grad, dp_link))
+            # each task's first unit waits for its own gather (the next ones are prefetched)
+            first = ring_time("all_gather", d, params_.layer_dense * dtype, dp_link)
+            t = micro * (max(0.0, per_mb - stage_t[s]) + 2 * par.virtual_stages * first)
+        else:
+            op = "all_reduce" if par.zero == 0 else "reduce_scatter"
+            t = ring_time(op, d, params * grad, dp_link)
+            if par.overlap_grad_reduce and params * grad > par.grad_bucket:
+                t *= par.grad_bucket / (params * grad)  # only the last bucket is exposed
+            if par.zero in (1, 2):
+                gather = ring_time("all_gather", d, params * dtype, dp_link)
+                overlap = par.overlap_grad_reduce if par.overlap_param_gather is None else par.overlap_param_gather
+                if overlap and params * dtype > par.grad_bucket:
+                    gather *= par.grad_bucket / (params * dtype)  # under the next forward but its first bucket
+                t += gather
+        worst = max(worst, t)
+    if m.tied_embeddings and p > 1:
+        worst += ring_time("all_reduce", 2, m.vocab * m.hidden / par.tp * dtype,
+                           group_link(sc, st["pp"] * (p - 1), 2))
+    return worst
+
+
+def _optimizer(sc: Scenario, params: Params, split: list, gpu: GpuSpec) -> float:
+    """The Adam step of the stage with the most local parameters (workload/builder.py's cost)."""
+    par = sc.parallel
+    d = par.dp * par.cp
+    best = 0.0
+    for s in range(par.pp):
+        dense, expert = params.stage(sum(split[s]), s, par.pp)
+        psi = dense / (d if par.zero >= 1 else 1) + expert / (max(1, d // par.ep) if par.zero >= 1 else 1)
+        best = max(best, compute.elementwise_time(psi * ADAM_BYTES_PER_PARAM, gpu))
+    return best

@@ -1,0 +1,165 @@
+"""The search's closed-form ranking (studies/rank.py) and the search that simulates only its best."""
+import os
+
+import pytest
+
+from emulator.cli import main
+from emulator.scenario import load_scenario
+from emulator.simulation import simulate
+from emulator.studies.executor import LocalExecutor
+from emulator.studies.rank import (
+    Link,
+    estimate_iteration,
+    group_link,
+    pass_times,
+    ranks,
+    ring_time,
+    spearman,
+)
+from emulator.studies.search import SAME_AS_ZERO1, Layout, Limits, choose, plan, search
+from emulator.studies.store import ResultStore
+from emulator.workload import layer as Ly
+
+
+def _scenario(folder, preset, batch, nodes=1):
+    path = os.path.join(folder, f"{preset}.yaml")
+    with open(path, "w") as fh:
+        fh.write(f"name: {preset}\ncluster: {{nodes: {nodes}, node: dgx-a100}}\nmodel: {{preset: {preset}}}\n"
+                 f"training: {{global_batch: {batch}}}\n")
+    return path
+
+
+def test_ring_formulas():
+    link = Link(bandwidth=1e11, alpha=1e-5, launch=2e-5)
+    # all-reduce, n = 4, S = 1 GB: 2e-5 + 2·3·1e-5 + 2·3/4 · 1e9/1e11 = 2e-5 + 6e-5 + 0.015 = 0.01508
+    assert ring_time("all_reduce", 4, 1e9, link) == pytest.approx(0.01508, rel=1e-12)
+    # all-gather, n = 4: 2e-5 + 3·1e-5 + 3/4 · 0.01 = 5e-5 + 0.0075 = 0.00755
+    assert ring_time("all_gather", 4, 1e9, link) == pytest.approx(0.00755, rel=1e-12)
+    # send/recv: 2e-5 + 1e-5 + 0.01 = 0.01003
+    assert ring_time("p2p", 2, 1e9, link) == pytest.approx(0.01003, rel=1e-12)
+    assert ring_time("all_reduce", 1, 1e9, link) == 0.0  # alone: nothing to do
+
+
+def test_links_of_a_dgx_a100_inside_and_across_nodes(tmp_path):
+    sc = load_scenario(_scenario(str(tmp_path), "gpt3-125m", 32, nodes=4))
+    # inside: 300 GB/s × 230/300 = 230 GB/s; α = 2 hops × 0.15 us + 1.675 us = 1.975 us; launch 6.05 us
+    # (so an 8-GPU all-reduce of a small message is 6.05 + 14 × 1.975 = 33.7 us, nccl.csv's figure)
+    inside = group_link(sc, 1, 8)
+    assert inside.bandwidth == pytest.approx(230e9) and inside.alpha == pytest.approx(1.975e-6)
+    assert inside.launch == pytest.approx(6.05e-6)
+    # 4 members 8 apart, one per node: the GPU's share of the NICs, 8 × 25 GB/s × 24/25 / 8 = 24 GB/s;
+    # α = 2 × 0.5 us (NICs) + 2 × 1 us (one leaf switch) + 3 us = 6 us
+    across = group_link(sc, 8, 4)
+    assert across.bandwidth == pytest.approx(24e9) and across.alpha == pytest.approx(6e-6)
+    # 8 members 4 apart: 2 on each of 4 nodes, two rings: 48 GB/s
+    assert group_link(sc, 4, 8).bandwidth == pytest.approx(48e9)
+
+
+def test_single_gpu_iteration_is_the_micro_batches_times_the_passes_plus_the_optimizer(tmp_path):
+    sc = load_scenario(_scenario(str(tmp_path), "gpt3-125m", 4),
+                       ["cluster.node.gpus_per_node=1", "parallel.tp=1", "parallel.pp=1", "parallel.dp=1"])
+    est = estimate_iteration(sc)
+    m = sc.model
+    L = Ly.layer_shape(m, 1, 1, False, 1, 1, 2, False)
+    layer, embed, head = pass_times(L, "none", True, 50304, sc.cluster.node.gpu, ())
+    # one stage, 4 micro-batches of 1: 4 × (12 layers + embedding + head); no bubble, no DP
+    assert est.compute_s == pytest.approx(4 * (12 * layer + embed + head), rel=1e-12)
+    assert est.bubble_s == 0.0 and est.dp_comm_s == 0.0
+    assert est.iteration_s == pytest.approx(est.compute_s + est.optimizer_s, rel=1e-12)
+
+
+def test_interleaving_divides_the_fill_by_the_virtual_stages(tmp_path):
+    # gpt3-125m, tp 1, pp 4, dp 2 on 8 GPUs, 8 micro-batches: with T_s per stage,
+    # 1f1b bubble = Σ T_s − max T_s, interleaved v = 3 (12 layers over 12 chunks) the same over 3
+    # (the p2p term is the same 2(p·v − 1) sends of b·s·h·2 bytes in both; subtract it)
+    path = _scenario(str(tmp_path), "gpt3-125m", 16)
+    base = ["parallel.tp=1", "parallel.pp=4", "parallel.dp=2"]
+    one = estimate_iteration(load_scenario(path, base))
+    three = estimate_iteration(load_scenario(path, base + ["parallel.schedule=interleaved-1f1b",
+                                                           "parallel.virtual_stages=3"]))
+    sc = load_scenario(path, base)
+    # the pp neighbour is dp·cp·tp = 2 ranks away, in the same node; one micro-batch's activations are
+    # b·s·h·2 = 1·2048·768·2 = 3,145,728 bytes
+    p2p = ring_time("p2p", 2, 2048 * 768 * 2, group_link(sc, 2, 2))
+    fill_1 = one.bubble_s - 2 * (4 - 1) * p2p
+    fill_3 = three.bubble_s - 2 * (12 - 1) * p2p
+    assert fill_1 > 0 and fill_3 == pytest.approx(fill_1 / 3, rel=1e-9)
+    assert one.compute_s == pytest.approx(three.compute_s, rel=1e-12)  # the same work per stage
+
+
+def test_estimate_is_close_to_the_emulator_on_small_layouts(tmp_path):
+    # a closed form, not a simulation: within 6 % of the emulator on these 8-GPU layouts
+    path = _scenario(str(tmp_path), "gpt3-125m", 16)
+    for sets in (["parallel.tp=2", "parallel.pp=2", "parallel.dp=2"],
+                 ["parallel.tp=1", "parallel.pp=1", "parallel.dp=8", "parallel.zero=1"],
+                 ["parallel.tp=4", "parallel.pp=2", "parallel.dp=1", "training.recompute=full"]):
+        sc = load_scenario(path, sets)
+        sim = simulate(sc, record_links=False).iteration_time_s
+        assert estimate_iteration(sc).iteration_s == pytest.approx(sim, rel=0.06), sets
+
+
+def test_spearman_by_hand():
+    assert ranks([10, 30, 20, 30]) == [1.0, 3.5, 2.0, 3.5]  # the tie shares positions 3 and 4
+    # x ranks 1..5, y = (5, 6, 7, 8, 7) ranks (1, 2, 3.5, 5, 3.5); centred: (−2, −1, 0, 1, 2) and
+    # (−2, −1, .5, 2, .5): cov 4 + 1 + 0 + 2 + 1 = 8, var 10 and 9.5: ρ = 8/√95 = 0.820783
+    assert spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(8 / 95 ** 0.5, rel=1e-12)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2], [1, 2]) is None and spearman([1, 2, 3], [4, 4, 4]) is None
+
+
+def test_zero2_is_kept_only_where_it_saves_recompute(tmp_path):
+    # gpt3-125m on 8 GPUs, pp 1, mb 1, ZeRO 1 and 2: tp 1, 2, 4 (dp 8, 4, 2) × 2 stages × 3 recompute = 18,
+    # and tp 8 (dp 1: ZeRO 0 only) × 3 recompute = 3; 21 considered. tp 8 breaks heads (12 % 8): 3.
+    # The other 3 fit with ZeRO-1 and no recompute; their ZeRO-2 is the same communication with the
+    # same recompute: 3 pruned; more recompute than needed: 3 shapes × 2 stages × 2 = 12. 18 pruned, 3 kept.
+    sc = load_scenario(_scenario(str(tmp_path), "gpt3-125m", 16))
+    p = plan(sc, 8, Limits(max_pp=1, micro_batches=(1,), zero=(1, 2)))
+    assert p.considered == 21 and [(lay.tp, lay.zero) for lay in p.layouts] == [(1, 1), (2, 1), (4, 1)]
+    assert p.pruned[SAME_AS_ZERO1] == 3 and p.pruned["more recompute than needed to fit"] == 12
+    assert sum(p.pruned.values()) == 18
+    # --exhaustive keeps them all: 3 shapes × 2 stages × 3 recompute
+    assert len(plan(sc, 8, Limits(max_pp=1, micro_batches=(1,), zero=(1, 2), exhaustive=True)).layouts) == 18
+
+
+def test_choose_keeps_the_best_estimates_in_order(tmp_path):
+    sc = load_scenario(_scenario(str(tmp_path), "gpt3-125m", 16))
+    p = plan(sc, 8, Limits(max_pp=2, micro_batches=(1,), zero=(0,)))
+    choose(sc, p, 4)
+    times = sorted(p.estimates[lay] for lay in p.layouts)
+    assert [p.estimates[lay] for lay in p.chosen] == times[:4]
+    choose(sc, p, None)
+    assert len(p.chosen) == len(p.layouts) == 12
+
+
+def test_search_simulates_only_the_top_and_max_points_bounds_the_simulated(tmp_path, capsys):
+    # 39 considered, 12 fit (test_search.py); max-points 5 < 12 but only 3 are simulated
+    path = _scenario(str(tmp_path), "gpt3-125m", 16)
+    db = str(tmp_path / "s.sqlite")
+    args = ["search", path, "--max-pp", "2", "--micro-batches", "1", "--zero", "0", "--db", db]
+    assert main(args + ["--simulate-top", "3", "--max-points", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "12 fit, the best 3 by the closed-form estimate to simulate" in out
+    assert "spread over the 3 simulated layouts: best" in out
+    assert "Spearman rank correlation" in out and "over the 3 simulated layouts" in out
+    with ResultStore(db) as store:
+        assert len(store.rows()) == 3
+    assert main(args + ["--simulate-top", "6", "--max-points", "5"]) == 2
+    assert "more than --max-points 5" in capsys.readouterr().err
+    assert main(args + ["--simulate-top", "none"]) == 2
+    assert "--simulate-top: expected a positive integer or 'all', got 'none'" in capsys.readouterr().err
+
+
+def test_the_estimate_ranks_the_small_search_like_the_emulator(tmp_path):
+    # every fitting layout of gpt3-125m on 8 GPUs (pp ≤ 2, mb 1 and 2, ZeRO 0 and 1) simulated:
+    # the closed form must order them much as the emulator does
+    path = _scenario(str(tmp_path), "gpt3-125m", 16)
+    with ResultStore(str(tmp_path / "s.sqlite")) as store:
+        res = search(path, [], None, Limits(max_pp=2, micro_batches=(1, 2), zero=(0, 1)), store,
+                     LocalExecutor(1), simulate_top=None)
+    from emulator.studies.rank import spearman as rho
+
+    ok = [r for r in res.rows if r.status == "ok"]
+    assert len(ok) == len(res.plan.layouts) >= 20
+    assert rho([res.estimates[r.key] for r in ok], [r.metric("iteration_time_s") for r in ok]) > 0.8
+    best = res.ranked[0].varied
+    assert Layout(best["parallel.tp"], best["parallel.pp"], best["parallel.dp"]).pp == 1
