@@ -63,6 +63,7 @@ class Topology:
     cores: int = 0  # core switches per spine position (fat_tree3)
     group_size: int = 0  # routers per group (dragonfly)
     global_links: int = 0  # links between two groups (dragonfly)
+    intra_switch: str = "nvsw"  # name prefix of a node's switch: nvsw (NVSwitch) or pcie
 
     def index(self) -> None:
         """(Re)build the flat link arrays from the graph, in a deterministic order."""
@@ -79,6 +80,8 @@ class Topology:
 
     def node_of(self, rank: int) -> int:
         """The server (node) index of a rank; -1 on a custom graph."""
+        if self.gpus_per_node:  # a generated cluster: ranks fill the nodes in order (build_nodes)
+            return rank // self.gpus_per_node
         node: int = self.graph.nodes[self.gpus[rank]].get("node", -1)  # networkx attributes are untyped
         return node
 
@@ -337,7 +340,8 @@ def build_topology(cluster: ClusterSpec) -> Topology:
     g = nx.DiGraph()
     gpus = build_nodes(g, cluster.nodes, spec)
     topo = Topology(g, gpus, cluster.fabric.kind, spec.gpus_per_node, spec.nics,
-                    routing=cluster.fabric.routing, seed=cluster.fabric.seed)
+                    routing=cluster.fabric.routing, seed=cluster.fabric.seed,
+                    intra_switch="nvsw" if spec.intra == "nvswitch" else "pcie")
     if cluster.fabric.kind not in BUILDERS:
         raise ValueError(f"unknown fabric kind {cluster.fabric.kind!r}; known: {', '.join(sorted(BUILDERS))}, custom")
     BUILDERS[cluster.fabric.kind](g, cluster, spec, topo)
