@@ -139,7 +139,9 @@ class Router:
         if a == b:
             return (), (), 0.0
         topo = self.topo
-        if self.fast and a // topo.gpus_per_node != b // topo.gpus_per_node:
+        if self.fast:
+            if a // topo.gpus_per_node == b // topo.gpus_per_node:
+                return self._inside(a, b)
             return self._composed(a, b)
         if self.structured:
             weighted = structured_path(topo, a, b)
@@ -170,7 +172,6 @@ class Router:
             down = self._down[b] = self._part(down_edges, sb)
         up_ids, up_lat, sa = up
         down_ids, down_lat, sb = down
-        acc = dict.fromkeys(up_ids, 1.0)
         t = 0.0
         for x in up_lat:
             t += x
@@ -178,7 +179,7 @@ class Router:
             mid = self._mid.get((sa, sb))
             if mid is None:
                 mid = self._mid[sa, sb] = self._middle(a, b, sa, sb)
-            acc.update(mid[0])
+            shares = mid[0]
             best = -1.0
             for path in mid[1]:
                 x = t
@@ -187,12 +188,23 @@ class Router:
                 if x > best:
                     best = x
             t = best
+            links = tuple(sorted((*up_ids, *shares, *down_ids)))
+            weights = tuple([shares.get(lid, 1.0) for lid in links])  # up and down links carry it all
+        else:
+            links = tuple(sorted((*up_ids, *down_ids)))
+            weights = (1.0,) * len(links)
         for x in down_lat:
             t += x
-        for lid in down_ids:
-            acc[lid] = 1.0
-        links = tuple(sorted(acc))
-        return links, tuple(acc[lid] for lid in links), t
+        return links, weights, t
+
+    def _inside(self, a: int, b: int) -> Route:
+        """a→b on one node: through its switch (as ``structured_path``; latency 0 + up + down)."""
+        topo = self.topo
+        sw = f"{topo.intra_switch}{a // topo.gpus_per_node}"
+        up, down = topo.link_ids[topo.gpus[a], sw], topo.link_ids[sw, topo.gpus[b]]
+        lat = 0.0 + topo.latency[up]
+        lat += topo.latency[down]
+        return (up, down) if up < down else (down, up), (1.0, 1.0), lat
 
     def _part(self, edges: list[tuple[str, str]], switch: str) -> tuple[tuple[int, ...], tuple[float, ...], str]:
         ids = tuple(self.topo.link_ids[e] for e in edges)
