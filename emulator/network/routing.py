@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from typing import Callable, Sequence, TypeVar
-
-import networkx as nx
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from emulator.errors import EmulatorError
 from emulator.network.topology import Topology
+
+if TYPE_CHECKING:  # networkx is imported only where a graph is searched (it costs ~0.1 s)
+    import networkx as nx
 
 Route = tuple[tuple[int, ...], tuple[float, ...], float]
 T = TypeVar("T")

@@ -32,11 +32,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Callable
 
 from emulator.scenario.spec import ClusterSpec, NodeSpec
+
+if TYPE_CHECKING:  # imported where a graph is made (to_networkx, load_graph): it costs ~0.1 s
+    import networkx as nx
 
 
 class Layout:
@@ -79,6 +80,8 @@ class Layout:
         return name in self.nodes
 
     def to_networkx(self) -> nx.DiGraph:
+        import networkx as nx
+
         g = nx.DiGraph()
         g.add_nodes_from((n, dict(d)) for n, d in self.nodes.items())
         g.add_edges_from((u, v, dict(d)) for (u, v), d in self.edges.items())
@@ -443,6 +446,8 @@ def load_graph(path: str) -> Topology:
         raise EmulatorError(f"{path}: cannot parse the graph file: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not isinstance(data.get("links"), list):
         raise EmulatorError(f"{path}: a graph file is an object with lists 'nodes' and 'links'")
+    import networkx as nx
+
     g = nx.DiGraph()
     gpus: list[str] = []
     for i, node in enumerate(data["nodes"]):
