@@ -50,16 +50,18 @@ def _node_axes(span_nodes: int, step_nodes: int, scenario: Scenario,
 
 
 def _non_blocking(scenario: Scenario) -> bool:
-    """A two-level fat-tree whose uplinks carry all that its NICs can send, spread evenly
+    """A two-level fat-tree or rail fabric whose uplinks carry all that its NICs can send, spread evenly
     (spray): no leaf–spine link can be the only bottleneck of a flow, so GPUs on different
     leaves get the same bandwidth as GPUs on one leaf. Only latencies differ (two more hops);
     a fold in effect checks those plan by plan (``Fold.checked``)."""
     fabric, node = scenario.cluster.fabric, scenario.cluster.node
-    if fabric.kind != "fat_tree" or fabric.routing != "spray" or node is None or fabric.oversubscription > 1:
+    if fabric.kind not in ("fat_tree", "rail") or fabric.routing != "spray" or node is None \
+            or fabric.oversubscription > 1:
         return False
     leaf = max(1, min(fabric.leaf_size, scenario.cluster.nodes))
     spines = fabric.spines or max(1, node.nics)
-    down = leaf * node.nics * node.nic_bandwidth  # topology.fat_tree: what a leaf's NICs can send
+    # what the NICs below one leaf (or rail) switch can send (topology.fat_tree, topology.rail)
+    down = leaf * (node.nics if fabric.kind == "fat_tree" else 1) * node.nic_bandwidth
     up = (fabric.link_bandwidth or down / spines) / fabric.oversubscription * spines
     return up >= down
 
@@ -122,7 +124,7 @@ def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
     if fold.copies == 1:
         return None, "folding found no symmetric ranks to fold"
     if fold.checked:
-        note += " (data-parallel replicas on different leaves of a non-blocking fat-tree folded in effect: " \
+        note += " (data-parallel replicas on different leaves of a non-blocking fabric folded in effect: " \
                 "every copy checked to have the same latencies)"
     return fold, f"{note}: {fold.copies} ranks per simulated rank"
 

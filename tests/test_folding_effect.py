@@ -15,10 +15,10 @@ from emulator.scenario import load_scenario_text
 from emulator.simulation import simulate
 
 
-def scenario(dp, pp, tp, leaf, over=1, fold="auto", extra=""):
+def scenario(dp, pp, tp, leaf, over=1, fold="auto", extra="", kind="fat_tree"):
     nodes = dp * pp * tp // 8
     text = f"""name: t
-cluster: {{nodes: {nodes}, node: dgx-a100, fabric: {{kind: fat_tree, leaf_size: {leaf}, oversubscription: {over}{extra}}}}}
+cluster: {{nodes: {nodes}, node: dgx-a100, fabric: {{kind: {kind}, leaf_size: {leaf}, oversubscription: {over}{extra}}}}}
 model: {{layers: {2 * pp}, hidden: 2048, heads: 16, seq_len: 1024, vocab: 32000}}
 training: {{global_batch: {4 * dp}, micro_batch: 1}}
 parallel: {{tp: {tp}, pp: {pp}, dp: {dp}}}
@@ -39,6 +39,14 @@ def test_folded_in_effect_agrees_with_every_rank_simulated(dp, pp, tp, leaf, ran
     assert "folded in effect" in folded.notes[0]
     assert folded.ranks_simulated == ranks  # one rank per stage: dp and tp folded
     assert full.ranks_simulated == dp * pp * tp
+    assert folded.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-6)
+
+
+def test_rails_fold_in_effect_too():
+    # rail-optimized: NIC i of a group of 4 nodes on rail switch i; DP 6 × PP 7 blocks cross the groups
+    folded = simulate(scenario(6, 7, 8, 4, kind="rail"))
+    full = simulate(scenario(6, 7, 8, 4, kind="rail", fold="off"))
+    assert "folded in effect" in folded.notes[0] and folded.ranks_simulated == 7
     assert folded.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-6)
 
 
