@@ -12,6 +12,10 @@ This module decides which translations are automorphisms of the topology:
   leaf (its nodes are interchangeable), and permuting whole leaves is one of a
   two-level fat-tree or rail fabric; so a dp axis that spans several leaves is
   split into (leaves, nodes in a leaf, GPUs in a node) and each part is folded;
+- on a non-blocking fat-tree or rail fabric, dp blocks that cross leaves are folded
+  *in effect* (``Fold.checked``): only latencies can differ there, and every plan checks
+  that its copies' latencies equal its own, or the fold is refused (``FoldRefused``) and
+  the run folds the automorphisms only;
 - rings and tori fold only inside nodes; custom graphs, overrides (stragglers,
   degraded or failed links), hashed ECMP routing, traces and expert parallelism are
   not folded.
@@ -85,8 +89,9 @@ def _dp_axes(d: int, unit: int, g: int, scenario: Scenario,
     return [(d, False)]
 
 
-def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
-    """The fold for a model workload, and a note saying what was folded or why not."""
+def choose_fold(scenario: Scenario, in_effect: bool = True) -> tuple[Fold | None, str]:
+    """The fold for a model workload, and a note saying what was folded or why not
+    (``in_effect``: also fold replicas that are symmetric in effect only, see ``_node_axes``)."""
     if scenario.simulation.fold == "off":
         return None, "folding off (simulation.fold: off)"
     if scenario.workload.trace:
@@ -108,7 +113,7 @@ def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
     cp_ok = tp_ok and t * cp <= g and g % (t * cp) == 0
     axes: list[tuple[int, bool]] = [(pp, False)]
     note = "folding on"
-    checked: list[bool] = []  # set by a dp axis folded in effect (see _node_axes)
+    checked: list[bool] | None = [] if in_effect else None  # set by a dp axis folded in effect (_node_axes)
     if p.ep > 1 and not _ep_splits(p):
         axes += [(d, False), (cp, False)]
         note = "folding: tp only (expert parallelism with context parallelism regroups the dp ranks)"

@@ -78,7 +78,7 @@ class JobRun:
 
 def build_workload(scenario: Scenario, refused: str = "") -> tuple[Program, list[str]]:
     """The Program of a scenario (model workload or trace), and notes about it (``refused``: why a
-    fold checked in effect was refused; the program is then built rank by rank)."""
+    fold checked in effect was refused; the program then folds automorphisms only)."""
     if scenario.workload.trace:
         from emulator.importers import load_workload
 
@@ -86,7 +86,9 @@ def build_workload(scenario: Scenario, refused: str = "") -> tuple[Program, list
     from emulator.folding import choose_fold, program_fold, unfold
     from emulator.workload.builder import build_program
 
-    fold, note = (None, f"folding off: refused, {refused}") if refused else choose_fold(scenario)
+    fold, note = choose_fold(scenario, in_effect=not refused)
+    if refused:  # the symmetries that are automorphisms still hold
+        note = f"{note}; replicas across leaves not folded: {refused}"
     if fold is None:  # simulate every rank; build the representatives once and stamp the copies
         pfold = program_fold(scenario)
         if pfold is not None:
@@ -109,7 +111,7 @@ def simulate(scenario: Scenario, progress: Progress | None = None, record_links:
     program, notes = build_workload(scenario)
     try:
         return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
-    except FoldRefused as exc:  # a fold in effect whose copies are not all alike: every rank, then
+    except FoldRefused as exc:  # a fold in effect whose copies are not all alike: automorphisms only, then
         program, notes = build_workload(scenario, refused=str(exc))
         return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
 
