@@ -112,8 +112,9 @@ def simulate(scenario: Scenario, progress: Progress | None = None, record_links:
     try:
         return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
     except FoldRefused as exc:  # a fold in effect whose copies are not all alike: automorphisms only, then
-        program, notes = build_workload(scenario, refused=str(exc))
-        return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
+        refused = str(exc)  # (rebuilt outside this block, so that the traceback's engine is freed first)
+    program, notes = build_workload(scenario, refused=refused)
+    return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
 
 
 @dataclass
