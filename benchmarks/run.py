@@ -4,7 +4,9 @@
 
 For each case it prints wall time, the wall time over this machine's SimPy floor
 (one process waiting on 1,000,000 ``env.timeout``s, measured in the same run, so the
-ratio travels between machines that differ by 2-3x), events, events/s, ranks
+ratio travels between machines that differ by 2-3x), the same for CPU time (the
+case's user + system time over the floor's, steadier where other work shares the
+cores), events, events/s, ranks
 simulated, peak RSS and the predicted iteration time (so a speed-up that changes
 the answer is caught).
 Each case runs in a fresh process (`emulator run --json`), so peak RSS is that
@@ -36,6 +38,12 @@ CASES = {
     "gpt-145b-1536": ("benchmarks/scenarios/gpt-145b-1536-a100.yaml", []),
     "gpt-1t-512": ("benchmarks/scenarios/gpt-1t-512-a100.yaml", []),
     "gpt-530b-2520": ("benchmarks/scenarios/gpt-530b-2520-a100.yaml", []),
+    # GPT-3 125M, pure data parallelism over 8,192 A100 (1024 DGX A100, global batch 8192): one
+    # 8,192-member DP group (issue #13's table), made from the GPT-3 scenario's cluster and fabric
+    "dp8192": ("scenarios/gpt3-175b-1024-a100.yaml",
+               ["cluster.nodes=1024", "model.preset=gpt3-125m", "training.global_batch=8192",
+                "training.recompute=none", "parallel.tp=1", "parallel.pp=1", "parallel.dp=8192",
+                "parallel.schedule=1f1b", "parallel.virtual_stages=1"]),
 }
 UNFOLDED = {"gpt3-1024-unfolded": ("scenarios/gpt3-175b-1024-a100.yaml", ["simulation.fold=off"])}
 
@@ -49,8 +57,9 @@ def run_case(root: str, scenario: str, sets: list[str]) -> dict:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=root)
-        _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
+        _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS and CPU time
         wall = time.perf_counter() - t0
+        cpu = usage.ru_utime + usage.ru_stime
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -60,7 +69,7 @@ def run_case(root: str, scenario: str, sets: list[str]) -> dict:
         return {"error": stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {proc.returncode}"}
     s = json.loads(stdout)
     events = s["sim"]["events"]
-    return {"wall_s": wall, "sim_wall_s": s["sim"]["wall_s"], "events": events,
+    return {"wall_s": wall, "cpu_s": cpu, "sim_wall_s": s["sim"]["wall_s"], "events": events,
             "events_per_s": events / s["sim"]["wall_s"] if s["sim"]["wall_s"] > 0 else 0.0,
             "ranks_simulated": s["sim"]["ranks_simulated"], "gpus": s["gpus"],
             "peak_rss_mb": rss_kb / 1024, "iteration_time_s": s["iteration_time_s"]}
@@ -73,16 +82,18 @@ def wait(env):
     for _ in range(1_000_000):
         yield env.timeout(1)
 env.process(wait(env))
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 env.run()
-print(time.perf_counter() - t0)
+print(time.perf_counter() - t0, time.process_time() - c0)
 """
 
 
-def simpy_floor() -> float:
-    """Seconds this machine takes for one SimPy process to wait on 1,000,000 timeouts (fresh process)."""
+def simpy_floor() -> tuple[float, float]:
+    """Seconds (wall, CPU) this machine takes for one SimPy process to wait on 1,000,000 timeouts
+    (fresh process). On a shared machine the CPU times give the steadier ratio."""
     out = subprocess.run([sys.executable, "-c", FLOOR], capture_output=True, text=True, check=True)
-    return float(out.stdout)
+    wall, cpu = out.stdout.split()
+    return float(wall), float(cpu)
 
 
 def worktree(rev: str) -> str:
@@ -91,20 +102,22 @@ def worktree(rev: str) -> str:
     return path
 
 
-def table(rows: list[tuple[str, dict, dict | None]], floor: float) -> str:
-    head = f"{'case':<20} {'wall s':>8} {'/floor':>7} {'events':>10} {'events/s':>10} {'ranks':>6} {'RSS MB':>8} {'iteration s':>14}"
+def table(rows: list[tuple[str, dict, dict | None]], floor: float, floor_cpu: float) -> str:
+    head = f"{'case':<20} {'wall s':>8} {'/floor':>7} {'cpu s':>7} {'/floor':>7} {'events':>10} {'events/s':>10} {'ranks':>6} {'RSS MB':>8} {'iteration s':>14}"
     out = [head + ("  baseline/now" if any(b for _, _, b in rows) else "")]
     for name, r, b in rows:
         if "error" in r:
             out.append(f"{name:<20} error: {r['error']}")
             continue
-        line = (f"{name:<20} {r['wall_s']:8.2f} {r['wall_s'] / floor:7.2f} {r['events']:10,d} {r['events_per_s']:10,.0f} "
+        line = (f"{name:<20} {r['wall_s']:8.2f} {r['wall_s'] / floor:7.2f} {r['cpu_s']:7.2f} "
+                f"{r['cpu_s'] / floor_cpu:7.2f} {r['events']:10,d} {r['events_per_s']:10,.0f} "
                 f"{r['ranks_simulated']:6d} {r['peak_rss_mb']:8.0f} {r['iteration_time_s']:14.6f}")
         if b and "error" not in b:
             same = "" if b["iteration_time_s"] == r["iteration_time_s"] else "  (answer changed!)"
             line += f"  {b['wall_s'] / r['wall_s']:6.2f}x{same}"
         out.append(line)
-    out.append(f"SimPy floor (1,000,000 timeouts, one process) on this machine: {floor:.3f} s")
+    out.append(f"SimPy floor (1,000,000 timeouts, one process) on this machine: {floor:.3f} s wall, "
+               f"{floor_cpu:.3f} s CPU (cpu s / floor: CPU time over CPU time, steadier on a shared machine)")
     return "\n".join(out)
 
 
@@ -123,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     cases.update(UNFOLDED)
     base_root = worktree(args.baseline) if args.baseline else None
     rows = []
-    floor = simpy_floor()
+    floor, floor_cpu = simpy_floor()
     try:
         for name in names:
             scenario, sets = cases[name]
@@ -135,11 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         if base_root:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base_root], capture_output=True)
     if args.json:
-        doc = {n: {"now": r, "baseline": b, "simpy_floor_s": floor,
-                   "wall_over_floor": r["wall_s"] / floor if "wall_s" in r else None} for n, r, b in rows}
+        doc = {n: {"now": r, "baseline": b, "simpy_floor_s": floor, "simpy_floor_cpu_s": floor_cpu,
+                   "wall_over_floor": r["wall_s"] / floor if "wall_s" in r else None,
+                   "cpu_over_floor": r["cpu_s"] / floor_cpu if "cpu_s" in r else None} for n, r, b in rows}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(table(rows, floor) + "\n")
+        sys.stdout.write(table(rows, floor, floor_cpu) + "\n")
     return 0
 
 

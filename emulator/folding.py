@@ -12,6 +12,10 @@ This module decides which translations are automorphisms of the topology:
   leaf (its nodes are interchangeable), and permuting whole leaves is one of a
   two-level fat-tree or rail fabric; so a dp axis that spans several leaves is
   split into (leaves, nodes in a leaf, GPUs in a node) and each part is folded;
+- on a non-blocking fat-tree or rail fabric, dp blocks that cross leaves are folded
+  *in effect* (``Fold.checked``): only latencies can differ there, and every plan checks
+  that its copies' latencies equal its own, or the fold is refused (``FoldRefused``) and
+  the run folds the automorphisms only;
 - rings and tori fold only inside nodes; custom graphs, overrides (stragglers,
   degraded or failed links), hashed ECMP routing, traces and expert parallelism are
   not folded.
@@ -24,9 +28,14 @@ from emulator.program import Fold, Op, Program
 from emulator.scenario.spec import Scenario
 
 
-def _node_axes(span_nodes: int, step_nodes: int, scenario: Scenario) -> list[tuple[int, bool]] | None:
+def _node_axes(span_nodes: int, step_nodes: int, scenario: Scenario,
+               checked: list[bool] | None = None) -> list[tuple[int, bool]] | None:
     """Axes (slow→fast) for rotating ``span_nodes // step_nodes`` positions of
-    ``step_nodes`` whole nodes each, inside a block of ``span_nodes`` nodes."""
+    ``step_nodes`` whole nodes each, inside a block of ``span_nodes`` nodes.
+
+    Where the rotation is no automorphism (blocks that cross leaves, leaves that the block
+    does not divide) but the fabric is non-blocking (``_non_blocking``), it is folded in
+    effect: ``checked`` gets True, and every plan then checks its copies' latencies."""
     count = span_nodes // step_nodes
     fabric = scenario.cluster.fabric
     if scenario.cluster.nodes == 1 or fabric.kind == "single_switch":
@@ -38,29 +47,51 @@ def _node_axes(span_nodes: int, step_nodes: int, scenario: Scenario) -> list[tup
         return [(count, True)]
     if span_nodes % leaf == 0 and leaf % step_nodes == 0:
         return [(span_nodes // leaf, True), (leaf // step_nodes, True)]
+    if checked is not None and _non_blocking(scenario):
+        checked.append(True)
+        return [(count, True)]
     return None
 
 
-def _dp_axes(d: int, unit: int, g: int, scenario: Scenario) -> list[tuple[int, bool]]:
+def _non_blocking(scenario: Scenario) -> bool:
+    """A two-level fat-tree or rail fabric whose uplinks carry all that its NICs can send, spread evenly
+    (spray): no leaf–spine link can be the only bottleneck of a flow, so GPUs on different
+    leaves get the same bandwidth as GPUs on one leaf. Only latencies differ (two more hops);
+    a fold in effect checks those plan by plan (``Fold.checked``)."""
+    fabric, node = scenario.cluster.fabric, scenario.cluster.node
+    if fabric.kind not in ("fat_tree", "rail") or fabric.routing != "spray" or node is None \
+            or fabric.oversubscription > 1:
+        return False
+    leaf = max(1, min(fabric.leaf_size, scenario.cluster.nodes))
+    spines = fabric.spines or max(1, node.nics)
+    # what the NICs below one leaf (or rail) switch can send (topology.fat_tree, topology.rail)
+    down = leaf * (node.nics if fabric.kind == "fat_tree" else 1) * node.nic_bandwidth
+    up = (fabric.link_bandwidth or down / spines) / fabric.oversubscription * spines
+    return up >= down
+
+
+def _dp_axes(d: int, unit: int, g: int, scenario: Scenario,
+             checked: list[bool] | None = None) -> list[tuple[int, bool]]:
     """Axes for the dp coordinate: d positions of ``unit`` ranks each."""
     if d == 1:
         return [(1, False)]
     if unit * d <= g and g % (unit * d) == 0:
         return [(d, True)]
     if unit % g == 0:
-        axes = _node_axes(d * unit // g, unit // g, scenario)
+        axes = _node_axes(d * unit // g, unit // g, scenario, checked)
         return axes if axes else [(d, False)]
     if g % unit == 0 and (unit * d) % g == 0:
         inner = g // unit
-        axes = _node_axes(d * unit // g, 1, scenario)
+        axes = _node_axes(d * unit // g, 1, scenario, checked)
         if axes:
             return axes + [(inner, True)]
         return [(d // inner, False), (inner, True)]
     return [(d, False)]
 
 
-def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
-    """The fold for a model workload, and a note saying what was folded or why not."""
+def choose_fold(scenario: Scenario, in_effect: bool = True) -> tuple[Fold | None, str]:
+    """The fold for a model workload, and a note saying what was folded or why not
+    (``in_effect``: also fold replicas that are symmetric in effect only, see ``_node_axes``)."""
     if scenario.simulation.fold == "off":
         return None, "folding off (simulation.fold: off)"
     if scenario.workload.trace:
@@ -82,6 +113,7 @@ def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
     cp_ok = tp_ok and t * cp <= g and g % (t * cp) == 0
     axes: list[tuple[int, bool]] = [(pp, False)]
     note = "folding on"
+    checked: list[bool] | None = [] if in_effect else None  # set by a dp axis folded in effect (_node_axes)
     if p.ep > 1 and not _ep_splits(p):
         axes += [(d, False), (cp, False)]
         note = "folding: tp only (expert parallelism with context parallelism regroups the dp ranks)"
@@ -90,12 +122,15 @@ def choose_fold(scenario: Scenario) -> tuple[Fold | None, str]:
         inner = _dp_axes(p.ep, t, g, scenario) if in_node_ok else [(p.ep, False)]
         axes += outer + inner + [(cp, False)]
     else:
-        axes += _dp_axes(d, cp * t, g, scenario) if in_node_ok else [(d, False)]
+        axes += _dp_axes(d, cp * t, g, scenario, checked) if in_node_ok else [(d, False)]
         axes.append((cp, cp_ok and cp > 1))
     axes.append((t, tp_ok and t > 1))
-    fold = Fold(tuple(s for s, _ in axes), tuple(f and s > 1 for s, f in axes))
+    fold = Fold(tuple(s for s, _ in axes), tuple(f and s > 1 for s, f in axes), bool(checked))
     if fold.copies == 1:
         return None, "folding found no symmetric ranks to fold"
+    if fold.checked:
+        note += " (data-parallel replicas on different leaves of a non-blocking fabric folded in effect: " \
+                "every copy checked to have the same latencies)"
     return fold, f"{note}: {fold.copies} ranks per simulated rank"
 
 

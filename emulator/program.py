@@ -26,7 +26,7 @@ from typing import Any, Iterator, Sequence
 from emulator.meta import ProgramMeta
 
 __all__ = ["OpKind", "COMPUTE", "COLLECTIVE", "SEND", "RECV", "KINDS", "COMM_KINDS", "COLLECTIVE_OPS", "Op", "Fold",
-           "Program", "ProgramMeta"]
+           "FoldRefused", "Program", "ProgramMeta"]
 
 
 class OpKind(IntEnum):
@@ -107,6 +107,11 @@ class Op:
     costed: tuple[float, ...] = field(default=(), compare=False)
 
 
+class FoldRefused(Exception):
+    """A fold checked in effect (``Fold.checked``) found a copy that is not symmetric to its
+    representative; the run is then made rank by rank."""
+
+
 @dataclass(frozen=True, slots=True)
 class Fold:
     """A symmetry of the rank grid, for symmetry folding (DESIGN.md, "Speed").
@@ -120,6 +125,10 @@ class Fold:
 
     shape: tuple[int, ...]
     folded: tuple[bool, ...]
+    # some folded translations are symmetries in effect only, not automorphisms of the network
+    # (emulator.folding): every collective and transfer checks that its copies' latencies equal
+    # its own, and raises FoldRefused where they do not
+    checked: bool = False
 
     @property
     def copies(self) -> int:

@@ -28,7 +28,7 @@ from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
 from emulator.network.tuning import hardware
-from emulator.program import Fold, Program
+from emulator.program import Fold, FoldRefused, Program
 from emulator.scenario.spec import GpuSpec, JobSpec, Scenario
 from emulator.spans import Span, SpanTable
 
@@ -76,8 +76,9 @@ class JobRun:
         return self.iteration_time_s / self.alone_iteration_time_s if self.alone_iteration_time_s > 0 else 1.0
 
 
-def build_workload(scenario: Scenario) -> tuple[Program, list[str]]:
-    """The Program of a scenario (model workload or trace), and notes about it."""
+def build_workload(scenario: Scenario, refused: str = "") -> tuple[Program, list[str]]:
+    """The Program of a scenario (model workload or trace), and notes about it (``refused``: why a
+    fold checked in effect was refused; the program then folds automorphisms only)."""
     if scenario.workload.trace:
         from emulator.importers import load_workload
 
@@ -85,7 +86,9 @@ def build_workload(scenario: Scenario) -> tuple[Program, list[str]]:
     from emulator.folding import choose_fold, program_fold, unfold
     from emulator.workload.builder import build_program
 
-    fold, note = choose_fold(scenario)
+    fold, note = choose_fold(scenario, in_effect=not refused)
+    if refused:  # the symmetries that are automorphisms still hold
+        note = f"{note}; replicas across leaves not folded: {refused}"
     if fold is None:  # simulate every rank; build the representatives once and stamp the copies
         pfold = program_fold(scenario)
         if pfold is not None:
@@ -106,6 +109,11 @@ def simulate(scenario: Scenario, progress: Progress | None = None, record_links:
     if scenario.jobs:
         return simulate_jobs(scenario, progress=progress, record_links=record_links)
     program, notes = build_workload(scenario)
+    try:
+        return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
+    except FoldRefused as exc:  # a fold in effect whose copies are not all alike: automorphisms only, then
+        refused = str(exc)  # (rebuilt outside this block, so that the traceback's engine is freed first)
+    program, notes = build_workload(scenario, refused=refused)
     return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
 
 

@@ -14,7 +14,8 @@ def test_benchmark_smoke_case_reports_every_figure():
     row = case["now"]
     # the machine's SimPy floor, measured in the same run, and the wall time over it
     assert case["simpy_floor_s"] > 0 and case["wall_over_floor"] == row["wall_s"] / case["simpy_floor_s"]
-    assert set(row) >= {"wall_s", "events", "events_per_s", "ranks_simulated", "peak_rss_mb", "iteration_time_s"}
+    assert case["simpy_floor_cpu_s"] > 0 and case["cpu_over_floor"] == row["cpu_s"] / case["simpy_floor_cpu_s"]
+    assert set(row) >= {"wall_s", "cpu_s", "events", "events_per_s", "ranks_simulated", "peak_rss_mb", "iteration_time_s"}
     # 8 GPUs, TP 2 × PP 2 × DP 2 folded over TP and DP: one simulated rank per stage = 2
     assert row["gpus"] == 8 and row["ranks_simulated"] == 2
     assert row["events"] > 0 and row["peak_rss_mb"] > 0

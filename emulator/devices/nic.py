@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from emulator.network.topology import Topology
+from emulator.network.topology import Layout, Topology
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,8 @@ class Nic:
 
 def nics(topo: Topology) -> list[Nic]:
     """Every NIC of the topology with its fabric ports (GPU↔NIC PCIe links excluded)."""
+    if isinstance(topo.source, Layout):
+        return _laid_out_nics(topo, topo.source)
     out = []
     g = topo.graph
     for name, data in g.nodes(data=True):
@@ -31,6 +33,22 @@ def nics(topo: Topology) -> list[Nic]:
         egress = tuple(topo.link_ids[(name, v)] for v in g.successors(name) if g.nodes[v].get("kind") == "switch")
         ingress = tuple(topo.link_ids[(u, name)] for u in g.predecessors(name) if g.nodes[u].get("kind") == "switch")
         out.append(Nic(name, data.get("node", -1), egress, ingress))
+    return sorted(out, key=lambda n: n.name)
+
+
+def _laid_out_nics(topo: Topology, layout: Layout) -> list[Nic]:
+    """``nics`` on a generated network, from its edges in the order they were laid (the
+    neighbour order of its graph), without building the graph."""
+    kinds = {n: d.get("kind") for n, d in layout.nodes.items()}
+    egress: dict[str, list[int]] = {}
+    ingress: dict[str, list[int]] = {}
+    for u, v in layout.edges:
+        if kinds[u] == "nic" and kinds[v] == "switch":
+            egress.setdefault(u, []).append(topo.link_ids[u, v])
+        elif kinds[v] == "nic" and kinds[u] == "switch":
+            ingress.setdefault(v, []).append(topo.link_ids[u, v])
+    out = [Nic(n, d.get("node", -1), tuple(egress.get(n, ())), tuple(ingress.get(n, ())))
+           for n, d in layout.nodes.items() if d.get("kind") == "nic"]
     return sorted(out, key=lambda n: n.name)
 
 

@@ -45,7 +45,7 @@ from emulator.network import tree, tuning
 from emulator.network.compression import compress_plans
 from emulator.network.flows import FlowSpec, Plan
 from emulator.network.routing import Router
-from emulator.program import Fold
+from emulator.program import Fold, FoldRefused
 
 PlanKey = tuple[str, tuple[int, ...], int]  # (op, group, root); op "p2p" with group (src, dst) for a transfer
 CacheKey = tuple[str, tuple[int, ...], int, str]  # a PlanKey and the algorithm that builds it
@@ -263,6 +263,8 @@ class CollectiveModel:
                 image = self._raw(op, igroup, iroot, algo)
                 if [len(ph) for ph in image] != [len(ph) for ph in raw]:
                     raise RuntimeError(f"folding: the copy {igroup} of {op} {group} is not symmetric to it")
+                if fold.checked:
+                    _same_latency(op, group, igroup, raw, image)
                 images.append(image)
         plan: Plan = []
         for p, phase in enumerate(raw):
@@ -318,6 +320,16 @@ class CollectiveModel:
         hops = [(ring[i], ring[(i + 1) % n], 1.0) for i in range(n)]
         alpha = max(self._alpha(a, b) for a, b, _ in hops)
         return hops, volume, self.steps.launch + steps * alpha, []
+
+
+def _same_latency(op: str, group: tuple[int, ...], copy: tuple[int, ...], raw: RawPlan, image: RawPlan) -> None:
+    """A fold in effect (``Fold.checked``) holds only where every copy of a plan takes the same time
+    as the plan: the same latency on every flow (the fabric's bandwidth is checked by the fold)."""
+    for phase, other in zip(raw, image):
+        for flow, twin in zip(phase, other):
+            if flow[2] != twin[2]:
+                raise FoldRefused(f"{op} on {copy[:4]}{'...' if len(copy) > 4 else ''} has latency {twin[2]:.6g} s, "
+                                  f"its representative on {group[:4]}{'...' if len(group) > 4 else ''} {flow[2]:.6g} s")
 
 
 def ring(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from typing import Callable, Sequence, TypeVar
-
-import networkx as nx
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from emulator.errors import EmulatorError
 from emulator.network.topology import Topology
+
+if TYPE_CHECKING:  # networkx is imported only where a graph is searched (it costs ~0.1 s)
+    import networkx as nx
 
 Route = tuple[tuple[int, ...], tuple[float, ...], float]
 T = TypeVar("T")
@@ -121,6 +122,12 @@ class Router:
         self._fwd: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
         self._bwd: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
         self.structured = topo.kind != "custom" and not topo.failed
+        # leaf-switched fabrics with spray: a route is (up from a, switch paths sa→sb, down to b),
+        # each part shared by many routes and turned into link ids once
+        self.fast = self.structured and topo.kind in SPLIT_KINDS and topo.routing != "ecmp_hash"
+        self._up: dict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...], str]] = {}
+        self._down: dict[int, tuple[tuple[int, ...], tuple[float, ...], str]] = {}
+        self._mid: dict[tuple[str, str], tuple[dict[int, float], list[list[float]]]] = {}
 
     def route(self, a: int, b: int) -> Route:
         key = (a, b)
@@ -133,6 +140,10 @@ class Router:
         if a == b:
             return (), (), 0.0
         topo = self.topo
+        if self.fast:
+            if a // topo.gpus_per_node == b // topo.gpus_per_node:
+                return self._inside(a, b)
+            return self._composed(a, b)
         if self.structured:
             weighted = structured_path(topo, a, b)
         else:
@@ -145,6 +156,74 @@ class Router:
         links = tuple(sorted(acc))
         weights = tuple(acc[l] for l in links)
         return links, weights, self._latency(weighted)
+
+    def _composed(self, a: int, b: int) -> Route:
+        """The route a→b from its three cached parts. Every link is in one part only, and the
+        numbers are those of ``_compute`` on ``structured_path``: a part-link's weight is the
+        same sum in the same order, and the latency the same left-to-right sum along the
+        slowest path (the longest-path DP is the maximum of those sums: rounding is monotone)."""
+        topo = self.topo
+        gpn = topo.gpus_per_node
+        key = (a, (b % gpn) * topo.nics_per_node // gpn if topo.kind == "multi_plane" else -1)
+        up = self._up.get(key)
+        down = self._down.get(b)
+        if up is None or down is None:
+            up_edges, sa, sb, down_edges = ends(topo, a, b)
+            up = self._up[key] = self._part(up_edges, sa)
+            down = self._down[b] = self._part(down_edges, sb)
+        up_ids, up_lat, sa = up
+        down_ids, down_lat, sb = down
+        t = 0.0
+        for x in up_lat:
+            t += x
+        if sa != sb:
+            mid = self._mid.get((sa, sb))
+            if mid is None:
+                mid = self._mid[sa, sb] = self._middle(a, b, sa, sb)
+            shares = mid[0]
+            best = -1.0
+            for path in mid[1]:
+                x = t
+                for hop in path:
+                    x += hop
+                if x > best:
+                    best = x
+            t = best
+            links = tuple(sorted((*up_ids, *shares, *down_ids)))
+            weights = tuple([shares.get(lid, 1.0) for lid in links])  # up and down links carry it all
+        else:
+            links = tuple(sorted((*up_ids, *down_ids)))
+            weights = (1.0,) * len(links)
+        for x in down_lat:
+            t += x
+        return links, weights, t
+
+    def _inside(self, a: int, b: int) -> Route:
+        """a→b on one node: through its switch (as ``structured_path``; latency 0 + up + down)."""
+        topo = self.topo
+        sw = f"{topo.intra_switch}{a // topo.gpus_per_node}"
+        up, down = topo.link_ids[topo.gpus[a], sw], topo.link_ids[sw, topo.gpus[b]]
+        lat = 0.0 + topo.latency[up]
+        lat += topo.latency[down]
+        return (up, down) if up < down else (down, up), (1.0, 1.0), lat
+
+    def _part(self, edges: list[tuple[str, str]], switch: str) -> tuple[tuple[int, ...], tuple[float, ...], str]:
+        ids = tuple(self.topo.link_ids[e] for e in edges)
+        return ids, tuple(self.topo.latency[i] for i in ids), switch
+
+    def _middle(self, a: int, b: int, sa: str, sb: str) -> tuple[dict[int, float], list[list[float]]]:
+        """The links between switches sa and sb with their shares, and each path's hop latencies."""
+        ids, lat = self.topo.link_ids, self.topo.latency
+        options = middle(self.topo, a, b, sa, sb)
+        w = 1.0 / len(options)
+        acc: dict[int, float] = {}
+        paths = []
+        for opt in options:
+            hops = [ids[(u, v)] for u, v in zip(opt, opt[1:])]
+            for lid in hops:
+                acc[lid] = acc.get(lid, 0.0) + w
+            paths.append([lat[lid] for lid in hops])
+        return acc, paths
 
     def _latency(self, weighted: list[tuple[str, str, float]]) -> float:
         """Latency of the slowest shortest path, by dynamic programming over the DAG."""
@@ -215,68 +294,98 @@ def _choose(topo: Topology, a: int, b: int, salt: str, options: Sequence[T]) -> 
     return [options[ecmp_pick(topo.seed, a, b, salt, len(options))]]
 
 
+SPLIT_KINDS = frozenset({"single_switch", "fat_tree", "rail", "multi_plane", "fat_tree3", "dragonfly"})
+Edges = list[tuple[str, str]]
+
+
 def structured_path(topo: Topology, a: int, b: int) -> Weighted:
     """The weighted edges of the shortest paths a→b on a generated topology."""
     g_a, g_b = topo.gpus[a], topo.gpus[b]
     gpn = topo.gpus_per_node
     na, nb = a // gpn, b // gpn
-    sw = "nvsw" if topo.graph.has_node(f"nvsw{na}") else "pcie"
     if na == nb:
-        mid = f"{sw}{na}"
+        mid = f"{topo.intra_switch}{na}"
         return [(g_a, mid, 1.0), (mid, g_b, 1.0)]
+    if topo.kind not in SPLIT_KINDS:
+        head, nic_a = _head(topo, a, b)
+        nic_b = topo.nic_of(b)
+        return ([(u, v, 1.0) for u, v in head] + _torus_path(topo, a, b, nic_a, nic_b) + [(nic_b, g_b, 1.0)])
+    up, sa, sb, down = ends(topo, a, b)
+    options = middle(topo, a, b, sa, sb)
+    if not options:  # sa == sb: one switch joins them
+        return [(u, v, 1.0) for u, v in up + down]
+    return _split([u for u, _ in up] + [sa], options, [sb] + [v for _, v in down])
+
+
+def _head(topo: Topology, a: int, b: int) -> tuple[Edges, str]:
+    """The edges from GPU a to the NIC it sends to b from, and that NIC (with multi-plane
+    rails, a transfer between NICs of different planes first crosses NVLink to the GPU of
+    b's plane: NCCL's PXN)."""
+    gpn = topo.gpus_per_node
+    na = a // gpn
     nic_a, nic_b = topo.nic_of(a), topo.nic_of(b)
-    head = [(g_a, nic_a, 1.0)]
     if topo.kind == "multi_plane" and nic_a.split(".")[1] != nic_b.split(".")[1]:
-        # planes never meet: cross NVLink to the GPU of b's plane first (NCCL's PXN)
         plane = int(nic_b.split(".")[1])
         x = na * gpn + -(-plane * gpn // topo.nics_per_node)  # the first GPU of the node on that NIC
         nic_a = topo.nic_of(x)
-        head = [(g_a, f"{sw}{na}", 1.0), (f"{sw}{na}", topo.gpus[x], 1.0), (topo.gpus[x], nic_a, 1.0)]
-    tail = [(nic_b, g_b, 1.0)]
-    return head + _fabric_path(topo, a, b, nic_a, nic_b) + tail
+        sw = f"{topo.intra_switch}{na}"
+        return [(topo.gpus[a], sw), (sw, topo.gpus[x]), (topo.gpus[x], nic_a)], nic_a
+    return [(topo.gpus[a], nic_a)], nic_a
 
 
-def _fabric_path(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> Weighted:
+def ends(topo: Topology, a: int, b: int) -> tuple[Edges, str, str, Edges]:
+    """For GPUs on different nodes of a leaf-switched fabric (``SPLIT_KINDS``): the edges
+    from GPU a up to its first switch ``sa``, and from b's last switch ``sb`` down to GPU b."""
+    head, nic_a = _head(topo, a, b)
+    nic_b = topo.nic_of(b)
+    sa, sb = _edge_switches(topo, a, b, nic_a, nic_b)
+    return head + [(nic_a, sa)], sa, sb, [(sb, nic_b), (nic_b, topo.gpus[b])]
+
+
+def _edge_switches(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> tuple[str, str]:
+    """The switches the NICs of a and b hang on."""
     kind = topo.kind
-    na, nb = a // topo.gpus_per_node, b // topo.gpus_per_node
     if kind == "single_switch":
-        return [(nic_a, "sw", 1.0), ("sw", nic_b, 1.0)]
-    if kind in ("fat_tree", "rail", "multi_plane"):
-        la, lb = na // topo.leaf_size, nb // topo.leaf_size
-        if kind == "fat_tree":
-            sa, sb, spine = f"leaf{la}", f"leaf{lb}", "spine"
-        elif kind == "rail":
-            sa, sb, spine = f"rail{la}.{nic_a.split('.')[1]}", f"rail{lb}.{nic_b.split('.')[1]}", "spine"
-        else:
-            plane = f"plane{nic_a.split('.')[1]}"
-            sa, sb, spine = f"{plane}.leaf{la}", f"{plane}.leaf{lb}", f"{plane}.spine"
-        if sa == sb:
-            return [(nic_a, sa, 1.0), (sa, nic_b, 1.0)]
-        spines = [[sa, f"{spine}{k}", sb] for k in range(topo.spines)]
-        return _split([nic_a, sa], _choose(topo, a, b, sa, spines), [sb, nic_b])
-    if kind == "fat_tree3":
-        return _fat_tree3_path(topo, a, b, nic_a, nic_b)
-    if kind == "dragonfly":
-        return _dragonfly_path(topo, a, b, nic_a, nic_b)
-    return _torus_path(topo, a, b, nic_a, nic_b)
-
-
-def _fat_tree3_path(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> Weighted:
-    """Up to the lowest common level (leaf, pod spine or core) and down, over every equal-cost way."""
+        return "sw", "sw"
     la, lb = (a // topo.gpus_per_node) // topo.leaf_size, (b // topo.gpus_per_node) // topo.leaf_size
-    sa, sb = f"leaf{la}", f"leaf{lb}"
-    if la == lb:
-        return [(nic_a, sa, 1.0), (sa, nic_b, 1.0)]
+    if kind in ("fat_tree", "fat_tree3"):
+        return f"leaf{la}", f"leaf{lb}"
+    if kind == "rail":
+        return f"rail{la}.{nic_a.split('.')[1]}", f"rail{lb}.{nic_b.split('.')[1]}"
+    if kind == "multi_plane":
+        plane = f"plane{nic_a.split('.')[1]}"
+        return f"{plane}.leaf{la}", f"{plane}.leaf{lb}"
+    n = topo.group_size  # dragonfly: routers of leaf_size nodes each
+    return f"df{la // n}.{la % n}", f"df{lb // n}.{lb % n}"
+
+
+def middle(topo: Topology, a: int, b: int, sa: str, sb: str) -> list[list[str]]:
+    """The switch paths sa→sb that the flow a→b spreads over (all equal-cost ones, or the one it
+    hashes to); [] when sa is sb. With spray they depend on (sa, sb) alone."""
+    if sa == sb:
+        return []
+    kind = topo.kind
+    if kind in ("fat_tree", "rail", "multi_plane"):
+        spine = f"{sa.split('.')[0]}.spine" if kind == "multi_plane" else "spine"
+        return _choose(topo, a, b, sa, [[sa, f"{spine}{k}", sb] for k in range(topo.spines)])
+    if kind == "fat_tree3":
+        return _fat_tree3_middle(topo, a, b, sa, sb)
+    return _dragonfly_middle(topo, a, b, sa, sb)
+
+
+def _fat_tree3_middle(topo: Topology, a: int, b: int, sa: str, sb: str) -> list[list[str]]:
+    """Up to the lowest common level (pod spine or core) and down, over every equal-cost way."""
+    la, lb = (a // topo.gpus_per_node) // topo.leaf_size, (b // topo.gpus_per_node) // topo.leaf_size
     pa, pb = la // topo.pod_size, lb // topo.pod_size
     if pa == pb:
         options = [[sa, f"spine{pa}.{k}", sb] for k in range(topo.spines)]
     else:
         options = [[sa, f"spine{pa}.{k}", f"core{k}.{m}", f"spine{pb}.{k}", sb]
                    for k in range(topo.spines) for m in range(topo.cores)]
-    return _split([nic_a, sa], _choose(topo, a, b, sa, options), [sb, nic_b])
+    return _choose(topo, a, b, sa, options)
 
 
-def _dragonfly_path(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> Weighted:
+def _dragonfly_middle(topo: Topology, a: int, b: int, sa: str, sb: str) -> list[list[str]]:
     """Minimal routing: a local hop to a router with a global link to b's group, the global
     link, a local hop to b's router; ECMP over the ``global_links`` global links."""
     from emulator.network.topology import dragonfly_gateway
@@ -284,17 +393,14 @@ def _dragonfly_path(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> W
     ra, rb = (a // topo.gpus_per_node) // topo.leaf_size, (b // topo.gpus_per_node) // topo.leaf_size
     n = topo.group_size
     ga, gb = ra // n, rb // n
-    sa, sb = f"df{ga}.{ra % n}", f"df{gb}.{rb % n}"
-    if ra == rb:
-        return [(nic_a, sa, 1.0), (sa, nic_b, 1.0)]
     if ga == gb:
-        return [(nic_a, sa, 1.0), (sa, sb, 1.0), (sb, nic_b, 1.0)]
+        return [[sa, sb]]
     options = []
     for m in range(topo.global_links):
         gw_a, gw_b = f"df{ga}.{dragonfly_gateway(ga, gb, m, topo)}", f"df{gb}.{dragonfly_gateway(gb, ga, m, topo)}"
         options.append([sa] + ([gw_a] if gw_a != sa else []) + ([gw_b] if gw_b != sb else []) + [sb])
     # gw_a == sa and gw_b == sb leave [sa, sb]: the global link itself
-    return _split([nic_a, sa], _choose(topo, a, b, sa, options), [sb, nic_b])
+    return _choose(topo, a, b, sa, options)
 
 
 def _torus_path(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> Weighted:

@@ -32,18 +32,71 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Callable
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Callable
 
 from emulator.scenario.spec import ClusterSpec, NodeSpec
+
+if TYPE_CHECKING:  # imported where a graph is made (to_networkx, load_graph): it costs ~0.1 s
+    import networkx as nx
+
+
+class Layout:
+    """A generated network as plain dicts: what the builders lay out, and all a run needs.
+
+    It records nodes and directed edges with their attributes, in the order networkx would
+    (a node at its first mention; an edge at its first adding, later adds update it), so that
+    ``to_networkx`` gives the very graph the builders used to make, with the same node, edge
+    and neighbour order. A run never asks for it: link ids come from ``edges``, routes from
+    the structured router; only faults, custom routing and tests do.
+    """
+
+    def __init__(self) -> None:  # noqa: D107
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.edges: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add_node(self, name: str, **attrs: object) -> None:
+        node = self.nodes.get(name)
+        if node is None:
+            self.nodes[name] = attrs
+        else:
+            node.update(attrs)
+
+    def add_edge(self, u: str, v: str, **attrs: object) -> None:
+        nodes = self.nodes
+        if u not in nodes:
+            nodes[u] = {}
+        if v not in nodes:
+            nodes[v] = {}
+        edge = self.edges.get((u, v))
+        if edge is None:
+            self.edges[u, v] = attrs
+        else:
+            edge.update(attrs)
+
+    def has_edge(self, u: str, v: str) -> bool:
+        return (u, v) in self.edges
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.nodes
+
+    def to_networkx(self) -> nx.DiGraph:
+        import networkx as nx
+
+        g = nx.DiGraph()
+        g.add_nodes_from((n, dict(d)) for n, d in self.nodes.items())
+        g.add_edges_from((u, v, dict(d)) for (u, v), d in self.edges.items())
+        return g
 
 
 @dataclass
 class Topology:
-    """The built network: the graph, and flat link arrays indexed by link id."""
+    """The built network: its nodes and links, and flat link arrays indexed by link id.
 
-    graph: nx.DiGraph
+    ``source`` is a generated ``Layout`` (plain dicts) or a custom graph's networkx graph;
+    ``graph`` gives the networkx graph either way, made from the layout on first use.
+    """
+
+    source: nx.DiGraph | Layout
     gpus: list[str]  # graph node of each rank, in rank order
     kind: str  # the fabric builder that made it
     gpus_per_node: int = 0
@@ -63,22 +116,45 @@ class Topology:
     cores: int = 0  # core switches per spine position (fat_tree3)
     group_size: int = 0  # routers per group (dragonfly)
     global_links: int = 0  # links between two groups (dragonfly)
+    intra_switch: str = "nvsw"  # name prefix of a node's switch: nvsw (NVSwitch) or pcie
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The network as a networkx graph (built from the layout the first time it is asked for)."""
+        if isinstance(self.source, Layout):
+            self.source = self.source.to_networkx()
+        return self.source
+
+    def node_items(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every node with its attributes, in graph order (without building a graph)."""
+        if isinstance(self.source, Layout):
+            return list(self.source.nodes.items())
+        return list(self.source.nodes(data=True))
+
+    def node_data(self, name: str) -> dict[str, Any]:
+        if isinstance(self.source, Layout):
+            return self.source.nodes[name]
+        data: dict[str, Any] = self.source.nodes[name]
+        return data
 
     def index(self) -> None:
         """(Re)build the flat link arrays from the graph, in a deterministic order."""
-        self.links = sorted(self.graph.edges())
+        edges = self.source.edges if isinstance(self.source, Layout) else None
+        self.links = sorted(edges) if edges is not None else sorted(self.graph.edges())
         self.link_ids = {e: i for i, e in enumerate(self.links)}
         self.capacity = []
         self.latency = []
         self.cls = []
         for u, v in self.links:
-            d = self.graph.edges[u, v]
+            d = edges[u, v] if edges is not None else self.graph.edges[u, v]
             self.capacity.append(d["bandwidth"] * d.get("efficiency", 1.0))
             self.latency.append(d["latency"])
             self.cls.append(d.get("cls", "custom"))
 
     def node_of(self, rank: int) -> int:
         """The server (node) index of a rank; -1 on a custom graph."""
+        if self.gpus_per_node:  # a generated cluster: ranks fill the nodes in order (build_nodes)
+            return rank // self.gpus_per_node
         node: int = self.graph.nodes[self.gpus[rank]].get("node", -1)  # networkx attributes are untyped
         return node
 
@@ -88,13 +164,13 @@ class Topology:
         return f"nic{node}.{local * self.nics_per_node // self.gpus_per_node}"
 
 
-def _link(g: nx.DiGraph, a: str, b: str, bw: float, lat: float, eff: float, cls: str) -> None:
+def _link(g: Layout, a: str, b: str, bw: float, lat: float, eff: float, cls: str) -> None:
     """A full-duplex cable: two directed edges."""
     g.add_edge(a, b, bandwidth=bw, latency=lat, efficiency=eff, cls=cls)
     g.add_edge(b, a, bandwidth=bw, latency=lat, efficiency=eff, cls=cls)
 
 
-def build_nodes(g: nx.DiGraph, nodes: int, spec: NodeSpec) -> list[str]:
+def build_nodes(g: Layout, nodes: int, spec: NodeSpec) -> list[str]:
     """Servers: GPUs on an NVSwitch or PCIe switch, and their NICs. Returns GPU names."""
     cls = "nvlink" if spec.intra == "nvswitch" else "pcie"
     gpus = []
@@ -116,11 +192,11 @@ def build_nodes(g: nx.DiGraph, nodes: int, spec: NodeSpec) -> list[str]:
     return gpus
 
 
-def _nic_port(g: nx.DiGraph, nic: str, sw: str, spec: NodeSpec) -> None:
+def _nic_port(g: Layout, nic: str, sw: str, spec: NodeSpec) -> None:
     _link(g, nic, sw, spec.nic_bandwidth, spec.nic_latency, spec.nic_efficiency, "nic")
 
 
-def single_switch(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+def single_switch(g: Layout, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
     """Every NIC on one switch."""
     if c.nodes == 1:
         return
@@ -135,7 +211,7 @@ def _leaves(c: ClusterSpec) -> tuple[int, int]:
     return leaf, math.ceil(c.nodes / leaf)
 
 
-def _spine_links(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, switches: list[str],
+def _spine_links(g: Layout, c: ClusterSpec, spec: NodeSpec, switches: list[str],
                  down_bw: float, topo: Topology) -> None:
     """Join ``switches`` through ``spines`` spines so that up = down / oversubscription."""
     spines = c.fabric.spines or max(1, spec.nics)
@@ -150,7 +226,7 @@ def _spine_links(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, switches: list[s
             _link(g, s, f"spine{k}", up_each, c.fabric.latency, spec.nic_efficiency, "fabric")
 
 
-def fat_tree(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+def fat_tree(g: Layout, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
     """Two-level leaf/spine: ``leaf_size`` nodes per leaf; uplinks = downlinks / oversub.
 
     There are ``spines`` spines, by default ``nics`` (an even ECMP split makes their
@@ -171,7 +247,7 @@ def fat_tree(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> N
         _spine_links(g, c, spec, names, leaf * spec.nics * spec.nic_bandwidth, topo)
 
 
-def rail(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+def rail(g: Layout, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
     """Rail-optimized: NIC i of each node in a group of ``leaf_size`` nodes on rail switch i."""
     leaf, groups = _leaves(c)
     topo.leaf_size = leaf
@@ -187,12 +263,12 @@ def rail(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
         _spine_links(g, c, spec, names, leaf * spec.nic_bandwidth, topo)
 
 
-def _switches(g: nx.DiGraph, names: list[str]) -> None:
+def _switches(g: Layout, names: list[str]) -> None:
     for name in names:
         g.add_node(name, kind="switch")
 
 
-def fat_tree3(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+def fat_tree3(g: Layout, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
     """Three levels: leaves, pods of ``pod_size`` leaves with ``spines`` spines each, cores."""
     leaf, leaves = _leaves(c)
     topo.leaf_size, topo.pod_size = leaf, c.fabric.pod_size
@@ -223,7 +299,7 @@ def fat_tree3(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> 
                 _link(g, f"spine{p}.{k}", f"core{k}.{m}", core_bw, c.fabric.latency, spec.nic_efficiency, "fabric")
 
 
-def multi_plane(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+def multi_plane(g: Layout, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
     """One leaf/spine network per NIC index (plane); planes never meet."""
     leaf, leaves = _leaves(c)
     topo.leaf_size = leaf
@@ -249,7 +325,7 @@ def dragonfly_gateway(src_group: int, dst_group: int, m: int, topo: Topology) ->
     return (rel * topo.global_links + m) % topo.group_size
 
 
-def dragonfly(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+def dragonfly(g: Layout, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
     """Groups of all-to-all routers, every pair of groups joined by ``global_links`` links."""
     leaf, routers = _leaves(c)
     a, h = c.fabric.group_size, c.fabric.global_links
@@ -272,7 +348,7 @@ def dragonfly(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> 
                 _link(g, f"df{gi}.{ri}", f"df{gj}.{rj}", bw, lat, eff, "fabric")
 
 
-def torus(g: nx.DiGraph, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
+def torus(g: Layout, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
     """Nodes on a ring or torus: a router per node joins its NICs and its 2·d neighbours.
 
     Each neighbour link has ``link_bandwidth`` or, by default, the node's NIC
@@ -313,7 +389,7 @@ def ravel(coords: list[int], dims: tuple[int, ...]) -> int:
     return r
 
 
-BUILDERS: dict[str, Callable[[nx.DiGraph, ClusterSpec, NodeSpec, Topology], None]] = {
+BUILDERS: dict[str, Callable[[Layout, ClusterSpec, NodeSpec, Topology], None]] = {
     "single_switch": single_switch,
     "fat_tree": fat_tree,
     "rail": rail,
@@ -334,10 +410,11 @@ def build_topology(cluster: ClusterSpec) -> Topology:
     spec = cluster.node
     if spec is None:
         raise ValueError(f"fabric kind {cluster.fabric.kind!r} needs a node type (only a custom graph has none)")
-    g = nx.DiGraph()
+    g = Layout()
     gpus = build_nodes(g, cluster.nodes, spec)
     topo = Topology(g, gpus, cluster.fabric.kind, spec.gpus_per_node, spec.nics,
-                    routing=cluster.fabric.routing, seed=cluster.fabric.seed)
+                    routing=cluster.fabric.routing, seed=cluster.fabric.seed,
+                    intra_switch="nvsw" if spec.intra == "nvswitch" else "pcie")
     if cluster.fabric.kind not in BUILDERS:
         raise ValueError(f"unknown fabric kind {cluster.fabric.kind!r}; known: {', '.join(sorted(BUILDERS))}, custom")
     BUILDERS[cluster.fabric.kind](g, cluster, spec, topo)
@@ -369,6 +446,8 @@ def load_graph(path: str) -> Topology:
         raise EmulatorError(f"{path}: cannot parse the graph file: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not isinstance(data.get("links"), list):
         raise EmulatorError(f"{path}: a graph file is an object with lists 'nodes' and 'links'")
+    import networkx as nx
+
     g = nx.DiGraph()
     gpus: list[str] = []
     for i, node in enumerate(data["nodes"]):

@@ -59,6 +59,14 @@ class _UnitTag:
     key: int = -1  # the unit's tag key (micro-batch, stage, layer, direction); CP ring tags derive from it
 
 
+# a compute op's cost: (name, duration, flops, bytes, category, seconds from measured,
+# interpolated and roofline kernels)
+_Cost = tuple[str, float, float, float, str, tuple[float, float, float]]
+# one op of a step list's recipe: (the comm, None, (), False) or (None, compute cost, comm indexes
+# waited for, whether the unit's deps are waited for)
+_Action = tuple["Ly.Comm | None", "_Cost | None", tuple[int, ...], bool]
+
+
 class _RankBuilder:
     """Emits the ops of one rank into a shared list."""
 
@@ -78,6 +86,7 @@ class _RankBuilder:
         self.grad_ready: dict[tuple[int, str], int] = {}  # (vs, unit) → op id of its last backward
         self.zero_ag: dict[tuple[int, str], int] = {}  # ZeRO-1/2 overlapped param gather, per unit
         self._time_cache: dict[int, tuple[float, str]] = {}
+        self._recipes: dict[int, tuple[list[Ly.Step], list[_Action], list[int]]] = {}
         self._carry: list[int] = []
         self._ring_step = 0  # CP ring exchanges emitted so far in the current unit (part of their tags)
 
@@ -94,17 +103,27 @@ class _RankBuilder:
             self._time_cache[key] = Ly.kernel_cost(k, self.gpu, self.plan.sc.training.precision)
         return self._time_cache[key]
 
-    def _compute(self, kernels: list[Ly.Kernel], deps: list[int], unit: _UnitTag) -> int:
+    def _cost(self, kernels: list[Ly.Kernel]) -> _Cost:
+        """(name, duration, flops, bytes, category, seconds measured/interpolated/roofline) of one
+        compute op made of ``kernels``."""
         name = kernels[0].name if len(kernels) == 1 else f"{kernels[0].name}..{kernels[-1].name}"
         split = {"measured": 0.0, "interpolated": 0.0, "roofline": 0.0}
         for k in kernels:
             t, source = self._kernel_cost(k)
             split[source] += t
+        return (name, sum(self._kernel_cost(k)[0] for k in kernels), sum(k.flops for k in kernels),
+                sum(k.bytes for k in kernels), kernels[0].category,
+                (split["measured"], split["interpolated"], split["roofline"]))
+
+    def _compute(self, kernels: list[Ly.Kernel], deps: list[int], unit: _UnitTag) -> int:
+        return self._compute_op(self._cost(kernels), deps, unit)
+
+    def _compute_op(self, cost: _Cost, deps: list[int], unit: _UnitTag) -> int:
+        name, duration, flops, nbytes, category, costed = cost
         oid = self._emit(kind=COMPUTE, stream="compute", deps=tuple(sorted(set(deps))),
-                         name=f"{unit.prefix}{name}", duration=sum(self._kernel_cost(k)[0] for k in kernels),
-                         flops=sum(k.flops for k in kernels), bytes=sum(k.bytes for k in kernels),
-                         category=kernels[0].category, microbatch=unit.mb, stage=unit.stage,
-                         layer=unit.layer, costed=(split["measured"], split["interpolated"], split["roofline"]))
+                         name=f"{unit.prefix}{name}", duration=duration, flops=flops, bytes=nbytes,
+                         category=category, microbatch=unit.mb, stage=unit.stage, layer=unit.layer,
+                         costed=costed)
         self.last_compute = oid
         return oid
 
@@ -127,36 +146,65 @@ class _RankBuilder:
 
     def _emit_steps(self, steps: list[Ly.Step], deps: list[int],
                     unit: _UnitTag) -> tuple[int | None, int | None]:
-        """Emit a unit's steps; returns (first compute op, last op any later work must follow)."""
+        """Emit a unit's steps; returns (first compute op, last op any later work must follow).
+
+        The grouping of a step list into ops (``_recipe``) is the same every time it runs, so it
+        is worked out once per list; here only the ops are made, with this unit's ids."""
         self._ring_step = 0  # the unit's CP ring exchanges are numbered from 0
-        pending: list[tuple[int, list[int]]] = []  # (kernels still allowed to overlap, comm op ids)
-        group: list[Ly.Kernel] = []
+        actions, carry = self._recipe(steps)
+        comm_ids: list[list[int]] = []
         first: int | None = None
-        wait: list[int] = list(deps)
+        for comm, what, refs, with_deps in actions:
+            if what is None:
+                assert comm is not None
+                comm_ids.append(self._comm(comm, unit))
+                continue
+            wait = list(deps) if with_deps else []
+            for ci in refs:
+                wait += comm_ids[ci]
+            oid = self._compute_op(what, wait, unit)
+            first = first if first is not None else oid
+        # a comm still running at the end of the unit: the next unit's first kernel waits for it
+        self._carry = [i for ci in carry for i in comm_ids[ci]]
+        return first, self.last_compute
 
-        def flush() -> None:
-            nonlocal group, wait, first
-            if group:
-                oid = self._compute(group, wait, unit)
-                first = first if first is not None else oid
-                group, wait = [], []
+    def _recipe(self, steps: list[Ly.Step]) -> tuple[list[_Action], list[int]]:
+        """The ops a step list makes, in order: each comm, and each group of kernels fused into one
+        compute op with its cost and what it waits for (the unit's deps if it is the first, and
+        the comms, by their index, whose overlap ended); and the comms still running at the end.
 
+        Kernels join the current group until a comm must be waited for, or (detail: layer) the
+        category changes, or (detail: op) always."""
+        hit = self._recipes.get(id(steps))
+        if hit is not None and hit[0] is steps:
+            return hit[1], hit[2]
+        actions: list[_Action] = []
+        pending: list[tuple[int, int]] = []  # (kernels still allowed to overlap, comm index)
+        group: list[Ly.Kernel] = []
+        wait: list[int] = []
+        with_deps = True
+        comms = 0
         for st in steps:
             if isinstance(st, Ly.Comm):
-                flush()
-                ids = self._comm(st, unit)
-                pending.append((st.overlap, ids))
+                if group:
+                    actions.append((None, self._cost(group), tuple(wait), with_deps))
+                    group, wait, with_deps = [], [], False
+                actions.append((st, None, (), False))
+                pending.append((st.overlap, comms))
+                comms += 1
                 continue
-            must = [i for left, ids in pending if left == 0 for i in ids]
-            pending = [(left - 1, ids) for left, ids in pending if left > 0]
-            if must or (group and (self.detail == "op" or group[-1].category != st.category)):
-                flush()
+            must = [ci for left, ci in pending if left == 0]
+            pending = [(left - 1, ci) for left, ci in pending if left > 0]
+            if group and (must or self.detail == "op" or group[-1].category != st.category):
+                actions.append((None, self._cost(group), tuple(wait), with_deps))
+                group, wait, with_deps = [], [], False
             wait += must
             group.append(st)
-        flush()
-        # a comm still running at the end of the unit: the next unit's first kernel waits for it
-        self._carry = [i for _, ids in pending for i in ids]
-        return first, self.last_compute
+        if group:
+            actions.append((None, self._cost(group), tuple(wait), with_deps))
+        carry = [ci for _, ci in pending]
+        self._recipes[id(steps)] = (steps, actions, carry)  # the list is kept: its id stays its own
+        return actions, carry
 
     # --- tasks ----------------------------------------------------------------------
     def _vs(self, chunk: int) -> int:

@@ -1,0 +1,79 @@
+"""Folding in effect: data-parallel replicas on different leaves of a non-blocking fat-tree.
+
+Rotating DP replicas whose node blocks cross leaf boundaries (DP 3, 6, 12, 24 on leaves of 2, 4,
+8 or 16 nodes) is no automorphism of the fat-tree, but on a non-blocking one (uplinks = downlinks,
+spray) no leaf–spine link can be a flow's only bottleneck, so only latencies can differ. The fold
+is then taken, and every plan checks that each copy has its representative's latencies; where one
+does not (a pipeline transfer that crosses a leaf for one replica and not for another), the fold
+refuses itself and the run is made rank by rank. Either way it must agree with ``fold: off``.
+dgx-a100: 8 GPUs and 8 NICs per node; TP 8 fills a node.
+"""
+import pytest
+
+from emulator.folding import choose_fold
+from emulator.scenario import load_scenario_text
+from emulator.simulation import simulate
+
+
+def scenario(dp, pp, tp, leaf, over=1, fold="auto", extra="", kind="fat_tree"):
+    nodes = dp * pp * tp // 8
+    text = f"""name: t
+cluster: {{nodes: {nodes}, node: dgx-a100, fabric: {{kind: {kind}, leaf_size: {leaf}, oversubscription: {over}{extra}}}}}
+model: {{layers: {2 * pp}, hidden: 2048, heads: 16, seq_len: 1024, vocab: 32000}}
+training: {{global_batch: {4 * dp}, micro_batch: 1}}
+parallel: {{tp: {tp}, pp: {pp}, dp: {dp}}}
+simulation: {{fold: {fold}}}
+"""
+    return load_scenario_text(text, "t.yaml")
+
+
+@pytest.mark.parametrize("dp, pp, tp, leaf, ranks", [
+    (3, 5, 8, 2, 5),  # 15 nodes, blocks of 3 on leaves of 2; stage p → p+1 is 3 nodes on: always another leaf
+    (3, 7, 8, 2, 7),  # the same with PP 7
+    (6, 7, 8, 4, 7),  # 42 nodes = 336 GPUs; blocks of 6 on leaves of 4; transfers 6 nodes on: always another leaf
+    (12, 5, 4, 4, 5),  # TP 4: 2 replicas per node, 6 nodes per block on leaves of 4
+    (24, 1, 8, 16, 1),  # pure DP over 24 nodes on leaves of 16 (192 GPUs)
+])
+def test_folded_in_effect_agrees_with_every_rank_simulated(dp, pp, tp, leaf, ranks):
+    folded, full = simulate(scenario(dp, pp, tp, leaf)), simulate(scenario(dp, pp, tp, leaf, fold="off"))
+    assert "folded in effect" in folded.notes[0]
+    assert folded.ranks_simulated == ranks  # one rank per stage: dp and tp folded
+    assert full.ranks_simulated == dp * pp * tp
+    assert folded.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-6)
+
+
+def test_rails_fold_in_effect_too():
+    # rail-optimized: NIC i of a group of 4 nodes on rail switch i; DP 6 × PP 7 blocks cross the groups
+    folded = simulate(scenario(6, 7, 8, 4, kind="rail"))
+    full = simulate(scenario(6, 7, 8, 4, kind="rail", fold="off"))
+    assert "folded in effect" in folded.notes[0] and folded.ranks_simulated == 7
+    assert folded.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-6)
+
+
+def test_a_copy_with_other_latencies_refuses_the_fold():
+    # DP 3 × PP 5 on leaves of 4 nodes: stage 0 replica 0 (node 0) sends to node 3 (same leaf 0),
+    # replica 1 (node 1, GPU 8) to node 4 (leaf 1): two more fabric hops, 2 × 1 us more
+    # (0.5 + 1 + 1 + 0.5 us of NIC and fabric links, + the inter-node step latency, vs 0.5 + 0.5 us + it)
+    folded, full = simulate(scenario(3, 5, 8, 4)), simulate(scenario(3, 5, 8, 4, fold="off"))
+    assert folded.notes[0] == ("folding on: 8 ranks per simulated rank; replicas across leaves not folded: p2p on "
+                               "(8, 32) has latency 1.205e-05 s, its representative on (0, 24) 1.005e-05 s")
+    assert folded.ranks_simulated == 15  # the TP 8 peers still folded (an automorphism): 3 × 5
+    assert folded.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-6)
+
+
+def test_an_oversubscribed_fabric_is_not_folded_in_effect():
+    # 3:1 uplinks can be a bottleneck of their own: DP replicas across leaves stay unfolded (TP only)
+    fold, note = choose_fold(scenario(12, 5, 8, 8, over=3))
+    assert "in effect" not in note and not fold.checked
+    assert fold.copies == 8  # the TP 8 peers only
+    folded, full = simulate(scenario(12, 5, 8, 8, over=3)), simulate(scenario(12, 5, 8, 8, over=3, fold="off"))
+    assert folded.ranks_simulated == 60  # 12 × 5 stages
+    assert folded.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-6)
+
+
+def test_thin_uplinks_are_not_non_blocking():
+    # leaves of 4 nodes × 8 NICs × 25 GB/s = 800 GB/s down; link_bandwidth 50 GB/s × 8 spines = 400 GB/s up
+    fold, note = choose_fold(scenario(6, 7, 8, 4, extra=", link_bandwidth: 50 GB/s"))
+    assert not fold.checked and fold.copies == 8
+    fold, note = choose_fold(scenario(6, 7, 8, 4, extra=", link_bandwidth: 100 GB/s"))  # 800 GB/s up: enough
+    assert fold.checked and fold.copies == 48
