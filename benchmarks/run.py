@@ -34,7 +34,8 @@ CASES = {
     "llama3-405b-16k": ("benchmarks/scenarios/llama3-405b-16k-h100.yaml", []),
     "moe-1024": ("benchmarks/scenarios/moe-1024-h100.yaml", []),
     "fabric-4096": ("benchmarks/scenarios/fabric-4096-oversubscribed.yaml", []),
-    # the published layouts of issue #13 that do not fold (DP 24 and 9, PP 35 and 64)
+    # the published layouts of issue #13: 145B (DP 24) now folds across leaves; 1T (PP 64, DP 1) and
+    # 530B (PP 35, DP 9) do not
     "gpt-145b-1536": ("benchmarks/scenarios/gpt-145b-1536-a100.yaml", []),
     "gpt-1t-512": ("benchmarks/scenarios/gpt-1t-512-a100.yaml", []),
     "gpt-530b-2520": ("benchmarks/scenarios/gpt-530b-2520-a100.yaml", []),
