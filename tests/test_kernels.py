@@ -14,6 +14,7 @@ from emulator.errors import CatalogError, EmulatorError
 from emulator.outputs.summary import compute_source
 from emulator.program import COMPUTE, Op
 from emulator.scenario import catalog
+from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 
 HERE = os.path.dirname(__file__)
@@ -54,7 +55,7 @@ def test_h100_exact_gemm_is_measured():
     assert hit is not None and hit.source == K.MEASURED and hit.rate == pytest.approx(780.194e12)
     kern = Ly.Kernel("x", "gemm", 2.0 * 4096**3, 0.0, m=4096, n=4096, k=4096)
     # 2·4096³ = 137.439e9 FLOP / 780.194e12 = 176.160 us, + 4 us launch = 180.160 us
-    t, src = Ly.kernel_cost(kern, H100)
+    t, src = KC.kernel_cost(kern, H100)
     assert src == "measured" and t == pytest.approx(2.0 * 4096**3 / 780.194e12 + 4e-6)
     assert t == pytest.approx(180.160e-6, rel=1e-5)
 
@@ -95,7 +96,7 @@ def test_a100_has_no_table_and_keeps_the_roofline():
     from emulator.devices import compute
 
     kern = Ly.Kernel("x", "gemm", 2.0 * 4096**3, 0.0, m=4096, n=4096, k=4096)
-    t, src = Ly.kernel_cost(kern, A100)
+    t, src = KC.kernel_cost(kern, A100)
     assert src == "roofline" and t == compute.gemm_time(4096, 4096, 4096, A100)
 
 
@@ -105,11 +106,11 @@ def test_h100_flash_attention_is_the_cudnn_row():
     L = Ly.LayerShape(b=1, s=4096, s_kv=4096, h=1024, heads=8, kv_heads=8, ffn=4096, swiglu=False, biases=True,
                       dropout=False, flash=True)
     fwd = Ly.flash("attn.flash", L, 4096, False, "fwd")
-    t, src = Ly.kernel_cost(fwd, H100)
+    t, src = KC.kernel_cost(fwd, H100)
     assert src == "measured" and t == pytest.approx(4 * 8 * 4096**2 * 128 / 2 / 518e12 + 4e-6)
     # backward: FlashAttention-2 derived, rows 131+... of attention.csv; 2.5x the forward FLOPs
     bwd = Ly.flash("attn.flash_bwd", L, 4096, True, "bwd")
-    t_b, src_b = Ly.kernel_cost(bwd, H100)
+    t_b, src_b = KC.kernel_cost(bwd, H100)
     rate = K.lookup(H100, "attention_bwd_causal", "bf16", (128, 4096)).rate
     assert src_b == "measured" and t_b == pytest.approx(2.5 * 4 * 8 * 4096**2 * 128 / 2 / rate + 4e-6)
 

@@ -20,6 +20,7 @@ from emulator.scenario import (
 )
 from emulator.simulation import simulate
 from emulator.workload import flops as F
+from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 
@@ -144,9 +145,9 @@ def test_imbalance_stretches_the_busiest_rank():
 def test_grouped_gemm_efficiency_scales_the_flop_rate():
     gpu = GpuSpec("g", 1000e12, 3e12, 80e9, 4e-6, sm_count=132)
     kern = Ly.grouped_gemm("moe.up", 4096, 4096, 4096, Ly.layer_shape(SMALL, 1), 2)
-    base = Ly.kernel_time(kern, gpu)
+    base = KC.kernel_time(kern, gpu)
     assert base == compute.gemm_time(4096, 4096, 4096, gpu, 2, 2)  # default 1: the batched GEMM
-    half = Ly.kernel_time(kern, dataclasses.replace(gpu, grouped_gemm_efficiency=0.5))
+    half = KC.kernel_time(kern, dataclasses.replace(gpu, grouped_gemm_efficiency=0.5))
     # compute-bound (2·2·4096³ FLOPs over 3·2·4096²·2 bytes): half the rate, twice the time less launch
     assert half - 4e-6 == pytest.approx(2 * (base - 4e-6), rel=1e-12)
 

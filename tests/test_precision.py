@@ -112,9 +112,10 @@ def test_an_fp8_gemm_moves_one_byte_per_element():
     # (0.695 · 0.803/0.869 · e_tile 4096/(32·132) · 16/80 = 0.12455) = 8.71 µs: memory-bound, + 4 µs launch.
     # (Before, every GEMM was costed with 2-byte operands: 44.69 + 4 µs.)
     from emulator.scenario.spec import ModelSpec
+    from emulator.workload import kernel_cost as KC
     from emulator.workload import layer as Ly
 
     h100 = C.at_precision(catalog.gpu("H100-SXM5-80GB"), "fp8")
     L = Ly.layer_shape(ModelSpec(layers=1, hidden=256, heads=4, seq_len=128, vocab=512), 1, dtype=1)
-    assert Ly.kernel_time(Ly.gemm("g", 8192, 8192, 16, L), h100) == pytest.approx(67371008 / (0.9 * 3350e9) + 4e-6,
+    assert KC.kernel_time(Ly.gemm("g", 8192, 8192, 16, L), h100) == pytest.approx(67371008 / (0.9 * 3350e9) + 4e-6,
                                                                                     rel=1e-12)

@@ -3,7 +3,7 @@
 For a model workload it adds up, per pipeline stage and micro-batch, the same kernels and
 tensor-parallel communications the builder emits (workload/plan.py, workload/layer.py:
 ``forward_steps``, ``backward_steps``, the embedding and the head, costed by
-``layer.pass_time`` with ``devices/compute.py``), and prices communication with the
+``kernel_cost.pass_time`` with ``devices/compute.py``), and prices communication with the
 uncontended ring formulas of network/collectives.py:
 
     all-reduce       L + 2(n−1)·α + 2(n−1)/n · S/B
@@ -47,6 +47,7 @@ from typing import Sequence
 from emulator.devices import compute
 from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec, Scenario
 from emulator.scenario.stages import chunk_layers, stage_layers
+from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.placement import ORDER
@@ -193,7 +194,7 @@ def estimate_iteration(sc: Scenario) -> Estimate:
 @functools.lru_cache(maxsize=4096)
 def pass_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab: int, gpu: GpuSpec,
                comm: tuple[tuple[str, int, Link], ...]) -> tuple[float, float, float]:
-    """(layer, embedding, head) forward + backward of one micro-batch, by ``layer.pass_time``.
+    """(layer, embedding, head) forward + backward of one micro-batch, by ``kernel_cost.pass_time``.
     ``comm`` is (group, size, link) for tp, cp and ep. Cached: a search's layouts share few shapes."""
     groups = {name: (n, link) for name, n, link in comm}
 
@@ -204,7 +205,7 @@ def pass_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab:
         return ring_time(c.collective, n, c.bytes, link)
 
     def both(fwd: list, bwd: list) -> float:
-        return Ly.pass_time(fwd, gpu, comm_time) + Ly.pass_time(bwd, gpu, comm_time)
+        return KC.pass_time(fwd, gpu, comm_time) + KC.pass_time(bwd, gpu, comm_time)
 
     return (both(Ly.forward_steps(L), Ly.backward_steps(L, recompute)),
             both(Ly.embedding_forward(L, learned_positions), Ly.embedding_backward(L)),

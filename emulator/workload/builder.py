@@ -42,6 +42,7 @@ from emulator.meta import ProgramMeta, WorkloadFacts
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
 from emulator.scenario.spec import ParallelSpec, Scenario
 from emulator.workload import flops as F
+from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
@@ -100,7 +101,7 @@ class _RankBuilder:
     def _kernel_cost(self, k: Ly.Kernel) -> tuple[float, str]:
         key = id(k)
         if key not in self._time_cache:
-            self._time_cache[key] = Ly.kernel_cost(k, self.gpu, self.plan.sc.training.precision)
+            self._time_cache[key] = KC.kernel_cost(k, self.gpu, self.plan.sc.training.precision)
         return self._time_cache[key]
 
     def _cost(self, kernels: list[Ly.Kernel]) -> _Cost:

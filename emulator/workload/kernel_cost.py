@@ -1,0 +1,94 @@
+"""Kernel costs: the seconds one of a layer's kernels takes on a GPU, and a pass's critical path.
+
+A GEMM or fused-attention kernel is looked up in the GPU's measured kernels first
+(:func:`emulator.devices.compute.measured_first`: exact shape, else log-shape interpolation,
+else the roofline); an MoE grouped GEMM falls back to the batched GEMM's roofline scaled by
+``grouped_gemm_efficiency``; element-wise kernels always take the roofline. Every cost says
+which of the three it came from (``measured | interpolated | roofline``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from emulator.devices import compute
+from emulator.scenario.spec import GpuSpec
+from emulator.workload.layer import Comm, Kernel, Step
+
+# Grouped GEMM against the plain GEMM of one group's shape, measured by DeepSeek's DeepGEMM on
+# H800 (FP8; deepseek-ai/DeepGEMM @ a6d97a1, README.md "Performance", tables "Normal GEMMs for
+# dense models" and "Grouped GEMMs for MoE models (contiguous layout)"): 8 groups of M 4096,
+# N 4096, K 7168: 1288 against 1304 TFLOPS (0.988); N 7168, K 2048: 1093 against 1025 (1.066);
+# 4 groups of M 8192: 1297/1304 (0.995) and 1099/1025 (1.072). A grouped GEMM loses nothing
+# measurable to the batched GEMM of its groups, so the default is 1: expert GEMMs are costed as
+# batched GEMMs; a GPU entry's measured ``grouped_gemm_efficiency`` scales their FLOP rate.
+GROUPED_GEMM_EFFICIENCY = 1.0
+
+
+def grouped_gemm_time(kern: Kernel, gpu: GpuSpec) -> float:
+    """A grouped GEMM: the batched GEMM's roofline with its FLOP rate × ``grouped_gemm_efficiency``."""
+    eff = gpu.grouped_gemm_efficiency or GROUPED_GEMM_EFFICIENCY
+    if eff == 1.0 or min(kern.m, kern.n, kern.k, kern.batch) <= 0:
+        return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch)
+    e = compute.gemm_efficiency(kern.m, kern.n, kern.k, gpu, kern.batch) * eff
+    t_flops = kern.flops / (gpu.peak_flops * e)
+    nbytes = compute.gemm_bytes(kern.m, kern.n, kern.k, kern.dtype, kern.batch)
+    t_mem = nbytes / (gpu.hbm_bandwidth * compute.mem_efficiency(gpu))
+    return max(t_flops, t_mem) + gpu.launch_overhead
+
+
+def kernel_time(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> float:
+    """Seconds for ``kern`` on ``gpu`` (:func:`kernel_cost`)."""
+    return kernel_cost(kern, gpu, dtype)[0]
+
+
+def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float, str]:
+    """(seconds, source) for ``kern`` on ``gpu``: a GEMM or fused-attention kernel is looked up
+    in the GPU's measured kernels first (compute.measured_first; GEMM dims (batch, m, n, k),
+    attention (head_dim, keys)), else costed by compute.py's roofline for its kind (an MoE grouped
+    GEMM: :func:`grouped_gemm_time`); element-wise kernels always by the roofline. ``dtype``: the
+    training precision."""
+    if kern.kind == "gemm":
+        def roofline() -> float:
+            if kern.grouped:
+                return grouped_gemm_time(kern, gpu)
+            return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch)
+        return compute.measured_first(gpu, "gemm", dtype, (kern.batch, kern.m, kern.n, kern.k), kern.flops,
+                                      roofline)
+    if kern.kind == "flash":
+        op = f"attention_{'bwd' if kern.backward else 'fwd'}{'_causal' if kern.causal else ''}"
+        return compute.measured_first(gpu, op, dtype, (kern.head_dim, kern.n), kern.flops,
+                                      lambda: compute.flash_attention_time(kern.batch, kern.m, kern.n,
+                                                                           kern.head_dim, gpu, kern.causal,
+                                                                           kern.backward, kern.dtype))
+    return compute.elementwise_time(kern.bytes, gpu), "roofline"
+
+
+def pass_time(steps: list[Step], gpu: GpuSpec, comm_time: Callable[[Comm], float]) -> float:
+    """Uncontended critical path of ``steps`` with the builder's semantics.
+
+    Kernels run in order on the compute stream. A Comm starts when the kernel before it
+    has finished (and the previous comm of its group has); ``comm_time(comm)`` gives its
+    duration. The kernel that follows a Comm's ``overlap`` window waits for it; a CP
+    ring step is a send and a receive of ``bytes`` that run concurrently.
+    """
+    now = 0.0
+    lane_free: dict[str, float] = {}
+    pending: list[tuple[int, float]] = []  # (kernels still allowed to overlap, end time)
+    for st in steps:
+        if isinstance(st, Comm):
+            start = max(now, lane_free.get(st.group, 0.0))
+            end = start + comm_time(st)
+            lane_free[st.group] = end
+            pending.append((st.overlap, end))
+            continue
+        still = []
+        for left, end in pending:
+            if left == 0:
+                now = max(now, end)
+            else:
+                still.append((left - 1, end))
+        pending = still
+        now += kernel_time(st, gpu)
+    for _, end in pending:
+        now = max(now, end)
+    return now
