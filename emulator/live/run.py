@@ -10,7 +10,11 @@ destroys the process group and undoes its patches of torch (``_end``).
 Environment (set by the launcher):
 EMULATOR_LIVE_SCENARIO (path), EMULATOR_LIVE_SET (JSON list of --set overrides),
 EMULATOR_LIVE_WORLD, EMULATOR_LIVE_CLOCK (wall | virtual), EMULATOR_LIVE_RECORD
-(output path), EMULATOR_LIVE_PROFILE (1: run under the PyTorch profiler), RANK.
+(output path), EMULATOR_LIVE_PROFILE (1: run under the PyTorch profiler), RANK;
+with several real ranks (``--real K``): EMULATOR_LIVE_REAL (K), EMULATOR_LIVE_MASTER
+(host:port of the real ranks' store) and EMULATOR_LIVE_T0 (the launcher's
+``time.perf_counter()``, the common origin of the real ranks' clocks: one monotonic
+clock on one machine).
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ def _fail(message: str) -> int:
 def _session():
     from emulator.live.clock import Clock
     from emulator.live.cost import CommCost
+    from emulator.live.overrides import live_overrides
     from emulator.live.session import Session
     from emulator.scenario.reader import load_scenario
 
@@ -45,7 +50,24 @@ def _session():
     scenario = load_scenario(os.environ["EMULATOR_LIVE_SCENARIO"], overrides)
     world = int(os.environ["EMULATOR_LIVE_WORLD"])
     rank = int(os.environ.get("RANK", "0"))
-    return Session(Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall")), CommCost(scenario, world), world, rank)
+    real = int(os.environ.get("EMULATOR_LIVE_REAL", "1"))
+    cost = CommCost(scenario, world)
+    slow, notes = live_overrides(scenario, cost.topology, world, real)
+    clock = Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall"))
+    if os.environ.get("EMULATOR_LIVE_T0"):
+        clock.t0 = float(os.environ["EMULATOR_LIVE_T0"])  # the real ranks share one origin
+    live = Session(clock, cost, world, rank, real=real, slow=slow)
+    live.notes.extend(notes)
+    return live
+
+
+def _peers(live):
+    """The other real ranks (``--real K``, K > 1), else None."""
+    if live.real <= 1:
+        return None
+    from emulator.live.peers import Peers
+
+    return Peers(live.rank, live.real, os.environ["EMULATOR_LIVE_MASTER"])
 
 
 def _patch_init(live) -> Callable[[], None]:
@@ -110,7 +132,7 @@ def main(argv: list[str]) -> int:
         live = _session()
     except EmulatorError as exc:
         return _fail(str(exc))
-    backend.install(live)
+    backend.install(live, _peers(live))
     unpatch_init = _patch_init(live)
     profile = os.environ.get("EMULATOR_LIVE_PROFILE") == "1"
     prof = None
