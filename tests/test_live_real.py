@@ -183,3 +183,43 @@ def test_cuda_tensor_without_cuda_is_a_clear_error():
 
     with pytest.raises(RuntimeError, match="a CUDA tensor was handed to a collective, but this machine has no CUDA"):
         backend._device([_FakeCuda()])
+
+
+def test_emulated_pipeline_stages_send_when_their_1f1b_program_would():
+    from emulator.live.pipeline import emulated_stages
+
+    # 4 stages, 1F1B, F = 1, B = 2, no transfer time; the real stage 0 sent activations 0..3 at 1, 2, 3, 4
+    # and posted the receive of gradient 0 at 4. Stage 1 runs F0 1-2, F1 2-3, F2 3-4; stage 2 F0 2-3, F1 3-4;
+    # stage 3 F0 3-4, B0 4-6; stage 2 B0 6-8; stage 1 B0 8-10: stage 0 gets gradient 0 at 10, a bubble of
+    # 10 - 4 = 6 = (p - 1)(F + B) - (p - 1)F
+    assert emulated_stages("1f1b", 4, [1.0, 2.0, 3.0, 4.0], {0: 4.0}, 1.0, 2.0, 0.0) == {0: 10.0}
+    # with a transfer of 0.5 per hop: stage 1 F0 1.5-2.5; stage 2 F0 3-4; stage 3 F0 4.5-5.5, B0 5.5-7.5;
+    # stage 2 F1 4.5-5.5 (its input sent by stage 1 at 4), B0 8-10; stage 1 F2 4.5-5.5, B0 10.5-12.5;
+    # the transfer to stage 0 (posted at 4) ends at 12.5 + 0.5 = 13
+    assert emulated_stages("1f1b", 4, [1.0, 2.0, 3.0, 4.0], {0: 4.0}, 1.0, 2.0, 0.5) == {0: 13.0}
+    # what stage 0 has not posted yet is not known; GPipe: all forwards first, gradient 3 comes back first
+    assert emulated_stages("1f1b", 4, [1.0, 2.0, 3.0, 4.0], {}, 1.0, 2.0, 0.0) == {}
+    # 2 stages: stage 1 runs F0 1-2, F1 2-3, then B1 3-5: gradient 1 (stage 0's first receive, posted at 2) at 5
+    assert emulated_stages("gpipe", 2, [1.0, 2.0], {1: 2.0}, 1.0, 2.0, 0.0) == {1: 5.0}
+
+
+def test_live_pipeline_waits_for_the_emulated_stages(tmp_path):
+    pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
+    scen = os.path.join(ROOT, "scenarios", "live-pipeline-4stage.yaml")
+    out = tmp_path / "out"
+    cmd = [PY, "-m", "emulator", "live", scen, "--clock", "virtual", "--out", str(out), "--", "python",
+           os.path.join(ROOT, "examples", "train_pipeline.py"), "--iters", "3", "--microbatches", "4",
+           "--hidden", "64", "--batch", "8"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "record.json").read_text())
+    assert record["pipeline"]["schedule"] == "1f1b" and record["pipeline"]["fwd_s"] > 0
+    recvs = [c for c in record["comms"] if c["op"] == "recv"]
+    sends = [c for c in record["comms"] if c["op"] == "send"]
+    assert len(recvs) == len(sends) == 3 * 4  # 4 gradients in, 4 activations out, per iteration
+    # gradient 0 of each iteration comes after stages 1-3 ran F and B: the transfer starts later than the
+    # receive was posted, by at least (p - 1) F (the forwards of stages 1..3 alone)
+    fwd = record["pipeline"]["fwd_s"]
+    first = recvs[0::4]
+    assert all(c["start_s"] - c["issue_s"] >= 2 * fwd for c in first[1:])
+    assert "pipeline: stage 0 real, stages 1..3 emulated" in " ".join(record["notes"])

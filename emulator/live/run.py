@@ -56,9 +56,30 @@ def _session():
     clock = Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall"))
     if os.environ.get("EMULATOR_LIVE_T0"):
         clock.t0 = float(os.environ["EMULATOR_LIVE_T0"])  # the real ranks share one origin
-    live = Session(clock, cost, world, rank, real=real, slow=slow)
-    live.notes.extend(notes)
+    pipeline, note = _pipeline(scenario, world, rank, real)
+    live = Session(clock, cost, world, rank, real=real, slow=slow, pipeline=pipeline)
+    live.notes.extend(notes + ([note] if note else []))
     return live
+
+
+def _pipeline(scenario, world: int, rank: int, real: int):
+    """The emulated stages when the live world is one pipeline (``parallel.pp`` = world) with the
+    real rank as stage 0; else None and, for another pipeline layout, a note that says so."""
+    from emulator.errors import EmulatorError
+    from emulator.live.pipeline import SCHEDULES, Pipeline
+
+    p = scenario.parallel
+    if p.pp <= 1:
+        return None, ""
+    if p.pp != world or real != 1 or rank != 0:
+        return None, (f"parallel.pp = {p.pp}: the emulated stages run their own schedule only when the live world "
+                      "is the pipeline (--world pp) with one real rank, stage 0; here a recv from an emulated "
+                      "stage follows the symmetric rule")
+    if p.schedule not in SCHEDULES:
+        raise EmulatorError(f"{scenario.path or scenario.name}: parallel.schedule: a live pipeline supports "
+                            f"{', '.join(SCHEDULES)}, got {p.schedule!r}")
+    return Pipeline(p.schedule, p.pp), (f"pipeline: stage 0 real, stages 1..{p.pp - 1} emulated, each running "
+                                        f"{p.schedule} on the measured compute per micro-batch")
 
 
 def _peers(live):

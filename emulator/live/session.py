@@ -27,6 +27,11 @@ how far each such rank lags behind its mirror: every stretch of the local rank's
 compute c (time not blocked) adds (f − 1)·c; the rank arrives at a collective
 ``lag`` after its mirror, and the collective starts when the last member arrives;
 waiting on a collective it joined brings it level (it waited for the same end).
+
+Pipelines (``pipeline``, ``emulator.live.pipeline``): the real rank is stage 0 and a
+receive from stage 1 completes when stage 1's own program would have sent it (its
+schedule, on the measured compute per micro-batch, fed by the real stage's actual
+sends), not at the symmetric copy's moment: the real stage waits out the bubble.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from typing import Any
 from emulator.live.clock import Clock
 from emulator.live.cost import CommCost
 from emulator.live.mirror import mirrors
+from emulator.live.pipeline import Pipeline
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,9 @@ class Session:
     """Issues collectives on emulated streams and records waits and iteration boundaries."""
 
     def __init__(self, clock: Clock, cost: CommCost, world: int, rank: int = 0, real: int = 1,
-                 slow: dict[int, float] | None = None) -> None:
+                 slow: dict[int, float] | None = None, pipeline: Pipeline | None = None) -> None:
         self.clock = clock
+        self.pipeline = pipeline  # the emulated stages 1.. of a pipeline whose stage 0 is this rank
         self.real = real  # world ranks 0..real-1 are real processes
         self.slow = dict(slow or {})  # emulated rank -> compute slowdown factor
         self.lag = {r: 0.0 for r in self.slow}  # how far each slowed rank is behind its mirror (s)
@@ -126,10 +133,24 @@ class Session:
         else:
             duration = self.cost.collective(op, group, nbytes, root)
         start = max(arrival, self.stream_free.get(stream, 0.0))
+        if self.pipeline is not None and peer == 1 and op in ("send", "recv"):
+            start = self._stage_one(op, start, duration)
         rec = CommRecord(len(self.comms), op, tuple(group), float(nbytes), now, start, start + duration, stream)
         self.stream_free[stream] = rec.end_s
         self.comms.append(rec)
         return rec
+
+    def _stage_one(self, op: str, start: float, hop: float) -> float:
+        """A transfer with emulated stage 1: an activation sent, or a gradient whose sender runs its
+        own schedule; returns when the transfer starts."""
+        assert self.pipeline is not None
+        busy = self.clock.now() - self.blocked_s
+        if op == "send":
+            self.pipeline.sent(start + hop, busy)
+            return start
+        self.pipeline.received(busy)
+        arrives = self.pipeline.grad(start, hop)
+        return start if arrives is None else max(start, arrives - hop)
 
     def issue_real(self, op: str, group: tuple[int, ...], nbytes: float, work: Any) -> CommRecord:
         """Record a collective among real ranks only, running on the real transport as ``work``;
@@ -165,6 +186,8 @@ class Session:
         return blocked
 
     def wait(self, rec: CommRecord, reason: str = "wait") -> float:
+        if self.pipeline is not None and rec.op == "send":
+            return 0.0  # a pipeline send is eager: it runs on its own stream (``emulator.live.pipeline``)
         if rec.seq in self.pending:
             self.complete(rec.seq, reason)
             return 0.0
@@ -192,6 +215,8 @@ class Session:
             self._step_key = key
         if key == self._step_key:
             self.steps.append(self.clock.now())
+            if self.pipeline is not None:
+                self.pipeline.step(self.clock.now())
 
     def to_dict(self) -> dict:
         """The record as plain JSON-able data (what the child process hands the launcher)."""
@@ -199,6 +224,8 @@ class Session:
                 "hidden_s": self.clock.hidden_s, "real": self.real,
                 "slow": {str(r): f for r, f in sorted(self.slow.items())},
                 "end_s": self.end_s, "steps_s": list(self.steps),
+                **({"pipeline": {"schedule": self.pipeline.name, "stages": self.pipeline.stages,
+                                 "fwd_s": self.pipeline.fwd, "bwd_s": self.pipeline.bwd}} if self.pipeline else {}),
                 "engine_runs": self.cost.engine_runs, "notes": list(self.notes),
                 "comms": [dict(seq=c.seq, op=c.op, group=list(c.group), bytes=c.bytes, issue_s=c.issue_s,
                                start_s=c.start_s, end_s=c.end_s, stream=c.stream) for c in self.comms],
