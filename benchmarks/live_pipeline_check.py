@@ -10,6 +10,7 @@ transfers costed on the same fabric; its stage-0 bubble is the iteration − M·
 1F1B with equal stages: bubble ≈ (p − 1)·(F + B) plus the transfers on the critical path.
 
 Usage: .venv/bin/python benchmarks/live_pipeline_check.py [--reps R] [--iters N] [--microbatches M]
+       [--clock wall|virtual]
 """
 from __future__ import annotations
 
@@ -79,10 +80,10 @@ def run_pipeline(fwd: float, bwd: float, microbatches: int, nbytes: float, stage
     return max(sp.end_s for sp in res.spans if sp.rank == 0)
 
 
-def pipeline(reps: int, iters: int = 12, microbatches: int = 8) -> list[dict]:
+def pipeline(reps: int, iters: int = 12, microbatches: int = 8, clock: str = "wall") -> list[dict]:
     rows = []
     for _ in range(reps):
-        live = live_pipeline(iters, microbatches)
+        live = live_pipeline(iters, microbatches, clock)
         it = run_pipeline(live["fwd_s"], live["bwd_s"], microbatches, live["act_bytes"])
         bubble = it - microbatches * (live["fwd_s"] + live["bwd_s"])
         row = {"fwd_ms": live["fwd_s"] * 1e3, "bwd_ms": live["bwd_s"] * 1e3,
@@ -99,8 +100,9 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--iters", type=int, default=12)
     p.add_argument("--microbatches", type=int, default=8)
+    p.add_argument("--clock", choices=("wall", "virtual"), default="wall")
     args = p.parse_args()
-    pipeline(args.reps, args.iters, args.microbatches)
+    pipeline(args.reps, args.iters, args.microbatches, args.clock)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,14 @@ def straggler(scenario: str, reps: int, iters: int, hidden: int = 512, factor: f
         row["live_delta_ms"] = row["live_slow_ms"] - row["live_base_ms"]
         row["run_delta_ms"] = row["run_slow_ms"] - row["run_base_ms"]
         row["error"] = row["live_delta_ms"] / row["run_delta_ms"] - 1
+        # the same, free of the two runs' different compute (a shared machine): the straggler's wait is
+        # the added exposed communication; `emulator run` on the slow run's own compute predicts it
+        c_slow = slow["summary"]["breakdown_s"]["compute"]
+        q0, q1 = predicted_straggler(scenario, c_slow, nbytes, factor, 3)
+        row["live_added_wait_ms"] = (slow["summary"]["breakdown_s"]["exposed_comm"]
+                                     - base["summary"]["breakdown_s"]["exposed_comm"]) * 1e3
+        row["run_added_ms_same_compute"] = (q1 - q0) * 1e3
+        row["wait_error"] = row["live_added_wait_ms"] / row["run_added_ms_same_compute"] - 1
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows

@@ -177,6 +177,13 @@ class Session:
         return self.comms[seq]
 
     # -- waiting ----------------------------------------------------------------
+    def blocked_until_now(self, since: float, reason: str) -> None:
+        """The local rank was blocked from ``since`` to now on the real transport (a mixed group's real part)."""
+        now = self.clock.now()
+        if now > since:
+            self.waits.append(WaitRecord(since, now, reason))
+            self.blocked_s += now - since
+
     def wait_until(self, t: float, reason: str) -> float:
         start = self.clock.now()
         blocked = self.clock.advance_to(t)
