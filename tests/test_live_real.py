@@ -81,6 +81,17 @@ def test_straggler_on_an_emulated_rank_delays_the_collectives_it_joins(tmp_path)
     assert c.start_s == pytest.approx(c.issue_s)
     s.sync("x")
     assert s.lag[2] == pytest.approx(0.020)
+    # compute between the issue and the wait overlaps the collective; the straggler does it 3x slower after
+    # its own arrival: issued at t with lag 20 + 2 x 10 = 40 ms, rank 2 arrives at t + 40 ms; the local rank
+    # computes 5 ms, then waits until the end (t + 40 + 1.62 ms); rank 2 is done at t + 40 + 15 ms,
+    # so it lags 15 - 1.62 = 13.38 ms behind
+    clock.compute(0.010)
+    d = s.issue("all_reduce", (0, 1, 2, 3), 1e6)
+    assert d.start_s - d.issue_s == pytest.approx(0.040)
+    clock.compute(0.005)
+    s.sync("backward")
+    assert clock.now() == pytest.approx(d.end_s)
+    assert s.lag[2] == pytest.approx(0.015 - comm)
 
 
 def _scenario(tmp_path, overrides):

@@ -79,7 +79,8 @@ class Session:
         self.slow = dict(slow or {})  # emulated rank -> compute slowdown factor
         self.lag = {r: 0.0 for r in self.slow}  # how far each slowed rank is behind its mirror (s)
         self.blocked_s = 0.0  # total time the local rank was blocked
-        self._busy_mark = 0.0  # local compute (now - blocked) at the last lag update
+        self._busy_mark: dict[int, float] = {}  # slowed rank -> local compute (now - blocked) at its last update
+        self._arrived: dict[int, dict[int, tuple[float, float]]] = {}  # record -> slowed member -> (arrival, busy)
         self.pending: dict[int, Any] = {}  # record index -> the real Work still running
         self.cost = cost
         self.world = world
@@ -97,9 +98,13 @@ class Session:
         """Now, or later if a slowed emulated member that mirrors this rank arrives after it."""
         now = self.clock.now()
         busy = now - self.blocked_s
+        arrived: dict[int, tuple[float, float]] = {}
         for r, f in self.slow.items():
-            self.lag[r] += (f - 1.0) * (busy - self._busy_mark)
-        self._busy_mark = busy
+            self.lag[r] += (f - 1.0) * (busy - self._busy_mark.get(r, 0.0))
+            self._busy_mark[r] = busy
+            if r in group:
+                arrived[r] = (now + self.lag[r], busy)
+        self._arrived[len(self.comms)] = arrived  # for the record issued next
         late = [self.lag[r] for r in group if r in self.slow and self._mirrors_me(group, r)]
         return now + max([0.0, *late])
 
@@ -107,12 +112,18 @@ class Session:
         return self.real == 1 or (self.rank in group and mirrors(group, self.real).get(r) == self.rank)
 
     def _level(self, recs: list[CommRecord], before: float) -> None:
-        """After a wait from ``before`` to now on ``recs``: a slowed member of one waited for its end too."""
+        """After a wait from ``before`` to now on ``recs``: a slowed member of one waited for its end
+        too, and computed (×f) what this rank computed between the issue and the wait."""
         after = self.clock.now()
-        for r in self.slow:
-            ends = [c.end_s for c in recs if r in c.group and c.end_s > before]  # those it waited for
-            if ends:
-                self.lag[r] = max(before + self.lag[r], max(ends)) - after
+        busy = after - self.blocked_s
+        for r, f in self.slow.items():
+            mine = [c for c in recs if r in c.group and c.end_s > before]  # those it waited for
+            if not mine:
+                continue
+            last = max(mine, key=lambda c: c.end_s)
+            arr, busy_then = self._arrived.get(last.seq, {}).get(r, (before + self.lag[r], busy))
+            self.lag[r] = max(last.end_s, arr + f * (busy - busy_then)) - after
+            self._busy_mark[r] = busy
 
     # -- issuing ----------------------------------------------------------------
     def issue(self, op: str, group: tuple[int, ...], nbytes: float, root: int = -1, peer: int = -1,
