@@ -104,7 +104,8 @@ class Session:
             self._busy_mark[r] = busy
             if r in group:
                 arrived[r] = (now + self.lag[r], busy)
-        self._arrived[len(self.comms)] = arrived  # for the record issued next
+        if arrived:
+            self._arrived[len(self.comms)] = arrived  # for the record issued next
         late = [self.lag[r] for r in group if r in self.slow and self._mirrors_me(group, r)]
         return now + max([0.0, *late])
 
