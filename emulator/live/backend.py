@@ -238,11 +238,12 @@ class EmulatorProcessGroup(dist.ProcessGroup):
         from the latest real member's arrival."""
         s = session()
         with s.clock.hidden():
+            issued = s.clock.now()
             arrival = s.arrival(self.ranks)
             reals = sorted(real_members(self.ranks, s.real))
             start = peers().exchange(tuple(reals), arrival)
             data(peers().group(tuple(reals), device) if len(reals) > 1 else None, reals)
-            s.blocked_until_now(arrival, "real exchange")  # waiting on the other real ranks is not compute
+            s.blocked_until_now(issued, "real exchange")  # waiting on the other real ranks is not compute
             return EmulatorWork(result, s.issue(op, self.ranks, nbytes, root, arrival=start))
 
     def _refuse(self, op: str) -> RuntimeError:
