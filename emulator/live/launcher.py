@@ -1,4 +1,4 @@
-"""``emulator live SCENARIO [--world N] [--clock wall|virtual] [--out DIR] -- python train.py ...``
+"""``emulator live SCENARIO [--world N] [--real K] [--clock wall|virtual] [--out DIR] -- python train.py ...``
 
 Runs an unmodified PyTorch training script as rank r (default 0) of a world of N
 on the scenario's emulated cluster. The script runs in a child process
@@ -7,6 +7,12 @@ MASTER_ADDR/PORT, unused) set, so its plain ``init_process_group()`` picks the
 ``emulator`` backend. At the end the launcher prints the per-iteration time and
 the exposed communication, and writes summary.json, trace.json (Perfetto) and
 record.json into ``--out``.
+
+With ``--real K`` it starts K child processes, world ranks 0..K−1, that form a
+real process group among themselves (``emulator.live.peers``); the other ranks are
+emulated and mirror them (``emulator.live.mirror``). K must divide N, so that every
+emulated rank r mirrors real rank r mod K, the translate of the real block. The
+summary is rank 0's, with each real rank's iteration time beside it.
 
 This module imports no torch (the CLI imports it to register the subcommand);
 without torch, ``emulator live`` says so: "emulator live needs PyTorch: pip install '.[live]'".
@@ -21,6 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 from emulator.errors import EmulatorError
 
@@ -38,6 +45,8 @@ def _options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
     p.add_argument("--world", type=int, default=d(None),
                    help="world size N (default: tp*pp*dp*cp of the scenario, else its GPUs)")
     p.add_argument("--rank", type=int, default=d(0), help="the world rank the local process plays (default 0)")
+    p.add_argument("--real", type=int, default=d(1), metavar="K",
+                   help="run K real processes, world ranks 0..K-1, talking for real (gloo; NCCL on GPUs)")
     p.add_argument("--clock", choices=("wall", "virtual"), default=d("wall"),
                    help="wall: sleep until emulated completions; virtual: only account (fast)")
     p.add_argument("--out", metavar="DIR", default=d("emulator-live-out"),
@@ -108,17 +117,26 @@ def _world(args: argparse.Namespace, scenario) -> int:
         raise EmulatorError(f"--world: expected 1..{gpus} (the GPUs of {scenario.name}), got {world}")
     if not 0 <= args.rank < world:
         raise EmulatorError(f"--rank: expected 0..{world - 1}, got {args.rank}")
+    real = getattr(args, "real", 1)
+    if not 1 <= real <= world or world % real:
+        raise EmulatorError(f"--real: expected a divisor of the world size {world} (the real ranks 0..K-1 are "
+                            f"mirrored by their translates), got {real}")
+    if real > 1 and args.rank:
+        raise EmulatorError("--rank: with --real K the real processes are world ranks 0..K-1; leave --rank out")
     return world
 
 
-def _env(args: argparse.Namespace, scenario, world: int, record: str) -> dict[str, str]:
+def _env(args: argparse.Namespace, scenario, world: int, record: str, rank: int | None = None,
+         shared: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     gpn = scenario.cluster.node.gpus_per_node if scenario.cluster.node else world
     p = scenario.parallel
+    rank = args.rank if rank is None else rank
+    env.update(shared or {})
     env.update({
-        "RANK": str(args.rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(args.rank % gpn),
+        "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % gpn),
         "LOCAL_WORLD_SIZE": str(min(gpn, world)), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
         "EMULATOR_LIVE_SCENARIO": os.path.abspath(args.scenario),
         "EMULATOR_LIVE_SET": json.dumps(args.set or []),
@@ -137,15 +155,30 @@ def live_command(args: argparse.Namespace) -> str | int:
     scenario = load_scenario(args.scenario, args.set or [])
     world = _world(args, scenario)
     cmd = _command(list(args.command))
+    real = getattr(args, "real", 1)
     with tempfile.TemporaryDirectory(prefix="emulator-live-") as tmp:
-        record_path = os.path.join(tmp, "record.json")
-        rc = subprocess.call(cmd, env=_env(args, scenario, world, record_path))
-        if not os.path.exists(record_path):
-            raise EmulatorError(f"emulator live: the script exited with code {rc} before the run was recorded")
-        with open(record_path, encoding="utf-8") as fh:
-            record = json.load(fh)
-    if "error" in record:
-        raise EmulatorError(record["error"])
+        paths = [os.path.join(tmp, f"record-{k}.json") for k in range(real)]
+        if real == 1:
+            rc = subprocess.call(cmd, env=_env(args, scenario, world, paths[0]))
+            codes = [rc]
+        else:
+            shared = {"EMULATOR_LIVE_REAL": str(real), "EMULATOR_LIVE_MASTER": f"127.0.0.1:{_free_port()}",
+                      "EMULATOR_LIVE_T0": repr(time.perf_counter())}
+            codes = _run_all([(cmd, _env(args, scenario, world, paths[k], k, shared)) for k in range(real)])
+            rc = next((c for c in codes if c), 0)
+        records = []
+        for k, path in enumerate(paths):
+            if not os.path.exists(path):
+                raise EmulatorError(f"emulator live: the script (real rank {k}) exited with code {codes[k]} "
+                                    "before the run was recorded")
+            with open(path, encoding="utf-8") as fh:
+                records.append(json.load(fh))
+    for rec in records:
+        if "error" in rec:
+            raise EmulatorError(rec["error"])
+    record = records[0]
+    if real > 1:
+        record["real_records"] = records[1:]
     summary = summarize(record, scenario.name)
     paths = write_report(args.out, record, summary)
     if rc != 0:
@@ -153,3 +186,31 @@ def live_command(args: argparse.Namespace) -> str | int:
     if args.json:
         return json.dumps(summary)
     return human(summary) + f"\noutputs in {args.out}/: " + " ".join(os.path.basename(p) for p in paths)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _run_all(jobs: list[tuple[list[str], dict[str, str]]]) -> list[int]:
+    """Start every (command, environment); wait for all. If one fails, stop the others (they would
+    wait for it on the real group until its timeout). Returns the exit codes."""
+    procs = [subprocess.Popen(cmd, env=env) for cmd, env in jobs]
+    try:
+        while any(p.poll() is None for p in procs):
+            if any(p.returncode not in (None, 0) for p in procs):
+                for p in procs:
+                    if p.poll() is None:
+                        p.terminate()
+                break
+            time.sleep(0.05)
+        return [p.wait() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -82,8 +82,18 @@ def summarize(record: dict, scenario: str) -> dict:
             "engine_runs": record["engine_runs"],
             "run_s": record["end_s"],
             "notes": record["notes"],
+            "real": record.get("real", 1),
+            "real_ranks": [_rank_row(r) for r in [record, *record.get("real_records", [])]],
         },
     }
+
+
+def _rank_row(record: dict) -> dict:
+    """A real rank's own mean iteration time (the first iteration left out, as above)."""
+    rows = iterations(record)
+    steady = rows[1:] if len(rows) > 1 else rows
+    return {"rank": record["rank"], "iteration_time_s": _mean(steady, "time_s"),
+            "exposed_comm_s": _mean(steady, "exposed_comm_s")}
 
 
 def _in(rows: list[dict], t: float) -> bool:
@@ -104,7 +114,8 @@ def human(summary: dict) -> str:
     live = summary["live"]
     it = summary["iteration_time_s"]
     lines = [
-        f"live run on {summary['scenario']}: rank {live['rank']} of {summary['gpus']} (clock: {live['clock']})",
+        f"live run on {summary['scenario']}: rank {live['rank']} of {summary['gpus']} (clock: {live['clock']})"
+        + (f", ranks 0..{live['real'] - 1} real" if live.get("real", 1) > 1 else ""),
         f"  iterations           {live['iterations']} (mean over the last {live['iterations_averaged']})",
         f"  iteration time       {it * 1e3:10.3f} ms",
         f"  compute (measured)   {summary['breakdown_s']['compute'] * 1e3:10.3f} ms",
@@ -115,6 +126,9 @@ def human(summary: dict) -> str:
         f"  collectives/iter     {live['collectives_per_iteration']:10.1f}"
         f"  ({live['comm_bytes_per_iteration'] / 1e6:.3f} MB)",
     ]
+    if live.get("real", 1) > 1:
+        lines.append("  real ranks           " + "  ".join(f"{r['rank']}: {r['iteration_time_s'] * 1e3:.3f} ms"
+                                                        for r in live["real_ranks"]))
     lines += [f"  note: {n}" for n in live["notes"]]
     return "\n".join(lines)
 

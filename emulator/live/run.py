@@ -10,7 +10,11 @@ destroys the process group and undoes its patches of torch (``_end``).
 Environment (set by the launcher):
 EMULATOR_LIVE_SCENARIO (path), EMULATOR_LIVE_SET (JSON list of --set overrides),
 EMULATOR_LIVE_WORLD, EMULATOR_LIVE_CLOCK (wall | virtual), EMULATOR_LIVE_RECORD
-(output path), EMULATOR_LIVE_PROFILE (1: run under the PyTorch profiler), RANK.
+(output path), EMULATOR_LIVE_PROFILE (1: run under the PyTorch profiler), RANK;
+with several real ranks (``--real K``): EMULATOR_LIVE_REAL (K), EMULATOR_LIVE_MASTER
+(host:port of the real ranks' store) and EMULATOR_LIVE_T0 (the launcher's
+``time.perf_counter()``, the common origin of the real ranks' clocks: one monotonic
+clock on one machine).
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ def _fail(message: str) -> int:
 def _session():
     from emulator.live.clock import Clock
     from emulator.live.cost import CommCost
+    from emulator.live.overrides import live_overrides
     from emulator.live.session import Session
     from emulator.scenario.reader import load_scenario
 
@@ -45,7 +50,45 @@ def _session():
     scenario = load_scenario(os.environ["EMULATOR_LIVE_SCENARIO"], overrides)
     world = int(os.environ["EMULATOR_LIVE_WORLD"])
     rank = int(os.environ.get("RANK", "0"))
-    return Session(Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall")), CommCost(scenario, world), world, rank)
+    real = int(os.environ.get("EMULATOR_LIVE_REAL", "1"))
+    cost = CommCost(scenario, world)
+    slow, notes = live_overrides(scenario, cost.topology, world, real)
+    clock = Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall"))
+    if os.environ.get("EMULATOR_LIVE_T0"):
+        clock.t0 = float(os.environ["EMULATOR_LIVE_T0"])  # the real ranks share one origin
+    pipeline, note = _pipeline(scenario, world, rank, real)
+    live = Session(clock, cost, world, rank, real=real, slow=slow, pipeline=pipeline)
+    live.notes.extend(notes + ([note] if note else []))
+    return live
+
+
+def _pipeline(scenario, world: int, rank: int, real: int):
+    """The emulated stages when the live world is one pipeline (``parallel.pp`` = world) with the
+    real rank as stage 0; else None and, for another pipeline layout, a note that says so."""
+    from emulator.errors import EmulatorError
+    from emulator.live.pipeline import SCHEDULES, Pipeline
+
+    p = scenario.parallel
+    if p.pp <= 1:
+        return None, ""
+    if p.pp != world or real != 1 or rank != 0:
+        return None, (f"parallel.pp = {p.pp}: the emulated stages run their own schedule only when the live world "
+                      "is the pipeline (--world pp) with one real rank, stage 0; here a recv from an emulated "
+                      "stage follows the symmetric rule")
+    if p.schedule not in SCHEDULES:
+        raise EmulatorError(f"{scenario.path or scenario.name}: parallel.schedule: a live pipeline supports "
+                            f"{', '.join(SCHEDULES)}, got {p.schedule!r}")
+    return Pipeline(p.schedule, p.pp), (f"pipeline: stage 0 real, stages 1..{p.pp - 1} emulated, each running "
+                                        f"{p.schedule} on the measured compute per micro-batch")
+
+
+def _peers(live):
+    """The other real ranks (``--real K``, K > 1), else None."""
+    if live.real <= 1:
+        return None
+    from emulator.live.peers import Peers
+
+    return Peers(live.rank, live.real, os.environ["EMULATOR_LIVE_MASTER"])
 
 
 def _patch_init(live) -> Callable[[], None]:
@@ -110,7 +153,7 @@ def main(argv: list[str]) -> int:
         live = _session()
     except EmulatorError as exc:
         return _fail(str(exc))
-    backend.install(live)
+    backend.install(live, _peers(live))
     unpatch_init = _patch_init(live)
     profile = os.environ.get("EMULATOR_LIVE_PROFILE") == "1"
     prof = None

@@ -14,13 +14,35 @@ Timing rules (DESIGN.md, "Live emulation"):
   optimizer step, a barrier, the end of the script. A blocked interval is
   *exposed communication*.
 - an iteration ends at each optimizer step (after the step).
+
+Several real ranks (``emulator live --real K``, ``emulator.live.mirror``): a group
+whose members are all real runs on the real transport, and its record ends when
+the real work completes (``issue_real`` / ``complete``). A mixed group is costed
+as above, but it starts at the latest *arrival* of its members: each real
+member's own issue time, exchanged by the backend.
+
+Stragglers (``slow``: emulated rank → compute factor f, ``emulator.live.overrides``):
+an emulated rank's compute is its mirror's measured compute × f. The session keeps
+how far each such rank lags behind its mirror: every stretch of the local rank's
+compute c (time not blocked) adds (f − 1)·c; the rank arrives at a collective
+``lag`` after its mirror, and the collective starts when the last member arrives;
+waiting on a collective it joined brings it level (it waited for the same end).
+
+Pipelines (``pipeline``, ``emulator.live.pipeline``): the real rank is stage 0 and a
+receive from stage 1 completes when stage 1's own program would have sent it (its
+schedule, on the measured compute per micro-batch, fed by the real stage's actual
+sends), not at the symmetric copy's moment: the real stage waits out the bubble.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+from typing import Any
 
 from emulator.live.clock import Clock
 from emulator.live.cost import CommCost
+from emulator.live.mirror import mirrors
+from emulator.live.pipeline import Pipeline
 
 
 @dataclass(frozen=True)
@@ -49,8 +71,17 @@ class WaitRecord:
 class Session:
     """Issues collectives on emulated streams and records waits and iteration boundaries."""
 
-    def __init__(self, clock: Clock, cost: CommCost, world: int, rank: int = 0) -> None:
+    def __init__(self, clock: Clock, cost: CommCost, world: int, rank: int = 0, real: int = 1,
+                 slow: dict[int, float] | None = None, pipeline: Pipeline | None = None) -> None:
         self.clock = clock
+        self.pipeline = pipeline  # the emulated stages 1.. of a pipeline whose stage 0 is this rank
+        self.real = real  # world ranks 0..real-1 are real processes
+        self.slow = dict(slow or {})  # emulated rank -> compute slowdown factor
+        self.lag = {r: 0.0 for r in self.slow}  # how far each slowed rank is behind its mirror (s)
+        self.blocked_s = 0.0  # total time the local rank was blocked
+        self._busy_mark: dict[int, float] = {}  # slowed rank -> local compute (now - blocked) at its last update
+        self._arrived: dict[int, dict[int, tuple[float, float]]] = {}  # record -> slowed member -> (arrival, busy)
+        self.pending: dict[int, Any] = {}  # record index -> the real Work still running
         self.cost = cost
         self.world = world
         self.rank = rank
@@ -62,10 +93,47 @@ class Session:
         self.end_s: float | None = None
         self._step_key: int | None = None
 
-    # -- issuing ----------------------------------------------------------------
-    def issue(self, op: str, group: tuple[int, ...], nbytes: float, root: int = -1, peer: int = -1) -> CommRecord:
-        """Record a collective (or a send/recv with ``peer``) issued now; return its record."""
+    # -- stragglers ---------------------------------------------------------------
+    def arrival(self, group: tuple[int, ...]) -> float:
+        """Now, or later if a slowed emulated member that mirrors this rank arrives after it."""
         now = self.clock.now()
+        busy = now - self.blocked_s
+        arrived: dict[int, tuple[float, float]] = {}
+        for r, f in self.slow.items():
+            self.lag[r] += (f - 1.0) * (busy - self._busy_mark.get(r, 0.0))
+            self._busy_mark[r] = busy
+            if r in group:
+                arrived[r] = (now + self.lag[r], busy)
+        if arrived:
+            self._arrived[len(self.comms)] = arrived  # for the record issued next
+        late = [self.lag[r] for r in group if r in self.slow and self._mirrors_me(group, r)]
+        return now + max([0.0, *late])
+
+    def _mirrors_me(self, group: tuple[int, ...], r: int) -> bool:
+        return self.real == 1 or (self.rank in group and mirrors(group, self.real).get(r) == self.rank)
+
+    def _level(self, recs: list[CommRecord], before: float) -> None:
+        """After a wait from ``before`` to now on ``recs``: a slowed member of one waited for its end
+        too, and computed (×f) what this rank computed between the issue and the wait."""
+        after = self.clock.now()
+        busy = after - self.blocked_s
+        for r, f in self.slow.items():
+            mine = [c for c in recs if r in c.group and c.end_s > before]  # those it waited for
+            if not mine:
+                continue
+            last = max(mine, key=lambda c: c.end_s)
+            arr, busy_then = self._arrived.get(last.seq, {}).get(r, (before + self.lag[r], busy))
+            self.lag[r] = max(last.end_s, arr + f * (busy - busy_then)) - after
+            self._busy_mark[r] = busy
+
+    # -- issuing ----------------------------------------------------------------
+    def issue(self, op: str, group: tuple[int, ...], nbytes: float, root: int = -1, peer: int = -1,
+              arrival: float | None = None) -> CommRecord:
+        """Record a collective (or a send/recv with ``peer``) issued now; return its record.
+        ``arrival``: when the last member arrives (default: this rank's ``arrival``)."""
+        now = self.clock.now()
+        if arrival is None:
+            arrival = self.arrival(tuple(group) if op not in ("send", "recv") else (self.rank, peer))
         stream = "comm " + _group_name(group, self.world)
         if op in ("send", "recv"):
             src, dst = (self.rank, peer) if op == "send" else (peer, self.rank)
@@ -76,27 +144,88 @@ class Session:
             duration = self.cost.collective("all_reduce", group, 4.0)  # a barrier is a 1-element all-reduce
         else:
             duration = self.cost.collective(op, group, nbytes, root)
-        start = max(now, self.stream_free.get(stream, 0.0))
+        start = max(arrival, self.stream_free.get(stream, 0.0))
+        if self.pipeline is not None and peer == 1 and op in ("send", "recv"):
+            start = self._stage_one(op, start, duration)
         rec = CommRecord(len(self.comms), op, tuple(group), float(nbytes), now, start, start + duration, stream)
         self.stream_free[stream] = rec.end_s
         self.comms.append(rec)
         return rec
 
+    def _stage_one(self, op: str, start: float, hop: float) -> float:
+        """A transfer with emulated stage 1: an activation sent, or a gradient whose sender runs its
+        own schedule; returns when the transfer starts."""
+        assert self.pipeline is not None
+        busy = self.clock.now() - self.blocked_s
+        if op == "send":
+            self.pipeline.sent(start + hop, busy)
+            return start
+        self.pipeline.received(busy)
+        arrives = self.pipeline.grad(start, hop)
+        return start if arrives is None else max(start, arrives - hop)
+
+    def issue_real(self, op: str, group: tuple[int, ...], nbytes: float, work: Any) -> CommRecord:
+        """Record a collective among real ranks only, running on the real transport as ``work``;
+        it ends when the work completes (``complete``)."""
+        self.arrival(group)  # keep the stragglers' lag up to date
+        now = self.clock.now()
+        stream = "real " + _group_name(group, self.world)
+        rec = CommRecord(len(self.comms), op, tuple(group), float(nbytes), now, now, math.inf, stream)
+        self.comms.append(rec)
+        self.pending[rec.seq] = work
+        return rec
+
+    def complete(self, seq: int, reason: str = "wait") -> CommRecord:
+        """Wait for the real work of record ``seq``; its end is the wall time it completed."""
+        work = self.pending.pop(seq, None)
+        if work is not None:
+            start = self.clock.now()
+            work.wait()
+            end = self.clock.now()
+            self.blocked_s += end - start
+            if end > start:
+                self.waits.append(WaitRecord(start, end, reason))
+            self.comms[seq] = replace(self.comms[seq], end_s=end)
+        return self.comms[seq]
+
     # -- waiting ----------------------------------------------------------------
+    def blocked_until_now(self, since: float, reason: str) -> None:
+        """The local rank was blocked from ``since`` to now on the real transport (a mixed group's real part)."""
+        now = self.clock.now()
+        if now > since:
+            self.waits.append(WaitRecord(since, now, reason))
+            self.blocked_s += now - since
+
     def wait_until(self, t: float, reason: str) -> float:
         start = self.clock.now()
         blocked = self.clock.advance_to(t)
         if blocked > 0:
             self.waits.append(WaitRecord(start, start + blocked, reason))
+            self.blocked_s += blocked
         return blocked
 
     def wait(self, rec: CommRecord, reason: str = "wait") -> float:
-        return self.wait_until(rec.end_s, reason)
+        if self.pipeline is not None and rec.op == "send":
+            return 0.0  # a pipeline send is eager: it runs on its own stream (``emulator.live.pipeline``)
+        if rec.seq in self.pending:
+            self.complete(rec.seq, reason)
+            return 0.0
+        before = self.clock.now()
+        blocked = self.wait_until(rec.end_s, reason)
+        self._level([rec], before)
+        return blocked
 
     def sync(self, reason: str, since: int = 0) -> float:
         """Wait for every record issued at index ``since`` or later."""
-        ends = [c.end_s for c in self.comms[since:]]
-        return self.wait_until(max(ends), reason) if ends else 0.0
+        for seq in sorted(k for k in self.pending if k >= since):
+            self.complete(seq, reason)
+        recs = self.comms[since:]
+        if not recs:
+            return 0.0
+        before = self.clock.now()
+        blocked = self.wait_until(max(c.end_s for c in recs), reason)
+        self._level(list(recs), before)
+        return blocked
 
     # -- iterations -------------------------------------------------------------
     def step(self, key: int = 0) -> None:
@@ -105,11 +234,17 @@ class Session:
             self._step_key = key
         if key == self._step_key:
             self.steps.append(self.clock.now())
+            if self.pipeline is not None:
+                self.pipeline.step(self.clock.now())
 
     def to_dict(self) -> dict:
         """The record as plain JSON-able data (what the child process hands the launcher)."""
         return {"world": self.world, "rank": self.rank, "clock": self.clock.mode,
-                "hidden_s": self.clock.hidden_s, "end_s": self.end_s, "steps_s": list(self.steps),
+                "hidden_s": self.clock.hidden_s, "real": self.real,
+                "slow": {str(r): f for r, f in sorted(self.slow.items())},
+                "end_s": self.end_s, "steps_s": list(self.steps),
+                **({"pipeline": {"schedule": self.pipeline.name, "stages": self.pipeline.stages,
+                                 "fwd_s": self.pipeline.fwd, "bwd_s": self.pipeline.bwd}} if self.pipeline else {}),
                 "engine_runs": self.cost.engine_runs, "notes": list(self.notes),
                 "comms": [dict(seq=c.seq, op=c.op, group=list(c.group), bytes=c.bytes, issue_s=c.issue_s,
                                start_s=c.start_s, end_s=c.end_s, stream=c.stream) for c in self.comms],

@@ -1,0 +1,183 @@
+"""Checks of `emulator live --real K` on this machine: fidelity, stragglers, pipelines.
+
+1. fidelity: examples/train_mlp.py (DDP, one gradient bucket) at hidden 256, 512, 768
+   (0.53, 2.1, 4.7 MB of gradients) as
+   (real)  4 gloo processes;
+   (2 + 2) `emulator live --real 2 --world 4`: 2 real gloo processes (their DP all-reduce
+           is mixed: data by the mirror rules, timing emulated from the later real arrival),
+           beside 2 compute-only copies of the script, so the real ranks' compute shares
+           the 2 cores as in the real job.
+   Each size --reps times, interleaved; medians, ranges, relative error. The fabric is
+   calibrated first with the existing procedure (benchmarks/live_gloo_calibration.py,
+   into a temporary scenario; --scenario PATH to reuse one).
+2. straggler: the same 2 + 2 run (hidden 512, no neighbours) without and with a
+   gpu_slowdown ×2 on emulated rank 3. `emulator run` predicts the lengthening on a
+   Program of the same layout with the measured compute: per iteration a compute op of
+   the live run's measured compute, then the 4-rank all-reduce of the gradients, run by
+   ``emulator.simulation.run_program`` with and without the override.
+3. pipeline: see ``pipeline`` (1 real stage + 3 emulated, 1F1B) against `emulator run`.
+
+Usage: .venv/bin/python benchmarks/live_real_check.py [fidelity|straggler|pipeline|all] [--reps R]
+       [--iters N] [--hidden H ...] [--scenario PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import live_gloo_calibration as cal  # noqa: E402
+
+SKIP = cal.SKIP
+
+
+def _loaders(hidden: int, n: int) -> list[subprocess.Popen]:
+    procs = []
+    for _ in range(n):
+        env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(cal.free_port()))
+        procs.append(subprocess.Popen([sys.executable, *cal._script_args(hidden, 10**7)], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(3.0)
+    return procs
+
+
+def live_run(scenario: str, hidden: int, iters: int, neighbours: int, extra: tuple[str, ...] = (),
+             clock: str = "wall") -> dict:
+    """`emulator live --real 2 --world 4`: the summary, and the mean of the real ranks' iteration times."""
+    loaders = _loaders(hidden, neighbours)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "emulator", "live", scenario, "--world", "4", "--real", "2", "--clock", clock,
+                   "--out", tmp, *extra, "--", "python", *cal._script_args(hidden, iters)]
+            subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            with open(os.path.join(tmp, "summary.json")) as fh:
+                summary = json.load(fh)
+            with open(os.path.join(tmp, "record.json")) as fh:
+                record = json.load(fh)
+    finally:
+        for p in loaders:
+            p.kill()
+            p.wait()
+    per_rank = []
+    from emulator.live.report import iterations
+
+    for rec in [record, *record.get("real_records", [])]:
+        ts = [r["time_s"] for r in iterations(rec)][SKIP:]
+        per_rank.append(statistics.mean(ts))
+    return {"iteration_s": statistics.mean(per_rank), "summary": summary}
+
+
+def fidelity(scenario: str, hiddens: list[int], reps: int, iters: int) -> list[dict]:
+    rows = []
+    for hidden in hiddens:
+        real, emu = [], []
+        for _ in range(reps):
+            real.append(cal.real_run(hidden, iters))
+            emu.append(live_run(scenario, hidden, iters, neighbours=2)["iteration_s"])
+        row = {"hidden": hidden, "grad_MB": (2 * (hidden * hidden + hidden) + hidden + 1) * 4 / 1e6,
+               "real_ms": [t * 1e3 for t in real], "live_2_2_ms": [t * 1e3 for t in emu],
+               "real_median_ms": statistics.median(real) * 1e3, "live_median_ms": statistics.median(emu) * 1e3}
+        row["error"] = row["live_median_ms"] / row["real_median_ms"] - 1
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def predicted_straggler(scenario: str, compute_s: float, nbytes: float, factor: float, rank: int) -> tuple[float, float]:
+    """`emulator run` on the same layout with the measured compute: (iteration without, with the straggler)."""
+    from dataclasses import replace
+
+    from emulator.program import COLLECTIVE, COMPUTE, Op, Program
+    from emulator.scenario import load_scenario
+    from emulator.scenario.spec import Override
+    from emulator.simulation import run_program
+
+    base = load_scenario(scenario)
+    iters = 4
+    out = []
+    for slow in (False, True):
+        ops: list[Op] = []
+        for r in range(4):
+            prev = -1
+            for _ in range(iters):
+                c = Op(id=len(ops), rank=r, kind=COMPUTE, duration=compute_s, deps=(prev,) if prev >= 0 else (),
+                       name="compute")
+                ops.append(c)
+                a = Op(id=len(ops), rank=r, kind=COLLECTIVE, stream="comm", collective="all_reduce",
+                       group=(0, 1, 2, 3), bytes=nbytes, deps=(c.id,), name="grads")
+                ops.append(a)
+                prev = a.id
+        scen = base
+        if slow:
+            cluster = replace(base.cluster, overrides=(Override("gpu_slowdown", f"gpu:{rank}", factor),))
+            scen = replace(base, cluster=cluster)
+        scen = replace(scen, simulation=replace(scen.simulation, iterations=1))
+        res = run_program(Program(4, ops), scen, record_links=False)
+        out.append(res.iteration_time_s / iters)
+    return out[0], out[1]
+
+
+def straggler(scenario: str, reps: int, iters: int, hidden: int = 512, factor: float = 2.0) -> list[dict]:
+    rows = []
+    nbytes = (2 * (hidden * hidden + hidden) + hidden + 1) * 4.0
+    for _ in range(reps):
+        base = live_run(scenario, hidden, iters, neighbours=0)
+        slow = live_run(scenario, hidden, iters, neighbours=0,
+                        extra=("--set", f"cluster.overrides=[{{kind: gpu_slowdown, target: 'gpu:3', factor: {factor}}}]"))
+        compute = base["summary"]["breakdown_s"]["compute"]
+        p0, p1 = predicted_straggler(scenario, compute, nbytes, factor, 3)
+        row = {"live_base_ms": base["iteration_s"] * 1e3, "live_slow_ms": slow["iteration_s"] * 1e3,
+               "measured_compute_ms": compute * 1e3, "run_base_ms": p0 * 1e3, "run_slow_ms": p1 * 1e3}
+        row["live_delta_ms"] = row["live_slow_ms"] - row["live_base_ms"]
+        row["run_delta_ms"] = row["run_slow_ms"] - row["run_base_ms"]
+        row["error"] = row["live_delta_ms"] / row["run_delta_ms"] - 1
+        # the same, free of the two runs' different compute (a shared machine): the straggler's wait is
+        # the added exposed communication; `emulator run` on the slow run's own compute predicts it
+        c_slow = slow["summary"]["breakdown_s"]["compute"]
+        q0, q1 = predicted_straggler(scenario, c_slow, nbytes, factor, 3)
+        row["live_added_wait_ms"] = (slow["summary"]["breakdown_s"]["exposed_comm"]
+                                     - base["summary"]["breakdown_s"]["exposed_comm"]) * 1e3
+        row["run_added_ms_same_compute"] = (q1 - q0) * 1e3
+        row["wait_error"] = row["live_added_wait_ms"] / row["run_added_ms_same_compute"] - 1
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", nargs="?", default="all", choices=("fidelity", "straggler", "pipeline", "all"))
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--hidden", type=int, nargs="+", default=[256, 512, 768])
+    p.add_argument("--scenario", help="a calibrated scenario (default: calibrate now, into a temporary one)")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = args.scenario
+        if scenario is None and args.what in ("fidelity", "all"):
+            scenario = os.path.join(tmp, "live-gloo-loopback.yaml")
+            c = cal.calibrate(scenario=scenario)
+            print(f"calibrated: alpha = {c['alpha_s'] * 1e6:.1f} us/step, B = {c['bandwidth_B_per_s'] / 1e9:.3f} GB/s",
+                  flush=True)
+        scenario = scenario or cal.SCENARIO
+        if args.what in ("fidelity", "all"):
+            fidelity(scenario, args.hidden, args.reps, args.iters)
+        if args.what in ("straggler", "all"):
+            straggler(scenario, args.reps, args.iters)
+        if args.what in ("pipeline", "all"):
+            from live_pipeline_check import pipeline  # noqa: E402  (benchmarks/live_pipeline_check.py)
+
+            pipeline(args.reps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""A tiny pipeline-parallel training script: one MLP stage per rank, 1F1B (or GPipe) with send/recv, on CPU.
+
+Plain PyTorch, nothing emulator-specific. Run it for real:
+    torchrun --nproc_per_node 4 examples/train_pipeline.py
+or as stage 0 of 4, the other stages emulated, each running its own schedule:
+    emulator live scenarios/live-pipeline-4stage.yaml -- python examples/train_pipeline.py
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--layers", type=int, default=4, help="linear layers per stage")
+    p.add_argument("--batch", type=int, default=32, help="samples per micro-batch")
+    p.add_argument("--microbatches", type=int, default=8)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--times", help="write this rank's per-iteration wall times (JSON) here")
+    return p.parse_args()
+
+
+def order(schedule, stage, stages, m):
+    """The stage's tasks: ('F'|'B', micro-batch), as in PipeDream-Flush (1F1B) or GPipe."""
+    if schedule == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in reversed(range(m))]
+    warm = min(stages - stage - 1, m)
+    tasks = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        tasks += [("F", warm + i), ("B", i)]
+    return tasks + [("B", i) for i in range(m - warm, m)]
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    dist.init_process_group()
+    stage, stages = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(stage)
+    model = nn.Sequential(*[m for _ in range(args.layers) for m in (nn.Linear(args.hidden, args.hidden), nn.Tanh())])
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    shape = (args.batch, args.hidden)
+    times, last = [], time.perf_counter()
+    for _ in range(args.iters):
+        inputs, outputs = {}, {}
+        opt.zero_grad(set_to_none=True)
+        for phase, mb in order(args.schedule, stage, stages, args.microbatches):
+            if phase == "F":
+                if stage == 0:
+                    x = torch.randn(shape, generator=gen)
+                else:
+                    x = torch.empty(shape)
+                    dist.recv(x, src=stage - 1)
+                x.requires_grad_(stage > 0)
+                y = model(x)
+                inputs[mb], outputs[mb] = x, y
+                if stage < stages - 1:
+                    dist.send(y.detach(), dst=stage + 1)
+            else:
+                y = outputs.pop(mb)
+                if stage == stages - 1:
+                    y.pow(2).mean().backward()
+                else:
+                    g = torch.empty(shape)
+                    dist.recv(g, src=stage + 1)
+                    y.backward(g)
+                x = inputs.pop(mb)
+                if stage > 0:
+                    dist.send(x.grad, dst=stage - 1)
+        opt.step()
+        now = time.perf_counter()
+        times.append(now - last)
+        last = now
+    if args.times:
+        with open(args.times, "w") as fh:
+            json.dump({"rank": stage, "world": stages, "iteration_times_s": times}, fh)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
