@@ -13,7 +13,7 @@ Breakdown of the iteration time T, per simulated rank, then averaged over ranks
   stragglers, launch gaps).
 
 compute + exposed_comm + bubble + other = T exactly, for the average and for every
-rank (``rank_breakdowns``; outputs/ranks.py expands it over a fold's copies).
+rank (``per_rank``; outputs/ranks.py expands it over a fold's copies).
 
 FLOP rates: model TFLOP/s per GPU = model FLOPs / (T · gpus), MFU = that / peak;
 HFU counts the recomputed work (hardware FLOPs).
@@ -88,23 +88,33 @@ def _rank_parts(bucket: list[array], span_total: float, pipelined: bool) -> tupl
     return c, cc - c, idle if pipelined else 0.0, (busy - cc) + (0.0 if pipelined else idle)
 
 
-def breakdown(spans: Iterable[Span], period: float, pipelined: bool, iterations: int = 1) -> Breakdown:
+Totals = dict[int, tuple[float, float, float, float]]  # rank → its four parts over all iterations
+
+
+def rank_totals(spans: Iterable[Span], period: float, pipelined: bool, iterations: int = 1) -> Totals:
+    """Each simulated rank's (compute, exposed_comm, bubble, other) over all iterations, by rank:
+    the one pass over the spans that :func:`mean_breakdown` and :func:`per_rank` share."""
+    span_total = period * iterations  # in the spans' order of ranks: the mean sums them in that order
+    return {rank: _rank_parts(bucket, span_total, pipelined) for rank, bucket in _buckets(spans).items()}
+
+
+def mean_breakdown(totals: Totals, period: float, iterations: int = 1) -> Breakdown:
     """Per-iteration breakdown averaged over the simulated ranks (see module doc)."""
-    per_rank = _buckets(spans)
-    if not per_rank:
+    if not totals:
         return Breakdown(0.0, 0.0, 0.0, period)
     total = [0.0, 0.0, 0.0, 0.0]
-    span_total = period * iterations
-    for bucket in per_rank.values():
-        for i, part in enumerate(_rank_parts(bucket, span_total, pipelined)):
+    for parts in totals.values():
+        for i, part in enumerate(parts):
             total[i] += part
-    n = len(per_rank) * iterations
+    n = len(totals) * iterations
     return Breakdown(*(x / n for x in total))
 
 
-def rank_breakdowns(spans: Iterable[Span], period: float, pipelined: bool,
-                    iterations: int = 1) -> dict[int, Breakdown]:
-    """The per-iteration breakdown of each simulated rank, by rank (each adds up to ``period``)."""
-    span_total = period * iterations
-    return {rank: Breakdown(*(x / iterations for x in _rank_parts(bucket, span_total, pipelined)))
-            for rank, bucket in sorted(_buckets(spans).items())}
+def per_rank(totals: Totals, iterations: int = 1) -> dict[int, Breakdown]:
+    """The per-iteration breakdown of each simulated rank (each adds up to the iteration time)."""
+    return {rank: Breakdown(*(x / iterations for x in parts)) for rank, parts in sorted(totals.items())}
+
+
+def breakdown(spans: Iterable[Span], period: float, pipelined: bool, iterations: int = 1) -> Breakdown:
+    """Per-iteration breakdown averaged over the simulated ranks (see module doc)."""
+    return mean_breakdown(rank_totals(spans, period, pipelined, iterations), period, iterations)

@@ -8,6 +8,7 @@ import pytest
 from helpers import custom_scenario, star
 
 from emulator.cli import main
+from emulator.metrics import rank_totals
 from emulator.outputs.ranks import rank_rows, ranks_csv
 from emulator.outputs.summary import summarize
 from emulator.program import Fold
@@ -78,5 +79,5 @@ def test_a_folded_scenario_lists_every_gpu(tmp_path):
 def test_rank_rows_on_an_unfolded_run_have_one_copy_each():
     sc = load_scenario("scenarios/trace-pipeline-two-nodes.yaml")
     result = simulate(sc)
-    rows = rank_rows(result.spans, result.iteration_time_s, True, 1, None)
+    rows = rank_rows(rank_totals(result.spans, result.iteration_time_s, True, 1), 1, None)
     assert [r["copies"] for r in rows] == [1] * len(rows) and len(rows) == result.program.ranks

@@ -10,21 +10,19 @@ copy is a translate of its representative on an identical part of the network
 from __future__ import annotations
 
 import io
-from typing import Any, Sequence
+from typing import Any
 
-from emulator.metrics import Breakdown, rank_breakdowns
+from emulator.metrics import Breakdown, Totals, per_rank
 from emulator.program import Fold
-from emulator.spans import Span
 
 COLUMNS = ("rank", "represented_by", "compute_s", "exposed_comm_s", "bubble_s", "other_s")
 
 
-def rank_rows(spans: Sequence[Span], period: float, pipelined: bool, iterations: int,
-              fold: Fold | None) -> list[dict[str, Any]]:
-    """The summary's ``ranks`` rows: one per simulated rank, with the copies it stands for."""
+def rank_rows(totals: Totals, iterations: int, fold: Fold | None) -> list[dict[str, Any]]:
+    """The summary's ``ranks`` rows: one per simulated rank, with the copies it stands for
+    (``totals``: :func:`emulator.metrics.rank_totals`)."""
     copies = fold.copies if fold is not None else 1
-    return [{"rank": rank, "copies": copies, **bd.as_dict()}
-            for rank, bd in rank_breakdowns(spans, period, pipelined, iterations).items()]
+    return [{"rank": rank, "copies": copies, **bd.as_dict()} for rank, bd in per_rank(totals, iterations).items()]
 
 
 def ranks_csv(rows: list[dict[str, Any]], world: int, fold: Fold | None) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from emulator.metrics import breakdown
+from emulator.metrics import mean_breakdown, rank_totals
 from emulator.outputs.ranks import rank_rows
 from emulator.printable import printable
 from emulator.simulation import Result
@@ -55,7 +55,8 @@ def summarize(result: Result) -> dict[str, Any]:
     if sc.workload.trace:  # a trace says it is pipelined by its stages
         pp = max(pp, len({s.stage for s in result.spans if s.stage >= 0}))
     iterations = max(1, sc.simulation.iterations)
-    bd = breakdown(result.spans, T, pipelined=pp > 1, iterations=iterations)
+    totals = rank_totals(result.spans, T, pipelined=pp > 1, iterations=iterations)
+    bd = mean_breakdown(totals, T, iterations)
     model_flops = float(facts.model_flops) if facts is not None else 0.0
     hw_flops = float(facts.hardware_flops) if facts is not None else model_flops
     if not model_flops:  # a trace: the FLOPs its ops declare, times the copies each rank stands for
@@ -77,7 +78,7 @@ def summarize(result: Result) -> dict[str, Any]:
         "mfu": per_gpu / peak if peak else None,
         "hfu": hw_per_gpu / peak if peak else None,
         "breakdown_s": bd.as_dict(),
-        "ranks": rank_rows(result.spans, T, pp > 1, iterations, result.program.fold),
+        "ranks": rank_rows(totals, iterations, result.program.fold),
         "memory": _memory(result),
         "compute_source": compute_source(result),
         "sim": {"events": result.events, "wall_s": result.wall_s, "ranks_simulated": result.ranks_simulated,
