@@ -239,8 +239,9 @@ TRAINING_KEYS: dict[str, Key] = {
     "recompute": Key("enum", "Activation recomputation.", enum=("none", "selective", "full")),
     "attention": Key("enum", "Attention kernels: unfused (Megatron's, as in layers.csv) or flash.",
                      enum=("unfused", "flash")),
-    "grad_reduce": Key("enum", "Type of the data-parallel gradient reduction: auto (Megatron: fp32 when "
-                               "training in bf16, else the training type), fp32, bf16 or fp16.",
+    "grad_reduce": Key("enum", "Type of the data-parallel gradient reduction, and of the gradients held "
+                               "(memory): auto (Megatron: fp32 when training in bf16 or fp8, else the training "
+                               "type), fp32, bf16 or fp16.",
                        enum=("auto", "fp32", "bf16", "fp16")),
 }
 
