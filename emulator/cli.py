@@ -173,7 +173,7 @@ DESTINATIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "calibrate": (("out", "--out", "file"),),
     "export": (("out", "--out", "folder"),),
     "validate": (("out", "--out", "folder"),),
-}
+}  # emulator live reads its own options after the scenario: it checks --out itself (live/launcher.py)
 
 
 def check_destinations(args: argparse.Namespace) -> None:

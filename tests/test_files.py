@@ -401,3 +401,30 @@ def test_a_figure_is_written_as_a_png_and_svg_pair(tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "an older drawing" not in (tmp_path / "p.svg").read_text()
     assert sorted(os.listdir(tmp_path)) == ["other.png", "p.png", "p.svg"]
+
+
+def test_live_out_on_a_file_is_refused_before_the_script_starts(tmp_path, monkeypatch, capsys):
+    import subprocess as sp
+
+    def boom(*a, **k):
+        raise AssertionError("the live script started before --out was checked")
+    monkeypatch.setattr(sp, "call", boom)
+    blocker = tmp_path / "f"
+    blocker.write_text("x")
+    scen = os.path.join(ROOT, "scenarios", "live-gloo-loopback.yaml")
+    assert main(["live", scen, "--out", str(blocker), "--", sys.executable, "-c", "pass"]) == 2
+    assert f"--out {blocker}: exists and is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_live_report_is_written_as_one_set(tmp_path):
+    from emulator.live.report import LIVE_FILES, write_report
+
+    out = tmp_path / "live"
+    record = {"rank": 0, "world": 2, "comms": [], "waits": [], "steps_s": [0.5, 1.0], "end_s": 1.0}
+    first = write_report(str(out), record, {"scenario": "a", "n": 1})
+    assert [os.path.basename(p) for p in first] == list(LIVE_FILES)
+    write_report(str(out), record, {"scenario": "b", "n": 2})
+    # the second set replaced the first whole; no staging folder is left behind
+    assert sorted(os.listdir(out)) == sorted(LIVE_FILES)
+    assert json.loads((out / "summary.json").read_text())["n"] == 2
+    assert json.loads((out / "trace.json").read_text())["otherData"]["scenario"] == "b"

@@ -149,9 +149,11 @@ def _env(args: argparse.Namespace, scenario, world: int, record: str, rank: int 
 
 def live_command(args: argparse.Namespace) -> str | int:
     from emulator.live.report import human, summarize, write_report
+    from emulator.outputs.destination import check_folder
     from emulator.scenario.reader import load_scenario
 
     args = _split(args)
+    check_folder(args.out, "--out")  # before the script starts, as every command's destinations
     scenario = load_scenario(args.scenario, args.set or [])
     world = _world(args, scenario)
     cmd = _command(list(args.command))

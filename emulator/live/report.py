@@ -15,9 +15,9 @@ iteration, on the local rank's timeline:
 from __future__ import annotations
 
 import json
-import os
 
 from emulator.outputs.atomic import write_atomic, write_text
+from emulator.outputs.fileset import write_set
 
 
 def _clipped(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
@@ -167,13 +167,15 @@ def trace_events(record: dict, scenario: str) -> list[dict]:
     return ev
 
 
+LIVE_FILES = ("summary.json", "trace.json", "record.json")  # the marker first (outputs/fileset.py)
+
+
 def write_report(out_dir: str, record: dict, summary: dict) -> list[str]:
-    """Write summary.json, trace.json and record.json into ``out_dir`` (atomically); return the paths."""
-    os.makedirs(out_dir, exist_ok=True)
-    paths = [os.path.join(out_dir, n) for n in ("summary.json", "trace.json", "record.json")]
-    write_text(paths[0], json.dumps(summary, indent=2) + "\n")
+    """Write summary.json, trace.json and record.json into ``out_dir`` as one set (outputs/fileset.py:
+    a summary.json only ever sits beside files of its own run); return the paths."""
     doc = {"displayTimeUnit": "ms", "otherData": {"scenario": summary["scenario"], "live": True},
            "traceEvents": trace_events(record, summary["scenario"])}
-    write_atomic(paths[1], lambda fh: json.dump(doc, fh, separators=(",", ":")))
-    write_text(paths[2], json.dumps(record) + "\n")
-    return paths
+    writers = {"summary.json": lambda p: write_text(p, json.dumps(summary, indent=2) + "\n"),
+               "trace.json": lambda p: write_atomic(p, lambda fh: json.dump(doc, fh, separators=(",", ":"))),
+               "record.json": lambda p: write_text(p, json.dumps(record) + "\n")}
+    return write_set(out_dir, writers, LIVE_FILES)
