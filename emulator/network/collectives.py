@@ -332,6 +332,13 @@ def _same_latency(op: str, group: tuple[int, ...], copy: tuple[int, ...], raw: R
                                   f"its representative on {group[:4]}{'...' if len(group) > 4 else ''} {flow[2]:.6g} s")
 
 
+def ring_factors(op: str, n: int) -> tuple[float, int]:
+    """(volume factor, steps) of a ring ``op`` on n members: all-reduce 2(n−1)/n of the buffer in
+    2(n−1) steps; reduce-scatter and all-gather (n−1)/n in n−1 (pure; the closed-form estimate
+    of emulator/studies/rank.py prices rings with it too)."""
+    return (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
+
+
 def ring(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
     """Ring reduce-scatter, all-gather, all-reduce or broadcast (one channel per local position across nodes)."""
     n = len(group)
@@ -339,7 +346,7 @@ def ring(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> 
         return ring_broadcast(model, group, root)
     if op == "all_to_all":
         return direct(model, op, group, root)
-    factor, steps = (2.0 * (n - 1) / n, 2 * (n - 1)) if op == "all_reduce" else ((n - 1) / n, n - 1)
+    factor, steps = ring_factors(op, n)
     rings = model.rings(group)
     k = len(rings)
     return [[model._ring_flows(r, factor / k, steps) for r in rings]]

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from emulator.devices import compute
+from emulator.network.collectives import ring_factors
 from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec, Scenario
 from emulator.scenario.stages import chunk_layers, stage_layers
 from emulator.workload import kernel_cost as KC
@@ -80,8 +81,8 @@ def ring_time(op: str, n: int, nbytes: float, link: Link) -> float:
         return 0.0
     if op == "p2p":
         return link.launch + link.alpha + nbytes / link.bandwidth
-    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
-    return link.launch + steps * link.alpha + steps / n * nbytes / link.bandwidth
+    factor, steps = ring_factors(op, n)
+    return link.launch + steps * link.alpha + factor * nbytes / link.bandwidth
 
 
 def intra_link(node: NodeSpec) -> Link:
