@@ -26,10 +26,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from emulator.spans import Span
+from emulator.spans import Span, SpanTable
 
 
-def union_length(starts: Sequence[float], ends: Sequence[float]) -> float:
+def union_length(starts: Sequence[float] | np.ndarray, ends: Sequence[float] | np.ndarray) -> float:
     """Length of the union of the intervals [starts[i], ends[i]) (vectorised: sort by start,
     a running maximum of the ends, a new segment wherever a start passes it)."""
     if len(starts) == 0:
@@ -59,8 +59,10 @@ class Breakdown:
                 "other": self.other}
 
 
-def _buckets(spans: Iterable[Span]) -> dict[int, list[array]]:
+def _buckets(spans: Iterable[Span]) -> dict[int, list[array]] | dict[int, list[np.ndarray]]:
     """Per rank, six flat arrays: compute, communication and optimizer starts and ends."""
+    if isinstance(spans, SpanTable):
+        return _table_buckets(spans)
     per_rank: dict[int, list[array]] = {}
     for s in spans:
         b = per_rank.get(s.rank)
@@ -78,12 +80,42 @@ def _buckets(spans: Iterable[Span]) -> dict[int, list[array]]:
     return per_rank
 
 
-def _rank_parts(bucket: list[array], span_total: float, pipelined: bool) -> tuple[float, float, float, float]:
+def _table_buckets(table: SpanTable) -> dict[int, list[np.ndarray]]:
+    """``_buckets`` of a SpanTable, from its columns (numpy; the same arrays, in the same order,
+    as the loop over its spans gives: ranks in order of first appearance, spans in order)."""
+    n = len(table)
+    if not n:
+        return {}
+    kind = np.array(table.column("kind"), dtype=object)
+    cpu = np.array([s == "cpu" for s in table.column("stream")], dtype=bool)
+    opt = np.array([c == "optimizer" for c in table.column("category")], dtype=bool)
+    is_compute = np.tile(kind == "compute", table.copies)
+    cpu, opt = np.tile(cpu, table.copies), np.tile(opt, table.copies)
+    start, end, xfer = (np.frombuffer(a, dtype=float) if isinstance(a, array) else np.asarray(a, dtype=float)
+                        for a in table.times())
+    ranks = np.asarray(table.ranks(), dtype=np.int64)
+    keep_c = is_compute & (end > start) & ~cpu
+    keep_m = ~is_compute & (end > xfer)
+    by_rank = np.argsort(ranks, kind="stable")  # each rank's spans together, in their order
+    values, first, counts = np.unique(ranks, return_index=True, return_counts=True)
+    bounds = np.concatenate(([0], np.cumsum(counts)))
+    out: dict[int, list[np.ndarray]] = {}
+    for v in np.argsort(first):  # ranks in order of first appearance
+        mine = by_rank[bounds[v]:bounds[v + 1]]
+        c = mine[keep_c[mine] & ~opt[mine]]
+        o = mine[keep_c[mine] & opt[mine]]
+        m = mine[keep_m[mine]]
+        out[int(values[v])] = [start[c], end[c], xfer[m], end[m], start[o], end[o]]
+    return out
+
+
+def _rank_parts(bucket: list[array] | list[np.ndarray], span_total: float,
+                pipelined: bool) -> tuple[float, float, float, float]:
     """(compute, exposed_comm, bubble, other) of one rank over all iterations."""
-    cs, ce, ms, me, os_, oe = bucket
+    cs, ce, ms, me, os_, oe = (np.asarray(a, dtype=float) for a in bucket)
     c = union_length(cs, ce)
-    cc = union_length(cs + ms, ce + me)
-    busy = union_length(cs + ms + os_, ce + me + oe)
+    cc = union_length(np.concatenate((cs, ms)), np.concatenate((ce, me)))
+    busy = union_length(np.concatenate((cs, ms, os_)), np.concatenate((ce, me, oe)))
     idle = max(0.0, span_total - busy)
     return c, cc - c, idle if pipelined else 0.0, (busy - cc) + (0.0 if pipelined else idle)
 

@@ -15,6 +15,9 @@ CSV_COLUMNS = ("op_id", "rank", "stream", "kind", "name", "start_s", "end_s", "b
                "microbatch", "stage")
 
 
+_STATIC = ("stream", "kind", "name", "bytes", "flops", "microbatch", "stage", "category", "layer")
+
+
 class Span(NamedTuple):
     """One op's record (a named tuple: immutable, small, cheap to make by the million)."""
 
@@ -92,6 +95,26 @@ class SpanTable(Sequence):
         return Span(self._ids[t] + k * self._stride, self._ranks[t] if m is None else m[self._ranks[t]], st[0], st[1],
                     st[2], self._start[index], self._end[index], st[3], st[4], st[5], st[6], st[7], self._xfer[index],
                     st[8])
+
+    def column(self, name: str) -> tuple:
+        """One static field (``stream``, ``kind``, ``category``, ...) of each *template* op; span
+        i has the value of template op i mod T (``copies`` copies of the template)."""
+        return self._cols[_STATIC.index(name)]
+
+    @property
+    def copies(self) -> int:  # noqa: D102
+        return len(self._maps)
+
+    def ranks(self) -> list[int]:
+        """The rank of every span, in order (without making the spans)."""
+        out: list[int] = []
+        for k in range(len(self._maps)):
+            out.extend(self._copy(k)[1])
+        return out
+
+    def times(self) -> tuple[Sequence[float], Sequence[float], Sequence[float]]:
+        """The start, end and transfer-start time of every span, in order."""
+        return self._start, self._end, self._xfer
 
     def rank_count(self) -> int:
         """How many distinct ranks have spans (without making them)."""

@@ -151,6 +151,10 @@ class CollectiveModel:
         self._calls = {}
         self._frozen = True
 
+    def plans(self, op: str, group: tuple[int, ...], root: int = -1) -> list[Plan]:
+        """Every prepared plan ``op`` on ``group`` may run (one per algorithm it may pick)."""
+        return [self._cache[(op, group, root, algo)] for algo in self.candidates(op, group)]
+
     # -- the choice of algorithm ------------------------------------------------
     def candidates(self, op: str, group: tuple[int, ...]) -> tuple[str, ...]:
         """The algorithms that may run ``op`` on ``group``: the fixed one (after its fallbacks),

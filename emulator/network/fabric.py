@@ -33,9 +33,12 @@ unfrozen flows) fixes x for every unfrozen flow crossing it; repeat.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import simpy
+
+from emulator.network.flows import Plan
 
 INF = float("inf")
 _TIE = 1e-12  # relative tolerance for links saturating at the same level
@@ -329,6 +332,36 @@ class Fabric:
         self._request_solve()
         f.done()
 
+    def run_plan(self, plan: Plan, nbytes: float, done: Callable[[], None]) -> None:
+        """Run a collective's or transfer's flow ``plan`` for a buffer of ``nbytes`` from now: its
+        phases one after the other, each flow of a phase started together (``transfer``); call
+        ``done()`` when the last flow of the last phase is done (an empty plan: at once)."""
+        if not plan:
+            done()
+            return
+        self._phase(plan, 0, nbytes, done)
+
+    def _phase(self, plan: Plan, p: int, nbytes: float, done: Callable[[], None]) -> None:
+        flows = plan[p]
+        if not flows:
+            self._next_phase(plan, p, nbytes, done)
+            return
+        left = [len(flows)]
+
+        def one_done() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                self._next_phase(plan, p, nbytes, done)
+
+        for f in flows:
+            self.transfer(f.links, f.weights, nbytes * f.volume, f.latency, one_done)
+
+    def _next_phase(self, plan: Plan, p: int, nbytes: float, done: Callable[[], None]) -> None:
+        if p + 1 < len(plan):
+            self._phase(plan, p + 1, nbytes, done)
+        else:
+            done()
+
     def link_load(self, link: int) -> float:
         """Current load Σ w·r on a link (B/s)."""
         s = self.on_link[link]
@@ -340,3 +373,36 @@ class Fabric:
                 if l2 == link:
                     total += w * f.rate
         return total
+
+
+@dataclass(frozen=True)
+class Alone:
+    """A plan run alone on an idle fabric from time 0: how long it takes, the bytes it leaves on
+    each link, and the load changes a listener of the fabric saw, as (time, {link: B/s})."""
+
+    duration: float
+    link_bytes: tuple[tuple[int, float], ...]
+    loads: tuple[tuple[float, dict[int, float]], ...]
+
+
+def alone(plan: Plan, nbytes: float, capacity: Sequence[float]) -> Alone:
+    """Run ``plan`` for ``nbytes`` by itself on a fresh fabric of ``capacity``.
+
+    Where nothing else ever uses a plan's links (the engine's private collectives), this is
+    exactly what the plan does in the full run, shifted by its start: max-min sharing happens
+    among its own flows only, and phases, latencies and rate changes are the same events."""
+    env = simpy.Environment()
+    fabric = Fabric(env, capacity)
+    loads: list[tuple[float, dict[int, float]]] = []
+    fabric.listeners.append(lambda now, load: loads.append((now, dict(load))))
+    end = [-1.0]
+
+    def done() -> None:
+        end[0] = env.now
+
+    fabric.run_plan(plan, nbytes, done)
+    env.run()
+    if end[0] < 0.0:
+        raise ValueError("a plan run alone never finished (a link of no capacity?)")
+    moved = tuple((l, b) for l, b in enumerate(fabric.bytes_on_link) if b)
+    return Alone(end[0], moved, tuple(loads))
