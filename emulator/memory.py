@@ -32,6 +32,19 @@ p·(1 + (p − 1)/(p·v)) chunks' worth on stage 0), read off the schedule itsel
 in-flight chunk counts its own layers, so an uneven split (scenario/stages.py) lightens
 the stages it lightens.
 
+What Megatron-Core/TE save, checked for a bf16 layer with SP (TransformerEngine 4b523d29, v2.2.0.dev0, its last
+commit before March 2025, as NeMo's Feb-Mar 2025 H100 tables): LayerNormLinear saves the norm input, mu, rsigma
+and the *local* (sequence-sharded) ln_out, and all-gathers it again in backward
+(transformer_engine/pytorch/module/layernorm_linear.py lines 338-348, 546-556), so the QKV and MLP
+inputs count h/t each; squared ReLU (torch.pow(relu(x), 2): NeMo 8cfedd72
+nemo/collections/llm/fn/activation.py line 37) keeps the ReLU output for pow's backward and
+the fc2 input keeps the square: 2f; the row-parallel projection saves the attention output,
+the same tensor the attention keeps, counted once. Stage 0's in-flight count is Megatron-Core
+0.12's warm-up (megatron/core/pipeline_parallel/schedules.py lines 690-701 at Megatron-LM 8a5521ac)
+plus the one forward that 1F1B runs before its first backward. Not modelled: fp8 (TE then saves
+some GEMM inputs in one byte, and NeMo's fp8 recipe keeps the weights in fp8: fp8_params = True),
+and Userbuffers' TP-overlap buffers (the NeMo recipe's tp_comm_overlap).
+
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers,
 plus with ZeRO-3 the gathered bf16 weights of two layers (the one running and the
 prefetched one), plus on the last stage the fp32 logits of one micro-batch.
@@ -46,8 +59,11 @@ from emulator.workload import models as M
 from emulator.workload.plan import grad_reduce_bytes
 from emulator.workload.schedules import max_in_flight, schedule
 
-# ASSUMPTION: CUDA context (~0.5 GiB) + cuBLAS workspace + NCCL communicator buffers
-# (a few MiB per channel and peer) come to about 1 GiB per GPU in Megatron-style runs.
+# ASSUMPTION: CUDA context (~0.5 GiB, no source on disk) + cuBLAS workspace (TE: 32 MiB on Hopper, 4 MiB
+# before, TransformerEngine 4b523d29 transformer_engine/pytorch/module/base.py line 54, three of them with
+# Userbuffers, line 265) + NCCL buffers (Simple protocol 4 MiB per channel and peer: NCCL 5067397c
+# src/init.cc line 813, DEFAULT_BUFFSIZE) come to
+# about 1 GiB per GPU in Megatron-style runs.
 WORKSPACE_BYTES = 2**30
 ADAM_STATE_BYTES = 12  # fp32 master weight, momentum, variance
 WEIGHT_BYTES = 2  # bf16 weight

@@ -91,13 +91,23 @@ def test_does_not_fit():
     assert not r.fits and r.peak_bytes_per_gpu > 16 * 174e9 / 8
 
 
+# NeMo's H100 performance table (NeMo 81d94d15 to 64e6c666, Feb-Mar 2025,
+# scripts/performance/recommended_model_configs/model_configs_h100.csv, rows pre_train,nemotron4,340b) lists two
+# layouts on 128 H100, TP8 PP8 VP12, micro-batch 1, global batch 32: bf16 with CP2 (so DP 128/(8·8·2) = 1,
+# scripts/performance/utils.py line 224) and fp8 with CP1, DP2. The DP2 layout is thus the fp8 run.
 NEMOTRON_340B = """
 name: nemotron4-340b-128-h100
 cluster: {nodes: 16, node: dgx-h100}
 model: {preset: nemotron4-340b}
 training: {global_batch: 32, micro_batch: 1, recompute: selective, attention: flash, grad_reduce: bf16}
-parallel: {tp: 8, pp: 8, dp: 2, sequence_parallel: true, zero: 1, schedule: interleaved-1f1b, virtual_stages: 12}
+parallel: {tp: 8, pp: 8, dp: %d, cp: %d, sequence_parallel: true, zero: 1, schedule: interleaved-1f1b, virtual_stages: 12}
 """
+
+# Stage 0 holds 12 layers (8 stages × 12 chunks of 1 layer) and the embedding. Per layer and GPU:
+# (QKV h·(h + 2·1536) + proj h² + MLP 2·h·f)/8 + two LayerNorms' gains and shifts 4h = (396 361 728
+# + 339 738 624 + 2 717 908 992)/8 + 73 728 = 431 824 896; ×12 = 5 181 898 752; + embedding 256 000·h/8
+# = 589 824 000 → Ψ = 5 771 722 752; 10Ψ = 57 717 227 520 (bf16 weight 2 + bf16 gradient 2 + 12/2 Adam).
+NEMOTRON_PSI = 5_771_722_752
 
 
 def test_nemotron_layer_activations_by_hand():
@@ -109,24 +119,33 @@ def test_nemotron_layer_activations_by_hand():
     m = catalog.model_preset("nemotron4-340b")
     assert (m.activation, m.biases, m.dropout, m.swiglu) == ("squared_relu", False, False, False)
     assert layer_activation_bytes(m, 1, 4096, 8, True, "selective", flash=True) == 267_386_880
+    # CP2 halves the sequence each rank holds: 522 240·2048/8 = 133 693 440 B
+    assert layer_activation_bytes(m, 1, 2048, 8, True, "selective", flash=True) == 133_693_440
 
 
-def test_nemotron4_340b_memory_breakdown_by_hand():
-    """NeMo's Nemotron-4 340B layout on 128 H100, term by term (README, "Memory")."""
+def test_nemotron4_340b_bf16_layout_fits():
+    """NeMo's bf16 Nemotron-4 340B layout on 128 H100 (CP2, DP1), term by term (README, "Memory")."""
     from emulator.scenario import load_scenario_text
 
-    r = memory_report(load_scenario_text(NEMOTRON_340B, "nemotron.yaml"))
-    # Stage 0 holds 12 layers (8 stages × 12 chunks of 1 layer) and the embedding. Per layer and GPU:
-    # (QKV h·(h + 2·1536) + proj h² + MLP 2·h·f)/8 + RMS gains 2h = (396 361 728 + 339 738 624
-    # + 2 717 908 992)/8 + 36 864 = 431 788 032; ×12 = 5 181 456 384; + embedding 256 000·h/8
-    # = 589 824 000 → Ψ = 5 771 280 384.
-    psi = 5_771_280_384
+    r = memory_report(load_scenario_text(NEMOTRON_340B % (1, 2), "nemotron.yaml"))
     assert r.stage == 0
-    assert r.breakdown["params"] == 2 * psi and r.breakdown["grads"] == 2 * psi  # bf16 gradients
-    assert r.breakdown["optimizer"] == 12 * psi / 2  # distributed optimizer over dp 2
+    assert r.breakdown["params"] == 2 * NEMOTRON_PSI and r.breakdown["grads"] == 2 * NEMOTRON_PSI
+    assert r.breakdown["optimizer"] == 12 * NEMOTRON_PSI / 2  # distributed optimizer over dp·cp = 2
     # Megatron's interleaved warm-up on stage 0: (p − 1)·2 + (v − 1)·p = 14 + 88 = 102 chunk passes,
-    # plus the one in 1F1B: 103 one-layer chunks of 267 386 880 B = 27 540 848 640 B
+    # plus the one in 1F1B: 103 one-layer chunks of 133 693 440 B = 13 770 424 320 B
+    assert r.breakdown["activations"] == 103 * 133_693_440
+    # 57 717 227 520 + 13 770 424 320 + 2^30 = 72 561 393 664 B: fits 80 GiB (85 899 345 920) by 13.3 GB
+    assert r.peak_bytes_per_gpu == 72_561_393_664 and r.fits
+
+
+def test_nemotron4_340b_dp2_layout_in_bf16_does_not_fit():
+    """The DP2 layout (NeMo's fp8 row) costed as bf16: the memory model has no fp8 terms (README, "Memory")."""
+    from emulator.scenario import load_scenario_text
+
+    r = memory_report(load_scenario_text(NEMOTRON_340B % (2, 1), "nemotron.yaml"))
+    assert r.stage == 0
+    assert r.breakdown["params"] + r.breakdown["grads"] + r.breakdown["optimizer"] == 10 * NEMOTRON_PSI
+    # 103 one-layer chunks of 267 386 880 B = 27 540 848 640 B
     assert r.breakdown["activations"] == 103 * 267_386_880
-    # 10Ψ + activations + 2^30 = 57 712 803 840 + 27 540 848 640 + 1 073 741 824 = 86 327 394 304 B,
-    # 0.43 GB above 80 GiB (85 899 345 920): the README's "Memory" section says what this leaves open
-    assert r.peak_bytes_per_gpu == 86_327_394_304
+    # 57 717 227 520 + 27 540 848 640 + 2^30 = 86 331 817 984 B, 0.43 GB above 80 GiB
+    assert r.peak_bytes_per_gpu == 86_331_817_984 and not r.fits

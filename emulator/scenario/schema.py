@@ -204,6 +204,8 @@ MODEL_KEYS: dict[str, Key] = {
                       enum=("gelu", "swiglu", "squared_relu")),
     "biases": Key("bool", "Linear biases and layernorm shifts; absent: yes for gelu/squared_relu, no for swiglu."),
     "dropout": Key("bool", "Hidden and attention dropout in training; absent: as biases."),
+    "norm": Key("enum", "The layers' norms: layernorm (gain and shift, 2h each; GPT, Nemotron) or rmsnorm (gain, h; "
+                        "Llama); absent: layernorm if biases, else rmsnorm.", enum=("layernorm", "rmsnorm")),
     "expert_ffn_hidden": Key("int", "MLP width of one routed expert (MoE); 0 or absent: ffn_hidden.", minimum=0,
                              maximum=10**8),
     "shared_experts": Key("int", "Shared experts every token goes through (DeepSeek-MoE, Qwen-MoE); 0: none.",
