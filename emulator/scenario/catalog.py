@@ -242,10 +242,10 @@ MODELS: dict[str, dict[str, Any]] = {
     # Nemotron-4 (NVIDIA): squared-ReLU MLP of 4h, no biases, no dropout, GQA with 8 KV heads, RoPE,
     # untied embeddings, 256k vocabulary, 4096 tokens. 340B: arXiv 2406.11704 (Nemotron-4 340B
     # Technical Report, section 2.1); 15B: arXiv 2402.16819 (Nemotron-4 15B, Table 1). LayerNorm with a
-    # shift although the linears have no biases: NeMo 8cfedd72 nemo/collections/llm/gpt/model/nemotron.py
-    # line 44 (normalization "LayerNorm", add_bias_linear False), and TE's LayerNormLinear keeps a
-    # layer_norm_bias for any norm but RMSNorm (TransformerEngine 4b523d29, v2.2.0.dev0,
-    # transformer_engine/pytorch/module/layernorm_linear.py line 1002).
+    # shift although the linears have no biases: NeMo 64e6c666 nemo/collections/llm/gpt/model/nemotron.py
+    # lines 40 and 44 (normalization "LayerNorm", add_bias_linear False), and TE's LayerNormLinear keeps a
+    # layer_norm_bias for any norm but RMSNorm (TransformerEngine 3b2a7b00, v1.14,
+    # transformer_engine/pytorch/module/layernorm_linear.py line 952).
     "nemotron4-15b": _nemotron(32, 6144, 48),
     "nemotron4-340b": _nemotron(96, 18432, 96),
     # DeepSeek (sources above): layers, hidden, heads, dense ffn, expert ffn, routed, shared, top-k,

@@ -245,6 +245,9 @@ TRAINING_KEYS: dict[str, Key] = {
                                "(memory): auto (Megatron: fp32 when training in bf16 or fp8, else the training "
                                "type), fp32, bf16 or fp16.",
                        enum=("auto", "fp32", "bf16", "fp16")),
+    "fp8_params": Key("bool", "With precision fp8: the layers' GEMM weights are kept in fp8 (1 B; NeMo's "
+                              "fp8_params, Megatron's --fp8-param-gather); false: bf16 weights plus "
+                              "Transformer Engine's cached fp8 copy and its transpose (memory only)."),
 }
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")

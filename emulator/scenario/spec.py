@@ -160,6 +160,7 @@ class TrainingSpec:
     recompute: str = "none"  # none | selective | full
     attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash
     grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16
+    fp8_params: bool = False  # fp8 only: the layers' GEMM weights stored in fp8 (NeMo's fp8_params, memory.py)
 
 
 @dataclass(frozen=True)
