@@ -32,6 +32,23 @@ p·(1 + (p − 1)/(p·v)) chunks' worth on stage 0), read off the schedule itsel
 in-flight chunk counts its own layers, so an uneven split (scenario/stages.py) lightens
 the stages it lightens.
 
+What Megatron-Core and Transformer Engine save, read in the versions NeMo pinned when it ran
+Nemotron-4 340B on 128 H100 (NeMo 64e6c666 requirements/manifest.json: TransformerEngine 3b2a7b00,
+v1.14; Megatron-LM 791b70e0, Core 0.11). bf16: LayerNormLinear saves the norm input, mu, rsigma and
+the *local* (sequence-sharded) ln_out and all-gathers it again in backward (TE
+transformer_engine/pytorch/module/layernorm_linear.py lines 327-337 and 464), so the QKV and MLP inputs
+count h/t each; squared ReLU (torch.pow(relu(x), 2), NeMo nemo/collections/llm/fn/activation.py
+line 37) keeps the ReLU output for pow's backward and fc2 keeps the square; the row-parallel
+projection saves the attention output, the tensor the fused attention keeps (TE attention.py lines
+6806-6807: q, k, v, out), counted once. fp8 (``training.precision: fp8``): ln_out is written in fp8
+(layernorm_linear.py line 130) and the row-parallel Linear saves its fp8 input (linear.py lines
+120 and 299), so the QKV, MLP, projection and fc2 inputs cost one byte; Q, K, V and the up
+outputs stay bf16; without recompute the fused attention still keeps its bf16 output beside the
+projection's fp8 copy. fp8 weights: :func:`fp8_weight_bytes` (``training.fp8_params``). Stage 0's
+in-flight count is Megatron's warm-up (megatron/core/pipeline_parallel/schedules.py lines 696-701 at
+791b70e0) plus the one forward that 1F1B runs before its first backward. Not modelled: the
+Userbuffers of TE's TP-overlap (tp_comm_overlap; ten (s·b/cp)×h buffers, TE base.py initialize_ub).
+
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers,
 plus with ZeRO-3 the gathered bf16 weights of two layers (the one running and the
 prefetched one), plus on the last stage the fp32 logits of one micro-batch.
@@ -46,8 +63,10 @@ from emulator.workload import models as M
 from emulator.workload.plan import grad_reduce_bytes
 from emulator.workload.schedules import max_in_flight, schedule
 
-# ASSUMPTION: CUDA context (~0.5 GiB) + cuBLAS workspace + NCCL communicator buffers
-# (a few MiB per channel and peer) come to about 1 GiB per GPU in Megatron-style runs.
+# ASSUMPTION: CUDA context (~0.5 GiB, no source on disk) + cuBLAS workspace (TE: 32 MiB on Hopper, 4 MiB
+# before, TransformerEngine 3b2a7b00 transformer_engine/pytorch/module/base.py lines 55-58, three of them
+# with Userbuffers, line 266) + NCCL buffers (Simple protocol 4 MiB per channel and peer: NCCL 5067397c
+# src/init.cc line 813, DEFAULT_BUFFSIZE) come to about 1 GiB per GPU in Megatron-style runs.
 WORKSPACE_BYTES = 2**30
 ADAM_STATE_BYTES = 12  # fp32 master weight, momentum, variance
 WEIGHT_BYTES = 2  # bf16 weight
@@ -79,21 +98,28 @@ def _rank_load(r: ModelSpec, ep: int) -> float:
     return (r.moe_imbalance + local - 1) / local
 
 
-def _attention_terms(r: ModelSpec) -> tuple[float, float]:
-    """(replicated, sharded) stored elements per token of the attention block's projections."""
+def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, float]:
+    """(replicated, sharded) stored bytes per token of the attention block's projections; ``g`` bytes per
+    element of a saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its bf16
+    output, which in fp8 is not the tensor the projection saves."""
     h, a = r.hidden, r.heads
+    d_v = M.head_dims(r)[1] if M.is_mla(r) else h // a
+    out = a * d_v  # the projection's input width
+    proj = 2 * out if g == 2 else g * out + (2 * out if keeps_out else 0)
     if M.is_mla(r):
-        d_qk, d_v = M.head_dims(r)
-        latents = 2 * (2 * r.q_lora_rank + 2 * r.kv_lora_rank + r.qk_rope_head_dim)
-        return 2 * h + latents, 2 * a * d_qk * 2 + 2 * a * d_v * 2  # Q, K; V, projection input
+        d_qk = M.head_dims(r)[0]
+        q, kv = r.q_lora_rank, r.kv_lora_rank
+        latents = 2 * (q + kv + r.qk_rope_head_dim) + g * (q + kv)  # norm inputs; up-projection inputs
+        return g * h + latents, 2 * a * d_qk * 2 + 2 * a * d_v + proj  # QKV input; Q, K, V, projection
     kvd = r.kv_heads * (h // a)
-    return 2 * h, 2 * (h + kvd) + 2 * kvd + 2 * h  # QKV input; Q, K, V, projection input
+    return g * h, 2 * (h + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
 
 
-def _mlp_terms(r: ModelSpec, moe: bool, ep: int) -> float:
-    """Stored elements per token of the MLP (or the experts): up output(s) and activation output."""
+def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int) -> float:
+    """Stored bytes per token of the MLP (or the experts): up output(s) in bf16, kept by the activation
+    function, and the activation's output, the down GEMM's input (``g`` bytes)."""
     def mlp(width: int) -> float:
-        return 2 * width * (2 if r.swiglu else 1) + 2 * width
+        return 2 * width * (2 if r.swiglu else 1) + g * width
     if not moe:
         return mlp(r.ffn_hidden)
     routed = r.top_k * _rank_load(r, ep)
@@ -102,9 +128,10 @@ def _mlp_terms(r: ModelSpec, moe: bool, ep: int) -> float:
 
 def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                            recompute: str = "none", flash: bool = False, dtype: int = 2,
-                           ep: int = 1, moe: bool | None = None) -> float:
+                           ep: int = 1, moe: bool | None = None, fp8: bool = False) -> float:
     """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``moe``
-    False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts)."""
+    False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts);
+    ``fp8``: Transformer Engine saves the GEMM inputs in fp8."""
     r = M.resolve(m)
     h, a = r.hidden, r.heads
     dropout = M.has_dropout(r)
@@ -112,9 +139,10 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     if recompute == "full":
         return 2 * s * b * h * dtype / 2 / (t if sp else 1)
     mask = 1.0 if dropout else 0.0  # 1-byte dropout mask per element of h
-    attn_rep, attn_sharded = _attention_terms(r)
-    replicated = 2 * 2 * h + 2 * mask * h + attn_rep + 2 * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
-    sharded = attn_sharded + _mlp_terms(r, bool(r.experts) if moe is None else moe, ep)
+    g = 1 if fp8 else 2
+    attn_rep, attn_sharded = _attention_terms(r, g, keeps_out=flash and recompute == "none")
+    replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
+    sharded = attn_sharded + _mlp_terms(r, bool(r.experts) if moe is None else moe, ep, g)
     scores = 0.0 if flash or recompute == "selective" else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
     if sp:
         return unit * (replicated + sharded + scores) / t
@@ -152,6 +180,43 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
     return dense, expert
 
 
+def _linear_weights(r: ModelSpec) -> tuple[int, int]:
+    """(attention, one MLP of ``ffn_hidden``'s shape per unit width) GEMM weights of one layer, without
+    biases or norms: the weights Transformer Engine's Linear modules hold, which fp8 stores or copies."""
+    h = r.hidden
+    if M.is_mla(r):
+        attn = M.attention_params(r) - r.q_lora_rank - r.kv_lora_rank  # less the two latent norms
+    else:
+        attn = h * (h + 2 * r.kv_heads * (h // r.heads)) + h * h
+    return attn, (3 if r.swiglu else 2) * h
+
+
+def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tuple[float, float]:
+    """(dense, expert) GEMM weights of the transformer layers held by one GPU of pipeline stage
+    ``stage`` (as :func:`_stage_params`, without embeddings, head, norms, biases and routers)."""
+    r = M.resolve(m)
+    par = sc.parallel
+    attn, per_width = _linear_weights(r)
+    lead = _dense_layers_of(sc, stage) if r.experts else 0
+    dense_layer = (attn + per_width * r.ffn_hidden) / par.tp
+    if not r.experts:
+        return dense_layer * layers, 0.0
+    moe_layer = (attn + (per_width * M.shared_ffn(r) if r.shared_experts else 0)) / par.tp
+    experts = per_width * M.expert_ffn(r) * r.experts / par.ep / par.tp
+    return dense_layer * lead + moe_layer * (layers - lead), experts * (layers - lead)
+
+
+def fp8_weight_bytes(linear: float, fp8_params: bool) -> float:
+    """Bytes that fp8 adds to (or, negative, takes from) the bf16 weights of ``linear`` GEMM weights:
+    -1 B each when they are stored in fp8 (NeMo's fp8_params: TE Float8Tensor parameters, which
+    Megatron-Core 0.11's DDP keeps in a uint8 buffer, megatron/core/distributed/distributed_data_parallel.py
+    lines 115-122 at Megatron-LM 791b70e0); else +2 B each, TE's fp8 copy of each bf16 weight and its
+    transpose, cached across micro-batches (TransformerEngine 3b2a7b00, v1.14,
+    transformer_engine/pytorch/module/base.py lines 1106 and 1119; Megatron-Core passes the cache key,
+    megatron/core/extensions/transformer_engine.py lines 246-247)."""
+    return (-1.0 if fp8_params else 2.0) * linear
+
+
 def _dense_layers_of(sc: Scenario, stage: int) -> int:
     """How many of an MoE model's dense leading layers pipeline stage ``stage`` holds."""
     m, par = M.resolve(sc.model) if sc.model else None, sc.parallel
@@ -181,9 +246,11 @@ def memory_report(sc: Scenario) -> MemoryReport:
     split = stage_layers(chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
                                       par.last_chunk_layers), par.pp)
     sp = par.sequence_parallel and par.tp > 1
-    per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep)
-    per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep, False)
-                 if m.experts and m.first_dense_layers else per_layer)
+    fp8 = tr.precision == "fp8"
+    per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
+                                       fp8=fp8)
+    per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
+                                        False, fp8) if m.experts and m.first_dense_layers else per_layer)
     best: MemoryReport | None = None
     for stage in range(par.pp):
         mine = split[stage]  # layers of each of this stage's chunks
@@ -193,6 +260,11 @@ def memory_report(sc: Scenario) -> MemoryReport:
         if expert:
             ex = model_state_bytes(expert, max(1, d // par.ep), par.zero, grad_bytes)
             states = {k: states[k] + ex[k] for k in states}
+        if fp8:
+            lin_dense, lin_expert = _stage_linear_params(m, sc, stage, sum(mine))
+            z3 = par.zero >= 3  # ZeRO-3 shards the weights, and so their fp8 forms
+            states["params"] += fp8_weight_bytes(lin_dense / (d if z3 else 1)
+                                                 + lin_expert / (max(1, d // par.ep) if z3 else 1), tr.fp8_params)
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
         chunks = max_in_flight(tasks)
         worst = max(per_layer, per_dense) if _dense_layers_of(sc, stage) else per_layer

@@ -208,6 +208,11 @@ HEAD = "name: x\ncluster:\n  nodes: 2\n  node: dgx-a100\n"
     (HEAD + "  overrides:\n    - {kind: gpu_slowdown, target: 'gpu:16'}\n",
      "x.yaml:6: cluster.overrides[0].target: there is no gpu 16: the cluster has GPUs 0 to 15"),
     (HEAD + "  node: dgx-h100\n", 'x.yaml:5: duplicate key "node" (first given at line 4)'),
+    (HEAD + "model:\n  preset: nemotron4-15b\n  norm: rms\n",
+     'x.yaml:7: model.norm: expected one of layernorm, rmsnorm, got "rms"; did you mean "rmsnorm"?'),
+    (HEAD + "model:\n  preset: gpt3-125m\ntraining:\n  global_batch: 16\n  fp8_params: true\n",
+     "x.yaml:9: training.fp8_params: fp8 weights need training.precision: fp8 (it is bf16); remove "
+     "fp8_params or set the precision"),
 ])
 def test_message_shape(text, message):
     assert _error(text) == message

@@ -91,13 +91,25 @@ def test_does_not_fit():
     assert not r.fits and r.peak_bytes_per_gpu > 16 * 174e9 / 8
 
 
+# NeMo's H100 performance table (NeMo 81d94d15 to 64e6c666, Feb-Mar 2025,
+# scripts/performance/recommended_model_configs/model_configs_h100.csv, rows pre_train,nemotron4,340b) lists two
+# layouts on 128 H100, TP8 PP8 VP12, micro-batch 1, global batch 32: bf16 with CP2 (so DP 128/(8·8·2) = 1,
+# scripts/performance/utils.py line 224) and fp8 with CP1, DP2. The DP2 layout is thus the fp8 run. The recipe
+# sets no activation recompute (nemotron4_340b.py; Megatron-LM 791b70e0 transformer_config.py: recompute_granularity
+# None); with fused attention the bf16 activations are the same under selective recompute.
 NEMOTRON_340B = """
 name: nemotron4-340b-128-h100
 cluster: {nodes: 16, node: dgx-h100}
 model: {preset: nemotron4-340b}
-training: {global_batch: 32, micro_batch: 1, recompute: selective, attention: flash, grad_reduce: bf16}
-parallel: {tp: 8, pp: 8, dp: 2, sequence_parallel: true, zero: 1, schedule: interleaved-1f1b, virtual_stages: 12}
+training: {global_batch: 32, micro_batch: 1, recompute: none, attention: flash, grad_reduce: bf16}
+parallel: {tp: 8, pp: 8, dp: %d, cp: %d, sequence_parallel: true, zero: 1, schedule: interleaved-1f1b, virtual_stages: 12}
 """
+
+# Stage 0 holds 12 layers (8 stages × 12 chunks of 1 layer) and the embedding. Per layer and GPU:
+# (QKV h·(h + 2·1536) + proj h² + MLP 2·h·f)/8 + two LayerNorms' gains and shifts 4h = (396 361 728
+# + 339 738 624 + 2 717 908 992)/8 + 73 728 = 431 824 896; ×12 = 5 181 898 752; + embedding 256 000·h/8
+# = 589 824 000 → Ψ = 5 771 722 752; 10Ψ = 57 717 227 520 (bf16 weight 2 + bf16 gradient 2 + 12/2 Adam).
+NEMOTRON_PSI = 5_771_722_752
 
 
 def test_nemotron_layer_activations_by_hand():
@@ -109,24 +121,88 @@ def test_nemotron_layer_activations_by_hand():
     m = catalog.model_preset("nemotron4-340b")
     assert (m.activation, m.biases, m.dropout, m.swiglu) == ("squared_relu", False, False, False)
     assert layer_activation_bytes(m, 1, 4096, 8, True, "selective", flash=True) == 267_386_880
+    # CP2 halves the sequence each rank holds: 522 240·2048/8 = 133 693 440 B
+    assert layer_activation_bytes(m, 1, 2048, 8, True, "selective", flash=True) == 133_693_440
 
 
-def test_nemotron4_340b_memory_breakdown_by_hand():
-    """NeMo's Nemotron-4 340B layout on 128 H100, term by term (README, "Memory")."""
+def test_nemotron4_340b_bf16_layout_fits():
+    """NeMo's bf16 Nemotron-4 340B layout on 128 H100 (CP2, DP1), term by term (README, "Memory")."""
     from emulator.scenario import load_scenario_text
 
-    r = memory_report(load_scenario_text(NEMOTRON_340B, "nemotron.yaml"))
-    # Stage 0 holds 12 layers (8 stages × 12 chunks of 1 layer) and the embedding. Per layer and GPU:
-    # (QKV h·(h + 2·1536) + proj h² + MLP 2·h·f)/8 + RMS gains 2h = (396 361 728 + 339 738 624
-    # + 2 717 908 992)/8 + 36 864 = 431 788 032; ×12 = 5 181 456 384; + embedding 256 000·h/8
-    # = 589 824 000 → Ψ = 5 771 280 384.
-    psi = 5_771_280_384
+    r = memory_report(load_scenario_text(NEMOTRON_340B % (1, 2), "nemotron.yaml"))
     assert r.stage == 0
-    assert r.breakdown["params"] == 2 * psi and r.breakdown["grads"] == 2 * psi  # bf16 gradients
-    assert r.breakdown["optimizer"] == 12 * psi / 2  # distributed optimizer over dp 2
+    assert r.breakdown["params"] == 2 * NEMOTRON_PSI and r.breakdown["grads"] == 2 * NEMOTRON_PSI
+    assert r.breakdown["optimizer"] == 12 * NEMOTRON_PSI / 2  # distributed optimizer over dp·cp = 2
     # Megatron's interleaved warm-up on stage 0: (p − 1)·2 + (v − 1)·p = 14 + 88 = 102 chunk passes,
-    # plus the one in 1F1B: 103 one-layer chunks of 267 386 880 B = 27 540 848 640 B
+    # plus the one in 1F1B: 103 one-layer chunks of 133 693 440 B = 13 770 424 320 B
+    assert r.breakdown["activations"] == 103 * 133_693_440
+    # 57 717 227 520 + 13 770 424 320 + 2^30 = 72 561 393 664 B: fits 80 GiB (85 899 345 920) by 13.3 GB
+    assert r.peak_bytes_per_gpu == 72_561_393_664 and r.fits
+
+
+def test_nemotron4_340b_dp2_layout_in_bf16_does_not_fit():
+    """The DP2 layout (NeMo's fp8 row) costed as if it ran in bf16: it would not fit."""
+    from emulator.scenario import load_scenario_text
+
+    r = memory_report(load_scenario_text(NEMOTRON_340B % (2, 1), "nemotron.yaml"))
+    assert r.stage == 0
+    assert r.breakdown["params"] + r.breakdown["grads"] + r.breakdown["optimizer"] == 10 * NEMOTRON_PSI
+    # 103 one-layer chunks of 267 386 880 B = 27 540 848 640 B
     assert r.breakdown["activations"] == 103 * 267_386_880
-    # 10Ψ + activations + 2^30 = 57 712 803 840 + 27 540 848 640 + 1 073 741 824 = 86 327 394 304 B,
-    # 0.43 GB above 80 GiB (85 899 345 920): the README's "Memory" section says what this leaves open
-    assert r.peak_bytes_per_gpu == 86_327_394_304
+    # 57 717 227 520 + 27 540 848 640 + 2^30 = 86 331 817 984 B, 0.43 GB above 80 GiB
+    assert r.peak_bytes_per_gpu == 86_331_817_984 and not r.fits
+
+
+def test_fp8_keeps_gemm_inputs_in_one_byte():
+    # GPT-3 22B layer, b 4, s 2048, t 8, SP, selective recompute. bf16 keeps 34·sbh/t: norm inputs 4h,
+    # dropout masks 2h, QKV and MLP inputs 2h + 2h; Q, K, V 6h, projection input 2h, GeLU input 8h and
+    # output 8h. In fp8 (TE 1.14) the QKV and MLP inputs (ln_out), the projection input and the fc2 input
+    # are saved in one byte: 34 − 1 − 1 − 1 − 4 = 27 → 27·sbh/8 = 169 869 312 B
+    assert layer_activation_bytes(GPT22, 4, 2048, 8, True, "selective", fp8=True) == 27 * SBH / 8
+    # Nemotron-4 340B, s 4096, t 8, SP, flash. No recompute: TE's fused attention also keeps its bf16
+    # output (2h) beside the projection's fp8 copy (h): 4h + h + 2h + 4·1536 + 3h + h + 2f + f
+    # = 11h + 6144 + 3f = 430 080 B a token → ·512 = 220 200 960 B
+    m = catalog.model_preset("nemotron4-340b")
+    assert layer_activation_bytes(m, 1, 4096, 8, True, "none", flash=True, fp8=True) == 220_200_960
+    # selective recompute keeps only Q, K, V of the attention: 11h − 2h → 393 216·512 = 201 326 592 B
+    assert layer_activation_bytes(m, 1, 4096, 8, True, "selective", flash=True, fp8=True) == 201_326_592
+
+
+NEMOTRON_FP8 = NEMOTRON_340B.replace("grad_reduce: bf16", "grad_reduce: bf16, precision: fp8, fp8_params: %s")
+
+
+def test_nemotron4_340b_fp8_layout_fits():
+    """NeMo's fp8 Nemotron-4 340B layout on 128 H100 (DP2): bf16_with_fp8_mixed (fp8_params = True), no
+    activation recompute in the recipe, bf16 gradients (README, "Memory")."""
+    from emulator.scenario import load_scenario_text
+
+    r = memory_report(load_scenario_text(NEMOTRON_FP8 % ("true", 2, 1), "nemotron.yaml"))
+    # GEMM weights of stage 0: 12 layers × (396 361 728 + 339 738 624 + 2 717 908 992)/8 = 12 × 431 751 168
+    # = 5 181 014 016, held in fp8 (1 B, not 2): params 2Ψ − 5 181 014 016 = 11 543 445 504 − 5 181 014 016
+    # = 6 362 431 488; bf16 gradients 2Ψ = 11 543 445 504; Adam 6Ψ = 34 630 336 512
+    assert r.stage == 0
+    assert r.breakdown["params"] == 6_362_431_488
+    assert r.breakdown["grads"] == 11_543_445_504 and r.breakdown["optimizer"] == 34_630_336_512
+    # 103 one-layer chunks × 220 200 960 B = 22 680 698 880 B
+    assert r.breakdown["activations"] == 103 * 220_200_960
+    # 52 536 213 504 + 22 680 698 880 + 2^30 = 76 290 654 208 B: fits 80 GiB by 9.6 GB
+    assert r.peak_bytes_per_gpu == 76_290_654_208 and r.fits
+    # with bf16 weights TE caches an fp8 copy and its transpose: +2 B per GEMM weight instead of −1 B:
+    # params 11 543 445 504 + 10 362 028 032 = 21 905 473 536 → peak 76 290 654 208 + 3·5 181 014 016
+    # = 91 833 696 256 B: does not fit
+    bf16_weights = memory_report(load_scenario_text(NEMOTRON_FP8 % ("false", 2, 1), "nemotron.yaml"))
+    assert bf16_weights.breakdown["params"] == 21_905_473_536
+    assert bf16_weights.peak_bytes_per_gpu == 91_833_696_256 and not bf16_weights.fits
+
+
+def test_fp8_weights_of_an_moe_model():
+    # Mixtral 8x7B on 8 GPUs, dp 8, ep 8, ZeRO-1. GEMM weights per layer: attention 4096·(4096 + 2·8·128)
+    # + 4096² = 41 943 040; one expert 3·4096·14 336 = 176 160 768, 8 experts over ep 8 → one per GPU.
+    # 32 layers: 32·(41 943 040 + 176 160 768) = 6 979 321 856 B fewer with fp8 weights than in bf16.
+    m = catalog.model_preset("mixtral-8x7b")
+    par = ParallelSpec(dp=8, ep=8, zero=1)
+    h100 = NodeSpec("n", 8, catalog.gpu("H100-SXM5-80GB"), "nvswitch", 450e9, 0.15e-6, 0.8, 8, 50e9, 0.5e-6, 0.96)
+    bf16 = memory_report(Scenario("m", ClusterSpec(1, h100), m, TrainingSpec(global_batch=8, micro_batch=1), par))
+    fp8 = memory_report(Scenario("m", ClusterSpec(1, h100), m, TrainingSpec(
+        global_batch=8, micro_batch=1, precision="fp8", fp8_params=True), par))
+    assert bf16.breakdown["params"] - fp8.breakdown["params"] == 6_979_321_856

@@ -56,17 +56,29 @@ def test_override_and_checks():
 
 def test_nemotron_presets_count_no_biases():
     # Nemotron-4 340B: per layer QKV h·(h + 2·8·192) = 18 432·21 504 = 396 361 728, proj h² = 339 738 624,
-    # MLP 2·h·4h = 2 717 908 992 (squared ReLU: two matrices, no biases), RMS gains 2h = 36 864
-    # → 3 454 046 208; ×96 = 331 588 435 968; + embedding and untied head 2·256 000·h = 9 437 184 000
-    # + final gain h = 18 432 → 341 025 638 400 (the report's "340B")
+    # MLP 2·h·4h = 2 717 908 992 (squared ReLU: two matrices, no biases), two LayerNorms of gain and shift
+    # 4h = 73 728 (NeMo's NemotronConfig: normalization "LayerNorm") → 3 454 083 072; ×96 = 331 591 974 912;
+    # + embedding and untied head 2·256 000·h = 9 437 184 000 + final LayerNorm 2h = 36 864
+    # → 341 029 195 776 (the report's "340B"; RMS gains would give 3 558 528 fewer)
     m = catalog.model_preset("nemotron4-340b")
+    assert m.norm == "layernorm" and not M.has_biases(m) and M.has_norm_shift(m)
     assert M.mlp_params(m) == 2_717_908_992
-    assert M.layer_params(m) == 3_454_046_208
-    assert M.total_params(m) == 341_025_638_400
+    assert M.layer_params(m) == 3_454_083_072
+    assert M.total_params(m) == 341_029_195_776
     # Nemotron-4 15B: 32 layers of h 6144 (48 heads, 8 KV) → per layer 6144·(6144 + 2048) + 6144²
-    # + 2·6144·24 576 + 2·6144 = 50 331 648 + 37 748 736 + 301 989 888 + 12 288 = 390 082 560;
-    # ×32 = 12 482 641 920; + 2·256 000·6144 + 6144 = 3 145 734 144 → 15 628 376 064
-    assert M.total_params(catalog.model_preset("nemotron4-15b")) == 15_628_376_064
+    # + 2·6144·24 576 + 4·6144 = 50 331 648 + 37 748 736 + 301 989 888 + 24 576 = 390 094 848;
+    # ×32 = 12 483 035 136; + 2·256 000·6144 + 2·6144 = 3 145 740 288 → 15 628 775 424
+    assert M.total_params(catalog.model_preset("nemotron4-15b")) == 15_628_775_424
+
+
+def test_norm_key_overrides_the_biases_default():
+    from emulator.scenario import ModelSpec
+
+    # GPT-style (biases, layernorm) forced to RMSNorm: norms h each, so 2h per layer and h at the end
+    gpt = ModelSpec(layers=1, hidden=64, heads=4, seq_len=8, vocab=16)
+    assert M.norm_params(gpt) == 4 * 64 and M.norm_params(ModelSpec(**{**gpt.__dict__, "norm": "rmsnorm"})) == 2 * 64
+    # Llama-style (swiglu, no biases) defaults to RMSNorm
+    assert M.resolve(ModelSpec(layers=1, hidden=64, heads=4, seq_len=8, vocab=16, swiglu=True)).norm == "rmsnorm"
 
 
 def test_squared_relu_kernels():

@@ -201,7 +201,8 @@ def _llama(layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, 
 
 def _nemotron(layers: int, hidden: int, heads: int) -> dict[str, Any]:
     return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=8, ffn_hidden=4 * hidden, vocab=256000,
-                seq_len=4096, activation="squared_relu", biases=False, dropout=False, tied_embeddings=False)
+                seq_len=4096, activation="squared_relu", biases=False, dropout=False, norm="layernorm",
+                tied_embeddings=False)
 
 
 def _deepseek(layers: int, hidden: int, heads: int, ffn: int, expert_ffn: int, experts: int, shared: int,
@@ -240,7 +241,11 @@ MODELS: dict[str, dict[str, Any]] = {
     "mixtral-8x7b": dict(_llama(32, 4096, 32, 8, 14336, 32000, 4096), experts=8, top_k=2),
     # Nemotron-4 (NVIDIA): squared-ReLU MLP of 4h, no biases, no dropout, GQA with 8 KV heads, RoPE,
     # untied embeddings, 256k vocabulary, 4096 tokens. 340B: arXiv 2406.11704 (Nemotron-4 340B
-    # Technical Report, section 2.1); 15B: arXiv 2402.16819 (Nemotron-4 15B, Table 1).
+    # Technical Report, section 2.1); 15B: arXiv 2402.16819 (Nemotron-4 15B, Table 1). LayerNorm with a
+    # shift although the linears have no biases: NeMo 64e6c666 nemo/collections/llm/gpt/model/nemotron.py
+    # lines 40 and 44 (normalization "LayerNorm", add_bias_linear False), and TE's LayerNormLinear keeps a
+    # layer_norm_bias for any norm but RMSNorm (TransformerEngine 3b2a7b00, v1.14,
+    # transformer_engine/pytorch/module/layernorm_linear.py line 952).
     "nemotron4-15b": _nemotron(32, 6144, 48),
     "nemotron4-340b": _nemotron(96, 18432, 96),
     # DeepSeek (sources above): layers, hidden, heads, dense ffn, expert ffn, routed, shared, top-k,

@@ -256,6 +256,9 @@ class ScenarioChecks:
             precision = s.training.precision
             if node is not None and precision in PRECISION_PEAK and node.gpu.peak_at(precision) <= 0:
                 raise self.fail("training.precision", precision_refusal(node.gpu, precision))
+            if s.training.fp8_params and precision != "fp8":
+                raise self.fail("training.fp8_params", f"fp8 weights need training.precision: fp8 (it is "
+                                                       f"{precision}); remove fp8_params or set the precision")
         if s.jobs:
             s = dataclasses.replace(s, jobs=self.check_jobs(s))
         return s

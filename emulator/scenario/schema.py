@@ -204,6 +204,8 @@ MODEL_KEYS: dict[str, Key] = {
                       enum=("gelu", "swiglu", "squared_relu")),
     "biases": Key("bool", "Linear biases and layernorm shifts; absent: yes for gelu/squared_relu, no for swiglu."),
     "dropout": Key("bool", "Hidden and attention dropout in training; absent: as biases."),
+    "norm": Key("enum", "The layers' norms: layernorm (gain and shift, 2h each; GPT, Nemotron) or rmsnorm (gain, h; "
+                        "Llama); absent: layernorm if biases, else rmsnorm.", enum=("layernorm", "rmsnorm")),
     "expert_ffn_hidden": Key("int", "MLP width of one routed expert (MoE); 0 or absent: ffn_hidden.", minimum=0,
                              maximum=10**8),
     "shared_experts": Key("int", "Shared experts every token goes through (DeepSeek-MoE, Qwen-MoE); 0: none.",
@@ -243,6 +245,9 @@ TRAINING_KEYS: dict[str, Key] = {
                                "(memory): auto (Megatron: fp32 when training in bf16 or fp8, else the training "
                                "type), fp32, bf16 or fp16.",
                        enum=("auto", "fp32", "bf16", "fp16")),
+    "fp8_params": Key("bool", "With precision fp8: the layers' GEMM weights are kept in fp8 (1 B; NeMo's "
+                              "fp8_params, Megatron's --fp8-param-gather); false: bf16 weights plus "
+                              "Transformer Engine's cached fp8 copy and its transpose (memory only)."),
 }
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")

@@ -125,6 +125,7 @@ class ModelSpec:
     activation: str = ""  # MLP: gelu | swiglu | squared_relu; "": swiglu if swiglu else gelu
     biases: bool | None = None  # linear biases and layernorm shifts; None: not swiglu (GPT yes, Llama no)
     dropout: bool | None = None  # hidden and attention dropout; None: as biases (GPT yes, Llama no)
+    norm: str = ""  # layernorm (gain + shift) | rmsnorm (gain); "": layernorm if biases else rmsnorm
     # Mixture-of-Experts beyond experts/top_k (DeepSeek-MoE, Qwen-MoE): workload/models.py
     expert_ffn_hidden: int = 0  # MLP width of one routed expert; 0: ffn_hidden
     shared_experts: int = 0  # experts every token goes through (run as one MLP of their summed width)
@@ -141,13 +142,14 @@ class ModelSpec:
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,
         top_k 0 → 1 for an MoE model, the activation from ``swiglu`` (and back), biases
-        from the activation's family, dropout as biases."""
+        from the activation's family, dropout as biases, the norm from the biases."""
         act = self.activation or ("swiglu" if self.swiglu else "gelu")
         gated = act == "swiglu"
         biases = (not gated) if self.biases is None else self.biases
         return replace(self, ffn_hidden=self.ffn_hidden or 4 * self.hidden, kv_heads=self.kv_heads or self.heads,
                        top_k=self.top_k or (1 if self.experts else 0), activation=act, swiglu=gated,
-                       biases=biases, dropout=biases if self.dropout is None else self.dropout)
+                       biases=biases, dropout=biases if self.dropout is None else self.dropout,
+                       norm=self.norm or ("layernorm" if biases else "rmsnorm"))
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,7 @@ class TrainingSpec:
     recompute: str = "none"  # none | selective | full
     attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash
     grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16
+    fp8_params: bool = False  # fp8 only: the layers' GEMM weights stored in fp8 (NeMo's fp8_params, memory.py)
 
 
 @dataclass(frozen=True)

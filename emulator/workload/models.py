@@ -40,6 +40,11 @@ def has_biases(spec: ModelSpec) -> bool:
     return bool(resolve(spec).biases)
 
 
+def has_norm_shift(spec: ModelSpec) -> bool:
+    """LayerNorm (gain and shift) rather than RMSNorm (gain): ``model.norm``, else as the biases."""
+    return resolve(spec).norm == "layernorm"
+
+
 def has_dropout(spec: ModelSpec) -> bool:
     """Hidden and attention dropout (and their masks): as the biases unless ``model.dropout`` says."""
     return bool(resolve(spec).dropout)
@@ -133,7 +138,7 @@ def routed_params(spec: ModelSpec) -> int:
 def norm_params(spec: ModelSpec) -> int:
     """Two norms per layer: layernorm (gain + shift, 2h each) or RMSNorm (gain, h each)."""
     s = resolve(spec)
-    return 2 * (2 * s.hidden if has_biases(s) else s.hidden)
+    return 2 * (2 * s.hidden if has_norm_shift(s) else s.hidden)
 
 
 def layer_params(spec: ModelSpec, layer: int | None = None) -> int:
@@ -160,7 +165,7 @@ def embedding_params(spec: ModelSpec) -> int:
 def head_params(spec: ModelSpec) -> int:
     """The LM head V·h (0 if tied to the embedding) plus the final norm."""
     s = resolve(spec)
-    final_norm = 2 * s.hidden if has_biases(s) else s.hidden
+    final_norm = 2 * s.hidden if has_norm_shift(s) else s.hidden
     return (0 if s.tied_embeddings else s.vocab * s.hidden) + final_norm
 
 
