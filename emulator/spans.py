@@ -55,7 +55,7 @@ class SpanTable(Sequence):
     def __init__(self, static: list[tuple], ids: list[int], ranks: list[int], rank_maps: list[dict[int, int] | None],
                  stride: int, start: Sequence[float], end: Sequence[float], xfer: Sequence[float]) -> None:
         # static[t] = (stream, kind, name, bytes, flops, microbatch, stage, category, layer)
-        self._cols = list(zip(*static)) if static else [()] * 9
+        self._cols: list[tuple] | None = None  # the static fields as columns, made when first needed
         self._static = static
         self._ids, self._ranks, self._maps, self._stride = ids, ranks, rank_maps, stride
         self._start, self._end, self._xfer = start, end, xfer
@@ -72,7 +72,7 @@ class SpanTable(Sequence):
 
     def __iter__(self) -> Iterator[Span]:
         T = self._T
-        stream, kind, name, nbytes, flops, mb, stage, cat, layer = self._cols
+        stream, kind, name, nbytes, flops, mb, stage, cat, layer = self._columns()
         new = tuple.__new__
         for k in range(len(self._maps)):
             ids, ranks = self._copy(k)
@@ -99,7 +99,15 @@ class SpanTable(Sequence):
     def column(self, name: str) -> tuple:
         """One static field (``stream``, ``kind``, ``category``, ...) of each *template* op; span
         i has the value of template op i mod T (``copies`` copies of the template)."""
-        return self._cols[_STATIC.index(name)]
+        if self._cols is not None:
+            return self._cols[_STATIC.index(name)]
+        i = _STATIC.index(name)
+        return tuple(st[i] for st in self._static)
+
+    def _columns(self) -> list[tuple]:
+        if self._cols is None:
+            self._cols = list(zip(*self._static)) if self._static else [()] * 9
+        return self._cols
 
     @property
     def copies(self) -> int:  # noqa: D102
