@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import Callable
 
 import simpy
@@ -45,7 +46,7 @@ from emulator.folding import Stamped
 from emulator.network.collectives import CollectiveModel, PlanKey
 from emulator.network.fabric import Alone, Fabric, alone
 from emulator.network.flows import Plan
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, OpKind, Program
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
 from emulator.spans import SpanTable
 
 # Events between two calls of the progress callback. It is also the length of the inner
@@ -56,6 +57,25 @@ PROGRESS_EVERY = 50_000
 
 GroupKey = tuple[int, tuple[int, ...]]  # (world rank, its group), of one copy
 P2PKey = tuple[int, int, int]  # (dst, src, tag) as the receiver sees it
+
+
+class OpFields:
+    """The static fields of spans, read from the template ops column by column
+    (``emulator.spans.StaticFields``): a span's ``kind`` is the op kind's label, its ``name``
+    the op's name, else its collective, else that label."""
+
+    def __init__(self, ops: list[Op]) -> None:
+        self.ops = ops
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def column(self, name: str) -> tuple[object, ...]:  # noqa: D102
+        if name == "kind":
+            return tuple(op.kind.label for op in self.ops)
+        if name == "name":
+            return tuple(op.name or op.collective or op.kind.label for op in self.ops)
+        return tuple(map(attrgetter(name), self.ops))
 
 
 def _delay_to(now: float, at: float) -> float:
@@ -531,19 +551,15 @@ class Engine:
 
     # -- results --------------------------------------------------------------------
     def _spans(self) -> SpanTable:
-        """The run's spans (made lazily from the flat per-op arrays)."""
-        labels = [k.label for k in OpKind]  # by value; spans keep the label, as every output writes it
-        static = [(op.stream, labels[op.kind], op.name or op.collective or labels[op.kind], op.bytes, op.flops,
-                   op.microbatch, op.stage, op.category, op.layer) for op in self.tops]
-        ranks = [op.rank for op in self.tops]
+        """The run's spans (made lazily from the flat per-op arrays and the template ops)."""
+        ranks = {op.rank for op in self.tops}
         maps: list[dict[int, int] | None] = []
         for k, m in enumerate(self._rmaps):
             if m is not None:
-                for r in set(ranks):
+                for r in ranks:
                     self._tr(k, r)
             maps.append(m)
-        return SpanTable(static, [op.id for op in self.tops], ranks, maps, self.stride, self.start, self.end,
-                         self.xfer)
+        return SpanTable(OpFields(self.tops), maps, self.stride, self.start, self.end, self.xfer)
 
     def _deadlock_report(self, limit: int = 12) -> str:
         """The first unfinished op of each stream (at most ``limit`` streams)."""
