@@ -91,6 +91,10 @@ GPU_KEYS: dict[str, Key] = {
     "grouped_gemm_efficiency": Key("ratio", "Throughput of an MoE grouped GEMM over that of the batched GEMM of its "
                                             "groups' shape (a measurement); 0 or absent: 1, as DeepGEMM measured "
                                             "on H800 (emulator/workload/layer.py).", minimum=0, maximum=1),
+    "comm_overlap_slowdown": Key("number", "Compute kernels run this many times longer while a communication "
+                                           "kernel of the same GPU is resident (NCCL holds SMs and HBM "
+                                           "bandwidth); 1 or absent: no slowdown. A measurement: emulator "
+                                           "calibrate --kineto.", minimum=1, maximum=10),
 }
 
 NODE_KEYS: dict[str, Key] = {

@@ -43,6 +43,9 @@ class GpuSpec:
     peak_flops_fp32: float = 0.0  # FP32 (CUDA-core) FLOP/s; 0: unknown (training.precision fp32 is refused)
     peak_flops_tf32: float = 0.0  # dense TF32 tensor-core FLOP/s; 0: none (precision tf32 is refused)
     peak_flops_fp8: float = 0.0  # dense FP8 tensor-core FLOP/s; 0: none (precision fp8 is refused)
+    # compute kernels run this many times longer while a communication kernel of the same GPU is
+    # resident (NCCL's kernels hold SMs and HBM bandwidth); 1: no slowdown (engine.py)
+    comm_overlap_slowdown: float = 1.0
 
     def peak_at(self, precision: str) -> float:
         """Dense FLOP/s of GEMMs at ``training.precision`` (PRECISION_PEAK); 0 when the GPU has no such rate."""
