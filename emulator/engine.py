@@ -147,6 +147,14 @@ class Engine:
         collectives.prepare(keys, capacity)
         self.private = self._private(keys)
         self._alone: dict[tuple[object, ...], Alone] = {}
+        # GPUs whose compute slows while their communication is resident (catalog comm_overlap_slowdown)
+        self.overlap = {r: g.spec.comm_overlap_slowdown for r, g in gpus.items()
+                        if g.spec is not None and g.spec.comm_overlap_slowdown > 1.0}
+        self._resident: dict[int, int] = {}  # GPU → its communication ops resident now
+        self._counted: set[int] = set()  # the comm ops counted there
+        if self.overlap:  # compute then depends on what else runs: every GPU kernel goes through SharedGpu
+            self.shares = [op.kind is COMPUTE and op.stream != "cpu" for op in self.tops]
+            self.private = [False] * self.T
         self.timed = [(op.kind is COMPUTE and not sh) for op, sh in zip(self.tops, self.shares)]
 
     # -- copies ------------------------------------------------------------------
@@ -411,7 +419,10 @@ class Engine:
                 self._share(self._tr(k, self.tops[t].rank), i, d, now)
             else:
                 self._done_many([i])
-        elif c == 1:  # OpKind.COLLECTIVE
+            return
+        if self.overlap and c == 1:
+            self._comm_resident(i, self._tr(k, self.tops[t].rank), now, 1)
+        if c == 1:  # OpKind.COLLECTIVE
             self._arrive_collective(i, k, t)
         elif c == 2:  # OpKind.SEND
             self._arrive_p2p(i, self._send_key(k, self.tops[t]), 0)
@@ -470,9 +481,41 @@ class Engine:
         self._share_schedule(gpu, share, now)
         self._complete(finished, now, [], True)  # start each: keep start order
 
+    def _comm_resident(self, i: int, gpu: int, now: float, delta: int) -> None:
+        """Collective ``i`` of ``gpu`` becomes resident (``delta`` 1: issued) or leaves (−1: done).
+        While any is resident, a GPU with a ``comm_overlap_slowdown`` f computes at 1/f.
+
+        Resident is the NCCL kernel's whole interval, from its issue (it then spins on its SMs
+        waiting for the other members) to its end, as the factor is measured (the kernel's
+        interval in a Kineto trace). Collectives only: the factor is measured on them;
+        point-to-point kernels run on fewer channels, and a pipeline posts its receive a task
+        ahead, so counting them would put nearly all of a stage's compute under a collective's
+        factor."""
+        f = self.overlap.get(gpu)
+        if f is None:
+            return
+        if delta > 0:
+            self._counted.add(i)
+        elif i in self._counted:
+            self._counted.discard(i)
+        else:
+            return
+        before = self._resident.get(gpu, 0)
+        after = self._resident[gpu] = before + delta
+        if (before == 0) != (after == 0):
+            share = self._gpu_share.get(gpu)
+            if share is None:
+                share = self._gpu_share[gpu] = SharedGpu()
+            share.set_speed(now, 1.0 / f if after else 1.0)
+            self._share_schedule(gpu, share, now)
+
     def _done_many(self, members: list[int]) -> None:
         """The ops of a finished transfer (a collective's members, or a send and its recv) ended
         now; their successors start together, after all of them ended."""
+        if self.overlap:
+            now = self.env.now
+            for i in members:
+                self._comm_resident(i, self.rank(i), now, -1)
         ready: list[int] = []
         self._complete(members, self.env.now, ready)
         if ready:

@@ -67,3 +67,35 @@ def test_the_streams_of_one_gpu_never_exceed_its_compute(tmp_path, streams, chai
     assert r.iteration_time_s >= total * (1 - 1e-12)
     if not chained:
         assert r.iteration_time_s == pytest.approx(total, rel=1e-12)
+
+
+def test_compute_slows_while_a_collective_is_resident():
+    # one DGX A100 with comm_overlap_slowdown 2: on ranks 0 and 1, kernel A (1 s of work) runs on the
+    # compute stream while an all-reduce of the pair, issued at 0 on stream dp, is resident until
+    # it ends at e. A runs at 1/2 until e (e < 2: it has done e/2), then at full speed:
+    # it ends at e + (1 − e/2) = 1 + e/2. Without the slowdown it ends at 1 s.
+    from emulator.program import COLLECTIVE, COMPUTE, Op, Program
+    from emulator.scenario import load_scenario_text
+    from emulator.simulation import run_program
+
+    ops = []
+    for r in (0, 1):
+        ops += [Op(2 * r, r, COMPUTE, duration=1.0, name="A"),
+                Op(2 * r + 1, r, COLLECTIVE, stream="dp", collective="all_reduce", group=(0, 1), bytes=1e9, name="C")]
+    for f, slowed in ((1.0, False), (2.0, True)):
+        sc = load_scenario_text("name: o\ncluster:\n  nodes: 1\n  node:\n    preset: dgx-a100\n"
+                                f"    gpu: {{preset: A100-SXM4-80GB, comm_overlap_slowdown: {f}}}\n", "o.yaml")
+        spans = {(s.rank, s.name): s for s in run_program(Program(2, ops), sc).spans}
+        e = spans[(0, "C")].end_s
+        assert e < 2.0
+        assert spans[(0, "A")].end_s == pytest.approx(1.0 + e / 2 if slowed else 1.0, rel=1e-12)
+
+
+def test_shared_gpu_speed():
+    # one kernel of 3 s of work from t = 0; at t = 1 the speed drops to 1/2 (1 s done, 2 left):
+    # it ends at 1 + 2 / (1/2) = 5 s.
+    g = SharedGpu()
+    g.add(0.0, 7, 3.0)
+    g.set_speed(1.0, 0.5)
+    assert g.next_end() == pytest.approx(5.0)
+    assert g.finish(5.0) == [7]

@@ -8,6 +8,10 @@ GPU's total work rate never exceeds 1 and a kernel alone runs exactly its full-s
 (single-stream results are unchanged). Work is measured in seconds at full speed, i.e. the
 kernel's duration from ``emulator.devices.gpu`` (slowdown included).
 
+While a communication kernel of the GPU is resident (NCCL holds SMs and HBM bandwidth), the
+GPU runs compute at ``speed`` = 1 / the catalog's ``comm_overlap_slowdown`` (the engine sets
+it): every running kernel then progresses at speed/n.
+
 Processor sharing is the simplest work-conserving split; a real GPU may overlap a
 memory-bound kernel with a compute-bound one better than this (ASSUMPTION: no
 calibration row measures concurrent kernels).
@@ -22,17 +26,18 @@ _DONE = 1e-15
 class SharedGpu:
     """The running compute kernels of one GPU and the work (s at full speed) each has left."""
 
-    __slots__ = ("jobs", "last")
+    __slots__ = ("jobs", "last", "speed")
 
     def __init__(self) -> None:
         self.jobs: dict[int, float] = {}  # op → work left, in start order
         self.last = 0.0  # when ``jobs`` was last brought up to date
+        self.speed = 1.0  # the GPU's compute speed now (1: full; less while communication is resident)
 
     def _settle(self, now: float) -> None:
-        """Bring every job's work left up to ``now``: each did (now − last)/n of work."""
+        """Bring every job's work left up to ``now``: each did (now − last)·speed/n of work."""
         n = len(self.jobs)
         if n and now > self.last:
-            share = (now - self.last) / n
+            share = (now - self.last) * self.speed / n
             jobs = self.jobs
             for op in jobs:
                 jobs[op] -= share
@@ -44,10 +49,15 @@ class SharedGpu:
         self.jobs[op] = work
 
     def next_end(self) -> float | None:
-        """When the next kernel ends if nothing else starts: last + (least work left)·n."""
+        """When the next kernel ends if nothing else starts: last + (least work left)·n/speed."""
         if not self.jobs:
             return None
-        return self.last + min(self.jobs.values()) * len(self.jobs)
+        return self.last + min(self.jobs.values()) * len(self.jobs) / self.speed
+
+    def set_speed(self, now: float, speed: float) -> None:
+        """The GPU computes at ``speed`` from ``now`` on (the work done until now at the old one)."""
+        self._settle(now)
+        self.speed = speed
 
     def finish(self, now: float) -> list[int]:
         """The kernels that end at ``now`` (the least work left, and any tied with it), in start order."""
