@@ -121,3 +121,17 @@ def test_layers_that_do_not_split_evenly_get_lighter_end_stages(tmp_path, capsys
     assert uneven.resolved["parallel"]["first_chunk_layers"] == 3
     even = rows[(2, 1)]  # 14 / 2 = 7 each: even, and the base scenario's 3 + 3 do not carry over
     assert "parallel.first_chunk_layers" not in even.varied and even.resolved["parallel"]["first_chunk_layers"] is None
+
+
+def test_prune_reasons_are_grouped_by_rule():
+    # two messages of one rule differ only in the layout's sizes: one line, 5 + 7 = 12 layouts;
+    # the out-of-memory count stays on its own line
+    from collections import Counter
+
+    from emulator.studies.search import prune_rules
+
+    pruned = Counter({"model.layers (80) must be divisible by pp*virtual_stages = 16*2 = 32": 5,
+                      "model.layers (80) must be divisible by pp*virtual_stages = 64*1 = 64": 7,
+                      "out of memory": 3})
+    assert prune_rules(pruned) == Counter({"model.layers (N) must be divisible by pp*virtual_stages = N*N = N": 12,
+                                           "out of memory": 3})

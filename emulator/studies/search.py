@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import functools
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -279,9 +280,20 @@ def ranked_table(rows: Sequence[Row], top: int) -> str:
     return "\n".join([fmt(head)] + [fmt(c) for c in lines])
 
 
+def prune_rules(pruned: Counter) -> Counter:
+    """The pruned counts by rule: the loader's messages with their numbers as N (one rule's
+    messages differ only in the layout's sizes: "model.layers (80) must be divisible by
+    pp*virtual_stages = 16*2 = 32" and "... = 64*1 = 64" are one line, not two)."""
+    out: Counter = Counter()
+    for why, n in pruned.items():
+        out[re.sub(r"\d+(\.\d+)?", "N", why)] += n
+    return out
+
+
 def prune_text(p: Plan) -> str:
     total = sum(p.pruned.values())
-    reasons = ", ".join(f"{why}: {n}" for why, n in sorted(p.pruned.items(), key=lambda x: (-x[1], x[0])))
+    rules = prune_rules(p.pruned)
+    reasons = "; ".join(f"{why}: {n:,}" for why, n in sorted(rules.items(), key=lambda x: (-x[1], x[0])))
     rest = (f"{len(p.layouts)} fit, the best {len(p.chosen)} by the closed-form estimate to simulate"
             if len(p.chosen) < len(p.layouts) else f"{len(p.layouts)} to simulate")
     return f"{p.considered} layouts considered, {total} pruned ({reasons or 'none'}), {rest}"
