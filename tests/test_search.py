@@ -125,13 +125,15 @@ def test_layers_that_do_not_split_evenly_get_lighter_end_stages(tmp_path, capsys
 
 def test_prune_reasons_are_grouped_by_rule():
     # two messages of one rule differ only in the layout's sizes: one line, 5 + 7 = 12 layouts;
-    # the out-of-memory count stays on its own line
+    # the out-of-memory count stays on its own line, and names keep their digits (ZeRO-2)
     from collections import Counter
 
     from emulator.studies.search import prune_rules
 
     pruned = Counter({"model.layers (80) must be divisible by pp*virtual_stages = 16*2 = 32": 5,
                       "model.layers (80) must be divisible by pp*virtual_stages = 64*1 = 64": 7,
+                      "ZeRO-2 where ZeRO-1 fits with the same recompute (the same communication)": 4,
                       "out of memory": 3})
     assert prune_rules(pruned) == Counter({"model.layers (N) must be divisible by pp*virtual_stages = N*N = N": 12,
+                                           "ZeRO-2 where ZeRO-1 fits with the same recompute (the same communication)": 4,
                                            "out of memory": 3})

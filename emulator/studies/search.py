@@ -286,7 +286,7 @@ def prune_rules(pruned: Counter) -> Counter:
     pp*virtual_stages = 16*2 = 32" and "... = 64*1 = 64" are one line, not two)."""
     out: Counter = Counter()
     for why, n in pruned.items():
-        out[re.sub(r"\d+(\.\d+)?", "N", why)] += n
+        out[re.sub(r"(?<![\w-])\d+(\.\d+)?", "N", why)] += n  # not the digits of 1f1b or ZeRO-2
     return out
 
 
