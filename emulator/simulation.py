@@ -16,9 +16,11 @@ makes Span tuples on access.
 """
 from __future__ import annotations
 
+import gc
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from emulator.devices.gpu import Gpu
 from emulator.engine import DeadlockError, Engine
@@ -89,11 +91,46 @@ def build_workload(scenario: Scenario, refused: str = "") -> tuple[Program, list
     fold, note = choose_fold(scenario, in_effect=not refused)
     if refused:  # the symmetries that are automorphisms still hold
         note = f"{note}; replicas across leaves not folded: {refused}"
-    if fold is None:  # simulate every rank; build the representatives once and stamp the copies
-        pfold = program_fold(scenario)
-        if pfold is not None:
-            return unfold(build_program(scenario, pfold), pfold), [note]
-    return build_program(scenario, fold), [note]
+    with _collector_paused():
+        if fold is None:  # simulate every rank; build the representatives once and stamp the copies
+            pfold = program_fold(scenario)
+            if pfold is not None:
+                return unfold(build_program(scenario, pfold), pfold), [note]
+        return build_program(scenario, fold), [note]
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a program or an engine is built.
+
+    Building allocates ~10⁵-10⁶ long-lived objects (ops, their tuples, the engine's lists) and
+    makes no garbage cycles; with the collector on, each time the youngest generation fills it
+    walks them again (the full collections walk every op built so far): a third of the GPT-3
+    1024-GPU build and half of its engine preparation. Reference counting still frees
+    everything as usual; the collector comes back on (if it was on) when the block ends."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@contextmanager
+def _long_lived_set_aside() -> Iterator[None]:
+    """Everything alive when the run starts (the program, the plans, the engine's tables) moved
+    out of the collector's sight for the run (``gc.freeze``), and back when it ends: the run's own
+    garbage is collected as before, but its full collections no longer walk every op again
+    (GPT-3 on 1024 A100: 0.18 s → 0.01 s of full collections)."""
+    if gc.get_freeze_count():  # the caller set its own objects aside: leave them so
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def step_costs(scenario: Scenario) -> StepCosts:
@@ -175,12 +212,14 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
                 s.append((now, load))
 
     try:  # routes are worked out while the engine prepares its plans, and while it runs
-        engine = Engine(program, model, topo.capacity, gpus, progress)
+        with _collector_paused():
+            engine = Engine(program, model, topo.capacity, gpus, progress)
         if record_links:
             engine.fabric.listeners.append(record)
         schedule = FaultSchedule(engine.env, engine.fabric, topo, cluster.timed, model.link_alias)
         schedule.start()
-        spans, events = engine.run()
+        with _long_lived_set_aside():
+            spans, events = engine.run()
     except NoRouteError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
     except DeadlockError as exc:

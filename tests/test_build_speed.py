@@ -1,0 +1,95 @@
+"""The build's fast paths (issue #13, "Build fast") change nothing a user can see: an Op made by the
+faster ``__init__`` is the dataclass's own op, the engine wires a program the same whether or not
+its ids are positions, and the garbage collector is left as it was found."""
+import dataclasses
+import gc
+import inspect
+
+import pytest
+from helpers import custom_scenario, star
+
+from emulator.devices.gpu import Gpu
+from emulator.engine import Engine
+from emulator.network.collectives import CollectiveModel, StepCosts
+from emulator.network.routing import Router
+from emulator.network.topology import build_topology
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+from emulator.scenario import load_scenario_text
+from emulator.simulation import run_program, simulate
+
+
+def test_op_init_keeps_the_dataclass_signature_and_defaults():
+    # the fields, in order, and their defaults are the parameters of Op(...)
+    params = inspect.signature(Op).parameters
+    fields = dataclasses.fields(Op)
+    assert list(params) == [f.name for f in fields]
+    for f in fields:
+        want = inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+        assert params[f.name].default == want, f.name
+    op = Op(3, 1, COMPUTE)
+    assert (op.id, op.rank, op.kind, op.stream, op.deps, op.name, op.duration, op.flops, op.bytes) == \
+        (3, 1, COMPUTE, "compute", (), "", None, 0.0, 0.0)
+    assert (op.category, op.collective, op.group, op.root, op.peer, op.tag) == ("", "", (), -1, -1, 0)
+    assert (op.microbatch, op.stage, op.layer, op.costed) == (-1, -1, -1, ())
+
+
+def test_op_stays_frozen_and_costed_stays_out_of_equality():
+    a = Op(0, 2, SEND, "pp", (), "s", bytes=4.0, peer=3, tag=9, costed=(1.0, 0.0, 0.0))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.id = 5  # type: ignore[misc]
+    b = Op(id=0, rank=2, kind=SEND, stream="pp", name="s", bytes=4.0, peer=3, tag=9)
+    assert a == b and hash(a) == hash(b)  # costed is report metadata: not compared
+    c = dataclasses.replace(a, tag=10)
+    assert c.tag == 10 and c.peer == 3 and c != a
+    with pytest.raises(TypeError):
+        Op(0, 0)  # kind is required, as in the generated __init__
+
+
+def _engine(ops: list[Op], tmp_path) -> Engine:
+    sc = custom_scenario(star(tmp_path, 2))
+    topo = build_topology(sc.cluster)
+    model = CollectiveModel(Router(topo), topo.node_of, StepCosts())
+    gpus = {r: Gpu(r, None) for r in range(2)}
+    return Engine(Program(2, ops), model, topo.capacity, gpus)
+
+
+@pytest.mark.parametrize("base", [0, 100])  # 0: ids are positions (the builder's); 100: a trace's own ids
+def test_wire_is_the_same_with_or_without_positional_ids(tmp_path, base):
+    # rank 0: 0 compute; 1 compute after 0 on its stream; 2 send (stream pp) waits for 1
+    # rank 1: 3 recv (stream pp); 4 compute waits for 3 and 0 (a dep across ranks is fine here)
+    ops = [Op(base + 0, 0, COMPUTE, duration=1.0), Op(base + 1, 0, COMPUTE, duration=1.0),
+           Op(base + 2, 0, SEND, "pp", (base + 1,), peer=1, bytes=8.0),
+           Op(base + 3, 1, RECV, "pp", (), peer=0, bytes=8.0), Op(base + 4, 1, COMPUTE, deps=(base + 3, base + 0), duration=1.0)]
+    succ, wait = _engine(ops, tmp_path)._wire()
+    # successors by position: 0 → 1 (stream), 4 (dep); 1 → 2 (dep); 3 → 4 (dep); 2, 4 → none
+    assert succ == [[1, 4], [2], [], [4], []]
+    # prerequisites: 0: none; 1: its stream predecessor; 2: dep 1; 3: none; 4: deps 3 and 0 (first
+    # compute of rank 1, so no stream predecessor)
+    assert wait == [0, 1, 1, 0, 2]
+
+
+def test_a_run_leaves_the_collector_as_it_found_it(tmp_path):
+    sc = custom_scenario(star(tmp_path, 2))
+    ops = [Op(0, 0, COLLECTIVE, collective="all_reduce", group=(0, 1), bytes=1e6),
+           Op(1, 1, COLLECTIVE, collective="all_reduce", group=(0, 1), bytes=1e6)]
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    run_program(Program(2, ops), sc)
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # on again, nothing left frozen
+    gc.disable()
+    try:
+        run_program(Program(2, ops), sc)
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
+
+
+def test_a_built_program_runs_with_the_collector_back_on():
+    text = """
+name: s
+cluster: {nodes: 1, node: dgx-a100}
+model: {preset: gpt3-125m, layers: 2}
+training: {global_batch: 4, micro_batch: 1}
+parallel: {tp: 2, pp: 2, dp: 2}
+"""
+    simulate(load_scenario_text(text, "s.yaml"), record_links=False)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
