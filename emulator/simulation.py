@@ -101,36 +101,24 @@ def build_workload(scenario: Scenario, refused: str = "") -> tuple[Program, list
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a program or an engine is built.
+    """Python's cyclic garbage collector off while a program, a cluster or an engine is built, and
+    what was built set aside (``gc.freeze``) when it ends, until the run ends (``run_program``).
 
-    Building allocates ~10⁵-10⁶ long-lived objects (ops, their tuples, the engine's lists) and
-    makes no garbage cycles; with the collector on, each time the youngest generation fills it
-    walks them again (the full collections walk every op built so far): a third of the GPT-3
-    1024-GPU build and half of its engine preparation. Reference counting still frees
-    everything as usual; the collector comes back on (if it was on) when the block ends."""
+    Building allocates 10⁵-10⁶ long-lived objects (ops and their tuples, links, routes, the
+    engine's lists) and no garbage cycles. With the collector on, each time the youngest
+    generation filled it walked them again, every op built so far at each full collection (a
+    third of the GPT-3 1024-GPU build, half of its engine preparation, 0.8 s of the Llama-3 16k
+    run); re-enabled over them, it would walk them all once more. Set aside, they are never
+    walked; reference counting still frees them as usual, and the run's own garbage is collected
+    as before. A build made outside a run stays set aside until the next run ends."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()
         if was:
             gc.enable()
-
-
-@contextmanager
-def _long_lived_set_aside() -> Iterator[None]:
-    """Everything alive when the run starts (the program, the plans, the engine's tables) moved
-    out of the collector's sight for the run (``gc.freeze``), and back when it ends: the run's own
-    garbage is collected as before, but its full collections no longer walk every op again
-    (GPT-3 on 1024 A100: 0.18 s → 0.01 s of full collections)."""
-    if gc.get_freeze_count():  # the caller set its own objects aside: leave them so
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def step_costs(scenario: Scenario) -> StepCosts:
@@ -189,18 +177,27 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
     of it back to back; False: the program already holds them)."""
     t0 = time.perf_counter()
     try:
-        program.validate()
-    except ValueError as exc:
-        raise EmulatorError(f"{scenario.path or scenario.name}: invalid workload: {exc}") from None
-    cluster = build_cluster(scenario, program.fold)
-    topo, model = cluster.topology, cluster.collectives
-    if program.ranks > len(topo.gpus):
-        raise EmulatorError(f"{scenario.path or scenario.name}: the workload has {program.ranks} ranks but the "
-                            f"cluster has only {len(topo.gpus)} GPUs")
-    iterations = max(1, scenario.simulation.iterations)
-    if iterations > 1 and repeat:
-        program = program.repeated(iterations)
-    gpus = cluster.gpus(program.simulated_ranks())
+        return _run_program(program, scenario, progress, record_links, notes, repeat, t0)
+    finally:
+        gc.unfreeze()  # what the build and the preparation set aside is the collector's again
+
+
+def _run_program(program: Program, scenario: Scenario, progress: Progress | None, record_links: bool,
+                 notes: list[str] | None, repeat: bool, t0: float) -> Result:
+    with _collector_paused():
+        try:
+            program.validate()
+        except ValueError as exc:
+            raise EmulatorError(f"{scenario.path or scenario.name}: invalid workload: {exc}") from None
+        cluster = build_cluster(scenario, program.fold)
+        topo, model = cluster.topology, cluster.collectives
+        if program.ranks > len(topo.gpus):
+            raise EmulatorError(f"{scenario.path or scenario.name}: the workload has {program.ranks} ranks but the "
+                                f"cluster has only {len(topo.gpus)} GPUs")
+        iterations = max(1, scenario.simulation.iterations)
+        if iterations > 1 and repeat:
+            program = program.repeated(iterations)
+        gpus = cluster.gpus(program.simulated_ranks())
     series: dict[int, list[tuple[float, float]]] = {}
 
     def record(now: float, loads: dict[int, float]) -> None:
@@ -214,12 +211,11 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
     try:  # routes are worked out while the engine prepares its plans, and while it runs
         with _collector_paused():
             engine = Engine(program, model, topo.capacity, gpus, progress)
-        if record_links:
-            engine.fabric.listeners.append(record)
-        schedule = FaultSchedule(engine.env, engine.fabric, topo, cluster.timed, model.link_alias)
-        schedule.start()
-        with _long_lived_set_aside():
-            spans, events = engine.run()
+            if record_links:
+                engine.fabric.listeners.append(record)
+            schedule = FaultSchedule(engine.env, engine.fabric, topo, cluster.timed, model.link_alias)
+            schedule.start()
+        spans, events = engine.run()
     except NoRouteError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
     except DeadlockError as exc:
