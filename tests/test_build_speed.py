@@ -93,3 +93,24 @@ parallel: {tp: 2, pp: 2, dp: 2}
 """
     simulate(load_scenario_text(text, "s.yaml"), record_links=False)
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_link_compression_keeps_one_link_per_signature():
+    from emulator.network.compression import compress_plans
+    from emulator.network.flows import FlowSpec
+
+    capacity = [10.0] * 10
+    capacity[6] = 20.0
+    # flow 0 on links 1 2 3 5 6, flow 1 on 2 3 4 5 6 (sorted, as plans are built)
+    f0 = FlowSpec((1, 2, 3, 5, 6), (1.0, 1.0, 0.5, 1.0, 1.0), 1.0, 1e-6)
+    f1 = FlowSpec((2, 3, 4, 5, 6), (1.0, 1.0, 1.0, 1.0, 1.0), 0.5, 2e-6)
+    # a hand-made flow, unsorted and with a repeated link: 9 twice the weight of 7, 7 listed twice
+    f2 = FlowSpec((9, 7, 7), (2.0, 1.0, 1.0), 1.0, 0.0)
+    (a, b), keep = compress_plans([[[f0, f1]], [[f2]]], capacity)
+    # users (flow, weight): 1 {0:1}; 2 {0:1, 1:1}; 3 {0:.5, 1:1}; 4 {1:1}; 5 as 2 → kept as 2;
+    # 6 as 2 but 20 B/s instead of 10 → its own; 7 {2:1, 2:1}; 9 {2:2}
+    assert keep == {1: 1, 2: 2, 3: 3, 4: 4, 5: 2, 6: 6, 7: 7, 9: 9}
+    assert [(f.links, f.weights, f.volume, f.latency) for f in a[0]] == [
+        ((1, 2, 3, 6), (1.0, 1.0, 0.5, 1.0), 1.0, 1e-6), ((2, 3, 4, 6), (1.0, 1.0, 1.0, 1.0), 0.5, 2e-6)]
+    # the unsorted flow: its distinct (link, weight) pairs, sorted
+    assert (b[0][0].links, b[0][0].weights) == ((7, 9), (1.0, 2.0))
