@@ -114,3 +114,20 @@ def test_link_compression_keeps_one_link_per_signature():
         ((1, 2, 3, 6), (1.0, 1.0, 0.5, 1.0), 1.0, 1e-6), ((2, 3, 4, 6), (1.0, 1.0, 1.0, 1.0), 0.5, 2e-6)]
     # the unsorted flow: its distinct (link, weight) pairs, sorted
     assert (b[0][0].links, b[0][0].weights) == ((7, 9), (1.0, 2.0))
+
+
+def test_busiest_links_breaks_ties_at_the_cut_by_name():
+    from types import SimpleNamespace
+
+    from emulator.devices.nic import busiest_links
+
+    names = [("c", "x"), ("e", "x"), ("a", "x"), ("f", "x"), ("g", "x"), ("b", "x"), ("d", "x")]
+    topo = SimpleNamespace(links=names, capacity=[1.0] * 7, cls=["ib"] * 7)
+    # capacity 1 B/s over 1 s: utilisation = bytes. 0.9 (e), 0.7 (g), then four at 0.5 (c a b d) of
+    # which the third place goes to the first by name, a; f moved nothing and is never listed
+    util = [0.5, 0.9, 0.5, 0.0, 0.7, 0.5, 0.5]
+    top = busiest_links(topo, util, 1.0, top=3)  # type: ignore[arg-type]
+    assert [(t["link"], t["utilisation"]) for t in top] == [("e->x", 0.9), ("g->x", 0.7), ("a->x", 0.5)]
+    top = busiest_links(topo, util, 1.0, top=5)  # type: ignore[arg-type]
+    assert [t["link"] for t in top] == ["e->x", "g->x", "a->x", "b->x", "c->x"]
+    assert len(busiest_links(topo, util, 1.0, top=10)) == 6  # type: ignore[arg-type]

@@ -63,10 +63,11 @@ def utilisation(link_bytes: list[float], capacity: list[float], period: float) -
 def busiest_links(topo: Topology, link_bytes: list[float], period: float, top: int = 5) -> list[dict]:
     """The ``top`` links by utilisation over ``period`` (ties broken by name, for determinism)."""
     util = utilisation(link_bytes, topo.capacity, period)
-    # the first ``top`` of the sorted order (heapq documents nsmallest as sorted(...)[:n]), without
-    # sorting the 10⁴-10⁵ links of a large fabric
-    used = (i for i, b in enumerate(link_bytes) if b > 0)
-    order = heapq.nsmallest(top, used, key=lambda i: (-util[i], topo.links[i]))
+    used = [i for i, b in enumerate(link_bytes) if b > 0]
+    if len(used) > top:  # the first ``top`` all reach the top-th highest utilisation: sort those only
+        cut = heapq.nlargest(top, [util[i] for i in used])[-1]
+        used = [i for i in used if util[i] >= cut]
+    order = sorted(used, key=lambda i: (-util[i], topo.links[i]))
     return [{"link": f"{topo.links[i][0]}->{topo.links[i][1]}", "class": topo.cls[i], "utilisation": util[i],
              "bytes": link_bytes[i], "capacity_B_per_s": topo.capacity[i]} for i in order[:top]]
 
