@@ -131,3 +131,29 @@ def test_busiest_links_breaks_ties_at_the_cut_by_name():
     top = busiest_links(topo, util, 1.0, top=5)  # type: ignore[arg-type]
     assert [t["link"] for t in top] == ["e->x", "g->x", "a->x", "b->x", "c->x"]
     assert len(busiest_links(topo, util, 1.0, top=10)) == 6  # type: ignore[arg-type]
+
+
+def test_busiest_nic_first_by_name_among_equals_and_egress_first():
+    from emulator.devices.nic import busiest_nic, nics
+
+    text = "name: n\ncluster: {nodes: 2, node: dgx-a100}\n"
+    topo = build_topology(load_scenario_text(text, "n.yaml").cluster)
+    all_nics = nics(topo)  # sorted by name
+    a, b = all_nics[3], all_nics[1]  # b comes first by name
+    period = 2.0
+    load = [0.0] * len(topo.capacity)
+
+    def put(link: int, u: float) -> None:  # bytes for utilisation u over the period
+        load[link] = u * topo.capacity[link] * period
+
+    put(a.egress[0], 0.5)
+    put(b.ingress[0], 0.5)
+    # 0.5 on both: the first by name wins, in the direction that reached it
+    assert busiest_nic(topo, load, period) == {"nic": b.name, "direction": "ingress", "utilisation": 0.5}
+    put(b.egress[0], 0.25)  # lower than its ingress: changes nothing
+    assert busiest_nic(topo, load, period) == {"nic": b.name, "direction": "ingress", "utilisation": 0.5}
+    put(b.egress[0], 0.5)  # equal to its ingress: egress is looked at first
+    assert busiest_nic(topo, load, period) == {"nic": b.name, "direction": "egress", "utilisation": 0.5}
+    put(a.ingress[0], 0.75)  # higher: a wins whatever its name
+    assert busiest_nic(topo, load, period) == {"nic": a.name, "direction": "ingress", "utilisation": 0.75}
+    assert busiest_nic(topo, [0.0] * len(load), period) is None
