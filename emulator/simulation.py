@@ -100,23 +100,26 @@ def build_workload(scenario: Scenario, refused: str = "") -> tuple[Program, list
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a program, a cluster or an engine is built, and
-    what was built set aside (``gc.freeze``) when it ends, until the run ends (``run_program``).
+def _collector_paused(set_aside: bool = False) -> Iterator[None]:
+    """Python's cyclic garbage collector off while a program, a cluster or an engine is built;
+    with ``set_aside``, what exists when it ends is set aside (``gc.freeze``) until the run ends
+    (``run_program`` gives it back, ``gc.unfreeze``).
 
     Building allocates 10⁵-10⁶ long-lived objects (ops and their tuples, links, routes, the
     engine's lists) and no garbage cycles. With the collector on, each time the youngest
     generation filled it walked them again, every op built so far at each full collection (a
     third of the GPT-3 1024-GPU build, half of its engine preparation, 0.8 s of the Llama-3 16k
-    run); re-enabled over them, it would walk them all once more. Set aside, they are never
-    walked; reference counting still frees them as usual, and the run's own garbage is collected
-    as before. A build made outside a run stays set aside until the next run ends."""
+    run); re-enabled over them it walks them all once more, unless they are set aside. Set
+    aside, they are never walked: reference counting still frees them as usual, and the run's
+    own garbage is collected as before. A build outside ``simulate`` (``--estimate``, export)
+    only pauses the collector."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
+        if set_aside:
+            gc.freeze()
         if was:
             gc.enable()
 
@@ -133,12 +136,14 @@ def simulate(scenario: Scenario, progress: Progress | None = None, record_links:
     """Build and run a scenario."""
     if scenario.jobs:
         return simulate_jobs(scenario, progress=progress, record_links=record_links)
-    program, notes = build_workload(scenario)
+    with _collector_paused(set_aside=True):  # until run_program ends
+        program, notes = build_workload(scenario)
     try:
         return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
     except FoldRefused as exc:  # a fold in effect whose copies are not all alike: automorphisms only, then
         refused = str(exc)  # (rebuilt outside this block, so that the traceback's engine is freed first)
-    program, notes = build_workload(scenario, refused=refused)
+    with _collector_paused(set_aside=True):
+        program, notes = build_workload(scenario, refused=refused)
     return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
 
 
@@ -184,7 +189,7 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
 
 def _run_program(program: Program, scenario: Scenario, progress: Progress | None, record_links: bool,
                  notes: list[str] | None, repeat: bool, t0: float) -> Result:
-    with _collector_paused():
+    with _collector_paused(set_aside=True):
         try:
             program.validate()
         except ValueError as exc:
@@ -209,7 +214,7 @@ def _run_program(program: Program, scenario: Scenario, progress: Progress | None
                 s.append((now, load))
 
     try:  # routes are worked out while the engine prepares its plans, and while it runs
-        with _collector_paused():
+        with _collector_paused(set_aside=True):
             engine = Engine(program, model, topo.capacity, gpus, progress)
             if record_links:
                 engine.fabric.listeners.append(record)

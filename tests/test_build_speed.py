@@ -15,7 +15,7 @@ from emulator.network.routing import Router
 from emulator.network.topology import build_topology
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from emulator.scenario import load_scenario_text
-from emulator.simulation import run_program, simulate
+from emulator.simulation import build_workload, run_program, simulate
 
 
 def test_op_init_keeps_the_dataclass_signature_and_defaults():
@@ -91,7 +91,10 @@ model: {preset: gpt3-125m, layers: 2}
 training: {global_batch: 4, micro_batch: 1}
 parallel: {tp: 2, pp: 2, dp: 2}
 """
-    simulate(load_scenario_text(text, "s.yaml"), record_links=False)
+    sc = load_scenario_text(text, "s.yaml")
+    simulate(sc, record_links=False)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    build_workload(sc)  # a build alone (--estimate, export) only pauses the collector: nothing set aside
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
