@@ -117,9 +117,9 @@ def _collector_paused(set_aside: bool = False) -> Iterator[None]:
     gc.disable()
     try:
         yield
-    finally:
-        if set_aside:
+        if set_aside:  # not after an error: nothing may follow that gives it back
             gc.freeze()
+    finally:
         if was:
             gc.enable()
 

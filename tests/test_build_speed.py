@@ -160,3 +160,24 @@ def test_busiest_nic_first_by_name_among_equals_and_egress_first():
     put(a.ingress[0], 0.75)  # higher: a wins whatever its name
     assert busiest_nic(topo, load, period) == {"nic": a.name, "direction": "ingress", "utilisation": 0.75}
     assert busiest_nic(topo, [0.0] * len(load), period) is None
+
+
+def test_a_failed_build_sets_nothing_aside(monkeypatch):
+    import emulator.simulation as simulation
+
+    sc = load_scenario_text("""
+name: s
+cluster: {nodes: 1, node: dgx-a100}
+model: {preset: gpt3-125m, layers: 2}
+training: {global_batch: 4, micro_batch: 1}
+parallel: {tp: 2, pp: 2, dp: 2}
+""", "s.yaml")
+
+    def fails(scenario, refused=""):
+        raise simulation.EmulatorError("s.yaml: no program")
+
+    monkeypatch.setattr(simulation, "build_workload", fails)
+    with pytest.raises(simulation.EmulatorError, match="no program"):
+        simulation.simulate(sc)
+    # no run follows to give anything back: nothing was set aside
+    assert gc.isenabled() and gc.get_freeze_count() == 0
