@@ -194,18 +194,28 @@ class Engine:
     def _wire(self) -> tuple[list[list[int]], list[int]]:
         """Successors of each template op and its count of prerequisites (deps + stream predecessor)."""
         ops = self.tops
-        index = {op.id: i for i, op in enumerate(ops)}
-        succ: list[list[int]] = [[] for _ in ops]
-        wait = [0] * len(ops)
+        n = len(ops)
+        ids = [op.id for op in ops]
+        # the builder numbers its ops 0, 1, 2, ... in list order: an id is then its position
+        index: dict[int, int] | None = None if ids == list(range(n)) else dict(zip(ids, range(n)))
+        succ: list[list[int]] = [[] for _ in range(n)]
+        wait = [0] * n
         last_on_stream: dict[tuple[int, str], int] = {}
         for i, op in enumerate(ops):
-            for d in op.deps:
-                succ[index[d]].append(i)
+            deps = op.deps
+            if index is None:
+                for d in deps:
+                    succ[d].append(i)
+            else:
+                for d in deps:
+                    succ[index[d]].append(i)
             key = (op.rank, op.stream)
             prev = last_on_stream.get(key)
-            if prev is not None:
+            if prev is None:
+                wait[i] = len(deps)
+            else:
                 succ[prev].append(i)
-            wait[i] = len(op.deps) + (prev is not None)
+                wait[i] = len(deps) + 1
             last_on_stream[key] = i
         return succ, wait
 

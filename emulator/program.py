@@ -107,6 +107,50 @@ class Op:
     costed: tuple[float, ...] = field(default=(), compare=False)
 
 
+def _fast_init(op: Op, id: int, rank: int, kind: OpKind, stream: str, deps: tuple[int, ...], name: str,
+               duration: float | None, flops: float, bytes: float, category: str, collective: str,
+               group: tuple[int, ...], root: int, peer: int, tag: int, microbatch: int, stage: int, layer: int,
+               costed: tuple[float, ...]) -> None:
+    """``Op.__init__``: the dataclass's own, made cheaper (issue #13, "Build fast").
+
+    A frozen dataclass's generated ``__init__`` sets each of the 19 fields with
+    ``object.__setattr__(self, name, value)``, ~3 µs an op; the builder makes 1.8M ops for a
+    64-rank GPT 1T. This one sets each slot through its member descriptor's ``__set__``,
+    bound once (~1 µs). The signature and defaults are the generated ones (copied below), and
+    the op stays frozen: assigning an attribute still raises FrozenInstanceError.
+    """
+    _S_id(op, id)
+    _S_rank(op, rank)
+    _S_kind(op, kind)
+    _S_stream(op, stream)
+    _S_deps(op, deps)
+    _S_name(op, name)
+    _S_duration(op, duration)
+    _S_flops(op, flops)
+    _S_bytes(op, bytes)
+    _S_category(op, category)
+    _S_collective(op, collective)
+    _S_group(op, group)
+    _S_root(op, root)
+    _S_peer(op, peer)
+    _S_tag(op, tag)
+    _S_microbatch(op, microbatch)
+    _S_stage(op, stage)
+    _S_layer(op, layer)
+    _S_costed(op, costed)
+
+
+_OP_FIELDS = tuple(Op.__dataclass_fields__)
+_S_id, _S_rank, _S_kind, _S_stream, _S_deps, _S_name, _S_duration, _S_flops, _S_bytes, _S_category, _S_collective, \
+    _S_group, _S_root, _S_peer, _S_tag, _S_microbatch, _S_stage, _S_layer, _S_costed = \
+    (Op.__dict__[f].__set__ for f in _OP_FIELDS)  # the slots' member descriptors, in field order
+# the same parameters, in the same order, with the same defaults, as the generated __init__
+assert _fast_init.__code__.co_varnames[1:1 + len(_OP_FIELDS)] == _OP_FIELDS
+_fast_init.__defaults__ = Op.__init__.__defaults__
+_fast_init.__qualname__ = "Op.__init__"
+setattr(Op, "__init__", _fast_init)
+
+
 class FoldRefused(Exception):
     """A fold checked in effect (``Fold.checked``) found a copy that is not symmetric to its
     representative; the run is then made rank by rank."""

@@ -7,8 +7,8 @@ report can say which link or NIC is the bottleneck.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
-from typing import Any
 
 from emulator.network.topology import Layout, Topology
 
@@ -39,17 +39,23 @@ def nics(topo: Topology) -> list[Nic]:
 def _laid_out_nics(topo: Topology, layout: Layout) -> list[Nic]:
     """``nics`` on a generated network, from its edges in the order they were laid (the
     neighbour order of its graph), without building the graph."""
-    kinds = {n: d.get("kind") for n, d in layout.nodes.items()}
-    egress: dict[str, list[int]] = {}
-    ingress: dict[str, list[int]] = {}
-    for u, v in layout.edges:
-        if kinds[u] == "nic" and kinds[v] == "switch":
-            egress.setdefault(u, []).append(topo.link_ids[u, v])
-        elif kinds[v] == "nic" and kinds[u] == "switch":
-            ingress.setdefault(v, []).append(topo.link_ids[u, v])
-    out = [Nic(n, d.get("node", -1), tuple(egress.get(n, ())), tuple(ingress.get(n, ())))
-           for n, d in layout.nodes.items() if d.get("kind") == "nic"]
+    ports = _laid_out_ports(topo, layout)
+    out = [Nic(n, layout.nodes[n].get("node", -1), tuple(e), tuple(i)) for n, (e, i) in ports.items()]
     return sorted(out, key=lambda n: n.name)
+
+
+def _laid_out_ports(topo: Topology, layout: Layout) -> dict[str, tuple[list[int], list[int]]]:
+    """NIC name → (egress, ingress) link ids on a generated network, NICs in layout order."""
+    kinds = {n: d.get("kind") for n, d in layout.nodes.items()}
+    ports: dict[str, tuple[list[int], list[int]]] = {n: ([], []) for n, k in kinds.items() if k == "nic"}
+    ids = topo.link_ids
+    for u, v in layout.edges:
+        ku, kv = kinds[u], kinds[v]
+        if ku == "nic" and kv == "switch":
+            ports[u][0].append(ids[u, v])
+        elif kv == "nic" and ku == "switch":
+            ports[v][1].append(ids[u, v])
+    return ports
 
 
 def utilisation(link_bytes: list[float], capacity: list[float], period: float) -> list[float]:
@@ -62,18 +68,30 @@ def utilisation(link_bytes: list[float], capacity: list[float], period: float) -
 def busiest_links(topo: Topology, link_bytes: list[float], period: float, top: int = 5) -> list[dict]:
     """The ``top`` links by utilisation over ``period`` (ties broken by name, for determinism)."""
     util = utilisation(link_bytes, topo.capacity, period)
-    order = sorted((i for i, b in enumerate(link_bytes) if b > 0), key=lambda i: (-util[i], topo.links[i]))
+    used = [i for i, b in enumerate(link_bytes) if b > 0]
+    if len(used) > top:  # the first ``top`` all reach the top-th highest utilisation: sort those only
+        cut = heapq.nlargest(top, [util[i] for i in used])[-1]
+        used = [i for i in used if util[i] >= cut]
+    order = sorted(used, key=lambda i: (-util[i], topo.links[i]))
     return [{"link": f"{topo.links[i][0]}->{topo.links[i][1]}", "class": topo.cls[i], "utilisation": util[i],
              "bytes": link_bytes[i], "capacity_B_per_s": topo.capacity[i]} for i in order[:top]]
 
 
 def busiest_nic(topo: Topology, link_bytes: list[float], period: float) -> dict | None:
-    """The NIC whose busier direction is the most utilised."""
+    """The NIC whose busier direction is the most utilised (the first by name among equals; in a
+    NIC, egress before ingress, ports in order)."""
     util = utilisation(link_bytes, topo.capacity, period)
-    best: dict[str, Any] | None = None
-    for nic in nics(topo):
-        for direction, ports in (("egress", nic.egress), ("ingress", nic.ingress)):
-            for p in ports:
-                if link_bytes[p] > 0 and (best is None or util[p] > best["utilisation"]):
-                    best = {"nic": nic.name, "direction": direction, "utilisation": util[p]}
-    return best
+    if isinstance(topo.source, Layout):  # without making a Nic per NIC: 16k of them at 16k GPUs
+        ports = ((name, e, i) for name, (e, i) in _laid_out_ports(topo, topo.source).items())
+    else:
+        ports = ((nic.name, list(nic.egress), list(nic.ingress)) for nic in nics(topo))
+    best: tuple[float, str, str] | None = None  # (utilisation, NIC, direction)
+    for name, egress, ingress in ports:
+        mine: tuple[float, str] | None = None  # this NIC's first port at its highest utilisation
+        for direction, links in (("egress", egress), ("ingress", ingress)):
+            for p in links:
+                if link_bytes[p] > 0 and (mine is None or util[p] > mine[0]):
+                    mine = (util[p], direction)
+        if mine is not None and (best is None or mine[0] > best[0] or (mine[0] == best[0] and name < best[1])):
+            best = (mine[0], name, mine[1])
+    return None if best is None else {"nic": best[1], "direction": best[2], "utilisation": best[0]}

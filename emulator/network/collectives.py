@@ -77,8 +77,13 @@ class _Acc:
 
     def add(self, links: tuple[int, ...], weights: tuple[float, ...], scale: float = 1.0) -> None:
         w = self.w
+        get = w.get
+        if scale == 1.0:  # x · 1.0 is x exactly: the same sums, without the product
+            for l, x in zip(links, weights):
+                w[l] = get(l, 0.0) + x
+            return
         for l, x in zip(links, weights):
-            w[l] = w.get(l, 0.0) + x * scale
+            w[l] = get(l, 0.0) + x * scale
 
     def most(self, links: tuple[int, ...], weights: tuple[float, ...], scale: float = 1.0) -> None:
         w = self.w
@@ -111,6 +116,7 @@ class CollectiveModel:
         self._calls: dict[tuple[object, ...], Plan] = {}  # (op, group, root[, nbytes with auto]) → its plan
         self._candidates: dict[tuple[str, tuple[int, ...]], tuple[str, ...]] = {}
         self._choices: dict[tuple[str, tuple[int, ...], float], tuple[str, str]] = {}
+        self._alphas: dict[tuple[int, int], float] = {}  # (a, b) → α of one step a→b
 
     # -- public ---------------------------------------------------------------
     def collective(self, op: str, group: tuple[int, ...], root: int = -1, nbytes: float = 0.0) -> Plan:
@@ -271,18 +277,20 @@ class CollectiveModel:
                     _same_latency(op, group, igroup, raw, image)
                 images.append(image)
         plan: Plan = []
+        route = self.router.route
         for p, phase in enumerate(raw):
             out = []
             for f, (_hops, volume, latency, merged) in enumerate(phase):
                 acc = _Acc()
+                add = acc.add
                 for copy in images:
                     for a, b, scale in copy[p][f][0]:
-                        links, weights, _lat = self.router.route(a, b)
-                        acc.add(links, weights, scale)
+                        links, weights, _lat = route(a, b)
+                        add(links, weights, scale)
                     if merged:
                         one = _Acc()
                         for a, b, scale in copy[p][f][3]:
-                            links, weights, _lat = self.router.route(a, b)
+                            links, weights, _lat = route(a, b)
                             one.most(links, weights, scale)
                         acc.add(*one.freeze())
                 links, weights = acc.freeze()
@@ -292,12 +300,15 @@ class CollectiveModel:
 
     # -- helpers --------------------------------------------------------------
     def _alpha(self, a: int, b: int) -> float:
-        """One step a→b: path latency plus the software step latency of its class."""
-        lat = self.router.route(a, b)[2]
-        na, nb = self.node_of(a), self.node_of(b)
-        if na < 0:
-            return lat
-        return lat + (self.steps.intra if na == nb else self.steps.inter)
+        """One step a→b: path latency plus the software step latency of its class (memoised: the
+        same hop is a step of every collective on its group, and of each of its symmetric copies)."""
+        out = self._alphas.get((a, b))
+        if out is None:
+            lat = self.router.route(a, b)[2]
+            na, nb = self.node_of(a), self.node_of(b)
+            out = lat if na < 0 else lat + (self.steps.intra if na == nb else self.steps.inter)
+            self._alphas[a, b] = out
+        return out
 
     def _by_node(self, group: tuple[int, ...]) -> list[list[int]]:
         nodes: dict[int, list[int]] = {}

@@ -18,29 +18,35 @@ from emulator.network.flows import FlowSpec, Plan
 def compress_plans(plans: list[Plan], capacity: list[float]) -> tuple[list[Plan], dict[int, int]]:
     """The same plans with redundant links removed (see module doc), and for every link
     the link kept in its place (itself when kept): it carried the very same traffic."""
-    users: dict[int, list[tuple[int, float]]] = {}
-    specs: list[FlowSpec] = []
+    # link → its users as a flat list fid, w, fid, w, ...: the same signature as the (fid, w)
+    # pairs (the alternation makes it one-to-one), without a tuple per entry
+    users: dict[int, list[float]] = {}
+    fid = 0
     for plan in plans:
         for phase in plan:
             for f in phase:
-                fid = len(specs)
-                specs.append(f)
+                get = users.get
                 for link, w in zip(f.links, f.weights):
-                    users.setdefault(link, []).append((fid, w))
+                    u = get(link)
+                    if u is None:
+                        users[link] = [fid, w]
+                    else:
+                        u += (fid, w)
+                fid += 1
     keep: dict[int, int] = {}
-    first: dict[tuple[float, tuple[tuple[int, float], ...]], int] = {}  # (capacity, users) → first such link
+    first: dict[tuple[float, tuple[float, ...]], int] = {}  # (capacity, users) → first such link
     for link in sorted(users):
-        sig = (capacity[link], tuple(users[link]))
-        keep[link] = first.setdefault(sig, link)
+        keep[link] = first.setdefault((capacity[link], tuple(users[link])), link)
     out: list[Plan] = []
-    it = iter(range(len(specs)))
     for plan in plans:
         new_plan = []
         for phase in plan:
             new_phase = []
             for f in phase:
-                next(it)
-                pairs = sorted({(l, w) for l, w in zip(f.links, f.weights) if keep[l] == l})
+                if f.links == tuple(sorted(set(f.links))):  # as plans are built (_Acc.freeze): kept in order
+                    pairs = [(l, w) for l, w in zip(f.links, f.weights) if keep[l] == l]
+                else:
+                    pairs = sorted({(l, w) for l, w in zip(f.links, f.weights) if keep[l] == l})
                 new_phase.append(FlowSpec(tuple(l for l, _ in pairs), tuple(w for _, w in pairs), f.volume,
                                           f.latency))
             new_plan.append(new_phase)

@@ -141,15 +141,11 @@ class Topology:
         """(Re)build the flat link arrays from the graph, in a deterministic order."""
         edges = self.source.edges if isinstance(self.source, Layout) else None
         self.links = sorted(edges) if edges is not None else sorted(self.graph.edges())
-        self.link_ids = {e: i for i, e in enumerate(self.links)}
-        self.capacity = []
-        self.latency = []
-        self.cls = []
-        for u, v in self.links:
-            d = edges[u, v] if edges is not None else self.graph.edges[u, v]
-            self.capacity.append(d["bandwidth"] * d.get("efficiency", 1.0))
-            self.latency.append(d["latency"])
-            self.cls.append(d.get("cls", "custom"))
+        self.link_ids = dict(zip(self.links, range(len(self.links))))
+        data = [edges[e] for e in self.links] if edges is not None else [self.graph.edges[e] for e in self.links]
+        self.capacity = [d["bandwidth"] * d.get("efficiency", 1.0) for d in data]
+        self.latency = [d["latency"] for d in data]
+        self.cls = [d.get("cls", "custom") for d in data]
 
     def node_of(self, rank: int) -> int:
         """The server (node) index of a rank; -1 on a custom graph."""
