@@ -196,3 +196,22 @@ def test_a_catalog_value_out_of_range_is_one_clear_error(tmp_path, value, messag
                  f"    comm_overlap_slowdown: {value}\n")
     with pytest.raises(EmulatorError, match=f"cat.yaml: g.comm_overlap_slowdown: {message}"):
         catalog.gpu("g", user=str(p))
+
+
+@needs_real
+def test_dlrm_ranks_pooled_reproduce_the_readme_rows():
+    files = sorted(os.path.join(REAL, "dlrm-8rank-v100", f) for f in os.listdir(os.path.join(REAL, "dlrm-8rank-v100")))
+    assert all(not measure_files([f]).groups for f in files)  # no single rank has a usable group
+    fit = measure_files(files)
+    # linearize_index (12 under, 4 alone: 1.0, 289 us), split_embedding warp_per_row (5, 3: 1.0, 105 us),
+    # volta_sgemm_64x32 (5, 3: 0.9, 76 us); total 470 us: 0.9 holds 76 < 117.5 (a quarter), so q1 = median = q3 = 1.0
+    assert [round(g.ratio, 6) for g in fit.groups] == [1.0, 1.0, 0.9] and fit.kernels == 16 + 8 + 8
+    assert (fit.factor, fit.q1, fit.q3) == (1.0, 1.0, 1.0)
+
+
+def test_calibrate_out_to_a_folder_that_cannot_be_made_is_one_clear_error(tmp_path):
+    trace = tmp_path / "ovl.json"
+    trace.write_text(json.dumps(overlap_trace()))
+    (tmp_path / "file").write_text("")  # a file where the output's folder should be
+    with pytest.raises(EmulatorError, match=r"file/cat.yaml: cannot write"):
+        run("--kineto", str(trace), "--out", str(tmp_path / "file" / "cat.yaml"))

@@ -30,7 +30,8 @@ from emulator.importers.native import TraceError
 UNDER = 0.9  # share of a kernel's interval that must overlap NCCL to count as "under comm"
 MIN_EACH = 3  # instances needed on each side (under comm, alone) for a group to give a ratio
 MIN_GROUPS = 3  # groups needed before the factor is trusted (and written to a catalog)
-MIN_DUR = 10e-6  # s, shortest median-alone duration of a group used (10 ticks of a 1-us clock)
+MIN_DUR = 10e-6  # s, shortest median-alone duration of a group used (10 ticks of a 1-us clock;
+# 10 us read from a file as 10 * 1e-6 is 9.999999999999999e-06: compared with a 1e-9 slack)
 US = 1e-6  # Kineto timestamps and durations are microseconds
 
 
@@ -153,7 +154,7 @@ def measure_overlap(kernels: list[Kernel]) -> OverlapFit:
     groups = []
     for key in sorted(split):
         under, alone = split[key]
-        if len(under) >= MIN_EACH and len(alone) >= MIN_EACH and statistics.median(alone) >= MIN_DUR:
+        if len(under) >= MIN_EACH and len(alone) >= MIN_EACH and statistics.median(alone) >= MIN_DUR * (1 - 1e-9):
             groups.append(GroupRatio(key, len(under), len(alone),
                                      statistics.median(under) / statistics.median(alone),
                                      sum(under) + sum(alone)))

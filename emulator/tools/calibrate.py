@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 
 from emulator.errors import EmulatorError
 from emulator.importers.kineto_overlap import OverlapFit, measure_files
+from emulator.outputs.atomic import write_text
 from emulator.scenario.spec import GpuSpec, NodeSpec
 
 LARGE = 64 * 2**20  # B: sizes at which busbw has plateaued
@@ -450,11 +451,7 @@ def calibrate_command(args: argparse.Namespace) -> str:
         sources = [os.path.basename(p) for p in args.nccl_log]
         sources += [os.path.basename(args.kineto)] if args.kineto else []
         text = catalog_yaml(node, f"calibrated from {', '.join(sources)} on base {args.base}", compute, overlap)
-        try:
-            with open(args.out, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            raise CalibrationError(f"{args.out}: cannot write: {e.strerror}") from None
+        write_text(args.out, text)  # atomic: a temporary file renamed over it
         report += f"wrote node {name!r} to {args.out}\n"
     return report
 
