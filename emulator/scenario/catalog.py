@@ -68,7 +68,22 @@ def _convert(name: str, key: Key, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise UnitError(f"expected an integer, got {value!r}")
         return value
+    if key.type == "number":
+        return _number(key, value)
     return str(value)
+
+
+def _number(key: Key, value: Any) -> float:
+    """A plain number within the key's range (comm_overlap_slowdown: 1 to 10)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UnitError(f"expected a number, got {value!r}")
+    lo = key.minimum if key.minimum is not None else float("-inf")
+    hi = key.maximum if key.maximum is not None else float("inf")
+    if not lo <= value <= hi:
+        raise UnitError(f"expected a number from {key.minimum:g} to {key.maximum:g}, got {value!r}"
+                        if key.minimum is not None and key.maximum is not None else
+                        f"expected a number in [{lo:g}, {hi:g}], got {value!r}")
+    return float(value)
 
 
 def measured_kernels(entry_name: str, value: Any) -> tuple[tuple[str, str, tuple[int, ...], float], ...]:

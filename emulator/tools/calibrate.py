@@ -25,6 +25,11 @@ Inputs
   ``--out`` they become the calibrated GPU's ``kernels`` entries, which the workload
   builder looks up before the roofline (devices/kernels.py: that exact shape, or
   interpolated inside a grid of them); other shapes use the fitted efficiencies.
+- ``--kineto FILE`` also measures ``comm_overlap_slowdown``: how many times longer compute
+  kernels run while an NCCL kernel is resident on another stream of the same GPU, over
+  all the trace's steps (importers/kineto_overlap.py). It is written into the GPU entry
+  only when enough kernel groups ran both under comm and alone; otherwise the report
+  says why it was left out. A trace with such evidence but no shapes gives the factor alone.
 - ``--base NODE``, ``--name NEW``, ``--out FILE.yaml``: the result is written as a
   catalog file (units as strings) with a node NEW copied from NODE and the fitted
   fields replaced.
@@ -38,6 +43,8 @@ import statistics
 from dataclasses import dataclass, replace
 
 from emulator.errors import EmulatorError
+from emulator.importers.kineto_overlap import OverlapFit, measure_files
+from emulator.outputs.atomic import write_text
 from emulator.scenario.spec import GpuSpec, NodeSpec
 
 LARGE = 64 * 2**20  # B: sizes at which busbw has plateaued
@@ -48,6 +55,10 @@ _OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "all_to_all", 
 
 class CalibrationError(EmulatorError):
     """A calibration input is unreadable or cannot support a fit."""
+
+
+class NothingToFit(CalibrationError):
+    """A readable Kineto trace whose ops give no compute efficiency."""
 
 
 # ---------------------------------------------------------------------------- nccl-tests logs
@@ -279,10 +290,10 @@ def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
                 mem_bytes += sum(sizes) + max(sizes)
                 mem_time += t
     if not groups:
-        raise CalibrationError(f"{path}: no kernel is launched under an aten op with shapes "
-                               "(profile with record_shapes=True)")
+        raise NothingToFit(f"{path}: no kernel is launched under an aten op with shapes "
+                           "(profile with record_shapes=True)")
     if not gemm_time and not mem_time:
-        raise CalibrationError(_nothing_fitted(path, groups))
+        raise NothingToFit(_nothing_fitted(path, groups))
     return ComputeFit(gemm_flops / gemm_time / gpu.peak_flops if gemm_time else None,
                       {k: statistics.median(v) for k, v in shapes.items()},
                       mem_bytes / mem_time / gpu.hbm_bandwidth if mem_time else None, len(rt.gpu_ops),
@@ -307,6 +318,22 @@ def _numel(dims: list) -> int:
     return n
 
 
+def fit_overlap(path: str) -> OverlapFit:
+    """The compute slowdown under resident NCCL kernels, over every step of a Kineto trace."""
+    try:
+        return measure_files([path])
+    except EmulatorError as e:
+        raise CalibrationError(str(e)) from None
+
+
+def written_slowdown(overlap: OverlapFit | None, gpu: GpuSpec) -> float:
+    """The comm_overlap_slowdown a calibrated GPU entry carries: the measured factor when the
+    trace held enough evidence (at least 1: the catalog's range, 1 = none), else the base GPU's."""
+    if overlap is not None and overlap.enough and overlap.factor is not None:
+        return max(1.0, overlap.factor)
+    return gpu.comm_overlap_slowdown
+
+
 # ---------------------------------------------------------------------------- the catalog entry
 
 
@@ -327,14 +354,17 @@ def _q(v: float, unit: str, scale: float) -> str:
     return f"{v / scale:.6g} {unit}"
 
 
-def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str:
+def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None,
+                 overlap: OverlapFit | None = None) -> str:
     """A catalog file (same shape as emulator/data/catalog.yaml) holding ``node`` and, when
-    the Kineto fit measured efficiencies, a GPU entry of its own that carries them."""
+    the Kineto fit measured efficiencies or the overlap slowdown, a GPU entry of its own that
+    carries them."""
     g = node.gpu
     lines = [f"# Written by `emulator calibrate`: {source}"]
     gpu_name = g.name
-    if compute is not None and (compute.gemm_efficiency is not None or compute.memory_efficiency is not None
-                                or compute.gemm_times):
+    measured = compute is not None and (compute.gemm_efficiency is not None or compute.memory_efficiency is not None
+                                        or bool(compute.gemm_times))
+    if measured or (overlap is not None and overlap.enough):
         gpu_name = f"{node.name}-gpu"
         lines += ["gpus:", f"  {gpu_name}:",
                   f"    peak_flops: {_q(g.peak_flops, 'TFLOP/s', 1e12)}",
@@ -346,10 +376,13 @@ def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str
         lines += [f"    matmul_fraction: {g.matmul_fraction:.6g}"] if g.matmul_fraction else []
         lines += [f"    {f}: {_q(getattr(g, f), 'TFLOP/s', 1e12)}"
                   for f in ("peak_flops_fp32", "peak_flops_tf32", "peak_flops_fp8") if getattr(g, f)]
-        if compute.gemm_efficiency is not None:
+        if compute is not None and compute.gemm_efficiency is not None:
             lines.append(f"    gemm_efficiency: {compute.gemm_efficiency:.6g}")
-        if compute.memory_efficiency is not None:
+        if compute is not None and compute.memory_efficiency is not None:
             lines.append(f"    memory_efficiency: {compute.memory_efficiency:.6g}")
+        slowdown = written_slowdown(overlap, g)
+        if slowdown != 1.0:
+            lines.append(f"    comm_overlap_slowdown: {slowdown:.6g}")
         lines += _kernel_lines(g, compute)
         lines.append(f"    source: \"{source}; base GPU {g.name}\"")
     lines += ["nodes:", f"  {node.name}:",
@@ -371,11 +404,12 @@ def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None) -> str
     return "\n".join(lines) + "\n"
 
 
-def _kernel_lines(g: GpuSpec, compute: ComputeFit) -> list[str]:
+def _kernel_lines(g: GpuSpec, compute: ComputeFit | None) -> list[str]:
     """The GPU entry's measured kernels: every profiled GEMM shape with its median kernel time
     (devices/kernels.py looks them up before the built-in table and the roofline)."""
     lines = [f"    kernel_table: {g.kernel_table or 'none'}"]
-    entries: list[tuple[tuple[int, ...], str, float]] = [(d, ty, s) for d, ty, s in compute.gemm_times]
+    measured = compute.gemm_times if compute is not None else ()
+    entries: list[tuple[tuple[int, ...], str, float]] = [(d, ty, s) for d, ty, s in measured]
     entries += [(d, ty, s) for _, ty, d, s in g.kernels if (d, ty) not in {(e[0], e[1]) for e in entries}]
     if entries:
         lines.append("    kernels:  # op dtype batch x m x n x k, median kernel time (emulator calibrate --kineto)")
@@ -409,20 +443,42 @@ def calibrate_command(args: argparse.Namespace) -> str:
     inter_logs = [log for log in logs if log.hosts > 1]
     intra = fit_links(intra_logs, base, inter=False) if intra_logs else None
     inter = fit_links(inter_logs, base, inter=True) if inter_logs else None
-    compute = fit_compute(args.kineto, base.gpu) if args.kineto else None
+    overlap = fit_overlap(args.kineto) if args.kineto else None
+    compute, no_compute = _compute_or_why(args.kineto, base.gpu, overlap)
     node = calibrated_node(base, name, intra, inter)
-    report = _report(node, logs, intra, inter, compute)
+    report = _report(node, logs, intra, inter, compute) + no_compute + _overlap_report(overlap)
     if args.out:
         sources = [os.path.basename(p) for p in args.nccl_log]
         sources += [os.path.basename(args.kineto)] if args.kineto else []
-        text = catalog_yaml(node, f"calibrated from {', '.join(sources)} on base {args.base}", compute)
-        try:
-            with open(args.out, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            raise CalibrationError(f"{args.out}: cannot write: {e.strerror}") from None
+        text = catalog_yaml(node, f"calibrated from {', '.join(sources)} on base {args.base}", compute, overlap)
+        write_text(args.out, text)  # atomic: a temporary file renamed over it
         report += f"wrote node {name!r} to {args.out}\n"
     return report
+
+
+def _compute_or_why(path: str | None, gpu: GpuSpec, overlap: OverlapFit | None) -> tuple[ComputeFit | None, str]:
+    """The compute fit; a trace that fits no efficiency is an error unless it measured the
+    overlap slowdown (then the reason is a line of the report)."""
+    if not path:
+        return None, ""
+    try:
+        return fit_compute(path, gpu), ""
+    except NothingToFit as e:
+        if overlap is None or not overlap.enough:
+            raise
+        return None, f"no compute efficiency: {e}\n"
+
+
+def _overlap_report(overlap: OverlapFit | None) -> str:
+    if overlap is None:
+        return ""
+    if not overlap.enough:
+        return f"comm_overlap_slowdown left out: {overlap.why_not()}\n"
+    assert overlap.factor is not None and overlap.q1 is not None and overlap.q3 is not None
+    below = " (below 1: written as 1, no slowdown)" if overlap.factor < 1 else ""
+    return (f"comm_overlap_slowdown {overlap.factor:.4f}{below}: duration-weighted median of "
+            f"{len(overlap.groups)} kernel groups' ratios (IQR {overlap.q1:.4f}-{overlap.q3:.4f}), "
+            f"{overlap.kernels} kernels under a resident NCCL kernel or alone\n")
 
 
 def _report(node: NodeSpec, logs: list[NcclLog], intra: LinkFit | None, inter: LinkFit | None,
