@@ -78,6 +78,19 @@ class OpFields:
         return tuple(map(attrgetter(name), self.ops))
 
 
+def _by_source(src: array[int], dst: array[int], n: int) -> tuple[array[int], array[int]]:
+    """Edges (src[e] → dst[e]) grouped by source, each source's in edge order: (off, to), with
+    the successors of op t at ``to[off[t]:off[t + 1]]``."""
+    import numpy as np
+
+    s = np.frombuffer(src, dtype=np.int64) if len(src) else np.zeros(0, dtype=np.int64)
+    d = np.frombuffer(dst, dtype=np.int64) if len(dst) else np.zeros(0, dtype=np.int64)
+    order = np.argsort(s, kind="stable")
+    off = array("q", np.concatenate(([0], np.cumsum(np.bincount(s, minlength=n)))).astype(np.int64).tobytes())
+    to = array("q", d[order].tobytes())
+    return off, to
+
+
 def _delay_to(now: float, at: float) -> float:
     """A delay d with now + d == at exactly, as SimPy adds them (at − now alone can miss ``at`` by
     an ulp: then an op put off to ``at`` would start an ulp away from the end it waited for)."""
@@ -125,7 +138,7 @@ class Engine:
         self.n = n
         # plain ints (OpKind values) for the hot path: an int compares in C, the enum in Python
         self.kind: list[int] = [int(op.kind) for op in self.tops]
-        self.succ, wait = self._wire()
+        self.off, self.to, wait = self._wire()
         self.call = self._call_numbers()
         self.shares = self._sharing()
         self._gpu_share: dict[int, SharedGpu] = {}  # world rank → its running kernels (sharing ranks only)
@@ -153,9 +166,9 @@ class Engine:
         self._resident: dict[int, int] = {}  # GPU → its communication ops resident now
         self._counted: set[int] = set()  # the comm ops counted there
         if self.overlap:  # compute then depends on what else runs: every GPU kernel goes through SharedGpu
-            self.shares = [op.kind is COMPUTE and op.stream != "cpu" for op in self.tops]
-            self.private = [False] * self.T
-        self.timed = [(op.kind is COMPUTE and not sh) for op, sh in zip(self.tops, self.shares)]
+            self.shares = bytearray(op.kind is COMPUTE and op.stream != "cpu" for op in self.tops)
+            self.private = bytearray(self.T)
+        self.timed = bytearray(op.kind is COMPUTE and not sh for op, sh in zip(self.tops, self.shares))
 
     # -- copies ------------------------------------------------------------------
     def _tr(self, k: int, r: int) -> int:
@@ -191,35 +204,37 @@ class Engine:
         return self._tr(k, self.tops[t].rank)
 
     # -- preparation -------------------------------------------------------------
-    def _wire(self) -> tuple[list[list[int]], list[int]]:
-        """Successors of each template op and its count of prerequisites (deps + stream predecessor)."""
+    def _wire(self) -> tuple[array[int], array[int], list[int]]:
+        """Successors of each template op, as flat arrays (op t's are ``to[off[t]:off[t + 1]]``, in
+        program order), and its count of prerequisites (deps + stream predecessor).
+
+        Flat arrays, not a list per op: 16 B an op and edge, where the lists cost ~130 B an op
+        (235 MB of a 1.84M-op run)."""
         ops = self.tops
         n = len(ops)
         ids = [op.id for op in ops]
         # the builder numbers its ops 0, 1, 2, ... in list order: an id is then its position
         index: dict[int, int] | None = None if ids == list(range(n)) else dict(zip(ids, range(n)))
-        succ: list[list[int]] = [[] for _ in range(n)]
+        src, dst = array("q"), array("q")  # the edges prerequisite → op, in program order
         wait = [0] * n
         last_on_stream: dict[tuple[int, str], int] = {}
         for i, op in enumerate(ops):
             deps = op.deps
-            if index is None:
-                for d in deps:
-                    succ[d].append(i)
-            else:
-                for d in deps:
-                    succ[index[d]].append(i)
+            for d in deps:
+                src.append(d if index is None else index[d])
+                dst.append(i)
             key = (op.rank, op.stream)
             prev = last_on_stream.get(key)
             if prev is None:
                 wait[i] = len(deps)
             else:
-                succ[prev].append(i)
+                src.append(prev)
+                dst.append(i)
                 wait[i] = len(deps) + 1
             last_on_stream[key] = i
-        return succ, wait
+        return (*_by_source(src, dst, n), wait)
 
-    def _call_numbers(self) -> list[int]:
+    def _call_numbers(self) -> array[int]:
         """Per template op, its call number on its (rank, group) communicator, in program order
         (-1 for other ops). NCCL matches the calls of a communicator in the order each rank
         issues them (every rank must call its collectives on a communicator in the same order;
@@ -228,7 +243,7 @@ class Engine:
         instead paired a ZeRO-3 all-gather with a reduce-scatter as soon as ranks fell out of
         lock-step (issue #17). A copy's ops are its template's, so the number holds for every copy."""
         seen: dict[tuple[int, tuple[int, ...]], int] = {}
-        out = [-1] * len(self.tops)
+        out = array("q", [-1]) * len(self.tops)
         for t, op in enumerate(self.tops):
             if op.kind is COLLECTIVE:
                 key = (op.rank, op.group)
@@ -236,7 +251,7 @@ class Engine:
                 seen[key] = out[t] + 1
         return out
 
-    def _sharing(self) -> list[bool]:
+    def _sharing(self) -> bytearray:
         """Per template op: a GPU compute op of a rank whose compute runs on more than one stream.
         Those ops share their GPU (``emulator.devices.sharing``); every other compute op runs at
         full speed on the fast path (a rank with one compute stream never runs two kernels at once).
@@ -245,21 +260,21 @@ class Engine:
         for op in self.tops:
             if op.kind is COMPUTE and op.stream != "cpu":
                 streams.setdefault(op.rank, set()).add(op.stream)
-        return [op.kind is COMPUTE and op.stream != "cpu" and len(streams[op.rank]) > 1 for op in self.tops]
+        return bytearray(op.kind is COMPUTE and op.stream != "cpu" and len(streams[op.rank]) > 1 for op in self.tops)
 
-    def _durations(self) -> list[list[float]]:
+    def _durations(self) -> list[array[float]]:
         """Per copy, the duration of each template op; copies whose ranks have the same
         slowdowns share one list."""
         gpus = self.gpus
         ranks = sorted({op.rank for op in self.tops})
-        cache: dict[tuple[float, ...], list[float]] = {}
+        cache: dict[tuple[float, ...], array[float]] = {}
         out = []
         for k in range(len(self._shifts)):
             sig = tuple(gpus[self._tr(k, r)].slowdown if self._tr(k, r) in gpus else 1.0 for r in ranks)
             d = cache.get(sig)
             if d is None:
-                d = cache[sig] = [gpus[self._tr(k, op.rank)].compute_time(op) if op.kind is COMPUTE else 0.0
-                                  for op in self.tops]
+                d = cache[sig] = array("d", [gpus[self._tr(k, op.rank)].compute_time(op) if op.kind is COMPUTE
+                                             else 0.0 for op in self.tops])
             out.append(d)
         return out
 
@@ -279,7 +294,7 @@ class Engine:
                 keys.add((c, g2, tr(k, r)))
         return sorted(keys, key=repr)
 
-    def _private(self, keys: list[PlanKey]) -> list[bool]:
+    def _private(self, keys: list[PlanKey]) -> bytearray:
         """Per template op: a *private* collective, one the fabric would run exactly as it runs
         alone, so that its duration is fixed (``emulator.network.fabric.alone``, once per size).
 
@@ -289,7 +304,7 @@ class Engine:
         other flow shares them; (3) the group's collectives run on one stream, so they never
         share them with each other. Tensor-parallel collectives on a node's NVLink are the usual
         case. A stamped (unfolded) run simulates every member, so it has none."""
-        out = [False] * self.T
+        out = bytearray(self.T)  # 1: private
         if len(self._shifts) != 1:
             return out
         shared = ()  # the owner of a link that more than one communicator or transfer uses
@@ -342,8 +357,8 @@ class Engine:
     def run(self) -> tuple[SpanTable, int]:
         """Run to the end; return the spans and the number of SimPy events processed."""
         if self.fabric.rewrite is not None:  # timed faults change links mid-run: every flow is simulated
-            self.private = [False] * self.T
-        self.timed = [tm or pv for tm, pv in zip(self.timed, self.private)]
+            self.private = bytearray(self.T)
+        self.timed = bytearray(bool(tm or pv) for tm, pv in zip(self.timed, self.private))
         T = self.T
         heads = [t for t in range(T) if self.waiting[t] == 0]  # every copy starts like the template
         self._advance([k * T + t for k in range(len(self._shifts)) for t in heads])
@@ -377,7 +392,7 @@ class Engine:
         starts now (``_start``)."""
         now = self.env.now
         T, timed, start, xfer, end, durs = self.T, self.timed, self.start, self.xfer, self.end, self.durs
-        succ, waiting, ready_at, kind = self.succ, self.waiting, self.ready_at, self.kind
+        off, to, waiting, ready_at, kind = self.off, self.to, self.waiting, self.ready_at, self.kind
         while ready:
             i = ready.pop()
             k, t = divmod(i, T)
@@ -392,7 +407,7 @@ class Engine:
             e = at + (durs[k][t] if kind[t] == 0 else self._private_time(t, at))
             end[i] = e
             base = i - t  # copy k's ops are the template's, shifted by k·T
-            for j in succ[t]:
+            for j in to[off[t]:off[t + 1]]:
                 j += base
                 if ready_at[j] < e:
                     ready_at[j] = e
@@ -447,12 +462,12 @@ class Engine:
 
         With ``start_each``, the successors of each op are started (``_advance`` empties
         ``ready``) before the next op ends: ops that end together keep their start order."""
-        T, succ, waiting, end, ready_at = self.T, self.succ, self.waiting, self.end, self.ready_at
+        T, off, to, waiting, end, ready_at = self.T, self.off, self.to, self.waiting, self.end, self.ready_at
         for i in finished:
             end[i] = now
             t = i % T
             base = i - t
-            for j in succ[t]:
+            for j in to[off[t]:off[t + 1]]:
                 j += base
                 if ready_at[j] < now:
                     ready_at[j] = now
@@ -644,12 +659,16 @@ class Engine:
     def _cycle(self) -> list[int]:
         """A cycle of ops that never started, each the prerequisite of the next (dependency or stream
         order), as flat op indices; [] when the unfinished ops form no cycle."""
-        T, succ, start = self.T, self.succ, self.start
+        T, start = self.T, self.start
+
+        def succ(t: int) -> array[int]:
+            return self.to[self.off[t]:self.off[t + 1]]
+
         state: dict[int, int] = {}  # 1: on the current path, 2: done (no cycle through it)
         for root in range(self.n):
             if start[root] >= 0 or root in state:
                 continue
-            path, stack = [root], [iter(succ[root % T])]
+            path, stack = [root], [iter(succ(root % T))]
             state[root] = 1
             while stack:
                 base = path[-1] - path[-1] % T
@@ -665,7 +684,7 @@ class Engine:
                     return path[path.index(j):]
                 state[j] = 1
                 path.append(j)
-                stack.append(iter(succ[j % T]))
+                stack.append(iter(succ(j % T)))
         return []
 
     def _why(self, i: int) -> str:

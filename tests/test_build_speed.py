@@ -60,7 +60,8 @@ def test_wire_is_the_same_with_or_without_positional_ids(tmp_path, base):
     ops = [Op(base + 0, 0, COMPUTE, duration=1.0), Op(base + 1, 0, COMPUTE, duration=1.0),
            Op(base + 2, 0, SEND, "pp", (base + 1,), peer=1, bytes=8.0),
            Op(base + 3, 1, RECV, "pp", (), peer=0, bytes=8.0), Op(base + 4, 1, COMPUTE, deps=(base + 3, base + 0), duration=1.0)]
-    succ, wait = _engine(ops, tmp_path)._wire()
+    off, to, wait = _engine(ops, tmp_path)._wire()
+    succ = [list(to[off[t]:off[t + 1]]) for t in range(len(off) - 1)]
     # successors by position: 0 → 1 (stream), 4 (dep); 1 → 2 (dep); 3 → 4 (dep); 2, 4 → none
     assert succ == [[1, 4], [2], [], [4], []]
     # prerequisites: 0: none; 1: its stream predecessor; 2: dep 1; 3: none; 4: deps 3 and 0 (first
