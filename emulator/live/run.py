@@ -64,22 +64,25 @@ def _session():
 
 def _pipeline(scenario, world: int, rank: int, real: int):
     """The emulated stages when the live world is one pipeline (``parallel.pp`` = world) with the
-    real rank as stage 0; else None and, for another pipeline layout, a note that says so."""
+    real rank as stage 0; None without a pipeline. Any other pipeline layout is refused."""
     from emulator.errors import EmulatorError
     from emulator.live.pipeline import SCHEDULES, Pipeline
 
     p = scenario.parallel
     if p.pp <= 1:
         return None, ""
+    where = scenario.path or scenario.name
     if p.pp != world or real != 1 or rank != 0:
-        return None, (f"parallel.pp = {p.pp}: the emulated stages run their own schedule only when the live world "
-                      "is the pipeline (--world pp) with one real rank, stage 0; here a recv from an emulated "
-                      "stage follows the symmetric rule")
+        raise EmulatorError(f"{where}: parallel.pp = {p.pp}: a live pipeline needs the live world to be the pipeline "
+                            f"(--world {p.pp}, one rank per stage) and one real rank, stage 0 (--real 1, --rank 0); "
+                            f"got --world {world} --real {real} --rank {rank}")
     if p.schedule not in SCHEDULES:
-        raise EmulatorError(f"{scenario.path or scenario.name}: parallel.schedule: a live pipeline supports "
+        raise EmulatorError(f"{where}: parallel.schedule: a live pipeline supports "
                             f"{', '.join(SCHEDULES)}, got {p.schedule!r}")
-    return Pipeline(p.schedule, p.pp), (f"pipeline: stage 0 real, stages 1..{p.pp - 1} emulated, each running "
-                                        f"{p.schedule} on the measured compute per micro-batch")
+    chunks = f" ({p.virtual_stages} model chunks per stage)" if p.virtual_stages > 1 else ""
+    return Pipeline(p.schedule, p.pp, p.virtual_stages), (
+        f"pipeline: stage 0 real, stages 1..{p.pp - 1} emulated, each running {p.schedule}{chunks} on the "
+        "measured compute per micro-batch")
 
 
 def _peers(live):

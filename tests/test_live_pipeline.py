@@ -1,0 +1,209 @@
+"""Live pipelines with interleaved 1F1B: the emulated stages' timing (pure, hand-computed), the real
+stage's session driven through a whole iteration, the example script's order, refusals, and the
+scenario run under `emulator live`."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+
+# p = 2, v = 2, m = 4, F = 1, B = 2 per chunk, free transfers. Virtual stages: s0c0, s1c0, s0c1, s1c1 (the
+# loss). Task k: chunk (k // 2) % 2 (backward: 1 - that), micro-batch (k // 4) * 2 + k % 2; warm-up 4 on
+# stage 0, 2 on stage 1. Stage 0: F(0,c0) 0-1, F(1,c0) 1-2, F(0,c1) 2-3 (stage 1's F(0,c0) 1-2), F(1,c1) 3-4,
+# F(2,c0) 4-5, B(0,c1) 6-8 (stage 1: F(0,c1) 3-4, B(0,c1) 4-6), F(3,c0) 8-9, B(1,c1) 9-11 (stage 1 F(1,c1) 6-7,
+# B 7-9), F(2,c1) 11-12 (stage 1 F(2,c0) 9-10), B(0,c0) 12-14 (stage 1 B(0,c0) 10-12), F(3,c1) 14-15 (stage 1
+# F(3,c0) 12-13), B(1,c0) 15-17 (stage 1 B(1,c0) 13-15), B(2,c1) 18-20 (stage 1 F(2,c1) 15-16, B 16-18),
+# B(3,c1) 21-23 (stage 1 F(3,c1) 18-19, B 19-21), B(2,c0) 23-25 (stage 1 B(2,c0) 21-23), B(3,c0) 25-27
+# (stage 1 B(3,c0) 23-25). Stage 0 ends at 27 = 24 of compute (8 x (1 + 2)) + a bubble of 3 =
+# (p - 1)/(v m) of the ideal 24, half the 1F1B bubble (p - 1)(vF + vB) = 6.
+SENT = {("F", 1, 0, 0): 1.0, ("F", 1, 1, 0): 2.0, ("F", 1, 0, 1): 3.0, ("F", 1, 1, 1): 4.0, ("F", 1, 2, 0): 5.0,
+        ("B", 1, 0, 0): 8.0, ("F", 1, 3, 0): 9.0, ("B", 1, 1, 0): 11.0, ("F", 1, 2, 1): 12.0, ("F", 1, 3, 1): 15.0,
+        ("B", 1, 2, 0): 20.0, ("B", 1, 3, 0): 23.0}
+POSTED = {("F", 0, 0, 1): 2.0, ("F", 0, 1, 1): 3.0, ("B", 0, 0, 1): 5.0, ("B", 0, 1, 1): 9.0, ("F", 0, 2, 1): 11.0,
+          ("B", 0, 0, 0): 12.0, ("F", 0, 3, 1): 14.0, ("B", 0, 1, 0): 15.0, ("B", 0, 2, 1): 17.0,
+          ("B", 0, 3, 1): 20.0, ("B", 0, 2, 0): 23.0, ("B", 0, 3, 0): 25.0}
+ARRIVES = {("F", 0, 0, 1): 2.0, ("F", 0, 1, 1): 3.0, ("B", 0, 0, 1): 6.0, ("B", 0, 1, 1): 9.0, ("F", 0, 2, 1): 11.0,
+           ("B", 0, 0, 0): 12.0, ("F", 0, 3, 1): 14.0, ("B", 0, 1, 0): 15.0, ("B", 0, 2, 1): 18.0,
+           ("B", 0, 3, 1): 21.0, ("B", 0, 2, 0): 23.0, ("B", 0, 3, 0): 25.0}
+
+
+def test_interleaved_emulated_stage_sends_arrive_when_its_program_sends_them():
+    from emulator.live.pipeline import emulated
+
+    # the real stage's sends and posts as worked out above: every receive of stage 0 completes when stage 1's
+    # own program sends it, or when stage 0 posted it if later (F(2,c1): stage 1 sent at 10, posted at 11)
+    assert emulated("interleaved-1f1b", 2, 4, 2, SENT, POSTED, 1.0, 2.0, 0.0) == ARRIVES
+    # only what the real stage sent is known: without its gradient for (0, c1) (sent at 8), stage 1 stops
+    # before B(0,c0); the receives it can still serve: activations 0, 1 of chunk 1 and gradients of chunk 1
+    # for micro-batches 0, 1 (stage 1's F(2,c0) needs stage 0's activation sent at 5, not held back)
+    partial = {k: t for k, t in SENT.items() if k != ("B", 1, 0, 0)}
+    done = emulated("interleaved-1f1b", 2, 4, 2, partial, POSTED, 1.0, 2.0, 0.0)
+    assert done == {k: ARRIVES[k] for k in [("F", 0, 0, 1), ("F", 0, 1, 1), ("B", 0, 0, 1), ("B", 0, 1, 1),
+                                            ("F", 0, 2, 1)]}
+
+
+def test_interleaved_with_transfers_from_the_last_stage():
+    from emulator.live.pipeline import emulated
+
+    # p = 3, v = 2, m = 3 (= p: every forward first, Megatron's rule), F = 1, B = 2, hop 0.5. Stage 0 sends
+    # activations of chunk 0 at 1, 2, 3 (micro-batches 0, 1, 2); a receive ends 0.5 after both sides are there.
+    # Stage 1: F(0,c0) 1.5-2.5; F(1,c0) max(2, 2.5) + 0.5 = 3.0-4.0; F(2,c0) max(3, 4) + 0.5 = 4.5-5.5.
+    # Stage 2: F(0,c0) max(2.5, 0) + 0.5 = 3.0-4.0, sent to stage 0's chunk 1 (posted at 3): max(4, 3) + 0.5 =
+    # 4.5; F(1,c0) max(4, 4) + 0.5 = 4.5-5.5: 6.0; F(2,c0) max(5.5, 5.5) + 0.5 = 6.0-7.0: 7.5
+    sent = {("F", 1, i, 0): 1.0 + i for i in range(3)}
+    posted = {("F", 0, i, 1): 3.0 for i in range(3)}
+    done = emulated("interleaved-1f1b", 3, 3, 2, sent, posted, 1.0, 2.0, 0.5)
+    assert done == {("F", 0, 0, 1): 4.5, ("F", 0, 1, 1): 6.0, ("F", 0, 2, 1): 7.5}
+
+
+class _Clock:
+    """A hand-driven clock: compute moves it, waits jump it."""
+
+    mode = "virtual"
+    hidden_s = 0.0
+
+    def __init__(self):
+        self.t = 0.0
+
+    def now(self):
+        return self.t
+
+    def advance_to(self, t):
+        gap = max(0.0, t - self.t)
+        self.t += gap
+        return gap
+
+
+class _Cost:
+    engine_runs = 0
+
+    def __init__(self, hop):
+        self.hop = hop
+
+    def p2p(self, src, dst, nbytes):
+        return self.hop
+
+
+def _drive(session, name, stages, m, v, fwd, bwd):
+    """Run the real stage 0's program on the session: compute advances the clock, a send is issued, a
+    receive is issued and waited for."""
+    from emulator.live.pipeline import program
+
+    for kind, arg in program(name, 0, stages, m, v):
+        if kind == "compute":
+            session.clock.t += fwd if arg == "F" else bwd
+            continue
+        phase, dst, _, _ = arg
+        peer = dst if kind == "send" else (1 if phase == "B" else stages - 1)
+        rec = session.issue(kind, (0, peer), 1e3, peer=peer)
+        session.wait(rec)
+    session.step()
+
+
+def test_real_stage_waits_out_the_interleaved_bubble():
+    from emulator.live.pipeline import Pipeline
+    from emulator.live.session import Session
+
+    pipe = Pipeline("interleaved-1f1b", 2, 2)
+    s = Session(_Clock(), _Cost(0.0), 2, pipeline=pipe)
+    # iteration 1: F = 1 is measured between the first two sends (one forward between them); B = 2F is
+    # assumed, m = 4 guessed (the smallest multiple of p above p that fits): the worked example, 27
+    _drive(s, "interleaved-1f1b", 2, 4, 2, 1.0, 2.0)
+    assert s.steps == [27.0] and s.blocked_s == 3.0
+    assert (pipe.fwd, pipe.bwd, pipe.microbatches) == (1.0, 2.0, 4)  # measured: 1 F and 3 B samples per iteration
+    # iteration 2 from 27, on what iteration 1 measured: the same 27 again
+    _drive(s, "interleaved-1f1b", 2, 4, 2, 1.0, 2.0)
+    assert s.steps == [27.0, 54.0] and s.blocked_s == 6.0
+    assert not pipe.notes
+
+
+def test_a_script_that_leaves_the_schedule_is_noted_not_modelled():
+    from emulator.live.pipeline import Pipeline
+    from emulator.live.session import Session
+
+    pipe = Pipeline("interleaved-1f1b", 2, 2)
+    s = Session(_Clock(), _Cost(0.0), 2, pipeline=pipe)
+    s.clock.t = 1.0
+    s.issue("send", (0, 1), 1e3, peer=1)
+    rec = s.issue("recv", (0, 1), 1e3, peer=1)  # interleaved stage 0 sends 2 activations before its first receive
+    assert rec.start_s == 1.0  # the symmetric rule
+    assert "recv #2 of an iteration (peer 1) does not follow parallel.schedule interleaved-1f1b" in pipe.notes[0]
+    assert "does not follow" in " ".join(s.to_dict()["notes"])
+
+
+def test_the_real_stages_send_reaches_stage_1_one_transfer_later():
+    from emulator.live.pipeline import Pipeline
+    from emulator.live.session import Session
+
+    # 1F1B, 2 stages, 1 micro-batch, F = 1, B = 2 known, each transfer 0.5. Stage 0 sends at 1; stage 1
+    # receives it at 1.5, F 1.5-2.5, B 2.5-4.5, sends back at 4.5; stage 0 (posted at 1) has it at 5.0.
+    # (The transfer was counted twice before: the send's arrival 1.5 taken as the time the sender got
+    # there, then 0.5 more: 5.5.)
+    pipe = Pipeline("1f1b", 2)
+    pipe.fwd, pipe.bwd = 1.0, 2.0
+    s = Session(_Clock(), _Cost(0.5), 2, pipeline=pipe)
+    s.clock.t = 1.0
+    s.issue("send", (0, 1), 1e3, peer=1)
+    rec = s.issue("recv", (0, 1), 1e3, peer=1)
+    assert (rec.start_s, rec.end_s) == (4.5, 5.0)
+
+
+def test_example_script_order_is_the_schedule():
+    pytest.importorskip("torch", reason="the example imports PyTorch")
+    from emulator.workload.schedules import schedule
+
+    spec = importlib.util.spec_from_file_location("train_pipeline", os.path.join(ROOT, "examples", "train_pipeline.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for p, v, m in [(2, 2, 4), (4, 2, 8), (4, 2, 4), (3, 3, 6)]:
+        for s in range(p):
+            assert mod.interleaved_order(s, p, m, v) == [tuple(t) for t in schedule("interleaved-1f1b", s, p, m, v)]
+
+
+def test_pipeline_layouts_live_cannot_run_are_refused(tmp_path, capsys):
+    pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
+    from emulator import cli
+
+    scen = os.path.join(ROOT, "scenarios", "live-pipeline-interleaved.yaml")
+    script = os.path.join(ROOT, "examples", "train_pipeline.py")
+    assert cli.main(["live", scen, "--real", "2", "--clock", "virtual", "--out", str(tmp_path / "o"), "--",
+                     "python", script, "--iters", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "live-pipeline-interleaved.yaml: parallel.pp = 4: a live pipeline needs the live world to be the " \
+           "pipeline" in err and "got --world 4 --real 2 --rank 0" in err
+    assert cli.main(["live", scen, "--world", "4", "--set", "parallel.schedule=1f1b", "--set",
+                     "parallel.virtual_stages=1", "--set", "parallel.pp=2", "--clock", "virtual", "--out",
+                     str(tmp_path / "o"), "--", "python", script, "--iters", "1"]) == 2
+    assert "got --world 4 --real 1 --rank 0" in capsys.readouterr().err
+
+
+def test_live_interleaved_pipeline_runs_and_waits(tmp_path):
+    pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
+    scen = os.path.join(ROOT, "scenarios", "live-pipeline-interleaved.yaml")
+    out = tmp_path / "out"
+    cmd = [PY, "-m", "emulator", "live", scen, "--clock", "virtual", "--out", str(out), "--", "python",
+           os.path.join(ROOT, "examples", "train_pipeline.py"), "--schedule", "interleaved-1f1b", "--virtual", "2",
+           "--iters", "3", "--microbatches", "4", "--hidden", "64", "--batch", "8"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "record.json").read_text())
+    pipe = record["pipeline"]
+    assert (pipe["schedule"], pipe["virtual_stages"], pipe["microbatches"]) == ("interleaved-1f1b", 2, 4)
+    comms = record["comms"]
+    # per iteration (m = 4, v = 2): 8 activations to stage 1, 4 gradients to stage 3 (chunk 1's backward),
+    # 8 gradients from stage 1, 4 activations from stage 3 (chunk 1's forward)
+    count = {(c["op"], tuple(c["group"])): 0 for c in comms}
+    for c in comms:
+        count[c["op"], tuple(c["group"])] += 1
+    assert count == {("send", (0, 1)): 24, ("send", (0, 3)): 12, ("recv", (1, 0)): 24, ("recv", (3, 0)): 12}
+    # an activation from stage 3 for chunk 1 comes after stages 1-3 ran chunk 0: its transfer starts at least
+    # 3 F after stage 0 posted it... posted right after stage 0's forward of the same micro-batch, so >= 2 F
+    fwd = pipe["fwd_s"]
+    acts = [c for c in comms if c["op"] == "recv" and c["group"] == [3, 0]]
+    assert all(c["start_s"] - c["issue_s"] >= 2 * fwd for c in acts[4:5])
+    assert not [n for n in record["notes"] if "does not follow" in n]
