@@ -61,6 +61,23 @@ def test_interleaved_with_transfers_from_the_last_stage():
     assert done == {("F", 0, 0, 1): 4.5, ("F", 0, 1, 1): 6.0, ("F", 0, 2, 1): 7.5}
 
 
+def test_an_emulated_stages_sends_queue_on_its_send_stream():
+    from emulator.live.pipeline import emulated
+
+    # 1F1B, p = 3, m = 3, F = 1, B = 2, hop 1; stage 0 sends activations at 2, 6, 10 and posts the receives
+    # of gradients 0, 1, 2 at 14, 19, 21. Each stage's sends go on one stream, in program order, each
+    # starting when it is ready, the one before is done and the receiver is there (`emulator run`'s rule).
+    # Stage 1 (F0 F1 B0 F2 B1 B2): F0 3-4, F1 7-8, B0 (stage 2's B0 6-8, sent 8-9) 9-11, F2 (stage 0's sent
+    # 11-12) 12-13, B1 (stage 2's, sent 13-14) 14-16, B2. Its stream: F0 4-5, F1 8-9, B0 to stage 0, which
+    # posted at 14: 14-15; F2, ready at 13, waits for it: 15-16 (without the stream: 13-14); B1 to stage 0
+    # (posted 19): 19-20. Stage 2: F2 16-17, B2 17-19, sent 19-20; stage 1's B2 20-22, to stage 0: 22-23
+    # (without the stream: stage 2 F2 14-15, B2 15-17, stage 1 B2 18-20, 21-22).
+    sent = {("F", 1, i, 0): t for i, t in enumerate([2.0, 6.0, 10.0])}
+    posted = {("B", 0, i, 0): t for i, t in enumerate([14.0, 19.0, 21.0])}
+    assert emulated("1f1b", 3, 3, 1, sent, posted, 1.0, 2.0, 1.0) == {("B", 0, 0, 0): 15.0, ("B", 0, 1, 0): 20.0,
+                                                                     ("B", 0, 2, 0): 23.0}
+
+
 class _Clock:
     """A hand-driven clock: compute moves it, waits jump it."""
 

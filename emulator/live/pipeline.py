@@ -28,6 +28,8 @@ whose schedule fits what the real stage did so far.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from emulator.workload.schedules import schedule
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
@@ -50,7 +52,8 @@ def _backward_to(stage: int, chunk: int, stages: int) -> tuple[int, int] | None:
     return (stages - 1, chunk - 1) if chunk > 0 else None
 
 
-def program(name: str, stage: int, stages: int, microbatches: int, virtual: int = 1) -> list[Step]:
+@lru_cache(maxsize=256)
+def program(name: str, stage: int, stages: int, microbatches: int, virtual: int = 1) -> tuple[Step, ...]:
     """A stage's receives, computes and sends, in its schedule's order: a forward receives its
     activation (not the first virtual stage), computes, sends it on (not the last); a backward
     receives its gradient (not the last), computes, sends it back (not the first)."""
@@ -69,7 +72,7 @@ def program(name: str, stage: int, stages: int, microbatches: int, virtual: int 
             steps.append(("compute", "B"))
             if prev is not None:
                 steps.append(("send", ("B", prev[0], mb, prev[1])))
-    return steps
+    return tuple(steps)
 
 
 def emulated(name: str, stages: int, microbatches: int, virtual: int, sent: dict[Key, float],
@@ -77,37 +80,72 @@ def emulated(name: str, stages: int, microbatches: int, virtual: int, sent: dict
     """Key → when stage 0's receive of it completes (s), for the receives it posted that the
     emulated stages 1.. get to send.
 
-    Each emulated stage runs its ``program`` from ``start``: a send does not hold its stage (it
-    runs on its own stream, as gloo's eager sends do); a receive blocks, and the transfer starts
-    when both sides are there and completes ``hop`` later (``emulator run``'s rule). ``sent``:
-    when the real stage 0 was there to send each of its messages; ``posted``: when it posted
-    each of its receives.
+    Each emulated stage runs its ``program`` from ``start``. A send does not hold its stage: it
+    goes on the stage's one send stream (``emulator run``'s rule for a Program whose sends run on
+    a stream of their own): it starts when its compute is done, the stream's previous send is
+    done and the receiver has posted its receive, and completes ``hop`` later, and so does the
+    receive. A receive blocks its stage until then. ``sent``: when the real stage 0 issued each of
+    its sends (they go on its send stream in its program's order); ``posted``: when it posted each
+    of its receives.
     """
-    offer: dict[Key, float] = dict(sent)  # message → when its sender got there
-    done: dict[Key, float] = {}
-    steps = {s: program(name, s, stages, microbatches, virtual) for s in range(1, stages)}
-    pos = {s: 0 for s in steps}
-    now = {s: start for s in steps}
-    progress = True
-    while progress:
-        progress = False
-        for s, seq in steps.items():
-            while pos[s] < len(seq):
-                kind, arg = seq[pos[s]]
+    return Emulation(name, stages, microbatches, virtual, fwd, bwd, hop, start).run(sent, posted)
+
+
+class Emulation:
+    """``emulated`` that keeps its state: fed more of stage 0's sends and posts, it goes on from
+    where it stopped (what it computed needs only what it had; nothing later changes it)."""
+
+    def __init__(self, name: str, stages: int, microbatches: int, virtual: int, fwd: float, bwd: float,
+                 hop: float, start: float = 0.0) -> None:
+        self.key = (name, stages, microbatches, virtual, fwd, bwd, hop, start)
+        self.progs = {s: program(name, s, stages, microbatches, virtual) for s in range(stages)}
+        self.queue = {s: [arg for kind, arg in self.progs[s] if kind == "send"] for s in range(stages)}
+        self.fwd, self.bwd, self.hop = fwd, bwd, hop
+        self.ready: dict[Key, float] = {}  # send → when its compute was done
+        self.post: dict[Key, float] = {}  # receive → when its stage got there
+        self.done: dict[Key, float] = {}  # message → when its transfer completed
+        self.pos = {s: 0 for s in range(1, stages)}
+        self.now = {s: start for s in range(1, stages)}
+        self.head = {s: 0 for s in range(stages)}  # the next send of each stage's send stream
+        self.free = {s: start for s in range(stages)}
+
+    def run(self, sent: dict[Key, float], posted: dict[Key, float]) -> dict[Key, float]:
+        """Go on with stage 0's ``sent`` and ``posted`` (all of them so far); what reached stage 0."""
+        self.ready.update(sent)
+        self.post.update(posted)
+        progress = True
+        while progress:
+            progress = self._stages() | self._streams()
+        return {key: t for key, t in self.done.items() if key[1] == 0 and key in posted}
+
+    def _stages(self) -> bool:
+        moved = False
+        for s in self.pos:
+            seq = self.progs[s]
+            while self.pos[s] < len(seq):
+                kind, arg = seq[self.pos[s]]
                 if kind == "compute":
-                    now[s] += fwd if arg == "F" else bwd
-                elif kind == "recv":
-                    if arg not in offer:
+                    self.now[s] += self.fwd if arg == "F" else self.bwd
+                elif kind == "send":
+                    self.ready[arg] = self.now[s]  # type: ignore[index]
+                else:
+                    self.post.setdefault(arg, self.now[s])  # type: ignore[arg-type]
+                    if arg not in self.done:
                         break
-                    now[s] = max(offer[arg], now[s]) + hop  # type: ignore[index]
-                else:  # send: eager, on its own stream; the receiver takes it when it gets there
-                    key: Key = arg  # type: ignore[assignment]
-                    offer[key] = now[s]
-                    if key[1] == 0 and key in posted:  # to the real stage: when it posted its receive
-                        done[key] = max(now[s], posted[key]) + hop
-                pos[s] += 1
-                progress = True
-    return done
+                    self.now[s] = self.done[arg]  # type: ignore[index]
+                self.pos[s] += 1
+                moved = True
+        return moved
+
+    def _streams(self) -> bool:
+        moved = False
+        for s, keys in self.queue.items():
+            while self.head[s] < len(keys) and keys[self.head[s]] in self.ready and keys[self.head[s]] in self.post:
+                key: Key = keys[self.head[s]]  # type: ignore[assignment]
+                self.done[key] = self.free[s] = max(self.ready[key], self.free[s], self.post[key]) + self.hop
+                self.head[s] += 1
+                moved = True
+        return moved
 
 
 def emulated_stages(name: str, stages: int, acts: list[float], posts: dict[int, float], fwd: float, bwd: float,
@@ -140,6 +178,7 @@ class Pipeline:
         self.bwd: float | None = None
         self.mismatch: str | None = None  # why this iteration is not modelled (the script left the schedule)
         self.notes: list[str] = []
+        self.history: list[tuple[float | None, float | None]] = []  # (F, B) measured in each iteration
         self._new_iteration()
 
     def _new_iteration(self) -> None:
@@ -151,6 +190,8 @@ class Pipeline:
         self.mismatch = None
         self._guess = 2  # interleaved, first iteration: try m = 2p, 3p, ... (then p) until one fits
         self._m = 0  # the micro-batch count of the last fit
+        self._sim: Emulation | None = None  # the emulated stages so far this iteration
+        self._checked: dict[int, int] = {}  # micro-batch count → how much of ``seen`` fits its schedule
 
     def handles(self, peer: int) -> bool:
         """Whether a send/recv with ``peer`` is a pipeline transfer of the real stage 0."""
@@ -158,22 +199,15 @@ class Pipeline:
 
     def _comms(self, m: int) -> list[tuple[str, int, Key, list[str]]]:
         """Stage 0's sends and receives for m micro-batches: (op, peer, key, computes since the last)."""
-        out: list[tuple[str, int, Key, list[str]]] = []
-        between: list[str] = []
-        for kind, arg in program(self.name, 0, self.stages, m, self.virtual):
-            if kind == "compute":
-                between.append(arg)  # type: ignore[arg-type]
-                continue
-            key: Key = arg  # type: ignore[assignment]
-            peer = key[1] if kind == "send" else (1 if key[0] == "B" else self.stages - 1)
-            out.append((kind, peer, key, between))
-            between = []
-        return out
+        return _comms(self.name, self.stages, m, self.virtual)
+
 
     def _fits(self, m: int) -> list[tuple[str, int, Key, list[str]]] | None:
         comms = self._comms(m)
-        if len(comms) < len(self.seen) or any(c[:2] != s[:2] for c, s in zip(comms, self.seen)):
+        checked = self._checked.get(m, 0)  # the prefix already found to fit
+        if len(comms) < len(self.seen) or any(c[:2] != s[:2] for c, s in zip(comms[checked:], self.seen[checked:])):
             return None
+        self._checked[m] = len(self.seen)
         return comms
 
     def _layout(self) -> tuple[int, list[tuple[str, int, Key, list[str]]]] | None:
@@ -218,8 +252,10 @@ class Pipeline:
             return None
         bwd = self.bwd if self.bwd is not None else 2.0 * fwd  # the first iteration: backward ≈ 2 × forward
         self.posted[key] = t
-        return emulated(self.name, self.stages, self._m, self.virtual, self.sent, self.posted, fwd, bwd, hop,
-                        self.start).get(key)
+        sim = self._sim
+        if sim is None or sim.key != (self.name, self.stages, self._m, self.virtual, fwd, bwd, hop, self.start):
+            sim = self._sim = Emulation(self.name, self.stages, self._m, self.virtual, fwd, bwd, hop, self.start)
+        return sim.run(self.sent, self.posted).get(key)
 
     def step(self, now: float) -> None:
         """An iteration ended: keep this one's F, B (and micro-batch count), start the next at ``now``."""
@@ -227,10 +263,27 @@ class Pipeline:
             self.fwd = _median(self._fwd_seen)
         if self._bwd_seen:
             self.bwd = _median(self._bwd_seen)
+        self.history.append((_median(self._fwd_seen), _median(self._bwd_seen)))
         if not self.mismatch and self.seen and len(self._comms(self._m)) == len(self.seen):
             self.microbatches = self._m  # the whole iteration followed the schedule with m micro-batches
         self.start = now
         self._new_iteration()
+
+
+@lru_cache(maxsize=64)
+def _comms(name: str, stages: int, m: int, virtual: int) -> list[tuple[str, int, Key, list[str]]]:
+    """Stage 0's sends and receives for m micro-batches: (op, peer, key, computes since the last)."""
+    out: list[tuple[str, int, Key, list[str]]] = []
+    between: list[str] = []
+    for kind, arg in program(name, 0, stages, m, virtual):
+        if kind == "compute":
+            between.append(arg)  # type: ignore[arg-type]
+            continue
+        key: Key = arg  # type: ignore[assignment]
+        peer = key[1] if kind == "send" else (1 if key[0] == "B" else stages - 1)
+        out.append((kind, peer, key, between))
+        between = []
+    return out
 
 
 def _median(xs: list[float]) -> float | None:

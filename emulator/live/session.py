@@ -154,11 +154,11 @@ class Session:
         return rec
 
     def _stage(self, op: str, peer: int, start: float, hop: float) -> float:
-        """A transfer with an emulated stage: a send (there at ``start``), or a receive whose sender
-        runs its own schedule; returns when the transfer starts."""
+        """A transfer with an emulated stage: a send (issued now), or a receive (posted at ``start``)
+        whose sender runs its own schedule; returns when the transfer starts."""
         assert self.pipeline is not None
-        busy = self.clock.now() - self.blocked_s
-        arrives = self.pipeline.event(op, peer, start, busy, hop)
+        now = self.clock.now()
+        arrives = self.pipeline.event(op, peer, now if op == "send" else start, now - self.blocked_s, hop)
         return start if arrives is None else max(start, arrives - hop)
 
     def issue_real(self, op: str, group: tuple[int, ...], nbytes: float, work: Any) -> CommRecord:
@@ -242,7 +242,8 @@ class Session:
                 "end_s": self.end_s, "steps_s": list(self.steps),
                 **({"pipeline": {"schedule": self.pipeline.name, "stages": self.pipeline.stages,
                                  "virtual_stages": self.pipeline.virtual, "microbatches": self.pipeline.microbatches,
-                                 "fwd_s": self.pipeline.fwd, "bwd_s": self.pipeline.bwd}} if self.pipeline else {}),
+                                 "fwd_s": self.pipeline.fwd, "bwd_s": self.pipeline.bwd,
+                                 "measured_s": [list(fb) for fb in self.pipeline.history]}} if self.pipeline else {}),
                 "engine_runs": self.cost.engine_runs,
                 "notes": list(self.notes) + (self.pipeline.notes if self.pipeline else []),
                 "comms": [dict(seq=c.seq, op=c.op, group=list(c.group), bytes=c.bytes, issue_s=c.issue_s,
