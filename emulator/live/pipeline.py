@@ -8,7 +8,8 @@ interleaved-1f1b), each forward taking F and each backward B, the script's measu
 compute per micro-batch and model chunk on the real stage (the same layers on every
 stage and chunk). A forward receives its activation from the virtual stage before,
 a backward its gradient from the virtual stage after; a receive blocks until the
-sender got there and the transfer (the emulated cost ``hop``) is done.
+transfer (the emulated cost ``hop``) is done, and a stage's sends queue on its one send
+stream, each starting when the receiver is there (``emulator run``'s rules).
 
 Interleaved 1F1B (``virtual_stages`` v ≥ 2, Megatron-LM): stage s holds chunks
 s, p + s, 2p + s, ... (virtual stage c·p + s is its chunk c), so the real stage 0
@@ -24,7 +25,8 @@ known (phase, micro-batch, chunk). The micro-batch count m: gpipe and 1f1b take 
 forwards sent so far (when the real stage waits, a forward not yet sent is past the
 ones the emulated stages need); interleaved takes the previous iteration's count, and
 in the first iteration the smallest multiple of p (> p unless the order proves m = p)
-whose schedule fits what the real stage did so far.
+whose schedule fits what the real stage did so far. Within an iteration the emulated
+stages go on from where they stopped (``Emulation``), as long as m, F and B stay put.
 """
 from __future__ import annotations
 
@@ -200,7 +202,6 @@ class Pipeline:
     def _comms(self, m: int) -> list[tuple[str, int, Key, list[str]]]:
         """Stage 0's sends and receives for m micro-batches: (op, peer, key, computes since the last)."""
         return _comms(self.name, self.stages, m, self.virtual)
-
 
     def _fits(self, m: int) -> list[tuple[str, int, Key, list[str]]] | None:
         comms = self._comms(m)
