@@ -78,6 +78,21 @@ def test_an_emulated_stages_sends_queue_on_its_send_stream():
                                                                      ("B", 0, 2, 0): 23.0}
 
 
+def test_a_slowed_stage_and_slower_links_act_on_the_emulated_program():
+    from emulator.live.pipeline import emulated
+
+    # 1F1B, p = 3, m = 1, F = 1, B = 2; stage 0 sends at 1 and posts its receive at 1.
+    sent, posted = {("F", 1, 0, 0): 1.0}, {("B", 0, 0, 0): 1.0}
+    # free transfers: stage 1 F 1-2, stage 2 F 2-3, B 3-5, stage 1 B 5-7: 7
+    assert emulated("1f1b", 3, 1, 1, sent, posted, 1.0, 2.0, 0.0) == {("B", 0, 0, 0): 7.0}
+    # gpu_slowdown x2 on stage 2: its F 2-4, B 4-8; stage 1 B 8-10: 10
+    assert emulated("1f1b", 3, 1, 1, sent, posted, 1.0, 2.0, 0.0, slow={2: 2.0}) == {("B", 0, 0, 0): 10.0}
+    # transfers 0.5 between stages 0 and 1, 2 between 1 and 2: stage 1 F 1.5-2.5; stage 2 F 4.5-5.5,
+    # B 5.5-7.5; stage 1 B 9.5-11.5; stage 0 has it at 12
+    hops = {(0, 1): 0.5, (1, 0): 0.5, (1, 2): 2.0, (2, 1): 2.0}
+    assert emulated("1f1b", 3, 1, 1, sent, posted, 1.0, 2.0, hops) == {("B", 0, 0, 0): 12.0}
+
+
 class _Clock:
     """A hand-driven clock: compute moves it, waits jump it."""
 
@@ -104,6 +119,22 @@ class _Cost:
 
     def p2p(self, src, dst, nbytes):
         return self.hop
+
+
+def test_a_slowed_stage_is_not_also_a_late_copy():
+    from emulator.live.pipeline import Pipeline
+    from emulator.live.session import Session
+
+    # 1F1B, 2 stages, 1 micro-batch, F = 1, B = 2 known, free transfers, gpu_slowdown x2 on stage 1. Stage 0
+    # computes 10, sends at 10; stage 1 F 10-12, B 12-16: stage 0 has its gradient at 16. (Were stage 1 also
+    # a symmetric straggler copy, lagging (2 - 1) x 10 of stage 0's compute, the receive would start at 20.)
+    pipe = Pipeline("1f1b", 2, slow={1: 2.0})
+    pipe.fwd, pipe.bwd = 1.0, 2.0
+    s = Session(_Clock(), _Cost(0.0), 2, slow={1: 2.0}, pipeline=pipe)
+    s.clock.t = 10.0
+    s.issue("send", (0, 1), 1e3, peer=1)
+    rec = s.issue("recv", (0, 1), 1e3, peer=1)
+    assert (rec.start_s, rec.end_s) == (16.0, 16.0)
 
 
 def _drive(session, name, stages, m, v, fwd, bwd):
@@ -218,9 +249,20 @@ def test_live_interleaved_pipeline_runs_and_waits(tmp_path):
     for c in comms:
         count[c["op"], tuple(c["group"])] += 1
     assert count == {("send", (0, 1)): 24, ("send", (0, 3)): 12, ("recv", (1, 0)): 24, ("recv", (3, 0)): 12}
-    # an activation from stage 3 for chunk 1 comes after stages 1-3 ran chunk 0: its transfer starts at least
-    # 3 F after stage 0 posted it... posted right after stage 0's forward of the same micro-batch, so >= 2 F
-    fwd = pipe["fwd_s"]
-    acts = [c for c in comms if c["op"] == "recv" and c["group"] == [3, 0]]
-    assert all(c["start_s"] - c["issue_s"] >= 2 * fwd for c in acts[4:5])
+    # iterations 2 and 3: every receive ends when the emulated stages, fed the run's own sends and posts
+    # (issue times), running on the F, B measured in the iteration before, deliver it
+    from emulator.live.pipeline import emulated, program
+
+    hop = next(c["end_s"] - c["start_s"] for c in comms if c["op"] == "send")
+    steps = record["steps_s"]
+    order = [(kind, arg) for kind, arg in program("interleaved-1f1b", 0, 4, 4, 2) if kind != "compute"]
+    for i in (1, 2):
+        mine = [c for c in comms if steps[i - 1] <= c["issue_s"] < steps[i]]
+        assert [c["op"] for c in mine] == [kind for kind, _ in order] and len(mine) == 24
+        sent = {key: c["issue_s"] for c, (kind, key) in zip(mine, order) if kind == "send"}
+        posted = {key: c["issue_s"] for c, (kind, key) in zip(mine, order) if kind == "recv"}
+        fwd, bwd = pipe["measured_s"][i - 1]
+        done = emulated("interleaved-1f1b", 4, 4, 2, sent, posted, fwd, bwd, hop, steps[i - 1])
+        assert [c["end_s"] for c, (kind, _) in zip(mine, order) if kind == "recv"] == \
+            pytest.approx([done[key] for kind, key in order if kind == "recv"], abs=1e-9)
     assert not [n for n in record["notes"] if "does not follow" in n]

@@ -38,6 +38,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 
 Key = tuple[str, int, int, int]  # (phase F | B, the receiving stage, micro-batch, the receiving chunk)
 Step = tuple[str, object]  # ("recv", Key) | ("compute", "F" | "B") | ("send", Key)
+Hops = float | dict[tuple[int, int], float]  # one cost for every transfer, or per (sender, receiver) stage
 
 
 def _forward_to(stage: int, chunk: int, stages: int, virtual: int) -> tuple[int, int] | None:
@@ -78,7 +79,8 @@ def program(name: str, stage: int, stages: int, microbatches: int, virtual: int 
 
 
 def emulated(name: str, stages: int, microbatches: int, virtual: int, sent: dict[Key, float],
-             posted: dict[Key, float], fwd: float, bwd: float, hop: float, start: float = 0.0) -> dict[Key, float]:
+             posted: dict[Key, float], fwd: float, bwd: float, hop: Hops, start: float = 0.0,
+             slow: dict[int, float] | None = None) -> dict[Key, float]:
     """Key → when stage 0's receive of it completes (s), for the receives it posted that the
     emulated stages 1.. get to send.
 
@@ -88,9 +90,10 @@ def emulated(name: str, stages: int, microbatches: int, virtual: int, sent: dict
     done and the receiver has posted its receive, and completes ``hop`` later, and so does the
     receive. A receive blocks its stage until then. ``sent``: when the real stage 0 issued each of
     its sends (they go on its send stream in its program's order); ``posted``: when it posted each
-    of its receives.
+    of its receives. ``hop``: a transfer's cost, or per (sender, receiver) stage; ``slow``: stage →
+    factor on its F and B (a ``gpu_slowdown`` override).
     """
-    return Emulation(name, stages, microbatches, virtual, fwd, bwd, hop, start).run(sent, posted)
+    return Emulation(name, stages, microbatches, virtual, fwd, bwd, hop, start, slow).run(sent, posted)
 
 
 class Emulation:
@@ -98,11 +101,12 @@ class Emulation:
     where it stopped (what it computed needs only what it had; nothing later changes it)."""
 
     def __init__(self, name: str, stages: int, microbatches: int, virtual: int, fwd: float, bwd: float,
-                 hop: float, start: float = 0.0) -> None:
-        self.key = (name, stages, microbatches, virtual, fwd, bwd, hop, start)
+                 hop: Hops, start: float = 0.0, slow: dict[int, float] | None = None) -> None:
+        self.key = _key(name, stages, microbatches, virtual, fwd, bwd, hop, start, slow)
         self.progs = {s: program(name, s, stages, microbatches, virtual) for s in range(stages)}
         self.queue = {s: [arg for kind, arg in self.progs[s] if kind == "send"] for s in range(stages)}
         self.fwd, self.bwd, self.hop = fwd, bwd, hop
+        self.factor = {s: (slow or {}).get(s, 1.0) for s in range(stages)}
         self.ready: dict[Key, float] = {}  # send → when its compute was done
         self.post: dict[Key, float] = {}  # receive → when its stage got there
         self.done: dict[Key, float] = {}  # message → when its transfer completed
@@ -127,7 +131,7 @@ class Emulation:
             while self.pos[s] < len(seq):
                 kind, arg = seq[self.pos[s]]
                 if kind == "compute":
-                    self.now[s] += self.fwd if arg == "F" else self.bwd
+                    self.now[s] += (self.fwd if arg == "F" else self.bwd) * self.factor[s]
                 elif kind == "send":
                     self.ready[arg] = self.now[s]  # type: ignore[index]
                 else:
@@ -144,10 +148,16 @@ class Emulation:
         for s, keys in self.queue.items():
             while self.head[s] < len(keys) and keys[self.head[s]] in self.ready and keys[self.head[s]] in self.post:
                 key: Key = keys[self.head[s]]  # type: ignore[assignment]
-                self.done[key] = self.free[s] = max(self.ready[key], self.free[s], self.post[key]) + self.hop
+                hop = self.hop[s, key[1]] if isinstance(self.hop, dict) else self.hop
+                self.done[key] = self.free[s] = max(self.ready[key], self.free[s], self.post[key]) + hop
                 self.head[s] += 1
                 moved = True
         return moved
+
+
+def _key(*args: object) -> tuple:
+    """A hashable key of an emulation's inputs (dicts as sorted items)."""
+    return tuple(tuple(sorted(a.items())) if isinstance(a, dict) else a for a in args)
 
 
 def emulated_stages(name: str, stages: int, acts: list[float], posts: dict[int, float], fwd: float, bwd: float,
@@ -168,12 +178,13 @@ class Pipeline:
     with interleaving stage p − 1) in its schedule's order, and the measured F and B per micro-batch
     and chunk (the medians of the previous iteration's)."""
 
-    def __init__(self, name: str, stages: int, virtual: int = 1) -> None:
+    def __init__(self, name: str, stages: int, virtual: int = 1, slow: dict[int, float] | None = None) -> None:
         if name not in SCHEDULES:
             raise ValueError(f"parallel.schedule {name!r}: a live pipeline supports {', '.join(SCHEDULES)}")
         self.name = name
         self.stages = stages
         self.virtual = virtual
+        self.slow = {s: f for s, f in (slow or {}).items() if 0 < s < stages}  # emulated stage → gpu_slowdown
         self.start = 0.0
         self.microbatches: int | None = None  # the previous iteration's (interleaved: its layout from then on)
         self.fwd: float | None = None
@@ -227,9 +238,16 @@ class Pipeline:
                 return m, comms
         return None
 
-    def event(self, op: str, peer: int, t: float, busy: float, hop: float) -> float | None:
-        """The real stage issued a send (there at ``t``) or posted a receive (at ``t``) with ``peer``;
-        ``busy``: its compute so far. For a receive: when it completes (s); None if not modelled."""
+    def pairs(self) -> list[tuple[int, int]]:
+        """The (sender, receiver) stages that transfer: neighbours, and with interleaving the last → 0."""
+        p = self.stages
+        out = [(s, s + 1) for s in range(p - 1)] + [(s + 1, s) for s in range(p - 1)]
+        return out + ([(p - 1, 0), (0, p - 1)] if self.virtual > 1 and p > 2 else [])
+
+    def event(self, op: str, peer: int, t: float, busy: float, hop: Hops) -> float | None:
+        """The real stage issued a send (at ``t``) or posted a receive (at ``t``) with ``peer``;
+        ``busy``: its compute so far; ``hop``: a transfer's cost (per pair: ``pairs``). For a
+        receive: when it completes (s); None if not modelled."""
         self.seen.append((op, peer, busy))
         n = len(self.seen) - 1
         layout = None if self.mismatch else self._layout()
@@ -254,8 +272,9 @@ class Pipeline:
         bwd = self.bwd if self.bwd is not None else 2.0 * fwd  # the first iteration: backward ≈ 2 × forward
         self.posted[key] = t
         sim = self._sim
-        if sim is None or sim.key != (self.name, self.stages, self._m, self.virtual, fwd, bwd, hop, self.start):
-            sim = self._sim = Emulation(self.name, self.stages, self._m, self.virtual, fwd, bwd, hop, self.start)
+        args = (self.name, self.stages, self._m, self.virtual, fwd, bwd, hop, self.start, self.slow)
+        if sim is None or sim.key != _key(*args):
+            sim = self._sim = Emulation(*args)
         return sim.run(self.sent, self.posted).get(key)
 
     def step(self, now: float) -> None:

@@ -56,13 +56,13 @@ def _session():
     clock = Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall"))
     if os.environ.get("EMULATOR_LIVE_T0"):
         clock.t0 = float(os.environ["EMULATOR_LIVE_T0"])  # the real ranks share one origin
-    pipeline, note = _pipeline(scenario, world, rank, real)
+    pipeline, note = _pipeline(scenario, world, rank, real, slow)
     live = Session(clock, cost, world, rank, real=real, slow=slow, pipeline=pipeline)
     live.notes.extend(notes + ([note] if note else []))
     return live
 
 
-def _pipeline(scenario, world: int, rank: int, real: int):
+def _pipeline(scenario, world: int, rank: int, real: int, slow: dict[int, float] | None = None):
     """The emulated stages when the live world is one pipeline (``parallel.pp`` = world) with the
     real rank as stage 0; None without a pipeline. Any other pipeline layout is refused."""
     from emulator.errors import EmulatorError
@@ -80,7 +80,7 @@ def _pipeline(scenario, world: int, rank: int, real: int):
         raise EmulatorError(f"{where}: parallel.schedule: a live pipeline supports "
                             f"{', '.join(SCHEDULES)}, got {p.schedule!r}")
     chunks = f" ({p.virtual_stages} model chunks per stage)" if p.virtual_stages > 1 else ""
-    return Pipeline(p.schedule, p.pp, p.virtual_stages), (
+    return Pipeline(p.schedule, p.pp, p.virtual_stages, slow), (
         f"pipeline: stage 0 real, stages 1..{p.pp - 1} emulated, each running {p.schedule}{chunks} on the "
         "measured compute per micro-batch")
 

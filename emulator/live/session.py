@@ -133,8 +133,9 @@ class Session:
         """Record a collective (or a send/recv with ``peer``) issued now; return its record.
         ``arrival``: when the last member arrives (default: this rank's ``arrival``)."""
         now = self.clock.now()
-        if arrival is None:
-            arrival = self.arrival(tuple(group) if op not in ("send", "recv") else (self.rank, peer))
+        staged = self.pipeline is not None and op in ("send", "recv") and self.pipeline.handles(peer)
+        if arrival is None:  # a pipeline stage's own program says when it is there (``_stage``)
+            arrival = now if staged else self.arrival(tuple(group) if op not in ("send", "recv") else (self.rank, peer))
         stream = "comm " + _group_name(group, self.world)
         if op in ("send", "recv"):
             src, dst = (self.rank, peer) if op == "send" else (peer, self.rank)
@@ -146,20 +147,21 @@ class Session:
         else:
             duration = self.cost.collective(op, group, nbytes, root)
         start = max(arrival, self.stream_free.get(stream, 0.0))
-        if self.pipeline is not None and op in ("send", "recv") and self.pipeline.handles(peer):
-            start = self._stage(op, peer, start, duration)
+        if staged:
+            start = self._stage(op, peer, start, nbytes)
         rec = CommRecord(len(self.comms), op, tuple(group), float(nbytes), now, start, start + duration, stream)
         self.stream_free[stream] = rec.end_s
         self.comms.append(rec)
         return rec
 
-    def _stage(self, op: str, peer: int, start: float, hop: float) -> float:
+    def _stage(self, op: str, peer: int, start: float, nbytes: float) -> float:
         """A transfer with an emulated stage: a send (issued now), or a receive (posted at ``start``)
         whose sender runs its own schedule; returns when the transfer starts."""
         assert self.pipeline is not None
         now = self.clock.now()
-        arrives = self.pipeline.event(op, peer, now if op == "send" else start, now - self.blocked_s, hop)
-        return start if arrives is None else max(start, arrives - hop)
+        hops = {(a, b): self.cost.p2p(a, b, nbytes) for a, b in self.pipeline.pairs()}
+        arrives = self.pipeline.event(op, peer, now if op == "send" else start, now - self.blocked_s, hops)
+        return start if arrives is None else max(start, arrives - hops[peer, self.rank])
 
     def issue_real(self, op: str, group: tuple[int, ...], nbytes: float, work: Any) -> CommRecord:
         """Record a collective among real ranks only, running on the real transport as ``work``;
