@@ -173,6 +173,19 @@ def emulated_stages(name: str, stages: int, acts: list[float], posts: dict[int, 
     return {key[2]: t for key, t in done.items()}
 
 
+def refusal(pp: int, schedule_name: str, world: int, real: int, rank: int) -> str | None:
+    """Why live cannot run this pipeline layout (``parallel.pp``, ``parallel.schedule``), or None."""
+    if pp <= 1:
+        return None
+    if pp != world or real != 1 or rank != 0:
+        return (f"parallel.pp = {pp}: a live pipeline needs the live world to be the pipeline (--world {pp}, one "
+                f"rank per stage) and one real rank, stage 0 (--real 1, --rank 0); got --world {world} --real {real} "
+                f"--rank {rank}")
+    if schedule_name not in SCHEDULES:
+        return f"parallel.schedule: a live pipeline supports {', '.join(SCHEDULES)}, got {schedule_name!r}"
+    return None
+
+
 class Pipeline:
     """The real stage 0's view of one iteration: its sends and receives (to and from stage 1, and
     with interleaving stage p − 1) in its schedule's order, and the measured F and B per micro-batch

@@ -66,19 +66,14 @@ def _pipeline(scenario, world: int, rank: int, real: int, slow: dict[int, float]
     """The emulated stages when the live world is one pipeline (``parallel.pp`` = world) with the
     real rank as stage 0; None without a pipeline. Any other pipeline layout is refused."""
     from emulator.errors import EmulatorError
-    from emulator.live.pipeline import SCHEDULES, Pipeline
+    from emulator.live.pipeline import Pipeline, refusal
 
     p = scenario.parallel
     if p.pp <= 1:
         return None, ""
-    where = scenario.path or scenario.name
-    if p.pp != world or real != 1 or rank != 0:
-        raise EmulatorError(f"{where}: parallel.pp = {p.pp}: a live pipeline needs the live world to be the pipeline "
-                            f"(--world {p.pp}, one rank per stage) and one real rank, stage 0 (--real 1, --rank 0); "
-                            f"got --world {world} --real {real} --rank {rank}")
-    if p.schedule not in SCHEDULES:
-        raise EmulatorError(f"{where}: parallel.schedule: a live pipeline supports "
-                            f"{', '.join(SCHEDULES)}, got {p.schedule!r}")
+    why = refusal(p.pp, p.schedule, world, real, rank)  # the launcher refuses it first; a direct run here
+    if why:
+        raise EmulatorError(f"{scenario.path or scenario.name}: {why}")
     chunks = f" ({p.virtual_stages} model chunks per stage)" if p.virtual_stages > 1 else ""
     return Pipeline(p.schedule, p.pp, p.virtual_stages, slow), (
         f"pipeline: stage 0 real, stages 1..{p.pp - 1} emulated, each running {p.schedule}{chunks} on the "
