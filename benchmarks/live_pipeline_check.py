@@ -21,7 +21,7 @@ on the stage's send stream after it, the transfers costed on the same fabric. Tw
 With equal stages: bubble ≈ (p − 1)·(F + B) (per chunk) plus the transfers on the critical path.
 
 Usage: .venv/bin/python benchmarks/live_pipeline_check.py [--reps R] [--iters N] [--microbatches M]
-       [--clock wall|virtual] [--schedule 1f1b|interleaved-1f1b] [--hidden H]
+       [--clock wall|virtual] [--schedule 1f1b|interleaved-1f1b] [--hidden H] [--slow STAGE:FACTOR]
 """
 from __future__ import annotations
 
@@ -42,9 +42,11 @@ SKIP = 2
 
 
 def live_pipeline(iters: int, microbatches: int, clock: str = "wall", name: str = "1f1b",
-                  script_args: tuple[str, ...] = ()) -> dict:
+                  script_args: tuple[str, ...] = (), slow: dict[int, float] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "emulator", "live", SCENARIOS[name], "--clock", clock, "--out", tmp, "--",
+        sets = [f"{{kind: gpu_slowdown, target: 'gpu:{r}', factor: {f}}}" for r, f in sorted((slow or {}).items())]
+        cmd = [sys.executable, "-m", "emulator", "live", SCENARIOS[name], "--clock", clock, "--out", tmp,
+               *(["--set", f"cluster.overrides=[{', '.join(sets)}]"] if sets else []), "--",
                "python", os.path.join(ROOT, "examples", "train_pipeline.py"), "--iters", str(iters),
                "--microbatches", str(microbatches), "--schedule", name, "--virtual", str(VIRTUAL[name]), *script_args]
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -64,9 +66,10 @@ def live_pipeline(iters: int, microbatches: int, clock: str = "wall", name: str 
 
 def run_pipeline(fwd: float, bwd: float, microbatches: int, nbytes: float, stages: int = 4,
                  name: str = "1f1b", others: tuple[float, float] | None = None,
-                 stage0: list[float] | None = None) -> float:
+                 stage0: list[float] | None = None, slow: dict[int, float] | None = None) -> float:
     """`emulator run` on the schedule's Program with compute F, B: stage 0's iteration time.
-    ``others``: the stages 1..'s F, B instead; ``stage0``: stage 0's compute before each of its
+    ``others``: the stages 1..'s F, B instead; ``slow``: stage → factor on its F, B (a
+    ``gpu_slowdown``); ``stage0``: stage 0's compute before each of its
     transfers and after the last, instead of its F and B."""
     from dataclasses import replace
 
@@ -96,6 +99,7 @@ def run_pipeline(fwd: float, bwd: float, microbatches: int, nbytes: float, stage
                 continue
             if kind == "compute":
                 f, b = (fwd, bwd) if s == 0 or others is None else others
+                f, b = f * (slow or {}).get(s, 1.0), b * (slow or {}).get(s, 1.0)
                 last = add(rank=s, kind=COMPUTE, duration=f if arg == "F" else b, name=str(arg))
                 continue
             phase, dst, mb, chunk = arg  # type: ignore[misc]
@@ -114,13 +118,13 @@ def run_pipeline(fwd: float, bwd: float, microbatches: int, nbytes: float, stage
 
 
 def pipeline(reps: int, iters: int = 12, microbatches: int = 8, clock: str = "wall", name: str = "1f1b",
-             script_args: tuple[str, ...] = ()) -> list[dict]:
+             script_args: tuple[str, ...] = (), slow: dict[int, float] | None = None) -> list[dict]:
     rows = []
     for _ in range(reps):
-        live = live_pipeline(iters, microbatches, clock, name, script_args)
-        it = run_pipeline(live["fwd_s"], live["bwd_s"], microbatches, live["act_bytes"], name=name)
+        live = live_pipeline(iters, microbatches, clock, name, script_args, slow)
+        it = run_pipeline(live["fwd_s"], live["bwd_s"], microbatches, live["act_bytes"], name=name, slow=slow)
         bubble = it - VIRTUAL[name] * microbatches * (live["fwd_s"] + live["bwd_s"])
-        per = per_iteration(live["record"], microbatches, name)
+        per = per_iteration(live["record"], microbatches, name, slow)
         row = {"schedule": name, "uptime": _load(), "fwd_ms": live["fwd_s"] * 1e3, "bwd_ms": live["bwd_s"] * 1e3,
                "live_iteration_ms": live["iteration_s"] * 1e3, "live_bubble_ms": live["bubble_s"] * 1e3,
                "run_iteration_ms": it * 1e3, "run_bubble_ms": bubble * 1e3,
@@ -131,7 +135,7 @@ def pipeline(reps: int, iters: int = 12, microbatches: int = 8, clock: str = "wa
     return rows
 
 
-def per_iteration(record: dict, microbatches: int, name: str) -> float:
+def per_iteration(record: dict, microbatches: int, name: str, slow: dict[int, float] | None = None) -> float:
     """`emulator run`'s stage-0 bubble, iteration by iteration, on exactly what each live iteration ran
     on: stage 0 its measured compute between its transfers (from the record: the time between two
     transfers' issues, less the waits in it); the emulated stages the F, B they ran on (the previous
@@ -154,7 +158,7 @@ def per_iteration(record: dict, microbatches: int, name: str) -> float:
                         and lo <= c["issue_s"] < hi] + [hi]
         stage0 = [busy(a, b) for a, b in zip(marks, marks[1:])]
         prev = next((f, b) for f, b in reversed(fb[:i]) if f is not None and b is not None)
-        it = run_pipeline(prev[0], prev[1], microbatches, nbytes, name=name, others=prev, stage0=stage0)
+        it = run_pipeline(prev[0], prev[1], microbatches, nbytes, name=name, others=prev, stage0=stage0, slow=slow)
         bubbles.append(it - sum(stage0))
     return statistics.mean(bubbles)
 
@@ -167,8 +171,11 @@ def main() -> None:
     p.add_argument("--clock", choices=("wall", "virtual"), default="wall")
     p.add_argument("--schedule", choices=tuple(SCENARIOS), default="1f1b")
     p.add_argument("--hidden", type=int, default=512, help="the script's --hidden (its compute per micro-batch)")
+    p.add_argument("--slow", metavar="STAGE:FACTOR", action="append", default=[],
+                   help="a gpu_slowdown override on an emulated stage, in both the live run and `emulator run`")
     args = p.parse_args()
-    pipeline(args.reps, args.iters, args.microbatches, args.clock, args.schedule, ("--hidden", str(args.hidden)))
+    slow = {int(a): float(b) for a, b in (x.split(":") for x in args.slow)}
+    pipeline(args.reps, args.iters, args.microbatches, args.clock, args.schedule, ("--hidden", str(args.hidden)), slow)
 
 
 def _load() -> str:

@@ -75,9 +75,10 @@ def _pipeline(scenario, world: int, rank: int, real: int, slow: dict[int, float]
     if why:
         raise EmulatorError(f"{scenario.path or scenario.name}: {why}")
     chunks = f" ({p.virtual_stages} model chunks per stage)" if p.virtual_stages > 1 else ""
+    slowed = "".join(f"; stage {r}'s F and B x{f:g} (gpu_slowdown)" for r, f in sorted((slow or {}).items()))
     return Pipeline(p.schedule, p.pp, p.virtual_stages, slow), (
         f"pipeline: stage 0 real, stages 1..{p.pp - 1} emulated, each running {p.schedule}{chunks} on the "
-        "measured compute per micro-batch")
+        f"measured compute per micro-batch{slowed}")
 
 
 def _peers(live):
