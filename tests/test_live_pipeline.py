@@ -266,3 +266,35 @@ def test_live_interleaved_pipeline_runs_and_waits(tmp_path):
         assert [c["end_s"] for c, (kind, _) in zip(mine, order) if kind == "recv"] == \
             pytest.approx([done[key] for kind, key in order if kind == "recv"], abs=1e-9)
     assert not [n for n in record["notes"] if "does not follow" in n]
+
+
+@pytest.mark.parametrize("name,virtual", [("1f1b", 1), ("interleaved-1f1b", 2)])
+def test_live_stages_keep_emulator_runs_rules(name, virtual):
+    """The real stage driven with uneven compute between its transfers, on the scenario's fabric: its
+    iteration ends when `emulator run` (the engine) ends stage 0 on the same Program
+    (benchmarks/live_pipeline_check.py builds it), to 1e-9."""
+    from emulator.live.cost import CommCost
+    from emulator.live.pipeline import Pipeline, program
+    from emulator.live.session import Session
+    from emulator.scenario import load_scenario
+
+    spec = importlib.util.spec_from_file_location("live_pipeline_check",
+                                                  os.path.join(ROOT, "benchmarks", "live_pipeline_check.py"))
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    cost = CommCost(load_scenario(check.SCENARIOS[name]), 4)
+    nbytes, fwd, bwd = 65536.0, 1e-3, 2e-3
+    comms = [step for step in program(name, 0, 4, 8, virtual) if step[0] != "compute"]
+    stretches = [(0.3e-3, 1.1e-3, 2.5e-3, 0.0, 4e-3)[i % 5] for i in range(len(comms) + 1)]
+    pipe = Pipeline(name, 4, virtual)
+    pipe.fwd, pipe.bwd = fwd, bwd
+    s = Session(_Clock(), cost, 4, pipeline=pipe)
+    for c, (kind, (phase, dst, _, _)) in zip(stretches, comms):
+        s.clock.t += c
+        peer = dst if kind == "send" else (1 if phase == "B" else 3)
+        s.wait(s.issue(kind, (0, peer), nbytes, peer=peer))
+    s.clock.t += stretches[-1]
+    s.sync("optimizer")
+    run = check.run_pipeline(fwd, bwd, 8, nbytes, name=name, stage0=stretches)
+    assert s.clock.t == pytest.approx(run, abs=1e-9)
+    assert s.blocked_s > 0.01  # a bubble: the check is not trivially met
