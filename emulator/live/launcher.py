@@ -123,6 +123,11 @@ def _world(args: argparse.Namespace, scenario) -> int:
                             f"mirrored by their translates), got {real}")
     if real > 1 and args.rank:
         raise EmulatorError("--rank: with --real K the real processes are world ranks 0..K-1; leave --rank out")
+    from emulator.live.pipeline import refusal
+
+    why = refusal(p.pp, p.schedule, world, real, args.rank)
+    if why:
+        raise EmulatorError(f"{scenario.path or scenario.name}: {why}")
     return world
 
 

@@ -56,30 +56,29 @@ def _session():
     clock = Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall"))
     if os.environ.get("EMULATOR_LIVE_T0"):
         clock.t0 = float(os.environ["EMULATOR_LIVE_T0"])  # the real ranks share one origin
-    pipeline, note = _pipeline(scenario, world, rank, real)
+    pipeline, note = _pipeline(scenario, world, rank, real, slow)
     live = Session(clock, cost, world, rank, real=real, slow=slow, pipeline=pipeline)
     live.notes.extend(notes + ([note] if note else []))
     return live
 
 
-def _pipeline(scenario, world: int, rank: int, real: int):
+def _pipeline(scenario, world: int, rank: int, real: int, slow: dict[int, float] | None = None):
     """The emulated stages when the live world is one pipeline (``parallel.pp`` = world) with the
-    real rank as stage 0; else None and, for another pipeline layout, a note that says so."""
+    real rank as stage 0; None without a pipeline. Any other pipeline layout is refused."""
     from emulator.errors import EmulatorError
-    from emulator.live.pipeline import SCHEDULES, Pipeline
+    from emulator.live.pipeline import Pipeline, refusal
 
     p = scenario.parallel
     if p.pp <= 1:
         return None, ""
-    if p.pp != world or real != 1 or rank != 0:
-        return None, (f"parallel.pp = {p.pp}: the emulated stages run their own schedule only when the live world "
-                      "is the pipeline (--world pp) with one real rank, stage 0; here a recv from an emulated "
-                      "stage follows the symmetric rule")
-    if p.schedule not in SCHEDULES:
-        raise EmulatorError(f"{scenario.path or scenario.name}: parallel.schedule: a live pipeline supports "
-                            f"{', '.join(SCHEDULES)}, got {p.schedule!r}")
-    return Pipeline(p.schedule, p.pp), (f"pipeline: stage 0 real, stages 1..{p.pp - 1} emulated, each running "
-                                        f"{p.schedule} on the measured compute per micro-batch")
+    why = refusal(p.pp, p.schedule, world, real, rank)  # the launcher refuses it first; a direct run here
+    if why:
+        raise EmulatorError(f"{scenario.path or scenario.name}: {why}")
+    chunks = f" ({p.virtual_stages} model chunks per stage)" if p.virtual_stages > 1 else ""
+    slowed = "".join(f"; stage {r}'s F and B x{f:g} (gpu_slowdown)" for r, f in sorted((slow or {}).items()))
+    return Pipeline(p.schedule, p.pp, p.virtual_stages, slow), (
+        f"pipeline: stage 0 real, stages 1..{p.pp - 1} emulated, each running {p.schedule}{chunks} on the "
+        f"measured compute per micro-batch{slowed}")
 
 
 def _peers(live):

@@ -29,9 +29,10 @@ compute c (time not blocked) adds (f − 1)·c; the rank arrives at a collective
 waiting on a collective it joined brings it level (it waited for the same end).
 
 Pipelines (``pipeline``, ``emulator.live.pipeline``): the real rank is stage 0 and a
-receive from stage 1 completes when stage 1's own program would have sent it (its
-schedule, on the measured compute per micro-batch, fed by the real stage's actual
-sends), not at the symmetric copy's moment: the real stage waits out the bubble.
+receive from stage 1 (interleaved: also from the last stage) completes when its sender's
+own program would have sent it (its schedule, on the measured compute per micro-batch,
+fed by the real stage's actual sends), not at the symmetric copy's moment: the real
+stage waits out the bubble.
 """
 from __future__ import annotations
 
@@ -132,8 +133,9 @@ class Session:
         """Record a collective (or a send/recv with ``peer``) issued now; return its record.
         ``arrival``: when the last member arrives (default: this rank's ``arrival``)."""
         now = self.clock.now()
-        if arrival is None:
-            arrival = self.arrival(tuple(group) if op not in ("send", "recv") else (self.rank, peer))
+        staged = self.pipeline is not None and op in ("send", "recv") and self.pipeline.handles(peer)
+        if arrival is None:  # a pipeline stage's own program says when it is there (``_stage``)
+            arrival = now if staged else self.arrival(tuple(group) if op not in ("send", "recv") else (self.rank, peer))
         stream = "comm " + _group_name(group, self.world)
         if op in ("send", "recv"):
             src, dst = (self.rank, peer) if op == "send" else (peer, self.rank)
@@ -145,24 +147,21 @@ class Session:
         else:
             duration = self.cost.collective(op, group, nbytes, root)
         start = max(arrival, self.stream_free.get(stream, 0.0))
-        if self.pipeline is not None and peer == 1 and op in ("send", "recv"):
-            start = self._stage_one(op, start, duration)
+        if staged:
+            start = self._stage(op, peer, start, nbytes)
         rec = CommRecord(len(self.comms), op, tuple(group), float(nbytes), now, start, start + duration, stream)
         self.stream_free[stream] = rec.end_s
         self.comms.append(rec)
         return rec
 
-    def _stage_one(self, op: str, start: float, hop: float) -> float:
-        """A transfer with emulated stage 1: an activation sent, or a gradient whose sender runs its
-        own schedule; returns when the transfer starts."""
+    def _stage(self, op: str, peer: int, start: float, nbytes: float) -> float:
+        """A transfer with an emulated stage: a send (issued now), or a receive (posted at ``start``)
+        whose sender runs its own schedule; returns when the transfer starts."""
         assert self.pipeline is not None
-        busy = self.clock.now() - self.blocked_s
-        if op == "send":
-            self.pipeline.sent(start + hop, busy)
-            return start
-        self.pipeline.received(busy)
-        arrives = self.pipeline.grad(start, hop)
-        return start if arrives is None else max(start, arrives - hop)
+        now = self.clock.now()
+        hops = {(a, b): self.cost.p2p(a, b, nbytes) for a, b in self.pipeline.pairs()}
+        arrives = self.pipeline.event(op, peer, now if op == "send" else start, now - self.blocked_s, hops)
+        return start if arrives is None else max(start, arrives - hops[peer, self.rank])
 
     def issue_real(self, op: str, group: tuple[int, ...], nbytes: float, work: Any) -> CommRecord:
         """Record a collective among real ranks only, running on the real transport as ``work``;
@@ -244,8 +243,11 @@ class Session:
                 "slow": {str(r): f for r, f in sorted(self.slow.items())},
                 "end_s": self.end_s, "steps_s": list(self.steps),
                 **({"pipeline": {"schedule": self.pipeline.name, "stages": self.pipeline.stages,
-                                 "fwd_s": self.pipeline.fwd, "bwd_s": self.pipeline.bwd}} if self.pipeline else {}),
-                "engine_runs": self.cost.engine_runs, "notes": list(self.notes),
+                                 "virtual_stages": self.pipeline.virtual, "microbatches": self.pipeline.microbatches,
+                                 "fwd_s": self.pipeline.fwd, "bwd_s": self.pipeline.bwd,
+                                 "measured_s": [list(fb) for fb in self.pipeline.history]}} if self.pipeline else {}),
+                "engine_runs": self.cost.engine_runs,
+                "notes": list(self.notes) + (self.pipeline.notes if self.pipeline else []),
                 "comms": [dict(seq=c.seq, op=c.op, group=list(c.group), bytes=c.bytes, issue_s=c.issue_s,
                                start_s=c.start_s, end_s=c.end_s, stream=c.stream) for c in self.comms],
                 "waits": [dict(start_s=w.start_s, end_s=w.end_s, reason=w.reason) for w in self.waits]}
