@@ -148,6 +148,11 @@ def straggler(scenario: str, reps: int, iters: int, hidden: int = 512, factor: f
                                      - base["summary"]["breakdown_s"]["exposed_comm"]) * 1e3
         row["run_added_ms_same_compute"] = (q1 - q0) * 1e3
         row["wait_error"] = row["live_added_wait_ms"] / row["run_added_ms_same_compute"] - 1
+        # each run against `emulator run` on its own measured compute: the two live runs are minutes
+        # apart on a shared machine, and their compute drifts (5.3 → 6.8 ms in one pair); the
+        # prediction then drifts with it, as the live lengthening does
+        row["run_delta_own_compute_ms"] = (q1 - p0) * 1e3
+        row["error_own_compute"] = row["live_delta_ms"] / row["run_delta_own_compute_ms"] - 1
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
