@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import HandClock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -93,24 +94,6 @@ def test_a_slowed_stage_and_slower_links_act_on_the_emulated_program():
     assert emulated("1f1b", 3, 1, 1, sent, posted, 1.0, 2.0, hops) == {("B", 0, 0, 0): 12.0}
 
 
-class _Clock:
-    """A hand-driven clock: compute moves it, waits jump it."""
-
-    mode = "virtual"
-    hidden_s = 0.0
-
-    def __init__(self):
-        self.t = 0.0
-
-    def now(self):
-        return self.t
-
-    def advance_to(self, t):
-        gap = max(0.0, t - self.t)
-        self.t += gap
-        return gap
-
-
 class _Cost:
     engine_runs = 0
 
@@ -130,7 +113,7 @@ def test_a_slowed_stage_is_not_also_a_late_copy():
     # a symmetric straggler copy, lagging (2 - 1) x 10 of stage 0's compute, the receive would start at 20.)
     pipe = Pipeline("1f1b", 2, slow={1: 2.0})
     pipe.fwd, pipe.bwd = 1.0, 2.0
-    s = Session(_Clock(), _Cost(0.0), 2, slow={1: 2.0}, pipeline=pipe)
+    s = Session(HandClock(), _Cost(0.0), 2, slow={1: 2.0}, pipeline=pipe)
     s.clock.t = 10.0
     s.issue("send", (0, 1), 1e3, peer=1)
     rec = s.issue("recv", (0, 1), 1e3, peer=1)
@@ -158,7 +141,7 @@ def test_real_stage_waits_out_the_interleaved_bubble():
     from emulator.live.session import Session
 
     pipe = Pipeline("interleaved-1f1b", 2, 2)
-    s = Session(_Clock(), _Cost(0.0), 2, pipeline=pipe)
+    s = Session(HandClock(), _Cost(0.0), 2, pipeline=pipe)
     # iteration 1: F = 1 is measured between the first two sends (one forward between them); B = 2F is
     # assumed, m = 4 guessed (the smallest multiple of p above p that fits): the worked example, 27
     _drive(s, "interleaved-1f1b", 2, 4, 2, 1.0, 2.0)
@@ -175,7 +158,7 @@ def test_a_script_that_leaves_the_schedule_is_noted_not_modelled():
     from emulator.live.session import Session
 
     pipe = Pipeline("interleaved-1f1b", 2, 2)
-    s = Session(_Clock(), _Cost(0.0), 2, pipeline=pipe)
+    s = Session(HandClock(), _Cost(0.0), 2, pipeline=pipe)
     s.clock.t = 1.0
     s.issue("send", (0, 1), 1e3, peer=1)
     rec = s.issue("recv", (0, 1), 1e3, peer=1)  # interleaved stage 0 sends 2 activations before its first receive
@@ -194,7 +177,7 @@ def test_the_real_stages_send_reaches_stage_1_one_transfer_later():
     # there, then 0.5 more: 5.5.)
     pipe = Pipeline("1f1b", 2)
     pipe.fwd, pipe.bwd = 1.0, 2.0
-    s = Session(_Clock(), _Cost(0.5), 2, pipeline=pipe)
+    s = Session(HandClock(), _Cost(0.5), 2, pipeline=pipe)
     s.clock.t = 1.0
     s.issue("send", (0, 1), 1e3, peer=1)
     rec = s.issue("recv", (0, 1), 1e3, peer=1)
@@ -288,7 +271,7 @@ def test_live_stages_keep_emulator_runs_rules(name, virtual):
     stretches = [(0.3e-3, 1.1e-3, 2.5e-3, 0.0, 4e-3)[i % 5] for i in range(len(comms) + 1)]
     pipe = Pipeline(name, 4, virtual)
     pipe.fwd, pipe.bwd = fwd, bwd
-    s = Session(_Clock(), cost, 4, pipeline=pipe)
+    s = Session(HandClock(), cost, 4, pipeline=pipe)
     for c, (kind, (phase, dst, _, _)) in zip(stretches, comms):
         s.clock.t += c
         peer = dst if kind == "send" else (1 if phase == "B" else 3)

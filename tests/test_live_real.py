@@ -4,10 +4,9 @@ import json
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 
 import pytest
-from helpers import custom_scenario, star
+from helpers import HandClock, custom_scenario, star
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -28,38 +27,11 @@ def test_mirror_rules():
         mirrors((2, 3), 2)
 
 
-class _Clock:
-    """A virtual clock moved by hand: compute(dt) is the local rank's measured compute."""
-
-    mode = "virtual"
-    hidden_s = 0.0
-
-    def __init__(self):
-        self.t = 0.0
-
-    def now(self):
-        return self.t
-
-    def compute(self, dt):
-        self.t += dt
-
-    def advance_to(self, t):
-        gap = t - self.t
-        if gap <= 0:
-            return 0.0
-        self.t = t
-        return gap
-
-    @contextmanager
-    def hidden(self):
-        yield
-
-
 def test_straggler_on_an_emulated_rank_delays_the_collectives_it_joins(tmp_path):
     from emulator.live.cost import CommCost
     from emulator.live.session import Session
 
-    clock = _Clock()
+    clock = HandClock()
     s = Session(clock, CommCost(custom_scenario(star(tmp_path, 4, bw=1e9, lat=1e-5)), 4), 4, slow={2: 3.0})
     # a ring all-reduce of 1 MB on a star of 4 (1 GB/s, 10 us per link): 2*3*20 us + 1.5 * 1e6/1e9 = 1.62 ms
     comm = 1.62e-3
