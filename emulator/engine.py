@@ -159,7 +159,8 @@ class Engine:
         keys = self._plan_keys()
         collectives.prepare(keys, capacity)
         self.private = self._private(keys)
-        self._alone: dict[tuple[object, ...], Alone] = {}
+        self._alone: dict[tuple[object, ...], Alone] = {}  # (collective, group, root, bytes) → run alone
+        self._solo: dict[int, Alone] = {}  # private template op → its run alone
         # GPUs whose compute slows while their communication is resident (catalog comm_overlap_slowdown)
         self.overlap = {r: g.spec.comm_overlap_slowdown for r, g in gpus.items()
                         if g.spec is not None and g.spec.comm_overlap_slowdown > 1.0}
@@ -338,19 +339,23 @@ class Engine:
     def _private_time(self, t: int, at: float) -> float:
         """The duration of private collective ``t`` (``_private``) started at ``at``. Its bytes go
         on its links, and the fabric's listeners see the load changes it makes, at their times."""
-        op = self.tops[t]
-        key = (op.collective, op.group, op.root, op.bytes)
-        solo = self._alone.get(key)
+        solo = self._solo.get(t)
         if solo is None:
-            plan = self.model.collective(op.collective, op.group, op.root, op.bytes)
-            solo = self._alone[key] = alone(plan, op.bytes, self.fabric.capacity)
+            op = self.tops[t]
+            key = (op.collective, op.group, op.root, op.bytes)
+            solo = self._alone.get(key)
+            if solo is None:
+                plan = self.model.collective(op.collective, op.group, op.root, op.bytes)
+                solo = self._alone[key] = alone(plan, op.bytes, self.fabric.capacity)
+            self._solo[t] = solo
         fabric = self.fabric
         moved = fabric.bytes_on_link
         for link, b in solo.link_bytes:
             moved[link] += b
-        for dt, loads in solo.loads:
-            for cb in fabric.listeners:
-                cb(at + dt, loads)
+        if fabric.listeners:
+            for dt, loads in solo.loads:
+                for cb in fabric.listeners:
+                    cb(at + dt, loads)
         return solo.duration
 
     # -- running ----------------------------------------------------------------
