@@ -67,13 +67,45 @@ def live_run(scenario: str, hidden: int, iters: int, neighbours: int, extra: tup
         for p in loaders:
             p.kill()
             p.wait()
-    per_rank = []
+    per_rank, computes = [], []
     from emulator.live.report import iterations
 
     for rec in [record, *record.get("real_records", [])]:
-        ts = [r["time_s"] for r in iterations(rec)][SKIP:]
-        per_rank.append(statistics.mean(ts))
-    return {"iteration_s": statistics.mean(per_rank), "summary": summary}
+        rows = iterations(rec)[SKIP:]
+        per_rank.append(statistics.mean(r["time_s"] for r in rows))
+        computes.append([r["compute_s"] for r in rows])
+    return {"iteration_s": statistics.mean(per_rank), "summary": summary, "computes": computes}
+
+
+def predicted_trace(scenario: str, computes: list[list[float]], nbytes: float, slow: tuple[int, float] | None
+                    ) -> float:
+    """`emulator run` driven by the live run's own measurements: real rank r computes, in iteration
+    i, what it measured there (``computes[r][i]``), an emulated rank what its mirror did (× the
+    straggler's factor), then the 4-rank all-reduce. The real ranks' arrival skew is in it."""
+    from dataclasses import replace
+
+    from emulator.live.mirror import mirrors
+    from emulator.program import COLLECTIVE, COMPUTE, Op, Program
+    from emulator.scenario import load_scenario
+    from emulator.simulation import run_program
+
+    group = (0, 1, 2, 3)
+    mirror = mirrors(group, len(computes))
+    iters = min(len(c) for c in computes)
+    ops: list[Op] = []
+    for r in group:
+        prev = -1
+        for i in range(iters):
+            d = computes[mirror[r]][i] * (slow[1] if slow and slow[0] == r else 1.0)
+            c = Op(id=len(ops), rank=r, kind=COMPUTE, duration=d, deps=(prev,) if prev >= 0 else (), name="compute")
+            ops.append(c)
+            a = Op(id=len(ops), rank=r, kind=COLLECTIVE, stream="comm", collective="all_reduce", group=group,
+                   bytes=nbytes, deps=(c.id,), name="grads")
+            ops.append(a)
+            prev = a.id
+    scen = load_scenario(scenario)
+    scen = replace(scen, simulation=replace(scen.simulation, iterations=1))
+    return run_program(Program(4, ops), scen, record_links=False).iteration_time_s / iters
 
 
 def fidelity(scenario: str, hiddens: list[int], reps: int, iters: int) -> list[dict]:
@@ -153,6 +185,12 @@ def straggler(scenario: str, reps: int, iters: int, hidden: int = 512, factor: f
         # prediction then drifts with it, as the live lengthening does
         row["run_delta_own_compute_ms"] = (q1 - p0) * 1e3
         row["error_own_compute"] = row["live_delta_ms"] / row["run_delta_own_compute_ms"] - 1
+        # each run against `emulator run` on its own measurements, rank by rank and iteration by
+        # iteration (the real ranks' skew included)
+        t0 = predicted_trace(scenario, base["computes"], nbytes, None)
+        t1 = predicted_trace(scenario, slow["computes"], nbytes, (3, factor))
+        row["run_delta_traced_ms"] = (t1 - t0) * 1e3
+        row["error_traced"] = row["live_delta_ms"] / row["run_delta_traced_ms"] - 1
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
