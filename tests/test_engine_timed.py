@@ -66,3 +66,28 @@ def test_private_collectives_are_timed_and_exact(tmp_path, send):
     # group, two groups: 8e9 B; the send and its folded copy (rank 1 → 3) move 1e6 B over 2 links
     # each: 4e6 B more
     assert sum(r.link_bytes) == pytest.approx(8e9 + (4e6 if send else 0.0), rel=1e-9)
+
+
+@pytest.mark.parametrize("pp", [8, 16])
+def test_deep_pipelines_with_timed_ops_equal_every_rank_simulated(pp):
+    # TP 8 fills a node, so the folded run's tensor-parallel collectives are private (timed, no
+    # event) and its compute is timed; with fold: off every TP peer is simulated and every such
+    # collective runs on the clock. An 8- and a 16-stage 1F1B pipeline give the same iteration
+    # time (1e-9).
+    from emulator.scenario import load_scenario_text
+    from emulator.simulation import simulate
+
+    def sc(fold):
+        text = f"""name: t
+cluster: {{nodes: {pp}, node: dgx-a100, fabric: {{kind: fat_tree, leaf_size: 4}}}}
+model: {{layers: {2 * pp}, hidden: 2048, heads: 16, seq_len: 1024, vocab: 32000}}
+training: {{global_batch: {2 * pp}, micro_batch: 1}}
+parallel: {{tp: 8, pp: {pp}, dp: 1, schedule: 1f1b}}
+simulation: {{fold: {fold}}}
+"""
+        return load_scenario_text(text, "t.yaml")
+
+    folded, full = simulate(sc("auto")), simulate(sc("off"))
+    assert folded.ranks_simulated == pp and full.ranks_simulated == 8 * pp
+    assert folded.events < full.events / 5
+    assert folded.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
