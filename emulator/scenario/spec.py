@@ -19,10 +19,10 @@ PRECISION_PEAK = {
 }
 
 # live.skew_base / live.skew_slope defaults: the fit σ(c) = a + b·c of the arrival spread of 4 gloo
-# processes on this project's 2-core machine (benchmarks/live_skew_calibration.py; the measured
-# table is in the README, "Arrival skew").
-SKEW_BASE_S = 0.0
-SKEW_SLOPE = 0.0
+# processes on this project's 2-core machine, 2026-12-03 16:14 UTC, 150 rounds of 7 kernel lengths
+# (benchmarks/live_skew_calibration.py; the measured table is in the README, "Arrival skew").
+SKEW_BASE_S = 2.25e-3
+SKEW_SLOPE = 0.1274
 
 
 def precision_refusal(gpu: "GpuSpec", precision: str) -> str:
