@@ -13,13 +13,19 @@ Per L, over the timed rounds:
 - ``mirror_sd_s``: the standard deviation of (a rank's arrival − rank 0's arrival), ranks 1..3;
 - ``late_s[m]``: the mean, over rounds, ranks r and the groups S of m ranks that contain r, of
   max_{j∈S} arrival_j − arrival_r: how late a collective of m ranks starts after rank r arrives.
-  m = 2, 3, 4 from the same rounds.
+  m = 2, 3, 4 from the same rounds;
+- ``emulated_compute_s``: the mean kernel time as a live run measures it: one process timing the
+  kernels beside 3 compute-only copies (no communication), as in the fidelity checks' 1 + 3 runs;
+- ``to_start_s`` (a real rank's kernel start → the last arrival) and ``net_lag_s`` (that minus
+  ``emulated_compute_s``): reported, to compare the two sides.
 
 The model (``emulator.live.skew``): arrivals spread independently around their mean with a
 standard deviation σ(c) = a + b·c, c the compute since the last synchronisation; a collective
 of n ranks then starts E[max of n] − E[one] = e_n·σ(c) after a rank arrives, e_n the expected
 maximum of n standard normals (e_2 = 0.564, e_3 = 0.846, e_4 = 1.029). a and b are fitted by
-least squares to late_s[m] = e_m·(a + b·compute_s) over every L and m; the residuals are printed.
+least squares to late_s[m] = e_m·(a + b·emulated_compute_s) over every L and m (c is what the
+model is given in a live run); the residuals are printed, and the fit on the real ranks' own
+compute for reference.
 
 Usage: .venv/bin/python benchmarks/live_skew_calibration.py [--rounds R] [--lengths-ms L ...] [--json PATH]
 """
