@@ -28,8 +28,11 @@
    reported, with the relative error of the medians. Single runs jitter by ±10-20% on this
    machine (4 processes time-sliced on 2 cores), so single runs cannot check a 10% agreement.
 
+   (skew)      optional (--skew A_MS B): the contended run with the arrival-skew model
+               (live.skew: model, benchmarks/live_skew_calibration.py), interleaved.
+
 Usage: .venv/bin/python benchmarks/live_gloo_calibration.py [calibrate|fidelity|all] [--iters N]
-       [--hidden H ...] [--reps R] [--virtual] [--idle] [--scenario PATH]
+       [--hidden H ...] [--reps R] [--virtual] [--idle] [--scenario PATH] [--skew A_MS B]
 """
 from __future__ import annotations
 
@@ -261,12 +264,21 @@ def _loaders(hidden: int) -> list[subprocess.Popen]:
     return procs
 
 
-def emulated_run(hidden: int, iters: int, clock: str, contended: bool, scenario: str = SCENARIO) -> dict:
+def skew_args(skew: tuple[float, float] | None) -> tuple[str, ...]:
+    """``--set`` arguments of the arrival-skew model (a in s, b), or none."""
+    if skew is None:
+        return ()
+    return ("--set", "live.skew=model", "--set", f"live.skew_base={skew[0] * 1e3:.6g} ms",
+            "--set", f"live.skew_slope={skew[1]:.6g}")
+
+
+def emulated_run(hidden: int, iters: int, clock: str, contended: bool, scenario: str = SCENARIO,
+                 extra: tuple[str, ...] = ()) -> dict:
     loaders = _loaders(hidden) if contended else []
     try:
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [sys.executable, "-m", "emulator", "live", scenario, "--world", str(N), "--clock", clock,
-                   "--out", tmp, "--", "python", *_script_args(hidden, iters)]
+                   "--out", tmp, *extra, "--", "python", *_script_args(hidden, iters)]
             subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
             with open(os.path.join(tmp, "summary.json")) as fh:
                 summary = json.load(fh)
@@ -280,17 +292,22 @@ def emulated_run(hidden: int, iters: int, clock: str, contended: bool, scenario:
 
 
 def fidelity(iters: int, hiddens: list[int], reps: int, virtual: bool = False,
-             scenario: str = SCENARIO) -> list[dict]:
+             scenario: str = SCENARIO, skew: tuple[float, float] | None = None) -> list[dict]:
     """Each size ``reps`` times, the runs interleaved (real, emulated, real, ...) so that a slow
-    spell of the machine hits both sides; the median of the repetitions and their range."""
+    spell of the machine hits both sides; the median of the repetitions and their range.
+    ``skew``: also run the emulated side with the arrival-skew model (a in s, b), interleaved."""
     out = []
-    modes = [("contended", "wall", True)] + ([("virtual", "virtual", True)] if virtual else [])
+    modes: list[tuple[str, str, bool, tuple[str, ...]]] = [("contended", "wall", True, ())]
+    if virtual:
+        modes.append(("virtual", "virtual", True, ()))
+    if skew is not None:
+        modes.append(("skew", "wall", True, skew_args(skew)))
     for hidden in hiddens:
         runs: dict[str, list[float]] = {"real": [], **{m[0]: [] for m in modes}}
         for _ in range(reps):
             runs["real"].append(real_run(hidden, iters))
-            for name, clock, contended in modes:
-                runs[name].append(emulated_run(hidden, iters, clock, contended, scenario)["iteration_s"])
+            for name, clock, contended, extra in modes:
+                runs[name].append(emulated_run(hidden, iters, clock, contended, scenario, extra)["iteration_s"])
         row = {"hidden": hidden, "params": 2 * (hidden * hidden + hidden) + hidden + 1, "runs_s": runs}
         for name, ts in runs.items():
             row[name + "_s"] = statistics.median(ts)
@@ -310,6 +327,8 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=5, help="repetitions of each run (the median is reported)")
     p.add_argument("--virtual", action="store_true", help="also run 1 + 3 with the virtual clock")
     p.add_argument("--idle", action="store_true", help="calibrate idle (back-to-back calls, no compute between)")
+    p.add_argument("--skew", nargs=2, type=float, metavar=("A_MS", "B"),
+                   help="also run 1 + 3 with live.skew: model, skew_base A_MS ms, skew_slope B (interleaved)")
     p.add_argument("--scenario", default=SCENARIO, help="the calibrated scenario: written by calibrate, "
                    "read by fidelity (default: %(default)s)")
     args = p.parse_args()
@@ -324,13 +343,16 @@ def main() -> None:
                   + (f"  [call {r['call_s'] * 1e6:.1f} us, span {r['span_s'] * 1e6:.1f} us, skew {r['skew_s'] * 1e6:.1f} us]"
                      if "call_s" in r else ""))
     if args.what in ("fidelity", "all"):
-        rows = fidelity(args.iters, args.hidden, args.reps, args.virtual, args.scenario)
+        skew = (args.skew[0] * 1e-3, args.skew[1]) if args.skew else None
+        rows = fidelity(args.iters, args.hidden, args.reps, args.virtual, args.scenario, skew)
         print(f"{'hidden':>6} {'grad MB':>8} {'real ms (median, range)':>26} {'1+3 contended ms':>26} {'err':>7}")
         for r in rows:
             rr, cr = r["real_range_s"], r["contended_range_s"]
             print(f"{r['hidden']:>6} {r['params'] * 4 / 1e6:8.2f} {r['real_s'] * 1e3:8.2f} ({rr[0] * 1e3:6.2f}-{rr[1] * 1e3:6.2f})"
                   f"   {r['contended_s'] * 1e3:8.2f} ({cr[0] * 1e3:6.2f}-{cr[1] * 1e3:6.2f}) {r['contended_error'] * 100:+6.1f}%"
-                  + (f"  virtual {r['virtual_s'] * 1e3:.2f} ({r['virtual_error'] * 100:+.1f}%)" if "virtual_s" in r else ""))
+                  + (f"  virtual {r['virtual_s'] * 1e3:.2f} ({r['virtual_error'] * 100:+.1f}%)" if "virtual_s" in r else "")
+                  + (f"  skew model {r['skew_s'] * 1e3:.2f} ({r['skew_range_s'][0] * 1e3:.2f}-{r['skew_range_s'][1] * 1e3:.2f})"
+                     f" {r['skew_error'] * 100:+.1f}%" if "skew_s" in r else ""))
 
 
 if __name__ == "__main__":

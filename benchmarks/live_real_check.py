@@ -17,8 +17,11 @@
    ``emulator.simulation.run_program`` with and without the override.
 3. pipeline: see ``pipeline`` (1 real stage + 3 emulated, 1F1B) against `emulator run`.
 
+   With --skew A_MS B, each repetition also runs 2 + 2 with the arrival-skew model
+   (live.skew: model), interleaved with the others.
+
 Usage: .venv/bin/python benchmarks/live_real_check.py [fidelity|straggler|pipeline|all] [--reps R]
-       [--iters N] [--hidden H ...] [--scenario PATH]
+       [--iters N] [--hidden H ...] [--scenario PATH] [--skew A_MS B]
 """
 from __future__ import annotations
 
@@ -108,17 +111,25 @@ def predicted_trace(scenario: str, computes: list[list[float]], nbytes: float, s
     return run_program(Program(4, ops), scen, record_links=False).iteration_time_s / iters
 
 
-def fidelity(scenario: str, hiddens: list[int], reps: int, iters: int) -> list[dict]:
+def fidelity(scenario: str, hiddens: list[int], reps: int, iters: int,
+             skew: tuple[float, float] | None = None) -> list[dict]:
+    """``skew``: also run 2 + 2 with the arrival-skew model (a in s, b), interleaved."""
     rows = []
     for hidden in hiddens:
-        real, emu = [], []
+        real, emu, skewed = [], [], []
         for _ in range(reps):
             real.append(cal.real_run(hidden, iters))
             emu.append(live_run(scenario, hidden, iters, neighbours=2)["iteration_s"])
+            if skew is not None:
+                skewed.append(live_run(scenario, hidden, iters, neighbours=2, extra=cal.skew_args(skew))["iteration_s"])
         row = {"hidden": hidden, "grad_MB": (2 * (hidden * hidden + hidden) + hidden + 1) * 4 / 1e6,
                "real_ms": [t * 1e3 for t in real], "live_2_2_ms": [t * 1e3 for t in emu],
                "real_median_ms": statistics.median(real) * 1e3, "live_median_ms": statistics.median(emu) * 1e3}
         row["error"] = row["live_median_ms"] / row["real_median_ms"] - 1
+        if skew is not None:
+            row["live_skew_ms"] = [t * 1e3 for t in skewed]
+            row["live_skew_median_ms"] = statistics.median(skewed) * 1e3
+            row["skew_error"] = row["live_skew_median_ms"] / row["real_median_ms"] - 1
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -203,6 +214,8 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 512, 768])
     p.add_argument("--scenario", help="a calibrated scenario (default: calibrate now, into a temporary one)")
+    p.add_argument("--skew", nargs=2, type=float, metavar=("A_MS", "B"),
+                   help="fidelity: also run 2 + 2 with live.skew: model, skew_base A_MS ms, skew_slope B (interleaved)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         scenario = args.scenario
@@ -213,7 +226,8 @@ def main() -> None:
                   flush=True)
         scenario = scenario or cal.SCENARIO
         if args.what in ("fidelity", "all"):
-            fidelity(scenario, args.hidden, args.reps, args.iters)
+            fidelity(scenario, args.hidden, args.reps, args.iters,
+                     (args.skew[0] * 1e-3, args.skew[1]) if args.skew else None)
         if args.what in ("straggler", "all"):
             straggler(scenario, args.reps, args.iters)
         if args.what in ("pipeline", "all"):

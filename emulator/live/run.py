@@ -57,7 +57,13 @@ def _session():
     if os.environ.get("EMULATOR_LIVE_T0"):
         clock.t0 = float(os.environ["EMULATOR_LIVE_T0"])  # the real ranks share one origin
     pipeline, note = _pipeline(scenario, world, rank, real, slow)
-    live = Session(clock, cost, world, rank, real=real, slow=slow, pipeline=pipeline)
+    skew = scenario.live
+    model = (skew.skew_base, skew.skew_slope) if skew.skew == "model" else None
+    live = Session(clock, cost, world, rank, real=real, slow=slow, pipeline=pipeline, skew=model)
+    if model is not None:
+        notes.append(f"live.skew: model: an emulated member of a collective arrives (e_n - e_k) x "
+                     f"({skew.skew_base * 1e3:g} ms + {skew.skew_slope:g} x the compute since the last "
+                     "synchronisation) after its mirror")
     live.notes.extend(notes + ([note] if note else []))
     return live
 

@@ -28,6 +28,12 @@ compute c (time not blocked) adds (f − 1)·c; the rank arrives at a collective
 ``lag`` after its mirror, and the collective starts when the last member arrives;
 waiting on a collective it joined brings it level (it waited for the same end).
 
+Arrival skew (``skew``: (a, b) of ``emulator.live.skew``, or None: off): an emulated member
+of a collective arrives ``lag`` = (e_n − e_k)·(a + b·c) after its mirror, c the local rank's
+compute since its last wait on communication, n the members, k the real ones among them
+(whose skew is measured); so a collective with emulated members starts that much after the
+latest real arrival. Sends and receives keep the symmetric rule (or the pipeline's).
+
 Pipelines (``pipeline``, ``emulator.live.pipeline``): the real rank is stage 0 and a
 receive from stage 1 (interleaved: also from the last stage) completes when its sender's
 own program would have sent it (its schedule, on the measured compute per micro-batch,
@@ -44,6 +50,7 @@ from emulator.live.clock import Clock
 from emulator.live.cost import CommCost
 from emulator.live.mirror import mirrors
 from emulator.live.pipeline import Pipeline
+from emulator.live.skew import lag as skew_lag
 
 
 @dataclass(frozen=True)
@@ -73,8 +80,11 @@ class Session:
     """Issues collectives on emulated streams and records waits and iteration boundaries."""
 
     def __init__(self, clock: Clock, cost: CommCost, world: int, rank: int = 0, real: int = 1,
-                 slow: dict[int, float] | None = None, pipeline: Pipeline | None = None) -> None:
+                 slow: dict[int, float] | None = None, pipeline: Pipeline | None = None,
+                 skew: tuple[float, float] | None = None) -> None:
         self.clock = clock
+        self.skew = skew  # (σ at no compute in s, its growth per second of compute), or None: off
+        self._sync_busy = 0.0  # the local compute (now - blocked) at the end of the last wait
         self.pipeline = pipeline  # the emulated stages 1.. of a pipeline whose stage 0 is this rank
         self.real = real  # world ranks 0..real-1 are real processes
         self.slow = dict(slow or {})  # emulated rank -> compute slowdown factor
@@ -95,8 +105,9 @@ class Session:
         self._step_key: int | None = None
 
     # -- stragglers ---------------------------------------------------------------
-    def arrival(self, group: tuple[int, ...]) -> float:
-        """Now, or later if a slowed emulated member that mirrors this rank arrives after it."""
+    def arrival(self, group: tuple[int, ...], collective: bool = True) -> float:
+        """Now, or later if a slowed emulated member that mirrors this rank arrives after it, or (a
+        ``collective`` with the skew model on) the emulated members' skew lag puts them later."""
         now = self.clock.now()
         busy = now - self.blocked_s
         arrived: dict[int, tuple[float, float]] = {}
@@ -108,6 +119,9 @@ class Session:
         if arrived:
             self._arrived[len(self.comms)] = arrived  # for the record issued next
         late = [self.lag[r] for r in group if r in self.slow and self._mirrors_me(group, r)]
+        if self.skew is not None and collective and any(self._mirrors_me(group, r) for r in group if r >= self.real):
+            reals = 1 if self.real == 1 else sum(1 for r in group if r < self.real)
+            late.append(skew_lag(*self.skew, busy - self._sync_busy, len(group), reals))
         return now + max([0.0, *late])
 
     def _mirrors_me(self, group: tuple[int, ...], r: int) -> bool:
@@ -135,7 +149,8 @@ class Session:
         now = self.clock.now()
         staged = self.pipeline is not None and op in ("send", "recv") and self.pipeline.handles(peer)
         if arrival is None:  # a pipeline stage's own program says when it is there (``_stage``)
-            arrival = now if staged else self.arrival(tuple(group) if op not in ("send", "recv") else (self.rank, peer))
+            p2p = op in ("send", "recv")
+            arrival = now if staged else self.arrival((self.rank, peer) if p2p else tuple(group), collective=not p2p)
         stream = "comm " + _group_name(group, self.world)
         if op in ("send", "recv"):
             src, dst = (self.rank, peer) if op == "send" else (peer, self.rank)
@@ -182,6 +197,7 @@ class Session:
             work.wait()
             end = self.clock.now()
             self.blocked_s += end - start
+            self._synced()
             if end > start:
                 self.waits.append(WaitRecord(start, end, reason))
             self.comms[seq] = replace(self.comms[seq], end_s=end)
@@ -194,6 +210,7 @@ class Session:
         if now > since:
             self.waits.append(WaitRecord(since, now, reason))
             self.blocked_s += now - since
+        self._synced()
 
     def wait_until(self, t: float, reason: str) -> float:
         start = self.clock.now()
@@ -201,7 +218,12 @@ class Session:
         if blocked > 0:
             self.waits.append(WaitRecord(start, start + blocked, reason))
             self.blocked_s += blocked
+        self._synced()
         return blocked
+
+    def _synced(self) -> None:
+        """The local rank waited on communication: its compute since the last synchronisation restarts."""
+        self._sync_busy = self.clock.now() - self.blocked_s
 
     def wait(self, rec: CommRecord, reason: str = "wait") -> float:
         if self.pipeline is not None and rec.op == "send":
@@ -241,6 +263,7 @@ class Session:
         return {"world": self.world, "rank": self.rank, "clock": self.clock.mode,
                 "hidden_s": self.clock.hidden_s, "real": self.real,
                 "slow": {str(r): f for r, f in sorted(self.slow.items())},
+                **({"skew": {"base_s": self.skew[0], "slope": self.skew[1]}} if self.skew else {}),
                 "end_s": self.end_s, "steps_s": list(self.steps),
                 **({"pipeline": {"schedule": self.pipeline.name, "stages": self.pipeline.stages,
                                  "virtual_stages": self.pipeline.virtual, "microbatches": self.pipeline.microbatches,

@@ -251,6 +251,7 @@ class ScenarioChecks:
                                                     f'(workload.format is "{s.workload.format}")')
         self.check_timing(s)
         self.check_mirror(s)
+        self.check_live(s)
         if s.model is not None:
             self.check_layout(s.model, s.training, p)
             precision = s.training.precision
@@ -407,6 +408,15 @@ class ScenarioChecks:
                 raise self.fail(kp, f"there is no gpu {m.group(2)}: the cluster has GPUs 0 to {gpus - 1}")
             if m and kind == "node" and nodes and int(m.group(2)) >= nodes:
                 raise self.fail(kp, f"there is no node {m.group(2)}: the cluster has nodes 0 to {nodes - 1}")
+
+    def check_live(self, s: Scenario) -> None:
+        """The skew model's parameters are read only with ``live.skew: model``."""
+        if s.live.skew == "model":
+            return
+        for key in ("skew_base", "skew_slope"):
+            if self.given(f"live.{key}"):
+                raise self.fail(f"live.{key}", f"{key} is only read with live.skew: model (live.skew is "
+                                               f'"{s.live.skew}"); set live.skew: model, or leave {key} out')
 
     def check_mirror(self, s: Scenario) -> None:
         """A mirrored trace replays one rank as ``mirror`` ranks: at most one per GPU (checked here,

@@ -84,8 +84,8 @@ def load_scenario(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -
 
 # the dataclasses the key table names (Key.cls), by name
 SPEC_CLASSES = {name: getattr(spec, name) for name in (
-    "ClusterSpec", "CollectivesSpec", "FabricSpec", "GpuSpec", "JobSpec", "ModelSpec", "NodeSpec", "Override",
-    "ParallelSpec", "Scenario", "SimulationSpec", "TrainingSpec", "WorkloadSpec")}
+    "ClusterSpec", "CollectivesSpec", "FabricSpec", "GpuSpec", "JobSpec", "LiveSpec", "ModelSpec", "NodeSpec",
+    "Override", "ParallelSpec", "Scenario", "SimulationSpec", "TrainingSpec", "WorkloadSpec")}
 
 def _override_keys(text: str) -> tuple[list[str], str]:
     """'parallel.tp=4' -> (['parallel', 'tp'], '4'), checked against the key table."""

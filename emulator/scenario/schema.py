@@ -303,6 +303,17 @@ SIMULATION_KEYS: dict[str, Key] = {
     "detail": Key("enum", "Granularity of compute ops.", enum=("layer", "op")),
 }
 
+LIVE_KEYS: dict[str, Key] = {
+    "skew": Key("enum", "emulator live: off (the emulated ranks arrive at a collective with their mirror) or model "
+                        "(each arrives (e_n - e_k)*sigma(c) after it, sigma(c) = skew_base + skew_slope*c, c the "
+                        "compute since the last synchronisation; emulator/live/skew.py).", enum=("off", "model")),
+    "skew_base": _time('Spread (standard deviation) of a rank\'s arrival after no compute, e.g. "1 ms" '
+                       "(benchmarks/live_skew_calibration.py measures it)."),
+    "skew_slope": Key("number", "How much that spread grows per second of compute since the last "
+                                "synchronisation (a ratio, 0 to 1: a rank stalled for all of it lags by at "
+                                "most all of it).", minimum=0, maximum=1),
+}
+
 KEYS: dict[str, Key] = {
     "name": Key("str", "Name of the scenario.", required=True),
     "cluster": Key("section", "The hardware.", required=True, keys=CLUSTER_KEYS, cls="ClusterSpec"),
@@ -315,6 +326,8 @@ KEYS: dict[str, Key] = {
     "workload": Key("section", "A trace to run instead of a model.", keys=WORKLOAD_KEYS,
                     cls="WorkloadSpec"),
     "simulation": Key("section", "Simulation controls.", keys=SIMULATION_KEYS, cls="SimulationSpec"),
+    "live": Key("section", "emulator live only: how the emulated ranks arrive at collectives.", keys=LIVE_KEYS,
+                cls="LiveSpec"),
 }
 
 PLACEMENTS = ("contiguous", "spread", "random")  # job placement policies (emulator/scenario/allocation.py)

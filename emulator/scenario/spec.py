@@ -18,6 +18,12 @@ PRECISION_PEAK = {
     "fp8": ("peak_flops_fp8", "FP8 tensor-core"),
 }
 
+# live.skew_base / live.skew_slope defaults: the fit σ(c) = a + b·c of the arrival spread of 4 gloo
+# processes on this project's 2-core machine, 2026-12-03 16:14 UTC, 150 rounds of 7 kernel lengths
+# (benchmarks/live_skew_calibration.py; the measured table is in the README, "Arrival skew").
+SKEW_BASE_S = 2.25e-3
+SKEW_SLOPE = 0.1274
+
 
 def precision_refusal(gpu: "GpuSpec", precision: str) -> str:
     """Why ``gpu`` cannot run ``precision`` (its catalog entry gives no rate for it)."""
@@ -207,6 +213,15 @@ class SimulationSpec:
 
 
 @dataclass(frozen=True)
+class LiveSpec:
+    """``emulator live`` only: the arrival-skew model of the emulated ranks (``emulator.live.skew``)."""
+
+    skew: str = "off"  # off | model
+    skew_base: float = SKEW_BASE_S  # s: σ of a rank's arrival after no compute (a)
+    skew_slope: float = SKEW_SLOPE  # σ grows by this per second of compute since the last sync (b)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One job of a multi-job scenario (``jobs:``): its own workload and where it runs.
 
@@ -238,6 +253,7 @@ class Scenario:
     collectives: CollectivesSpec = field(default_factory=CollectivesSpec)
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     simulation: SimulationSpec = field(default_factory=SimulationSpec)
+    live: LiveSpec = field(default_factory=LiveSpec)
     jobs: tuple[JobSpec, ...] = ()  # several jobs on one fabric; empty: the one job above
     path: str = ""  # the file it was loaded from, for messages and relative paths
 

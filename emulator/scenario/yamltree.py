@@ -27,7 +27,7 @@ MAX_DEPTH = 24  # nesting levels; the deepest real key is 4 levels down
 TAG = "tag:yaml.org,2002:"
 _YAML_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
 EXTENSION_PREFIX = "x-"  # top-level keys the loader ignores: a place for &anchors
-SUB_SECTIONS = ("training", "parallel", "collectives", "workload", "simulation")
+SUB_SECTIONS = ("training", "parallel", "collectives", "workload", "simulation", "live")
 
 
 @dataclass
