@@ -4,10 +4,9 @@ import math
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 
 import pytest
-from helpers import custom_scenario, star
+from helpers import HandClock, custom_scenario, star
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -42,39 +41,12 @@ def test_lag_is_the_rest_of_the_expected_maximum():
     assert lag(2e-3, 0.1, 10e-3, 2, 2) == 0.0 and lag(2e-3, 0.1, 10e-3, 1) == 0.0
 
 
-class _Clock:
-    """A virtual clock moved by hand: compute(dt) is the local rank's measured compute."""
-
-    mode = "virtual"
-    hidden_s = 0.0
-
-    def __init__(self):
-        self.t = 0.0
-
-    def now(self):
-        return self.t
-
-    def compute(self, dt):
-        self.t += dt
-
-    def advance_to(self, t):
-        gap = t - self.t
-        if gap <= 0:
-            return 0.0
-        self.t = t
-        return gap
-
-    @contextmanager
-    def hidden(self):
-        yield
-
-
 def _iterations(tmp_path, skew, real=1):
     """Two DDP-like iterations (compute, all-reduce of 1 MB, wait), then a send; the records."""
     from emulator.live.cost import CommCost
     from emulator.live.session import Session
 
-    clock = _Clock()
+    clock = HandClock()
     s = Session(clock, CommCost(custom_scenario(star(tmp_path, 4, bw=1e9, lat=1e-5)), 4), 4, real=real, skew=skew)
     out = []
     for c in (0.010, 0.004):
