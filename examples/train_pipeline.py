@@ -103,6 +103,11 @@ def main():
         now = time.perf_counter()
         times.append(now - last)
         last = now
+    _finish(args, stage, stages, times)
+
+
+def _finish(args, stage, stages, times):
+    """Write this rank's iteration times (--times) and leave the process group."""
     if args.times:
         with open(args.times, "w") as fh:
             json.dump({"rank": stage, "world": stages, "iteration_times_s": times}, fh)
@@ -157,10 +162,7 @@ def interleaved(args, stage, stages):
         now = time.perf_counter()
         times.append(now - last)
         last = now
-    if args.times:
-        with open(args.times, "w") as fh:
-            json.dump({"rank": stage, "world": stages, "iteration_times_s": times}, fh)
-    dist.destroy_process_group()
+    _finish(args, stage, stages, times)
 
 
 if __name__ == "__main__":
