@@ -41,6 +41,7 @@ from typing import Callable
 
 import simpy
 
+from emulator.block import Offsets, OpenedFields, offsets, opened_times
 from emulator.devices.gpu import Gpu
 from emulator.devices.sharing import SharedGpu
 from emulator.errors import EmulatorError
@@ -56,6 +57,8 @@ from emulator.spans import SpanTable
 # the engine (not tuned): at about 1 µs per event it reports every ~0.05 s of wall time,
 # often enough for the CLI's progress line, rarely enough to cost nothing.
 PROGRESS_EVERY = 50_000
+
+BLOCK = 4  # the engine's kind of a block op (Op.parts), beside the OpKind values
 
 GroupKey = tuple[int, tuple[int, ...]]  # (world rank, its group), of one copy
 P2PKey = tuple[int, int, int]  # (dst, src, tag) as the receiver sees it
@@ -113,9 +116,9 @@ class Engine:
     """Runs a Program; ``run()`` returns the spans and the event count."""
 
     def __init__(self, program: Program, collectives: CollectiveModel, capacity: list[float],
-                 gpus: dict[int, Gpu], progress: Callable[[float, int], None] | None = None) -> None:
+                 gpus: dict[int, Gpu], progress: Callable[[float, int], None] | None = None,
+                 blocks: bool = True) -> None:
         self.program = program
-        self.model = collectives
         self.env = simpy.Environment()
         self.fabric = Fabric(self.env, capacity)
         self.gpus = gpus
@@ -135,11 +138,21 @@ class Engine:
         self._rmaps: list[dict[int, int] | None] = [None if s is None or not any(s) else {} for s in self._shifts]
         self._gmaps: list[dict[tuple[int, ...], tuple[int, ...]]] = [{} for _ in self._shifts]
         self._ckeys: list[dict[GroupKey, GroupKey]] = [{} for _ in self._shifts]
+        self.model = collectives
+        keys = self._plan_keys()
+        collectives.prepare(keys, capacity)
+        self._streams, groups_ok = self._private_groups(keys)
+        # GPUs whose compute slows while their communication is resident (catalog comm_overlap_slowdown)
+        self.overlap = {r: g.spec.comm_overlap_slowdown for r, g in gpus.items()
+                        if g.spec is not None and g.spec.comm_overlap_slowdown > 1.0}
+        if any(op.parts for op in self.tops) and not self._blocks_hold(groups_ok, blocks):
+            self.tops = Program(program.ranks, self.tops).expanded().ops  # run their ops one by one
         self.T = len(self.tops)
         n = self.T * len(self._shifts)
         self.n = n
-        # plain ints (OpKind values) for the hot path: an int compares in C, the enum in Python
-        self.kind: list[int] = [int(op.kind) for op in self.tops]
+        # plain ints (OpKind values) for the hot path: an int compares in C, the enum in Python; a
+        # block op is BLOCK
+        self.kind: list[int] = [BLOCK if op.parts else int(op.kind) for op in self.tops]
         self.off, self.to, wait = self._wire()
         self.call = self._call_numbers()
         self.shares = self._sharing()
@@ -156,16 +169,14 @@ class Engine:
         self._rdv: dict[tuple[tuple[int, ...], int], list[int]] = {}  # (group, call #) → ops that arrived
         self._p2p: dict[P2PKey, list[list[int]]] = {}  # [waiting sends, waiting recvs]
         self._later_at: dict[float, list[int]] = {}  # start time → ops whose start was decided early
-        self.durs = self._durations()
         self._expected: dict[tuple[int, ...], int] = {}
-        keys = self._plan_keys()
-        collectives.prepare(keys, capacity)
-        self.private = self._private(keys)
+        self.private = bytearray(op.kind is COLLECTIVE and groups_ok[op.group] for op in self.tops)
         self._alone: dict[tuple[object, ...], Alone] = {}  # (collective, group, root, bytes) → run alone
         self._solo: dict[int, Alone] = {}  # private template op → its run alone
-        # GPUs whose compute slows while their communication is resident (catalog comm_overlap_slowdown)
-        self.overlap = {r: g.spec.comm_overlap_slowdown for r, g in gpus.items()
-                        if g.spec is not None and g.spec.comm_overlap_slowdown > 1.0}
+        self._rel: dict[int, Offsets] = {}  # block op → its parts' times after its start
+        self._replays: dict[int, list[tuple[float, Alone]]] = {}  # block op → its collectives' (start, run alone)
+        self._blocks: dict[tuple[object, ...], tuple[float, Offsets, list[tuple[float, Alone]]]] = {}
+        self.durs = self._durations()
         self._resident: dict[int, int] = {}  # GPU → its communication ops resident now
         self._counted: set[int] = set()  # the comm ops counted there
         if self.overlap:  # compute then depends on what else runs: every GPU kernel goes through SharedGpu
@@ -266,8 +277,8 @@ class Engine:
         return bytearray(op.kind is COMPUTE and op.stream != "cpu" and len(streams[op.rank]) > 1 for op in self.tops)
 
     def _durations(self) -> list[array[float]]:
-        """Per copy, the duration of each template op; copies whose ranks have the same
-        slowdowns share one list."""
+        """Per copy, the duration of each template op (a block's: its last part's end after its
+        start); copies whose ranks have the same slowdowns share one list."""
         gpus = self.gpus
         ranks = sorted({op.rank for op in self.tops})
         cache: dict[tuple[float, ...], array[float]] = {}
@@ -276,10 +287,36 @@ class Engine:
             sig = tuple(gpus[self._tr(k, r)].slowdown if self._tr(k, r) in gpus else 1.0 for r in ranks)
             d = cache.get(sig)
             if d is None:
-                d = cache[sig] = array("d", [gpus[self._tr(k, op.rank)].compute_time(op) if op.kind is COMPUTE
-                                             else 0.0 for op in self.tops])
+                d = cache[sig] = array("d", [self._block(t, op) if op.parts else
+                                             gpus[self._tr(k, op.rank)].compute_time(op) if op.kind is COMPUTE
+                                             else 0.0 for t, op in enumerate(self.tops)])
             out.append(d)
         return out
+
+    def _block(self, t: int, op: Op) -> float:
+        """The duration of block op ``t`` (its parts' times are kept for its spans, and its
+        collectives' runs alone for their bytes: ``_advance``). Blocks run only unfolded-free
+        (one copy), so the rank is the template's."""
+        gpu = self.gpus[op.rank]
+        key = (id(op.parts), gpu.slowdown)
+        hit = self._blocks.get(key)
+        if hit is None:
+            solo: list[Alone | None] = []
+            durations = []
+            for part in op.parts:
+                if part.kind is COMPUTE:
+                    assert part.duration is not None  # the builder costs every kernel
+                    solo.append(None)
+                    durations.append(part.duration * gpu.slowdown)  # as Gpu.compute_time
+                else:
+                    a = self._alone_run(part.collective, part.group, -1, part.bytes)
+                    solo.append(a)
+                    durations.append(a.duration)
+            rel = offsets(op.parts, durations)
+            runs = [(s, a) for s, a in zip(rel[0], solo) if a is not None]
+            hit = self._blocks[key] = (rel[1][-1], rel, runs)
+        self._rel[t], self._replays[t] = hit[1], hit[2]
+        return hit[0]
 
     def _plan_keys(self) -> list[PlanKey]:
         """Every (collective, group, root) the run will ask the model for, in a fixed order."""
@@ -289,6 +326,10 @@ class Engine:
                 base.add((op.collective, op.group, op.root))
             elif op.kind is SEND:
                 base.add(("p2p", (op.rank, op.peer), op.rank))
+            elif op.parts:
+                for part in op.parts:
+                    if part.kind is COLLECTIVE:
+                        base.add((part.collective, part.group, -1))
         keys: set[PlanKey] = set()
         tr = self._tr
         for k in range(len(self._shifts)):
@@ -297,9 +338,11 @@ class Engine:
                 keys.add((c, g2, tr(k, r)))
         return sorted(keys, key=repr)
 
-    def _private(self, keys: list[PlanKey]) -> bytearray:
-        """Per template op: a *private* collective, one the fabric would run exactly as it runs
-        alone, so that its duration is fixed (``emulator.network.fabric.alone``, once per size).
+    def _private_groups(self, keys: list[PlanKey]) -> tuple[dict[tuple[int, ...], set[str]],
+                                                          dict[tuple[int, ...], bool]]:
+        """The streams of each group's collectives, and whether the group's collectives are
+        *private*: ones the fabric would run exactly as they run alone, so that their duration is
+        fixed (``emulator.network.fabric.alone``, once per size).
 
         That holds when (1) one member of its group is simulated (the rest are folded copies), so
         it starts as that member issues it; (2) no plan of the run but its group's own uses any of
@@ -307,9 +350,16 @@ class Engine:
         other flow shares them; (3) the group's collectives run on one stream, so they never
         share them with each other. Tensor-parallel collectives on a node's NVLink are the usual
         case. A stamped (unfolded) run simulates every member, so it has none."""
-        out = bytearray(self.T)  # 1: private
+        streams: dict[tuple[int, ...], set[str]] = {}
+        for op in self.tops:
+            if op.kind is COLLECTIVE:
+                streams.setdefault(op.group, set()).add(op.stream)
+            elif op.parts:
+                for part in op.parts:
+                    if part.kind is COLLECTIVE:
+                        streams.setdefault(part.group, set()).add(part.stream)
         if len(self._shifts) != 1:
-            return out
+            return streams, dict.fromkeys(streams, False)
         shared = ()  # the owner of a link that more than one communicator or transfer uses
         owner: dict[int, object] = {}
         links_of: dict[tuple[int, ...], set[int]] = {}
@@ -323,20 +373,31 @@ class Engine:
                             used.add(link)
                             if owner.setdefault(link, who) != who:
                                 owner[link] = shared
-        streams: dict[tuple[int, ...], set[str]] = {}
+        return streams, {g: (sum(1 for r in g if r in self.simulated) == 1 and len(ss) == 1
+                             and all(owner[link] == g for link in links_of.get(g, ())))
+                         for g, ss in streams.items()}
+
+    def _blocks_hold(self, groups_ok: dict[tuple[int, ...], bool], allowed: bool) -> bool:
+        """Whether the block ops can run as one op each: their collectives are private, their
+        kernels have their GPU alone (one compute stream, no ``comm_overlap_slowdown``), and
+        (``allowed``) no timed fault changes links mid-run. Else they run op by op."""
+        if not allowed or self.overlap or len(self._shifts) != 1:
+            return False
+        compute: dict[int, set[str]] = {}
         for op in self.tops:
-            if op.kind is COLLECTIVE:
-                streams.setdefault(op.group, set()).add(op.stream)
-        ok: dict[tuple[int, ...], bool] = {}
-        for t, op in enumerate(self.tops):
-            if op.kind is COLLECTIVE:
-                g = op.group
-                v = ok.get(g)
-                if v is None:
-                    v = ok[g] = (sum(1 for r in g if r in self.simulated) == 1 and len(streams[g]) == 1
-                                 and all(owner[link] == g for link in links_of.get(g, ())))
-                out[t] = v
-        return out
+            if op.kind is COMPUTE and op.stream != "cpu":
+                compute.setdefault(op.rank, set()).add(op.stream)
+        return all(groups_ok[p.group] and len(compute[op.rank]) == 1
+                   for op in self.tops if op.parts for p in op.parts if p.kind is COLLECTIVE)
+
+    def _alone_run(self, collective: str, group: tuple[int, ...], root: int, nbytes: float) -> Alone:
+        """A collective run alone on the idle fabric (cached by its key and size)."""
+        key = (collective, group, root, nbytes)
+        solo = self._alone.get(key)
+        if solo is None:
+            plan = self.model.collective(collective, group, root, nbytes)
+            solo = self._alone[key] = alone(plan, nbytes, self.fabric.capacity)
+        return solo
 
     def _private_time(self, t: int, at: float) -> float:
         """The duration of private collective ``t`` (``_private``) started at ``at``. Its bytes go
@@ -344,12 +405,13 @@ class Engine:
         solo = self._solo.get(t)
         if solo is None:
             op = self.tops[t]
-            key = (op.collective, op.group, op.root, op.bytes)
-            solo = self._alone.get(key)
-            if solo is None:
-                plan = self.model.collective(op.collective, op.group, op.root, op.bytes)
-                solo = self._alone[key] = alone(plan, op.bytes, self.fabric.capacity)
-            self._solo[t] = solo
+            solo = self._solo[t] = self._alone_run(op.collective, op.group, op.root, op.bytes)
+        self._replay(solo, at)
+        return solo.duration
+
+    def _replay(self, solo: Alone, at: float) -> None:
+        """A private collective's bytes go on its links, and the fabric's listeners see the load
+        changes it makes, at their times (it started at ``at``)."""
         fabric = self.fabric
         moved = fabric.bytes_on_link
         for link, b in solo.link_bytes:
@@ -358,7 +420,6 @@ class Engine:
             for dt, loads in solo.loads:
                 for cb in fabric.listeners:
                     cb(at + dt, loads)
-        return solo.duration
 
     # -- running ----------------------------------------------------------------
     def run(self) -> tuple[SpanTable, int]:
@@ -411,7 +472,15 @@ class Engine:
                     self._start(i, k, t, now)
                 continue
             start[i] = xfer[i] = at
-            e = at + (durs[k][t] if kind[t] == 0 else self._private_time(t, at))
+            c = kind[t]
+            if c == 0:
+                e = at + durs[k][t]
+            elif c == 1:
+                e = at + self._private_time(t, at)
+            else:  # BLOCK: its collectives move their bytes at their times
+                e = at + durs[k][t]
+                for dt, solo in self._replays[t]:
+                    self._replay(solo, at + dt)
             end[i] = e
             base = i - t  # copy k's ops are the template's, shifted by k·T
             for j in to[off[t]:off[t + 1]]:
@@ -626,7 +695,12 @@ class Engine:
 
     # -- results --------------------------------------------------------------------
     def _spans(self) -> SpanTable:
-        """The run's spans (made lazily from the flat per-op arrays and the template ops)."""
+        """The run's spans (made lazily from the flat per-op arrays and the template ops), a
+        block's one per part."""
+        if self._rel:
+            start, end, xfer = opened_times(self.tops, self._rel, self.start, self.end, self.xfer)
+            return SpanTable(OpenedFields(self.tops), [None], 0, array("d", start.tobytes()),
+                             array("d", end.tobytes()), array("d", xfer.tobytes()))
         ranks = {op.rank for op in self.tops}
         maps: list[dict[int, int] | None] = []
         for k, m in enumerate(self._rmaps):

@@ -25,8 +25,8 @@ from typing import Any, Iterator, Sequence
 
 from emulator.meta import ProgramMeta
 
-__all__ = ["OpKind", "COMPUTE", "COLLECTIVE", "SEND", "RECV", "KINDS", "COMM_KINDS", "COLLECTIVE_OPS", "Op", "Fold",
-           "FoldRefused", "Program", "ProgramMeta"]
+__all__ = ["OpKind", "COMPUTE", "COLLECTIVE", "SEND", "RECV", "KINDS", "COMM_KINDS", "COLLECTIVE_OPS", "Op", "Part",
+           "block_ops", "Fold", "FoldRefused", "Program", "ProgramMeta"]
 
 
 class OpKind(IntEnum):
@@ -74,6 +74,35 @@ COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "b
 
 
 @dataclass(frozen=True, slots=True)
+class Part:
+    """One op of a *block* (``Op.parts``): the op the workload builder would have emitted on its
+    own, less what the block op holds for all of its parts (rank, micro-batch, stage, layer, and the
+    start of the name).
+
+    A block is a run of ops of one unit (a layer's forward or backward in one task) that starts with
+    a compute op and ends with one, whose communications are collectives that end within it. Its
+    parts are its ops in program order: part p has the id ``block.id − (len(parts) − 1) + p`` (the
+    block op's own id is its last part's), the first waits for the block op's ``deps``, every other
+    for the earlier parts in ``deps`` (their indexes), and each also for the op before it on its
+    stream, as any op. ``Program.expanded`` gives the ops back; the engine runs a block as one op
+    where its collectives are private (``emulator.engine``), which spares building, wiring and
+    advancing every kernel of a deep pipeline (issue #13).
+    """
+
+    kind: OpKind
+    stream: str
+    name: str  # after the block op's name (its unit's prefix)
+    duration: float | None
+    flops: float
+    bytes: float
+    category: str
+    collective: str = ""
+    group: tuple[int, ...] = ()
+    deps: tuple[int, ...] = ()  # the earlier parts it waits for (their indexes), sorted
+    costed: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Op:
     """One operation of one rank.
 
@@ -105,12 +134,14 @@ class Op:
     # and roofline kernels (devices/kernels.py); () when the duration came from elsewhere (a trace).
     # Report metadata, not part of what the op does: left out of equality (trace round trips).
     costed: tuple[float, ...] = field(default=(), compare=False)
+    # a block's ops (``Part``), () for a plain op: the ops it stands for are ``Program.expanded``'s
+    parts: tuple[Part, ...] = field(default=(), compare=False)
 
 
 def _fast_init(op: Op, id: int, rank: int, kind: OpKind, stream: str, deps: tuple[int, ...], name: str,
                duration: float | None, flops: float, bytes: float, category: str, collective: str,
                group: tuple[int, ...], root: int, peer: int, tag: int, microbatch: int, stage: int, layer: int,
-               costed: tuple[float, ...]) -> None:
+               costed: tuple[float, ...], parts: tuple[Part, ...]) -> None:
     """``Op.__init__``: the dataclass's own, made cheaper (issue #13, "Build fast").
 
     A frozen dataclass's generated ``__init__`` sets each of the 19 fields with
@@ -138,17 +169,45 @@ def _fast_init(op: Op, id: int, rank: int, kind: OpKind, stream: str, deps: tupl
     _S_stage(op, stage)
     _S_layer(op, layer)
     _S_costed(op, costed)
+    _S_parts(op, parts)
 
 
 _OP_FIELDS = tuple(Op.__dataclass_fields__)
 _S_id, _S_rank, _S_kind, _S_stream, _S_deps, _S_name, _S_duration, _S_flops, _S_bytes, _S_category, _S_collective, \
-    _S_group, _S_root, _S_peer, _S_tag, _S_microbatch, _S_stage, _S_layer, _S_costed = \
+    _S_group, _S_root, _S_peer, _S_tag, _S_microbatch, _S_stage, _S_layer, _S_costed, _S_parts = \
     (Op.__dict__[f].__set__ for f in _OP_FIELDS)  # the slots' member descriptors, in field order
 # the same parameters, in the same order, with the same defaults, as the generated __init__
 assert _fast_init.__code__.co_varnames[1:1 + len(_OP_FIELDS)] == _OP_FIELDS
 _fast_init.__defaults__ = Op.__init__.__defaults__
 _fast_init.__qualname__ = "Op.__init__"
 setattr(Op, "__init__", _fast_init)
+
+
+def block_ops(block: Op) -> list[Op]:
+    """The ops block op ``block`` stands for (``Part``), with their ids, deps and full names."""
+    parts = block.parts
+    base = block.id - len(parts) + 1
+    out = []
+    for p, part in enumerate(parts):
+        deps = block.deps if p == 0 else tuple(base + d for d in part.deps)
+        out.append(Op(base + p, block.rank, part.kind, part.stream, deps, block.name + part.name, part.duration,
+                      part.flops, part.bytes, part.category, part.collective, part.group, -1, -1, 0,
+                      block.microbatch, block.stage, block.layer, part.costed))
+    return out
+
+
+def _check_block(op: Op) -> None:
+    """A block op's parts: a compute op first and last, collectives of its rank, deps on earlier parts."""
+    parts = op.parts
+    if op.kind is not COMPUTE or parts[0].kind is not COMPUTE or parts[-1].kind is not COMPUTE:
+        raise ValueError(f"op {op.id}: a block must be a compute op whose first and last parts are compute")
+    for p, part in enumerate(parts):
+        if part.kind is COLLECTIVE and (part.collective not in COLLECTIVE_OPS or op.rank not in part.group):
+            raise ValueError(f"op {op.id}: part {p} is not a collective of rank {op.rank}")
+        if part.kind is not COMPUTE and part.kind is not COLLECTIVE:
+            raise ValueError(f"op {op.id}: part {p} is a {part.kind.label} (a block holds compute and collectives)")
+        if any(not 0 <= d < p for d in part.deps):
+            raise ValueError(f"op {op.id}: part {p} depends on a part that is not before it")
 
 
 class FoldRefused(Exception):
@@ -305,6 +364,19 @@ class Program:
                 out.append(replace(op, id=op.id + off, deps=deps))
         return Program(self.ranks, out, self.fold, self.meta)
 
+    def expanded(self) -> "Program":
+        """The same program with every block op (``Op.parts``) replaced by the ops it stands for;
+        itself when it has none."""
+        if not any(op.parts for op in self.ops):
+            return self
+        out: list[Op] = []
+        for op in self.ops:
+            if op.parts:
+                out.extend(block_ops(op))
+            else:
+                out.append(op)
+        return Program(self.ranks, out, self.fold, self.meta)
+
     def simulated_ranks(self) -> list[int]:
         """The ranks that have ops, in order."""
         return sorted({op.rank for op in self.ops})
@@ -341,3 +413,5 @@ class Program:
                     raise ValueError(f"op {op.id}: peer {op.peer} is not another rank in 0..{self.ranks - 1}")
             if op.bytes < 0 or op.flops < 0 or (op.duration is not None and op.duration < 0):
                 raise ValueError(f"op {op.id}: negative bytes, flops or duration")
+            if op.parts:
+                _check_block(op)

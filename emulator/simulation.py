@@ -78,9 +78,11 @@ class JobRun:
         return self.iteration_time_s / self.alone_iteration_time_s if self.alone_iteration_time_s > 0 else 1.0
 
 
-def build_workload(scenario: Scenario, refused: str = "") -> tuple[Program, list[str]]:
+def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) -> tuple[Program, list[str]]:
     """The Program of a scenario (model workload or trace), and notes about it (``refused``: why a
-    fold checked in effect was refused; the program then folds automorphisms only)."""
+    fold checked in effect was refused; the program then folds automorphisms only). With
+    ``blocks``, a folded program's units are block ops where they can be (``Op.parts``: for the
+    engine, which runs them as one op or opens them; every other reader wants ops)."""
     if scenario.workload.trace:
         from emulator.importers import load_workload
 
@@ -96,7 +98,7 @@ def build_workload(scenario: Scenario, refused: str = "") -> tuple[Program, list
             pfold = program_fold(scenario)
             if pfold is not None:
                 return unfold(build_program(scenario, pfold), pfold), [note]
-        return build_program(scenario, fold), [note]
+        return build_program(scenario, fold, blocks=blocks and fold is not None), [note]
 
 
 @contextmanager
@@ -137,13 +139,13 @@ def simulate(scenario: Scenario, progress: Progress | None = None, record_links:
     if scenario.jobs:
         return simulate_jobs(scenario, progress=progress, record_links=record_links)
     with _collector_paused(set_aside=True):  # until run_program ends
-        program, notes = build_workload(scenario)
+        program, notes = build_workload(scenario, blocks=True)
     try:
         return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
     except FoldRefused as exc:  # a fold in effect whose copies are not all alike: automorphisms only, then
         refused = str(exc)  # (rebuilt outside this block, so that the traceback's engine is freed first)
     with _collector_paused(set_aside=True):
-        program, notes = build_workload(scenario, refused=refused)
+        program, notes = build_workload(scenario, refused=refused, blocks=True)
     return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
 
 
@@ -215,7 +217,7 @@ def _run_program(program: Program, scenario: Scenario, progress: Progress | None
 
     try:  # routes are worked out while the engine prepares its plans, and while it runs
         with _collector_paused(set_aside=True):
-            engine = Engine(program, model, topo.capacity, gpus, progress)
+            engine = Engine(program, model, topo.capacity, gpus, progress, blocks=not cluster.timed)
             if record_links:
                 engine.fabric.listeners.append(record)
             schedule = FaultSchedule(engine.env, engine.fabric, topo, cluster.timed, model.link_alias)

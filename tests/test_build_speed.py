@@ -174,7 +174,7 @@ training: {global_batch: 4, micro_batch: 1}
 parallel: {tp: 2, pp: 2, dp: 2}
 """, "s.yaml")
 
-    def fails(scenario, refused=""):
+    def fails(scenario, refused="", blocks=False):
         raise simulation.EmulatorError("s.yaml: no program")
 
     monkeypatch.setattr(simulation, "build_workload", fails)

@@ -39,7 +39,7 @@ from typing import Any
 
 from emulator.devices import compute
 from emulator.meta import ProgramMeta, WorkloadFacts
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Part, Program
 from emulator.scenario.spec import ParallelSpec, Scenario
 from emulator.workload import flops as F
 from emulator.workload import kernel_cost as KC
@@ -71,8 +71,10 @@ _Action = tuple["Ly.Comm | None", "_Cost | None", tuple[int, ...], bool]
 class _RankBuilder:
     """Emits the ops of one rank into a shared list."""
 
-    def __init__(self, plan: Plan, rank: int, ops: list[Op], next_id: list[int]) -> None:
+    def __init__(self, plan: Plan, rank: int, ops: list[Op], next_id: list[int], blocks: bool = False) -> None:
         self.plan, self.rank, self.ops, self.next_id = plan, rank, ops, next_id
+        self.blocks = blocks  # emit a unit as one block op where it can be (Op.parts)
+        self._parts: dict[int, tuple[list[Ly.Step], tuple[Part, ...] | None]] = {}  # per step list
         self.lo = plan.layout
         self.c = self.lo.coords(rank)
         node = plan.sc.cluster.node
@@ -158,6 +160,9 @@ class _RankBuilder:
         is worked out once per list; here only the ops are made, with this unit's ids."""
         self._ring_step = 0  # the unit's CP ring exchanges are numbered from 0
         actions, carry = self._recipe(steps)
+        parts = self._block_parts(steps, actions, carry) if self.blocks else None
+        if parts is not None:
+            return self._emit_block(parts, deps, unit)
         comm_ids: list[list[int]] = []
         first: int | None = None
         # the compute ops are made here rather than by _compute_op (the same op, field for field):
@@ -183,6 +188,56 @@ class _RankBuilder:
         # a comm still running at the end of the unit: the next unit's first kernel waits for it
         self._carry = [i for ci in carry for i in comm_ids[ci]]
         return first, self.last_compute
+
+    def _block_parts(self, steps: list[Ly.Step], actions: list[_Action], carry: list[int]) -> tuple[Part, ...] | None:
+        """The parts of the block op a step list makes (``Op.parts``), or None where its ops must be
+        emitted one by one: a block starts and ends with a compute op, its communications are
+        collectives (no CP ring exchange), and none outlives it (no carry). Worked out once per list."""
+        hit = self._parts.get(id(steps))
+        if hit is not None and hit[0] is steps:
+            return hit[1]
+        ok = (not carry and bool(actions) and actions[0][1] is not None and actions[-1][1] is not None
+              and all(c is None or c.collective != "ring" for c, _w, _r, _d in actions))
+        parts: list[Part] = []
+        at: list[int] = []  # comm index → its part
+        last = -1  # the latest compute part
+        for comm, what, refs, _with_deps in actions if ok else ():
+            if what is None:
+                assert comm is not None
+                group = {"tp": self.tp, "ep": self.ep}[comm.group]
+                at.append(len(parts))
+                parts.append(Part(COLLECTIVE, comm.group, comm.name, None, 0.0, comm.bytes, "comm", comm.collective,
+                                  group, (last,)))
+                continue
+            name, duration, flops, nbytes, category, costed = what
+            last = len(parts)
+            parts.append(Part(COMPUTE, "compute", name, duration, flops, nbytes, category, "", (),
+                              tuple(sorted({at[ci] for ci in refs})), costed))
+        out = tuple(parts) if ok else None
+        self._parts[id(steps)] = (steps, out)  # the list is kept: its id stays its own
+        return out
+
+    def _emit_block(self, parts: tuple[Part, ...], deps: list[int], unit: _UnitTag) -> tuple[int, int]:
+        """One block op for a unit's ops (``_block_parts``); it takes their ids, its own being its
+        last part's (the op later work waits for). Returns (first part id, block id)."""
+        first = self.next_id[0]
+        self.next_id[0] = first + len(parts)
+        oid = first + len(parts) - 1
+        costed = [0.0, 0.0, 0.0]
+        flops = nbytes = 0.0
+        for p in parts:
+            flops += p.flops
+            if p.kind is COMPUTE:
+                nbytes += p.bytes
+                for j, x in enumerate(p.costed):
+                    costed[j] += x
+        wait = tuple(sorted(set(deps))) if len(deps) > 1 else tuple(deps)  # as the first part's, op by op
+        self.ops.append(Op(oid, self.rank, COMPUTE, "compute", wait, unit.prefix, None, flops, nbytes,
+                           parts[-1].category, "", (), -1, -1, 0, unit.mb, unit.stage, unit.layer, tuple(costed),
+                           parts))
+        self.last_compute = oid
+        self._carry = []
+        return first, oid
 
     def _recipe(self, steps: list[Ly.Step]) -> tuple[list[_Action], list[int]]:
         """The ops a step list makes, in order: each comm, and each group of kernels fused into one
@@ -403,14 +458,15 @@ def _overlap_param_gather(par: ParallelSpec) -> bool:
     return par.overlap_grad_reduce if par.overlap_param_gather is None else par.overlap_param_gather
 
 
-def build_program(sc: Scenario, fold: Fold | None = None) -> Program:
-    """The Program of one training iteration of ``sc`` (ops for the simulated ranks only)."""
+def build_program(sc: Scenario, fold: Fold | None = None, blocks: bool = False) -> Program:
+    """The Program of one training iteration of ``sc`` (ops for the simulated ranks only; with
+    ``blocks``, a unit whose ops can run as one is one block op: ``Op.parts``)."""
     plan = make_plan(sc)
     ops: list[Op] = []
     next_id = [0]
     for rank in range(plan.layout.world):
         if fold is None or fold.is_representative(rank):
-            _RankBuilder(plan, rank, ops, next_id).build()
+            _RankBuilder(plan, rank, ops, next_id, blocks).build()
     assert sc.model is not None  # make_plan checked it
     m, tr, par = M.resolve(sc.model), sc.training, sc.parallel  # the model's own vocabulary, not the padded one
     facts = WorkloadFacts(
