@@ -388,6 +388,7 @@ class Program:
         a cycle is not an error here: the engine reports it as a deadlock.
         """
         ids: set[int] = set()
+        blocks: set[tuple[int, int]] = set()  # (parts, rank) checked: a builder's blocks share their parts
         for op in self.ops:
             if op.id in ids:
                 raise ValueError(f"op {op.id}: duplicate id")
@@ -413,5 +414,6 @@ class Program:
                     raise ValueError(f"op {op.id}: peer {op.peer} is not another rank in 0..{self.ranks - 1}")
             if op.bytes < 0 or op.flops < 0 or (op.duration is not None and op.duration < 0):
                 raise ValueError(f"op {op.id}: negative bytes, flops or duration")
-            if op.parts:
+            if op.parts and (op.kind is not COMPUTE or (id(op.parts), op.rank) not in blocks):
                 _check_block(op)
+                blocks.add((id(op.parts), op.rank))

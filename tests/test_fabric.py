@@ -42,6 +42,15 @@ def test_late_flow_slows_the_first():
     assert t == pytest.approx([0.15, 0.2], rel=1e-12)
 
 
+def test_a_flow_alone_gets_its_narrowest_link():
+    # one flow over links 0, 1 and 0 again (weight 1 each pass: Σ w = 2 on link 0), capacities 10 and
+    # 30: link 0 allows 10 / 2 = 5, link 1 30 / 1 = 30 → 5; with weights 0.5 (an ECMP share) link 0
+    # allows 10 / 1 = 10, link 1 30 / 0.5 = 60 → 10; a link of infinite capacity binds nothing → inf
+    assert max_min_rates([Flow((0, 1, 0), (1, 1, 1), 1, None)], [10, 30]) == [5.0]
+    assert max_min_rates([Flow((0, 1, 0), (0.5, 0.5, 0.5), 1, None)], [10, 30]) == [10.0]
+    assert max_min_rates([Flow((0,), (1,), 1, None)], [float("inf")]) == [float("inf")]
+
+
 def test_classic_three_link_example():
     # Links a=10, b=4, c=12 GB/s. f0 crosses a, b, c; f1 only a; f2 only b; f3 only c.
     # Filling: b saturates first at 4/2 = 2 → f0 = f2 = 2; then f1 = 10 - 2 = 8, f3 = 12 - 2 = 10.

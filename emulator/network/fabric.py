@@ -80,6 +80,8 @@ def max_min_rates(flows: Sequence[Flow], capacity: Sequence[float]) -> list[floa
     if len(flows) > VECTORISE_ABOVE:
         return max_min_rates_vectorised(flows, capacity)
     n = len(flows)
+    if n == 1:  # a flow alone (a pipeline's transfer, mostly): the least c_l / w_l, as the rounds below give
+        return [_alone_rate(flows[0], capacity)]
     rates = [INF] * n
     resid: dict[int, float] = {}
     wsum: dict[int, float] = {}
@@ -122,6 +124,20 @@ def max_min_rates(flows: Sequence[Flow], capacity: Sequence[float]) -> list[floa
             live.discard(link)
         live = {l for l in live if wsum[l] > _EMPTY_WSUM}
     return rates
+
+
+def _alone_rate(f: Flow, capacity: Sequence[float]) -> float:
+    """The max-min rate of a flow alone: min over its links of c_l / Σ w (inf if none binds)."""
+    wsum: dict[int, float] = {}
+    for link, w in zip(f.links, f.weights):
+        wsum[link] = wsum.get(link, 0.0) + w
+    best = INF
+    for link, ws in wsum.items():
+        if ws > 0.0:
+            share = capacity[link] / ws
+            if share < best:
+                best = share
+    return best
 
 
 def max_min_rates_vectorised(flows: Sequence[Flow], capacity: Sequence[float]) -> list[float]:
