@@ -43,20 +43,29 @@ import live_gloo_calibration as cal  # noqa: E402
 SKIP = cal.SKIP
 
 
-def _loaders(hidden: int, n: int) -> list[subprocess.Popen]:
+def _loaders(hidden: int, n: int, scenario: str | None = None) -> list[subprocess.Popen]:
+    """``n`` neighbour processes that load the 2 cores as the 2 emulated ranks' own processes would in
+    the real job: with ``scenario``, each a 1-real-rank live run of the script (it computes, then
+    sleeps through its emulated all-reduce: the duty cycle of a real rank); without, each the script
+    alone (it computes without a pause)."""
     procs = []
     for _ in range(n):
         env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(cal.free_port()))
-        procs.append(subprocess.Popen([sys.executable, *cal._script_args(hidden, 10**7)], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        args = [sys.executable, *cal._script_args(hidden, 10**7)]
+        if scenario is not None:
+            out = tempfile.mkdtemp(prefix="neighbour-")
+            args = [sys.executable, "-m", "emulator", "live", scenario, "--world", "4", "--clock", "wall", "--out", out,
+                    "--", "python", *cal._script_args(hidden, 10**7)]
+        procs.append(subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(3.0)
     return procs
 
 
 def live_run(scenario: str, hidden: int, iters: int, neighbours: int, extra: tuple[str, ...] = (),
-             clock: str = "wall") -> dict:
-    """`emulator live --real 2 --world 4`: the summary, and the mean of the real ranks' iteration times."""
-    loaders = _loaders(hidden, neighbours)
+             clock: str = "wall", live_neighbours: bool = False) -> dict:
+    """`emulator live --real 2 --world 4`: the summary, and the mean of the real ranks' iteration times
+    (``live_neighbours``: the neighbours pause for their communication, see ``_loaders``)."""
+    loaders = _loaders(hidden, neighbours, scenario if live_neighbours else None)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [sys.executable, "-m", "emulator", "live", scenario, "--world", "4", "--real", "2", "--clock", clock,
@@ -70,45 +79,91 @@ def live_run(scenario: str, hidden: int, iters: int, neighbours: int, extra: tup
         for p in loaders:
             p.kill()
             p.wait()
-    per_rank, computes = [], []
+    per_rank, parts = [], []
     from emulator.live.report import iterations
 
     for rec in [record, *record.get("real_records", [])]:
         rows = iterations(rec)[SKIP:]
         per_rank.append(statistics.mean(r["time_s"] for r in rows))
-        computes.append([r["compute_s"] for r in rows])
-    return {"iteration_s": statistics.mean(per_rank), "summary": summary, "computes": computes}
+        parts.append(phases(rec)[SKIP:])
+    return {"iteration_s": statistics.mean(per_rank), "summary": summary, "parts": parts}
 
 
-def predicted_trace(scenario: str, computes: list[list[float]], nbytes: float, slow: tuple[int, float] | None
-                    ) -> float:
-    """`emulator run` driven by the live run's own measurements: real rank r computes, in iteration
-    i, what it measured there (``computes[r][i]``), an emulated rank what its mirror did (× the
-    straggler's factor), then the 4-rank all-reduce. The real ranks' arrival skew is in it."""
+def phases(record: dict) -> list[tuple[float, float, float]]:
+    """Per iteration (``iterations(record)``'s rows), the local rank's compute in three parts: up to the
+    issue of its gradient all-reduce (forward, backward to the bucket), from the issue to the wait on
+    it (the rest of the backward, overlapping the all-reduce), and after the wait (the optimizer
+    step). An iteration without such an all-reduce is all first part."""
+    from emulator.live.report import iterations
+
+    waits = [(w["start_s"], w["end_s"]) for w in record["waits"]]
+
+    def blocked(lo: float, hi: float) -> float:
+        return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in waits)
+
+    out = []
+    for row in iterations(record):
+        lo, hi = row["start_s"], row["end_s"]
+        issues = [c["issue_s"] for c in record["comms"] if c["op"] == "all_reduce" and len(c["group"]) > 2
+                  and lo <= c["issue_s"] < hi]
+        if not issues:
+            out.append((row["compute_s"], 0.0, 0.0))
+            continue
+        t = issues[-1]
+        wait = min((a for a, _b in waits if a >= t and a < hi), default=hi)
+        pre = t - lo - blocked(lo, t)
+        post = wait - t - blocked(t, wait)
+        out.append((pre, post, row["compute_s"] - pre - post))
+    return out
+
+
+def _ddp_program(parts: list[list[tuple[float, float, float]]], nbytes: float):
+    """The Program of DDP with one gradient bucket on 4 ranks: per iteration, rank r computes
+    ``parts[r][i]``'s first part, issues the all-reduce, computes the second part beside it, and
+    after both the third (the optimizer step) — as the live run's ranks did."""
+    from emulator.program import COLLECTIVE, COMPUTE, Op, Program
+
+    group = (0, 1, 2, 3)
+    ops: list[Op] = []
+    for r in group:
+        prev: tuple[int, ...] = ()
+        for pre, post, opt in parts[r]:
+            a = Op(id=len(ops), rank=r, kind=COMPUTE, duration=pre, deps=prev, name="forward+backward")
+            c = Op(id=a.id + 1, rank=r, kind=COLLECTIVE, stream="comm", collective="all_reduce", group=group,
+                   bytes=nbytes, deps=(a.id,), name="grads")
+            b = Op(id=a.id + 2, rank=r, kind=COMPUTE, duration=post, deps=(a.id,), name="backward after the issue")
+            o = Op(id=a.id + 3, rank=r, kind=COMPUTE, duration=opt, deps=(c.id, b.id), name="optimizer")
+            ops += [a, c, b, o]
+            prev = (o.id,)
+    return Program(4, ops)
+
+
+def _run_per_iteration(scenario: str, program, iters: int) -> float:
     from dataclasses import replace
 
-    from emulator.live.mirror import mirrors
-    from emulator.program import COLLECTIVE, COMPUTE, Op, Program
     from emulator.scenario import load_scenario
     from emulator.simulation import run_program
 
-    group = (0, 1, 2, 3)
-    mirror = mirrors(group, len(computes))
-    iters = min(len(c) for c in computes)
-    ops: list[Op] = []
-    for r in group:
-        prev = -1
-        for i in range(iters):
-            d = computes[mirror[r]][i] * (slow[1] if slow and slow[0] == r else 1.0)
-            c = Op(id=len(ops), rank=r, kind=COMPUTE, duration=d, deps=(prev,) if prev >= 0 else (), name="compute")
-            ops.append(c)
-            a = Op(id=len(ops), rank=r, kind=COLLECTIVE, stream="comm", collective="all_reduce", group=group,
-                   bytes=nbytes, deps=(c.id,), name="grads")
-            ops.append(a)
-            prev = a.id
     scen = load_scenario(scenario)
     scen = replace(scen, simulation=replace(scen.simulation, iterations=1))
-    return run_program(Program(4, ops), scen, record_links=False).iteration_time_s / iters
+    return run_program(program, scen, record_links=False).iteration_time_s / iters
+
+
+def predicted_trace(scenario: str, parts: list[list[tuple[float, float, float]]], nbytes: float,
+                    slow: tuple[int, float] | None) -> float:
+    """`emulator run` driven by the live run's own measurements: real rank r computes, in iteration
+    i, what it measured there (``parts[r][i]``: ``phases``), an emulated rank what its mirror did
+    (× the straggler's factor), around the 4-rank all-reduce. The real ranks' arrival skew is in it."""
+    from emulator.live.mirror import mirrors
+
+    group = (0, 1, 2, 3)
+    mirror = mirrors(group, len(parts))
+    iters = min(len(p) for p in parts)
+    per_rank = []
+    for r in group:
+        f = slow[1] if slow and slow[0] == r else 1.0
+        per_rank.append([(a * f, b * f, c * f) for a, b, c in parts[mirror[r]][:iters]])
+    return _run_per_iteration(scenario, _ddp_program(per_rank, nbytes), iters)
 
 
 def fidelity(scenario: str, hiddens: list[int], reps: int, iters: int,
@@ -135,38 +190,22 @@ def fidelity(scenario: str, hiddens: list[int], reps: int, iters: int,
     return rows
 
 
-def predicted_straggler(scenario: str, compute_s: float, nbytes: float, factor: float, rank: int) -> tuple[float, float]:
-    """`emulator run` on the same layout with the measured compute: (iteration without, with the straggler)."""
-    from dataclasses import replace
-
-    from emulator.program import COLLECTIVE, COMPUTE, Op, Program
-    from emulator.scenario import load_scenario
-    from emulator.scenario.spec import Override
-    from emulator.simulation import run_program
-
-    base = load_scenario(scenario)
+def predicted_straggler(scenario: str, part: tuple[float, float, float], nbytes: float, factor: float,
+                        rank: int) -> tuple[float, float]:
+    """`emulator run` on the same layout with the measured compute (each iteration ``part``: the mean
+    of ``phases``): (iteration without, with the straggler ×``factor`` on ``rank``)."""
     iters = 4
     out = []
-    for slow in (False, True):
-        ops: list[Op] = []
-        for r in range(4):
-            prev = -1
-            for _ in range(iters):
-                c = Op(id=len(ops), rank=r, kind=COMPUTE, duration=compute_s, deps=(prev,) if prev >= 0 else (),
-                       name="compute")
-                ops.append(c)
-                a = Op(id=len(ops), rank=r, kind=COLLECTIVE, stream="comm", collective="all_reduce",
-                       group=(0, 1, 2, 3), bytes=nbytes, deps=(c.id,), name="grads")
-                ops.append(a)
-                prev = a.id
-        scen = base
-        if slow:
-            cluster = replace(base.cluster, overrides=(Override("gpu_slowdown", f"gpu:{rank}", factor),))
-            scen = replace(base, cluster=cluster)
-        scen = replace(scen, simulation=replace(scen.simulation, iterations=1))
-        res = run_program(Program(4, ops), scen, record_links=False)
-        out.append(res.iteration_time_s / iters)
+    for f in (1.0, factor):
+        per_rank = [[tuple(x * (f if r == rank else 1.0) for x in part)] * iters for r in range(4)]
+        out.append(_run_per_iteration(scenario, _ddp_program(per_rank, nbytes), iters))  # type: ignore[arg-type]
     return out[0], out[1]
+
+
+def _mean_part(run: dict) -> tuple[float, float, float]:
+    """The mean over the real ranks and iterations of a live run's ``phases``."""
+    rows = [p for rank in run["parts"] for p in rank]
+    return tuple(statistics.mean(p[k] for p in rows) for k in range(3))  # type: ignore[return-value]
 
 
 def straggler(scenario: str, reps: int, iters: int, hidden: int = 512, factor: float = 2.0) -> list[dict]:
@@ -177,7 +216,7 @@ def straggler(scenario: str, reps: int, iters: int, hidden: int = 512, factor: f
         slow = live_run(scenario, hidden, iters, neighbours=0,
                         extra=("--set", f"cluster.overrides=[{{kind: gpu_slowdown, target: 'gpu:3', factor: {factor}}}]"))
         compute = base["summary"]["breakdown_s"]["compute"]
-        p0, p1 = predicted_straggler(scenario, compute, nbytes, factor, 3)
+        p0, p1 = predicted_straggler(scenario, _mean_part(base), nbytes, factor, 3)
         row = {"live_base_ms": base["iteration_s"] * 1e3, "live_slow_ms": slow["iteration_s"] * 1e3,
                "measured_compute_ms": compute * 1e3, "run_base_ms": p0 * 1e3, "run_slow_ms": p1 * 1e3}
         row["live_delta_ms"] = row["live_slow_ms"] - row["live_base_ms"]
@@ -185,8 +224,7 @@ def straggler(scenario: str, reps: int, iters: int, hidden: int = 512, factor: f
         row["error"] = row["live_delta_ms"] / row["run_delta_ms"] - 1
         # the same, free of the two runs' different compute (a shared machine): the straggler's wait is
         # the added exposed communication; `emulator run` on the slow run's own compute predicts it
-        c_slow = slow["summary"]["breakdown_s"]["compute"]
-        q0, q1 = predicted_straggler(scenario, c_slow, nbytes, factor, 3)
+        q0, q1 = predicted_straggler(scenario, _mean_part(slow), nbytes, factor, 3)
         row["live_added_wait_ms"] = (slow["summary"]["breakdown_s"]["exposed_comm"]
                                      - base["summary"]["breakdown_s"]["exposed_comm"]) * 1e3
         row["run_added_ms_same_compute"] = (q1 - q0) * 1e3
@@ -198,8 +236,8 @@ def straggler(scenario: str, reps: int, iters: int, hidden: int = 512, factor: f
         row["error_own_compute"] = row["live_delta_ms"] / row["run_delta_own_compute_ms"] - 1
         # each run against `emulator run` on its own measurements, rank by rank and iteration by
         # iteration (the real ranks' skew included)
-        t0 = predicted_trace(scenario, base["computes"], nbytes, None)
-        t1 = predicted_trace(scenario, slow["computes"], nbytes, (3, factor))
+        t0 = predicted_trace(scenario, base["parts"], nbytes, None)
+        t1 = predicted_trace(scenario, slow["parts"], nbytes, (3, factor))
         row["run_delta_traced_ms"] = (t1 - t0) * 1e3
         row["error_traced"] = row["live_delta_ms"] / row["run_delta_traced_ms"] - 1
         rows.append(row)

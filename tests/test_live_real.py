@@ -66,6 +66,40 @@ def test_straggler_on_an_emulated_rank_delays_the_collectives_it_joins(tmp_path)
     assert s.lag[2] == pytest.approx(0.015 - comm)
 
 
+class _WakingClock(HandClock):
+    """A hand clock whose waits end ``wake`` late, as a process wakes after its wait (the wall
+    clock's overshoot, the arrival exchange among the real ranks)."""
+
+    def __init__(self, wake):
+        super().__init__()
+        self.wake = wake
+
+    def advance_to(self, t):
+        return super().advance_to(t + self.wake)
+
+
+def test_a_straggler_pays_its_mirrors_wake_up(tmp_path):
+    # The all-reduce of above (1.62 ms); rank 2 computes 3x. Every wait ends 1 ms after its
+    # collective. Iteration 1: compute 10 ms, rank 2 arrives at 30 ms, the all-reduce ends at
+    # 31.62 ms, the local rank goes on at 32.62 ms, and so does rank 2, its copy: lag 0 (going on
+    # at 31.62 ms it would lag -1 ms). Iteration 2: the local rank computes 10 ms (to 42.62 ms),
+    # rank 2 30 ms, so it arrives at 32.62 + 30 = 62.62 ms: 20 ms = (3 - 1) x 10 ms after its mirror,
+    # the lengthening `emulator run` gives (its ranks pay no wake-up, with the straggler or without).
+    from emulator.live.cost import CommCost
+    from emulator.live.session import Session
+
+    clock = _WakingClock(0.001)
+    s = Session(clock, CommCost(custom_scenario(star(tmp_path, 4, bw=1e9, lat=1e-5)), 4), 4, slow={2: 3.0})
+    clock.compute(0.010)
+    a = s.issue("all_reduce", (0, 1, 2, 3), 1e6)
+    s.sync("backward")
+    assert a.end_s == pytest.approx(0.03162) and clock.now() == pytest.approx(0.03262)
+    assert s.lag[2] == pytest.approx(0.0)
+    clock.compute(0.010)
+    b = s.issue("all_reduce", (0, 1, 2, 3), 1e6)
+    assert (b.issue_s, b.start_s) == (pytest.approx(0.04262), pytest.approx(0.06262))
+
+
 def _scenario(tmp_path, overrides):
     graph = star(tmp_path, 4, bw=1e9, lat=1e-5)
     path = tmp_path / "s.yaml"

@@ -26,7 +26,9 @@ an emulated rank's compute is its mirror's measured compute × f. The session ke
 how far each such rank lags behind its mirror: every stretch of the local rank's
 compute c (time not blocked) adds (f − 1)·c; the rank arrives at a collective
 ``lag`` after its mirror, and the collective starts when the last member arrives;
-waiting on a collective it joined brings it level (it waited for the same end).
+waiting on a collective it joined brings it level: it waited for the same end, and then, as
+its mirror, takes the mirror's time to wake up (the wall clock's overshoot of the wait, the
+arrival exchange among the real ranks), unless its own compute is still running.
 
 Arrival skew (``skew``: (a, b) of ``emulator.live.skew``, or None: off): an emulated member
 of a collective arrives ``lag`` = (e_n − e_k)·(a + b·c) after its mirror, c the local rank's
@@ -129,7 +131,14 @@ class Session:
 
     def _level(self, recs: list[CommRecord], before: float) -> None:
         """After a wait from ``before`` to now on ``recs``: a slowed member of one waited for its end
-        too, and computed (×f) what this rank computed between the issue and the wait."""
+        too, and computed (×f) what this rank computed between the issue and the wait.
+
+        It goes on when this rank does (now: the end, plus the time this rank took to resume, which
+        its copy takes too), or later if that compute of its own ends later. Going on at the end
+        instead let the straggler skip the wake-up that every real rank pays once per iteration, so
+        the straggler hid it: the live lengthening fell short of `emulator run`'s (whose ranks
+        pay none, with or without the straggler) by that wake-up, 11-20% in six runs (README, "A
+        straggler on an emulated rank")."""
         after = self.clock.now()
         busy = after - self.blocked_s
         for r, f in self.slow.items():
@@ -138,7 +147,7 @@ class Session:
                 continue
             last = max(mine, key=lambda c: c.end_s)
             arr, busy_then = self._arrived.get(last.seq, {}).get(r, (before + self.lag[r], busy))
-            self.lag[r] = max(last.end_s, arr + f * (busy - busy_then)) - after
+            self.lag[r] = max(after, last.end_s, arr + f * (busy - busy_then)) - after
             self._busy_mark[r] = busy
 
     # -- issuing ----------------------------------------------------------------
