@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # networkx is imported only where a graph is searched (it cos
     import networkx as nx
 
 Route = tuple[tuple[int, ...], tuple[float, ...], float]
+Part = tuple[tuple[int, ...], tuple[float, ...], str]  # link ids, their latencies, the switch at the end
 T = TypeVar("T")
 Weighted = list[tuple[str, str, float]]  # (u, v, share of the traffic) per directed link
 Search = tuple[dict[str, int], dict[str, int]]  # hop distance and number of shortest paths per node
@@ -125,8 +126,11 @@ class Router:
         # leaf-switched fabrics with spray: a route is (up from a, switch paths sa→sb, down to b),
         # each part shared by many routes and turned into link ids once
         self.fast = self.structured and topo.kind in SPLIT_KINDS and topo.routing != "ecmp_hash"
-        self._up: dict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...], str]] = {}
-        self._down: dict[int, tuple[tuple[int, ...], tuple[float, ...], str]] = {}
+        # the parts up and down are cached per rank (per (rank, plane of the destination) with multi-plane
+        # PXN, where the way up depends on the destination's plane)
+        self.per_rank = topo.kind != "multi_plane"
+        self._up: dict[int | tuple[int, int], Part] = {}
+        self._down: dict[int, Part] = {}
         self._mid: dict[tuple[str, str], tuple[dict[int, float], list[list[float]]]] = {}
 
     def route(self, a: int, b: int) -> Route:
@@ -135,6 +139,16 @@ class Router:
         if r is None:
             r = self._cache[key] = self._compute(a, b)
         return r
+
+    def routes(self, pairs: list[tuple[int, int]]) -> list[Route]:
+        """``route(a, b)`` of each (a, b) of ``pairs``, in order (the cached ones looked up at C speed:
+        a ring of 8,192 members asks for 65,536)."""
+        out: list[Route | None] = list(map(self._cache.get, pairs))
+        if None in out:  # a Route is a tuple: never equal to None
+            for i, r in enumerate(out):
+                if r is None:
+                    out[i] = self.route(*pairs[i])
+        return out  # type: ignore[return-value]  # no None is left
 
     def _compute(self, a: int, b: int) -> Route:
         if a == b:
@@ -163,14 +177,22 @@ class Router:
         same sum in the same order, and the latency the same left-to-right sum along the
         slowest path (the longest-path DP is the maximum of those sums: rounding is monotone)."""
         topo = self.topo
-        gpn = topo.gpus_per_node
-        key = (a, (b % gpn) * topo.nics_per_node // gpn if topo.kind == "multi_plane" else -1)
-        up = self._up.get(key)
-        down = self._down.get(b)
-        if up is None or down is None:
-            up_edges, sa, sb, down_edges = ends(topo, a, b)
-            up = self._up[key] = self._part(up_edges, sa)
-            down = self._down[b] = self._part(down_edges, sb)
+        if self.per_rank:  # the part up from a depends on a alone, the part down to b on b alone
+            up = self._up.get(a)
+            if up is None:
+                up = self._up[a] = self._up_part(a)
+            down = self._down.get(b)
+            if down is None:
+                down = self._down[b] = self._down_part(b)
+        else:  # multi-plane: a's way up depends on b's plane (PXN)
+            gpn = topo.gpus_per_node
+            key = (a, (b % gpn) * topo.nics_per_node // gpn)
+            up = self._up.get(key)
+            down = self._down.get(b)
+            if up is None or down is None:
+                up_edges, sa, sb, down_edges = ends(topo, a, b)
+                up = self._up[key] = self._part(up_edges, sa)
+                down = self._down[b] = self._part(down_edges, sb)
         up_ids, up_lat, sa = up
         down_ids, down_lat, sb = down
         t = 0.0
@@ -207,9 +229,23 @@ class Router:
         lat += topo.latency[down]
         return (up, down) if up < down else (down, up), (1.0, 1.0), lat
 
-    def _part(self, edges: list[tuple[str, str]], switch: str) -> tuple[tuple[int, ...], tuple[float, ...], str]:
-        ids = tuple(self.topo.link_ids[e] for e in edges)
-        return ids, tuple(self.topo.latency[i] for i in ids), switch
+    def _up_part(self, a: int) -> Part:
+        """GPU a's way up to its first switch (as ``ends`` gives it, on fabrics without PXN)."""
+        topo = self.topo
+        nic = topo.nic_of(a)
+        sa = _edge_switch(topo, a, nic)
+        return self._part([(topo.gpus[a], nic), (nic, sa)], sa)
+
+    def _down_part(self, b: int) -> Part:
+        """The way down from GPU b's last switch to b (as ``ends`` gives it, on fabrics without PXN)."""
+        topo = self.topo
+        nic = topo.nic_of(b)
+        sb = _edge_switch(topo, b, nic)
+        return self._part([(sb, nic), (nic, topo.gpus[b])], sb)
+
+    def _part(self, edges: list[tuple[str, str]], switch: str) -> Part:
+        ids = tuple(map(self.topo.link_ids.__getitem__, edges))
+        return ids, tuple(map(self.topo.latency.__getitem__, ids)), switch
 
     def _middle(self, a: int, b: int, sa: str, sb: str) -> tuple[dict[int, float], list[list[float]]]:
         """The links between switches sa and sb with their shares, and each path's hop latencies."""
@@ -340,6 +376,21 @@ def ends(topo: Topology, a: int, b: int) -> tuple[Edges, str, str, Edges]:
     nic_b = topo.nic_of(b)
     sa, sb = _edge_switches(topo, a, b, nic_a, nic_b)
     return head + [(nic_a, sa)], sa, sb, [(sb, nic_b), (nic_b, topo.gpus[b])]
+
+
+def _edge_switch(topo: Topology, rank: int, nic: str) -> str:
+    """The switch that ``nic`` (of ``rank``) hangs on, on a leaf-switched fabric other than multi-plane
+    (there, a's switch depends on b's plane): one side of ``_edge_switches``."""
+    kind = topo.kind
+    if kind == "single_switch":
+        return "sw"
+    leaf = (rank // topo.gpus_per_node) // topo.leaf_size
+    if kind in ("fat_tree", "fat_tree3"):
+        return f"leaf{leaf}"
+    if kind == "rail":
+        return f"rail{leaf}.{nic.split('.')[1]}"
+    n = topo.group_size  # dragonfly
+    return f"df{leaf // n}.{leaf % n}"
 
 
 def _edge_switches(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> tuple[str, str]:
