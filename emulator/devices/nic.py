@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 from itertools import compress
+from operator import methodcaller
 
 from emulator.network.topology import Layout, Topology
 
@@ -51,17 +52,15 @@ def _laid_out_ports(topo: Topology, layout: Layout) -> dict[str, tuple[list[int]
     A generated NIC reaches its switch by links of class ``nic`` (``topology._nic_port``) and only
     those: its GPUs' links are ``pcie``; so only the links of that class are looked at (picked at
     C speed: 16k of 50k at 8,192 GPUs), in layout order, each still checked end by end."""
-    nodes = layout.nodes
+    nodes, ids = layout.nodes, topo.link_ids
     ports: dict[str, tuple[list[int], list[int]]] = {n: ([], []) for n, d in nodes.items() if d.get("kind") == "nic"}
-    edges = list(layout.edges)
-    lids = list(map(topo.link_ids.__getitem__, edges))
-    is_port = map("nic".__eq__, map(topo.cls.__getitem__, lids))
-    for (u, v), lid in compress(zip(edges, lids), is_port):
+    is_port = map("nic".__eq__, map(methodcaller("get", "cls"), layout.edges.values()))
+    for u, v in compress(layout.edges, is_port):
         ku, kv = nodes[u].get("kind"), nodes[v].get("kind")
         if ku == "nic" and kv == "switch":
-            ports[u][0].append(lid)
+            ports[u][0].append(ids[u, v])
         elif kv == "nic" and ku == "switch":
-            ports[v][1].append(lid)
+            ports[v][1].append(ids[u, v])
     return ports
 
 
