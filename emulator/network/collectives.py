@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import is_, itemgetter
 from typing import Callable
 
 from emulator.network import tree, tuning
@@ -341,10 +341,17 @@ class CollectiveModel:
         """``_alpha(src[i], dst[i])`` of each i (the memoised ones looked up at C speed)."""
         pairs = list(zip(src, dst))
         out: list[float | None] = list(map(self._alphas.get, pairs))
-        if None in out:
-            for i, x in enumerate(out):
-                if x is None:
-                    out[i] = self._alpha(*pairs[i])
+        new = list(compress(range(len(out)), map(is_, out, repeat(None))))  # found at C speed
+        if new:
+            todo = list(dict.fromkeys([pairs[i] for i in new]))
+            routes = self.router.routes(todo)  # routed together (Router._prime)
+            src_nodes = list(map(self.node_of, [a for a, _b in todo]))
+            dst_nodes = list(map(self.node_of, [b for _a, b in todo]))
+            intra, inter = self.steps.intra, self.steps.inter
+            for pair, r, na, nb in zip(todo, routes, src_nodes, dst_nodes):  # as _alpha
+                self._alphas[pair] = r[2] if na < 0 else r[2] + (intra if na == nb else inter)
+            for i in new:
+                out[i] = self._alphas[pairs[i]]
         return out  # type: ignore[return-value]  # no None is left
 
     def _by_node(self, group: tuple[int, ...]) -> list[list[int]]:

@@ -26,6 +26,8 @@ GPU or a NIC forwards nothing), as a fast-reroute does (emulator.faults).
 from __future__ import annotations
 
 from collections import deque
+from itertools import compress, repeat
+from operator import is_
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from emulator.errors import EmulatorError
@@ -145,11 +147,54 @@ class Router:
         """``route(a, b)`` of each (a, b) of ``pairs``, in order (the cached ones looked up at C speed:
         a ring of 8,192 members asks for 65,536)."""
         out: list[Route | None] = list(map(self._cache.get, pairs))
-        if None in out:  # a Route is a tuple: never equal to None
-            for i, r in enumerate(out):
-                if r is None:
-                    out[i] = self.route(*pairs[i])
+        new = list(compress(range(len(out)), map(is_, out, repeat(None))))  # found at C speed
+        if new:
+            if self.fast:
+                self._prime([pairs[i] for i in new])
+            for i in new:
+                out[i] = self.route(*pairs[i])
         return out  # type: ignore[return-value]  # no None is left
+
+    def _prime(self, pairs: list[tuple[int, int]]) -> None:
+        """Route at once, with their link ids looked up at C speed, what ``pairs`` need: the routes
+        inside a node (``_inside``), and the parts up and down (``_up_part``, ``_down_part``) of
+        those between nodes (a ring of 8,192 GPUs asks for 8,192 of each)."""
+        topo = self.topo
+        gpn = topo.gpus_per_node
+        inside = [(a, b) for a, b in dict.fromkeys(pairs) if a // gpn == b // gpn and a != b]
+        self._cache.update(zip(inside, self._insides(inside)))
+        if not self.per_rank:
+            return
+        across = [(a, b) for a, b in pairs if a // gpn != b // gpn]
+        ups = [a for a in dict.fromkeys(a for a, _b in across) if a not in self._up]
+        downs = [b for b in dict.fromkeys(b for _a, b in across) if b not in self._down]
+        self._up.update(zip(ups, self._parts(ups, True)))
+        self._down.update(zip(downs, self._parts(downs, False)))
+
+    def _insides(self, pairs: list[tuple[int, int]]) -> list[Route]:
+        """``_inside(a, b)`` of each pair, the same tuples."""
+        topo = self.topo
+        gpn, gpus, lat = topo.gpus_per_node, topo.gpus, topo.latency
+        switches = [f"{topo.intra_switch}{a // gpn}" for a, _b in pairs]
+        ups = map(topo.link_ids.__getitem__, zip([gpus[a] for a, _b in pairs], switches))
+        downs = map(topo.link_ids.__getitem__, zip(switches, [gpus[b] for _a, b in pairs]))
+        out: list[Route] = []
+        for up, down in zip(ups, downs):
+            t = 0.0 + lat[up]
+            t += lat[down]
+            out.append(((up, down) if up < down else (down, up), (1.0, 1.0), t))
+        return out
+
+    def _parts(self, ranks: list[int], up: bool) -> list[Part]:
+        """``_up_part(r)`` (``up``) or ``_down_part(r)`` of each of ``ranks``, the same tuples."""
+        topo = self.topo
+        nics = list(map(topo.nic_of, ranks))
+        switches = [_edge_switch(topo, r, nic) for r, nic in zip(ranks, nics)]
+        gpus = list(map(topo.gpus.__getitem__, ranks))
+        first, second = (zip(gpus, nics), zip(nics, switches)) if up else (zip(switches, nics), zip(nics, gpus))
+        ids = list(zip(map(topo.link_ids.__getitem__, first), map(topo.link_ids.__getitem__, second)))
+        lat = topo.latency
+        return list(zip(ids, [(lat[i], lat[j]) for i, j in ids], switches))
 
     def _compute(self, a: int, b: int) -> Route:
         if a == b:
