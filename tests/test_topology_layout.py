@@ -45,7 +45,7 @@ def test_nics_from_the_layout_equal_those_from_the_graph():
                                     "{kind: dragonfly, leaf_size: 1, group_size: 2, global_links: 1}",
                                     "{kind: torus, torus_dims: [2, 2]}"])
 def test_nic_ports_from_the_layout_equal_those_from_the_graph_on_every_fabric(fabric):
-    # the layout finds the ports among the links of class nic only; the graph looks at every
+    # the layout finds the ports among its edges in the order they were laid; the graph looks at every
     # neighbour of every NIC. 4 dgx-a100 nodes: 32 NICs, each with one port each way onto its switch
     t = topo(fabric)
     from_layout = nics(t)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from itertools import compress
-from operator import methodcaller
 
 from emulator.network.topology import Layout, Topology
 
@@ -47,16 +45,12 @@ def _laid_out_nics(topo: Topology, layout: Layout) -> list[Nic]:
 
 
 def _laid_out_ports(topo: Topology, layout: Layout) -> dict[str, tuple[list[int], list[int]]]:
-    """NIC name → (egress, ingress) link ids on a generated network, NICs in layout order.
-
-    A generated NIC reaches its switch by links of class ``nic`` (``topology._nic_port``) and only
-    those: its GPUs' links are ``pcie``; so only the links of that class are looked at (picked at
-    C speed: 16k of 50k at 8,192 GPUs), in layout order, each still checked end by end."""
-    nodes, ids = layout.nodes, topo.link_ids
-    ports: dict[str, tuple[list[int], list[int]]] = {n: ([], []) for n, d in nodes.items() if d.get("kind") == "nic"}
-    is_port = map("nic".__eq__, map(methodcaller("get", "cls"), layout.edges.values()))
-    for u, v in compress(layout.edges, is_port):
-        ku, kv = nodes[u].get("kind"), nodes[v].get("kind")
+    """NIC name → (egress, ingress) link ids on a generated network, NICs in layout order."""
+    kinds = {n: d.get("kind") for n, d in layout.nodes.items()}
+    ports: dict[str, tuple[list[int], list[int]]] = {n: ([], []) for n, k in kinds.items() if k == "nic"}
+    ids = topo.link_ids
+    for u, v in layout.edges:
+        ku, kv = kinds[u], kinds[v]
         if ku == "nic" and kv == "switch":
             ports[u][0].append(ids[u, v])
         elif kv == "nic" and ku == "switch":
