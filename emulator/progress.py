@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from tqdm import tqdm
+if TYPE_CHECKING:  # tqdm is imported where a bar is made: a run without one (--json, a pipe) skips it
+    from tqdm import tqdm
 
 RUN_DELAY_S = 2.0  # a run quicker than this shows no bar at all
 TTY_EVERY_S = 0.2  # redraws on a terminal at most this often
@@ -32,6 +33,8 @@ def wanted(stream: IO[str] | None = None) -> bool:
 
 
 def _bar(stream: IO[str] | None, **kwargs: Any) -> tqdm[Any]:
+    from tqdm import tqdm
+
     stream = sys.stderr if stream is None else stream
     isatty = getattr(stream, "isatty", None)
     tty = bool(isatty and isatty())
@@ -50,16 +53,18 @@ class RunProgress:
     simulated milliseconds and events/s, drawn only after ``delay_s`` of wall time."""
 
     def __init__(self, delay_s: float | None = None, stream: IO[str] | None = None) -> None:
+        # no bar at all where none is drawn (tqdm's disabled bar draws nothing either)
         self.bar = _bar(stream, desc="simulating", unit=" events", unit_scale=True,
-                        delay=RUN_DELAY_S if delay_s is None else delay_s)
+                        delay=RUN_DELAY_S if delay_s is None else delay_s) if wanted(stream) else None
         self.events = 0
 
     def __call__(self, now: float, events: int) -> None:
-        if self.bar.disable:
+        if self.bar is None or self.bar.disable:
             return
         self.bar.set_postfix_str(f"simulated {now * 1e3:,.3f} ms", refresh=False)
         self.bar.update(events - self.events)
         self.events = events
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()

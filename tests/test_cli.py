@@ -83,3 +83,16 @@ def test_a_command_imports_only_its_own_plugin():
     assert "--db" in help_text
     listing = subprocess.run([sys.executable, "-m", "emulator", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert all(name in listing.stdout for name in ("sweep", "search", "validate", "export", "live"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or (os.cpu_count() or 1) < 2, reason="needs Linux, 2+ cores")
+def test_run_loads_openblas_on_one_thread_and_leaves_the_environment_alone():
+    # OpenBLAS starts a thread per core when numpy loads it (one more thread here, on 2+ cores);
+    # `emulator run` loads it with OPENBLAS_NUM_THREADS=1: the process keeps its one thread, and the
+    # variable is gone again afterwards (no child process inherits it)
+    code = ("import os, sys; from emulator.cli import main; main(['run', 'scenarios/quickstart.yaml', '--json']); "
+            "print(len(os.listdir('/proc/self/task')), 'OPENBLAS_NUM_THREADS' in os.environ, file=sys.stderr)")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    env["PYTHONPATH"] = ROOT
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env)
+    assert out.stderr.strip().splitlines()[-1] == "1 False"

@@ -91,3 +91,42 @@ def test_nvls_needs_a_node_that_has_it():
 
     with pytest.raises(ScenarioError, match="collectives.algorithm: nvls needs a catalog or inline node"):
         load_scenario_text("name: n\ncluster: {nodes: 1, node: dgx-a100}\ncollectives: {algorithm: nvls}\n", "n.yaml")
+
+
+def test_disjoint_sum_by_hand():
+    from emulator.network.collectives import _disjoint_sum
+
+    # two routes on links {1, 5} and {3}: no link on both, so the flow is their union, sorted, each
+    # link with its own weight (0.0 + w is w)
+    assert _disjoint_sum([((1, 5), (1.0, 0.5), 0.0), ((3,), (0.25,), 0.0)]) == ((1, 3, 5), (1.0, 0.25, 0.5))
+    # link 5 on both: None (the caller sums them in hop order)
+    assert _disjoint_sum([((1, 5), (1.0, 0.5), 0.0), ((5,), (0.5,), 0.0)]) is None
+
+
+@pytest.mark.parametrize("op,group,algorithm", [
+    ("all_reduce", tuple(range(32)), "ring"), ("all_gather", (0, 1, 8, 9, 24, 25), "ring"),
+    ("broadcast", tuple(range(0, 32, 4)), "ring"), ("all_to_all", (0, 9, 18, 27), "ring"),
+    ("all_reduce", tuple(range(32)), "tree")])  # a tree's flow crosses a head's NIC port on several hops
+def test_flows_are_their_hops_routes_summed_in_order(op, group, algorithm):
+    # every flow of a plan carries, on each link, the sum of the weights its hops' routes put there, in
+    # hop order (0.0 + w1 + w2 ...); 4 DGX A100 on a fat-tree with leaves of 2 nodes, no fold
+    from emulator.network.collectives import CollectiveModel, StepCosts
+    from emulator.network.routing import Router
+    from emulator.network.topology import build_topology
+
+    sc = load_scenario_text("name: f\ncluster: {nodes: 4, node: dgx-a100, fabric: {kind: fat_tree, leaf_size: 2}}\n",
+                            "f.yaml")
+    topo = build_topology(sc.cluster)
+    model = CollectiveModel(Router(topo), topo.node_of, StepCosts(), algorithm)
+    root = group[1] if op == "broadcast" else -1
+    raw = model._raw(op, group, root, model.candidates(op, group)[0])
+    plan = model.collective(op, group, root)
+    for phase, raw_phase in zip(plan, raw):
+        for flow, (hops, volume, latency, _merged) in zip(phase, raw_phase):
+            sums: dict[int, float] = {}
+            for a, b, scale in hops:
+                links, weights, _lat = Router(topo).route(a, b)
+                for link, w in zip(links, weights):
+                    sums[link] = sums.get(link, 0.0) + w * scale
+            assert flow.links == tuple(sorted(sums)) and flow.weights == tuple(sums[k] for k in sorted(sums))
+            assert (flow.volume, flow.latency) == (volume, latency)

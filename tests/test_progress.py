@@ -2,6 +2,8 @@
 off when asked on a terminal, and never a change to stdout or to an output file."""
 import io
 import os
+import subprocess
+import sys
 
 from test_sweep import degrade, write_tiny
 
@@ -97,3 +99,14 @@ def test_sweep_progress_goes_to_stderr_only(tmp_path, capsys, monkeypatch):
     loud = capsys.readouterr()
     assert "sweep: 100%" in loud.err and "2/2" in loud.err
     assert "point" not in loud.out.replace("points", "") and "\r" not in loud.out
+
+
+def test_a_run_without_a_bar_never_imports_tqdm_nor_matplotlib():
+    # `emulator run --json` into a pipe draws no bar: tqdm (7 ms of imports) is not imported, and no
+    # figure is made: matplotlib is not imported either
+    code = ("import sys; from emulator.cli import main; main(['run', 'scenarios/quickstart.yaml', '--json']); "
+            "print('tqdm' in sys.modules, 'matplotlib' in sys.modules, file=sys.stderr)")
+    env = {k: v for k, v in os.environ.items() if k != "EMULATOR_PROGRESS"}
+    env["PYTHONPATH"] = ROOT
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env)
+    assert out.stderr.strip().splitlines()[-1] == "False False"

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from emulator.devices.nic import nics
 from emulator.network.topology import Layout, build_topology
 from emulator.scenario import load_scenario_text
@@ -36,6 +38,21 @@ def test_nics_from_the_layout_equal_those_from_the_graph():
     assert nics(t) == from_layout
     assert len(from_layout) == 32 and from_layout[0].name == "nic0.0"
     assert [t.links[i] for i in from_layout[0].egress] == [("nic0.0", "rail0.0")]
+
+
+@pytest.mark.parametrize("fabric", ["{kind: fat_tree, leaf_size: 2}", "{kind: fat_tree3, leaf_size: 1, pod_size: 2}",
+                                    "{kind: multi_plane, leaf_size: 2, spines: 2}", "{kind: single_switch}",
+                                    "{kind: dragonfly, leaf_size: 1, group_size: 2, global_links: 1}",
+                                    "{kind: torus, torus_dims: [2, 2]}"])
+def test_nic_ports_from_the_layout_equal_those_from_the_graph_on_every_fabric(fabric):
+    # the layout finds the ports among its edges in the order they were laid; the graph looks at every
+    # neighbour of every NIC. 4 dgx-a100 nodes: 32 NICs, each with one port each way onto its switch
+    t = topo(fabric)
+    from_layout = nics(t)
+    assert len(from_layout) == 32
+    assert all(len(n.egress) == 1 and len(n.ingress) == 1 for n in from_layout)
+    t.graph  # noqa: B018 — build the graph: nics() now reads it
+    assert nics(t) == from_layout
 
 
 def test_a_run_on_a_generated_fabric_never_imports_networkx():

@@ -80,7 +80,11 @@ def busiest_links(topo: Topology, link_bytes: list[float], period: float, top: i
 def busiest_nic(topo: Topology, link_bytes: list[float], period: float) -> dict | None:
     """The NIC whose busier direction is the most utilised (the first by name among equals; in a
     NIC, egress before ingress, ports in order)."""
-    util = utilisation(link_bytes, topo.capacity, period)
+    cap = topo.capacity
+
+    def util(p: int) -> float:  # one link of ``utilisation`` (only the NICs' ports are asked for)
+        return 0.0 if period <= 0 else (link_bytes[p] / (cap[p] * period) if cap[p] > 0 else 0.0)
+
     if isinstance(topo.source, Layout):  # without making a Nic per NIC: 16k of them at 16k GPUs
         ports = ((name, e, i) for name, (e, i) in _laid_out_ports(topo, topo.source).items())
     else:
@@ -90,8 +94,8 @@ def busiest_nic(topo: Topology, link_bytes: list[float], period: float) -> dict 
         mine: tuple[float, str] | None = None  # this NIC's first port at its highest utilisation
         for direction, links in (("egress", egress), ("ingress", ingress)):
             for p in links:
-                if link_bytes[p] > 0 and (mine is None or util[p] > mine[0]):
-                    mine = (util[p], direction)
+                if link_bytes[p] > 0 and (mine is None or util(p) > mine[0]):
+                    mine = (util(p), direction)
         if mine is not None and (best is None or mine[0] > best[0] or (mine[0] == best[0] and name < best[1])):
             best = (mine[0], name, mine[1])
     return None if best is None else {"nic": best[1], "direction": best[2], "utilisation": best[0]}

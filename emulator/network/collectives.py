@@ -38,13 +38,16 @@ fold's translations), with multiplicity, so shared links see the whole load.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import is_, itemgetter
 from typing import Callable
 
 from emulator.network import tree, tuning
 from emulator.network.compression import compress_plans
 from emulator.network.flows import FlowSpec, Plan
-from emulator.network.routing import Router
+from emulator.network.routing import Route, Router
 from emulator.program import Fold, FoldRefused
 
 PlanKey = tuple[str, tuple[int, ...], int]  # (op, group, root); op "p2p" with group (src, dst) for a transfer
@@ -92,7 +95,25 @@ class _Acc:
 
     def freeze(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
         links = tuple(sorted(self.w))
-        return links, tuple(self.w[l] for l in links)
+        return links, tuple(map(self.w.__getitem__, links))
+
+
+def _unscaled(legs: list[list[Hop]]) -> bool:
+    """Whether every hop of ``legs`` has scale 1.0."""
+    return all(map((1.0).__eq__, itertools.chain.from_iterable([map(itemgetter(2), hops) for hops in legs])))
+
+
+def _disjoint_sum(routes: list[Route]) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
+    """The links of ``routes`` (sorted) with their weights, where no link is on two of them; None
+    where one is (then ``_Acc`` sums them in order). Built at C speed (zip, dict): with every link
+    on one route, ``_Acc`` would give each the sum 0.0 + w, which is w exactly (weights are
+    positive shares), so both give the same tuples bit for bit."""
+    links = list(itertools.chain.from_iterable([r[0] for r in routes]))
+    w = dict(zip(links, itertools.chain.from_iterable([r[1] for r in routes])))
+    if len(w) != len(links):
+        return None
+    out = tuple(sorted(w))
+    return out, tuple(map(w.__getitem__, out))
 
 
 class CollectiveModel:
@@ -281,6 +302,12 @@ class CollectiveModel:
         for p, phase in enumerate(raw):
             out = []
             for f, (_hops, volume, latency, merged) in enumerate(phase):
+                legs = [copy[p][f][0] for copy in images]
+                if not merged and _unscaled(legs):
+                    fast = _disjoint_sum(self.router.routes([(a, b) for hops in legs for a, b, _s in hops]))
+                    if fast is not None:  # no link on two hops (a ring's channel): no sums to make
+                        out.append(FlowSpec(*fast, volume, latency))
+                        continue
                 acc = _Acc()
                 add = acc.add
                 for copy in images:
@@ -310,6 +337,23 @@ class CollectiveModel:
             self._alphas[a, b] = out
         return out
 
+    def _alphas_of(self, src: list[int], dst: list[int]) -> list[float]:
+        """``_alpha(src[i], dst[i])`` of each i (the memoised ones looked up at C speed)."""
+        pairs = list(zip(src, dst))
+        out: list[float | None] = list(map(self._alphas.get, pairs))
+        new = list(compress(range(len(out)), map(is_, out, repeat(None))))  # found at C speed
+        if new:
+            todo = list(dict.fromkeys([pairs[i] for i in new]))
+            routes = self.router.routes(todo)  # routed together (Router._prime)
+            src_nodes = list(map(self.node_of, [a for a, _b in todo]))
+            dst_nodes = list(map(self.node_of, [b for _a, b in todo]))
+            intra, inter = self.steps.intra, self.steps.inter
+            for pair, r, na, nb in zip(todo, routes, src_nodes, dst_nodes):  # as _alpha
+                self._alphas[pair] = r[2] if na < 0 else r[2] + (intra if na == nb else inter)
+            for i in new:
+                out[i] = self._alphas[pairs[i]]
+        return out  # type: ignore[return-value]  # no None is left
+
     def _by_node(self, group: tuple[int, ...]) -> list[list[int]]:
         nodes: dict[int, list[int]] = {}
         for r in group:
@@ -331,9 +375,9 @@ class CollectiveModel:
 
     def _ring_flows(self, ring: list[int], volume: float, steps: int) -> RawFlow:
         """One ring channel over ``ring``: every hop, at the pace of the slowest (``steps`` steps of it)."""
-        n = len(ring)
-        hops = [(ring[i], ring[(i + 1) % n], 1.0) for i in range(n)]
-        alpha = max(self._alpha(a, b) for a, b, _ in hops)
+        nxt = ring[1:] + ring[:1]
+        hops = list(zip(ring, nxt, repeat(1.0)))
+        alpha = max(self._alphas_of(ring, nxt))
         return hops, volume, self.steps.launch + steps * alpha, []
 
 

@@ -12,6 +12,9 @@ Pure: no SimPy. The run moves traffic on the kept link of each group only;
 """
 from __future__ import annotations
 
+from itertools import compress
+from operator import lt
+
 from emulator.network.flows import FlowSpec, Plan
 
 
@@ -37,16 +40,20 @@ def compress_plans(plans: list[Plan], capacity: list[float]) -> tuple[list[Plan]
     first: dict[tuple[float, tuple[float, ...]], int] = {}  # (capacity, users) → first such link
     for link in sorted(users):
         keep[link] = first.setdefault((capacity[link], tuple(users[link])), link)
+    kept = set(first.values())  # the links kept (each the first of its group)
     out: list[Plan] = []
     for plan in plans:
         new_plan = []
         for phase in plan:
             new_phase = []
             for f in phase:
-                if f.links == tuple(sorted(set(f.links))):  # as plans are built (_Acc.freeze): kept in order
-                    pairs = [(l, w) for l, w in zip(f.links, f.weights) if keep[l] == l]
-                else:
-                    pairs = sorted({(l, w) for l, w in zip(f.links, f.weights) if keep[l] == l})
+                links = f.links
+                if all(map(lt, links, links[1:])):  # as plans are built (_Acc.freeze): kept in order
+                    mask = list(map(kept.__contains__, links))
+                    new_phase.append(FlowSpec(tuple(compress(links, mask)), tuple(compress(f.weights, mask)),
+                                              f.volume, f.latency))
+                    continue
+                pairs = sorted({(l, w) for l, w in zip(links, f.weights) if keep[l] == l})
                 new_phase.append(FlowSpec(tuple(l for l, _ in pairs), tuple(w for _, w in pairs), f.volume,
                                           f.latency))
             new_plan.append(new_phase)

@@ -25,8 +25,9 @@ GPU or a NIC forwards nothing), as a fast-reroute does (emulator.faults).
 """
 from __future__ import annotations
 
-import hashlib
 from collections import deque
+from itertools import compress, repeat
+from operator import is_
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from emulator.errors import EmulatorError
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # networkx is imported only where a graph is searched (it cos
     import networkx as nx
 
 Route = tuple[tuple[int, ...], tuple[float, ...], float]
+Part = tuple[tuple[int, ...], tuple[float, ...], str]  # link ids, their latencies, the switch at the end
 T = TypeVar("T")
 Weighted = list[tuple[str, str, float]]  # (u, v, share of the traffic) per directed link
 Search = tuple[dict[str, int], dict[str, int]]  # hop distance and number of shortest paths per node
@@ -43,6 +45,8 @@ Search = tuple[dict[str, int], dict[str, int]]  # hop distance and number of sho
 
 def ecmp_pick(seed: int, a: int, b: int, salt: str, n: int) -> int:
     """Which of ``n`` equal-cost choices the flow a→b takes at ``salt`` (deterministic)."""
+    import hashlib  # here: only hashed routing needs it (2.7 ms of imports)
+
     digest = hashlib.blake2b(f"{seed}:{a}:{b}:{salt}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % n
 
@@ -125,8 +129,11 @@ class Router:
         # leaf-switched fabrics with spray: a route is (up from a, switch paths sa→sb, down to b),
         # each part shared by many routes and turned into link ids once
         self.fast = self.structured and topo.kind in SPLIT_KINDS and topo.routing != "ecmp_hash"
-        self._up: dict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...], str]] = {}
-        self._down: dict[int, tuple[tuple[int, ...], tuple[float, ...], str]] = {}
+        # the parts up and down are cached per rank (per (rank, plane of the destination) with multi-plane
+        # PXN, where the way up depends on the destination's plane)
+        self.per_rank = topo.kind != "multi_plane"
+        self._up: dict[int | tuple[int, int], Part] = {}
+        self._down: dict[int, Part] = {}
         self._mid: dict[tuple[str, str], tuple[dict[int, float], list[list[float]]]] = {}
 
     def route(self, a: int, b: int) -> Route:
@@ -135,6 +142,59 @@ class Router:
         if r is None:
             r = self._cache[key] = self._compute(a, b)
         return r
+
+    def routes(self, pairs: list[tuple[int, int]]) -> list[Route]:
+        """``route(a, b)`` of each (a, b) of ``pairs``, in order (the cached ones looked up at C speed:
+        a ring of 8,192 members asks for 65,536)."""
+        out: list[Route | None] = list(map(self._cache.get, pairs))
+        new = list(compress(range(len(out)), map(is_, out, repeat(None))))  # found at C speed
+        if new:
+            if self.fast:
+                self._prime([pairs[i] for i in new])
+            for i in new:
+                out[i] = self.route(*pairs[i])
+        return out  # type: ignore[return-value]  # no None is left
+
+    def _prime(self, pairs: list[tuple[int, int]]) -> None:
+        """Route at once, with their link ids looked up at C speed, what ``pairs`` need: the routes
+        inside a node (``_inside``), and the parts up and down (``_up_part``, ``_down_part``) of
+        those between nodes (a ring of 8,192 GPUs asks for 8,192 of each)."""
+        topo = self.topo
+        gpn = topo.gpus_per_node
+        inside = [(a, b) for a, b in dict.fromkeys(pairs) if a // gpn == b // gpn and a != b]
+        self._cache.update(zip(inside, self._insides(inside)))
+        if not self.per_rank:
+            return
+        across = [(a, b) for a, b in pairs if a // gpn != b // gpn]
+        ups = [a for a in dict.fromkeys(a for a, _b in across) if a not in self._up]
+        downs = [b for b in dict.fromkeys(b for _a, b in across) if b not in self._down]
+        self._up.update(zip(ups, self._parts(ups, True)))
+        self._down.update(zip(downs, self._parts(downs, False)))
+
+    def _insides(self, pairs: list[tuple[int, int]]) -> list[Route]:
+        """``_inside(a, b)`` of each pair, the same tuples."""
+        topo = self.topo
+        gpn, gpus, lat = topo.gpus_per_node, topo.gpus, topo.latency
+        switches = [f"{topo.intra_switch}{a // gpn}" for a, _b in pairs]
+        ups = map(topo.link_ids.__getitem__, zip([gpus[a] for a, _b in pairs], switches))
+        downs = map(topo.link_ids.__getitem__, zip(switches, [gpus[b] for _a, b in pairs]))
+        out: list[Route] = []
+        for up, down in zip(ups, downs):
+            t = 0.0 + lat[up]
+            t += lat[down]
+            out.append(((up, down) if up < down else (down, up), (1.0, 1.0), t))
+        return out
+
+    def _parts(self, ranks: list[int], up: bool) -> list[Part]:
+        """``_up_part(r)`` (``up``) or ``_down_part(r)`` of each of ``ranks``, the same tuples."""
+        topo = self.topo
+        nics = list(map(topo.nic_of, ranks))
+        switches = [_edge_switch(topo, r, nic) for r, nic in zip(ranks, nics)]
+        gpus = list(map(topo.gpus.__getitem__, ranks))
+        first, second = (zip(gpus, nics), zip(nics, switches)) if up else (zip(switches, nics), zip(nics, gpus))
+        ids = list(zip(map(topo.link_ids.__getitem__, first), map(topo.link_ids.__getitem__, second)))
+        lat = topo.latency
+        return list(zip(ids, [(lat[i], lat[j]) for i, j in ids], switches))
 
     def _compute(self, a: int, b: int) -> Route:
         if a == b:
@@ -163,14 +223,22 @@ class Router:
         same sum in the same order, and the latency the same left-to-right sum along the
         slowest path (the longest-path DP is the maximum of those sums: rounding is monotone)."""
         topo = self.topo
-        gpn = topo.gpus_per_node
-        key = (a, (b % gpn) * topo.nics_per_node // gpn if topo.kind == "multi_plane" else -1)
-        up = self._up.get(key)
-        down = self._down.get(b)
-        if up is None or down is None:
-            up_edges, sa, sb, down_edges = ends(topo, a, b)
-            up = self._up[key] = self._part(up_edges, sa)
-            down = self._down[b] = self._part(down_edges, sb)
+        if self.per_rank:  # the part up from a depends on a alone, the part down to b on b alone
+            up = self._up.get(a)
+            if up is None:
+                up = self._up[a] = self._up_part(a)
+            down = self._down.get(b)
+            if down is None:
+                down = self._down[b] = self._down_part(b)
+        else:  # multi-plane: a's way up depends on b's plane (PXN)
+            gpn = topo.gpus_per_node
+            key = (a, (b % gpn) * topo.nics_per_node // gpn)
+            up = self._up.get(key)
+            down = self._down.get(b)
+            if up is None or down is None:
+                up_edges, sa, sb, down_edges = ends(topo, a, b)
+                up = self._up[key] = self._part(up_edges, sa)
+                down = self._down[b] = self._part(down_edges, sb)
         up_ids, up_lat, sa = up
         down_ids, down_lat, sb = down
         t = 0.0
@@ -207,9 +275,23 @@ class Router:
         lat += topo.latency[down]
         return (up, down) if up < down else (down, up), (1.0, 1.0), lat
 
-    def _part(self, edges: list[tuple[str, str]], switch: str) -> tuple[tuple[int, ...], tuple[float, ...], str]:
-        ids = tuple(self.topo.link_ids[e] for e in edges)
-        return ids, tuple(self.topo.latency[i] for i in ids), switch
+    def _up_part(self, a: int) -> Part:
+        """GPU a's way up to its first switch (as ``ends`` gives it, on fabrics without PXN)."""
+        topo = self.topo
+        nic = topo.nic_of(a)
+        sa = _edge_switch(topo, a, nic)
+        return self._part([(topo.gpus[a], nic), (nic, sa)], sa)
+
+    def _down_part(self, b: int) -> Part:
+        """The way down from GPU b's last switch to b (as ``ends`` gives it, on fabrics without PXN)."""
+        topo = self.topo
+        nic = topo.nic_of(b)
+        sb = _edge_switch(topo, b, nic)
+        return self._part([(sb, nic), (nic, topo.gpus[b])], sb)
+
+    def _part(self, edges: list[tuple[str, str]], switch: str) -> Part:
+        ids = tuple(map(self.topo.link_ids.__getitem__, edges))
+        return ids, tuple(map(self.topo.latency.__getitem__, ids)), switch
 
     def _middle(self, a: int, b: int, sa: str, sb: str) -> tuple[dict[int, float], list[list[float]]]:
         """The links between switches sa and sb with their shares, and each path's hop latencies."""
@@ -340,6 +422,21 @@ def ends(topo: Topology, a: int, b: int) -> tuple[Edges, str, str, Edges]:
     nic_b = topo.nic_of(b)
     sa, sb = _edge_switches(topo, a, b, nic_a, nic_b)
     return head + [(nic_a, sa)], sa, sb, [(sb, nic_b), (nic_b, topo.gpus[b])]
+
+
+def _edge_switch(topo: Topology, rank: int, nic: str) -> str:
+    """The switch that ``nic`` (of ``rank``) hangs on, on a leaf-switched fabric other than multi-plane
+    (there, a's switch depends on b's plane): one side of ``_edge_switches``."""
+    kind = topo.kind
+    if kind == "single_switch":
+        return "sw"
+    leaf = (rank // topo.gpus_per_node) // topo.leaf_size
+    if kind in ("fat_tree", "fat_tree3"):
+        return f"leaf{leaf}"
+    if kind == "rail":
+        return f"rail{leaf}.{nic.split('.')[1]}"
+    n = topo.group_size  # dragonfly
+    return f"df{leaf // n}.{leaf % n}"
 
 
 def _edge_switches(topo: Topology, a: int, b: int, nic_a: str, nic_b: str) -> tuple[str, str]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
 from emulator.scenario.spec import ClusterSpec, NodeSpec
@@ -72,6 +73,25 @@ class Layout:
             self.edges[u, v] = attrs
         else:
             edge.update(attrs)
+
+    def add_cable(self, a: str, b: str, attrs: dict[str, Any]) -> None:
+        """``add_edge(a, b, **attrs)`` then ``add_edge(b, a, **attrs)`` (each edge its own dict)."""
+        nodes, edges = self.nodes, self.edges
+        if a not in nodes:
+            nodes[a] = {}
+        if b not in nodes:
+            nodes[b] = {}
+        ab, ba = (a, b), (b, a)
+        if ab not in edges and ba not in edges:  # a new cable (always, in the generated fabrics)
+            edges[ab] = attrs.copy()
+            edges[ba] = attrs.copy()
+            return
+        for key in (ab, ba):
+            edge = edges.get(key)
+            if edge is None:
+                edges[key] = attrs.copy()
+            else:
+                edge.update(attrs)
 
     def has_edge(self, u: str, v: str) -> bool:
         return (u, v) in self.edges
@@ -142,9 +162,10 @@ class Topology:
         edges = self.source.edges if isinstance(self.source, Layout) else None
         self.links = sorted(edges) if edges is not None else sorted(self.graph.edges())
         self.link_ids = dict(zip(self.links, range(len(self.links))))
-        data = [edges[e] for e in self.links] if edges is not None else [self.graph.edges[e] for e in self.links]
+        g = edges if edges is not None else self.graph.edges
+        data = list(map(g.__getitem__, self.links))
         self.capacity = [d["bandwidth"] * d.get("efficiency", 1.0) for d in data]
-        self.latency = [d["latency"] for d in data]
+        self.latency = list(map(itemgetter("latency"), data))
         self.cls = [d.get("cls", "custom") for d in data]
 
     def node_of(self, rank: int) -> int:
@@ -162,29 +183,33 @@ class Topology:
 
 def _link(g: Layout, a: str, b: str, bw: float, lat: float, eff: float, cls: str) -> None:
     """A full-duplex cable: two directed edges."""
-    g.add_edge(a, b, bandwidth=bw, latency=lat, efficiency=eff, cls=cls)
-    g.add_edge(b, a, bandwidth=bw, latency=lat, efficiency=eff, cls=cls)
+    g.add_cable(a, b, {"bandwidth": bw, "latency": lat, "efficiency": eff, "cls": cls})
 
 
 def build_nodes(g: Layout, nodes: int, spec: NodeSpec) -> list[str]:
     """Servers: GPUs on an NVSwitch or PCIe switch, and their NICs. Returns GPU names."""
     cls = "nvlink" if spec.intra == "nvswitch" else "pcie"
+    # every GPU's cables have the same attributes (as _link gives them; each edge gets its own copy)
+    intra = {"bandwidth": spec.intra_bandwidth, "latency": spec.intra_latency, "efficiency": spec.intra_efficiency,
+             "cls": cls}
+    # GPU↔NIC over PCIe: never the bottleneck of its own NIC (the NIC port is)
+    pcie = {"bandwidth": spec.nic_bandwidth, "latency": 0.0, "efficiency": 1.0, "cls": "pcie"}
+    gpn, nics = spec.gpus_per_node, spec.nics
+    cable = g.add_cable
     gpus = []
     for n in range(nodes):
         sw = f"{'nvsw' if cls == 'nvlink' else 'pcie'}{n}"
         g.add_node(sw, kind="switch", node=n)
-        for i in range(spec.nics):
+        for i in range(nics):
             g.add_node(f"nic{n}.{i}", kind="nic", node=n)
-        for i in range(spec.gpus_per_node):
-            r = n * spec.gpus_per_node + i
+        for i in range(gpn):
+            r = n * gpn + i
             name = f"gpu{r}"
             g.add_node(name, kind="gpu", rank=r, node=n, local=i)
             gpus.append(name)
-            _link(g, name, sw, spec.intra_bandwidth, spec.intra_latency, spec.intra_efficiency, cls)
-            if spec.nics:
-                nic = f"nic{n}.{i * spec.nics // spec.gpus_per_node}"
-                # GPU↔NIC over PCIe: never the bottleneck of its own NIC (the NIC port is)
-                _link(g, name, nic, spec.nic_bandwidth, 0.0, 1.0, "pcie")
+            cable(name, sw, intra)
+            if nics:
+                cable(name, f"nic{n}.{i * nics // gpn}", pcie)
     return gpus
 
 
