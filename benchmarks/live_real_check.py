@@ -5,29 +5,36 @@
    (real)  4 gloo processes;
    (2 + 2) `emulator live --real 2 --world 4`: 2 real gloo processes (their DP all-reduce
            is mixed: data by the mirror rules, timing emulated from the later real arrival),
-           beside 2 compute-only copies of the script, so the real ranks' compute shares
-           the 2 cores as in the real job.
+           beside 2 neighbour processes that stand for ranks 2 and 3's share of the 2 cores.
+           --neighbours live (default): each a 1-rank live run of the script, which computes,
+           then sleeps through its emulated all-reduce, as ranks 2 and 3 of the real job compute,
+           then wait on theirs; compute: the script alone, which never pauses (runs 1-6 in the
+           README: while the real ranks waited, the cores stayed full, and the live side ran
+           2-19% slow at 4.7 MB); gloo: a real 2-rank gloo run of the script.
    Each size --reps times, interleaved; medians, ranges, relative error. The fabric is
    calibrated first with the existing procedure (benchmarks/live_gloo_calibration.py,
    into a temporary scenario; --scenario PATH to reuse one).
 2. straggler: the same 2 + 2 run (hidden 512, no neighbours) without and with a
    gpu_slowdown ×2 on emulated rank 3. `emulator run` predicts the lengthening on a
-   Program of the same layout with the measured compute: per iteration a compute op of
-   the live run's measured compute, then the 4-rank all-reduce of the gradients, run by
-   ``emulator.simulation.run_program`` with and without the override.
+   Program of the same layout with the measured compute (``phases``: per iteration the
+   compute up to the issue of the gradient all-reduce, the compute beside it, the compute
+   after the wait), run by ``emulator.simulation.run_program`` with and without the
+   override: on the base run's mean compute, on each run's own, and traced (each real
+   rank's own compute, iteration by iteration: the check).
 3. pipeline: see ``pipeline`` (1 real stage + 3 emulated, 1F1B) against `emulator run`.
 
    With --skew A_MS B, each repetition also runs 2 + 2 with the arrival-skew model
    (live.skew: model), interleaved with the others.
 
 Usage: .venv/bin/python benchmarks/live_real_check.py [fidelity|straggler|pipeline|all] [--reps R]
-       [--iters N] [--hidden H ...] [--scenario PATH] [--skew A_MS B]
+       [--iters N] [--hidden H ...] [--scenario PATH] [--skew A_MS B] [--neighbours live|compute|gloo]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,29 +50,49 @@ import live_gloo_calibration as cal  # noqa: E402
 SKIP = cal.SKIP
 
 
-def _loaders(hidden: int, n: int, scenario: str | None = None) -> list[subprocess.Popen]:
+def _loaders(hidden: int, n: int, scenario: str | None = None, kind: str = "compute") -> list[subprocess.Popen]:
     """``n`` neighbour processes that load the 2 cores as the 2 emulated ranks' own processes would in
-    the real job: with ``scenario``, each a 1-real-rank live run of the script (it computes, then
-    sleeps through its emulated all-reduce: the duty cycle of a real rank); without, each the script
-    alone (it computes without a pause)."""
+    the real job. ``kind``: "compute", each the script alone (it computes without a pause); "live"
+    (with ``scenario``), each a 1-real-rank live run of the script (it computes, then sleeps through
+    its emulated all-reduce); "gloo", the ``n`` together a real ``n``-rank gloo run of the script
+    (it computes, then all-reduces among them for real, which keeps the cores as busy as the real
+    job's transport does)."""
     procs = []
-    for _ in range(n):
-        env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(cal.free_port()))
+    port = str(cal.free_port())
+    for i in range(n):
+        if kind == "gloo":
+            env = dict(os.environ, RANK=str(i), WORLD_SIZE=str(n), LOCAL_RANK=str(i), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=port)
+        else:
+            env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(cal.free_port()))
         args = [sys.executable, *cal._script_args(hidden, 10**7)]
-        if scenario is not None:
+        if kind == "live":
+            assert scenario is not None
             out = tempfile.mkdtemp(prefix="neighbour-")
             args = [sys.executable, "-m", "emulator", "live", scenario, "--world", "4", "--clock", "wall", "--out", out,
                     "--", "python", *cal._script_args(hidden, 10**7)]
-        procs.append(subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        # a session of its own: a live neighbour's script is its child, killed with it (``_stop``)
+        procs.append(subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True))
     time.sleep(3.0)
     return procs
 
 
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """Kill each neighbour and everything it started."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
 def live_run(scenario: str, hidden: int, iters: int, neighbours: int, extra: tuple[str, ...] = (),
-             clock: str = "wall", live_neighbours: bool = False) -> dict:
+             clock: str = "wall", kind: str = "compute") -> dict:
     """`emulator live --real 2 --world 4`: the summary, and the mean of the real ranks' iteration times
-    (``live_neighbours``: the neighbours pause for their communication, see ``_loaders``)."""
-    loaders = _loaders(hidden, neighbours, scenario if live_neighbours else None)
+    (``kind``: of the neighbours, see ``_loaders``)."""
+    loaders = _loaders(hidden, neighbours, scenario, kind)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [sys.executable, "-m", "emulator", "live", scenario, "--world", "4", "--real", "2", "--clock", clock,
@@ -76,9 +103,7 @@ def live_run(scenario: str, hidden: int, iters: int, neighbours: int, extra: tup
             with open(os.path.join(tmp, "record.json")) as fh:
                 record = json.load(fh)
     finally:
-        for p in loaders:
-            p.kill()
-            p.wait()
+        _stop(loaders)
     per_rank, parts = [], []
     from emulator.live.report import iterations
 
@@ -167,16 +192,18 @@ def predicted_trace(scenario: str, parts: list[list[tuple[float, float, float]]]
 
 
 def fidelity(scenario: str, hiddens: list[int], reps: int, iters: int,
-             skew: tuple[float, float] | None = None) -> list[dict]:
-    """``skew``: also run 2 + 2 with the arrival-skew model (a in s, b), interleaved."""
+             skew: tuple[float, float] | None = None, kind: str = "live") -> list[dict]:
+    """``skew``: also run 2 + 2 with the arrival-skew model (a in s, b), interleaved. ``kind``: of the 2
+    neighbour processes (``_loaders``)."""
     rows = []
     for hidden in hiddens:
         real, emu, skewed = [], [], []
         for _ in range(reps):
             real.append(cal.real_run(hidden, iters))
-            emu.append(live_run(scenario, hidden, iters, neighbours=2)["iteration_s"])
+            emu.append(live_run(scenario, hidden, iters, neighbours=2, kind=kind)["iteration_s"])
             if skew is not None:
-                skewed.append(live_run(scenario, hidden, iters, neighbours=2, extra=cal.skew_args(skew))["iteration_s"])
+                skewed.append(live_run(scenario, hidden, iters, neighbours=2, extra=cal.skew_args(skew),
+                                       kind=kind)["iteration_s"])
         row = {"hidden": hidden, "grad_MB": (2 * (hidden * hidden + hidden) + hidden + 1) * 4 / 1e6,
                "real_ms": [t * 1e3 for t in real], "live_2_2_ms": [t * 1e3 for t in emu],
                "real_median_ms": statistics.median(real) * 1e3, "live_median_ms": statistics.median(emu) * 1e3}
@@ -252,6 +279,11 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 512, 768])
     p.add_argument("--scenario", help="a calibrated scenario (default: calibrate now, into a temporary one)")
+    p.add_argument("--neighbours", choices=("compute", "live", "gloo"), default="live",
+                   help="fidelity: the 2 processes beside the 2 real ranks: 1-rank live runs of the script, which "
+                        "compute, then sleep through their emulated all-reduce, as ranks 2 and 3 of the real job "
+                        "compute, then wait on theirs (default; from run 7 of the README); the script alone, which "
+                        "never pauses (runs 1-6); or a real 2-rank gloo run of it")
     p.add_argument("--skew", nargs=2, type=float, metavar=("A_MS", "B"),
                    help="fidelity: also run 2 + 2 with live.skew: model, skew_base A_MS ms, skew_slope B (interleaved)")
     args = p.parse_args()
@@ -265,7 +297,7 @@ def main() -> None:
         scenario = scenario or cal.SCENARIO
         if args.what in ("fidelity", "all"):
             fidelity(scenario, args.hidden, args.reps, args.iters,
-                     (args.skew[0] * 1e-3, args.skew[1]) if args.skew else None)
+                     (args.skew[0] * 1e-3, args.skew[1]) if args.skew else None, args.neighbours)
         if args.what in ("straggler", "all"):
             straggler(scenario, args.reps, args.iters)
         if args.what in ("pipeline", "all"):

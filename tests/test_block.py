@@ -105,7 +105,9 @@ def _scenarios():
             ("gpt3-1024", load_scenario(os.path.join(ROOT, "scenarios", "gpt3-175b-1024-a100.yaml"),
                                         ["training.global_batch=256"])),
             ("mixtral", load_scenario(os.path.join(ROOT, "scenarios", "mixtral-8x7b-moe-32-h100.yaml"))),
-            ("cp-moe", load_scenario_text(CP_MOE, "cpmoe.yaml"))]
+            ("cp-moe", load_scenario_text(CP_MOE, "cpmoe.yaml")),
+            ("two-iterations", load_scenario(os.path.join(ROOT, "scenarios", "quickstart.yaml"),
+                                             ["simulation.iterations=2"]))]
 
 
 @pytest.mark.parametrize("name, sc", _scenarios(), ids=lambda x: x if isinstance(x, str) else "")
