@@ -141,7 +141,7 @@ class Engine:
         self.model = collectives
         keys = self._plan_keys()
         collectives.prepare(keys, capacity)
-        self._streams, groups_ok = self._private_groups(keys)
+        groups_ok = self._private_groups(keys)
         # GPUs whose compute slows while their communication is resident (catalog comm_overlap_slowdown)
         self.overlap = {r: g.spec.comm_overlap_slowdown for r, g in gpus.items()
                         if g.spec is not None and g.spec.comm_overlap_slowdown > 1.0}
@@ -295,8 +295,8 @@ class Engine:
 
     def _block(self, t: int, op: Op) -> float:
         """The duration of block op ``t`` (its parts' times are kept for its spans, and its
-        collectives' runs alone for their bytes: ``_advance``). Blocks run only unfolded-free
-        (one copy), so the rank is the template's."""
+        collectives' runs alone for their bytes: ``_advance``). Blocks run only in a program of one
+        copy (``_blocks_hold``), so the rank is the template's."""
         gpu = self.gpus[op.rank]
         key = (id(op.parts), gpu.slowdown)
         hit = self._blocks.get(key)
@@ -338,11 +338,10 @@ class Engine:
                 keys.add((c, g2, tr(k, r)))
         return sorted(keys, key=repr)
 
-    def _private_groups(self, keys: list[PlanKey]) -> tuple[dict[tuple[int, ...], set[str]],
-                                                          dict[tuple[int, ...], bool]]:
-        """The streams of each group's collectives, and whether the group's collectives are
-        *private*: ones the fabric would run exactly as they run alone, so that their duration is
-        fixed (``emulator.network.fabric.alone``, once per size).
+    def _private_groups(self, keys: list[PlanKey]) -> dict[tuple[int, ...], bool]:
+        """Per group, whether its collectives are *private*: ones the fabric would run exactly as
+        they run alone, so that their duration is fixed (``emulator.network.fabric.alone``, once
+        per size).
 
         That holds when (1) one member of its group is simulated (the rest are folded copies), so
         it starts as that member issues it; (2) no plan of the run but its group's own uses any of
@@ -359,7 +358,7 @@ class Engine:
                     if part.kind is COLLECTIVE:
                         streams.setdefault(part.group, set()).add(part.stream)
         if len(self._shifts) != 1:
-            return streams, dict.fromkeys(streams, False)
+            return dict.fromkeys(streams, False)
         shared = ()  # the owner of a link that more than one communicator or transfer uses
         owner: dict[int, object] = {}
         links_of: dict[tuple[int, ...], set[int]] = {}
@@ -373,9 +372,9 @@ class Engine:
                             used.add(link)
                             if owner.setdefault(link, who) != who:
                                 owner[link] = shared
-        return streams, {g: (sum(1 for r in g if r in self.simulated) == 1 and len(ss) == 1
-                             and all(owner[link] == g for link in links_of.get(g, ())))
-                         for g, ss in streams.items()}
+        return {g: (sum(1 for r in g if r in self.simulated) == 1 and len(ss) == 1
+                    and all(owner[link] == g for link in links_of.get(g, ())))
+                for g, ss in streams.items()}
 
     def _blocks_hold(self, groups_ok: dict[tuple[int, ...], bool], allowed: bool) -> bool:
         """Whether the block ops can run as one op each: their collectives are private, their
