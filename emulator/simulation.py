@@ -53,6 +53,9 @@ class Result:
     link_bytes: list[float] = field(default_factory=list)
     jobs: list["JobRun"] = field(default_factory=list)  # a multi-job scenario's jobs, in scenario order
     faults: list[FaultRecord] = field(default_factory=list)  # the timed faults and what they did
+    # a fold in effect over copies with other latencies: the iteration time with each transfer at the
+    # least and at the greatest latency of its copies (``simulate``); None: exact
+    fold_bounds_s: tuple[float, float] | None = None
 
     @property
     def ranks_simulated(self) -> int:
@@ -142,11 +145,42 @@ def simulate(scenario: Scenario, progress: Progress | None = None, record_links:
         program, notes = build_workload(scenario, blocks=True)
     try:
         return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
-    except FoldRefused as exc:  # a fold in effect whose copies are not all alike: automorphisms only, then
-        refused = str(exc)  # (rebuilt outside this block, so that the traceback's engine is freed first)
-    with _collector_paused(set_aside=True):
+    except FoldRefused as exc:  # a fold in effect whose copies are not all alike
+        refused = str(exc)  # (handled outside this block, so that the traceback's engine is freed first)
+    if scenario.simulation.fold_tolerance > 0:
+        bounded = _bounded(program, scenario, progress, record_links, notes, refused)
+        if bounded is not None:
+            return bounded
+    del program
+    with _collector_paused(set_aside=True):  # automorphisms only
         program, notes = build_workload(scenario, refused=refused, blocks=True)
     return run_program(program, scenario, progress=progress, record_links=record_links, notes=notes)
+
+
+def _bounded(program: Program, scenario: Scenario, progress: Progress | None, record_links: bool,
+             notes: list[str], refused: str) -> Result | None:
+    """A fold in effect whose copies' transfers have other latencies, run twice: each transfer at the
+    least and at the greatest latency of its copies. Where the two iteration times agree to
+    ``simulation.fold_tolerance``, the second is the result, with both as its bounds
+    (``Result.fold_bounds_s``); else None (the fold is refused).
+
+    Every copy's latencies lie between the two, so the unfolded run does too where the iteration time
+    grows with each latency: the folded replicas sit on a non-blocking fabric (``emulator.folding``:
+    no leaf–spine link is a flow's only bottleneck), where a latency moves a transfer, not the
+    share of bandwidth it gets. Checked against ``fold: off`` (tests/test_folding_effect.py)."""
+    least = run_program(program, scenario, progress=progress, record_links=False, notes=notes, spread="least")
+    most = run_program(program, scenario, progress=progress, record_links=record_links, notes=notes,
+                       spread="greatest")
+    lo, hi = least.iteration_time_s, most.iteration_time_s
+    if not lo <= hi <= lo * (1.0 + scenario.simulation.fold_tolerance):
+        return None
+    note = most.notes[0].replace("every copy checked to have the same latencies", "copies with other latencies "
+                                 "bounded")
+    most.notes[0] = (f"{note}; {refused}: the iteration time lies between {lo:.9g} s (each transfer at the least "
+                     f"latency of its copies) and {hi:.9g} s (the greatest, reported), within "
+                     f"simulation.fold_tolerance {scenario.simulation.fold_tolerance:g}")
+    most.fold_bounds_s = (lo, hi)
+    return most
 
 
 @dataclass
@@ -165,8 +199,9 @@ class Cluster:
         return {r: Gpu(r, self.gpu_spec, self.slowdown.get(r, 1.0)) for r in ranks}
 
 
-def build_cluster(scenario: Scenario, fold: Fold | None = None) -> Cluster:
-    """The topology, faults and collective model of ``scenario`` (``fold``: the program's symmetry)."""
+def build_cluster(scenario: Scenario, fold: Fold | None = None, spread: str = "refuse") -> Cluster:
+    """The topology, faults and collective model of ``scenario`` (``fold``: the program's symmetry;
+    ``spread``: what a fold in effect does with copies of other latencies, ``CollectiveModel``)."""
     topo = build_topology(scenario.cluster)
     slowdown = apply_faults(topo, scenario.cluster.overrides)
     try:
@@ -174,29 +209,30 @@ def build_cluster(scenario: Scenario, fold: Fold | None = None) -> Cluster:
     except EmulatorError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None
     model = CollectiveModel(Router(topo), topo.node_of, step_costs(scenario), scenario.collectives.algorithm, fold,
-                            hardware(scenario.cluster))
+                            hardware(scenario.cluster), spread)
     return Cluster(topo, slowdown, model, scenario.cluster.node.gpu if scenario.cluster.node else None, timed)
 
 
 def run_program(program: Program, scenario: Scenario, progress: Progress | None = None,
-                record_links: bool = True, notes: list[str] | None = None, repeat: bool = True) -> Result:
+                record_links: bool = True, notes: list[str] | None = None, repeat: bool = True,
+                spread: str = "refuse") -> Result:
     """Run a Program on the scenario's cluster (``repeat``: run simulation.iterations copies
-    of it back to back; False: the program already holds them)."""
+    of it back to back; False: the program already holds them; ``spread``: ``build_cluster``)."""
     t0 = time.perf_counter()
     try:
-        return _run_program(program, scenario, progress, record_links, notes, repeat, t0)
+        return _run_program(program, scenario, progress, record_links, notes, repeat, t0, spread)
     finally:
         gc.unfreeze()  # what the build and the preparation set aside is the collector's again
 
 
 def _run_program(program: Program, scenario: Scenario, progress: Progress | None, record_links: bool,
-                 notes: list[str] | None, repeat: bool, t0: float) -> Result:
+                 notes: list[str] | None, repeat: bool, t0: float, spread: str = "refuse") -> Result:
     with _collector_paused(set_aside=True):
         try:
             program.validate()
         except ValueError as exc:
             raise EmulatorError(f"{scenario.path or scenario.name}: invalid workload: {exc}") from None
-        cluster = build_cluster(scenario, program.fold)
+        cluster = build_cluster(scenario, program.fold, spread)
         topo, model = cluster.topology, cluster.collectives
         if program.ranks > len(topo.gpus):
             raise EmulatorError(f"{scenario.path or scenario.name}: the workload has {program.ranks} ranks but the "

@@ -8,9 +8,13 @@ does not (a pipeline transfer that crosses a leaf for one replica and not for an
 refuses itself and the run is made rank by rank. Either way it must agree with ``fold: off``.
 dgx-a100: 8 GPUs and 8 NICs per node; TP 8 fills a node.
 """
+from dataclasses import replace
+
 import pytest
 
+from emulator.errors import EmulatorError
 from emulator.folding import choose_fold
+from emulator.outputs.summary import summarize
 from emulator.scenario import load_scenario_text
 from emulator.simulation import simulate
 
@@ -77,3 +81,37 @@ def test_thin_uplinks_are_not_non_blocking():
     assert not fold.checked and fold.copies == 8
     fold, note = choose_fold(scenario(6, 7, 8, 4, extra=", link_bandwidth: 100 GB/s"))  # 800 GB/s up: enough
     assert fold.checked and fold.copies == 48
+
+
+def _tolerant(dp, pp, tp, leaf, tol):
+    sc = scenario(dp, pp, tp, leaf)
+    return replace(sc, simulation=replace(sc.simulation, fold_tolerance=tol))
+
+
+def test_a_tolerance_keeps_the_fold_within_bounds():
+    # DP 3 × PP 5 on leaves of 4 (above): stage p of replica r is node 3p + r; p → p+1 crosses a leaf
+    # for some replicas and not others at p = 0, 1, 2 (nodes 0→3 stays in leaf 0, 1→4 crosses), and
+    # for all at p = 3 (9-11 → 12-14). Run with each transfer at the least and at the greatest latency
+    # of its copies, the iteration times differ by 2 us per such transfer on the critical path: a whole
+    # number of 2 us; the run with every rank simulated lies between them.
+    full = simulate(scenario(3, 5, 8, 4, fold="off")).iteration_time_s
+    kept = simulate(_tolerant(3, 5, 8, 4, 1e-3))
+    lo, hi = kept.fold_bounds_s
+    assert kept.ranks_simulated == 5 and kept.iteration_time_s == hi
+    assert lo <= full <= hi
+    steps = (hi - lo) / 2e-6
+    assert steps == pytest.approx(round(steps), abs=1e-6) and round(steps) >= 1
+    assert "the iteration time lies between" in kept.notes[0]
+    assert summarize(kept)["sim"]["fold_bounds_s"] == [lo, hi]
+    # (hi - lo) / hi ≈ 7.4e-4: above a tolerance of 1e-4, so that fold refuses itself (exact, rank by rank)
+    refused = simulate(_tolerant(3, 5, 8, 4, 1e-4))
+    assert refused.fold_bounds_s is None and refused.ranks_simulated == 15
+    assert refused.iteration_time_s == pytest.approx(full, rel=1e-12)
+    assert "fold_bounds_s" not in summarize(refused)["sim"]
+
+
+def test_a_tolerance_out_of_range_is_named():
+    text = ("name: t\ncluster: {nodes: 1, node: dgx-a100}\nmodel: {preset: gpt3-1.3b}\n"
+            "simulation: {fold_tolerance: 0.5}\n")
+    with pytest.raises(EmulatorError, match=r"t.yaml:4.*simulation.fold_tolerance"):
+        load_scenario_text(text, "t.yaml")

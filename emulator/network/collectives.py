@@ -121,7 +121,7 @@ class CollectiveModel:
 
     def __init__(self, router: Router, node_of: Callable[[int], int], steps: StepCosts,
                  algorithm: str = "ring", fold: Fold | None = None,
-                 hardware: tuning.Hardware | None = None) -> None:
+                 hardware: tuning.Hardware | None = None, spread: str = "refuse") -> None:
         if algorithm not in ("auto", *ALGORITHMS):
             raise ValueError(f"unknown collective algorithm {algorithm!r}; known: auto, {', '.join(ALGORITHMS)}")
         self.router = router
@@ -130,6 +130,9 @@ class CollectiveModel:
         self.algorithm = algorithm
         self.fold = fold
         self.hardware = hardware  # the tuning model's view of the nodes (None: custom graph)
+        # a fold in effect whose copies of a flow have other latencies: "refuse" it (FoldRefused), or
+        # give the flow the "least" or the "greatest" of its copies' (bounds: emulator.simulation)
+        self.spread = spread
         self._cache: dict[CacheKey, Plan] = {}  # the plans in use (compressed once prepared)
         self._raw_plans: dict[CacheKey, Plan] = {}  # as built, before compression
         self._frozen = False
@@ -294,7 +297,7 @@ class CollectiveModel:
                 image = self._raw(op, igroup, iroot, algo)
                 if [len(ph) for ph in image] != [len(ph) for ph in raw]:
                     raise RuntimeError(f"folding: the copy {igroup} of {op} {group} is not symmetric to it")
-                if fold.checked:
+                if fold.checked and self.spread == "refuse":
                     _same_latency(op, group, igroup, raw, image)
                 images.append(image)
         plan: Plan = []
@@ -302,6 +305,8 @@ class CollectiveModel:
         for p, phase in enumerate(raw):
             out = []
             for f, (_hops, volume, latency, merged) in enumerate(phase):
+                if self.spread != "refuse" and len(images) > 1:  # the least or greatest of its copies'
+                    latency = (min if self.spread == "least" else max)(copy[p][f][2] for copy in images)
                 legs = [copy[p][f][0] for copy in images]
                 if not merged and _unscaled(legs):
                     fast = _disjoint_sum(self.router.routes([(a, b) for hops in legs for a, b, _s in hops]))

@@ -43,6 +43,16 @@ def compute_source(result: Result) -> dict[str, float] | None:
     return {"measured": totals[0] / whole, "interpolated": totals[1] / whole, "roofline": totals[2] / whole}
 
 
+def _sim(result: Result) -> dict[str, Any]:
+    """How the run was made; ``fold_bounds_s`` only for a fold in effect kept within bounds
+    (``simulation.fold_tolerance``)."""
+    sim: dict[str, Any] = {"events": result.events, "wall_s": result.wall_s, "ranks_simulated": result.ranks_simulated,
+                           "notes": list(result.notes)}
+    if result.fold_bounds_s is not None:
+        sim["fold_bounds_s"] = list(result.fold_bounds_s)
+    return sim
+
+
 def summarize(result: Result) -> dict[str, Any]:
     """The summary object of a run."""
     sc = result.scenario
@@ -81,8 +91,7 @@ def summarize(result: Result) -> dict[str, Any]:
         "ranks": rank_rows(totals, iterations, result.program.fold),
         "memory": _memory(result),
         "compute_source": compute_source(result),
-        "sim": {"events": result.events, "wall_s": result.wall_s, "ranks_simulated": result.ranks_simulated,
-                "notes": list(result.notes)},
+        "sim": _sim(result),
     }
     if result.link_bytes and T > 0:
         from emulator.devices.nic import busiest_links, busiest_nic

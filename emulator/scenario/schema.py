@@ -301,6 +301,11 @@ SIMULATION_KEYS: dict[str, Key] = {
     "iterations": Key("int", "Training iterations to simulate.", minimum=1, maximum=10**6),
     "fold": Key("enum", "Symmetry folding of identical ranks.", enum=("auto", "off")),
     "detail": Key("enum", "Granularity of compute ops.", enum=("layer", "op")),
+    "fold_tolerance": Key("number", "Data-parallel replicas folded in effect whose pipeline transfers cross leaves "
+                                    "unevenly (other latencies): kept when the iteration times with each transfer at "
+                                    "the least and at the greatest latency of its copies agree to this relative "
+                                    "tolerance (the summary gives both, sim.fold_bounds_s); 0 (the default): refused, "
+                                    "every such replica simulated (exact).", minimum=0, maximum=0.01),
 }
 
 LIVE_KEYS: dict[str, Key] = {

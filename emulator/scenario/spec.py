@@ -210,6 +210,10 @@ class SimulationSpec:
     iterations: int = 1
     fold: str = "auto"  # auto | off
     detail: str = "layer"  # layer | op
+    # a fold in effect over replicas whose transfers have other latencies is kept, bounded, when its
+    # iteration times at the least and the greatest of those latencies agree to this (relative);
+    # 0: refused, the run made rank by rank (exact)
+    fold_tolerance: float = 0.0
 
 
 @dataclass(frozen=True)
