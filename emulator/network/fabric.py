@@ -10,7 +10,11 @@ Life of a flow (DESIGN.md, "Network model"):
 2. it then streams at its max-min fair rate until its bytes are done;
 3. rates are re-solved only for the connected component (flows ↔ links) that
    changed, and every change at one timestamp is solved together (the solve is
-   deferred until no other event is left at the current time);
+   deferred until no other event is left at the current time); a flow that starts
+   on links carrying nothing else is its own component and gets its rate at once,
+   and one that ends alone frees its links with no solve (a pipeline's transfers,
+   mostly: the deferred solve would give the same rates, one event later; a flow
+   that joins it at the same time is solved with it as before);
 4. completions are scheduled lazily; one whose flow version is stale is ignored.
 
 Timeouts carry their flow as the event value to one shared callback (no closure
@@ -226,6 +230,7 @@ class Fabric:
         flow.rate = 0.0
         flow.version += 1  # its scheduled completion is stale
         self._place(flow)
+        self._request_solve()  # the old links' survivors speed up
 
     def _started(self, event: simpy.Event) -> None:
         """A flow's latency is over (the timeout's value is the flow)."""
@@ -242,8 +247,17 @@ class Fabric:
         self._place(flow)
 
     def _place(self, flow: Flow) -> None:
-        """Put ``flow`` on each of its links (insertion-ordered sets) and ask for a re-solve."""
+        """Put ``flow`` on each of its links (insertion-ordered sets) and ask for a re-solve; a flow
+        whose links carry nothing else is its own component, and gets its rate at once."""
         on_link = self.on_link
+        if all(not on_link[link] for link in flow.links):
+            for link in flow.links:
+                s = on_link[link]
+                if s is None:
+                    s = on_link[link] = {}
+                s[flow] = None
+            self._assign([flow])
+            return
         for link in flow.links:
             s = on_link[link]
             if s is None:
@@ -340,12 +354,22 @@ class Fabric:
         f.remaining = 0.0
         f.version += 1
         on_link = self.on_link
+        alone = True
         for link in f.links:
             s = on_link[link]
             assert s is not None  # the flow was added to every link of its own
             s.pop(f, None)
-            self._dirty.add(link)  # survivors speed up; an emptied link reports 0 load
-        self._request_solve()
+            if s:
+                alone = False
+        if alone:  # it ran alone: no survivor to speed up; its links report 0 load
+            if self.listeners:
+                now = self.env.now
+                for link in f.links:
+                    for cb in self.listeners:
+                        cb(now, {link: 0.0})
+        else:
+            self._dirty.update(f.links)  # survivors speed up; an emptied link reports 0 load
+            self._request_solve()
         f.done()
 
     def run_plan(self, plan: Plan, nbytes: float, done: Callable[[], None]) -> None:
