@@ -2,6 +2,8 @@
 import os
 import re
 
+import pytest
+
 from emulator.cli import main
 from emulator.scenario import load_scenario
 from emulator.simulation import simulate
@@ -9,15 +11,21 @@ from emulator.simulation import simulate
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_estimate_is_near_the_actual_event_count(capsys):
-    path = os.path.join(ROOT, "scenarios", "quickstart.yaml")
-    assert main(["run", path, "--estimate"]) == 0
+@pytest.mark.parametrize("name, sets, gpus", [
+    # one node, TP 2 and DP 2 on the same NVLink ports: no collective is private, each call ~3 events
+    ("quickstart.yaml", [], "8 (2 simulated)"),
+    # TP 8 fills each node: its collectives are private (no event), the pipeline's transfers are not
+    ("gpt3-175b-1024-a100.yaml", ["training.global_batch=256"], "1024 (8 simulated)"),
+])
+def test_estimate_is_near_the_actual_event_count(capsys, name, sets, gpus):
+    path = os.path.join(ROOT, "scenarios", name)
+    assert main(["run", path, "--estimate", *[x for kv in sets for x in ("--set", kv)]]) == 0
     text = capsys.readouterr().out
     estimated = int(re.search(r"events\s+~([\d,]+)", text).group(1).replace(",", ""))
-    actual = simulate(load_scenario(path), record_links=False).events
-    # an estimate, not a count: within 30 % on this case
+    actual = simulate(load_scenario(path, sets), record_links=False).events
+    # an estimate, not a count: within 30 % on these cases
     assert 0.7 * actual <= estimated <= 1.3 * actual
-    assert "8 (2 simulated)" in text
+    assert gpus in text
 
 
 def test_estimate_of_a_jobs_scenario_says_why_it_cannot(capsys):

@@ -1,10 +1,14 @@
 """A run's cost, estimated before it runs (``emulator run --estimate``).
 
-It builds the workload (the cheap part) and counts what the engine will do:
-one event per compute op, and for each communication instance (a collective
-call shared by its members, or a send/recv pair) about three events — the
-latency timer, the completion and the rate re-solve — or, for a direct
-all-to-all of n ranks, two per flow of its n(n−1) flows. The wall time
+It builds the workload (the cheap part) and counts what the engine will do: for
+each communication instance (a collective call shared by its members, or a
+send/recv pair) about three events — the start put off to its time, the latency
+timer, the completion — or, for a direct all-to-all of n ranks, two per flow of
+its n(n−1) flows. Compute ops cost none (the engine's timed ops), and neither
+does a collective it runs as *private* (``emulator.engine``): here, one of a
+group inside a node with one simulated member whose GPUs no other group or
+transfer inside the node uses (tensor parallelism filling a node; the engine
+also checks the links). The wall time
 divides that by an event rate measured on the reference machine (2 cores).
 For a model workload it also gives the closed-form iteration time that ``emulator
 search`` ranks layouts by (studies/rank.py), so a user sees the answer's ballpark too.
@@ -16,10 +20,12 @@ import time
 from emulator.errors import EmulatorError
 from emulator.folding import Stamped
 from emulator.printable import printable
-from emulator.program import COLLECTIVE, COMPUTE, SEND
+from emulator.program import COLLECTIVE, COMPUTE, SEND, Op, Program
 from emulator.scenario.spec import Scenario
 
-EVENTS_PER_COMM = 3.0  # latency timer + completion + re-solve (measured: 2.6–3.4 on the benchmark cases)
+# start + latency timer + completion (measured, 2026-12-03: 3.00 GPT 1T, 3.02 GPT-3 1024, 2.94 Llama-3 70B,
+# 3.01 quickstart per shared communication instance)
+EVENTS_PER_COMM = 3.0
 EVENTS_PER_S = 100_000.0  # engine throughput on the reference 2-core machine (benchmarks/run.py)
 
 
@@ -40,20 +46,21 @@ def estimate(scenario: Scenario) -> str:
         ops, copies = program.template, len(program.translations)
     else:
         ops, copies = program.ops, 1
+    private = _private_groups(ops, program, scenario.cluster.node.gpus_per_node if scenario.cluster.node else 0)
     compute = comm = 0.0
     for op in ops:
         if op.kind is COMPUTE:
             compute += 1
         elif op.kind is SEND:
             comm += copies
-        elif op.kind is COLLECTIVE:
+        elif op.kind is COLLECTIVE and op.group not in private:
             simulated = sum(1 for r in op.group if (program.fold is None or program.fold.is_representative(r)))
             members = min(len(op.group), max(1, simulated) * copies)
             n = len(op.group)
             per = 2.0 * n * (n - 1) + 1 if op.collective == "all_to_all" else EVENTS_PER_COMM
             comm += per / EVENTS_PER_COMM * copies / members
     iterations = max(1, scenario.simulation.iterations)
-    events = int((compute + EVENTS_PER_COMM * comm) * iterations)
+    events = int(EVENTS_PER_COMM * comm * iterations)
     ranks = len(program.simulated_ranks())
     wall = build_s + events / EVENTS_PER_S
     lines = [f"scenario        {printable(scenario.name)}",
@@ -65,6 +72,30 @@ def estimate(scenario: Scenario) -> str:
     if closed is not None:
         lines.append(f"iteration       ~{format_time(closed)} (closed form, no contention: studies/rank.py)")
     return "\n".join(lines + [f"note: {n}" for n in notes])
+
+
+def _private_groups(ops: list[Op], program: Program, gpus_per_node: int) -> set[tuple[int, ...]]:
+    """The collective groups the engine will likely run as private: inside one node, one simulated
+    member (the others folded), and no other group or transfer inside the node on their GPUs (they
+    would share its NVLink ports). An estimate: the engine decides on the links themselves."""
+    if not gpus_per_node or program.fold is None:
+        return set()
+    users: dict[int, set[tuple[int, ...]]] = {}  # GPU → the groups and transfers inside its node on it
+    groups: set[tuple[int, ...]] = set()
+    for op in ops:
+        if op.kind is COLLECTIVE:
+            g = op.group
+            groups.add(g)
+        elif op.kind is SEND:
+            g = tuple(sorted((op.rank, op.peer)))
+        else:
+            continue
+        if len({r // gpus_per_node for r in g}) == 1:
+            for r in g:
+                users.setdefault(r, set()).add(g)
+    fold = program.fold
+    return {g for g in groups if len({r // gpus_per_node for r in g}) == 1
+            and sum(1 for r in g if fold.is_representative(r)) == 1 and all(users[r] == {g} for r in g)}
 
 
 def closed_form(scenario: Scenario) -> float | None:
