@@ -75,6 +75,8 @@ class _RankBuilder:
         self.plan, self.rank, self.ops, self.next_id = plan, rank, ops, next_id
         self.blocks = blocks  # emit a unit as one block op where it can be (Op.parts)
         self._parts: dict[int, tuple[list[Ly.Step], tuple[Part, ...] | None]] = {}  # per step list
+        self._sum_of: dict[int, tuple[float, float, tuple[float, ...]]] = {}  # per parts tuple (kept in _parts)
+        self._peers: dict[int, int] = {}  # virtual stage → this rank's peer there
         self.lo = plan.layout
         self.c = self.lo.coords(rank)
         node = plan.sc.cluster.node
@@ -223,21 +225,29 @@ class _RankBuilder:
         first = self.next_id[0]
         self.next_id[0] = first + len(parts)
         oid = first + len(parts) - 1
-        costed = [0.0, 0.0, 0.0]
-        flops = nbytes = 0.0
-        for p in parts:
-            flops += p.flops
-            if p.kind is COMPUTE:
-                nbytes += p.bytes
-                for j, x in enumerate(p.costed):
-                    costed[j] += x
+        flops, nbytes, costed = self._sums(parts)
         wait = tuple(sorted(set(deps))) if len(deps) > 1 else tuple(deps)  # as the first part's, op by op
         self.ops.append(Op(oid, self.rank, COMPUTE, "compute", wait, unit.prefix, None, flops, nbytes,
-                           parts[-1].category, "", (), -1, -1, 0, unit.mb, unit.stage, unit.layer, tuple(costed),
-                           parts))
+                           parts[-1].category, "", (), -1, -1, 0, unit.mb, unit.stage, unit.layer, costed, parts))
         self.last_compute = oid
         self._carry = []
         return first, oid
+
+    def _sums(self, parts: tuple[Part, ...]) -> tuple[float, float, tuple[float, ...]]:
+        """A block's FLOPs, its kernels' bytes, and their seconds measured, interpolated and roofline
+        (once per block: ``_block_parts`` gives each step list one parts tuple)."""
+        hit = self._sum_of.get(id(parts))
+        if hit is None:
+            costed = [0.0, 0.0, 0.0]
+            flops = nbytes = 0.0
+            for p in parts:
+                flops += p.flops
+                if p.kind is COMPUTE:
+                    nbytes += p.bytes
+                    for j, x in enumerate(p.costed):
+                        costed[j] += x
+            hit = self._sum_of[id(parts)] = (flops, nbytes, tuple(costed))
+        return hit
 
     def _recipe(self, steps: list[Ly.Step]) -> tuple[list[_Action], list[int]]:
         """The ops a step list makes, in order: each comm, and each group of kernels fused into one
@@ -282,8 +292,11 @@ class _RankBuilder:
         return chunk * self.lo.sizes["pp"] + self.c["pp"]
 
     def _peer(self, vs: int) -> int:
-        p = self.lo.sizes["pp"]
-        return self.lo.rank(pp=vs % p, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
+        peer = self._peers.get(vs)
+        if peer is None:
+            p = self.lo.sizes["pp"]
+            peer = self._peers[vs] = self.lo.rank(pp=vs % p, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
+        return peer
 
     def _pp_tag(self, mb: int, vs: int, direction: int) -> int:
         return ((mb * self.lo.sizes["pp"] * self.plan.v + vs) * 2 + direction) * 4
