@@ -50,13 +50,14 @@ import live_gloo_calibration as cal  # noqa: E402
 SKIP = cal.SKIP
 
 
-def _loaders(hidden: int, n: int, scenario: str | None = None, kind: str = "compute") -> list[subprocess.Popen]:
+def _loaders(hidden: int, n: int, scenario: str | None = None, kind: str = "compute",
+             out: str = "") -> list[subprocess.Popen]:
     """``n`` neighbour processes that load the 2 cores as the 2 emulated ranks' own processes would in
     the real job. ``kind``: "compute", each the script alone (it computes without a pause); "live"
     (with ``scenario``), each a 1-real-rank live run of the script (it computes, then sleeps through
     its emulated all-reduce); "gloo", the ``n`` together a real ``n``-rank gloo run of the script
-    (it computes, then all-reduces among them for real, which keeps the cores as busy as the real
-    job's transport does)."""
+    (it computes, then all-reduces among them for real, keeping the cores busy as a transport does).
+    A live neighbour writes its results under ``out``."""
     procs = []
     port = str(cal.free_port())
     for i in range(n):
@@ -67,10 +68,9 @@ def _loaders(hidden: int, n: int, scenario: str | None = None, kind: str = "comp
             env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(cal.free_port()))
         args = [sys.executable, *cal._script_args(hidden, 10**7)]
         if kind == "live":
-            assert scenario is not None
-            out = tempfile.mkdtemp(prefix="neighbour-")
-            args = [sys.executable, "-m", "emulator", "live", scenario, "--world", "4", "--clock", "wall", "--out", out,
-                    "--", "python", *cal._script_args(hidden, 10**7)]
+            assert scenario is not None and out
+            args = [sys.executable, "-m", "emulator", "live", scenario, "--world", "4", "--clock", "wall", "--out",
+                    os.path.join(out, f"neighbour{i}"), "--", "python", *cal._script_args(hidden, 10**7)]
         # a session of its own: a live neighbour's script is its child, killed with it (``_stop``)
         procs.append(subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                       start_new_session=True))
@@ -92,7 +92,13 @@ def live_run(scenario: str, hidden: int, iters: int, neighbours: int, extra: tup
              clock: str = "wall", kind: str = "compute") -> dict:
     """`emulator live --real 2 --world 4`: the summary, and the mean of the real ranks' iteration times
     (``kind``: of the neighbours, see ``_loaders``)."""
-    loaders = _loaders(hidden, neighbours, scenario, kind)
+    with tempfile.TemporaryDirectory() as tmp:
+        return _live_run(scenario, hidden, iters, neighbours, extra, clock, kind, tmp)
+
+
+def _live_run(scenario: str, hidden: int, iters: int, neighbours: int, extra: tuple[str, ...], clock: str, kind: str,
+              work: str) -> dict:
+    loaders = _loaders(hidden, neighbours, scenario, kind, work)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [sys.executable, "-m", "emulator", "live", scenario, "--world", "4", "--real", "2", "--clock", clock,
