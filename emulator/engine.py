@@ -698,8 +698,9 @@ class Engine:
         block's one per part."""
         if self._rel:
             start, end, xfer = opened_times(self.tops, self._rel, self.start, self.end, self.xfer)
-            return SpanTable(OpenedFields(self.tops), [None], 0, array("d", start.tobytes()),
-                             array("d", end.tobytes()), array("d", xfer.tobytes()))
+            # memoryviews of the numpy arrays, not copies: they slice and iterate as Python floats
+            return SpanTable(OpenedFields(self.tops), [None], 0, memoryview(start), memoryview(end),
+                             memoryview(xfer))
         ranks = {op.rank for op in self.tops}
         maps: list[dict[int, int] | None] = []
         for k, m in enumerate(self._rmaps):
