@@ -115,3 +115,10 @@ def test_a_tolerance_out_of_range_is_named():
             "simulation: {fold_tolerance: 0.5}\n")
     with pytest.raises(EmulatorError, match=r"t.yaml:4.*simulation.fold_tolerance"):
         load_scenario_text(text, "t.yaml")
+
+
+def test_an_unknown_spread_is_named():
+    from emulator.simulation import build_cluster
+
+    with pytest.raises(ValueError, match="unknown spread 'median'; known: refuse, least, greatest"):
+        build_cluster(scenario(3, 5, 8, 4), None, "median")

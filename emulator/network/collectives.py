@@ -122,6 +122,8 @@ class CollectiveModel:
     def __init__(self, router: Router, node_of: Callable[[int], int], steps: StepCosts,
                  algorithm: str = "ring", fold: Fold | None = None,
                  hardware: tuning.Hardware | None = None, spread: str = "refuse") -> None:
+        if spread not in ("refuse", "least", "greatest"):
+            raise ValueError(f"unknown spread {spread!r}; known: refuse, least, greatest")
         if algorithm not in ("auto", *ALGORITHMS):
             raise ValueError(f"unknown collective algorithm {algorithm!r}; known: auto, {', '.join(ALGORITHMS)}")
         self.router = router

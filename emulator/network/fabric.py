@@ -250,20 +250,18 @@ class Fabric:
         """Put ``flow`` on each of its links (insertion-ordered sets) and ask for a re-solve; a flow
         whose links carry nothing else is its own component, and gets its rate at once."""
         on_link = self.on_link
-        if all(not on_link[link] for link in flow.links):
-            for link in flow.links:
-                s = on_link[link]
-                if s is None:
-                    s = on_link[link] = {}
-                s[flow] = None
-            self._assign([flow])
-            return
+        alone = True
         for link in flow.links:
             s = on_link[link]
             if s is None:
                 s = on_link[link] = {}
+            elif s:
+                alone = False
             s[flow] = None
-            self._dirty.add(link)
+        if alone:
+            self._assign([flow])
+            return
+        self._dirty.update(flow.links)
         self._request_solve()
 
     def _request_solve(self) -> None:
