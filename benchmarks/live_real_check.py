@@ -67,6 +67,10 @@ def _loaders(hidden: int, n: int, scenario: str | None = None, kind: str = "comp
         else:
             env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(cal.free_port()))
         args = [sys.executable, *cal._script_args(hidden, 10**7)]
+        if kind == "paced":
+            os.makedirs(os.path.join(out, "pace"), exist_ok=True)
+            args = [sys.executable, os.path.join(ROOT, "benchmarks", "paced_neighbour.py"), "--socket",
+                    os.path.join(out, "pace", f"rank{i}"), "--hidden", str(hidden)]
         if kind == "live":
             assert scenario is not None and out
             args = [sys.executable, "-m", "emulator", "live", scenario, "--world", "4", "--clock", "wall", "--out",
@@ -103,7 +107,8 @@ def _live_run(scenario: str, hidden: int, iters: int, neighbours: int, extra: tu
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [sys.executable, "-m", "emulator", "live", scenario, "--world", "4", "--real", "2", "--clock", clock,
                    "--out", tmp, *extra, "--", "python", *cal._script_args(hidden, iters)]
-            subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            env = dict(os.environ, EMULATOR_LIVE_PACE=os.path.join(work, "pace")) if kind == "paced" else None
+            subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
             with open(os.path.join(tmp, "summary.json")) as fh:
                 summary = json.load(fh)
             with open(os.path.join(tmp, "record.json")) as fh:
@@ -285,7 +290,7 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 512, 768])
     p.add_argument("--scenario", help="a calibrated scenario (default: calibrate now, into a temporary one)")
-    p.add_argument("--neighbours", choices=("compute", "live", "gloo"), default="live",
+    p.add_argument("--neighbours", choices=("compute", "live", "gloo", "paced"), default="live",
                    help="fidelity: the 2 processes beside the 2 real ranks: 1-rank live runs of the script, which "
                         "compute, then sleep through their emulated all-reduce, as ranks 2 and 3 of the real job "
                         "compute, then wait on theirs (default; from run 7 of the README); the script alone, which "

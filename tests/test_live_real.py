@@ -108,6 +108,38 @@ def _scenario(tmp_path, overrides):
     return str(path)
 
 
+def test_the_pace_hint_marks_each_end_of_a_wait(tmp_path):
+    """EMULATOR_LIVE_PACE (benchmarks' in-step neighbours): one datagram each time the local rank
+    ends a wait on communication, none while it computes, and no error when nobody listens."""
+    import socket
+    import tempfile
+
+    from emulator.live.cost import CommCost
+    from emulator.live.run import _pace
+    from emulator.live.session import Session
+
+    clock = HandClock()
+    s = Session(clock, CommCost(custom_scenario(star(tmp_path, 4, bw=1e9, lat=1e-5)), 4), 4)
+    ends: list[float] = []
+    s.on_synced.append(lambda: ends.append(clock.now()))
+    clock.compute(0.010)
+    s.issue("all_reduce", (0, 1, 2, 3), 1e6)
+    assert ends == []  # issued, not waited on
+    s.sync("backward")
+    # the ring all-reduce of 1 MB on a star of 4 (1 GB/s, 10 us a link) ends at
+    # 10 ms + 2*3*20 us + 1.5 * 1e6 / 1e9 s = 10 + 0.12 + 1.5 = 11.62 ms: the one end of a wait
+    assert ends == pytest.approx([0.01162], rel=1e-9)
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:  # a short path: AF_UNIX allows ~100 bytes
+        path = os.path.join(d, "rank0")
+        _pace(path)()  # nobody listens yet: dropped, no error
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        sock.settimeout(5.0)
+        _pace(path)()
+        assert sock.recv(16) == b"w"
+        sock.close()
+
+
 def test_overrides_are_applied_or_refused_by_name(tmp_path):
     from emulator.errors import EmulatorError
     from emulator.live.overrides import live_overrides

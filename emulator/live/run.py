@@ -14,7 +14,9 @@ EMULATOR_LIVE_WORLD, EMULATOR_LIVE_CLOCK (wall | virtual), EMULATOR_LIVE_RECORD
 with several real ranks (``--real K``): EMULATOR_LIVE_REAL (K), EMULATOR_LIVE_MASTER
 (host:port of the real ranks' store) and EMULATOR_LIVE_T0 (the launcher's
 ``time.perf_counter()``, the common origin of the real ranks' clocks: one monotonic
-clock on one machine).
+clock on one machine). Tooling only: EMULATOR_LIVE_PACE (a directory): each time the local
+rank ends a wait on communication, one datagram goes to the UNIX socket ``rank<RANK>`` there,
+if something listens (``_pace``; benchmarks/live_real_check.py's in-step neighbours).
 """
 from __future__ import annotations
 
@@ -65,7 +67,25 @@ def _session():
                      f"({skew.skew_base * 1e3:g} ms + {skew.skew_slope:g} x the compute since the last "
                      "synchronisation) after its mirror")
     live.notes.extend(notes + ([note] if note else []))
+    if os.environ.get("EMULATOR_LIVE_PACE"):
+        live.on_synced.append(_pace(os.path.join(os.environ["EMULATOR_LIVE_PACE"], f"rank{rank}")))
     return live
+
+
+def _pace(path: str) -> Callable[[], None]:
+    """A callable that sends one datagram to the UNIX socket ``path``; nothing, and no error, when
+    nobody listens there (the pace is a hint to a process beside the run, never part of it)."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.setblocking(False)
+
+    def send() -> None:
+        try:
+            sock.sendto(b"w", path)
+        except OSError:  # no listener (yet), or its queue is full: the hint is dropped
+            pass
+    return send
 
 
 def _pipeline(scenario, world: int, rank: int, real: int, slow: dict[int, float] | None = None):

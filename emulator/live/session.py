@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from emulator.live.clock import Clock
 from emulator.live.cost import CommCost
@@ -105,6 +105,7 @@ class Session:
         self.notes: list[str] = []
         self.end_s: float | None = None
         self._step_key: int | None = None
+        self.on_synced: list[Callable[[], None]] = []  # called each time a wait on communication ends
 
     # -- stragglers ---------------------------------------------------------------
     def arrival(self, group: tuple[int, ...], collective: bool = True) -> float:
@@ -233,6 +234,8 @@ class Session:
     def _synced(self) -> None:
         """The local rank waited on communication: its compute since the last synchronisation restarts."""
         self._sync_busy = self.clock.now() - self.blocked_s
+        for cb in self.on_synced:
+            cb()
 
     def wait(self, rec: CommRecord, reason: str = "wait") -> float:
         if self.pipeline is not None and rec.op == "send":
