@@ -6,10 +6,13 @@
    (2 + 2) `emulator live --real 2 --world 4`: 2 real gloo processes (their DP all-reduce
            is mixed: data by the mirror rules, timing emulated from the later real arrival),
            beside 2 neighbour processes that stand for ranks 2 and 3's share of the 2 cores.
-           --neighbours live (default): each a 1-rank live run of the script, which computes,
-           then sleeps through its emulated all-reduce, as ranks 2 and 3 of the real job compute,
-           then wait on theirs; compute: the script alone, which never pauses (runs 1-6 in the
-           README: while the real ranks waited, the cores stayed full, and the live side ran
+           --neighbours paced (default, from run 11 of the README): each in step with the real
+           rank its emulated rank mirrors (benchmarks/paced_neighbour.py): it computes what that
+           rank computes from each end of its waits on communication, then sleeps until the next,
+           as ranks 2 and 3 of the real job do; live: a 1-rank live run of the script, which
+           computes, then sleeps through its emulated all-reduce, out of step with the real ranks
+           (runs 7, 8, 10: fast by 1-19%); compute: the script alone, which never pauses (runs
+           1-6, 9: while the real ranks waited, the cores stayed full, and the live side ran
            2-19% slow at 4.7 MB); gloo: a real 2-rank gloo run of the script.
    Each size --reps times, interleaved; medians, ranges, relative error. The fabric is
    calibrated first with the existing procedure (benchmarks/live_gloo_calibration.py,
@@ -53,7 +56,9 @@ SKIP = cal.SKIP
 def _loaders(hidden: int, n: int, scenario: str | None = None, kind: str = "compute",
              out: str = "") -> list[subprocess.Popen]:
     """``n`` neighbour processes that load the 2 cores as the 2 emulated ranks' own processes would in
-    the real job. ``kind``: "compute", each the script alone (it computes without a pause); "live"
+    the real job. ``kind``: "paced", each in step with real rank i (``benchmarks/paced_neighbour.py``,
+    paced through the sockets ``out``/pace/rank<i>: ``_live_run`` sets EMULATOR_LIVE_PACE);
+    "compute", each the script alone (it computes without a pause); "live"
     (with ``scenario``), each a 1-real-rank live run of the script (it computes, then sleeps through
     its emulated all-reduce); "gloo", the ``n`` together a real ``n``-rank gloo run of the script
     (it computes, then all-reduces among them for real, keeping the cores busy as a transport does).
@@ -203,7 +208,7 @@ def predicted_trace(scenario: str, parts: list[list[tuple[float, float, float]]]
 
 
 def fidelity(scenario: str, hiddens: list[int], reps: int, iters: int,
-             skew: tuple[float, float] | None = None, kind: str = "live") -> list[dict]:
+             skew: tuple[float, float] | None = None, kind: str = "paced") -> list[dict]:
     """``skew``: also run 2 + 2 with the arrival-skew model (a in s, b), interleaved. ``kind``: of the 2
     neighbour processes (``_loaders``)."""
     rows = []
@@ -290,11 +295,12 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 512, 768])
     p.add_argument("--scenario", help="a calibrated scenario (default: calibrate now, into a temporary one)")
-    p.add_argument("--neighbours", choices=("compute", "live", "gloo", "paced"), default="live",
-                   help="fidelity: the 2 processes beside the 2 real ranks: 1-rank live runs of the script, which "
-                        "compute, then sleep through their emulated all-reduce, as ranks 2 and 3 of the real job "
-                        "compute, then wait on theirs (default; from run 7 of the README); the script alone, which "
-                        "never pauses (runs 1-6); or a real 2-rank gloo run of it")
+    p.add_argument("--neighbours", choices=("paced", "live", "compute", "gloo"), default="paced",
+                   help="fidelity: the 2 processes beside the 2 real ranks: each in step with a real rank, "
+                        "computing from each end of its waits to the next, as ranks 2 and 3 of the real job do "
+                        "(default; from run 11 of the README); 1-rank live runs of the script, which compute, then "
+                        "sleep through their emulated all-reduce, out of step (runs 7, 8, 10); the script alone, "
+                        "which never pauses (runs 1-6, 9); or a real 2-rank gloo run of it")
     p.add_argument("--skew", nargs=2, type=float, metavar=("A_MS", "B"),
                    help="fidelity: also run 2 + 2 with live.skew: model, skew_base A_MS ms, skew_slope B (interleaved)")
     args = p.parse_args()
