@@ -39,3 +39,24 @@ def test_same_input_gives_byte_identical_outputs(tmp_path, capsys):
     sa, sb = json.loads(a["summary.json"]), json.loads(b["summary.json"])
     sa["sim"].pop("wall_s"), sb["sim"].pop("wall_s")  # the host's wall-clock time, the one varying field
     assert sa == sb
+
+
+def test_streamed_trace_is_what_json_dump_writes(tmp_path, capsys):
+    """write_trace streams the events in chunks through the C encoder; the file must be the bytes
+    json.dump writes of the whole document, whatever the chunking (0 events, a partial chunk,
+    exact chunks, a chunk and one)."""
+    import io
+
+    from emulator.outputs.perfetto import trace_events, write_trace
+    from emulator.scenario.reader import load_scenario
+    from emulator.simulation import simulate
+
+    events = trace_events(simulate(load_scenario(QUICK)))
+    head = {"displayTimeUnit": "ms", "otherData": {"scenario": "quickstart · ü"}}
+    for n in (0, 1, 3, 6, 7, len(events)):
+        want = io.StringIO()
+        json.dump({**head, "traceEvents": events[:n]}, want, separators=(",", ":"))
+        got = io.StringIO()
+        write_trace(got, head, iter(events[:n]), chunk=3)
+        assert got.getvalue() == want.getvalue(), n
+    assert len(events) > 7  # the last case spans several chunks

@@ -5,7 +5,7 @@ import csv
 from typing import Sequence
 
 from emulator.outputs.atomic import write_atomic
-from emulator.spans import CSV_COLUMNS, Span
+from emulator.spans import CSV_COLUMNS, Span, by_rank
 
 
 def _row(s: Span) -> list:
@@ -17,7 +17,7 @@ def write_spans_csv(path: str, spans: Sequence[Span]) -> None:
     def write(fh) -> None:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(CSV_COLUMNS)
-        for s in sorted(spans, key=lambda s: (s.rank, s.start_s, s.op_id)):
+        for s in by_rank(spans):
             w.writerow(_row(s))
 
     write_atomic(path, write)
