@@ -141,6 +141,7 @@ class Engine:
         self.model = collectives
         keys = self._plan_keys()
         collectives.prepare(keys, capacity)
+        self.fabric.set_slack(collectives.slack)
         groups_ok = self._private_groups(keys)
         # GPUs whose compute slows while their communication is resident (catalog comm_overlap_slowdown)
         self.overlap = {r: g.spec.comm_overlap_slowdown for r, g in gpus.items()
@@ -423,8 +424,9 @@ class Engine:
     # -- running ----------------------------------------------------------------
     def run(self) -> tuple[SpanTable, int]:
         """Run to the end; return the spans and the number of SimPy events processed."""
-        if self.fabric.rewrite is not None:  # timed faults change links mid-run: every flow is simulated
-            self.private = bytearray(self.T)
+        if self.fabric.rewrite is not None:  # timed faults change links mid-run: every flow is simulated,
+            self.private = bytearray(self.T)  # on every link (a detour is no prepared plan: no slack proof)
+            self.fabric.set_slack(set())
         self.timed = bytearray(bool(tm or pv) for tm, pv in zip(self.timed, self.private))
         T = self.T
         heads = [t for t in range(T) if self.waiting[t] == 0]  # every copy starts like the template

@@ -48,6 +48,7 @@ from emulator.network import tree, tuning
 from emulator.network.compression import compress_plans
 from emulator.network.flows import FlowSpec, Plan
 from emulator.network.routing import Route, Router
+from emulator.network.slack import slack_links
 from emulator.program import Fold, FoldRefused
 
 PlanKey = tuple[str, tuple[int, ...], int]  # (op, group, root); op "p2p" with group (src, dst) for a transfer
@@ -139,6 +140,7 @@ class CollectiveModel:
         self._raw_plans: dict[CacheKey, Plan] = {}  # as built, before compression
         self._frozen = False
         self.link_alias: dict[int, int] = {}  # link → the link compression kept for it
+        self.slack: set[int] = set()  # kept links no flow mix can fill (emulator.network.slack)
         self._calls: dict[tuple[object, ...], Plan] = {}  # (op, group, root[, nbytes with auto]) → its plan
         self._candidates: dict[tuple[str, tuple[int, ...]], tuple[str, ...]] = {}
         self._choices: dict[tuple[str, tuple[int, ...], float], tuple[str, str]] = {}
@@ -178,7 +180,10 @@ class CollectiveModel:
         # always from the uncompressed plans: a link equivalent within earlier plans need not
         # be within the new set (the model is reused across engines by `collective` and `live`)
         order = sorted(self._raw_plans, key=lambda k: (repr(k[:3]), k[3]))
-        compressed, self.link_alias = compress_plans([self._raw_plans[k] for k in order], capacity)
+        raw = [self._raw_plans[k] for k in order]
+        compressed, self.link_alias = compress_plans(raw, capacity)
+        self.slack = slack_links((f for plan in raw for phase in plan for f in phase), self.router.topo.links,
+                                 capacity, self.link_alias)
         self._cache = dict(zip(order, compressed))
         self._calls = {}
         self._frozen = True

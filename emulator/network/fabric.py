@@ -196,6 +196,17 @@ class Fabric:
         self.listeners: list[Callable[[float, dict[int, float]], None]] = []
         # called on every flow as it starts; may change its links and weights (emulator.faults)
         self.rewrite: Callable[[Flow], None] | None = None
+        # links no flow mix can fill (emulator.network.slack): left out of components and solves
+        self.slack = bytearray(len(self.capacity))
+        self.bind: list[float] = self.capacity  # the capacities the solver sees (slack links: inf)
+
+    def set_slack(self, links: set[int]) -> None:
+        """Leave ``links`` out of components and solves (``emulator.network.slack``: they never
+        bind); their bytes and loads are still counted. Call before the first flow starts."""
+        self.slack = bytearray(len(self.capacity))
+        for link in links:
+            self.slack[link] = 1
+        self.bind = [INF if sl else c for c, sl in zip(self.capacity, self.slack)] if links else self.capacity
 
     # -- the narrow interface -------------------------------------------------
     def transfer(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
@@ -208,8 +219,12 @@ class Fabric:
             self._start(flow)
 
     def set_capacity(self, link: int, capacity: float) -> None:
-        """The link's capacity (B/s) is ``capacity`` from now on; its flows are re-solved."""
+        """The link's capacity (B/s) is ``capacity`` from now on; its flows are re-solved (and no
+        link is slack any more: the proof took the capacities as they were)."""
         self.capacity[link] = capacity
+        if self.bind is not self.capacity:
+            self.slack = bytearray(len(self.capacity))
+            self.bind = self.capacity
         self._dirty.add(link)
         self._request_solve()
 
@@ -249,13 +264,13 @@ class Fabric:
     def _place(self, flow: Flow) -> None:
         """Put ``flow`` on each of its links (insertion-ordered sets) and ask for a re-solve; a flow
         whose links carry nothing else is its own component, and gets its rate at once."""
-        on_link = self.on_link
+        on_link, slack = self.on_link, self.slack
         alone = True
         for link in flow.links:
             s = on_link[link]
             if s is None:
                 s = on_link[link] = {}
-            elif s:
+            elif s and not slack[link]:
                 alone = False
             s[flow] = None
         if alone:
@@ -280,8 +295,9 @@ class Fabric:
         mark = self._mark
         dirty, self._dirty = self._dirty, set()
         seen_links: set[int] = set()
+        slack = self.slack
         for link in dirty:
-            if link in seen_links:
+            if link in seen_links or slack[link]:
                 continue
             flows = self._component(link, seen_links, mark)
             if flows:
@@ -289,12 +305,17 @@ class Fabric:
             elif self.listeners:
                 for cb in self.listeners:
                     cb(self.env.now, {link: 0.0})
+        if self.listeners:  # a slack link's load, once its flows' rates are all settled
+            loads = {link: self.link_load(link) for link in dirty if slack[link]}
+            if loads:
+                for cb in self.listeners:
+                    cb(self.env.now, loads)
 
     def _component(self, start: int, seen_links: set[int], mark: int) -> list[Flow]:
         flows: list[Flow] = []
         stack = [start]
         seen_links.add(start)
-        on_link = self.on_link
+        on_link, slack = self.on_link, self.slack
         while stack:
             link = stack.pop()
             s = on_link[link]
@@ -306,14 +327,14 @@ class Fabric:
                 f.mark = mark
                 flows.append(f)
                 for l2 in f.links:
-                    if l2 not in seen_links:
+                    if l2 not in seen_links and not slack[l2]:
                         seen_links.add(l2)
                         stack.append(l2)
         return flows
 
     def _assign(self, flows: list[Flow]) -> None:
         now = self.env.now
-        rates = max_min_rates(flows, self.capacity)
+        rates = max_min_rates(flows, self.bind)
         for f, r in zip(flows, rates):
             if f.rate == r and f.version:
                 continue
@@ -326,9 +347,13 @@ class Fabric:
             self.env.timeout(delay, (f, f.version)).callbacks.append(self._finished)
         if self.listeners:
             loads: dict[int, float] = {}
+            slack = self.slack
             for f in flows:
                 for link, w in zip(f.links, f.weights):
-                    loads[link] = loads.get(link, 0.0) + w * f.rate
+                    if not slack[link]:
+                        loads[link] = loads.get(link, 0.0) + w * f.rate
+                    elif link not in loads:  # other components' flows cross it too
+                        loads[link] = self.link_load(link)
             for cb in self.listeners:
                 cb(now, loads)
 
@@ -351,20 +376,21 @@ class Fabric:
         self._settle(f, self.env.now)
         f.remaining = 0.0
         f.version += 1
-        on_link = self.on_link
+        on_link, slack = self.on_link, self.slack
         alone = True
         for link in f.links:
             s = on_link[link]
             assert s is not None  # the flow was added to every link of its own
             s.pop(f, None)
-            if s:
+            if s and not slack[link]:
                 alone = False
-        if alone:  # it ran alone: no survivor to speed up; its links report 0 load
+        if alone:  # it ran alone: no survivor to speed up; its links report 0 load (a slack link, the rest's)
             if self.listeners:
                 now = self.env.now
                 for link in f.links:
+                    load = self.link_load(link) if slack[link] else 0.0
                     for cb in self.listeners:
-                        cb(now, {link: 0.0})
+                        cb(now, {link: load})
         else:
             self._dirty.update(f.links)  # survivors speed up; an emptied link reports 0 load
             self._request_solve()
