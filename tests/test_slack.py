@@ -27,10 +27,12 @@ def test_a_witness_is_never_left_out():
     # one flow around a ring x → y → z → x: each link is bounded by the one before it (and the one
     # after), so each could be slack alone, but not all: a witness of a slack link stays
     ends = [("x", "y"), ("y", "z"), ("z", "x")]
-    ring = [FlowSpec((0, 1, 2), (1.0, 1.0, 1.0), 1.0, 0.0)]
+    ring = [FlowSpec((0, 1, 2), (1.0, 1.0, 1.0), 1.0, 0.0), FlowSpec((0, 1, 2), (0.5, 0.5, 0.5), 1.0, 0.0)]
+    assert slack_links(ring[:1], ends, [1.0, 1.0, 1.0]) == set()  # one flow shares no link: nothing to gain
     got = slack_links(ring, ends, [1.0, 1.0, 1.0])
-    # link 0 first (the fewest... all have 1 witness; ties by id): witnesses z→x (entering) kept;
-    # link 1's entering witness is link 0 (slack): by its leaving witness z→x (kept), slack too
+    # every link has 1 witness a side (ratio 1, bound 1 ≤ 1); ties go by id. Link 0: its entering
+    # witness z→x is kept; link 1's entering witness is link 0 (slack), but by its leaving witness
+    # z→x (kept) it is slack too; link 2 is a witness: kept
     assert got == {0, 1}
     # a merged class (link compression: 1 ≡ 2) is slack or not as a whole: 2 stands for 1 and 2, and
     # link 0, witnessed by 2 (entering) or 1 (leaving), leaves that class kept
@@ -68,9 +70,9 @@ def test_a_run_with_slack_links_is_the_run_without(monkeypatch):
     """DP 3 × PP 5 × TP 8 on 15 DGX A100 nodes, leaves of 2, every rank simulated (fold: off): the
     pipeline transfers cross the spine, whose links are slack (1:1). The iteration time and every
     link's bytes must be those of the same run with no link slack."""
-    import emulator.network.collectives as coll
     from test_folding_effect import scenario
 
+    import emulator.network.collectives as coll
     from emulator.simulation import simulate
 
     found: list[int] = []
