@@ -47,3 +47,22 @@ def test_estimate_gives_the_closed_form_iteration_near_the_run(capsys):
     actual = simulate(sc, record_links=False).iteration_time_s
     assert abs(closed - actual) <= 0.1 * actual
     assert re.search(r"iteration\s+~\S+ \S+ \(closed form, no contention: studies/rank.py\)", text)
+
+
+def test_estimate_sees_a_fold_the_run_will_refuse(capsys):
+    """DP 3 × PP 5 × TP 8 on leaves of 4 nodes (tests/test_folding_effect.py): the fold in effect
+    (5 ranks, one per stage) is refused by the run, as a replica's transfer crosses a leaf where its
+    representative's does not; the run simulates 3 × 5 = 15 ranks, and the estimate must say so,
+    with the run's refusal, and about 3 times the folded program's events."""
+    from test_folding_effect import scenario
+
+    from emulator.simulation import simulate
+    from emulator.tools.estimate import estimate
+
+    sc = scenario(3, 5, 8, 4)
+    text = estimate(sc)
+    assert re.search(r"GPUs\s+120 \(15 simulated\)", text)
+    assert "replicas across leaves not folded: p2p on (8, 32) has latency 1.205e-05 s" in text
+    estimated = int(re.search(r"events\s+~([\d,]+)", text).group(1).replace(",", ""))
+    actual = simulate(sc, record_links=False).events
+    assert 0.7 * actual <= estimated <= 1.3 * actual

@@ -38,8 +38,20 @@ def estimate(scenario: Scenario) -> str:
         raise EmulatorError(f"{scenario.path or scenario.name}: --estimate covers one workload; this scenario has "
                             f"{len(scenario.jobs)} jobs (run it without --estimate; folding is off with jobs)")
     t0 = time.perf_counter()
-    program, notes = build_workload(scenario)
+    program, notes = build_workload(scenario, blocks=True)  # as the run builds it (timed so)
     build_s = time.perf_counter() - t0
+    if any(op.parts for op in program.ops):
+        program = program.expanded()  # the ops one by one, to count
+    refused = _refusal(scenario, program)
+    scale = 1.0  # the run's simulated ranks over the program's: > 1 where the run will refuse the fold
+    if refused:  # the run then simulates every rank but the automorphisms' copies (not built here: slow)
+        from emulator.folding import choose_fold
+
+        fold, note = choose_fold(scenario, in_effect=False)
+        kept = program.ranks if fold is None else sum(map(fold.is_representative, range(program.ranks)))
+        scale = kept / len(program.simulated_ranks())
+        notes = [f"{note}; replicas across leaves not folded: {refused}"]
+        build_s *= 1.0 + scale  # the folded program, then the run's (about ``scale`` times its size)
     # an unfolded run given as templates: copies' compute ops end together (one event),
     # each copy's collectives and sends are instances of their own
     if isinstance(program, Stamped):
@@ -60,18 +72,41 @@ def estimate(scenario: Scenario) -> str:
             per = 2.0 * n * (n - 1) + 1 if op.collective == "all_to_all" else EVENTS_PER_COMM
             comm += per / EVENTS_PER_COMM * copies / members
     iterations = max(1, scenario.simulation.iterations)
-    events = int(EVENTS_PER_COMM * comm * iterations)
-    ranks = len(program.simulated_ranks())
+    events = int(EVENTS_PER_COMM * comm * iterations * scale)
+    ranks = int(len(program.simulated_ranks()) * scale)
     wall = build_s + events / EVENTS_PER_S
     lines = [f"scenario        {printable(scenario.name)}",
              f"GPUs            {program.ranks} ({ranks} simulated)",
-             f"ops             {len(ops) * copies * iterations:,} ({int(compute) * copies:,} compute per iteration)",
+             f"ops             {int(len(ops) * copies * iterations * scale):,} "
+             f"({int(compute * copies * scale):,} compute per iteration)",
              f"events          ~{events:,}",
              f"wall time       ~{format_time(wall)} (build {format_time(build_s)}, at ~{EVENTS_PER_S:,.0f} events/s)"]
     closed = closed_form(scenario)
     if closed is not None:
         lines.append(f"iteration       ~{format_time(closed)} (closed form, no contention: studies/rank.py)")
     return "\n".join(lines + [f"note: {n}" for n in notes])
+
+
+def _refusal(scenario: Scenario, program: Program) -> str:
+    """Why the run would refuse the program's fold in effect (its plans prepared as the engine
+    prepares them: a copy's transfer with other latencies than its representative's), or ""."""
+    from emulator.program import FoldRefused
+    from emulator.simulation import build_cluster
+
+    if program.fold is None or isinstance(program, Stamped):
+        return ""
+    keys: set[tuple[str, tuple[int, ...], int]] = set()
+    for op in program.ops:
+        if op.kind is COLLECTIVE:
+            keys.add((op.collective, op.group, op.root))
+        elif op.kind is SEND:
+            keys.add(("p2p", (op.rank, op.peer), op.rank))
+    cluster = build_cluster(scenario, program.fold)
+    try:
+        cluster.collectives.prepare(sorted(keys, key=repr), cluster.topology.capacity)
+    except FoldRefused as exc:
+        return str(exc)
+    return ""
 
 
 def _private_groups(ops: list[Op], program: Program, gpus_per_node: int) -> set[tuple[int, ...]]:
