@@ -199,6 +199,7 @@ class Fabric:
         # links no flow mix can fill (emulator.network.slack): left out of components and solves
         self.slack = bytearray(len(self.capacity))
         self.bind: list[float] = self.capacity  # the capacities the solver sees (slack links: inf)
+        self._alone_rates: dict[tuple[tuple[int, ...], tuple[float, ...]], float] = {}  # (links, weights) → rate
 
     def set_slack(self, links: set[int]) -> None:
         """Leave ``links`` out of components and solves (``emulator.network.slack``: they never
@@ -207,6 +208,7 @@ class Fabric:
         for link in links:
             self.slack[link] = 1
         self.bind = [INF if sl else c for c, sl in zip(self.capacity, self.slack)] if links else self.capacity
+        self._alone_rates.clear()
 
     # -- the narrow interface -------------------------------------------------
     def transfer(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
@@ -222,6 +224,7 @@ class Fabric:
         """The link's capacity (B/s) is ``capacity`` from now on; its flows are re-solved (and no
         link is slack any more: the proof took the capacities as they were)."""
         self.capacity[link] = capacity
+        self._alone_rates.clear()
         if self.bind is not self.capacity:
             self.slack = bytearray(len(self.capacity))
             self.bind = self.capacity
@@ -334,7 +337,15 @@ class Fabric:
 
     def _assign(self, flows: list[Flow]) -> None:
         now = self.env.now
-        rates = max_min_rates(flows, self.bind)
+        if len(flows) == 1:  # a flow alone: its rate depends on its links only (a plan's flows recur)
+            f0 = flows[0]
+            key = (f0.links, f0.weights)
+            r0 = self._alone_rates.get(key)
+            if r0 is None:
+                r0 = self._alone_rates[key] = _alone_rate(f0, self.bind)
+            rates = [r0]
+        else:
+            rates = max_min_rates(flows, self.bind)
         for f, r in zip(flows, rates):
             if f.rate == r and f.version:
                 continue
