@@ -130,14 +130,17 @@ def _live_run(scenario: str, hidden: int, iters: int, neighbours: int, extra: tu
     return {"iteration_s": statistics.mean(per_rank), "summary": summary, "parts": parts}
 
 
-def phases(record: dict) -> list[tuple[float, float, float]]:
-    """Per iteration (``iterations(record)``'s rows), the local rank's compute in three parts: up to the
+def phases(record: dict) -> list[tuple[float, float, float, float]]:
+    """Per iteration (``iterations(record)``'s rows), the local rank's compute in four parts: up to the
     issue of its gradient all-reduce (forward, backward to the bucket), from the issue to the wait on
-    it (the rest of the backward, overlapping the all-reduce), and after the wait (the optimizer
-    step). An iteration without such an all-reduce is all first part."""
+    it (the rest of the backward, overlapping the all-reduce), the wake-up after its waits (the wall
+    clock resumes the rank after a wait's end: a host's latency, which a slower GPU does not
+    stretch), and the rest after the wait (the optimizer step). An iteration without such an
+    all-reduce is all first part."""
     from emulator.live.report import iterations
 
     waits = [(w["start_s"], w["end_s"]) for w in record["waits"]]
+    woken = [(w["end_s"], w.get("resumed_s", w["end_s"])) for w in record["waits"]]
 
     def blocked(lo: float, hi: float) -> float:
         return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in waits)
@@ -148,32 +151,33 @@ def phases(record: dict) -> list[tuple[float, float, float]]:
         issues = [c["issue_s"] for c in record["comms"] if c["op"] == "all_reduce" and len(c["group"]) > 2
                   and lo <= c["issue_s"] < hi]
         if not issues:
-            out.append((row["compute_s"], 0.0, 0.0))
+            out.append((row["compute_s"], 0.0, 0.0, 0.0))
             continue
         t = issues[-1]
         wait = min((a for a, _b in waits if a >= t and a < hi), default=hi)
         pre = t - lo - blocked(lo, t)
         post = wait - t - blocked(t, wait)
-        out.append((pre, post, row["compute_s"] - pre - post))
+        wake = sum(max(0.0, min(b, hi) - max(a, wait)) for a, b in woken)
+        out.append((pre, post, wake, row["compute_s"] - pre - post - wake))
     return out
 
 
-def _ddp_program(parts: list[list[tuple[float, float, float]]], nbytes: float):
+def _ddp_program(parts: list[list[tuple[float, float, float, float]]], nbytes: float):
     """The Program of DDP with one gradient bucket on 4 ranks: per iteration, rank r computes
     ``parts[r][i]``'s first part, issues the all-reduce, computes the second part beside it, and
-    after both the third (the optimizer step) — as the live run's ranks did."""
+    after both the wake-up and the fourth (the optimizer step) — as the live run's ranks did."""
     from emulator.program import COLLECTIVE, COMPUTE, Op, Program
 
     group = (0, 1, 2, 3)
     ops: list[Op] = []
     for r in group:
         prev: tuple[int, ...] = ()
-        for pre, post, opt in parts[r]:
+        for pre, post, wake, opt in parts[r]:
             a = Op(id=len(ops), rank=r, kind=COMPUTE, duration=pre, deps=prev, name="forward+backward")
             c = Op(id=a.id + 1, rank=r, kind=COLLECTIVE, stream="comm", collective="all_reduce", group=group,
                    bytes=nbytes, deps=(a.id,), name="grads")
             b = Op(id=a.id + 2, rank=r, kind=COMPUTE, duration=post, deps=(a.id,), name="backward after the issue")
-            o = Op(id=a.id + 3, rank=r, kind=COMPUTE, duration=opt, deps=(c.id, b.id), name="optimizer")
+            o = Op(id=a.id + 3, rank=r, kind=COMPUTE, duration=wake + opt, deps=(c.id, b.id), name="optimizer")
             ops += [a, c, b, o]
             prev = (o.id,)
     return Program(4, ops)
@@ -190,7 +194,7 @@ def _run_per_iteration(scenario: str, program, iters: int) -> float:
     return run_program(program, scen, record_links=False).iteration_time_s / iters
 
 
-def predicted_trace(scenario: str, parts: list[list[tuple[float, float, float]]], nbytes: float,
+def predicted_trace(scenario: str, parts: list[list[tuple[float, float, float, float]]], nbytes: float,
                     slow: tuple[int, float] | None) -> float:
     """`emulator run` driven by the live run's own measurements: real rank r computes, in iteration
     i, what it measured there (``parts[r][i]``: ``phases``), an emulated rank what its mirror did
@@ -203,7 +207,7 @@ def predicted_trace(scenario: str, parts: list[list[tuple[float, float, float]]]
     per_rank = []
     for r in group:
         f = slow[1] if slow and slow[0] == r else 1.0
-        per_rank.append([(a * f, b * f, c * f) for a, b, c in parts[mirror[r]][:iters]])
+        per_rank.append([(a * f, b * f, w, c * f) for a, b, w, c in parts[mirror[r]][:iters]])
     return _run_per_iteration(scenario, _ddp_program(per_rank, nbytes), iters)
 
 
@@ -233,22 +237,23 @@ def fidelity(scenario: str, hiddens: list[int], reps: int, iters: int,
     return rows
 
 
-def predicted_straggler(scenario: str, part: tuple[float, float, float], nbytes: float, factor: float,
+def predicted_straggler(scenario: str, part: tuple[float, float, float, float], nbytes: float, factor: float,
                         rank: int) -> tuple[float, float]:
     """`emulator run` on the same layout with the measured compute (each iteration ``part``: the mean
     of ``phases``): (iteration without, with the straggler ×``factor`` on ``rank``)."""
     iters = 4
     out = []
     for f in (1.0, factor):
-        per_rank = [[tuple(x * (f if r == rank else 1.0) for x in part)] * iters for r in range(4)]
+        g = [f if r == rank else 1.0 for r in range(4)]
+        per_rank = [[(part[0] * g[r], part[1] * g[r], part[2], part[3] * g[r])] * iters for r in range(4)]
         out.append(_run_per_iteration(scenario, _ddp_program(per_rank, nbytes), iters))  # type: ignore[arg-type]
     return out[0], out[1]
 
 
-def _mean_part(run: dict) -> tuple[float, float, float]:
+def _mean_part(run: dict) -> tuple[float, float, float, float]:
     """The mean over the real ranks and iterations of a live run's ``phases``."""
     rows = [p for rank in run["parts"] for p in rank]
-    return tuple(statistics.mean(p[k] for p in rows) for k in range(3))  # type: ignore[return-value]
+    return tuple(statistics.mean(p[k] for p in rows) for k in range(4))  # type: ignore[return-value]
 
 
 def straggler(scenario: str, reps: int, iters: int, hidden: int = 512, factor: float = 2.0) -> list[dict]:

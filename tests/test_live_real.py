@@ -100,6 +100,37 @@ def test_a_straggler_pays_its_mirrors_wake_up(tmp_path):
     assert (b.issue_s, b.start_s) == (pytest.approx(0.04262), pytest.approx(0.06262))
 
 
+class _OvershootClock(HandClock):
+    """A hand clock whose sleeps wake ``wake`` late but report the blocked time asked for, as the
+    wall clock does (``Clock.advance_to``): the overshoot then counts as the rank's own time."""
+
+    def __init__(self, wake):
+        super().__init__()
+        self.wake = wake
+
+    def advance_to(self, t):
+        gap = t - self.now()
+        super().advance_to(t + self.wake)
+        return max(gap, 0.0)
+
+
+def test_a_wait_records_when_the_rank_went_on(tmp_path):
+    # compute 10 ms, the all-reduce of 1 MB on the star (1.62 ms) ends at 11.62 ms, the rank wakes
+    # 0.5 ms later: the wait is 10 -> 11.62 ms, and the rank went on at 12.12 ms (what
+    # benchmarks/live_real_check.py's phases keep apart from the compute a straggler stretches)
+    from emulator.live.cost import CommCost
+    from emulator.live.session import Session
+
+    clock = _OvershootClock(0.0005)
+    s = Session(clock, CommCost(custom_scenario(star(tmp_path, 4, bw=1e9, lat=1e-5)), 4), 4)
+    clock.compute(0.010)
+    s.issue("all_reduce", (0, 1, 2, 3), 1e6)
+    s.sync("backward")
+    (w,) = s.to_dict()["waits"]
+    assert (w["start_s"], w["end_s"], w["resumed_s"]) == (pytest.approx(0.010), pytest.approx(0.01162),
+                                                          pytest.approx(0.01212))
+
+
 def _scenario(tmp_path, overrides):
     graph = star(tmp_path, 4, bw=1e9, lat=1e-5)
     path = tmp_path / "s.yaml"

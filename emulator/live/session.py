@@ -76,6 +76,7 @@ class WaitRecord:
     start_s: float
     end_s: float
     reason: str  # wait | backward | optimizer | barrier | end
+    resumed_s: float = -1.0  # when the rank went on (the wall clock wakes after end_s); -1: at end_s
 
 
 class Session:
@@ -226,7 +227,7 @@ class Session:
         start = self.clock.now()
         blocked = self.clock.advance_to(t)
         if blocked > 0:
-            self.waits.append(WaitRecord(start, start + blocked, reason))
+            self.waits.append(WaitRecord(start, start + blocked, reason, self.clock.now()))
             self.blocked_s += blocked
         self._synced()
         return blocked
@@ -285,7 +286,8 @@ class Session:
                 "notes": list(self.notes) + (self.pipeline.notes if self.pipeline else []),
                 "comms": [dict(seq=c.seq, op=c.op, group=list(c.group), bytes=c.bytes, issue_s=c.issue_s,
                                start_s=c.start_s, end_s=c.end_s, stream=c.stream) for c in self.comms],
-                "waits": [dict(start_s=w.start_s, end_s=w.end_s, reason=w.reason) for w in self.waits]}
+                "waits": [dict(start_s=w.start_s, end_s=w.end_s, reason=w.reason,
+                               resumed_s=w.resumed_s if w.resumed_s >= 0 else w.end_s) for w in self.waits]}
 
     def finish(self) -> None:
         if self.end_s is None:
