@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
-from train_mlp import mlp  # noqa: E402  (the script's own model, not a copy)
+from train_mlp import forward_backward, mlp  # noqa: E402  (the script's own model and step, not copies)
 
 
 def _drain(sock: socket.socket) -> None:
@@ -60,12 +60,7 @@ def main() -> int:
         _drain(sock)
         if stepped:
             opt.step()
-        x = torch.randn(args.batch, args.hidden, generator=gen)
-        with torch.no_grad():
-            y = teacher(x)
-        loss = nn.functional.mse_loss(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        forward_backward(model, teacher, opt, gen, args.batch, args.hidden)
         stepped = True
 
 

@@ -37,6 +37,17 @@ def mlp(width, layers):
     return nn.Sequential(*mods)
 
 
+def forward_backward(model, teacher, opt, gen, batch, hidden):
+    """One iteration's forward and backward on a fresh batch; returns the loss."""
+    x = torch.randn(batch, hidden, generator=gen)
+    with torch.no_grad():
+        y = teacher(x)
+    loss = nn.functional.mse_loss(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    return loss
+
+
 def main():
     args = parse_args()
     if args.threads:
@@ -50,12 +61,7 @@ def main():
     gen = torch.Generator().manual_seed(1000 + rank)
     times, last = [], time.perf_counter()
     for it in range(args.iters):
-        x = torch.randn(args.batch, args.hidden, generator=gen)
-        with torch.no_grad():
-            y = teacher(x)
-        loss = nn.functional.mse_loss(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = forward_backward(model, teacher, opt, gen, args.batch, args.hidden)
         opt.step()
         now = time.perf_counter()
         times.append(now - last)
