@@ -95,13 +95,17 @@ def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) 
 
     fold, note = choose_fold(scenario, in_effect=not refused)
     if refused:  # the symmetries that are automorphisms still hold
-        note = f"{note}; replicas across leaves not folded: {refused}"
+        note = _refused_note(note, refused)
     with _collector_paused():
         if fold is None:  # simulate every rank; build the representatives once and stamp the copies
             pfold = program_fold(scenario)
             if pfold is not None:
                 return unfold(build_program(scenario, pfold), pfold), [note]
         return build_program(scenario, fold, blocks=blocks and fold is not None), [note]
+
+
+def _refused_note(note: str, refused: str) -> str:
+    return f"{note}; replicas across leaves not folded: {refused}"
 
 
 @contextmanager
@@ -151,6 +155,12 @@ def simulate(scenario: Scenario, progress: Progress | None = None, record_links:
         bounded = _bounded(program, scenario, progress, record_links, notes, refused)
         if bounded is not None:
             return bounded
+    from emulator.folding import choose_fold, restamp
+
+    stamped = restamp(program, scenario)
+    if stamped is not None:  # the same ops, every replica simulated: no second build
+        notes = [_refused_note(choose_fold(scenario, in_effect=False)[1], refused)]
+        return run_program(stamped, scenario, progress=progress, record_links=record_links, notes=notes)
     del program
     with _collector_paused(set_aside=True):  # automorphisms only
         program, notes = build_workload(scenario, refused=refused, blocks=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from emulator.folding import Stamped
 from emulator.metrics import mean_breakdown, rank_totals
 from emulator.outputs.ranks import rank_rows
 from emulator.printable import printable
@@ -31,9 +32,11 @@ def _memory(result: Result) -> dict[str, Any]:
 
 def compute_source(result: Result) -> dict[str, float] | None:
     """Shares of the compute time the workload builder costed from measured, interpolated and
-    roofline kernels (devices/kernels.py), over the simulated ranks' ops; None for a trace."""
+    roofline kernels (devices/kernels.py), over the simulated ranks' ops; None for a trace. A
+    stamped program's copies are its template's ops again: the template alone gives the shares."""
     totals = [0.0, 0.0, 0.0]
-    for op in result.program.ops:
+    program = result.program
+    for op in program.template if isinstance(program, Stamped) else program.ops:
         if op.costed:
             for i, t in enumerate(op.costed):
                 totals[i] += t
