@@ -106,12 +106,15 @@ class OpenedFields:
 
 
 def opened_times(ops: list[Op], rel: dict[int, Offsets], start: Sequence[float], end: Sequence[float],
-                 xfer: Sequence[float]) -> tuple[Any, Any, Any]:
+                 xfer: Sequence[float], copies: int = 1) -> tuple[Any, Any, Any]:
     """The start, end and transfer-start time of every op with blocks opened (as ``OpenedFields``):
     part p of block op t ran from ``start[t] + s[p]`` to ``start[t] + e[p]`` (``rel[t]``), its
     transfer, for a collective, from its start (a private collective waits for no one). Float64
     numpy arrays. The offsets are gathered from one pool of each distinct block's (s, e), never as a
-    float object per part (5.6M parts of GPT 530B)."""
+    float object per part (5.6M parts of GPT 530B).
+
+    With ``copies``, the times are those of ``copies`` copies of ``ops``, one after the other (a
+    stamped program's: ``start[k·len(ops) + t]``); the opened layout is worked out once for all."""
     import numpy as np
 
     n = len(ops)
@@ -137,13 +140,20 @@ def opened_times(ops: list[Op], rel: dict[int, Offsets], start: Sequence[float],
     index -= (np.cumsum(counts) - counts)[rep]  # the entry's place within its op
     index += base[rep]
     is_part = is_block[rep]
-    index[~is_part] = 0
-    starts = np.asarray(start, dtype=np.float64)[rep]
-    ends = np.asarray(end, dtype=np.float64)[rep]
-    xfers = np.asarray(xfer, dtype=np.float64)[rep]
-    del rep
-    block_start = starts[is_part]
-    starts[is_part] = block_start + np.asarray(pool_s or [0.0])[index[is_part]]
-    ends[is_part] = block_start + np.asarray(pool_e or [0.0])[index[is_part]]
-    xfers[is_part] = starts[is_part]
+    rel_s = np.asarray(pool_s or [0.0])[index[is_part]]
+    rel_e = np.asarray(pool_e or [0.0])[index[is_part]]
+    del index
+    m = len(rep)
+    out = [np.empty(m * copies, dtype=np.float64) for _ in range(3)]
+    for col, o in zip((start, end, xfer), out):
+        flat = np.asarray(col, dtype=np.float64)
+        for k in range(copies):
+            o[k * m:(k + 1) * m] = flat[k * n:(k + 1) * n][rep]
+    starts, ends, xfers = out
+    for k in range(copies):
+        s, e, x = starts[k * m:(k + 1) * m], ends[k * m:(k + 1) * m], xfers[k * m:(k + 1) * m]
+        block_start = s[is_part]
+        s[is_part] = block_start + rel_s
+        e[is_part] = block_start + rel_e
+        x[is_part] = s[is_part]
     return starts, ends, xfers

@@ -114,13 +114,6 @@ def _delay_to(now: float, at: float) -> float:
     return d
 
 
-def _joined(copies: list[tuple[Any, Any, Any]]) -> tuple[Any, Any, Any]:
-    """Each copy's (start, end, xfer) arrays, one after the other."""
-    import numpy as np
-
-    return tuple(np.concatenate([c[j] for c in copies]) for j in range(3))  # type: ignore[return-value]
-
-
 class DeadlockError(EmulatorError):
     """The program can never finish: some ops wait for something that never comes."""
 
@@ -169,6 +162,10 @@ class Engine:
         # block op is BLOCK
         self.kind: list[int] = [BLOCK if op.parts else int(op.kind) for op in self.tops]
         self.off, self.to, wait = self._wire()
+        # the same successors as a tuple per op, for the hot loops: iterating a tuple makes no int
+        # objects, where a slice of the array makes the slice and an int per entry (~0.1 µs an op)
+        to = self.to
+        self.succ = [tuple(to[a:b]) for a, b in zip(self.off, self.off[1:])]
         self.call = self._call_numbers()
         self.shares = self._sharing()
         self._gpu_share: dict[int, SharedGpu] = {}  # world rank → its running kernels (sharing ranks only)
@@ -198,6 +195,17 @@ class Engine:
             self.shares = bytearray(op.kind is COMPUTE and op.stream != "cpu" for op in self.tops)
             self.private = bytearray(self.T)
         self.timed = bytearray(op.kind is COMPUTE and not sh for op, sh in zip(self.tops, self.shares))
+        self._pkey, self._ppair = self._p2p_keys()
+        # per block op, the index of its shape (its collectives' runs); per copy and shape, their bytes
+        shapes: dict[int, int] = {}
+        self._shape = array("q", [-1]) * self.T
+        for t, runs in self._replays.items():
+            self._shape[t] = shapes.setdefault(id(runs), len(shapes))
+        self._moved: list[list[list[tuple[int, float]] | None]] = [[None] * len(shapes) for _ in self._shifts]
+        # per copy: the sends or recvs waiting for their match, by template key; each send pair's plan
+        self._pwait: list[dict[P2PKey, list[Any]]] = [{} for _ in self._shifts]
+        npairs = max(self._ppair, default=-1) + 1
+        self._pplan: list[list[tuple[Plan, Any] | None]] = [[None] * npairs for _ in self._shifts]
 
     # -- copies ------------------------------------------------------------------
     def _tr(self, k: int, r: int) -> int:
@@ -457,6 +465,13 @@ class Engine:
                                          for (dt, _), p in zip(runs, parts)]
         return hit
 
+    def _moved_of(self, k: int, t: int) -> list[tuple[int, float]]:
+        """The (link, bytes) that block ``t``'s collectives leave in copy ``k``, in the order
+        ``_replay`` adds them (kept per copy and block shape)."""
+        flat = [lb for _, solo in (self._replays[t] if not k else self._replays_of(k, t)) for lb in solo.link_bytes]
+        self._moved[k][self._shape[t]] = flat
+        return flat
+
     def _replay(self, solo: Alone, at: float) -> None:
         """A private collective's bytes go on its links, and the fabric's listeners see the load
         changes it makes, at their times (it started at ``at``)."""
@@ -509,7 +524,8 @@ class Engine:
         starts now (``_start``)."""
         now = self.env.now
         T, timed, start, xfer, end, durs = self.T, self.timed, self.start, self.xfer, self.end, self.durs
-        off, to, waiting, ready_at, kind = self.off, self.to, self.waiting, self.ready_at, self.kind
+        succ, waiting, ready_at, kind = self.succ, self.waiting, self.ready_at, self.kind
+        listening, moved = bool(self.fabric.listeners), self.fabric.bytes_on_link
         while ready:
             i = ready.pop()
             k, t = divmod(i, T)
@@ -528,11 +544,18 @@ class Engine:
                 e = at + self._private_time(k, t, at)
             else:  # BLOCK: its collectives move their bytes at their times
                 e = at + durs[k][t]
-                for dt, solo in (self._replays[t] if not k else self._replays_of(k, t)):
-                    self._replay(solo, at + dt)
+                if listening:
+                    for dt, solo in (self._replays[t] if not k else self._replays_of(k, t)):
+                        self._replay(solo, at + dt)
+                else:  # only the bytes: the same sums, in the same order, from one flat list
+                    flat = self._moved[k][self._shape[t]]
+                    if flat is None:
+                        flat = self._moved_of(k, t)
+                    for link, b in flat:
+                        moved[link] += b
             end[i] = e
             base = i - t  # copy k's ops are the template's, shifted by k·T
-            for j in to[off[t]:off[t + 1]]:
+            for j in succ[t]:
                 j += base
                 if ready_at[j] < e:
                     ready_at[j] = e
@@ -574,6 +597,8 @@ class Engine:
             self._comm_resident(i, self._tr(k, self.tops[t].rank), now, 1)
         if c == 1:  # OpKind.COLLECTIVE
             self._arrive_collective(i, k, t)
+        elif self._pkey is not None:  # OpKind.SEND (2) or RECV (3), matched copy by copy
+            self._match(i, k, t, c == 2)
         elif c == 2:  # OpKind.SEND
             self._arrive_p2p(i, self._send_key(k, self.tops[t]), 0)
         else:  # OpKind.RECV
@@ -587,12 +612,12 @@ class Engine:
 
         With ``start_each``, the successors of each op are started (``_advance`` empties
         ``ready``) before the next op ends: ops that end together keep their start order."""
-        T, off, to, waiting, end, ready_at = self.T, self.off, self.to, self.waiting, self.end, self.ready_at
+        T, succ, waiting, end, ready_at = self.T, self.succ, self.waiting, self.end, self.ready_at
         for i in finished:
             end[i] = now
             t = i % T
             base = i - t
-            for j in to[off[t]:off[t + 1]]:
+            for j in succ[t]:
                 j += base
                 if ready_at[j] < now:
                     ready_at[j] = now
@@ -742,6 +767,70 @@ class Engine:
             plan = self.model.p2p(self._tr(k, send.rank), self._tr(k, send.peer))
             self._run_plan(plan, send.bytes, [s, r])
 
+    def _p2p_keys(self) -> tuple[list[P2PKey] | None, array[int]]:
+        """Per template op, the match key of a send or recv as copy 0 sees it (``_send_key``), and per
+        send, the index of its (rank, peer) pair; keys None where a copy's ops might match another
+        copy's (a key with a rank outside the template's: then every key is made per op, in world
+        ranks, ``_arrive_p2p``).
+
+        Copy k's world key is the template key translated by k: translations along the stamped axes
+        commute with the fold's (disjoint axes of one grid) and map the simulated ranks onto
+        themselves (the copies' shifts are a group), and copies' ranks are disjoint; so two ops of
+        one copy match in world ranks exactly when their template keys are equal, and ops of two
+        copies never do when every key's ranks are the template's."""
+        ranks = {op.rank for op in self.tops}
+        keys: list[P2PKey] = [(-1, -1, -1)] * self.T
+        pairs = array("q", [-1]) * self.T
+        index: dict[tuple[int, int], int] = {}
+        for t, op in enumerate(self.tops):
+            if op.kind is SEND:
+                key = self._send_key(0, op)
+                pairs[t] = index.setdefault((op.rank, op.peer), len(index))
+            elif op.kind is RECV:
+                key = (op.rank, op.peer, op.tag)
+            else:
+                continue
+            if len(self._shifts) > 1 and not (key[0] in ranks and key[1] in ranks):
+                return None, pairs
+            keys[t] = key
+        return keys, pairs
+
+    def _match(self, i: int, k: int, t: int, send: bool) -> None:
+        """Op ``i`` (copy ``k`` of template send or recv ``t``) is posted; with the oldest waiting op
+        of the other side and the same key, its transfer starts (NCCL matches a peer's sends and
+        receives in the order they are posted)."""
+        key = self._pkey[t]  # type: ignore[index]  # set when this path is taken
+        waits = self._pwait[k]
+        q = waits.get(key)  # [side waiting (True: sends), its ops oldest first]: one side waits at a time
+        if q is None:
+            waits[key] = [send, i]
+            return
+        if q[0] is send:
+            q.append(i)
+            return
+        j = q.pop(1)
+        if len(q) == 1:
+            del waits[key]
+        s, r = (i, j) if send else (j, i)
+        ts = s - k * self.T
+        pi = self._ppair[ts]
+        plans = self._pplan[k]
+        hit = plans[pi]
+        if hit is None:
+            op = self.tops[ts]
+            plan = self.model.p2p(self._tr(k, op.rank), self._tr(k, op.peer))
+            hit = plans[pi] = (plan, plan[0][0] if len(plan) == 1 and len(plan[0]) == 1 else None)
+        plan, flow = hit
+        if flow is None:
+            self._run_plan(plan, self.tops[ts].bytes, [s, r])
+            return
+        # one flow, one phase (a transfer within a node or between two NICs): the fabric's transfer
+        # itself, as ``Fabric.run_plan`` would start it
+        now = self.env.now
+        self.xfer[s] = self.xfer[r] = now
+        self.fabric.transfer(flow.links, flow.weights, self.tops[ts].bytes * flow.volume, flow.latency,
+                             lambda: self._done_many([s, r]))
+
     # -- results --------------------------------------------------------------------
     def _spans(self) -> SpanTable:
         """The run's spans (made lazily from the flat per-op arrays and the template ops), a
@@ -754,10 +843,7 @@ class Engine:
                     self._tr(k, r)
             maps.append(m)
         if self._rel:
-            T = self.T
-            copies = [opened_times(self.tops, self._rel, self.start[k * T:(k + 1) * T], self.end[k * T:(k + 1) * T],
-                                   self.xfer[k * T:(k + 1) * T]) for k in range(len(maps))]
-            start, end, xfer = copies[0] if len(copies) == 1 else _joined(copies)
+            start, end, xfer = opened_times(self.tops, self._rel, self.start, self.end, self.xfer, len(maps))
             # memoryviews of the numpy arrays, not copies: they slice and iterate as Python floats
             return SpanTable(OpenedFields(self.tops), maps, self.stride, memoryview(start), memoryview(end),
                              memoryview(xfer))

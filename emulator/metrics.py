@@ -82,7 +82,10 @@ def _buckets(spans: Iterable[Span]) -> dict[int, list[array]] | dict[int, list[n
 
 def _table_buckets(table: SpanTable) -> dict[int, list[np.ndarray]]:
     """``_buckets`` of a SpanTable, from its columns (numpy; the same arrays, in the same order,
-    as the loop over its spans gives: ranks in order of first appearance, spans in order)."""
+    as the loop over its spans gives: ranks in order of first appearance, spans in order).
+
+    A stamped program's copies run on ranks of their own, and a copy's spans are the template's
+    (shifted by k·T): its ranks are grouped once, on the template's column, for every copy."""
     n = len(table)
     if not n:
         return {}
@@ -93,19 +96,27 @@ def _table_buckets(table: SpanTable) -> dict[int, list[np.ndarray]]:
     cpu, opt = np.tile(cpu, table.copies), np.tile(opt, table.copies)
     start, end, xfer = (np.frombuffer(a, dtype=float) if isinstance(a, array) else np.asarray(a, dtype=float)
                         for a in table.times())
-    ranks = np.asarray(table.ranks(), dtype=np.int64)
     keep_c = is_compute & (end > start) & ~cpu
     keep_m = ~is_compute & (end > xfer)
+    copies = table.copy_ranks()
+    if copies is None:  # copies sharing a rank: group the whole table as one
+        ranks, copies, T = np.asarray(table.ranks(), dtype=np.int64), [None], n
+    else:
+        ranks, T = np.asarray(table.column("rank"), dtype=np.int64), n // len(copies)
     by_rank = np.argsort(ranks, kind="stable")  # each rank's spans together, in their order
     values, first, counts = np.unique(ranks, return_index=True, return_counts=True)
     bounds = np.concatenate(([0], np.cumsum(counts)))
     out: dict[int, list[np.ndarray]] = {}
-    for v in np.argsort(first):  # ranks in order of first appearance
-        mine = by_rank[bounds[v]:bounds[v + 1]]
-        c = mine[keep_c[mine] & ~opt[mine]]
-        o = mine[keep_c[mine] & opt[mine]]
-        m = mine[keep_m[mine]]
-        out[int(values[v])] = [start[c], end[c], xfer[m], end[m], start[o], end[o]]
+    for k, world in enumerate(copies):
+        for v in np.argsort(first):  # ranks in order of first appearance
+            mine = by_rank[bounds[v]:bounds[v + 1]]
+            if k:
+                mine = mine + k * T
+            c = mine[keep_c[mine] & ~opt[mine]]
+            o = mine[keep_c[mine] & opt[mine]]
+            m = mine[keep_m[mine]]
+            rank = int(values[v])
+            out[rank if world is None else world[rank]] = [start[c], end[c], xfer[m], end[m], start[o], end[o]]
     return out
 
 

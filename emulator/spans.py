@@ -133,6 +133,18 @@ class SpanTable(Sequence):
             out.extend(self._copy(k)[1])
         return out
 
+    def copy_ranks(self) -> list[dict[int, int] | None] | None:
+        """Per copy, its world rank of each template rank (None: the same rank); None where two
+        copies share a world rank."""
+        template = set(self._ranks)
+        seen: set[int] = set()
+        for m in self._maps:
+            mine = template if m is None else {m[r] for r in template}
+            if seen & mine:
+                return None
+            seen |= mine
+        return list(self._maps)
+
     def times(self) -> tuple[Sequence[float], Sequence[float], Sequence[float]]:
         """The start, end and transfer-start time of every span, in order."""
         return self._start, self._end, self._xfer

@@ -277,10 +277,29 @@ class Fabric:
                 alone = False
             s[flow] = None
         if alone:
-            self._assign([flow])
+            self._assign_alone(flow)
             return
         self._dirty.update(flow.links)
         self._request_solve()
+
+    def _assign_alone(self, f: Flow) -> None:
+        """``_assign([f])`` of a flow alone on its links (the usual case: one call, no lists)."""
+        key = (f.links, f.weights)
+        r = self._alone_rates.get(key)
+        if r is None:
+            r = self._alone_rates[key] = _alone_rate(f, self.bind)
+        if not (f.rate == r and f.version):
+            if f.rate:
+                self._settle(f, self.env.now)
+            else:  # nothing moved yet (``_settle`` of a flow at rate 0)
+                f.last = self.env.now
+            f.rate = r
+            f.version += 1
+            delay = f.remaining / r if r > 0.0 else INF
+            if delay != INF:  # else it cannot progress (zero capacity): reported as a deadlock
+                self.env.timeout(delay, (f, f.version)).callbacks.append(self._finished)
+        if self.listeners:
+            self._report([f])
 
     def _request_solve(self) -> None:
         if not self._pending:
@@ -357,16 +376,21 @@ class Fabric:
                 continue  # cannot progress (zero capacity); reported as a deadlock
             self.env.timeout(delay, (f, f.version)).callbacks.append(self._finished)
         if self.listeners:
-            loads: dict[int, float] = {}
-            slack = self.slack
-            for f in flows:
-                for link, w in zip(f.links, f.weights):
-                    if not slack[link]:
-                        loads[link] = loads.get(link, 0.0) + w * f.rate
-                    elif link not in loads:  # other components' flows cross it too
-                        loads[link] = self.link_load(link)
-            for cb in self.listeners:
-                cb(now, loads)
+            self._report(flows)
+
+    def _report(self, flows: list[Flow]) -> None:
+        """Tell the listeners the load the re-solved ``flows`` put on their links now."""
+        loads: dict[int, float] = {}
+        slack = self.slack
+        for f in flows:
+            for link, w in zip(f.links, f.weights):
+                if not slack[link]:
+                    loads[link] = loads.get(link, 0.0) + w * f.rate
+                elif link not in loads:  # other components' flows cross it too
+                    loads[link] = self.link_load(link)
+        now = self.env.now
+        for cb in self.listeners:
+            cb(now, loads)
 
     def _settle(self, f: Flow, now: float) -> None:
         if f.rate:
@@ -479,5 +503,6 @@ def alone(plan: Plan, nbytes: float, capacity: Sequence[float]) -> Alone:
     env.run()
     if end[0] < 0.0:
         raise ValueError("a plan run alone never finished (a link of no capacity?)")
-    moved = tuple((l, b) for l, b in enumerate(fabric.bytes_on_link) if b)
+    on = fabric.bytes_on_link  # only the plan's links carry bytes (no scan of the whole fabric's)
+    moved = tuple((l, on[l]) for l in sorted({l for phase in plan for f in phase for l in f.links}) if on[l])
     return Alone(end[0], moved, tuple(loads))
