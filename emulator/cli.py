@@ -46,24 +46,38 @@ def _load(args: argparse.Namespace, need_workload: bool = True):
     return sc
 
 
-def single_threaded_numpy() -> None:
-    """Import numpy with OpenBLAS on one thread, unless numpy is loaded already or the user set
-    ``OPENBLAS_NUM_THREADS``. OpenBLAS starts a thread per core when numpy loads it, and the idle
-    thread waits by spinning: on this 2-core machine that cost `emulator run` 0.06 s, a tenth of the
-    SimPy floor. The emulator does no BLAS work (its numpy use is element-wise, and integer), so
-    nothing else changes. The variable is read once, when the library loads: it is removed again
-    right after, so that no child process (``emulator live`` runs PyTorch) inherits it."""
-    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+# read by numpy once, as it loads: OpenBLAS on one thread, and no huge pages asked for (see below)
+_NUMPY_ENV = {"OPENBLAS_NUM_THREADS": "1", "NUMPY_MADVISE_HUGEPAGE": "0"}
+
+
+def quiet_numpy() -> None:
+    """Import numpy with OpenBLAS on one thread and without huge pages, unless numpy is loaded
+    already; a variable the user set is left as it is.
+
+    OpenBLAS starts a thread per core when numpy loads it, and the idle thread waits by spinning:
+    on the 2-core machine that cost `emulator run` 0.06 s, a tenth of the SimPy floor. The
+    emulator does no BLAS work (its numpy use is element-wise, and integer), so nothing else
+    changes. Numpy also asks the kernel for huge pages (madvise) for every large array; where
+    the kernel then compacts memory to find them (transparent_hugepage defrag "madvise", a
+    common default), the first touch of a fresh array stalls: 134 MB took 0.27 s instead of
+    0.045 s, and GPT 530B's spans (5.6M entries, three float columns) and breakdown spent
+    ~0.4 s on it. The emulator's arrays are written once and read in order, where huge pages
+    buy nothing. The variables are removed again right after, so that no child process
+    (``emulator live`` runs PyTorch) inherits them."""
+    if "numpy" in sys.modules:
         return
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    mine = [k for k in _NUMPY_ENV if k not in os.environ]
+    for k in mine:
+        os.environ[k] = _NUMPY_ENV[k]
     try:
         import numpy  # noqa: F401
     finally:
-        del os.environ["OPENBLAS_NUM_THREADS"]
+        for k in mine:
+            del os.environ[k]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    single_threaded_numpy()
+    quiet_numpy()
     from emulator.outputs.summary import human_table, summarize, summary_json
     from emulator.simulation import simulate
 
@@ -96,7 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_collective(args: argparse.Namespace) -> int:
-    single_threaded_numpy()
+    quiet_numpy()
     from emulator.scenario.units import format_bytes
     from emulator.tools.collective_bench import collective_table, size_range
 
