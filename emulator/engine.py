@@ -39,7 +39,6 @@ block collectives take as long as the template's (``_copies_alike``). GPT 530B o
 """
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Iterable
 from operator import attrgetter
@@ -53,7 +52,7 @@ from emulator.devices.sharing import SharedGpu
 from emulator.errors import EmulatorError
 from emulator.folding import Stamped
 from emulator.network.collectives import CollectiveModel, PlanKey
-from emulator.network.fabric import Alone, Fabric, alone
+from emulator.network.fabric import Alone, Fabric, alone, delay_to
 from emulator.network.flows import Plan
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
 from emulator.spans import SpanTable
@@ -100,18 +99,6 @@ def _by_source(src: array[int], dst: array[int], n: int) -> tuple[array[int], ar
     off = array("q", np.concatenate(([0], np.cumsum(np.bincount(s, minlength=n)))).astype(np.int64).tobytes())
     to = array("q", d[order].tobytes())
     return off, to
-
-
-def _delay_to(now: float, at: float) -> float:
-    """A delay d with now + d == at exactly, as SimPy adds them (at − now alone can miss ``at`` by
-    an ulp: then an op put off to ``at`` would start an ulp away from the end it waited for)."""
-    d = at - now
-    for _ in range(4):
-        t = now + d
-        if t == at:
-            break
-        d = math.nextafter(d, math.inf if t < at else -math.inf)
-    return d
 
 
 class DeadlockError(EmulatorError):
@@ -569,7 +556,7 @@ class Engine:
         batch = self._later_at.get(at)
         if batch is None:
             self._later_at[at] = [i]
-            self.env.timeout(_delay_to(self.env.now, at), at).callbacks.append(self._due)
+            self.env.timeout(delay_to(self.env.now, at), at).callbacks.append(self._due)
         else:
             batch.append(i)
 

@@ -202,3 +202,45 @@ def test_link_loads_do_not_depend_on_flow_hashes(monkeypatch):
         monkeypatch.setattr(Flow, "__hash__", lambda self, sign=sign: sign * (id(self) >> 4))
         series.append(simulate(sc).link_series)
     assert series[0] == series[1]
+
+
+def test_a_flow_started_ahead_meets_one_placed_before_its_start():
+    # A: 1 GB from t=0 after 0.1 s of latency, alone as it is matched: started ahead (no event at 0.1).
+    # B: 1 GB placed at 0.05, before A streams: A then starts on the clock at 0.1, as it would have.
+    # B alone 0.05-0.1 at 10 GB/s: 0.5 GB; both at 5 GB/s: B's 0.5 GB ends at 0.1 + 0.1 = 0.2, when A
+    # has moved 0.5 GB; A's last 0.5 GB alone at 10 GB/s: 0.2 + 0.05 = 0.25
+    flows = [(0.0, [0], [1.0], 1e9, 0.1), (0.05, [0], [1.0], 1e9, 0.0)]
+    t = run_flows([10e9], flows)
+    assert t == pytest.approx([0.25, 0.2], rel=1e-12)
+    assert t == pytest.approx(reference_completions([10e9], flows), rel=1e-9)
+
+
+def test_a_flow_started_ahead_meets_one_placed_after_its_start():
+    # A as above, streaming alone from 0.1; B placed at 0.15 finds it there (0.5 GB moved):
+    # both at 5 GB/s, A's 0.5 GB ends at 0.15 + 0.1 = 0.25; B's last 0.5 GB alone: 0.25 + 0.05 = 0.3
+    flows = [(0.0, [0], [1.0], 1e9, 0.1), (0.15, [0], [1.0], 1e9, 0.0)]
+    t = run_flows([10e9], flows)
+    assert t == pytest.approx([0.25, 0.3], rel=1e-12)
+    assert t == pytest.approx(reference_completions([10e9], flows), rel=1e-9)
+
+
+def test_a_lone_flow_started_ahead_costs_one_event_and_ends_as_on_the_clock():
+    # 1 GB over a 100 GB/s link after 5 us: ends at 5e-6 + 0.01 either way; started ahead it is one
+    # event (its end), on the clock two (its start after the latency, its end). A listener sees
+    # every load change at its time, so it keeps the flow on the clock.
+    def run(listen):
+        env = simpy.Environment()
+        fab = Fabric(env, [100e9])
+        if listen:
+            fab.listeners.append(lambda now, loads: None)
+        end = []
+        fab.transfer((0,), (1.0,), 1e9, 5e-6, lambda: end.append(env.now))
+        events = 0
+        while env.peek() < float("inf"):
+            env.step()
+            events += 1
+        return end[0], events, fab.bytes_on_link[0]
+
+    ahead, clock = run(False), run(True)
+    assert ahead == (clock[0], 1, clock[2]) and clock[1] == 2
+    assert ahead[0] == pytest.approx(0.010005, rel=1e-12) and ahead[2] == 1e9

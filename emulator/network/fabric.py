@@ -14,7 +14,12 @@ Life of a flow (DESIGN.md, "Network model"):
    on links carrying nothing else is its own component and gets its rate at once,
    and one that ends alone frees its links with no solve (a pipeline's transfers,
    mostly: the deferred solve would give the same rates, one event later; a flow
-   that joins it at the same time is solved with it as before);
+   that joins it at the same time is solved with it as before); a flow whose links
+   carry nothing as its latency begins is *started ahead* (``_ahead``): its end is
+   scheduled at once, as a lone flow's, with no event for its start, and a flow
+   placed on one of its links before that end makes it an ordinary flow, on the
+   clock or streaming since its start (``_wake``) — the same times and bytes, one
+   event fewer per transfer (GPT 530B: 1.18M → 0.66M events);
 4. completions are scheduled lazily; one whose flow version is stale is ignored.
 
 Timeouts carry their flow as the event value to one shared callback (no closure
@@ -37,6 +42,7 @@ unfrozen flows) fixes x for every unfrozen flow crossing it; repeat.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -53,10 +59,22 @@ _TIE = 1e-12  # relative tolerance for links saturating at the same level
 _EMPTY_WSUM = 1e-15
 
 
+def delay_to(now: float, at: float) -> float:
+    """A delay d with now + d == at exactly, as SimPy adds them (at − now alone can miss ``at`` by
+    an ulp: then an op put off to ``at`` would start an ulp away from the end it waited for)."""
+    d = at - now
+    for _ in range(4):
+        t = now + d
+        if t == at:
+            break
+        d = math.nextafter(d, math.inf if t < at else -math.inf)
+    return d
+
+
 class Flow:
     """One flow in the fabric. ``links``/``weights`` are parallel tuples."""
 
-    __slots__ = ("links", "weights", "remaining", "rate", "version", "last", "done", "mark")
+    __slots__ = ("links", "weights", "remaining", "rate", "version", "last", "done", "mark", "lazy")
 
     def __init__(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
                  done: Callable[[], None]) -> None:
@@ -68,6 +86,7 @@ class Flow:
         self.last = 0.0
         self.done = done
         self.mark = 0
+        self.lazy = False  # started ahead of the clock, alone, on no link's list yet (``Fabric._ahead``)
 
 
 VECTORISE_ABOVE = 64  # flows in a component; larger components are solved with numpy
@@ -200,6 +219,9 @@ class Fabric:
         self.slack = bytearray(len(self.capacity))
         self.bind: list[float] = self.capacity  # the capacities the solver sees (slack links: inf)
         self._alone_rates: dict[tuple[tuple[int, ...], tuple[float, ...]], float] = {}  # (links, weights) → rate
+        # per link, the flow started ahead of the clock on it (``_ahead``), if any; how many there are
+        self._lazy: list[Flow | None] = [None] * len(self.capacity)
+        self._lazies = 0
 
     def set_slack(self, links: set[int]) -> None:
         """Leave ``links`` out of components and solves (``emulator.network.slack``: they never
@@ -216,13 +238,76 @@ class Fabric:
         """Move ``nbytes`` over the links after ``latency``; call ``done()`` at the end."""
         flow = Flow(links, weights, nbytes, done)
         if latency > 0.0:
-            self.env.timeout(latency, flow).callbacks.append(self._started)
+            if not (self.rewrite is None and not self.listeners and self._ahead(flow, self.env.now + latency)):
+                self.env.timeout(latency, flow).callbacks.append(self._started)
         else:
             self._start(flow)
+
+    def _ahead(self, f: Flow, at: float) -> bool:
+        """Start ``f`` at ``at`` (after its latency) ahead of the clock, if its links carry nothing
+        now: as a flow alone from ``at``, with its end scheduled and no event for its start.
+
+        It stays *lazy* (on no link's list) until a flow is placed on one of its links, or it
+        ends. A placement at or after ``at`` finds it streaming alone since ``at`` (``_wake`` puts
+        it on its links as placed then: the same rate, the same bytes moved); one before ``at``
+        starts it on the clock at ``at``, as it would have been. Until then its links carry
+        nothing else, so it is alone, as its start would have found it: the same times, rates and
+        bytes, one event fewer per transfer (a pipeline's transfers, mostly). Not with listeners
+        (they see each load change at its time) nor with a ``rewrite`` (timed faults)."""
+        if f.remaining <= 0.0 or not f.links:
+            return False
+        on_link, slack, lazy = self.on_link, self.slack, self._lazy
+        for link in f.links:
+            if not slack[link] and (on_link[link] or lazy[link] is not None):
+                return False
+        key = (f.links, f.weights)
+        r = self._alone_rates.get(key)
+        if r is None:
+            r = self._alone_rates[key] = _alone_rate(f, self.bind)
+        if not r > 0.0:
+            return False
+        delay = f.remaining / r
+        if delay == INF:
+            return False
+        f.rate, f.last, f.version, f.lazy = r, at, 1, True
+        for link in f.links:
+            if not slack[link]:
+                lazy[link] = f
+        self._lazies += 1
+        self.env.timeout(delay_to(self.env.now, at + delay), (f, 1)).callbacks.append(self._finished)
+        return True
+
+    def _wake(self, f: Flow) -> None:
+        """Lazy flow ``f`` meets a flow placed on one of its links now: from now on it is an
+        ordinary flow (see ``_ahead``)."""
+        lazy, now = self._lazy, self.env.now
+        for link in f.links:
+            if lazy[link] is f:
+                lazy[link] = None
+        f.lazy = False
+        self._lazies -= 1
+        if now < f.last:  # not started yet: it starts on the clock, at its time
+            f.rate = 0.0
+            f.version += 1  # its scheduled end is stale
+            self.env.timeout(delay_to(now, f.last), f).callbacks.append(self._started)
+            return
+        on_link = self.on_link
+        for link in f.links:  # streaming alone since f.last: on its links, as placed then
+            s = on_link[link]
+            if s is None:
+                s = on_link[link] = {}
+            s[f] = None
+
+    def _wake_all(self) -> None:
+        """Every lazy flow becomes an ordinary one (before links change or are inspected)."""
+        if self._lazies:
+            for f in {id(f): f for f in self._lazy if f is not None}.values():
+                self._wake(f)
 
     def set_capacity(self, link: int, capacity: float) -> None:
         """The link's capacity (B/s) is ``capacity`` from now on; its flows are re-solved (and no
         link is slack any more: the proof took the capacities as they were)."""
+        self._wake_all()
         self.capacity[link] = capacity
         self._alone_rates.clear()
         if self.bind is not self.capacity:
@@ -233,10 +318,12 @@ class Fabric:
 
     def flows_on(self, link: int) -> list[Flow]:
         """The flows streaming over ``link`` now, in arrival order."""
+        self._wake_all()
         return list(self.on_link[link] or ())
 
     def reroute(self, flow: Flow, links: tuple[int, ...], weights: tuple[float, ...]) -> None:
         """An in-flight flow's remaining bytes go over ``links`` from now on."""
+        self._wake_all()
         self._settle(flow, self.env.now)
         on_link = self.on_link
         for link in flow.links:
@@ -267,9 +354,11 @@ class Fabric:
     def _place(self, flow: Flow) -> None:
         """Put ``flow`` on each of its links (insertion-ordered sets) and ask for a re-solve; a flow
         whose links carry nothing else is its own component, and gets its rate at once."""
-        on_link, slack = self.on_link, self.slack
+        on_link, slack, lazy = self.on_link, self.slack, self._lazy
         alone = True
         for link in flow.links:
+            if lazy[link] is not None:
+                self._wake(lazy[link])  # type: ignore[arg-type]  # not None: tested
             s = on_link[link]
             if s is None:
                 s = on_link[link] = {}
@@ -411,6 +500,15 @@ class Fabric:
         self._settle(f, self.env.now)
         f.remaining = 0.0
         f.version += 1
+        if f.lazy:  # alone to its end, on no link's list
+            lazy = self._lazy
+            for link in f.links:
+                if lazy[link] is f:
+                    lazy[link] = None
+            f.lazy = False
+            self._lazies -= 1
+            f.done()
+            return
         on_link, slack = self.on_link, self.slack
         alone = True
         for link in f.links:

@@ -2,8 +2,9 @@
 
 It builds the workload (the cheap part) and counts what the engine will do: for
 each communication instance (a collective call shared by its members, or a
-send/recv pair) about three events — the start put off to its time, the latency
-timer, the completion — or, for a direct all-to-all of n ranks, two per flow of
+send/recv pair) about two events — the start put off to its time, and the
+completion (the latency timer too where its links are busy as it is matched:
+``Fabric._ahead``) — or, for a direct all-to-all of n ranks, two per flow of
 its n(n−1) flows. Compute ops cost none (the engine's timed ops), and neither
 does a collective it runs as *private* (``emulator.engine``): here, one of a
 group inside a node with one simulated member whose GPUs no other group or
@@ -23,9 +24,10 @@ from emulator.printable import printable
 from emulator.program import COLLECTIVE, COMPUTE, SEND, Op, Program
 from emulator.scenario.spec import Scenario
 
-# start + latency timer + completion (measured, 2026-12-03: 3.00 GPT 1T, 3.02 GPT-3 1024, 2.94 Llama-3 70B,
-# 3.01 quickstart per shared communication instance)
-EVENTS_PER_COMM = 3.0
+# start + completion, a flow alone started ahead of its latency (measured, 2026-12-04: 2.00 GPT 1T, 2.06
+# GPT-3 1024, 1.90 Llama-3 70B, 2.01 quickstart per shared communication instance; 3.00, 3.02, 2.94 and
+# 3.01 with a latency timer per flow)
+EVENTS_PER_COMM = 2.0
 EVENTS_PER_S = 100_000.0  # engine throughput on the reference 2-core machine (benchmarks/run.py)
 
 
