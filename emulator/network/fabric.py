@@ -221,6 +221,7 @@ class Fabric:
         self._alone_rates: dict[tuple[tuple[int, ...], tuple[float, ...]], float] = {}  # (links, weights) → rate
         # per link, the flow started ahead of the clock on it (``_ahead``), if any; how many there are
         self._lazy: list[Flow | None] = [None] * len(self.capacity)
+        self._ahead_of: dict[tuple[tuple[int, ...], tuple[float, ...]], tuple[float, tuple[int, ...]]] = {}
         self._lazies = 0
 
     def set_slack(self, links: set[int]) -> None:
@@ -231,6 +232,7 @@ class Fabric:
             self.slack[link] = 1
         self.bind = [INF if sl else c for c, sl in zip(self.capacity, self.slack)] if links else self.capacity
         self._alone_rates.clear()
+        self._ahead_of.clear()
 
     # -- the narrow interface -------------------------------------------------
     def transfer(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
@@ -256,23 +258,26 @@ class Fabric:
         (they see each load change at its time) nor with a ``rewrite`` (timed faults)."""
         if f.remaining <= 0.0 or not f.links:
             return False
-        on_link, slack, lazy = self.on_link, self.slack, self._lazy
-        for link in f.links:
-            if not slack[link] and (on_link[link] or lazy[link] is not None):
-                return False
         key = (f.links, f.weights)
-        r = self._alone_rates.get(key)
-        if r is None:
-            r = self._alone_rates[key] = _alone_rate(f, self.bind)
+        hit = self._ahead_of.get(key)
+        if hit is None:  # its rate alone, and its links that are not slack
+            r = self._alone_rates.get(key)
+            if r is None:
+                r = self._alone_rates[key] = _alone_rate(f, self.bind)
+            hit = self._ahead_of[key] = (r, tuple(link for link in f.links if not self.slack[link]))
+        r, hard = hit
+        on_link, lazy = self.on_link, self._lazy
+        for link in hard:
+            if on_link[link] or lazy[link] is not None:
+                return False
         if not r > 0.0:
             return False
         delay = f.remaining / r
         if delay == INF:
             return False
         f.rate, f.last, f.version, f.lazy = r, at, 1, True
-        for link in f.links:
-            if not slack[link]:
-                lazy[link] = f
+        for link in hard:
+            lazy[link] = f
         self._lazies += 1
         self.env.timeout(delay_to(self.env.now, at + delay), (f, 1)).callbacks.append(self._finished)
         return True
@@ -310,6 +315,7 @@ class Fabric:
         self._wake_all()
         self.capacity[link] = capacity
         self._alone_rates.clear()
+        self._ahead_of.clear()
         if self.bind is not self.capacity:
             self.slack = bytearray(len(self.capacity))
             self.bind = self.capacity
