@@ -53,7 +53,10 @@ def estimate(scenario: Scenario) -> str:
         kept = program.ranks if fold is None else sum(map(fold.is_representative, range(program.ranks)))
         scale = kept / len(program.simulated_ranks())
         notes = [f"{note}; replicas across leaves not folded: {refused}"]
-        build_s *= 1.0 + scale  # the folded program, then the run's (about ``scale`` times its size)
+        from emulator.folding import restamp
+
+        if restamp(program, scenario) is None:  # else its replicas are stamped from this program
+            build_s *= 1.0 + scale  # the folded program, then the run's (about ``scale`` times its size)
     # an unfolded run given as templates: copies' compute ops end together (one event),
     # each copy's collectives and sends are instances of their own
     if isinstance(program, Stamped):
