@@ -135,11 +135,12 @@ class Engine:
         self._alone: dict[tuple[object, ...], Alone] = {}  # (collective, group, root, bytes) → run alone
         keys = self._plan_keys()
         collectives.prepare(keys, capacity)
-        self.fabric.set_slack(collectives.slack)
         groups_ok = self._private_groups(keys)
         # GPUs whose compute slows while their communication is resident (catalog comm_overlap_slowdown)
         self.overlap = {r: g.spec.comm_overlap_slowdown for r, g in gpus.items()
                         if g.spec is not None and g.spec.comm_overlap_slowdown > 1.0}
+        if self.overlap or not all(groups_ok.values()) or any(op.kind is SEND for op in self.tops):
+            self.fabric.set_slack(collectives.slack)  # else no flow ever reaches the fabric: none to find
         if any(op.parts for op in self.tops) and not self._blocks_hold(groups_ok, blocks):
             self.tops = Program(program.ranks, self.tops).expanded().ops  # run their ops one by one
         self.T = len(self.tops)
