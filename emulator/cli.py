@@ -46,6 +46,8 @@ def _load(args: argparse.Namespace, need_workload: bool = True):
     return sc
 
 
+# the commands whose work is the emulator's own (no PyTorch, no BLAS): numpy loaded by quiet_numpy
+SIMULATING = {"run", "collective", "sweep", "search", "validate"}
 # read by numpy once, as it loads: OpenBLAS on one thread, and no huge pages asked for (see below)
 _NUMPY_ENV = {"OPENBLAS_NUM_THREADS": "1", "NUMPY_MADVISE_HUGEPAGE": "0"}
 
@@ -233,6 +235,8 @@ def check_destinations(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if _command(argv) in SIMULATING:  # before a plugin's module imports numpy
+        quiet_numpy()
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
