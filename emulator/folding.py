@@ -177,6 +177,7 @@ class Stamped(Program):
         self.meta = template.meta  # immutable: shared
         self.template = template.ops
         self.stamp = stamp
+        self.checked = False  # the template validated already (``validate`` then skips it)
         self.translations = list(stamp.translations())
         self.stride = max((op.id for op in self.template), default=-1) + 1
         self._ops: list[Op] | None = None
@@ -193,7 +194,9 @@ class Stamped(Program):
 
     def validate(self) -> None:
         """The template's checks; its copies are valid by construction (translations stay in the grid)."""
-        Program(self.ranks, self.template).validate()
+        if not self.checked:
+            Program(self.ranks, self.template).validate()
+            self.checked = True
 
     def repeated(self, n: int) -> Program:
         return self if n <= 1 else Program(self.ranks, self.ops, self.fold, self.meta).repeated(n)

@@ -159,6 +159,7 @@ def simulate(scenario: Scenario, progress: Progress | None = None, record_links:
 
     stamped = restamp(program, scenario)
     if stamped is not None:  # the same ops, every replica simulated: no second build
+        stamped.checked = True  # its template is the program the refused run validated
         notes = [_refused_note(choose_fold(scenario, in_effect=False)[1], refused)]
         return run_program(stamped, scenario, progress=progress, record_links=record_links, notes=notes)
     del program

@@ -151,7 +151,8 @@ class SpanTable(Sequence):
 
     def rank_count(self) -> int:
         """How many distinct ranks have spans (without making them)."""
-        return len({r if m is None else m[r] for m in self._maps for r in set(self._ranks)})
+        ranks = set(self._ranks)  # once, not per copy
+        return len({r if m is None else m[r] for m in self._maps for r in ranks})
 
     def ids(self) -> list[int]:
         """The op id of every span, in order (without making the spans)."""
