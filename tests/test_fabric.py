@@ -172,7 +172,7 @@ def test_random_graphs_match_reference_simulator():
 @given(st.integers(0, 10_000))
 def test_vectorised_solver_agrees_with_the_pure_one(seed):
     # big components (more than VECTORISE_ABOVE flows) take the numpy path: same rates to 1e-12
-    from emulator.network import fabric as F
+    from emulator.network import maxmin as F
 
     rng = random.Random(seed)
     caps = [rng.uniform(1.0, 50.0) for _ in range(rng.randint(3, 30))]
