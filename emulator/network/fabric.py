@@ -102,10 +102,10 @@ class Fabric:
         # links no flow mix can fill (emulator.network.slack): left out of components and solves
         self.slack = bytearray(len(self.capacity))
         self.bind: list[float] = self.capacity  # the capacities the solver sees (slack links: inf)
-        self._alone_rates: dict[tuple[tuple[int, ...], tuple[float, ...]], float] = {}  # (links, weights) → rate
+        # (links, weights) → the rate of a flow alone on them, and those of them that are not slack
+        self._alone: dict[tuple[tuple[int, ...], tuple[float, ...]], tuple[float, tuple[int, ...]]] = {}
         # per link, the flow started ahead of the clock on it (``_ahead``), if any; how many there are
         self._lazy: list[Flow | None] = [None] * len(self.capacity)
-        self._ahead_of: dict[tuple[tuple[int, ...], tuple[float, ...]], tuple[float, tuple[int, ...]]] = {}
         self._lazies = 0
 
     def set_slack(self, links: set[int]) -> None:
@@ -115,8 +115,7 @@ class Fabric:
         for link in links:
             self.slack[link] = 1
         self.bind = [INF if sl else c for c, sl in zip(self.capacity, self.slack)] if links else self.capacity
-        self._alone_rates.clear()
-        self._ahead_of.clear()
+        self._alone.clear()
 
     # -- the narrow interface -------------------------------------------------
     def transfer(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
@@ -142,14 +141,7 @@ class Fabric:
         (they see each load change at its time) nor with a ``rewrite`` (timed faults)."""
         if f.remaining <= 0.0 or not f.links:
             return False
-        key = (f.links, f.weights)
-        hit = self._ahead_of.get(key)
-        if hit is None:  # its rate alone, and its links that are not slack
-            r = self._alone_rates.get(key)
-            if r is None:
-                r = self._alone_rates[key] = alone_rate(f, self.bind)
-            hit = self._ahead_of[key] = (r, tuple(link for link in f.links if not self.slack[link]))
-        r, hard = hit
+        r, hard = self._alone_on(f)
         on_link, lazy = self.on_link, self._lazy
         for link in hard:
             if on_link[link] or lazy[link] is not None:
@@ -169,12 +161,8 @@ class Fabric:
     def _wake(self, f: Flow) -> None:
         """Lazy flow ``f`` meets a flow placed on one of its links now: from now on it is an
         ordinary flow (see ``_ahead``)."""
-        lazy, now = self._lazy, self.env.now
-        for link in f.links:
-            if lazy[link] is f:
-                lazy[link] = None
-        f.lazy = False
-        self._lazies -= 1
+        self._unmark(f)
+        now = self.env.now
         if now < f.last:  # not started yet: it starts on the clock, at its time
             f.rate = 0.0
             f.version += 1  # its scheduled end is stale
@@ -187,6 +175,24 @@ class Fabric:
                 s = on_link[link] = {}
             s[f] = None
 
+    def _unmark(self, f: Flow) -> None:
+        """Lazy flow ``f`` is lazy no more (woken, or ended)."""
+        lazy = self._lazy
+        for link in f.links:
+            if lazy[link] is f:
+                lazy[link] = None
+        f.lazy = False
+        self._lazies -= 1
+
+    def _alone_on(self, f: Flow) -> tuple[float, tuple[int, ...]]:
+        """The rate of ``f`` alone on its links (it depends on them only: a plan's flows recur), and
+        those of its links that are not slack."""
+        key = (f.links, f.weights)
+        hit = self._alone.get(key)
+        if hit is None:
+            hit = self._alone[key] = (alone_rate(f, self.bind), tuple(l for l in f.links if not self.slack[l]))
+        return hit
+
     def _wake_all(self) -> None:
         """Every lazy flow becomes an ordinary one (before links change or are inspected)."""
         if self._lazies:
@@ -198,8 +204,7 @@ class Fabric:
         link is slack any more: the proof took the capacities as they were)."""
         self._wake_all()
         self.capacity[link] = capacity
-        self._alone_rates.clear()
-        self._ahead_of.clear()
+        self._alone.clear()
         if self.bind is not self.capacity:
             self.slack = bytearray(len(self.capacity))
             self.bind = self.capacity
@@ -263,15 +268,9 @@ class Fabric:
 
     def _assign_alone(self, f: Flow) -> None:
         """``_assign([f])`` of a flow alone on its links (the usual case: one call, no lists)."""
-        key = (f.links, f.weights)
-        r = self._alone_rates.get(key)
-        if r is None:
-            r = self._alone_rates[key] = alone_rate(f, self.bind)
+        r = self._alone_on(f)[0]
         if not (f.rate == r and f.version):
-            if f.rate:
-                self._settle(f, self.env.now)
-            else:  # nothing moved yet (``_settle`` of a flow at rate 0)
-                f.last = self.env.now
+            self._settle(f, self.env.now)
             f.rate = r
             f.version += 1
             delay = f.remaining / r if r > 0.0 else INF
@@ -334,17 +333,11 @@ class Fabric:
         return flows
 
     def _assign(self, flows: list[Flow]) -> None:
+        if len(flows) == 1:
+            self._assign_alone(flows[0])
+            return
         now = self.env.now
-        if len(flows) == 1:  # a flow alone: its rate depends on its links only (a plan's flows recur)
-            f0 = flows[0]
-            key = (f0.links, f0.weights)
-            r0 = self._alone_rates.get(key)
-            if r0 is None:
-                r0 = self._alone_rates[key] = alone_rate(f0, self.bind)
-            rates = [r0]
-        else:
-            rates = max_min_rates(flows, self.bind)
-        for f, r in zip(flows, rates):
+        for f, r in zip(flows, max_min_rates(flows, self.bind)):
             if f.rate == r and f.version:
                 continue
             self._settle(f, now)
@@ -391,12 +384,7 @@ class Fabric:
         f.remaining = 0.0
         f.version += 1
         if f.lazy:  # alone to its end, on no link's list
-            lazy = self._lazy
-            for link in f.links:
-                if lazy[link] is f:
-                    lazy[link] = None
-            f.lazy = False
-            self._lazies -= 1
+            self._unmark(f)
             f.done()
             return
         on_link, slack = self.on_link, self.slack
