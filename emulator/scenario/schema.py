@@ -288,6 +288,20 @@ COLLECTIVES_KEYS: dict[str, Key] = {
                      enum=("auto", "ring", "tree", "collnet", "hierarchical", "direct", "nvls")),
 }
 
+PROFILED_KEYS: dict[str, Key] = {
+    "micro_batch": Key("int", "Samples per step in the profiled run.", minimum=1, maximum=10**6, required=True),
+    "seq_len": Key("int", "Tokens per sample in the profiled run.", minimum=1, maximum=10**8, required=True),
+    "layers": Key("int", "Repeated blocks (transformer layers) of the profiled model.", minimum=1, maximum=10**5,
+                  required=True),
+    "hidden": Key("int", "Hidden size of the profiled model.", minimum=1, maximum=10**7, required=True),
+    "heads": Key("int", "Attention heads of the profiled model.", minimum=1, maximum=10**6, required=True),
+    "kv_heads": Key("int", "Key/value heads (grouped-query attention); absent: as heads.", minimum=1,
+                    maximum=10**6),
+    "ffn_hidden": Key("int", "MLP inner size; absent: 4 x hidden.", minimum=1, maximum=10**8),
+    "vocab": Key("int", "Vocabulary of the profiled model (as the script ran it, unpadded).", minimum=1,
+                 maximum=10**8, required=True),
+}
+
 WORKLOAD_KEYS: dict[str, Key] = {
     "trace": Key("path", "A trace file to run instead of a model, relative to the scenario."),
     "format": Key("enum", "Trace format.", enum=("emulator", "kineto", "chakra")),
@@ -295,6 +309,11 @@ WORKLOAD_KEYS: dict[str, Key] = {
                          "0: off.", minimum=0, maximum=MAX_MIRROR),
     "comm_groups": Key("path", "Chakra traces: the communicator-group file (ASTRA-sim's JSON of group id to "
                                "ranks), relative to the scenario; default: comm_group.json beside the trace."),
+    "profile": Key("path", "A PyTorch profiler trace (Kineto JSON, .json or .json.gz, record_shapes=True) of one "
+                           "GPU of your own training script: predicted at the model, batch and layout of this "
+                           "scenario (emulator/workload/profiled.py); needs workload.profiled."),
+    "profiled": Key("section", "What the profile ran (micro-batch and model sizes), where the trace cannot tell.",
+                    keys=PROFILED_KEYS, cls="ProfiledSpec"),
 }
 
 SIMULATION_KEYS: dict[str, Key] = {

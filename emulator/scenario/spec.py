@@ -198,11 +198,28 @@ class CollectivesSpec:
 
 
 @dataclass(frozen=True)
+class ProfiledSpec:
+    """What a one-GPU profile (``workload.profile``) ran, where the trace alone cannot tell: the
+    micro-batch and the model's sizes. 0: not given (kv_heads: as heads; ffn_hidden: 4 x hidden)."""
+
+    micro_batch: int = 0
+    seq_len: int = 0
+    layers: int = 0
+    hidden: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    ffn_hidden: int = 0
+    vocab: int = 0
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     trace: str | None = None  # path, resolved relative to the scenario file
     format: str = "emulator"  # emulator | kineto | chakra
     mirror: int = 0  # replay a one-rank trace as N data-parallel ranks
     comm_groups: str | None = None  # chakra: the communicator-group file (default: comm_group.json beside)
+    profile: str | None = None  # a one-GPU PyTorch profiler trace of the user's script (workload/profiled.py)
+    profiled: ProfiledSpec | None = None  # what that profile ran
 
 
 @dataclass(frozen=True)

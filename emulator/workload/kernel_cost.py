@@ -8,6 +8,7 @@ which of the three it came from (``measured | interpolated | roofline``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from emulator.devices import compute
@@ -22,6 +23,15 @@ from emulator.workload.layer import Comm, Kernel, Step
 # measurable to the batched GEMM of its groups, so the default is 1: expert GEMMs are costed as
 # batched GEMMs; a GPU entry's measured ``grouped_gemm_efficiency`` scales their FLOP rate.
 GROUPED_GEMM_EFFICIENCY = 1.0
+
+
+@dataclass(frozen=True)
+class Timed(Kernel):
+    """A kernel whose time is already known (a profiled kernel, kept or reshaped:
+    emulator/workload/profiled.py), with the source that time counts under."""
+
+    seconds: float = 0.0
+    source: str = "measured"  # measured | interpolated | roofline
 
 
 def grouped_gemm_time(kern: Kernel, gpu: GpuSpec) -> float:
@@ -47,6 +57,8 @@ def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float,
     attention (head_dim, keys)), else costed by compute.py's roofline for its kind (an MoE grouped
     GEMM: :func:`grouped_gemm_time`); element-wise kernels always by the roofline. ``dtype``: the
     training precision."""
+    if isinstance(kern, Timed):
+        return kern.seconds, kern.source
     if kern.kind == "gemm":
         def roofline() -> float:
             if kern.grouped:

@@ -50,6 +50,7 @@ class Plan:
     dtype: int = 2
     flash: bool = False
     grad_dtype: int = 2  # bytes per gradient element in the data-parallel reduction
+    optimizer_s_per_param: float | None = None  # a profiled optimizer step's seconds per parameter (profiled.py)
 
 
 def _check(sc: Scenario) -> ModelSpec:
