@@ -113,9 +113,16 @@ def read_profile(path: str, profiled: ProfiledSpec) -> Profile:
     fwd = [k for k in kernels if k.phase == FWD]
     bwd = [k for k in kernels if k.phase == BWD]
     opt = tuple(k for k in kernels if k.phase == OPT)
-    o_f, p_f = _repeats(fwd, P.layers, path, "forward")
-    o_b, p_b = _repeats(bwd, P.layers, path, "backward")
     fwd_ops = [g for g, ph in zip(rt.gpu_ops, phases) if ph == FWD]
+    try:
+        o_f, p_f = _repeats(fwd, P.layers, path, "forward")
+        o_b, p_b = _repeats(bwd, P.layers, path, "backward")
+    except TraceError:  # memsets (cuBLAS workspaces) need not repeat with the layers: without them
+        keep = [k.cls != MEMORY for k in kernels]
+        fwd_ops = [g for g, ph, kp in zip(rt.gpu_ops, phases, keep) if ph == FWD and kp]
+        fwd, bwd = [k for k in fwd if k.cls != MEMORY], [k for k in bwd if k.cls != MEMORY]
+        o_f, p_f = _repeats(fwd, P.layers, path, "forward")
+        o_b, p_b = _repeats(bwd, P.layers, path, "backward")
     embed_params, block_params, head_params = _unit_params(fwd_ops, o_f, p_f, P.layers, ctx)
     tied = _tied(rt.gpu_ops, phases, P)
     if tied:
@@ -334,10 +341,11 @@ class _Symbols:
         """An element-wise op's tensor: [b, s, ...], [b, heads, s, hd], [T, ...] or parameter-shaped."""
         P = self.P
         n = len(d)
-        if n >= 2 and d[0] == P.b and d[1] == P.s:
-            return (("b", d[0]), ("s", d[1])) + tuple(self.width(x) for x in d[2:])
-        if n == 4 and d[0] == P.b and d[2] == P.s:
-            return (("b", d[0]), self.width(d[1]), ("s", d[2]), self.seqlike(d[3]) if d[3] != P.hd else ("hd", d[3]))
+        if n >= 2 and d[0] == P.b and P.s in d[1:]:
+            # batch-first activations: [b, s, ...], [b, heads, s, hd], [b, kv heads, groups, s, hd]:
+            # the first later dimension of the sequence's length is the sequence, the rest are widths
+            at = d.index(P.s, 1)
+            return (("b", d[0]),) + tuple(("s", x) if i == at else self.width(x) for i, x in enumerate(d) if i)
         weight = n == 2 and (d[0], d[1]) in self.params and "ToCopyBackward" in node
         if d[0] == P.b * P.s and not weight:
             return (("T", d[0]),) + tuple(self.width(x) for x in d[1:])
