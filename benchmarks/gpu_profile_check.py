@@ -117,9 +117,16 @@ def train(c: Config, steps: int, trace: str | None) -> float:
             for _ in range(3):
                 step()
                 prof.step()
-    del model, opt
+    return statistics.median(times)  # the model and optimizer go with this frame (main empties the cache)
+
+
+def _free() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
     torch.cuda.empty_cache()
-    return statistics.median(times)
 
 
 def scenario(base: Config, c: Config, trace: str) -> str:
@@ -159,6 +166,7 @@ def main() -> None:
     for c in sorted(chosen, key=lambda c: not c.base):  # bases first: their traces feed the rest
         trace = os.path.join(args.out, f"{c.name}.pt.trace.json") if c.base else None
         measured[c.name] = train(c, args.steps, trace)
+        _free()
         if trace is not None:
             traces[c.family] = trace
         print(f"{c.name:14s} measured {measured[c.name] * 1e3:8.1f} ms", flush=True)

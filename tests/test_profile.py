@@ -135,7 +135,18 @@ def test_data_parallel_adds_ddps_all_reduce(tmp_path, capsys):
     assert busiest["bytes"] == pytest.approx(2 * 7 / 8 * 1_315_723_264 * 4, rel=1e-9)
 
 
-@pytest.mark.parametrize("extra,key", [("parallel: {tp: 2, dp: 4}\n", "parallel.tp"),
+def test_tensor_parallel_splits_the_block_and_all_reduces_as_megatron(tmp_path, capsys):
+    one = _run(capsys, _scenario(tmp_path))
+    s = _run(capsys, _scenario(tmp_path, "parallel: {tp: 8}\n", node="dgx-h200"))
+    # the split GEMMs, attention and tensors shrink; the host's launches (now the larger part) do not
+    assert s["compute_source"]["interpolated"] > 0 and s["breakdown_s"]["compute"] < one["breakdown_s"]["compute"]
+    # per layer 2 forward + 2 backward all-reduces of T*h bf16 (T = 4*2048, h = 2048), the vocab-parallel
+    # embedding's forward one in fp32 (4 B) and the head's input gradient in bf16: S summed over the step
+    # = T*h*(24*4*2 + 4 + 2) B; a ring over 8 GPUs sends 2*7/8 of it: 1.75 * 8192*2048*198 = 5,813,305,344 B
+    assert s["links"]["busiest"][0]["bytes"] == pytest.approx(1.75 * 8192 * 2048 * 198, rel=1e-9)
+
+
+@pytest.mark.parametrize("extra,key", [("parallel: {cp: 2, dp: 4}\n", "parallel.cp"),
                                        ("training: {recompute: full}\n", "training.recompute"),
                                        ("  trace: x.json\n", "workload.profile")])
 def test_what_a_profile_cannot_say_is_refused_by_name(tmp_path, capsys, extra, key):

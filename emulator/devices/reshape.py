@@ -3,7 +3,8 @@
 Pure cost functions (no SimPy). A kernel of a user's profile (``emulator.importers.profile``)
 carries its measured time and its shapes, each dimension named by a *symbol* of the model
 (``b`` micro-batch, ``s`` sequence, ``T`` = b·s tokens, ``h`` hidden, ``ffn`` MLP width,
-``qkv`` fused QKV width, ``kv`` key/value width, ``V`` vocabulary, ``hd`` head dim, ...; ``""``
+``qkv`` fused QKV width, ``q`` the query heads' width (h, split
+under tensor parallelism), ``kv`` key/value width, ``V`` vocabulary, ``hd`` head dim, ...; ``""``
 a constant). At the target :class:`Shape` every dimension is re-evaluated and the time is
 rescaled by the law of the kernel's class, anchored at the measurement (a kernel whose shapes
 do not change keeps its measured time exactly):
@@ -43,10 +44,20 @@ class Shape:
     kvh: int
     ffn: int
     V: int
+    head_dim: int = 0  # 0: h / heads (a tensor-parallel GPU's shape keeps the model's head dim)
 
     @property
     def hd(self) -> int:
-        return self.h // self.heads
+        return self.head_dim or self.h // self.heads
+
+    def per_gpu(self, tp: int) -> "Shape":
+        """One of ``tp`` tensor-parallel GPUs' share, split as Megatron-LM splits a layer: heads,
+        key/value heads (replicated below one per GPU), the MLP width and the vocabulary (the head and
+        embedding, vocab-parallel) over the GPUs; the hidden size and the head dim whole."""
+        if tp == 1:
+            return self
+        return Shape(b=self.b, s=self.s, layers=self.layers, h=self.h, heads=self.heads // tp,
+                     kvh=max(1, self.kvh // tp), ffn=self.ffn // tp, V=-(-self.V // tp), head_dim=self.hd)
 
     def value(self, sym: str) -> int:
         """The size a symbol stands for at this shape."""
@@ -57,7 +68,7 @@ _SYMBOLS = {
     "b": lambda x: x.b, "s": lambda x: x.s, "T": lambda x: x.b * x.s, "h": lambda x: x.h,
     "ffn": lambda x: x.ffn, "ffn2": lambda x: 2 * x.ffn, "qkv": lambda x: (x.heads + 2 * x.kvh) * x.hd,
     "kv": lambda x: x.kvh * x.hd, "V": lambda x: x.V, "hd": lambda x: x.hd, "heads": lambda x: x.heads,
-    "kvh": lambda x: x.kvh, "bheads": lambda x: x.b * x.heads,
+    "kvh": lambda x: x.kvh, "bheads": lambda x: x.b * x.heads, "q": lambda x: x.heads * x.hd,
 }
 SYMBOLS = tuple(_SYMBOLS)
 # the order in which a model width is named when several symbols have its value in the profile

@@ -127,12 +127,12 @@ def read_profile(path: str, profiled: ProfiledSpec) -> Profile:
     tied = _tied(rt.gpu_ops, phases, P)
     if tied:
         head_params = tuple(p for p in head_params if {d[0] for d in p} != {"V", "h"})
-    return Profile(path=path, shape=P, step_s=rt.step_dur, embed_fwd=tuple(fwd[:o_f]),
-                   block_fwd=_mean_block(fwd[o_f:o_f + P.layers * p_f], p_f, P.layers),
-                   head_fwd=tuple(fwd[o_f + P.layers * p_f:]), head_bwd=tuple(bwd[:o_b]),
-                   block_bwd=_mean_block(bwd[o_b:o_b + P.layers * p_b], p_b, P.layers),
+    block_fwd = _queries(_mean_block(fwd[o_f:o_f + P.layers * p_f], p_f, P.layers), forward=True)
+    block_bwd = _queries(_mean_block(bwd[o_b:o_b + P.layers * p_b], p_b, P.layers), forward=False)
+    return Profile(path=path, shape=P, step_s=rt.step_dur, embed_fwd=tuple(fwd[:o_f]), block_fwd=block_fwd,
+                   head_fwd=tuple(fwd[o_f + P.layers * p_f:]), head_bwd=tuple(bwd[:o_b]), block_bwd=block_bwd,
                    embed_bwd=tuple(bwd[o_b + P.layers * p_b:]), optimizer=opt, embed_params=embed_params,
-                   block_params=block_params, head_params=head_params, tied=tied,
+                   block_params=tuple(_square_q(p) for p in block_params), head_params=head_params, tied=tied,
                    param_bytes=_param_bytes(fwd_ops), dtype=_gemm_dtype(kernels))
 
 
@@ -202,6 +202,30 @@ def _mean_block(ks: list[ProfiledKernel], period: int, layers: int) -> tuple[Pro
         out.append(replace(same[0], seconds=sum(k.seconds for k in same) / layers,
                            launch_gap=sum(k.launch_gap for k in same) / layers,
                            dispatch=sum(k.dispatch for k in same) / layers))
+    return tuple(out)
+
+
+def _square_q(dims: Dims) -> Dims:
+    """A block's [h, h] weight (or its cast, gradient): one side is the query heads' width ``q``
+    (attention output projection, a separate query projection), split under tensor parallelism."""
+    if len(dims) == 2 and dims[0][0] == dims[1][0] == "h":
+        return dims[0], ("q", dims[1][1])
+    return dims
+
+
+def _queries(block: tuple[ProfiledKernel, ...], forward: bool) -> tuple[ProfiledKernel, ...]:
+    """Name the query width ``q`` where the block's values cannot tell it from ``h``: a GEMM with an
+    [h, h] weight reads it (K, a row-parallel output projection) after the attention, and writes it
+    (N, a column-parallel query projection) before; backward, one side of the square weight."""
+    att = next((i for i, k in enumerate(block) if k.cls == ATTENTION), -1)
+    out = []
+    for i, k in enumerate(block):
+        g = k.gemm
+        if g is not None and sum(d[0] == "h" for d in g[1:]) == 2:
+            side = (2 if i < att else 3) if forward else next(j for j in (1, 2, 3) if g[j][0] == "h")
+            g = tuple(("q", d[1]) if j == side else d for j, d in enumerate(g))  # type: ignore[assignment]
+            k = replace(k, gemm=g)
+        out.append(replace(k, tensors=tuple(_square_q(t) for t in k.tensors)))
     return tuple(out)
 
 

@@ -437,14 +437,15 @@ class ScenarioChecks:
         if w.mirror:
             raise self.fail("workload.mirror", "mirror replays a trace; a profile runs data-parallel by parallel.dp")
         p, t = s.parallel, s.training
-        for key, value in (("tp", p.tp), ("cp", p.cp), ("ep", p.ep)):
+        for key, value in (("cp", p.cp), ("ep", p.ep)):
             if value > 1:
                 raise self.fail(f"parallel.{key}", f"{key} = {value}: a one-GPU profile does not say how the "
-                                                   "script's own layers split over GPUs; profiled workloads run "
-                                                   "dp, zero (1-3, FSDP) and pp")
+                                                   "script's attention or experts would split over GPUs; "
+                                                   "profiled workloads run dp, zero (1-3, FSDP), pp and tp")
         if p.sequence_parallel:
-            raise self.fail("parallel.sequence_parallel", "sequence parallelism needs tp > 1, which a one-GPU "
-                                                          "profile cannot derive")
+            raise self.fail("parallel.sequence_parallel", "sequence parallelism is not derived from a profile: "
+                                                          "which of the script's element-wise kernels run on "
+                                                          "sequence shards is not in it (tp alone is)")
         if t.recompute != "none":
             raise self.fail("training.recompute", "the profile already holds whatever the script recomputes; "
                                                   "training.recompute applies to generated workloads")

@@ -19,7 +19,7 @@ GPU's idle time in the second step goes into each part as a ``host`` kernel.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from emulator.devices import reshape as R
@@ -91,8 +91,20 @@ def reshaped(k: ProfiledKernel, P: R.Shape, Q: R.Shape, gpu: GpuSpec, params_rat
         t = k.seconds if R.bytes_ratio(k.tensors, Q) == 1.0 else R.elementwise_time(k.seconds, k.tensors, Q)
         nbytes = sum(R.elements(x, Q) for x in k.tensors) * _BYTES.get(k.dtype, 2)
     source = "measured" if t == k.seconds else "interpolated"
-    return KC.Timed(_short(k.name), "elementwise" if k.cls not in (GEMM, ATTENTION) else "gemm", flops, nbytes,
-                    category=k.phase if k.phase in ("fwd", "bwd") else "optimizer", seconds=t, source=source)
+    return Reshaped(_short(k.name), "elementwise" if k.cls not in (GEMM, ATTENTION) else "gemm", flops, nbytes,
+                    category=k.phase if k.phase in ("fwd", "bwd") else "optimizer",
+                    dtype=_BYTES.get(k.dtype, 2), seconds=t, source=source,
+                    sides=tuple(d[0] for d in k.gemm[1:]) if k.gemm else ("", "", ""),  # type: ignore[arg-type]
+                    attention=k.cls == ATTENTION)
+
+
+@dataclass(frozen=True)
+class Reshaped(KC.Timed):
+    """A profiled kernel at the scenario's shape: its time, and what placing the tensor-parallel
+    all-reduces needs (the symbols of its GEMM's M, N, K; whether it is the attention)."""
+
+    sides: tuple[str, str, str] = ("", "", "")
+    attention: bool = False
 
 
 def _short(name: str) -> str:
@@ -150,17 +162,65 @@ def _parts(prof: Profile, Q: R.Shape, gpu: GpuSpec) -> dict[str, list[KC.Timed]]
     return parts
 
 
+_COLUMN_OUT = ("qkv", "q", "kv", "ffn", "ffn2")  # outputs of Megatron's column-parallel layers
+_ROW_IN = ("q", "ffn", "ffn2")  # inputs of its row-parallel layers
+
+
+def _tp_comms(parts: dict[str, list], Q: R.Shape, param_bytes: int) -> dict[str, list[Ly.Step]]:
+    """The tensor-parallel all-reduces of b·s·h elements Megatron-LM runs (Shoeybi et al. 2019, as in
+    emulator/workload/layer.py): forward after each row-parallel GEMM (attention output projection,
+    MLP down), and after the vocab-parallel embedding lookup; backward after the input gradient of the
+    column-parallel GEMMs (one all-reduce for the QKV side, one for the MLP up side), overlapping the
+    weight-gradient GEMM that follows, and after the vocab-parallel head's input gradient."""
+    T_h = Q.b * Q.s * Q.h
+
+    def ar(name: str, nbytes: float, cat: str, overlap: int) -> Ly.Comm:
+        return Ly.Comm(name, "tp", "all_reduce", T_h * nbytes, overlap=overlap, category=cat)
+
+    def gemm_sides(t: KC.Timed) -> tuple[str, str, str]:
+        return t.sides if isinstance(t, Reshaped) else ("", "", "")
+
+    out: dict[str, list[Ly.Step]] = {name: list(ks) for name, ks in parts.items()}
+    fwd: list[Ly.Step] = []
+    for t in parts["block_fwd"]:
+        fwd.append(t)
+        if gemm_sides(t)[2] in _ROW_IN:
+            fwd.append(ar("tp_allreduce", t.dtype, "fwd", 0))
+    out["block_fwd"] = fwd
+    bwd: list[Ly.Step] = []
+    col = [i for i, t in enumerate(parts["block_bwd"]) if gemm_sides(t)[0] == "T" and gemm_sides(t)[2] in _COLUMN_OUT]
+    att = next((i for i, t in enumerate(parts["block_bwd"]) if isinstance(t, Reshaped) and t.attention), -1)
+    last = {max((i for i in col if i < att), default=-1), max((i for i in col if i > att), default=-1)} - {-1}
+    for i, t in enumerate(parts["block_bwd"]):
+        bwd.append(t)
+        if i in last:
+            bwd.append(ar("tp_allreduce", t.dtype, "bwd", 1))
+    out["block_bwd"] = bwd
+    out["embed_fwd"] = list(parts["embed_fwd"]) + [ar("tp_allreduce", param_bytes, "fwd", 0)]
+    head: list[Ly.Step] = []
+    for t in parts["head_bwd"]:
+        head.append(t)
+        if gemm_sides(t)[0] == "T" and gemm_sides(t)[2] == "V":
+            head.append(ar("tp_allreduce", t.dtype, "bwd", 1))
+    out["head_bwd"] = head
+    return out
+
+
 def reshape_plan(plan: Plan, sc: Scenario) -> None:
-    """Replace ``plan``'s units (made for a generated model) by the profile's parts at the scenario's sizes."""
+    """Replace ``plan``'s units (made for a generated model) by the profile's parts at the scenario's
+    sizes, one tensor-parallel GPU's share of them (``parallel.tp``) with their all-reduces."""
     assert sc.cluster.node is not None  # the builder checked it
     prof = profile_of(sc)
-    Q = target_shape(sc)
-    parts = _parts(prof, Q, sc.cluster.node.gpu)
+    tp = sc.parallel.tp
+    Q = target_shape(sc).per_gpu(tp)
+    parts: dict[str, list] = dict(_parts(prof, Q, sc.cluster.node.gpu))
+    if tp > 1:
+        parts = _tp_comms(parts, Q, prof.param_bytes)
     emb, head = R.params(prof.embed_params, Q), R.params(prof.head_params, Q)
     block = R.params(prof.block_params, Q)
     par = sc.parallel
     V = par.pp * plan.v
-    table = Q.V * Q.h if prof.tied and par.pp > 1 else 0  # the last stage's own copy of a tied table
+    table = Q.V * Q.h if prof.tied and par.pp > 1 else 0  # the last stage's own copy of a tied table (V/tp)
     for vs in range(V):
         per, first = plan.chunk_layers[vs], sum(plan.chunk_layers[:vs])
         units: list[Unit] = []
@@ -173,6 +233,6 @@ def reshape_plan(plan: Plan, sc: Scenario) -> None:
         plan.chunk_units[vs] = units
     total = emb + head + Q.layers * block
     opt = sum(t.seconds for t in parts["optimizer"])
-    plan.optimizer_s_per_param = opt / total if total else 0.0
+    plan.optimizer_s_per_param = opt / total if total else 0.0  # the step scales with the parameters it updates
     plan.dtype = plan.grad_dtype = prof.param_bytes
     plan.model = replace(plan.model, tied_embeddings=prof.tied)
