@@ -175,3 +175,15 @@ def test_mirroring_a_trace_without_communication_is_refused(tmp_path, capsys):
                     f"workload: {{trace: {TRACE}, format: kineto, mirror: 8}}\n")
     assert main(["run", str(path)]) == 2
     assert "workload.profile" in capsys.readouterr().err
+
+
+def test_calibrate_records_the_dtype_each_gemm_ran_in():
+    from emulator.scenario import catalog
+    from emulator.tools.calibrate import fit_compute
+
+    fit = fit_compute(TRACE, catalog.node("dgx-h200", None).gpu)
+    rows = {dims: (dtype, t) for dims, dtype, t in fit.gemm_times}
+    # under autocast every GEMM ran in bf16 (the outer aten::addmm says fp32: its weights are fp32)
+    assert {d for d, _ in rows.values()} == {"bf16"}
+    # and a GEMM's time is its own kernel's, not its operands' casts: the vocabulary projection, 15,743.4 us
+    assert rows[(1, 8192, 50257, 2048)][1] == pytest.approx(15743.4e-6)
