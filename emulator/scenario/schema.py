@@ -87,7 +87,8 @@ GPU_KEYS: dict[str, Key] = {
     "peak_flops_fp8": Key("flops_rate", 'Dense FP8 tensor-core peak, e.g. "1978.9 TFLOP/s"; absent: none.',
                           minimum=0),
     "kernel_table": Key("enum", "Built-in table of measured kernels costed before the roofline "
-                                "(devices/kernels.py): h100, b200, or none.", enum=("none", "h100", "b200")),
+                                "(devices/kernels.py): h100, h200, b200, or none.",
+                          enum=("none", "h100", "h200", "b200")),
     "grouped_gemm_efficiency": Key("ratio", "Throughput of an MoE grouped GEMM over that of the batched GEMM of its "
                                             "groups' shape (a measurement); 0 or absent: 1, as DeepGEMM measured "
                                             "on H800 (emulator/workload/layer.py).", minimum=0, maximum=1),
