@@ -90,3 +90,12 @@ def test_fp8_roofline_uses_the_fp8_peak():
     t, src = C.gemm_cost(8192, 8192, 8192, g, "fp8")
     e = C.gemm_efficiency(8192, 8192, 8192, g, 1, 1)
     assert src == "roofline" and t == pytest.approx(2 * 8192**3 / (1978.9e12 * e) + 4e-6)
+
+
+def test_casts_move_their_bytes_at_the_measured_cast_bandwidth():
+    # h200/elementwise.csv row 10: a cast at 3672 of 4800 GB/s (0.765); on the H100 0.765 · 3350 GB/s.
+    # qkv.fp8_cast_x of the small model: 155648 B / (3350e9 · 3672/4800) = 60.735 ns, + 4 us launch
+    k = _by_name(Ly.forward_steps(_shape()))["qkv.fp8_cast_x"]
+    assert k.kind == "cast"
+    t, src = KC.kernel_cost(k, H100, "fp8")
+    assert src == "roofline" and t == pytest.approx(155648 / (3350e9 * 3672 / 4800) + 4e-6, rel=1e-9)

@@ -243,11 +243,21 @@ def attention_cost(batch: int, heads: int, kv_heads: int, seq: int, head_dim: in
                                                        nbytes))
 
 
-def elementwise_time(nbytes: float, gpu: GpuSpec) -> float:
-    """time = nbytes / (hbm · E_MEM) + launch: a memory-bound kernel moving nbytes."""
+# The fraction of HBM bandwidth a dtype cast reaches, measured on one H200 (../shared/calibration/
+# h200/elementwise.csv row 10: x.to(bf16) of an fp32 [16384, 4096], 402.7 MB in 109.6 us, 3672 GB/s
+# of 4800): 0.765. Row 1 (the same cast of [8192, 2048], 42.8 us) is left out: below 60 us the
+# per-call time holds the host's dispatch (h200/sources.md). A Transformer Engine FP8 cast-transpose
+# is costed at this fraction of the GPU's HBM bandwidth (a bandwidth-bound kernel: the same
+# fraction on the H100, an ASSUMPTION).
+CAST_MEM_EFFICIENCY = 3672.0 / 4800.0
+
+
+def elementwise_time(nbytes: float, gpu: GpuSpec, efficiency: float = 0.0) -> float:
+    """time = nbytes / (hbm · e) + launch: a memory-bound kernel moving nbytes; e = ``efficiency``,
+    or the GPU's (E_MEM) when 0."""
     if nbytes <= 0:
         return 0.0
-    return nbytes / (gpu.hbm_bandwidth * mem_efficiency(gpu)) + gpu.launch_overhead
+    return nbytes / (gpu.hbm_bandwidth * (efficiency or mem_efficiency(gpu))) + gpu.launch_overhead
 
 
 def roofline_time(flops: float, nbytes: float, gpu: GpuSpec) -> float:

@@ -79,6 +79,8 @@ def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float,
                                       lambda: compute.flash_attention_time(kern.batch, kern.m, kern.n,
                                                                            kern.head_dim, gpu, kern.causal,
                                                                            kern.backward, kern.dtype))
+    if kern.kind == "cast":  # a Transformer Engine FP8 cast: at the measured bandwidth of a cast
+        return compute.elementwise_time(kern.bytes, gpu, compute.CAST_MEM_EFFICIENCY), "roofline"
     return compute.elementwise_time(kern.bytes, gpu), "roofline"
 
 

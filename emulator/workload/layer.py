@@ -65,7 +65,9 @@ same kernel; TE then reduces the amaxes and updates the scaling factors of the a
 global buffer per pass). The casts are memory-bound kernels costed by their bytes: 4 per element
 cast-transposed (read 2, write 1 + 1), the weight's spread over the step's micro-batches (2 with
 ``fp8_params``: the weight is already FP8, only its transpose is written); the amax-history update
-adds 2·4·1024 bytes per quantized tensor to the cast before its GEMM. The all-reduce (MAX) of the
+adds 2·4·1024 bytes per quantized tensor to the cast before its GEMM. A cast moves its bytes at
+the bandwidth a cast reached on the H200 (compute.CAST_MEM_EFFICIENCY, from
+../shared/calibration/h200/elementwise.csv). The all-reduce (MAX) of the
 amaxes over the data-parallel group, a few kB once per pass, is left out.
 
 Backward of a linear layer is two GEMMs, dgrad then wgrad. As in Megatron
@@ -88,7 +90,7 @@ FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
 
 @dataclass(frozen=True)
 class Kernel:
-    """One compute kernel. kind: gemm | elementwise | flash."""
+    """One compute kernel. kind: gemm | elementwise | flash | cast (an FP8 cast, memory-bound)."""
 
     name: str
     kind: str
@@ -299,7 +301,7 @@ def _fp8_cast(name: str, elements: float, tensors: int, cat: str, gathered_over:
     2 bytes per element (linear.py lines 378-398: "All-gather is not supported with FP8
     column-wise data"; line 1177: the column-wise copy made from the gathered tensor)."""
     per = 4.0 if gathered_over <= 1 else 3.0 / gathered_over + 2.0
-    return Kernel(name, "elementwise", elements, per * elements + tensors * AMAX_HISTORY_BYTES, cat)
+    return Kernel(name, "cast", elements, per * elements + tensors * AMAX_HISTORY_BYTES, cat)
 
 
 def _gathered(out: list[Step], L: LayerShape) -> int:
@@ -330,7 +332,7 @@ def fp8_forward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
                                            _gathered(out, L))]
             if st.category != RECOMPUTE:
                 w = float(st.n * st.k * st.batch)
-                casts.append(Kernel(f"{st.name}.fp8_cast_w", "elementwise", w / 4.0 * L.fp8_weight_bytes,
+                casts.append(Kernel(f"{st.name}.fp8_cast_w", "cast", w / 4.0 * L.fp8_weight_bytes,
                                     w * L.fp8_weight_bytes, st.category))
             _insert(out, casts)
         out.append(st)
