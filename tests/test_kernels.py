@@ -236,3 +236,23 @@ def test_bad_kernels_in_a_user_catalog_name_the_file_and_entry(tmp_path):
     (tmp_path / "sc.yaml").write_text("name: x\ncluster: {nodes: 1, node: n1, catalog: cat.yaml}\n")
     with pytest.raises(EmulatorError, match=r"cat.yaml: g1.kernels\[0\]: expected a gemm with 4 positive dims"):
         load_scenario(str(tmp_path / "sc.yaml"))
+
+
+def test_attention_fa2_is_an_explicit_choice():
+    # training.attention: fa2 costs the fused kernels from FlashAttention-2's rows (fa2_*), flash from cuDNN's.
+    # causal, d 128, 4096 keys on the H100: forward FA2 319 TFLOP/s (h100/attention.csv row 57) against
+    # cuDNN 591 (row 290): 34.36e9 FLOP -> 107.7 + 4 us against 58.1 + 4 us
+    from emulator.scenario import load_scenario_text
+    from emulator.simulation import simulate
+
+    def flash_fwd(attention: str) -> float:
+        text = ("name: fa\ncluster: {nodes: 1, node: dgx-h100}\n"
+                "model: {layers: 1, hidden: 1024, heads: 8, ffn_hidden: 4096, seq_len: 4096, vocab: 32768}\n"
+                f"training: {{global_batch: 8, micro_batch: 1, attention: {attention}}}\nparallel: {{dp: 8}}\n"
+                "simulation: {detail: op}\n")
+        r = simulate(load_scenario_text(text, "fa.yaml"), record_links=False)
+        return next(op.duration for op in r.program.expanded().ops if op.name.endswith("fwd.attn.flash"))
+
+    flops = 4 * 8 * 4096**2 * 128 / 2
+    assert flash_fwd("fa2") == pytest.approx(flops / 319e12 + 4e-6)
+    assert flash_fwd("flash") == pytest.approx(flops / 591e12 + 4e-6)

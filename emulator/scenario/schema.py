@@ -244,8 +244,10 @@ TRAINING_KEYS: dict[str, Key] = {
                               "rate; fp8 at the FP8 rate (refused on a GPU without one).",
                       enum=("bf16", "fp16", "fp32", "tf32", "fp8")),
     "recompute": Key("enum", "Activation recomputation.", enum=("none", "selective", "full")),
-    "attention": Key("enum", "Attention kernels: unfused (Megatron's, as in layers.csv) or flash.",
-                     enum=("unfused", "flash")),
+    "attention": Key("enum", "Attention kernels: unfused (Megatron's, as in layers.csv), flash (cuDNN's fused "
+                              "flash attention, as Transformer Engine and PyTorch SDPA run it on Hopper) or fa2 "
+                              "(FlashAttention-2's kernels; docs/guides/kernels.md).",
+                     enum=("unfused", "flash", "fa2")),
     "grad_reduce": Key("enum", "Type of the data-parallel gradient reduction, and of the gradients held "
                                "(memory): auto (Megatron: fp32 when training in bf16 or fp8, else the training "
                                "type), fp32, bf16 or fp16.",

@@ -167,7 +167,7 @@ class TrainingSpec:
     micro_batch: int = 1
     precision: str = "bf16"  # bf16 | fp16 | fp32 | tf32 | fp8 (devices/compute.py: the peak each runs at)
     recompute: str = "none"  # none | selective | full
-    attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash
+    attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash (cuDNN) | fa2
     grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16
     fp8_params: bool = False  # fp8 only: the layers' GEMM weights stored in fp8 (NeMo's fp8_params, memory.py)
 

@@ -50,11 +50,11 @@ def kernel_time(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> float:
 
 
 def kernel_precision(kern: Kernel, precision: str) -> str:
-    """The dtype ``kern`` runs in under ``training.precision``: fp8 only for the 1-byte GEMMs of an
-    fp8 run (layer.py's FP8 linear layers), bf16 for its other kernels; else the precision."""
-    if precision == "fp8":
-        return "fp8" if kern.kind == "gemm" and kern.dtype == 1 else "bf16"
-    return precision
+    """The dtype ``kern`` runs in under ``training.precision``: fp8 for a GEMM of 1-byte operands (layer.py's
+    FP8 linear layers), bf16 for the other kernels of an fp8 run; else the precision."""
+    if kern.kind == "gemm" and kern.dtype == 1:
+        return "fp8"
+    return "bf16" if precision == "fp8" else precision
 
 
 def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float, str]:
@@ -74,7 +74,8 @@ def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float,
         return compute.measured_first(g, "gemm", prec, (kern.batch, kern.m, kern.n, kern.k), kern.flops,
                                       roofline, lambda d: compute.gemm_rate(d, g, kern.dtype))
     if kern.kind == "flash":
-        op = f"attention_{'bwd' if kern.backward else 'fwd'}{'_causal' if kern.causal else ''}"
+        kind = "fa2" if kern.fa2 else "attention"
+        op = f"{kind}_{'bwd' if kern.backward else 'fwd'}{'_causal' if kern.causal else ''}"
         return compute.measured_first(gpu, op, prec, (kern.head_dim, kern.n), kern.flops,
                                       lambda: compute.flash_attention_time(kern.batch, kern.m, kern.n,
                                                                            kern.head_dim, gpu, kern.causal,

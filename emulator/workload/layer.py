@@ -106,6 +106,7 @@ class Kernel:
     head_dim: int = 0  # flash
     dtype: int = 2  # bytes per element of a gemm's or flash kernel's operands (training.precision)
     grouped: bool = False  # an MoE grouped GEMM (its ``batch`` = the local experts)
+    fa2: bool = False  # flash: FlashAttention-2's kernel instead of cuDNN's (training.attention: fa2)
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ class LayerShape:
     v_head: int = 0  # MLA value dims per head; 0: d
     fp8: bool = False  # Transformer Engine FP8: the linear layers' GEMMs in FP8, with their casts
     fp8_weight_bytes: float = 0.0  # bytes per weight element per micro-batch of the step's weight cast
+    fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
 
     @property
     def T(self) -> int:
@@ -229,7 +231,7 @@ class LayerShape:
 
 def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False, cp: int = 1,
                 ep: int = 1, dtype: int = 2, flash: bool = False, micro_batches: int = 1,
-                fp8_params: bool = False) -> LayerShape:
+                fp8_params: bool = False, fa2: bool = False) -> LayerShape:
     """The per-GPU layer shape of ``model`` under the given parallelism. ``dtype`` 1 is FP8 training
     (Transformer Engine: FP8 GEMMs, BF16 activations); its weights are cast once per step of
     ``micro_batches`` (4 bytes per element, 2 with ``fp8_params``)."""
@@ -246,7 +248,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       dropout=has_dropout(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,
                       top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation,
                       expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
-                      imbalance=m.moe_imbalance, fp8=fp8,
+                      imbalance=m.moe_imbalance, fp8=fp8, fa2=fa2,
                       fp8_weight_bytes=(2.0 if fp8_params else 4.0) / max(1, micro_batches) if fp8 else 0.0, **mla)
 
 
@@ -283,7 +285,8 @@ def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel
     d = L.d if L.d_qk == L.d_v == L.d else (L.d_qk + L.d_v) / 2
     flops = 4.0 * bh * L.s * sk * d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0)
     nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * d * L.dtype
-    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, int(d), bh, L.causal, backward, int(d), dtype=L.dtype)
+    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, int(d), bh, L.causal, backward, int(d), dtype=L.dtype,
+                  fa2=L.fa2)
 
 
 def _with_category(steps: list[Step], cat: str) -> list[Step]:
