@@ -113,3 +113,20 @@ def test_kernel_fit_lookup_and_leave_one_out():
     assert len(unaligned) == 6 and all(abs(r["loo_error"]) < 0.05 for r in unaligned)
     # the two dispatch-bound rows (1024³: 55 us, 2048³: 57 us) are reported, not in the medians
     assert sum(r["dispatch_bound"] for r in result["rows"] if r["group"] == "gemm_bf16") == 2
+
+
+def test_token_rows_are_no_leading_dimension():
+    # a Linear's forward y[m, n] = x[m, k]·w[n, k]ᵀ: the leading dimensions are k and n; m (tokens) is not one
+    assert K.gemm_aligned((1, 8191, 4096, 4096), 2) and not K.gemm_aligned((1, 4096, 4096, 8191), 2)
+    # a weight gradient written (k_in, n_out, tokens): rows = 3, its tokens are free
+    assert K.gemm_aligned((1, 4096, 4096, 8191), 2, rows=3) and not K.gemm_aligned((1, 4095, 4096, 8192), 2, rows=3)
+    # an MoE expert's GEMMs over 3148 routed tokens (3148 = 8·393 + 4) are aligned kernels, forward and wgrad
+    from emulator.workload import kernel_cost as KC
+    from emulator.workload import layer as Ly
+
+    fwd = Ly.Kernel("moe.up", "gemm", 2.0 * 8 * 3148 * 2816 * 2048, 0.0, m=3148, n=2816, k=2048, batch=8)
+    wgrad = Ly.Kernel("moe.up.wgrad", "gemm", 2.0 * 8 * 2048 * 2816 * 3148, 0.0, m=2048, n=2816, k=3148, batch=8)
+    assert KC.gemm_rows(fwd) == 1 and KC.gemm_rows(wgrad) == 3
+    assert KC.kernel_cost(fwd, H100)[0] == pytest.approx(C.gemm_time(3148, 2816, 2048, H100, 2, 8))
+    assert KC.kernel_cost(wgrad, H100)[0] == pytest.approx(C.gemm_time(2048, 2816, 3148, H100, 2, 8, rows=3))
+    assert C.gemm_time(2048, 2816, 3148, H100, 2, 8, rows=3) < C.gemm_time(2048, 2816, 3148, H100, 2, 8) / 4

@@ -16,9 +16,9 @@ efficiencies are:
   * k / (k + K_HALF) is the fixed per-tile prologue/epilogue (loading the first
     operand stages, writing the output tile) amortised over the k-loop: a GEMM with a
     short k spends a larger share of its time outside the tensor-core main loop.
-  * e_align is 1 for an aligned GEMM and UNALIGNED_FRACTION when m, n or k is not a multiple
-    of 16 bytes of its element (8 bf16 elements): cuBLAS then runs its align1 fallback kernels
-    (kernels.gemm_aligned).
+  * e_align is 1 for an aligned GEMM and UNALIGNED_FRACTION when a leading dimension (n or k of
+    a Linear's forward; ``rows`` says which dim is none) is not a multiple of 16 bytes of its
+    element (8 bf16 elements): cuBLAS then runs its align1 fallback kernels (kernels.gemm_aligned).
   * E_GEMM_MAX is what a large, square, well-quantised GEMM reaches on A100, and
     matmul_scale(gpu) carries it to another GPU by the ratio of their measured maximum
     achievable matmul FLOP/s (as a fraction of peak).
@@ -149,10 +149,12 @@ def mem_efficiency(gpu: GpuSpec) -> float:
     return gpu.memory_efficiency or E_MEM
 
 
-def gemm_efficiency(m: int, n: int, k: int, gpu: GpuSpec, batch: int = 1, dtype_bytes: int = 2) -> float:
+def gemm_efficiency(m: int, n: int, k: int, gpu: GpuSpec, batch: int = 1, dtype_bytes: int = 2,
+                    rows: int = 1) -> float:
     """e_flops = gemm_max(gpu) · e_tile(m, n, batch) · k / (k + K_HALF) · e_align (UNALIGNED_FRACTION
-    when m, n or k is not a multiple of 16 bytes of a ``dtype_bytes`` element, else 1)."""
-    align = 1.0 if gemm_aligned((batch, m, n, k), dtype_bytes) else UNALIGNED_FRACTION
+    when a leading dimension is not a multiple of 16 bytes of a ``dtype_bytes`` element, else 1;
+    ``rows``: kernels.gemm_aligned)."""
+    align = 1.0 if gemm_aligned((batch, m, n, k), dtype_bytes, rows) else UNALIGNED_FRACTION
     return gemm_max(gpu) * tile_efficiency(m, n, gpu, batch) * k / (k + K_HALF) * align
 
 
@@ -166,31 +168,32 @@ def gemm_bytes(m: int, n: int, k: int, dtype_bytes: int = 2, batch: int = 1) -> 
     return float((m * k + k * n + m * n) * batch * dtype_bytes)
 
 
-def gemm_time(m: int, n: int, k: int, gpu: GpuSpec, dtype_bytes: int = 2, batch: int = 1) -> float:
+def gemm_time(m: int, n: int, k: int, gpu: GpuSpec, dtype_bytes: int = 2, batch: int = 1, rows: int = 1) -> float:
     """time = max(2mnk·batch / (peak·e_flops(m,n,k)), gemm_bytes / (hbm·E_MEM)) + launch."""
     if min(m, n, k, batch) <= 0:
         return 0.0
-    t_flops = gemm_flops(m, n, k, batch) / (gpu.peak_flops * gemm_efficiency(m, n, k, gpu, batch, dtype_bytes))
+    t_flops = gemm_flops(m, n, k, batch) / (gpu.peak_flops * gemm_efficiency(m, n, k, gpu, batch, dtype_bytes, rows))
     t_mem = gemm_bytes(m, n, k, dtype_bytes, batch) / (gpu.hbm_bandwidth * mem_efficiency(gpu))
     return max(t_flops, t_mem) + gpu.launch_overhead
 
 
-def gemm_rate(dims: tuple[int, ...], gpu: GpuSpec, dtype_bytes: int = 2) -> float:
+def gemm_rate(dims: tuple[int, ...], gpu: GpuSpec, dtype_bytes: int = 2, rows: int = 1) -> float:
     """The roofline's FLOP/s of GEMM dims (batch, m, n, k), launch left out: the prior that the
     kernel table's neighbour interpolation corrects (kernels.py)."""
     b, m, n, k = dims
-    return gemm_flops(m, n, k, b) / (gemm_time(m, n, k, gpu, dtype_bytes, b) - gpu.launch_overhead)
+    return gemm_flops(m, n, k, b) / (gemm_time(m, n, k, gpu, dtype_bytes, b, rows) - gpu.launch_overhead)
 
 
 def measured_first(gpu: GpuSpec, op: str, dtype: str, dims: tuple[int, ...], flops: float,
                    roofline: Callable[[], float],
-                   prior: Callable[[tuple[int, ...]], float] | None = None) -> tuple[float, str]:
+                   prior: Callable[[tuple[int, ...]], float] | None = None, rows: int = 1) -> tuple[float, str]:
     """The kernel database first (devices/kernels.py): flops / measured-or-interpolated rate + launch;
     else ``roofline()``. ``prior``: the model's rate of a shape, which the table's neighbour
-    interpolation corrects. Returns (seconds, source: measured | interpolated | roofline)."""
+    interpolation corrects; ``rows``: a GEMM's dim that is no leading dimension (kernels.gemm_aligned).
+    Returns (seconds, source: measured | interpolated | roofline)."""
     from emulator.devices import kernels
 
-    hit = kernels.lookup(gpu, op, dtype, dims, prior)
+    hit = kernels.lookup(gpu, op, dtype, dims, prior, rows)
     if hit is None:
         return roofline(), kernels.ROOFLINE
     return flops / hit.rate + gpu.launch_overhead, hit.source
@@ -204,17 +207,21 @@ def at_dtype(gpu: GpuSpec, dtype: str) -> GpuSpec:
     return gpu if peak == gpu.peak_flops else replace(gpu, peak_flops=peak)
 
 
-def gemm_cost(m: int, n: int, k: int, gpu: GpuSpec, dtype: str = "bf16", batch: int = 1) -> tuple[float, str]:
+def gemm_cost(m: int, n: int, k: int, gpu: GpuSpec, dtype: str = "bf16", batch: int = 1,
+              rows: int = 1) -> tuple[float, str]:
     """(seconds, source) of ``batch`` GEMMs (m×k)·(k×n) in ``dtype`` (bf16 | fp16 | fp8 | fp32 | tf32)
     on ``gpu`` (its catalog entry, bf16 peak): the GPU's kernel table (measured, else interpolated:
     kernels.py), else the roofline (:func:`gemm_time`: tile and wave quantisation, unaligned
-    dimensions). source: measured | interpolated | roofline. Launch overhead included."""
+    dimensions). ``rows``: the dim that is no operand's leading dimension (1: m, a Linear's tokens;
+    3: k, the tokens of a weight gradient), so its alignment does not matter.
+    source: measured | interpolated | roofline. Launch overhead included."""
     if min(m, n, k, batch) <= 0:
         return 0.0, "roofline"
     g = at_dtype(gpu, dtype)
     nbytes = DTYPE_BYTES[dtype]
     return measured_first(g, "gemm", dtype, (batch, m, n, k), gemm_flops(m, n, k, batch),
-                          lambda: gemm_time(m, n, k, g, nbytes, batch), lambda d: gemm_rate(d, g, nbytes))
+                          lambda: gemm_time(m, n, k, g, nbytes, batch, rows),
+                          lambda d: gemm_rate(d, g, nbytes, rows), rows)
 
 
 def attention_flops(batch: int, heads: int, seq: int, kv_seq: int, head_dim: float, causal: bool,

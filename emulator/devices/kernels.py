@@ -18,12 +18,16 @@ The compute model (compute.py, ``measured_first``) asks :func:`lookup` before it
    without a prior, the weighted geometric mean of their rates;
 3. otherwise ``None``: the roofline costs it (compute.py).
 
-**Unaligned GEMMs.** cuBLAS runs a GEMM whose m, n or k is not a multiple of 16 bytes of its
-element type (8 for bf16/fp16, 16 for fp8) on its unaligned fallback kernels
+**Unaligned GEMMs.** cuBLAS runs a GEMM whose operands' leading dimensions are not multiples of
+16 bytes (8 bf16/fp16 elements, 16 fp8) on its unaligned fallback kernels
 (``cutlass_75_tensorop_bf16_s1688gemm_..._align1``: ../shared/calibration/h200/sources.md), about
 a sixth of the aligned rate. Such a GEMM is looked up only among unaligned entries, and an
 aligned one only among aligned entries: the two are different kernels, never interpolated
-into each other (:func:`gemm_aligned`).
+into each other (:func:`gemm_aligned`). The leading dimensions are those of a Linear layer's
+forward, y[m, n] = x[m, k] · w[n, k]ᵀ: k (of x and w) and n (of y); m, the rows (tokens), is
+none (the cuBLAS documentation puts the 16-byte requirement on lda, ldb and ldc, not on m, n, k).
+A caller whose rows are another dimension says which (``rows``: a weight gradient dW = dYᵀ·X,
+written (k_in, n_out, tokens), has rows = 3).
 
 Op kinds and their dims:
 - ``gemm``: (batch, m, n, k); FLOPs 2·batch·m·n·k;
@@ -70,14 +74,16 @@ NEIGHBOURHOOD = 1.0  # octaves (log2): how far a measured neighbour may lie, in 
 Prior = Callable[[tuple[int, ...]], float]
 
 
-def gemm_aligned(dims: tuple[int, ...], dtype_bytes: int) -> bool:
-    """Whether every one of m, n, k of GEMM dims (batch, m, n, k) is a multiple of 16 bytes of its element."""
-    return all(d * dtype_bytes % ALIGN_BYTES == 0 for d in dims[1:])
+def gemm_aligned(dims: tuple[int, ...], dtype_bytes: int, rows: int = 1) -> bool:
+    """Whether GEMM dims (batch, m, n, k) have leading dimensions of multiples of 16 bytes: every one
+    of m, n, k but ``rows`` (the index of the rows, no operand's leading dimension: 1, m, in a
+    Linear's forward and input gradient; 3, the tokens k, in its weight gradient)."""
+    return all(d * dtype_bytes % ALIGN_BYTES == 0 for i, d in enumerate(dims[1:], start=1) if i != rows)
 
 
-def table_key(op: str, dtype: str, dims: tuple[int, ...]) -> str:
+def table_key(op: str, dtype: str, dims: tuple[int, ...], rows: int = 1) -> str:
     """The op an entry is grouped under: ``gemm_align1`` for an unaligned GEMM, else ``op``."""
-    if op == "gemm" and not gemm_aligned(dims, DTYPE_BYTES.get(dtype, 2)):
+    if op == "gemm" and not gemm_aligned(dims, DTYPE_BYTES.get(dtype, 2), rows):
         return UNALIGNED
     return op
 
@@ -159,10 +165,12 @@ class KernelTable:
     def __len__(self) -> int:
         return sum(len(g.points) for g in self.groups.values())
 
-    def lookup(self, op: str, dtype: str, dims: tuple[int, ...], prior: Prior | None = None) -> Hit | None:
+    def lookup(self, op: str, dtype: str, dims: tuple[int, ...], prior: Prior | None = None,
+               rows: int = 1) -> Hit | None:
         """Exact, else grid-interpolated, else from near neighbours (``prior``: the model's rate of a
-        shape, see the module docstring), in this dtype's rows, then in its alias's; None: not covered."""
-        key = table_key(op, dtype, dims)
+        shape, see the module docstring), in this dtype's rows, then in its alias's; None: not covered.
+        ``rows``: which GEMM dim is no leading dimension (:func:`gemm_aligned`)."""
+        key = table_key(op, dtype, dims, rows)
         groups = [g for d in (dtype, _ALIASES.get(dtype)) if (g := self.groups.get((key, d or ""))) is not None]
         for g in groups:
             if (hit := g.exact(dims, op == "gemm")) is not None:
@@ -222,7 +230,8 @@ def table(builtin_name: str, measured: tuple[tuple[str, str, tuple[int, ...], fl
     return KernelTable(rows) if rows else None
 
 
-def lookup(gpu: GpuSpec, op: str, dtype: str, dims: tuple[int, ...], prior: Prior | None = None) -> Hit | None:
+def lookup(gpu: GpuSpec, op: str, dtype: str, dims: tuple[int, ...], prior: Prior | None = None,
+           rows: int = 1) -> Hit | None:
     """The measured (or interpolated) rate of a kernel on ``gpu``; None when its table does not cover it."""
     t = table(gpu.kernel_table, gpu.kernels)
-    return t.lookup(op, dtype, dims, prior) if t is not None else None
+    return t.lookup(op, dtype, dims, prior, rows) if t is not None else None

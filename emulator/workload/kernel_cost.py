@@ -36,12 +36,20 @@ def grouped_gemm_time(kern: Kernel, gpu: GpuSpec) -> float:
     """A grouped GEMM: the batched GEMM's roofline with its FLOP rate × ``grouped_gemm_efficiency``."""
     eff = gpu.grouped_gemm_efficiency or GROUPED_GEMM_EFFICIENCY
     if eff == 1.0 or min(kern.m, kern.n, kern.k, kern.batch) <= 0:
-        return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch)
-    e = compute.gemm_efficiency(kern.m, kern.n, kern.k, gpu, kern.batch, kern.dtype) * eff
+        return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch, gemm_rows(kern))
+    e = compute.gemm_efficiency(kern.m, kern.n, kern.k, gpu, kern.batch, kern.dtype, gemm_rows(kern)) * eff
     t_flops = kern.flops / (gpu.peak_flops * e)
     nbytes = compute.gemm_bytes(kern.m, kern.n, kern.k, kern.dtype, kern.batch)
     t_mem = nbytes / (gpu.hbm_bandwidth * compute.mem_efficiency(gpu))
     return max(t_flops, t_mem) + gpu.launch_overhead
+
+
+def gemm_rows(kern: Kernel) -> int:
+    """The index of a layer GEMM's rows (tokens), no operand's leading dimension, so not subject to
+    cuBLAS's 16-byte alignment (devices/kernels.gemm_aligned): k in a weight gradient, written
+    (k_in, n_out, tokens) by layer.py, m otherwise. An MoE expert's token count is rarely a multiple
+    of 8 and costs nothing for it."""
+    return 3 if kern.name.endswith(".wgrad") else 1
 
 
 def kernel_time(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> float:
@@ -66,13 +74,14 @@ def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float,
     prec = kernel_precision(kern, dtype)
     if kern.kind == "gemm":
         g = compute.fp8_gpu(gpu) if prec == "fp8" else gpu
+        rows = gemm_rows(kern)
 
         def roofline() -> float:
             if kern.grouped:
                 return grouped_gemm_time(kern, g)
-            return compute.gemm_time(kern.m, kern.n, kern.k, g, kern.dtype, kern.batch)
+            return compute.gemm_time(kern.m, kern.n, kern.k, g, kern.dtype, kern.batch, rows)
         return compute.measured_first(g, "gemm", prec, (kern.batch, kern.m, kern.n, kern.k), kern.flops,
-                                      roofline, lambda d: compute.gemm_rate(d, g, kern.dtype))
+                                      roofline, lambda d: compute.gemm_rate(d, g, kern.dtype, rows), rows)
     if kern.kind == "flash":
         kind = "fa2" if kern.fa2 else "attention"
         op = f"{kind}_{'bwd' if kern.backward else 'fwd'}{'_causal' if kern.causal else ''}"
