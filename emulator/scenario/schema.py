@@ -87,7 +87,8 @@ GPU_KEYS: dict[str, Key] = {
     "peak_flops_fp8": Key("flops_rate", 'Dense FP8 tensor-core peak, e.g. "1978.9 TFLOP/s"; absent: none.',
                           minimum=0),
     "kernel_table": Key("enum", "Built-in table of measured kernels costed before the roofline "
-                                "(devices/kernels.py): h100, b200, or none.", enum=("none", "h100", "b200")),
+                                "(devices/kernels.py): h100, h200, b200, or none.",
+                          enum=("none", "h100", "h200", "b200")),
     "grouped_gemm_efficiency": Key("ratio", "Throughput of an MoE grouped GEMM over that of the batched GEMM of its "
                                             "groups' shape (a measurement); 0 or absent: 1, as DeepGEMM measured "
                                             "on H800 (emulator/workload/layer.py).", minimum=0, maximum=1),
@@ -243,8 +244,10 @@ TRAINING_KEYS: dict[str, Key] = {
                               "rate; fp8 at the FP8 rate (refused on a GPU without one).",
                       enum=("bf16", "fp16", "fp32", "tf32", "fp8")),
     "recompute": Key("enum", "Activation recomputation.", enum=("none", "selective", "full")),
-    "attention": Key("enum", "Attention kernels: unfused (Megatron's, as in layers.csv) or flash.",
-                     enum=("unfused", "flash")),
+    "attention": Key("enum", "Attention kernels: unfused (Megatron's, as in layers.csv), flash (cuDNN's fused "
+                              "flash attention, as Transformer Engine and PyTorch SDPA run it on Hopper) or fa2 "
+                              "(FlashAttention-2's kernels; docs/guides/kernels.md).",
+                     enum=("unfused", "flash", "fa2")),
     "grad_reduce": Key("enum", "Type of the data-parallel gradient reduction, and of the gradients held "
                                "(memory): auto (Megatron: fp32 when training in bf16 or fp8, else the training "
                                "type), fp32, bf16 or fp16.",

@@ -44,7 +44,7 @@ class GpuSpec:
     sm_count: int = 0  # streaming multiprocessors; 0: unknown, costed as an A100's (devices/compute.py)
     matmul_fraction: float = 0.0  # measured max achievable matmul FLOP/s / dense peak; 0: unmeasured (as A100)
     grouped_gemm_efficiency: float = 0.0  # MoE grouped GEMM / the batched GEMM of its groups; 0: 1.0 (layer.py)
-    kernel_table: str = ""  # built-in measured-kernel table (devices/kernels.py: h100, b200); "": none
+    kernel_table: str = ""  # built-in measured-kernel table (devices/kernels.py: h100, h200, b200); "": none
     kernels: tuple[tuple[str, str, tuple[int, ...], float], ...] = ()  # measured (op, dtype, dims, s), first
     peak_flops_fp32: float = 0.0  # FP32 (CUDA-core) FLOP/s; 0: unknown (training.precision fp32 is refused)
     peak_flops_tf32: float = 0.0  # dense TF32 tensor-core FLOP/s; 0: none (precision tf32 is refused)
@@ -167,7 +167,7 @@ class TrainingSpec:
     micro_batch: int = 1
     precision: str = "bf16"  # bf16 | fp16 | fp32 | tf32 | fp8 (devices/compute.py: the peak each runs at)
     recompute: str = "none"  # none | selective | full
-    attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash
+    attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash (cuDNN) | fa2
     grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16
     fp8_params: bool = False  # fp8 only: the layers' GEMM weights stored in fp8 (NeMo's fp8_params, memory.py)
 

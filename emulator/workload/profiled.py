@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from emulator.devices import compute
 from emulator.devices import reshape as R
 from emulator.importers.profile import ATTENTION, GEMM, MEMORY, OPTIMIZER, Profile, ProfiledKernel, read_profile
 from emulator.scenario.spec import GpuSpec, ProfiledSpec, Scenario
@@ -56,21 +57,21 @@ def target_shape(sc: Scenario) -> R.Shape:
 
 
 def _gemm(dims: list[int], k: ProfiledKernel, gpu: GpuSpec) -> tuple[float, float]:
-    """(seconds by the kernel model, FLOPs) of a GEMM of (batch, M, N, K)."""
+    """(seconds by the kernel model, FLOPs) of a GEMM of (batch, M, N, K); its token dimension (no
+    operand's leading dimension) is exempt from cuBLAS's alignment rule (compute.gemm_cost)."""
     b, m, n, kk = dims
-    flops = 2.0 * b * m * n * kk
-    kern = Ly.Kernel("gemm", "gemm", flops, 0.0, m=m, n=n, k=kk, batch=b, dtype=_BYTES.get(k.dtype, 2))
-    return KC.kernel_cost(kern, gpu, k.dtype or "bf16")[0], flops
+    assert k.gemm is not None
+    rows = next((i for i in (1, 3, 2) if k.gemm[i][0] == "T"), 1)
+    return compute.gemm_cost(m, n, kk, gpu, k.dtype if k.dtype in compute.DTYPE_BYTES else "bf16", b, rows)[0], \
+        2.0 * b * m * n * kk
 
 
 def _attention(dims: list[int], k: ProfiledKernel, gpu: GpuSpec) -> tuple[float, float]:
     """(seconds by the kernel model, FLOPs) of a causal fused attention of (b, heads, kvh, s, hd)."""
-    b, heads, _, s, hd = dims
+    b, heads, kvh, s, hd = dims
     back = k.phase == "bwd"
-    flops = 4.0 * b * heads * s * s * hd * (2.5 if back else 1.0) * 0.5
-    kern = Ly.Kernel("attention", "flash", flops, 0.0, m=s, n=s, batch=b * heads, causal=True, backward=back,
-                     head_dim=hd, dtype=_BYTES.get(k.dtype, 2))
-    return KC.kernel_cost(kern, gpu, k.dtype or "bf16")[0], flops
+    t, _ = compute.attention_cost(b, heads, kvh, s, hd, gpu, causal=True, backward=back, dtype="bf16")
+    return t, compute.attention_flops(b, heads, s, s, hd, True, back)
 
 
 def reshaped(k: ProfiledKernel, P: R.Shape, Q: R.Shape, gpu: GpuSpec, params_ratio: float = 1.0) -> KC.Timed:
