@@ -224,3 +224,12 @@ def test_a_key_link_falls_back_to_the_nearest_known_key():
     assert key_url("jobs[1].placement", known) == page + "#jobs-placement"  # the list index dropped
     assert key_url("parallel.tpp", known) == page + "#parallel"  # a misspelt key: its parent
     assert key_url("nosuch.key", known) == page
+
+
+def test_every_package_says_what_it_owns_and_what_it_may_import():
+    import ast
+
+    for init in sorted((ROOT / "emulator").glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        assert doc.splitlines() and doc.splitlines()[0].strip(), init  # its first line: what it is
+        assert "May import:" in doc, f"{init}: say which layers it may import (DESIGN.md, Layout)"
