@@ -259,3 +259,17 @@ def test_every_package_says_what_it_owns_and_what_it_may_import():
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
         assert doc.splitlines() and doc.splitlines()[0].strip(), init  # its first line: what it is
         assert "May import:" in doc, f"{init}: say which layers it may import (DESIGN.md, Layout)"
+
+
+def test_the_catalog_reference_cites_a_source_for_every_entry():
+    import reference_pages
+
+    from emulator.scenario import catalog
+
+    page = reference_pages.catalog_page()
+    for name in catalog.gpu_names() + catalog.node_names():
+        entry = page.split(f"### `{name}`", 1)[1].split("###", 1)[0]
+        assert "Source: " in entry and "| key | value | source |" in entry, name
+    assert all(v for v in reference_pages._model_sources().values())
+    for name in catalog.model_names():
+        assert f"| `{name}` |" in page and "](#model-sources) |" in page.split(f"| `{name}` |", 1)[1].split("\n")[0]
