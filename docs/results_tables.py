@@ -77,6 +77,18 @@ def overlap() -> str:
                               "factor", "IQR"], rows), "", _stamp(doc)])
 
 
+def ecmp() -> str:
+    doc = load("ecmp")
+    rows = []
+    for label, d in doc["fabrics"].items():
+        slow = d["slowdown"]
+        rows.append([label, f"{d['spray_s'] * 1e3:.1f} ms", f"{sum(x > 1 + 1e-9 for x in slow)} of {len(slow)}",
+                     f"×{min(slow):.3f}", f"×{d['mean_slowdown']:.3f}", f"×{max(slow):.3f}"])
+    return "\n".join([_table(["fabric", "all-reduce, spray", "seeds that collide", "least", "mean", "most"], rows),
+                      "", f"{doc['size_bytes'] / 2**30:g} GiB all-reduce over 1024 H100, {doc['seeds']} seeds. "
+                      + _stamp(doc)])
+
+
 SPEED_ORDER = ["node-8gpu", "gpt3-1024", "gpt-145b-1536", "llama3-405b-16k", "moe-1024", "fabric-4096", "dp8192",
                "gpt-1t-512", "gpt-530b-2520", "gpt-530b-2520-bounded", "gpt3-1024-unfolded"]
 
@@ -165,6 +177,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "accuracy-published": lambda: accuracy("published"),
     "nccl": nccl,
     "overlap": overlap,
+    "ecmp": ecmp,
     "speed": speed,
     "live-runs": live_runs,
     "summary": lambda: summary("validation.md"),
