@@ -172,7 +172,49 @@ def summary(link: str = VALIDATION) -> str:
     return _table(["what", "result", "evidence"], rows)
 
 
+_KERNEL_SETS = (("gemm_bf16", "bf16 GEMMs (`gemm.csv`, above 60 µs)"),
+                ("gemm_unaligned", "of which unaligned (N = 50257)"), ("attention_fwd", "attention forward"),
+                ("attention_fwd_bwd", "attention forward + backward"),
+                ("headline", "bf16 GEMMs and attention together"), ("gemm_fp8", "fp8 GEMMs (`fp8_gemm.csv`)"))
+
+
+def kernel_fit() -> str:
+    """benchmarks/kernel_fit.py: the H200 kernel measurements, looked up and left out one at a time."""
+    doc = load("kernel_fit")["summary"]
+    rows = [[label, doc[key]["n"], f"{100 * doc[key]['lookup_median_abs_error']:.2f}%",
+             f"{100 * doc[key]['loo_median_abs_error']:.2f}%"] for key, label in _KERNEL_SETS if key in doc]
+    return _table(["set", "n", "lookup (median abs. error)", "leave-one-out"], rows)
+
+
+def profile() -> str:
+    """benchmarks/profile_check.py: the H200 profile's own configuration, its replay and dp 8."""
+    doc = load("profile_check")
+    rows = [[r["case"], f"{r['predicted_s'] * 1e3:.1f} ms",
+             f"{r['measured_s'] * 1e3:.1f} ms" if r["measured_s"] else "not measured",
+             _pct(r["error"]) if r["error"] is not None else "—",
+             f"{r['link_bytes'] / 1e9:.2f} GB" if r["link_bytes"] else "—"] for r in doc["rows"]]
+    runs = ", ".join(f"{x * 1e3:.1f}" for x in doc["measured_runs_s"])
+    return "\n".join([_table(["case", "predicted", "measured", "error", "busiest link's bytes"], rows), "",
+                      f"Measured on the H200 without the profiler, two runs' medians: {runs} ms (the lower is "
+                      "compared). " + _stamp(doc)])
+
+
+def gpu_profile() -> str:
+    """benchmarks/gpu_profile_check.py on a real GPU, where it has been run."""
+    if not os.path.exists(os.path.join(RESULTS, "gpu_profile_check.json")):
+        return _table(["configuration", "status"], [["every configuration of `benchmarks/gpu_profile_check.py`",
+                                                     "not run yet: it needs a GPU, and none was lent to the "
+                                                     "session that wrote it"]])
+    doc = load("gpu_profile_check")
+    rows = [[r["name"], "profiled" if r["base"] else "reshaped", f"{r['measured_s'] * 1e3:.1f} ms",
+             f"{r['predicted_s'] * 1e3:.1f} ms", _pct(r["error"])] for r in doc["rows"]]
+    return "\n".join([_table(["configuration", "", "measured", "predicted", "error"], rows), "", _stamp(doc)])
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "kernel-fit": kernel_fit,
+    "profile": profile,
+    "gpu-profile": gpu_profile,
     "accuracy-layers": lambda: accuracy("layers-and-replays"),
     "accuracy-published": lambda: accuracy("published"),
     "nccl": nccl,
