@@ -1,0 +1,52 @@
+"""Physics of the fabrics (issue 30): torus links by dimension size, a timed failure of a whole
+switch, and the bandwidth floor of a degraded link."""
+import pytest
+
+from emulator.network.topology import build_topology, torus_links
+from emulator.scenario import load_scenario_text
+from emulator.tools.collective_bench import collective_table
+
+
+def _scenario(fabric, nodes=4, extra=""):
+    return load_scenario_text(f"name: t\ncluster: {{nodes: {nodes}, node: dgx-a100, fabric: {fabric}{extra}}}\n",
+                              "t.yaml")
+
+
+def _link_bw(fabric, nodes, a, b):
+    return build_topology(_scenario(fabric, nodes).cluster).graph.edges[a, b]["bandwidth"]
+
+
+# -- torus: a dimension of size 1 has no link, one of size 2 a single neighbour ---------------------
+def test_torus_links_count_the_neighbours_of_one_router():
+    # size 1: no neighbour; size 2: +1 and −1 are the same node (1 cable); size ≥ 3: two
+    assert torus_links((4,)) == 2 and torus_links((4, 1)) == 2 and torus_links((2, 2)) == 2
+    assert torus_links((2,)) == 1 and torus_links((1,)) == 0 and torus_links((4, 4, 2)) == 5
+
+
+def test_a_trailing_one_leaves_the_link_rate_as_the_ring():
+    # dgx-a100: 8 NICs × 200 Gb/s = 200 GB/s per node, over 2 ring links: 100 GB/s each ([4, 1] was 50)
+    ring = _link_bw("{kind: torus, torus_dims: [4]}", 4, "tr0", "tr1")
+    flat = _link_bw("{kind: torus, torus_dims: [4, 1]}", 4, "tr0", "tr1")
+    assert ring == flat == pytest.approx(100e9)
+
+
+def test_a_two_by_two_torus_is_a_four_ring():
+    # [2, 2]: node 0 = (0, 0) has neighbours 1 = (0, 1) and 2 = (1, 0), one cable each: 200/2 = 100 GB/s
+    assert _link_bw("{kind: torus, torus_dims: [2, 2]}", 4, "tr0", "tr1") == pytest.approx(100e9)
+    assert _link_bw("{kind: torus, torus_dims: [2, 2]}", 4, "tr0", "tr2") == pytest.approx(100e9)
+    # the same 4-cycle: an all-reduce over all 32 GPUs takes the time of the 4-node ring's
+    size = 2**28
+    ring = collective_table(_scenario("{kind: ring}"), "all_reduce", [size])[0]["time_s"]
+    torus = collective_table(_scenario("{kind: torus, torus_dims: [2, 2]}"), "all_reduce", [size])[0]["time_s"]
+    assert torus == pytest.approx(ring, rel=0.02)
+
+
+def test_a_two_node_ring_is_one_cable_of_the_whole_nic_total():
+    # 2 nodes: one neighbour, so the one cable carries the NIC total, 200 GB/s (it was 100)
+    assert _link_bw("{kind: ring}", 2, "tr0", "tr1") == pytest.approx(200e9)
+    # as single_switch: every NIC has its own 25 GB/s port; the cable between the routers never binds.
+    # Big messages are bandwidth-bound, so the two agree to the extra hop's latency (1 us per step)
+    size = 2**30
+    switch = collective_table(_scenario("{kind: single_switch}", 2), "all_reduce", [size])[0]["time_s"]
+    ring = collective_table(_scenario("{kind: ring}", 2), "all_reduce", [size])[0]["time_s"]
+    assert ring == pytest.approx(switch, rel=0.01)
