@@ -36,7 +36,8 @@ import simpy
 from emulator.errors import EmulatorError
 from emulator.network.fabric import Fabric, Flow
 from emulator.network.routing import detour
-from emulator.network.topology import Topology
+from emulator.network.topology import Layout, Topology
+from emulator.scenario.schema import MIN_BANDWIDTH
 from emulator.scenario.spec import Override
 
 
@@ -73,8 +74,35 @@ def _ranks(topo: Topology, target: str) -> list[int]:
     raise FaultError(f"cluster.overrides: target {target!r} is not 'gpu:R' (0..{len(topo.gpus) - 1}) or 'node:N'")
 
 
+def _line_rate(topo: Topology, link: int) -> float:
+    """The raw line rate (B/s) of ``link``, as its builder or graph file gave it."""
+    edges = topo.source.edges if isinstance(topo.source, Layout) else topo.graph.edges
+    rate: float = edges[topo.links[link]]["bandwidth"]
+    return rate
+
+
+def check_floor(topo: Topology, overrides: tuple[Override, ...]) -> None:
+    """Refuse ``link_degrade`` factors that leave a link below the bandwidth floor of every
+    bandwidth key (``MIN_BANDWIDTH``, 1 Mb/s: emulator.scenario.schema), with every degrade of
+    the link active at once (timed ones multiply with the rest while they overlap)."""
+    product: dict[int, float] = {}
+    for k, ov in enumerate(overrides):
+        if ov.kind != "link_degrade":
+            continue
+        for i in _links(topo, ov.target, f"cluster.overrides[{k}].target"):
+            product[i] = product.get(i, 1.0) * ov.factor
+            if _line_rate(topo, i) * product[i] < MIN_BANDWIDTH:
+                u, v = topo.links[i]
+                raise FaultError(f"cluster.overrides[{k}].factor: link_degrade leaves {u}->{v} at "
+                                 f"{_line_rate(topo, i) * product[i] * 8:.3g} b/s, below the 1 Mb/s that every "
+                                 f"bandwidth must reach; expected a factor of at least "
+                                 f"{MIN_BANDWIDTH / (_line_rate(topo, i) * product[i] / ov.factor):.3g}, "
+                                 f"got {ov.factor:g}")
+
+
 def apply_faults(topo: Topology, overrides: tuple[Override, ...]) -> dict[int, float]:
     """Apply link overrides to ``topo`` in place; return the per-rank slowdown factors."""
+    check_floor(topo, overrides)
     slowdown: dict[int, float] = {}
     failed = set(topo.failed)
     for ov in overrides:

@@ -50,3 +50,32 @@ def test_a_two_node_ring_is_one_cable_of_the_whole_nic_total():
     switch = collective_table(_scenario("{kind: single_switch}", 2), "all_reduce", [size])[0]["time_s"]
     ring = collective_table(_scenario("{kind: ring}", 2), "all_reduce", [size])[0]["time_s"]
     assert ring == pytest.approx(switch, rel=0.01)
+
+
+# -- the bandwidth floor of a degraded link ----------------------------------------------------------
+def _degraded(*overrides):
+    items = ", ".join(overrides)
+    return load_scenario_text(f"name: d\ncluster: {{nodes: 2, node: dgx-a100, overrides: [{items}]}}\n", "d.yaml")
+
+
+def test_a_degrade_below_the_bandwidth_floor_is_refused_by_key():
+    from emulator.errors import EmulatorError
+
+    # nic0.0 -> sw: 200 Gb/s × 1e-300 = 2e-289 b/s, far below the 1 Mb/s floor of every bandwidth key
+    # (it printed a 298-digit iteration time); a timed one is refused the same way
+    for timed in ("", ", at: 1 ms"):
+        sc = _degraded(f'{{kind: link_degrade, target: "nic0.0->sw", factor: 1e-300{timed}}}')
+        with pytest.raises(EmulatorError, match=r"d\.yaml: cluster\.overrides\[0\]\.factor: .*1 Mb/s.*"
+                                                r"at least 5e-06, got 1e-300"):
+            collective_table(sc, "all_reduce", [1e6])
+
+
+def test_degrades_multiply_against_the_floor():
+    from emulator.errors import EmulatorError
+
+    # 25 GB/s × 1e-5 = 250 kB/s ≥ 125 kB/s (1 Mb/s): runs; × 1e-3 × 1e-3 = 25 kB/s: the second is refused
+    collective_table(_degraded('{kind: link_degrade, target: "nic0.0->sw", factor: 1e-5}'), "all_reduce", [1e3])
+    two = _degraded('{kind: link_degrade, target: "nic0.0->sw", factor: 1e-3}',
+                    '{kind: link_degrade, target: "nic0.0<->sw", factor: 1e-3}')
+    with pytest.raises(EmulatorError, match=r"overrides\[1\]\.factor: .*at least 0\.005, got 0\.001"):
+        collective_table(two, "all_reduce", [1e6])
