@@ -16,8 +16,11 @@ of the run (:class:`FaultSchedule`, a SimPy process on the fabric). At ``at``:
 - ``link_fail``: every flow on a failed link u→v is rerouted, its remaining bytes
   sent round the link over the even split of the shortest switch-only paths u→v that
   avoid every failed link (``emulator.network.routing.detour``, as a fast-reroute
-  does); flows that start later take the same detour. With no such path (a NIC's
-  own port), the flows stall (capacity 0) until ``until``; with no ``until`` the run
+  does); flows that start later take the same detour. A link to or from a failed
+  switch (a whole spine: every link of it failed) has no such path; its share goes
+  over the switch's live siblings, the switches with the same neighbours, as ECMP
+  leaves a dead switch out of the path set (``routing.around_switch``). With no way
+  round (a NIC's own port), the flows stall (capacity 0) until ``until``; with no ``until`` the run
   cannot end, which the engine reports as a deadlock. At ``until`` the link carries
   again: new flows use it, stalled ones resume, rerouted ones keep their detour.
 
@@ -35,7 +38,7 @@ import simpy
 
 from emulator.errors import EmulatorError
 from emulator.network.fabric import Fabric, Flow
-from emulator.network.routing import detour
+from emulator.network.routing import around_switch, detour
 from emulator.network.topology import Layout, Topology
 from emulator.scenario.schema import MIN_BANDWIDTH
 from emulator.scenario.spec import Override
@@ -221,7 +224,8 @@ class FaultSchedule:
     def _update_detours(self) -> None:
         failed = self._failed()
         edges = set(self.topo.failed) | {self.topo.links[l] for l in failed}
-        self.detours = {link: detour(self.topo, edges, link) for link in sorted(failed)}
+        self.detours = {link: detour(self.topo, edges, link) or around_switch(self.topo, edges, link)
+                        for link in sorted(failed)}
 
     def _capacity(self, link: int) -> float:
         if link in self.detours:
