@@ -79,3 +79,14 @@ def test_degrades_multiply_against_the_floor():
                     '{kind: link_degrade, target: "nic0.0<->sw", factor: 1e-3}')
     with pytest.raises(EmulatorError, match=r"overrides\[1\]\.factor: .*at least 0\.005, got 0\.001"):
         collective_table(two, "all_reduce", [1e6])
+
+
+def test_a_trailing_one_changes_no_training_iteration():
+    # issue 30: [4, 1] took 43.7 ms against 22.0 ms for [4] (its links had half the rate); now the same graph
+    from emulator.simulation import simulate
+
+    text = ("name: i\ncluster: {nodes: 4, node: dgx-h100, fabric: {kind: torus, torus_dims: DIMS}}\n"
+            "model: {preset: gpt3-125m}\ntraining: {global_batch: 32, micro_batch: 1}\nparallel: {tp: 2, pp: 2}\n")
+    ring, flat = (simulate(load_scenario_text(text.replace("DIMS", d), "i.yaml"), record_links=False).iteration_time_s
+                  for d in ("[4]", "[4, 1]"))
+    assert flat == ring
