@@ -77,3 +77,17 @@ def test_a_run_goes_round_a_spine_that_fails_in_the_middle():
     assert early.iteration_time_s == pytest.approx(static, rel=1e-12)
     mid = run("{kind: link_fail, target: spine0, at: 5 ms}")
     assert mid.faults[0].rerouted > 0 and mid.faults[0].stalled == 0
+
+
+def test_a_rail_spine_that_fails_in_time_is_left_out_as_from_the_start():
+    # rail-optimized, one node per rail group: rail switch i of each node joined by the 8 spines. The
+    # spines are siblings (the same neighbours: every rail switch), so the even split over the 7 live ones
+    # is the static router's split round spine3
+    def rail(ov):
+        sc = load_scenario_text("name: r\ncluster: {nodes: 2, node: dgx-a100, fabric: {kind: rail, leaf_size: 1}, "
+                                f"overrides: [{ov}]}}\n", "r.yaml")
+        return [r["time_s"] for r in collective_table(sc, "all_reduce", SIZES)]
+
+    timed = rail("{kind: link_fail, target: spine3, at: 1 ns}")
+    assert timed == pytest.approx(rail("{kind: link_fail, target: spine3}"), rel=1e-12)
+    assert timed[1] > rail("")[1]
