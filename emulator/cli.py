@@ -128,6 +128,10 @@ def cmd_collective(args: argparse.Namespace) -> int:
         algo = r["algorithm"] + (f" ({r['protocol']})" if r["protocol"] else "")
         print(f"{format_bytes(r['bytes']):>12} {r['time_s'] * 1e6:12.2f} {r['algbw_GB_per_s']:13.2f} "
               f"{r['busbw_GB_per_s']:13.2f}  {algo}")
+    from emulator.tools.collective_bench import fault_notes
+
+    for note in fault_notes(rows):
+        print(f"# {printable(note)}")
     return 0
 
 
