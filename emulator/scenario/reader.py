@@ -181,7 +181,7 @@ def _override_keys(text: str) -> tuple[list[Step], str]:
             raise ScenarioError(f'unknown key "{part}"{hint}', where, shown)
         key = keys[part]
         if sel is not None and key.type != "sections":
-            raise ScenarioError(f"{_shown(steps[:i] + [(part, None)])} is not a list: give it without [...]",
+            raise ScenarioError(f"{_shown([*steps[:i], (part, None)])} is not a list: give it without [...]",
                                 where, shown)
         if isinstance(sel, tuple) and (key.keys is None or sel[0] not in key.keys):
             hint = did_you_mean(sel[0], list(key.keys or ())) or f"; pick one by index, {part}[0]"
@@ -212,7 +212,7 @@ def _item(node: YamlValue, steps: Sequence[Step], i: int, where: str) -> int:
     shown = _shown(steps[: i + 1])
     items = node.items
     if items is None:
-        raise ScenarioError(f"{_shown(steps[:i] + [(part, None)])} is not a list in the scenario, so it has no "
+        raise ScenarioError(f"{_shown([*steps[:i], (part, None)])} is not a list in the scenario, so it has no "
                             "item to change: set it whole", where, shown)
     if isinstance(sel, int):
         if sel >= len(items):
@@ -251,9 +251,9 @@ def apply_overrides(tree: YamlValue | None, overrides: Sequence[str]) -> YamlVal
         value.key_where = where
         node = tree
         for i, (part, sel) in enumerate(steps):
-            assert node.mapping is not None
             last = i == len(steps) - 1
             if sel is not None:
+                assert node.mapping is not None
                 child = node.mapping.get(part) or YamlValue(where, tag=TAG + "null")
                 k = _item(child, steps, i, where)
                 assert child.items is not None
@@ -266,10 +266,12 @@ def apply_overrides(tree: YamlValue | None, overrides: Sequence[str]) -> YamlVal
                 node = _section(child.items[k], steps, i, where)
                 child.items[k] = node
                 continue
+            mapping = node.mapping
+            assert mapping is not None  # a section made or kept by _section
             if last:
-                node.mapping[part] = value
+                mapping[part] = value
                 break
-            node.mapping[part] = node = _section(node.mapping.get(part), steps, i, where)
+            mapping[part] = node = _section(mapping.get(part), steps, i, where)
     return tree
 
 
