@@ -27,6 +27,7 @@ from emulator.engine import DeadlockError, Engine
 from emulator.errors import EmulatorError
 from emulator.faults import FaultRecord, FaultSchedule, TimedFault, apply_faults, timed_faults
 from emulator.network.collectives import CollectiveModel, StepCosts
+from emulator.network.placed import PlacedRouter, placed_node_of
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
 from emulator.network.tuning import hardware
@@ -210,42 +211,50 @@ class Cluster:
         return {r: Gpu(r, self.gpu_spec, self.slowdown.get(r, 1.0)) for r in ranks}
 
 
-def build_cluster(scenario: Scenario, fold: Fold | None = None, spread: str = "refuse") -> Cluster:
+def build_cluster(scenario: Scenario, fold: Fold | None = None, spread: str = "refuse",
+                  gpu_of: Sequence[int] | None = None) -> Cluster:
     """The topology, faults and collective model of ``scenario`` (``fold``: the program's symmetry;
-    ``spread``: what a fold in effect does with copies of other latencies, ``CollectiveModel``)."""
+    ``spread``: what a fold in effect does with copies of other latencies, ``CollectiveModel``;
+    ``gpu_of``: the program's rank r runs on cluster GPU ``gpu_of[r]``, ``emulator.network.placed``)."""
     topo = build_topology(scenario.cluster)
     slowdown = apply_faults(topo, scenario.cluster.overrides)
     try:
         timed = timed_faults(topo, scenario.cluster.overrides)
     except EmulatorError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None
-    model = CollectiveModel(Router(topo), topo.node_of, step_costs(scenario), scenario.collectives.algorithm, fold,
-                            hardware(scenario.cluster), spread)
+    router: Router | PlacedRouter = Router(topo)
+    node_of: Callable[[int], int] = topo.node_of
+    if gpu_of is not None:  # a job on its GPUs: ranks seen as their GPUs
+        router, node_of = PlacedRouter(Router(topo), gpu_of), placed_node_of(topo, gpu_of)
+        slowdown = {r: slowdown[g] for r, g in enumerate(gpu_of) if g in slowdown}
+    model = CollectiveModel(router, node_of, step_costs(scenario), scenario.collectives.algorithm,  # type: ignore[arg-type]
+                            fold, hardware(scenario.cluster), spread)
     return Cluster(topo, slowdown, model, scenario.cluster.node.gpu if scenario.cluster.node else None, timed)
 
 
 def run_program(program: Program, scenario: Scenario, progress: Progress | None = None,
                 record_links: bool = True, notes: list[str] | None = None, repeat: bool = True,
-                spread: str = "refuse") -> Result:
+                spread: str = "refuse", gpu_of: Sequence[int] | None = None) -> Result:
     """Run a Program on the scenario's cluster (``repeat``: run simulation.iterations copies
-    of it back to back; False: the program already holds them; ``spread``: ``build_cluster``)."""
+    of it back to back; False: the program already holds them; ``spread``, ``gpu_of``: ``build_cluster``)."""
     t0 = time.perf_counter()
     try:
-        return _run_program(program, scenario, progress, record_links, notes, repeat, t0, spread)
+        return _run_program(program, scenario, progress, record_links, notes, repeat, t0, spread, gpu_of)
     finally:
         gc.unfreeze()  # what the build and the preparation set aside is the collector's again
 
 
 def _run_program(program: Program, scenario: Scenario, progress: Progress | None, record_links: bool,
-                 notes: list[str] | None, repeat: bool, t0: float, spread: str = "refuse") -> Result:
+                 notes: list[str] | None, repeat: bool, t0: float, spread: str = "refuse",
+                 gpu_of: Sequence[int] | None = None) -> Result:
     with _collector_paused(set_aside=True):
         try:
             program.validate()
         except ValueError as exc:
             raise EmulatorError(f"{scenario.path or scenario.name}: invalid workload: {exc}") from None
-        cluster = build_cluster(scenario, program.fold, spread)
+        cluster = build_cluster(scenario, program.fold, spread, gpu_of)
         topo, model = cluster.topology, cluster.collectives
-        if program.ranks > len(topo.gpus):
+        if program.ranks > (len(topo.gpus) if gpu_of is None else len(gpu_of)):
             raise EmulatorError(f"{scenario.path or scenario.name}: the workload has {program.ranks} ranks but the "
                                 f"cluster has only {len(topo.gpus)} GPUs")
         iterations = max(1, scenario.simulation.iterations)
@@ -297,53 +306,131 @@ def _alias_traffic(alias: dict[int, int], series: dict[int, list], link_bytes: l
     return series, link_bytes
 
 
-JOBS_NOTE = ("folding off: jobs share the fabric, so each job is simulated rank by rank "
-             "(shared and alone)")
+JOBS_NOTE = ("folding off: jobs share the fabric, so the shared run simulates each job rank by rank "
+             "(alone, each job folds as a single job does on its nodes)")
 
 
 def simulate_jobs(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:
-    """Run every job of ``scenario`` together on the shared fabric, then each alone on the same nodes.
+    """Run every job of ``scenario`` together on the shared fabric, and each alone on the same nodes.
 
     A job's iteration time is (its last op's end − its start) / iterations; its slowdown is that
     over the same job's alone time. Its link bytes come from the alone run: routes do not depend
     on timing, so a job moves the same bytes over the same links shared or alone.
+
+    Alone, a job runs its own Program on its GPUs (``emulator.network.placed``), folded where its
+    nodes embed like a cluster of its own size (``jobs.embeds_alike``): its single-job run, folded.
+    A single job at t = 0 on nodes 0..n−1 has nothing to share the fabric with: that run is the
+    result. A job whose links no other job uses while it runs (``_isolated``) ran exactly as alone:
+    its shared time is its alone time.
     """
-    from emulator.workload.jobs import delayed, gpu_map, id_span, job_scenario, merge, place
+    from emulator.workload.jobs import gpu_map
 
     t0 = time.perf_counter()
     node = scenario.cluster.node
     assert node is not None  # the loader requires a node for jobs
-    world = scenario.cluster.nodes * node.gpus_per_node
+    alone = [_alone(scenario, job, gpu_map(job.nodes_assigned, node.gpus_per_node)) for job in scenario.jobs]
     iterations = max(1, scenario.simulation.iterations)
-    placed: list[tuple[JobSpec, tuple[int, ...], Program, Program]] = []
-    base = 0
-    for job in scenario.jobs:
-        own, _notes = build_workload(job_scenario(scenario, job))
-        own = Program(own.ranks, list(own.ops), None, own.meta)  # materialise a stamped (unfolded) program
-        gpus = gpu_map(job.nodes_assigned, node.gpus_per_node)
-        try:
-            on_cluster = place(own.repeated(iterations), gpus, world, base)
-        except ValueError as exc:
-            raise EmulatorError(f"{scenario.path or scenario.name}: job {job.name!r}: {exc}") from None
-        base = id_span(on_cluster)
-        shared = delayed(on_cluster, job.start, base)
-        base = max(base, id_span(shared))
-        placed.append((job, gpus, own, shared))
-    together = merge([p[3] for p in placed], world)
-    result = run_program(together, scenario, progress=progress, record_links=record_links, notes=[JOBS_NOTE],
-                         repeat=False)
-    last_end: dict[int, float] = {}
-    for s in result.spans:
-        if s.end_s > last_end.get(s.rank, 0.0):
-            last_end[s.rank] = s.end_s
-    runs = []
-    for job, gpus, own, _shared in placed:
-        alone = run_program(place(own.repeated(iterations), gpus, world, 0), scenario, record_links=False,
-                            repeat=False)
-        end = max((last_end.get(g, 0.0) for g in gpus), default=0.0)
-        runs.append(JobRun(job, gpus, own, (end - job.start) / iterations, alone.iteration_time_s,
-                           [b / iterations for b in alone.link_bytes]))
+    job0 = scenario.jobs[0]
+    if len(alone) == 1 and job0.start == 0 and job0.nodes_assigned == tuple(range(len(job0.nodes_assigned))):
+        result, own = alone[0]  # the job's ranks are the cluster's first GPUs: its spans are in cluster numbering
+        result.scenario = scenario
+        runs = [JobRun(job0, gpu_map(job0.nodes_assigned, node.gpus_per_node), own, result.iteration_time_s,
+                       result.iteration_time_s, [b / iterations for b in result.link_bytes])]
+    else:
+        result, runs = _shared(scenario, alone, progress, record_links)
     result.jobs = runs
     result.iteration_time_s = max(r.iteration_time_s for r in runs)
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _alone(scenario: Scenario, job: JobSpec, gpus: tuple[int, ...]) -> tuple[Result, Program]:
+    """``job`` alone on its GPUs of the cluster (its Program in its own numbering, placed by a rank map),
+    folded where ``embeds_alike`` allows; and its Program, for its workload facts."""
+    from emulator.folding import restamp
+    from emulator.workload.jobs import embeds_alike, job_scenario, place
+
+    iterations = max(1, scenario.simulation.iterations)
+    where = f"{scenario.path or scenario.name}: job {job.name!r}"
+    if list(gpus) != sorted(gpus):  # an explicit node order: renumber its ops (group order as shared)
+        own, _ = build_workload(job_scenario(scenario, job))
+        try:
+            on_cluster = place(own.repeated(iterations), gpus, len(gpus) and max(gpus) + 1, 0)
+        except ValueError as exc:
+            raise EmulatorError(f"{where}: {exc}") from None
+        return run_program(on_cluster, scenario, record_links=False, repeat=False), own
+    fold = scenario.simulation.fold if embeds_alike(scenario.cluster, job.nodes_assigned) else "off"
+    js = job_scenario(scenario, job, fold=fold, iterations=iterations)
+    with _collector_paused(set_aside=True):
+        program, notes = build_workload(js, blocks=True)
+    if program.ranks > len(gpus):
+        raise EmulatorError(f"{where}: the workload has {program.ranks} ranks but the job has {len(gpus)} GPUs")
+    try:
+        return run_program(program, scenario, notes=notes, gpu_of=gpus), program
+    except FoldRefused:
+        pass
+    stamped = restamp(program, js)
+    if stamped is not None:
+        stamped.checked = True
+        return run_program(stamped, scenario, notes=notes, gpu_of=gpus), program
+    off = job_scenario(scenario, job, fold="off", iterations=iterations)
+    program, notes = build_workload(off, blocks=True)
+    return run_program(program, scenario, notes=notes, gpu_of=gpus), program
+
+
+def _shared(scenario: Scenario, alone: list[tuple[Result, Program]], progress: Progress | None,
+            record_links: bool) -> tuple[Result, list[JobRun]]:
+    """Every job's ops renumbered to its GPUs (``jobs.place``), merged, run on the shared fabric."""
+    from emulator.workload.jobs import delayed, gpu_map, id_span, job_scenario, merge, place
+
+    node = scenario.cluster.node
+    assert node is not None
+    world = scenario.cluster.nodes * node.gpus_per_node
+    iterations = max(1, scenario.simulation.iterations)
+    placed: list[Program] = []
+    base = 0
+    for job in scenario.jobs:
+        with _collector_paused():
+            own, _notes = build_workload(job_scenario(scenario, job))
+            try:
+                on_cluster = place(own.repeated(iterations), gpu_map(job.nodes_assigned, node.gpus_per_node),
+                                   world, base)
+            except ValueError as exc:
+                raise EmulatorError(f"{scenario.path or scenario.name}: job {job.name!r}: {exc}") from None
+            del own
+            base = id_span(on_cluster)
+            shared = delayed(on_cluster, job.start, base)
+            base = max(base, id_span(shared))
+            placed.append(shared)
+    together = merge(placed, world)
+    del placed
+    result = run_program(together, scenario, progress=progress, record_links=record_links, notes=[JOBS_NOTE],
+                         repeat=False)
+    last_end: dict[int, float] = {}
+    for sp in result.spans:
+        if sp.end_s > last_end.get(sp.rank, 0.0):
+            last_end[sp.rank] = sp.end_s
+    runs = []
+    for job, (res, own) in zip(scenario.jobs, alone):
+        gpus = gpu_map(job.nodes_assigned, node.gpus_per_node)
+        end = max((last_end.get(g, 0.0) for g in gpus), default=0.0)
+        runs.append(JobRun(job, gpus, own, (end - job.start) / iterations, res.iteration_time_s,
+                           [b / iterations for b in res.link_bytes]))
+    _isolated(runs, iterations)
+    return result, runs
+
+
+def _isolated(runs: list[JobRun], iterations: int) -> None:
+    """A job that shares no link with any job running in its window ran exactly as alone: flows share
+    bandwidth only with the flows of their links' connected component (max-min, ``network.maxmin``),
+    and jobs share no GPU. Its shared time, measured from the run's absolute clock (an error of a few
+    ulps of the start), is set to its alone time, so its slowdown is 1 exactly."""
+    links = [{i for i, b in enumerate(r.link_bytes) if b > 0} for r in runs]
+    windows = [(r.job.start, r.job.start + max(r.iteration_time_s, r.alone_iteration_time_s) * iterations)
+               for r in runs]
+    for j, run in enumerate(runs):
+        a0, a1 = windows[j]
+        met = any(k != j and links[j] & links[k] and a0 < windows[k][1] and windows[k][0] < a1
+                  for k in range(len(runs)))
+        if not met:
+            run.iteration_time_s = run.alone_iteration_time_s
