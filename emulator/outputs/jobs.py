@@ -11,6 +11,11 @@ and capacity, busiest first (ties by name).
 
 The top-level throughput of a multi-job run is the sum over the jobs, each at its own
 iteration time; FLOP rates per GPU divide that by the GPUs the jobs use.
+
+``mix`` (issue 29): the slowdown quantiles of the whole mix and of each ``jobs:`` entry over its
+copies (``count``): p50, p90 (linear between order statistics, numpy's default: the q-quantile of
+x₁ ≤ … ≤ xₙ is x_⌊h⌋ + (h − ⌊h⌋)(x_⌊h⌋+1 − x_⌊h⌋), h = q(n − 1), 0-based) and max; and the
+cluster's goodput, Σ tokens/s shared over Σ tokens/s alone (1: no job lost anything to sharing).
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ def job_rows(result: Result) -> list[dict[str, Any]]:
         per_gpu = model_flops / T / gpus if T > 0 and gpus else 0.0
         out.append({
             "name": run.job.name,
+            "entry": run.job.entry or run.job.name,
             "nodes": list(run.job.nodes_assigned),
             "gpus": gpus,
             "start_s": run.job.start,
@@ -90,3 +96,32 @@ def aggregate(summary: dict[str, Any], rows: list[dict[str, Any]], runs: list[Jo
     summary["hardware_tflops_per_gpu"] = hw / gpus if gpus else 0.0
     summary["mfu"] = model * 1e12 / peak if peak else None
     summary["hfu"] = hw / gpus * 1e12 / peak if peak and gpus else None
+
+
+def quantile(xs: list[float], q: float) -> float:
+    """The q-quantile of ``xs`` (not empty), linear between order statistics (see the module doc)."""
+    x = sorted(xs)
+    h = q * (len(x) - 1)
+    lo = int(h)
+    return x[lo] if lo + 1 >= len(x) else x[lo] + (h - lo) * (x[lo + 1] - x[lo])
+
+
+def _spread(xs: list[float]) -> dict[str, float]:
+    return {"p50": quantile(xs, 0.5), "p90": quantile(xs, 0.9), "max": max(xs)}
+
+
+def mix(rows: list[dict[str, Any]], runs: list[JobRun]) -> dict[str, Any]:
+    """The ``mix`` key: slowdown quantiles of the mix and per entry, and the cluster's goodput (None
+    where no job carries tokens: traces)."""
+    by_entry: dict[str, list[float]] = {}
+    for r in rows:
+        by_entry.setdefault(r["entry"], []).append(r["slowdown"])
+    shared = sum(r["tokens_per_s"] for r in rows)
+    alone = 0.0
+    for run in runs:
+        facts = run.program.meta.workload
+        if facts is not None and run.alone_iteration_time_s > 0:
+            alone += float(facts.tokens) / run.alone_iteration_time_s
+    return {"jobs": len(rows), "slowdown": _spread([r["slowdown"] for r in rows]),
+            "slowdown_by_job": {e: dict(_spread(xs), count=len(xs)) for e, xs in by_entry.items()},
+            "goodput": shared / alone if alone > 0 else None}

@@ -103,12 +103,13 @@ def summarize(result: Result) -> dict[str, Any]:
         out["links"] = {"busiest": busiest_links(result.topology, result.link_bytes, period),
                         "busiest_nic": busiest_nic(result.topology, result.link_bytes, period)}
     if result.jobs:
-        from emulator.outputs.jobs import aggregate, job_rows, shared_links
+        from emulator.outputs.jobs import aggregate, job_rows, mix, shared_links
 
         rows = job_rows(result)
         out["jobs"] = rows
         out["shared_links"] = shared_links(result)
         aggregate(out, rows, result.jobs, peak)
+        out["mix"] = mix(rows, result.jobs)
     if result.faults:  # timed link faults: when, and what they did to the flows on those links
         out["faults"] = [{"kind": f.kind, "target": f.target, "at_s": f.at_s, "until_s": f.until_s,
                           "flows_rerouted": f.rerouted, "flows_stalled": f.stalled} for f in result.faults]

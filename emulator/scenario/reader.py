@@ -513,7 +513,8 @@ class _Reader:
             raise self.fail(v.where, kp, "expected a list of jobs (- name: a, nodes: 2, model: {...}), "
                                          f"got {'an empty list' if v.items is not None else describe(v)}")
         self.seen[kp] = v.key_where or v.where
-        out = []
+        out: list[JobSpec] = []
+        entries: list[int] = []  # the entry of each job (count: its copies)
         for i, item in enumerate(v.items):
             ikp = f"{kp}[{i}]"
             if item.mapping is None:
@@ -529,8 +530,31 @@ class _Reader:
                 given["placement"] = placement
             model = self.model(m["model"], f"{ikp}.model") if "model" in m else None
             subs = {n: self.flat(m.get(n), n, JOB_KEYS, ikp) for n in ("training", "parallel", "workload")}
-            out.append(JobSpec(model=model, **given, **subs))
+            count, stagger = given.pop("count", 0), given.pop("stagger", 0.0)
+            if stagger and not count:
+                raise self.fail(self.where(f"{ikp}.stagger"), f"{ikp}.stagger", "stagger is read only with count "
+                                                                              "(copy i starts at start + i x stagger)")
+            job = JobSpec(model=model, **given, **subs)
+            copies = [job] if not count else [dataclasses.replace(job, name=f"{job.name}-{c}", entry=job.name,
+                                                                  start=job.start + c * stagger)
+                                              for c in range(count)]
+            entries += [i] * len(copies)
+            out += copies
+        if len(entries) != len(v.items):
+            self._renumber(entries)
         return tuple(out)
+
+    def _renumber(self, entries: list[int]) -> None:
+        """The later checks name a job by its place among the copies (jobs[k]); find each where its
+        entry (jobs[entries[k]]) is in the file."""
+        given = {kp: w for kp, w in self.seen.items() if kp.startswith("jobs[")}
+        for kp in given:
+            del self.seen[kp]
+        for k, i in enumerate(entries):
+            head = f"jobs[{i}]"
+            for kp, where in given.items():
+                if kp == head or kp.startswith(head + "."):
+                    self.seen[f"jobs[{k}]" + kp[len(head):]] = where
 
     def cluster(self, v: YamlValue) -> ClusterSpec:
         kp = "cluster"
