@@ -16,6 +16,7 @@ makes Span tuples on access.
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from contextlib import contextmanager
@@ -345,26 +346,28 @@ def simulate_jobs(scenario: Scenario, progress: Progress | None = None, record_l
 
 
 def _alone(scenario: Scenario, job: JobSpec, gpus: tuple[int, ...]) -> tuple[Result, Program]:
-    """``job`` alone on its GPUs of the cluster (its Program in its own numbering, placed by a rank map),
-    folded where ``embeds_alike`` allows; and its Program, for its workload facts."""
+    """``job`` alone on its GPUs of the cluster, and its Program (for its workload facts).
+
+    Where its nodes embed like a cluster of its own size (``jobs.embeds_alike``), its Program in its own
+    numbering runs through a rank map (``emulator.network.placed``) with its single-job fold: its
+    single-job run, folded. Elsewhere its ops are renumbered to its GPUs (``jobs.place``) and only its
+    tensor-parallel peers fold (a node's interior is symmetric wherever the node is)."""
     from emulator.folding import restamp
-    from emulator.workload.jobs import embeds_alike, job_scenario, place
+    from emulator.workload.jobs import embeds_alike, job_scenario
 
     iterations = max(1, scenario.simulation.iterations)
-    where = f"{scenario.path or scenario.name}: job {job.name!r}"
-    if list(gpus) != sorted(gpus):  # an explicit node order: renumber its ops (group order as shared)
-        own, _ = build_workload(job_scenario(scenario, job))
-        try:
-            on_cluster = place(own.repeated(iterations), gpus, len(gpus) and max(gpus) + 1, 0)
-        except ValueError as exc:
-            raise EmulatorError(f"{where}: {exc}") from None
-        return run_program(on_cluster, scenario, record_links=False, repeat=False), own
-    fold = scenario.simulation.fold if embeds_alike(scenario.cluster, job.nodes_assigned) else "off"
-    js = job_scenario(scenario, job, fold=fold, iterations=iterations)
+    fold = _job_fold(scenario, job, gpus)
+    alike = embeds_alike(scenario.cluster, job.nodes_assigned) and list(gpus) == sorted(gpus)
+    if not alike and (fold is not None or list(gpus) != sorted(gpus)):
+        program, owns = _jobs_program(scenario, [dataclasses.replace(job, start=0.0)], [fold], [gpus],
+                                      [frozenset()])
+        return run_program(program, scenario, record_links=False, repeat=False), owns[0]
+    js = job_scenario(scenario, job, fold=scenario.simulation.fold if alike else "off", iterations=iterations)
     with _collector_paused(set_aside=True):
         program, notes = build_workload(js, blocks=True)
     if program.ranks > len(gpus):
-        raise EmulatorError(f"{where}: the workload has {program.ranks} ranks but the job has {len(gpus)} GPUs")
+        raise EmulatorError(f"{scenario.path or scenario.name}: job {job.name!r}: the workload has {program.ranks} "
+                            f"ranks but the job has {len(gpus)} GPUs")
     try:
         return run_program(program, scenario, notes=notes, gpu_of=gpus), program
     except FoldRefused:
@@ -380,21 +383,103 @@ def _alone(scenario: Scenario, job: JobSpec, gpus: tuple[int, ...]) -> tuple[Res
 
 def _shared(scenario: Scenario, alone: list[tuple[Result, Program]], progress: Progress | None,
             record_links: bool) -> tuple[Result, list[JobRun]]:
-    """Every job's ops renumbered to its GPUs (``jobs.place``), merged, run on the shared fabric."""
-    from emulator.workload.jobs import delayed, gpu_map, id_span, job_scenario, merge, place
+    """Every job's ops on its GPUs (``jobs.place``), merged, run on the shared fabric; each job folded
+    by its own fold where its copies load the other jobs' links alike (``folding.JobsFold``), else
+    by its tensor-parallel axis alone, else rank by rank (tried in that order, job by job: the
+    collective model refuses a fold while it prepares the plans, before the run)."""
+    from emulator.workload.jobs import gpu_map
+
+    node = scenario.cluster.node
+    assert node is not None
+    iterations = max(1, scenario.simulation.iterations)
+    gpus = [gpu_map(job.nodes_assigned, node.gpus_per_node) for job in scenario.jobs]
+    used = [frozenset(i for i, b in enumerate(res.link_bytes) if b > 0) for res, _own in alone]
+    others = [frozenset().union(*(u for k, u in enumerate(used) if k != j)) for j in range(len(used))]
+    folds = [_job_fold(scenario, job, g) for job, g in zip(scenario.jobs, gpus)]
+    while True:
+        program = _jobs_program(scenario, scenario.jobs, folds, gpus, others)[0]
+        try:
+            result = run_program(program, scenario, progress=progress, record_links=record_links,
+                                 notes=[_jobs_note(scenario, folds)], repeat=False)
+            break
+        except FoldRefused:
+            j = getattr(program.fold, "last", -1)
+            if j < 0 or folds[j] is None:
+                raise
+            folds[j] = _less(folds[j])
+        finally:
+            del program
+    last_end: dict[int, float] = {}
+    for sp in result.spans:
+        if sp.end_s > last_end.get(sp.rank, 0.0):
+            last_end[sp.rank] = sp.end_s
+    runs = []
+    for job, g, (res, own) in zip(scenario.jobs, gpus, alone):
+        end = max((last_end.get(x, 0.0) for x in g), default=0.0)
+        runs.append(JobRun(job, g, own, (end - job.start) / iterations, res.iteration_time_s,
+                           [b / iterations for b in res.link_bytes]))
+    _isolated(runs, iterations)
+    return result, runs
+
+
+def _job_fold(scenario: Scenario, job: JobSpec, gpus: tuple[int, ...]) -> Fold | None:
+    """A job's own fold (``folding.choose_fold`` on a cluster of its size) where its nodes embed alike
+    (``jobs.embeds_alike``); elsewhere its tensor-parallel axis alone; None with folding off or faults."""
+    from emulator.folding import choose_fold
+    from emulator.workload.jobs import embeds_alike, job_scenario
+
+    if scenario.simulation.fold == "off" or scenario.cluster.overrides:
+        return None
+    full = choose_fold(job_scenario(scenario, job, fold=scenario.simulation.fold))[0]
+    if full is not None and embeds_alike(scenario.cluster, job.nodes_assigned) and list(gpus) == sorted(gpus):
+        return full
+    return _tp_only(full)
+
+
+def _tp_only(fold: Fold | None) -> Fold | None:
+    """``fold``'s tensor-parallel axis alone (its last, ``folding.choose_fold``), or None."""
+    if fold is None or not fold.folded[-1]:
+        return None
+    return Fold(fold.shape, (False,) * (len(fold.shape) - 1) + (True,))
+
+
+def _less(fold: Fold | None) -> Fold | None:
+    """The next fold to try where ``fold`` was refused: its tensor-parallel axis alone, then none."""
+    if fold is None or not any(fold.folded[:-1]):
+        return None
+    return _tp_only(fold)
+
+
+def _jobs_note(scenario: Scenario, folds: list[Fold | None]) -> str:
+    if all(f is None for f in folds):
+        return JOBS_NOTE
+    parts = [f"{job.name} {f.copies if f is not None else 1}" for job, f in zip(scenario.jobs, folds)]
+    return ("folding per job on the shared fabric (ranks per simulated rank: " + ", ".join(parts) + "); alone, "
+            "each job folds as a single job does on its nodes")
+
+
+def _jobs_program(scenario: Scenario, jobs: Sequence[JobSpec], folds: list[Fold | None], gpus: list[tuple[int, ...]],
+                  others: list[frozenset[int]]) -> tuple[Program, list[Program]]:
+    """The ops of ``jobs`` on their GPUs, ids disjoint, with their start offsets and iterations; and
+    each job's Program, emptied (its workload facts)."""
+    from emulator.folding import JobsFold, JobsProgram
+    from emulator.workload.builder import build_program
+    from emulator.workload.jobs import delayed, id_span, job_scenario, merge, place
 
     node = scenario.cluster.node
     assert node is not None
     world = scenario.cluster.nodes * node.gpus_per_node
     iterations = max(1, scenario.simulation.iterations)
     placed: list[Program] = []
+    owns: list[Program] = []
     base = 0
-    for job in scenario.jobs:
+    for job, fold, g in zip(jobs, folds, gpus):
         with _collector_paused():
-            own, _notes = build_workload(job_scenario(scenario, job))
+            js = job_scenario(scenario, job)
+            own = build_workload(js)[0] if fold is None else build_program(js, fold)
+            owns.append(Program(own.ranks, [], None, own.meta))
             try:
-                on_cluster = place(own.repeated(iterations), gpu_map(job.nodes_assigned, node.gpus_per_node),
-                                   world, base)
+                on_cluster = place(own.repeated(iterations), g, world, base)
             except ValueError as exc:
                 raise EmulatorError(f"{scenario.path or scenario.name}: job {job.name!r}: {exc}") from None
             del own
@@ -403,21 +488,9 @@ def _shared(scenario: Scenario, alone: list[tuple[Result, Program]], progress: P
             base = max(base, id_span(shared))
             placed.append(shared)
     together = merge(placed, world)
-    del placed
-    result = run_program(together, scenario, progress=progress, record_links=record_links, notes=[JOBS_NOTE],
-                         repeat=False)
-    last_end: dict[int, float] = {}
-    for sp in result.spans:
-        if sp.end_s > last_end.get(sp.rank, 0.0):
-            last_end[sp.rank] = sp.end_s
-    runs = []
-    for job, (res, own) in zip(scenario.jobs, alone):
-        gpus = gpu_map(job.nodes_assigned, node.gpus_per_node)
-        end = max((last_end.get(g, 0.0) for g in gpus), default=0.0)
-        runs.append(JobRun(job, gpus, own, (end - job.start) / iterations, res.iteration_time_s,
-                           [b / iterations for b in res.link_bytes]))
-    _isolated(runs, iterations)
-    return result, runs
+    if all(f is None for f in folds):
+        return together, owns
+    return JobsProgram(world, together.ops, JobsFold(gpus, folds, others)), owns
 
 
 def _isolated(runs: list[JobRun], iterations: int) -> None:
