@@ -269,7 +269,7 @@ class JobsFold:
     A job's fold holds in the shared run only where its copies also see the same traffic from the
     other jobs: ``contested(rank)`` gives the links other jobs use, and the collective model refuses
     (``FoldRefused``, ``last`` naming the job) a plan whose copies put different loads on any of them;
-    the run then folds that job less (``simulation.simulate_jobs``). Where the copies load those links alike, the
+    the run then folds that job less (``emulator.mix``). Where the copies load those links alike, the
     translation that maps the copies onto each other maps the whole run onto itself (other jobs'
     flows and the contested links stay, the job's private links permute like its alone run's), so
     the copies run alike, as a single job's do (``emulator.folding``)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from emulator.program import COMPUTE, Op, Program
+from emulator.program import COMPUTE, Op, Part, Program
 from emulator.scenario.spec import ClusterSpec, JobSpec, Scenario
 
 START_STREAM = "cpu"  # the lane of the start-offset op: not GPU work for the metrics
@@ -74,7 +74,8 @@ def embeds_alike(cluster: ClusterSpec, nodes: tuple[int, ...]) -> bool:
 
 
 def place(program: Program, gpus: tuple[int, ...], world: int, id_base: int) -> Program:
-    """``program`` with rank r renamed ``gpus[r]`` (groups re-sorted) and op ids shifted by ``id_base``.
+    """``program`` with rank r renamed ``gpus[r]`` (groups re-sorted, a block's parts' too) and op ids
+    shifted by ``id_base``.
 
     Each op is made by ``Op``'s positional constructor (``program._fast_init``, ~1 µs), not by
     ``dataclasses.replace`` (~4 µs: it reads every field by name): a 512-GPU GPT-3 175B job is
@@ -82,19 +83,30 @@ def place(program: Program, gpus: tuple[int, ...], world: int, id_base: int) -> 
     if program.ranks > len(gpus):
         raise ValueError(f"the workload has {program.ranks} ranks but the job has {len(gpus)} GPUs")
     groups: dict[tuple[int, ...], tuple[int, ...]] = {}
+    blocks: dict[int, tuple[Part, ...]] = {}  # a block's parts (shared by the builder's blocks), by id
+
+    def group(g: tuple[int, ...]) -> tuple[int, ...]:
+        tg = groups.get(g)
+        if tg is None:
+            tg = groups[g] = tuple(sorted(gpus[r] for r in g))
+        return tg
+
     out: list[Op] = []
     append = out.append
-    for op in program.expanded().ops:
-        g = op.group
-        if g:
-            tg = groups.get(g)
-            if tg is None:
-                tg = groups[g] = tuple(sorted(gpus[r] for r in g))
-            g = tg
+    for op in program.ops:
+        g = group(op.group) if op.group else ()
+        parts = op.parts
+        if parts:
+            placed = blocks.get(id(parts))
+            if placed is None:
+                placed = blocks[id(parts)] = tuple(dataclasses.replace(p, group=group(p.group)) if p.group else p
+                                                   for p in parts)
+            parts = placed
         deps = tuple([d + id_base for d in op.deps]) if id_base else op.deps
         append(Op(op.id + id_base, gpus[op.rank], op.kind, op.stream, deps, op.name, op.duration, op.flops,
                   op.bytes, op.category, op.collective, g, gpus[op.root] if op.root >= 0 else -1,
-                  gpus[op.peer] if op.peer >= 0 else -1, op.tag, op.microbatch, op.stage, op.layer, op.costed))
+                  gpus[op.peer] if op.peer >= 0 else -1, op.tag, op.microbatch, op.stage, op.layer, op.costed,
+                  parts))
     return Program(world, out, None, program.meta)
 
 
