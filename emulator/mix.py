@@ -11,6 +11,7 @@ reports its alone time (``_isolated``).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from emulator.errors import EmulatorError
@@ -42,15 +43,20 @@ def simulate_jobs(scenario: Scenario, progress: Progress | None = None, record_l
     node = scenario.cluster.node
     assert node is not None  # the loader requires a node for jobs
     placer = _Placer(scenario)
-    alone = [_alone(scenario, j, placer) for j in range(len(scenario.jobs))]
     iterations = max(1, scenario.simulation.iterations)
     job0 = scenario.jobs[0]
-    if len(alone) == 1 and job0.start == 0 and job0.nodes_assigned == tuple(range(len(job0.nodes_assigned))):
-        result, own = alone[0]  # the job's ranks are the cluster's first GPUs: its spans are in cluster numbering
+    if len(scenario.jobs) == 1 and job0.start == 0 and job0.nodes_assigned == tuple(
+            range(len(job0.nodes_assigned))):
+        result, own = _alone(scenario, 0, placer)  # ranks = the cluster's first GPUs: spans in cluster numbering
         result.scenario = scenario
         runs = [JobRun(job0, gpu_map(job0.nodes_assigned, node.gpus_per_node), own, result.iteration_time_s,
                        result.iteration_time_s, [b / iterations for b in result.link_bytes])]
     else:
+        alone = []
+        for j in range(len(scenario.jobs)):  # kept: its time and link loads (not its spans and network)
+            res, own = _alone(scenario, j, placer)
+            alone.append((AloneRun(res.iteration_time_s, res.link_bytes), own))
+            del res
         result, runs = _shared(scenario, alone, placer, progress, record_links)
     result.jobs = runs
     result.iteration_time_s = max(r.iteration_time_s for r in runs)
@@ -95,7 +101,15 @@ def _alone(scenario: Scenario, j: int, placer: "_Placer") -> tuple[Result, Progr
     return run_program(program, scenario, notes=notes, gpu_of=gpus), program
 
 
-def _shared(scenario: Scenario, alone: list[tuple[Result, Program]], placer: "_Placer", progress: Progress | None,
+@dataclass(frozen=True)
+class AloneRun:
+    """What the mix keeps of a job's run alone: its iteration time, and its bytes on each link."""
+
+    iteration_time_s: float
+    link_bytes: list[float]
+
+
+def _shared(scenario: Scenario, alone: list[tuple[AloneRun, Program]], placer: "_Placer", progress: Progress | None,
             record_links: bool) -> tuple[Result, list[JobRun]]:
     """Every job's ops on its GPUs (``jobs.place``), merged, run on the shared fabric; each job folded
     by its own fold where its copies load the other jobs' links alike (``folding.JobsFold``), else
@@ -155,7 +169,7 @@ class _Placer:
         self.world = scenario.cluster.nodes * node.gpus_per_node
         self.iterations = max(1, scenario.simulation.iterations)
         self.gpus = [gpu_map(job.nodes_assigned, node.gpus_per_node) for job in scenario.jobs]
-        self.folds = [_job_fold(scenario, job, g) for job, g in zip(scenario.jobs, self.gpus)]
+        self.folds = [job_fold(scenario, job, g) for job, g in zip(scenario.jobs, self.gpus)]
         self.facts: list[Program] = [Program(0, [])] * len(scenario.jobs)  # each job's workload facts
         self._built: dict[tuple[object, ...], Program] = {}
         self._placed: dict[int, tuple[Fold | None, Program]] = {}
@@ -202,7 +216,7 @@ class _Placer:
         return JobsProgram(self.world, together.ops, JobsFold(self.gpus, folds, others))
 
 
-def _job_fold(scenario: Scenario, job: JobSpec, gpus: tuple[int, ...]) -> Fold | None:
+def job_fold(scenario: Scenario, job: JobSpec, gpus: tuple[int, ...]) -> Fold | None:
     """A job's own fold (``folding.choose_fold`` on a cluster of its size) where its nodes embed alike
     (``jobs.embeds_alike``); elsewhere its tensor-parallel axis alone; None with folding off or faults."""
     from emulator.folding import choose_fold
@@ -233,8 +247,12 @@ def _less(fold: Fold | None) -> Fold | None:
 def _jobs_note(scenario: Scenario, folds: list[Fold | None]) -> str:
     if all(f is None for f in folds):
         return JOBS_NOTE
-    parts = [f"{job.name} {f.copies if f is not None else 1}" for job, f in zip(scenario.jobs, folds)]
-    return ("folding per job on the shared fabric (ranks per simulated rank: " + ", ".join(parts) + "); alone, "
+    by_copies: dict[int, list[str]] = {}
+    for job, f in zip(scenario.jobs, folds):
+        by_copies.setdefault(f.copies if f is not None else 1, []).append(job.name)
+    parts = [f"{', '.join(names) if len(names) <= 4 else f'{len(names)} jobs'} {n}"
+             for n, names in sorted(by_copies.items(), reverse=True)]
+    return ("folding per job on the shared fabric (ranks per simulated rank: " + "; ".join(parts) + "); alone, "
             "each job folds as a single job does on its nodes")
 
 
