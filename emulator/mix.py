@@ -55,9 +55,10 @@ def simulate_jobs(scenario: Scenario, progress: Progress | None = None, record_l
         alone = []
         for j in range(len(scenario.jobs)):  # kept: its time and link loads (not its spans and network)
             res, own = _alone(scenario, j, placer)
-            alone.append((AloneRun(res.iteration_time_s, res.link_bytes), own))
+            alone.append((AloneRun(res.iteration_time_s, res.link_bytes, res.events), own))
             del res
         result, runs = _shared(scenario, alone, placer, progress, record_links)
+        result.events += sum(a.events for a, _own in alone)  # the command's events: alone runs and shared
     result.jobs = runs
     result.iteration_time_s = max(r.iteration_time_s for r in runs)
     result.wall_s = time.perf_counter() - t0
@@ -107,6 +108,7 @@ class AloneRun:
 
     iteration_time_s: float
     link_bytes: list[float]
+    events: int
 
 
 def _shared(scenario: Scenario, alone: list[tuple[AloneRun, Program]], placer: "_Placer", progress: Progress | None,
