@@ -66,7 +66,8 @@ def test_a_start_too_far_has_one_message(value):
     ("parallel[0].tp=1", "parallel[0]: parallel is not a list: give it without [...]"),
     ("cluster.overrides[0].at=1 s", "cluster.overrides[0]: cluster.overrides is not a list in the scenario, so it "
                                     "has no item to change: set it whole"),
-    ("jobs[x].start=1 s", "expected an index such as jobs[0] or an item by key such as jobs[name=a]"),
+    ("jobs[x].start=1 s", "expected an index such as jobs[0], an item by key such as jobs[name=a], or jobs[*] "
+                          "(every item)"),
     ("jobs[1=2 s", 'expected key.path=value, e.g. "parallel.tp=4"'),
 ])
 def test_bad_item_paths(override, message):

@@ -88,8 +88,9 @@ SPEC_CLASSES = {name: getattr(spec, name) for name in (
     "Override", "ParallelSpec", "Scenario", "SimulationSpec", "TrainingSpec", "WorkloadSpec")}
 
 # One step of a --set path: a key and, for a list of sections (jobs, cluster.overrides), which item:
-# None (the whole list), an index (``jobs[1]`` or ``jobs.1``) or (key, value) (``jobs[name=b]``).
-Selector = int | tuple[str, str] | None
+# None (the whole list), an index (``jobs[1]`` or ``jobs.1``), (key, value) (``jobs[name=b]``) or
+# "*" (every item: ``jobs[*].placement``).
+Selector = int | tuple[str, str] | str | None
 Step = tuple[str, Selector]
 
 
@@ -141,12 +142,14 @@ def _one_step(text: str, path: str, where: str) -> tuple[str, Selector, str]:
         raise ScenarioError(f"{path}: expected '.' or '=' after '{text[:end + 1]}'", where)
     if inside.isdigit():
         return name, int(inside), rest
+    if inside == "*":
+        return name, "*", rest
     if "=" in inside:
         field_name, value = inside.split("=", 1)
         if field_name.strip() and value.strip():
             return name, (field_name.strip(), value.strip()), rest
-    raise ScenarioError(f"{name}[{inside}]: expected an index such as {name}[0] or an item by key such as "
-                        f"{name}[name=a]", where)
+    raise ScenarioError(f"{name}[{inside}]: expected an index such as {name}[0], an item by key such as "
+                        f"{name}[name=a], or {name}[*] (every item)", where)
 
 
 def _shown(steps: Sequence[Step]) -> str:
@@ -155,7 +158,7 @@ def _shown(steps: Sequence[Step]) -> str:
     for name, sel in steps:
         if sel is None:
             out.append(name)
-        elif isinstance(sel, int):
+        elif isinstance(sel, (int, str)):
             out.append(f"{name}[{sel}]")
         else:
             out.append(f"{name}[{sel[0]}={sel[1]}]")
@@ -219,7 +222,7 @@ def _item(node: YamlValue, steps: Sequence[Step], i: int, where: str) -> int:
             raise ScenarioError(f"{part} has {len(items)} item{'s' if len(items) != 1 else ''} "
                                 f"(0 to {len(items) - 1}), no item {sel}", where, shown)
         return sel
-    assert sel is not None
+    assert isinstance(sel, tuple)  # "*" was expanded by apply_overrides
     name, value = sel
     found = [k for k, item in enumerate(items) if item.mapping is not None and name in item.mapping
              and item.mapping[name].mapping is None and item.mapping[name].items is None
@@ -247,6 +250,16 @@ def apply_overrides(tree: YamlValue | None, overrides: Sequence[str]) -> YamlVal
             tree = YamlValue(where, mapping={})
         if tree.mapping is None:
             return tree  # the top level is not a mapping: reported when it is read
+        star = next((i for i, (_p, sel) in enumerate(steps) if sel == "*"), -1)
+        if star >= 0:  # every item: one override per index
+            items = _list_at(tree, steps[: star + 1])
+            if items is None or not items.items:
+                raise ScenarioError(f"{steps[star][0]} has no items in the scenario to set", where,
+                                    _shown(steps[: star + 1]))
+            for k in range(len(items.items)):
+                path = _shown([*steps[:star], (steps[star][0], k), *steps[star + 1:]])
+                apply_overrides(tree, [f"{path}={value_text}"])
+            continue
         value = parse_tree(value_text, where) or YamlValue(where, tag=TAG + "null")
         value.key_where = where
         node = tree
@@ -273,6 +286,20 @@ def apply_overrides(tree: YamlValue | None, overrides: Sequence[str]) -> YamlVal
                 break
             mapping[part] = node = _section(mapping.get(part), steps, i, where)
     return tree
+
+
+def _list_at(tree: YamlValue, steps: Sequence[Step]) -> YamlValue | None:
+    """The list that the last of ``steps`` names (its earlier steps plain keys or indexed items), or None."""
+    node: YamlValue | None = tree
+    for i, (part, sel) in enumerate(steps):
+        if node is None or node.mapping is None:
+            return None
+        node = node.mapping.get(part)
+        if i < len(steps) - 1 and node is not None and sel is not None:
+            if not isinstance(sel, int) or node.items is None or sel >= len(node.items):
+                return None
+            node = node.items[sel]
+    return node
 
 
 def _section(child: YamlValue | None, steps: Sequence[Step], i: int, where: str) -> YamlValue:
