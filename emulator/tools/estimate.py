@@ -97,12 +97,16 @@ def _counts(program: Program, ops: list[Op], copies: int, gpus_per_node: int) ->
 
 
 # A mix (emulator.mix) renumbers each job's ops to its GPUs and prepares an engine over them for the
-# job alone and again for all jobs together: per op run, ~25 µs on the reference 2-core machine
-# (benchmarks/run.py, 2026-12-04: jobs-2x70b-spread 17.3 s for 0.69M ops run after a 1.9 s build;
-# jobs-32x64-stagger 5.8 s for 0.17M), and ~250 B of memory per op of the shared run (0.32 GB for
-# 0.35M ops and the 60 MB of an empty run).
-SECONDS_PER_MIX_OP = 25e-6
-BYTES_PER_MIX_OP = 250.0
+# job alone and again for all jobs together, and builds the cluster's network for each of those runs.
+# Measured on the reference 2-core machine (benchmarks/run.py, 2026-12-04, CPU seconds less the build,
+# against the op counts below): jobs-2x70b-spread 4.8 s for 0.96M ops and 3 runs of 512 GPUs,
+# jobs-32x64-stagger 3.4 s for 0.39M ops and 33 runs of 2,048, jobs-8x512-random 14.1 s for 1.75M ops
+# and 9 runs of 4,096: ~5 µs per op run (4.2 to 6.9) and ~25 µs per GPU of the cluster per run; the
+# peak memory, ~700 B per op of the shared run over an empty run's 60 MB (0.30, 0.20, 0.73 GB; 500 to
+# 770 B).
+SECONDS_PER_MIX_OP = 5e-6
+SECONDS_PER_RUN_GPU = 25e-6
+BYTES_PER_MIX_OP = 700.0
 BASE_BYTES = 60e6  # an empty run: the interpreter, numpy, SimPy, the catalog (emulator run --json)
 
 
@@ -142,7 +146,9 @@ def estimate_jobs(scenario: Scenario) -> str:
         shared_ops += n_ops
         ranks += int(simulated)
     build_s = time.perf_counter() - t0
-    wall = build_s + events / EVENTS_PER_S + ops_run * SECONDS_PER_MIX_OP
+    prepare_s = ops_run * SECONDS_PER_MIX_OP + (1 if one else 1 + len(scenario.jobs)) * \
+        scenario.cluster.nodes * node.gpus_per_node * SECONDS_PER_RUN_GPU
+    wall = build_s + events / EVENTS_PER_S + prepare_s
     memory = BASE_BYTES + shared_ops * BYTES_PER_MIX_OP
     gpus = sum(len(j.nodes_assigned) for j in scenario.jobs) * node.gpus_per_node
     return "\n".join([
@@ -153,7 +159,7 @@ def estimate_jobs(scenario: Scenario) -> str:
         f"events          ~{int(events):,}",
         f"memory          ~{memory / 1e9:.2f} GB (peak, about {BYTES_PER_MIX_OP:.0f} B per op of the shared run)",
         f"wall time       ~{format_time(wall)} (build {format_time(build_s)}, placing and preparing "
-        f"{format_time(ops_run * SECONDS_PER_MIX_OP)}, at ~{EVENTS_PER_S:,.0f} events/s)"])
+        f"{format_time(prepare_s)}, at ~{EVENTS_PER_S:,.0f} events/s)"])
 
 
 def _refusal(scenario: Scenario, program: Program) -> str:
