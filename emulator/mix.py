@@ -79,10 +79,13 @@ def _alone(scenario: Scenario, j: int, placer: "_Placer") -> tuple[Result, Progr
     iterations = max(1, scenario.simulation.iterations)
     fold = placer.folds[j]
     alike = embeds_alike(scenario.cluster, job.nodes_assigned) and list(gpus) == sorted(gpus)
-    if not alike and (fold is not None or list(gpus) != sorted(gpus)):
+    while not alike and (fold is not None or list(gpus) != sorted(gpus)):
         ops = placer.placed(j, fold)
         program = ops if fold is None else JobsProgram(ops.ranks, ops.ops, JobsFold([gpus], [fold], [frozenset()]))
-        return run_program(program, scenario, record_links=False, repeat=False), placer.facts[j]
+        try:
+            return run_program(program, scenario, record_links=False, repeat=False), placer.facts[j]
+        except FoldRefused:  # a fold in effect whose copies have other latencies
+            fold = placer.folds[j] = _less(fold)
     js = job_scenario(scenario, job, fold=scenario.simulation.fold if alike else "off", iterations=iterations)
     with _collector_paused(set_aside=True):
         program, notes = build_workload(js, blocks=True)
@@ -222,14 +225,18 @@ def job_fold(scenario: Scenario, job: JobSpec, gpus: tuple[int, ...]) -> Fold | 
     """A job's own fold (``folding.choose_fold`` on a cluster of its size) where its nodes embed alike
     (``jobs.embeds_alike``); elsewhere its tensor-parallel axis alone; None with folding off or faults."""
     from emulator.folding import choose_fold
-    from emulator.workload.jobs import embeds_alike, job_scenario
+    from emulator.workload.jobs import embeds_alike, fold_holds, job_scenario
 
     if scenario.simulation.fold == "off" or scenario.cluster.overrides:
         return None
     full = choose_fold(job_scenario(scenario, job, fold=scenario.simulation.fold))[0]
-    if full is not None and embeds_alike(scenario.cluster, job.nodes_assigned) and list(gpus) == sorted(gpus):
+    if full is None:
+        return None
+    if embeds_alike(scenario.cluster, job.nodes_assigned) and list(gpus) == sorted(gpus):
         return full
-    return _tp_only(full)
+    node = scenario.cluster.node
+    assert node is not None
+    return full if fold_holds(full, gpus, scenario.cluster, node.gpus_per_node) else _tp_only(full)
 
 
 def _tp_only(fold: Fold | None) -> Fold | None:

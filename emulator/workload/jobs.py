@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from emulator.program import COMPUTE, Op, Part, Program
+from emulator.program import COMPUTE, Fold, Op, Part, Program
 from emulator.scenario.spec import ClusterSpec, JobSpec, Scenario
 
 START_STREAM = "cpu"  # the lane of the start-offset op: not GPU work for the metrics
@@ -71,6 +71,47 @@ def embeds_alike(cluster: ClusterSpec, nodes: tuple[int, ...]) -> bool:
     runs = [nodes[i:i + leaf] for i in range(0, len(nodes), leaf)]
     leaves = [{n // leaf for n in run} for run in runs]
     return all(len(x) == 1 for x in leaves) and len(set().union(*leaves)) == len(runs)
+
+
+def fold_holds(fold: Fold, gpus: tuple[int, ...], cluster: ClusterSpec, gpus_per_node: int) -> bool:
+    """Whether every translation of ``fold`` (a job's fold over its own ranks, from a cluster of its own
+    size) maps the job, placed on ``gpus``, onto itself by an automorphism of the fabric.
+
+    A unit step along each folded axis moves job rank r to r'; it moves r's node to r''s node. That map
+    must be a function of the node (a node's GPUs keep their local index: ``gpu_map``), and it must
+    carry whole leaves onto whole leaves, two leaves never onto one: nodes of a leaf, and leaves of a
+    two-level fat-tree or rail fabric, are interchangeable (``folding._node_axes``); on a three-level
+    fat-tree, whole pods onto whole pods too; on one switch, any nodes; elsewhere a node only onto
+    itself. Spread placements pass where a data-parallel step turns the leaves round (issue 29's
+    2 × Llama-3 70B: 64 ranks per simulated rank instead of 8); random ones mostly fold their
+    tensor-parallel peers only."""
+    kind = cluster.fabric.kind
+    leaf = max(1, min(cluster.fabric.leaf_size, cluster.nodes))
+    pod = leaf * max(1, cluster.fabric.pod_size)
+    blocks = {"fat_tree": (leaf,), "rail": (leaf,), "fat_tree3": (leaf, pod)}.get(kind)
+    for axis, folded in enumerate(fold.folded):
+        if not folded or fold.shape[axis] == 1:
+            continue
+        step = tuple(1 if a == axis else 0 for a in range(len(fold.shape)))
+        moves: dict[int, int] = {}
+        for r in range(len(gpus)):
+            a, b = gpus[r] // gpus_per_node, gpus[fold.translate(r, step)] // gpus_per_node
+            if moves.setdefault(a, b) != b:
+                return False
+        if kind == "single_switch" or cluster.nodes == 1:
+            continue
+        if blocks is None:
+            if any(a != b for a, b in moves.items()):
+                return False
+            continue
+        for size in blocks:
+            images: dict[int, int] = {}
+            for a, b in moves.items():
+                if images.setdefault(a // size, b // size) != b // size:
+                    return False
+            if len(set(images.values())) != len(images):
+                return False
+    return True
 
 
 def place(program: Program, gpus: tuple[int, ...], world: int, id_base: int) -> Program:
