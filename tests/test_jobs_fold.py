@@ -143,3 +143,25 @@ def test_jobs_apart_in_time_have_slowdown_one_exactly(tmp_path):
     assert [j["slowdown"] for j in s["jobs"]] == [1.0, 1.0]
     assert s["jobs"][1]["iteration_time_s"] == pytest.approx(0.020, rel=1e-12)
     assert len(s["shared_links"]) == 4  # they did share the uplinks, at other times
+
+
+def test_fold_holds_where_each_step_carries_leaves_onto_leaves():
+    from emulator.program import Fold
+    from emulator.workload.jobs import fold_holds
+
+    def cluster(nodes, leaf, kind="fat_tree", pod=1):
+        return ClusterSpec(nodes=nodes, node=None, fabric=FabricSpec(kind=kind, leaf_size=leaf, pod_size=pod))
+
+    dp4 = Fold((4,), (True,))  # 4 one-GPU replicas, rotated one step: rank r -> r + 1 mod 4
+    # spread over 4 leaves of 2: nodes 0, 2, 4, 6 -> leaves 0, 1, 2, 3, each step turns the leaves round
+    assert fold_holds(dp4, (0, 2, 4, 6), cluster(8, 2), 1)
+    # nodes 0, 1 share leaf 0: the step 0 -> 1 keeps leaf 0, the step 1 -> 2 takes it to leaf 1
+    assert not fold_holds(dp4, (0, 1, 2, 4), cluster(8, 2), 1)
+    # three levels, leaves of 1 node, pods of 2 leaves: 0 -> 2 -> 1 -> 3 -> 0 alternates the pods
+    assert fold_holds(dp4, (0, 2, 1, 3), cluster(4, 1, "fat_tree3", 2), 1)
+    assert not fold_holds(dp4, (0, 1, 2, 3), cluster(4, 1, "fat_tree3", 2), 1)  # pod 0 -> 0, then 0 -> 1
+    assert not fold_holds(dp4, (0, 2, 4, 6), cluster(8, 2, "torus"), 1)  # elsewhere nodes stay put
+    tp2 = Fold((2, 2), (False, True))  # 2 GPUs a node, their pair rotated: nodes stay put anywhere
+    assert fold_holds(tp2, (6, 7, 2, 3), cluster(4, 1, "torus"), 2)
+    # a step that splits a node's GPUs over two nodes is no automorphism
+    assert not fold_holds(Fold((4,), (True,)), (0, 1, 2, 3), cluster(2, 1), 2)
