@@ -20,8 +20,8 @@ from emulator.scenario.spec import JobSpec, Scenario
 from emulator.simulation import JobRun, Progress, Result, _collector_paused, build_workload, run_program
 from emulator.spans import Span, SpanTable
 
-JOBS_NOTE = ("folding off: jobs share the fabric, so the shared run simulates each job rank by rank "
-             "(alone, each job folds as a single job does on its nodes)")
+JOBS_NOTE = ("folding off: no job's fold holds on the shared fabric (traces, faults, or placements that "
+             "no symmetry maps onto themselves), so each job is simulated rank by rank")
 
 
 def simulate_jobs(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:
@@ -254,6 +254,8 @@ def _less(fold: Fold | None) -> Fold | None:
 
 
 def _jobs_note(scenario: Scenario, folds: list[Fold | None]) -> str:
+    if scenario.simulation.fold == "off":
+        return "folding off (simulation.fold: off): every job simulated rank by rank, shared and alone"
     if all(f is None for f in folds):
         return JOBS_NOTE
     by_copies: dict[int, list[str]] = {}
