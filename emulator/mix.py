@@ -87,8 +87,11 @@ def _alone(scenario: Scenario, j: int, placer: "_Placer") -> tuple[Result, Progr
         except FoldRefused:  # a fold in effect whose copies have other latencies
             fold = placer.folds[j] = _less(fold)
     js = job_scenario(scenario, job, fold=scenario.simulation.fold if alike else "off", iterations=iterations)
-    with _collector_paused(set_aside=True):
-        program, notes = build_workload(js, blocks=True)
+    key = (job.model, job.training, job.parallel, job.workload, len(gpus), js.simulation.fold)
+    if key not in placer.own:  # jobs of one workload (count copies) share its program
+        with _collector_paused(set_aside=True):
+            placer.own[key] = build_workload(js, blocks=True)
+    program, notes = placer.own[key]
     if program.ranks > len(gpus):
         raise EmulatorError(f"{scenario.path or scenario.name}: job {job.name!r}: the workload has {program.ranks} "
                             f"ranks but the job has {len(gpus)} GPUs")
@@ -177,6 +180,7 @@ class _Placer:
         self.folds = [job_fold(scenario, job, g) for job, g in zip(scenario.jobs, self.gpus)]
         self.facts: list[Program] = [Program(0, [])] * len(scenario.jobs)  # each job's workload facts
         self._built: dict[tuple[object, ...], Program] = {}
+        self.own: dict[tuple[object, ...], tuple[Program, list[str]]] = {}  # alone programs in job numbering
         self._placed: dict[int, tuple[Fold | None, Program]] = {}
         self._next = 0  # the next free op id
 
