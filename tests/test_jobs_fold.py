@@ -77,7 +77,12 @@ def test_folded_jobs_equal_fold_off(mix):
         folded = _scenario(nodes, leaf, over, jobs, kind=kind)
     except ScenarioError:  # a contiguous run that the jobs before it left no room for
         assume(False)
-    _same(simulate(folded), simulate(_scenario(nodes, leaf, over, jobs, fold="off", kind=kind)))
+    a, b = simulate(folded), simulate(_scenario(nodes, leaf, over, jobs, fold="off", kind=kind))
+    _same(a, b)
+    sa, sb = summarize(a), summarize(b)  # the summary too: its mean breakdown weighs each rank's copies
+    assert sa["breakdown_s"] == pytest.approx(sb["breakdown_s"], rel=1e-9, abs=1e-15)
+    assert [r["link"] for r in sa["shared_links"]] == [r["link"] for r in sb["shared_links"]]
+    assert sa["mix"]["slowdown"] == pytest.approx(sb["mix"]["slowdown"], rel=1e-9)
 
 
 def test_a_folded_alone_run_on_a_fabric_it_shares():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulator.metrics import Breakdown, Totals
 from emulator.simulation import JobRun, Result
 
 
@@ -72,7 +73,9 @@ def shared_links(result: Result) -> list[dict[str, Any]]:
             continue
         rows.append({"link": f"{link[0]}->{link[1]}", "class": topo.cls[i], "capacity_B_per_s": topo.capacity[i],
                      "bytes_per_iteration": dict(users)})
-    rows.sort(key=lambda r: (-sum(r["bytes_per_iteration"].values()), r["link"]))  # busiest first
+    # busiest first, ties by name; bytes compared to 9 digits, so a sum's last bits (a folded run adds
+    # its copies' loads in another order than fold: off) do not reorder equal links
+    rows.sort(key=lambda r: (-float(f"{sum(r['bytes_per_iteration'].values()):.9g}"), r["link"]))
     return rows
 
 
@@ -96,6 +99,19 @@ def aggregate(summary: dict[str, Any], rows: list[dict[str, Any]], runs: list[Jo
     summary["hardware_tflops_per_gpu"] = hw / gpus if gpus else 0.0
     summary["mfu"] = model * 1e12 / peak if peak else None
     summary["hfu"] = hw / gpus * 1e12 / peak if peak and gpus else None
+
+
+def weighted_breakdown(totals: Totals, fold: Any, iterations: int) -> Breakdown:
+    """The mean breakdown of a mix whose jobs fold each their own way (``folding.JobsFold``): each
+    simulated rank weighs the ranks it stands for (``fold.copies_of``), so the mean is the one over
+    every rank that ``simulation.fold: off`` takes."""
+    total, n = [0.0, 0.0, 0.0, 0.0], 0
+    for rank, parts in totals.items():
+        w = fold.copies_of(rank)
+        n += w
+        for i, part in enumerate(parts):
+            total[i] += part * w
+    return Breakdown(*(x / (n * iterations) for x in total)) if n else Breakdown(0.0, 0.0, 0.0, 0.0)
 
 
 def quantile(xs: list[float], q: float) -> float:

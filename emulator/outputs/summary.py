@@ -70,6 +70,10 @@ def summarize(result: Result) -> dict[str, Any]:
     iterations = max(1, sc.simulation.iterations)
     totals = rank_totals(result.spans, T, pipelined=pp > 1, iterations=iterations)
     bd = mean_breakdown(totals, T, iterations)
+    if result.jobs and hasattr(result.program.fold, "copies_of"):  # jobs folded each its own way: weigh them
+        from emulator.outputs.jobs import weighted_breakdown
+
+        bd = weighted_breakdown(totals, result.program.fold, iterations)
     model_flops = float(facts.model_flops) if facts is not None else 0.0
     hw_flops = float(facts.hardware_flops) if facts is not None else model_flops
     if not model_flops:  # a trace: the FLOPs its ops declare, times the copies each rank stands for
