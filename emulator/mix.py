@@ -11,20 +11,52 @@ reports its alone time (``_isolated``).
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from emulator.errors import EmulatorError
 from emulator.program import Fold, FoldRefused, Program
 from emulator.scenario.spec import JobSpec, Scenario
-from emulator.simulation import JobRun, Progress, Result, _collector_paused, build_workload, run_program
 from emulator.spans import Span, SpanTable
 
 JOBS_NOTE = ("folding off: no job's fold holds on the shared fabric (traces, faults, or placements that "
              "no symmetry maps onto themselves), so each job is simulated rank by rank")
 
 
-def simulate_jobs(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:
+Progress = Callable[[float, int], None]
+Result = Any  # emulator.simulation.Result (the layer above, which wires a run together and calls this one)
+
+
+@dataclass
+class JobRun:
+    """One job of a multi-job run: where it ran, and its iteration time shared and alone."""
+
+    job: JobSpec
+    gpus: tuple[int, ...]  # cluster GPU of each job rank
+    program: Program  # the job's own Program (its rank numbering), for its workload facts
+    iteration_time_s: float  # on the shared fabric, from its start
+    alone_iteration_time_s: float  # alone on the same nodes, same cluster
+    link_bytes: list[float]  # bytes per link per iteration, alone (the same flows as shared)
+
+    @property
+    def slowdown(self) -> float:
+        return self.iteration_time_s / self.alone_iteration_time_s if self.alone_iteration_time_s > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class Runner:
+    """What a mix needs from ``emulator.simulation`` (the layer above, which calls it): run a Program
+    on the scenario's cluster (``run_program``), build a scenario's workload (``build_workload``), and
+    pause the garbage collector while a program is built (``_collector_paused``)."""
+
+    run: Callable[..., Result]
+    build: Callable[..., tuple[Program, list[str]]]
+    paused: Callable[..., AbstractContextManager[None]]
+
+
+def simulate_jobs(scenario: Scenario, runner: Runner, progress: Progress | None = None,
+                  record_links: bool = True) -> Result:
     """Run every job of ``scenario`` together on the shared fabric, and each alone on the same nodes.
 
     A job's iteration time is (its last op's end − its start) / iterations; its slowdown is that
@@ -42,7 +74,7 @@ def simulate_jobs(scenario: Scenario, progress: Progress | None = None, record_l
     t0 = time.perf_counter()
     node = scenario.cluster.node
     assert node is not None  # the loader requires a node for jobs
-    placer = _Placer(scenario)
+    placer = _Placer(scenario, runner)
     iterations = max(1, scenario.simulation.iterations)
     job0 = scenario.jobs[0]
     if len(scenario.jobs) == 1 and job0.start == 0 and job0.nodes_assigned == tuple(
@@ -83,29 +115,29 @@ def _alone(scenario: Scenario, j: int, placer: "_Placer") -> tuple[Result, Progr
         ops = placer.placed(j, fold)
         program = ops if fold is None else JobsProgram(ops.ranks, ops.ops, JobsFold([gpus], [fold], [frozenset()]))
         try:
-            return run_program(program, scenario, record_links=False, repeat=False), placer.facts[j]
+            return placer.runner.run(program, scenario, record_links=False, repeat=False), placer.facts[j]
         except FoldRefused:  # a fold in effect whose copies have other latencies
             fold = placer.folds[j] = _less(fold)
     js = job_scenario(scenario, job, fold=scenario.simulation.fold if alike else "off", iterations=iterations)
     key = (job.model, job.training, job.parallel, job.workload, len(gpus), js.simulation.fold)
     if key not in placer.own:  # jobs of one workload (count copies) share its program
-        with _collector_paused(set_aside=True):
-            placer.own[key] = build_workload(js, blocks=True)
+        with placer.runner.paused(set_aside=True):
+            placer.own[key] = placer.runner.build(js, blocks=True)
     program, notes = placer.own[key]
     if program.ranks > len(gpus):
         raise EmulatorError(f"{scenario.path or scenario.name}: job {job.name!r}: the workload has {program.ranks} "
                             f"ranks but the job has {len(gpus)} GPUs")
     try:
-        return run_program(program, scenario, notes=notes, gpu_of=gpus), program
+        return placer.runner.run(program, scenario, notes=notes, gpu_of=gpus), program
     except FoldRefused:
         pass
     stamped = restamp(program, js)
     if stamped is not None:
         stamped.checked = True
-        return run_program(stamped, scenario, notes=notes, gpu_of=gpus), program
+        return placer.runner.run(stamped, scenario, notes=notes, gpu_of=gpus), program
     off = job_scenario(scenario, job, fold="off", iterations=iterations)
-    program, notes = build_workload(off, blocks=True)
-    return run_program(program, scenario, notes=notes, gpu_of=gpus), program
+    program, notes = placer.runner.build(off, blocks=True)
+    return placer.runner.run(program, scenario, notes=notes, gpu_of=gpus), program
 
 
 @dataclass(frozen=True)
@@ -130,7 +162,7 @@ def _shared(scenario: Scenario, alone: list[tuple[AloneRun, Program]], placer: "
     while True:
         program = placer.together(folds, others)
         try:
-            result = run_program(program, scenario, progress=progress, record_links=record_links,
+            result = placer.runner.run(program, scenario, progress=progress, record_links=record_links,
                                  notes=[_jobs_note(scenario, folds)], repeat=False)
             break
         except FoldRefused:
@@ -168,12 +200,13 @@ class _Placer:
     run and the shared run use the same ops (ids disjoint across jobs), and jobs of one workload
     (``count`` copies, a mix of two layouts) are built once per fold."""
 
-    def __init__(self, scenario: Scenario) -> None:  # noqa: D107
+    def __init__(self, scenario: Scenario, runner: Runner) -> None:  # noqa: D107
         from emulator.workload.jobs import gpu_map
 
         node = scenario.cluster.node
         assert node is not None
         self.scenario = scenario
+        self.runner = runner
         self.world = scenario.cluster.nodes * node.gpus_per_node
         self.iterations = max(1, scenario.simulation.iterations)
         self.gpus = [gpu_map(job.nodes_assigned, node.gpus_per_node) for job in scenario.jobs]
@@ -194,11 +227,11 @@ class _Placer:
             return hit[1]
         job = self.scenario.jobs[j]
         key = (job.model, job.training, job.parallel, job.workload, len(job.nodes_assigned), fold)
-        with _collector_paused():
+        with self.runner.paused():
             own = self._built.get(key)
             if own is None:
                 js = job_scenario(self.scenario, job)
-                built = build_workload(js)[0] if fold is None else build_program(js, fold, blocks=True)
+                built = self.runner.build(js)[0] if fold is None else build_program(js, fold, blocks=True)
                 own = self._built[key] = built.repeated(self.iterations)
             self.facts[j] = Program(own.ranks, [], None, own.meta)
             try:

@@ -26,13 +26,14 @@ from emulator.devices.gpu import Gpu
 from emulator.engine import DeadlockError, Engine
 from emulator.errors import EmulatorError
 from emulator.faults import FaultRecord, FaultSchedule, TimedFault, apply_faults, timed_faults
+from emulator.mix import JobRun, Runner, simulate_jobs
 from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.placed import PlacedRouter, placed_node_of
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
 from emulator.network.tuning import hardware
 from emulator.program import Fold, FoldRefused, Program
-from emulator.scenario.spec import GpuSpec, JobSpec, Scenario
+from emulator.scenario.spec import GpuSpec, Scenario
 from emulator.spans import Span, SpanTable
 
 Progress = Callable[[float, int], None]
@@ -52,7 +53,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     link_series: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     link_bytes: list[float] = field(default_factory=list)
-    jobs: list["JobRun"] = field(default_factory=list)  # a multi-job scenario's jobs, in scenario order
+    jobs: list[JobRun] = field(default_factory=list)  # a multi-job scenario's jobs, in scenario order
     faults: list[FaultRecord] = field(default_factory=list)  # the timed faults and what they did
     # a fold in effect over copies with other latencies: the iteration time with each transfer at the
     # least and at the greatest latency of its copies (``simulate``); None: exact
@@ -64,22 +65,6 @@ class Result:
         if isinstance(spans, SpanTable):
             return spans.rank_count()
         return len({s.rank for s in spans})
-
-
-@dataclass
-class JobRun:
-    """One job of a multi-job run: where it ran, and its iteration time shared and alone."""
-
-    job: JobSpec
-    gpus: tuple[int, ...]  # cluster GPU of each job rank
-    program: Program  # the job's own Program (its rank numbering), for its workload facts
-    iteration_time_s: float  # on the shared fabric, from its start
-    alone_iteration_time_s: float  # alone on the same nodes, same cluster
-    link_bytes: list[float]  # bytes per link per iteration, alone (the same flows as shared)
-
-    @property
-    def slowdown(self) -> float:
-        return self.iteration_time_s / self.alone_iteration_time_s if self.alone_iteration_time_s > 0 else 1.0
 
 
 def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) -> tuple[Program, list[str]]:
@@ -145,9 +130,9 @@ def step_costs(scenario: Scenario) -> StepCosts:
 def simulate(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:
     """Build and run a scenario."""
     if scenario.jobs:
-        from emulator.mix import simulate_jobs
-
-        return simulate_jobs(scenario, progress=progress, record_links=record_links)
+        runner = Runner(run_program, build_workload, _collector_paused)
+        result: Result = simulate_jobs(scenario, runner, progress=progress, record_links=record_links)
+        return result
     with _collector_paused(set_aside=True):  # until run_program ends
         program, notes = build_workload(scenario, blocks=True)
     try:
