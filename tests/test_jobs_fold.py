@@ -69,7 +69,7 @@ def mixes(draw):
     return nodes, leaf, draw(st.sampled_from([1, 2, 4])), jobs, draw(st.sampled_from(["fat_tree", "rail"]))
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(mixes())
 def test_folded_jobs_equal_fold_off(mix):
     nodes, leaf, over, jobs, kind = mix
