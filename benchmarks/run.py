@@ -52,6 +52,12 @@ CASES = {
                ["cluster.nodes=1024", "model.preset=gpt3-125m", "training.global_batch=8192",
                 "training.recompute=none", "parallel.tp=1", "parallel.pp=1", "parallel.dp=8192",
                 "parallel.schedule=1f1b", "parallel.virtual_stages=1"]),
+    # several jobs on one fabric (issue 29): one job as a one-entry jobs: list (the top-level cost),
+    # two spread over a 2:1 tree, eight at random on a 4:1 three-tier tree, 32 staggered
+    "jobs-1x175b-512": ("benchmarks/scenarios/jobs-1x175b-512.yaml", []),
+    "jobs-2x70b-spread": ("benchmarks/scenarios/jobs-2x70b-spread-2to1.yaml", []),
+    "jobs-8x512-random": ("benchmarks/scenarios/jobs-8x512-random-4096.yaml", []),
+    "jobs-32x64-stagger": ("benchmarks/scenarios/jobs-32x64-staggered-2048.yaml", []),
 }
 UNFOLDED = {"gpt3-1024-unfolded": ("scenarios/gpt3-175b-1024-a100.yaml", ["simulation.fold=off"])}
 

@@ -50,7 +50,7 @@ from emulator.block import Offsets, OpenedFields, offsets, opened_times
 from emulator.devices.gpu import Gpu
 from emulator.devices.sharing import SharedGpu
 from emulator.errors import EmulatorError
-from emulator.folding import Stamped
+from emulator.folding import Stamped, back
 from emulator.network.collectives import CollectiveModel, PlanKey
 from emulator.network.fabric import Alone, Fabric, alone, delay_to
 from emulator.network.flows import Plan
@@ -734,9 +734,7 @@ class Engine:
         dst, src = self._tr(k, op.peer), self._tr(k, op.rank)
         fold = self.fold
         if fold is not None and dst not in self.simulated:
-            c = fold.coords(dst)
-            back = tuple(-x if f else 0 for x, f in zip(c, fold.folded))
-            dst, src = fold.translate(dst, back), fold.translate(src, back)
+            dst, src = back(fold, dst, src)
         return dst, src, op.tag
 
     def _arrive_p2p(self, i: int, key: P2PKey, side: int) -> None:

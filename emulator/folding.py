@@ -258,3 +258,96 @@ def _stamp_ops(sp: Stamped) -> list[Op]:
                       op.duration, op.flops, op.bytes, op.category, op.collective, g, tr(op.root), tr(op.peer),
                       op.tag, op.microbatch, op.stage, op.layer))
     return out
+
+
+class JobsFold:
+    """The folds of several jobs on one cluster (issue 29): job j runs on cluster GPUs ``gpus[j]`` (its
+    rank r on ``gpus[j][r]``) with its own fold over its own ranks, or None (every rank simulated).
+    It answers what the engine and the collective model ask of a ``Fold``, in cluster GPU numbering:
+    a group's symmetric copies (``orbit``), the representative of a rank, the way back to it.
+
+    A job's fold holds in the shared run only where its copies also see the same traffic from the
+    other jobs: ``contested(rank)`` gives the links other jobs use, and the collective model refuses
+    (``FoldRefused``, ``last`` naming the job) a plan whose copies put different loads on any of them;
+    the run then folds that job less (``emulator.mix``). Where the copies load those links alike, the
+    translation that maps the copies onto each other maps the whole run onto itself (other jobs'
+    flows and the contested links stay, the job's private links permute like its alone run's), so
+    the copies run alike, as a single job's do (``emulator.folding``)."""
+
+    def __init__(self, gpus: list[tuple[int, ...]], folds: list[Fold | None],
+                 others: list[frozenset[int]]) -> None:  # noqa: D107
+        self.gpus, self.folds, self.others = gpus, folds, others
+        self.where: dict[int, tuple[int, int]] = {g: (j, r) for j, gs in enumerate(gpus) for r, g in enumerate(gs)}
+        self.checked = any(f is not None and f.checked for f in folds)
+        self.copies = max([f.copies for f in folds if f is not None], default=1)
+        self.last = -1  # the job of the last ``orbit`` asked (which job a refusal names)
+
+    def job(self, rank: int) -> int:
+        return self.where[rank][0]
+
+    def copies_of(self, rank: int) -> int:
+        f = self.folds[self.where[rank][0]]
+        return f.copies if f is not None else 1
+
+    def contested(self, rank: int) -> frozenset[int]:
+        return self.others[self.where[rank][0]]
+
+    def orbit(self, ranks: list[int], key: int, ordered: bool) -> list[list[int]]:
+        j = self.where[ranks[0]][0]
+        self.last = j
+        fold, gs = self.folds[j], self.gpus[j]
+        if fold is None or fold.copies == 1:
+            return [list(ranks)]
+        local = [self.where[r][1] for r in ranks]
+        return [[gs[x] for x in row] for row in fold.orbit(local, key, ordered)]
+
+    def representative(self, rank: int) -> int:
+        j, r = self.where[rank]
+        fold = self.folds[j]
+        return rank if fold is None else self.gpus[j][fold.representative(r)]
+
+    def is_representative(self, rank: int) -> bool:
+        j, r = self.where[rank]
+        fold = self.folds[j]
+        return fold is None or fold.is_representative(r)
+
+    def back(self, dst: int, src: int) -> tuple[int, int]:
+        """(dst, src) moved by the translation that takes ``dst`` to its representative."""
+        j, d = self.where[dst]
+        fold, gs = self.folds[j], self.gpus[j]
+        if fold is None:
+            return dst, src
+        d2, s2 = back(fold, d, self.where[src][1])
+        return gs[d2], gs[s2]
+
+
+def back(fold: Fold | JobsFold, dst: int, src: int) -> tuple[int, int]:
+    """(dst, src) moved by the translation of ``fold`` that takes ``dst`` to its representative (a
+    transfer to a folded copy is matched as the one to the representative)."""
+    if isinstance(fold, JobsFold):
+        return fold.back(dst, src)
+    c = fold.coords(dst)
+    shift = tuple(-x if f else 0 for x, f in zip(c, fold.folded))
+    return fold.translate(dst, shift), fold.translate(src, shift)
+
+
+class JobsProgram(Program):
+    """The ops of several jobs on one cluster, each folded by its own fold (``JobsFold``); the ranks of
+    its unfolded jobs are simulated whether or not they have ops (they must join their groups)."""
+
+    def __init__(self, ranks: int, ops: list[Op], fold: JobsFold) -> None:  # noqa: D107
+        super().__init__(ranks, ops, None)
+        self.fold = fold  # type: ignore[assignment]  # a Fold's interface, over several jobs
+
+    def simulated_ranks(self) -> list[int]:
+        fold = self.fold
+        assert isinstance(fold, JobsFold)
+        ranks = {op.rank for op in self.ops}
+        for gs, f in zip(fold.gpus, fold.folds):
+            if f is None:
+                ranks.update(gs)
+        return sorted(ranks)
+
+    def repeated(self, n: int) -> Program:  # noqa: D102  # built with its iterations already
+        assert n <= 1
+        return self

@@ -6,8 +6,8 @@ the topology builder makes the network, the engine runs them, and the Result
 holds the spans and facts that every report reads.
 
 A multi-job scenario (``jobs:``) runs every job's Program on its own nodes in one engine
-over the shared fabric (``simulate_jobs``), then each job again alone on the same nodes,
-so each job's slowdown is measured in the same command (``JobRun``).
+over the shared fabric, and each job again alone on the same nodes, so each job's slowdown
+is measured in the same command (``JobRun``; ``emulator.mix``).
 
 An unfolded model run (every rank simulated) is a ``Stamped`` program: the
 representatives' ops plus the translations that copy them, which the engine runs
@@ -26,12 +26,14 @@ from emulator.devices.gpu import Gpu
 from emulator.engine import DeadlockError, Engine
 from emulator.errors import EmulatorError
 from emulator.faults import FaultRecord, FaultSchedule, TimedFault, apply_faults, timed_faults
+from emulator.mix import JobRun, Runner, simulate_jobs
 from emulator.network.collectives import CollectiveModel, StepCosts
+from emulator.network.placed import PlacedRouter, placed_node_of
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
 from emulator.network.tuning import hardware
 from emulator.program import Fold, FoldRefused, Program
-from emulator.scenario.spec import GpuSpec, JobSpec, Scenario
+from emulator.scenario.spec import GpuSpec, Scenario
 from emulator.spans import Span, SpanTable
 
 Progress = Callable[[float, int], None]
@@ -51,7 +53,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     link_series: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     link_bytes: list[float] = field(default_factory=list)
-    jobs: list["JobRun"] = field(default_factory=list)  # a multi-job scenario's jobs, in scenario order
+    jobs: list[JobRun] = field(default_factory=list)  # a multi-job scenario's jobs, in scenario order
     faults: list[FaultRecord] = field(default_factory=list)  # the timed faults and what they did
     # a fold in effect over copies with other latencies: the iteration time with each transfer at the
     # least and at the greatest latency of its copies (``simulate``); None: exact
@@ -63,22 +65,6 @@ class Result:
         if isinstance(spans, SpanTable):
             return spans.rank_count()
         return len({s.rank for s in spans})
-
-
-@dataclass
-class JobRun:
-    """One job of a multi-job run: where it ran, and its iteration time shared and alone."""
-
-    job: JobSpec
-    gpus: tuple[int, ...]  # cluster GPU of each job rank
-    program: Program  # the job's own Program (its rank numbering), for its workload facts
-    iteration_time_s: float  # on the shared fabric, from its start
-    alone_iteration_time_s: float  # alone on the same nodes, same cluster
-    link_bytes: list[float]  # bytes per link per iteration, alone (the same flows as shared)
-
-    @property
-    def slowdown(self) -> float:
-        return self.iteration_time_s / self.alone_iteration_time_s if self.alone_iteration_time_s > 0 else 1.0
 
 
 def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) -> tuple[Program, list[str]]:
@@ -147,7 +133,9 @@ def step_costs(scenario: Scenario) -> StepCosts:
 def simulate(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:
     """Build and run a scenario."""
     if scenario.jobs:
-        return simulate_jobs(scenario, progress=progress, record_links=record_links)
+        runner = Runner(run_program, build_workload, _collector_paused)
+        result: Result = simulate_jobs(scenario, runner, progress=progress, record_links=record_links)
+        return result
     with _collector_paused(set_aside=True):  # until run_program ends
         program, notes = build_workload(scenario, blocks=True)
     try:
@@ -213,42 +201,50 @@ class Cluster:
         return {r: Gpu(r, self.gpu_spec, self.slowdown.get(r, 1.0)) for r in ranks}
 
 
-def build_cluster(scenario: Scenario, fold: Fold | None = None, spread: str = "refuse") -> Cluster:
+def build_cluster(scenario: Scenario, fold: Fold | None = None, spread: str = "refuse",
+                  gpu_of: Sequence[int] | None = None) -> Cluster:
     """The topology, faults and collective model of ``scenario`` (``fold``: the program's symmetry;
-    ``spread``: what a fold in effect does with copies of other latencies, ``CollectiveModel``)."""
+    ``spread``: what a fold in effect does with copies of other latencies, ``CollectiveModel``;
+    ``gpu_of``: the program's rank r runs on cluster GPU ``gpu_of[r]``, ``emulator.network.placed``)."""
     topo = build_topology(scenario.cluster)
     try:
         slowdown = apply_faults(topo, scenario.cluster.overrides)
         timed = timed_faults(topo, scenario.cluster.overrides)
     except EmulatorError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None
-    model = CollectiveModel(Router(topo), topo.node_of, step_costs(scenario), scenario.collectives.algorithm, fold,
-                            hardware(scenario.cluster), spread)
+    router: Router | PlacedRouter = Router(topo)
+    node_of: Callable[[int], int] = topo.node_of
+    if gpu_of is not None:  # a job on its GPUs: ranks seen as their GPUs
+        router, node_of = PlacedRouter(Router(topo), gpu_of), placed_node_of(topo, gpu_of)
+        slowdown = {r: slowdown[g] for r, g in enumerate(gpu_of) if g in slowdown}
+    model = CollectiveModel(router, node_of, step_costs(scenario), scenario.collectives.algorithm,  # type: ignore[arg-type]
+                            fold, hardware(scenario.cluster), spread)
     return Cluster(topo, slowdown, model, scenario.cluster.node.gpu if scenario.cluster.node else None, timed)
 
 
 def run_program(program: Program, scenario: Scenario, progress: Progress | None = None,
                 record_links: bool = True, notes: list[str] | None = None, repeat: bool = True,
-                spread: str = "refuse") -> Result:
+                spread: str = "refuse", gpu_of: Sequence[int] | None = None) -> Result:
     """Run a Program on the scenario's cluster (``repeat``: run simulation.iterations copies
-    of it back to back; False: the program already holds them; ``spread``: ``build_cluster``)."""
+    of it back to back; False: the program already holds them; ``spread``, ``gpu_of``: ``build_cluster``)."""
     t0 = time.perf_counter()
     try:
-        return _run_program(program, scenario, progress, record_links, notes, repeat, t0, spread)
+        return _run_program(program, scenario, progress, record_links, notes, repeat, t0, spread, gpu_of)
     finally:
         gc.unfreeze()  # what the build and the preparation set aside is the collector's again
 
 
 def _run_program(program: Program, scenario: Scenario, progress: Progress | None, record_links: bool,
-                 notes: list[str] | None, repeat: bool, t0: float, spread: str = "refuse") -> Result:
+                 notes: list[str] | None, repeat: bool, t0: float, spread: str = "refuse",
+                 gpu_of: Sequence[int] | None = None) -> Result:
     with _collector_paused(set_aside=True):
         try:
             program.validate()
         except ValueError as exc:
             raise EmulatorError(f"{scenario.path or scenario.name}: invalid workload: {exc}") from None
-        cluster = build_cluster(scenario, program.fold, spread)
+        cluster = build_cluster(scenario, program.fold, spread, gpu_of)
         topo, model = cluster.topology, cluster.collectives
-        if program.ranks > len(topo.gpus):
+        if program.ranks > (len(topo.gpus) if gpu_of is None else len(gpu_of)):
             raise EmulatorError(f"{scenario.path or scenario.name}: the workload has {program.ranks} ranks but the "
                                 f"cluster has only {len(topo.gpus)} GPUs")
         iterations = max(1, scenario.simulation.iterations)
@@ -298,55 +294,3 @@ def _alias_traffic(alias: dict[int, int], series: dict[int, list], link_bytes: l
             if kept in series:
                 series[link] = series[kept]
     return series, link_bytes
-
-
-JOBS_NOTE = ("folding off: jobs share the fabric, so each job is simulated rank by rank "
-             "(shared and alone)")
-
-
-def simulate_jobs(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:
-    """Run every job of ``scenario`` together on the shared fabric, then each alone on the same nodes.
-
-    A job's iteration time is (its last op's end − its start) / iterations; its slowdown is that
-    over the same job's alone time. Its link bytes come from the alone run: routes do not depend
-    on timing, so a job moves the same bytes over the same links shared or alone.
-    """
-    from emulator.workload.jobs import delayed, gpu_map, id_span, job_scenario, merge, place
-
-    t0 = time.perf_counter()
-    node = scenario.cluster.node
-    assert node is not None  # the loader requires a node for jobs
-    world = scenario.cluster.nodes * node.gpus_per_node
-    iterations = max(1, scenario.simulation.iterations)
-    placed: list[tuple[JobSpec, tuple[int, ...], Program, Program]] = []
-    base = 0
-    for job in scenario.jobs:
-        own, _notes = build_workload(job_scenario(scenario, job))
-        own = Program(own.ranks, list(own.ops), None, own.meta)  # materialise a stamped (unfolded) program
-        gpus = gpu_map(job.nodes_assigned, node.gpus_per_node)
-        try:
-            on_cluster = place(own.repeated(iterations), gpus, world, base)
-        except ValueError as exc:
-            raise EmulatorError(f"{scenario.path or scenario.name}: job {job.name!r}: {exc}") from None
-        base = id_span(on_cluster)
-        shared = delayed(on_cluster, job.start, base)
-        base = max(base, id_span(shared))
-        placed.append((job, gpus, own, shared))
-    together = merge([p[3] for p in placed], world)
-    result = run_program(together, scenario, progress=progress, record_links=record_links, notes=[JOBS_NOTE],
-                         repeat=False)
-    last_end: dict[int, float] = {}
-    for s in result.spans:
-        if s.end_s > last_end.get(s.rank, 0.0):
-            last_end[s.rank] = s.end_s
-    runs = []
-    for job, gpus, own, _shared in placed:
-        alone = run_program(place(own.repeated(iterations), gpus, world, 0), scenario, record_links=False,
-                            repeat=False)
-        end = max((last_end.get(g, 0.0) for g in gpus), default=0.0)
-        runs.append(JobRun(job, gpus, own, (end - job.start) / iterations, alone.iteration_time_s,
-                           [b / iterations for b in alone.link_bytes]))
-    result.jobs = runs
-    result.iteration_time_s = max(r.iteration_time_s for r in runs)
-    result.wall_s = time.perf_counter() - t0
-    return result

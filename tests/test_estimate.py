@@ -28,11 +28,19 @@ def test_estimate_is_near_the_actual_event_count(capsys, name, sets, gpus):
     assert gpus in text
 
 
-def test_estimate_of_a_jobs_scenario_says_why_it_cannot(capsys):
-    from emulator.cli import main
-
-    assert main(["run", "scenarios/jobs-two-disjoint-leaves.yaml", "--estimate"]) == 2
-    assert "--estimate covers one workload; this scenario has 2 jobs" in capsys.readouterr().err
+def test_estimate_of_a_jobs_scenario(capsys):
+    """Jobs (issue 29): each job's folded program counted alone and in the shared run, summed; the
+    run's sim.events counts both too. Two 16-GPU jobs interleaved on a 4:1 tree: TP 8 private in each
+    node, each job's DP-2 all-reduces are the events."""
+    path = os.path.join(ROOT, "scenarios", "jobs-interleaved-4to1.yaml")
+    assert main(["run", path, "--estimate"]) == 0
+    text = capsys.readouterr().out
+    estimated = int(re.search(r"events\s+~([\d,]+)", text).group(1).replace(",", ""))
+    actual = simulate(load_scenario(path), record_links=False).events
+    assert 0.7 * actual <= estimated <= 1.3 * actual
+    # each job (TP 8 x DP 2, its two nodes on the two leaves) folds whole: a DP step swaps the leaves
+    assert re.search(r"jobs\s+2 on 32 GPUs \(2 simulated", text)
+    assert re.search(r"memory\s+~\d+\.\d\d GB", text) and "wall time" in text
 
 
 def test_estimate_gives_the_closed_form_iteration_near_the_run(capsys):

@@ -18,7 +18,7 @@ LAYERS = [
     ("emulator.scenario",),
     ("emulator.network", "emulator.devices", "emulator.importers"),
     ("emulator.workload", "emulator.engine", "emulator.folding", "emulator.faults", "emulator.memory",
-     "emulator.metrics"),
+     "emulator.metrics", "emulator.mix"),
     ("emulator.simulation",),
     ("emulator.outputs", "emulator.linkplot", "emulator.progress"),
     ("emulator.studies", "emulator.tools", "emulator.live"),

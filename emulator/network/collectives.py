@@ -341,6 +341,9 @@ class CollectiveModel:
                 if fold.checked and self.spread == "refuse":
                     _same_latency(op, group, igroup, raw, image)
                 images.append(image)
+            contested = getattr(fold, "contested", None)  # several jobs (folding.JobsFold)
+            if contested is not None and len(images) > 1 and contested(group[0]):
+                self._same_load(op, group, images, contested(group[0]), getattr(fold, "last", -1))
         plan: Plan = []
         route = self.router.route
         for p, phase in enumerate(raw):
@@ -370,6 +373,32 @@ class CollectiveModel:
                 out.append(FlowSpec(links, weights, volume, latency))
             plan.append(out)
         return plan
+
+    def _same_load(self, op: str, group: tuple[int, ...], images: list[RawPlan], links: frozenset[int],
+                   job: int) -> None:
+        """Several jobs (``folding.JobsFold``): every copy of each flow puts the same load on the links
+        ``links`` that other jobs use, or the job's fold is refused there (FoldRefused; the fold's
+        ``last`` names the job)."""
+        route = self.router.route
+        for p, phase in enumerate(images[0]):
+            for f in range(len(phase)):
+                first: dict[int, float] | None = None
+                for copy in images:
+                    hops, _v, _lat, merged = copy[p][f]
+                    acc = _Acc()
+                    for a, b, scale in hops:
+                        acc.add(*route(a, b)[:2], scale)
+                    if merged:
+                        one = _Acc()
+                        for a, b, scale in merged:
+                            one.most(*route(a, b)[:2], scale)
+                        acc.add(*one.freeze())
+                    load = {link: w for link, w in acc.w.items() if link in links}
+                    if first is None:
+                        first = load
+                    elif load != first:
+                        raise FoldRefused(f"job {job}: {op} on {group[:4]}{'...' if len(group) > 4 else ''}: its "
+                                                  "copies load the links of other jobs unlike")
 
     # -- helpers --------------------------------------------------------------
     def _alpha(self, a: int, b: int) -> float:

@@ -22,7 +22,9 @@ def rank_rows(totals: Totals, iterations: int, fold: Fold | None) -> list[dict[s
     """The summary's ``ranks`` rows: one per simulated rank, with the copies it stands for
     (``totals``: :func:`emulator.metrics.rank_totals`)."""
     copies = fold.copies if fold is not None else 1
-    return [{"rank": rank, "copies": copies, **bd.as_dict()} for rank, bd in per_rank(totals, iterations).items()]
+    each = getattr(fold, "copies_of", None)  # several jobs, each folded its own way (folding.JobsFold)
+    return [{"rank": rank, "copies": each(rank) if each else copies, **bd.as_dict()}
+            for rank, bd in per_rank(totals, iterations).items()]
 
 
 def ranks_csv(rows: list[dict[str, Any]], world: int, fold: Fold | None) -> str:

@@ -70,6 +70,10 @@ def summarize(result: Result) -> dict[str, Any]:
     iterations = max(1, sc.simulation.iterations)
     totals = rank_totals(result.spans, T, pipelined=pp > 1, iterations=iterations)
     bd = mean_breakdown(totals, T, iterations)
+    if result.jobs and hasattr(result.program.fold, "copies_of"):  # jobs folded each its own way: weigh them
+        from emulator.outputs.jobs import weighted_breakdown
+
+        bd = weighted_breakdown(totals, result.program.fold, iterations)
     model_flops = float(facts.model_flops) if facts is not None else 0.0
     hw_flops = float(facts.hardware_flops) if facts is not None else model_flops
     if not model_flops:  # a trace: the FLOPs its ops declare, times the copies each rank stands for
@@ -103,12 +107,13 @@ def summarize(result: Result) -> dict[str, Any]:
         out["links"] = {"busiest": busiest_links(result.topology, result.link_bytes, period),
                         "busiest_nic": busiest_nic(result.topology, result.link_bytes, period)}
     if result.jobs:
-        from emulator.outputs.jobs import aggregate, job_rows, shared_links
+        from emulator.outputs.jobs import aggregate, job_rows, mix, shared_links
 
         rows = job_rows(result)
         out["jobs"] = rows
         out["shared_links"] = shared_links(result)
         aggregate(out, rows, result.jobs, peak)
+        out["mix"] = mix(rows, result.jobs)
     if result.faults:  # timed link faults: when, and what they did to the flows on those links
         out["faults"] = [{"kind": f.kind, "target": f.target, "at_s": f.at_s, "until_s": f.until_s,
                           "flows_rerouted": f.rerouted, "flows_stalled": f.stalled} for f in result.faults]

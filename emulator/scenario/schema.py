@@ -367,7 +367,16 @@ JOB_KEYS: dict[str, Key] = {
                                   "spread (round robin over the leaves), random (with seed), or an explicit "
                                   "list of node indices such as [0, 2, 4]."),
     "seed": Key("int", "Seed of placement: random.", minimum=0, maximum=2**63 - 1),
-    "start": _time('When the job starts, e.g. "2 ms" (default 0 s: at the start of the run).'),
+    # a moment of the run, not a latency: not held to MAX_LATENCY (a job that starts after another's
+    # first iterations, seconds to minutes in, is the question); bounded by the unit parser's 1e7 s
+    "start": Key("time", 'When the job starts, e.g. "2 ms" or "30 s" (default 0 s: at the start of the run).',
+                 minimum=0),
+    # copies of one job (a mix): NAME-0 .. NAME-(N-1), each placed by the job's policy in turn; at most
+    # 10**4, a hundred times the 32-job mixes of issue 29 (each copy is its own Program)
+    "count": Key("int", "Copies of this job, named NAME-0 ... NAME-(N-1), each placed by its placement policy in "
+                        "turn (default 1: the job itself).", minimum=1, maximum=10**4),
+    "stagger": Key("time", 'With count: copy i starts at start + i x stagger, e.g. "50 ms" (default 0 s).',
+                   minimum=0),
     "model": Key("section", "The job's model: a preset, or its sizes.", keys=MODEL_KEYS, cls="ModelSpec"),
     "training": Key("section", "The job's batch and precision.", keys=TRAINING_KEYS, cls="TrainingSpec"),
     "parallel": Key("section", "The job's parallelism (GPUs = its nodes x gpus_per_node = tp*pp*dp*cp).",

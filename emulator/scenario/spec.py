@@ -262,6 +262,7 @@ class JobSpec:
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     nodes_assigned: tuple[int, ...] = ()  # resolved by the loader (scenario/allocation.py)
+    entry: str = ""  # the jobs: entry this job is a copy of (``count``), its name; "" for the job itself
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@
 - two fields (``--x`` and ``--by``): a heatmap of the metric;
 - ``--pareto``: tokens/s against GPUs (or cost per hour, ``--cost-per-gpu-hour``),
   with the front: the points that no cheaper point beats;
-- ``--links SCENARIO``: runs it and draws its link utilisation (emulator/outputs/linkplot.py).
+- ``--links SCENARIO``: runs it and draws its link utilisation (emulator/outputs/linkplot.py);
+- ``--jobs``, ``--shared-links``: multi-job rows, each job's slowdown against the varied field, and
+  one row's shared links' load by job (emulator/studies/jobplot.py).
 
 A field's value is the one the study varied ("100 Gb/s"), else the resolved
 scenario's (so a row made by another study can still be placed); values sort by
@@ -215,10 +217,14 @@ def default_metric(rows: Sequence[Row]) -> str:
 
 
 def plot_study(db: str, out: str, x: str | None = None, by: str | None = None, metric: str | None = None,
-               where: Sequence[str] = (), pareto: bool = False, cost_per_gpu_hour: float | None = None) -> list[str]:
-    """Draw a study from ``db`` into ``out`` (.png and .svg); returns the paths written."""
+               where: Sequence[str] = (), pareto: bool = False, cost_per_gpu_hour: float | None = None,
+               jobs: str = "", top: int = 16) -> list[str]:
+    """Draw a study from ``db`` into ``out`` (.png and .svg); returns the paths written (``jobs``:
+    "slowdown" or "links", the figures of emulator/studies/jobplot.py)."""
     with ResultStore(db, create=False) as store:
         rows = select(store.rows(), where)
+    if jobs:
+        return _job_figure(rows, out, x, jobs, top, figure_text(os.path.basename(db)))
     metric = metric or default_metric(rows)
     if not any(metric_value(r, metric) is not None for r in rows):
         raise PlotError(f"--y {metric}: no row has this metric (e.g. tokens_per_s, iteration_time_s, mfu, "
@@ -240,6 +246,25 @@ def plot_study(db: str, out: str, x: str | None = None, by: str | None = None, m
                     "or --x and --by (a heatmap), and fix others with --where")
 
 
+def _job_figure(rows: Sequence[Row], out: str, x: str | None, kind: str, top: int, name: str) -> list[str]:
+    from emulator.studies.jobplot import shared_links_figure, slowdown_figure
+
+    if kind == "links":
+        if len(rows) != 1:
+            raise PlotError(f"--shared-links draws one row; {len(rows)} rows match (pick one with --where "
+                            f"{', '.join(varied_keys(rows)) or 'key=value'})")
+        return save_figure(shared_links_figure(rows[0], top, f"shared links' load by job ({name})"), out)
+    fields = [x] if x else varied_keys(rows)
+    if len(fields) != 1:
+        raise PlotError(f"--jobs puts one field on the x axis; the rows vary {len(fields)} ({', '.join(fields)}): "
+                        "give --x and fix the others with --where")
+    if x:
+        require_field(rows, x, "--x")
+    key = fields[0]
+    return save_figure(slowdown_figure(rows, key, lambda r: _label(field_value(r, key)), lambda r: sort_key(r, key),
+                                       f"slowdown per job ({name})"), out)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="results database of a sweep or search")
     p.add_argument("--x", help="field on the x axis (default: the varied field)")
@@ -250,7 +275,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cost-per-gpu-hour", type=float, help="with --pareto: cost on the x axis")
     p.add_argument("--links", metavar="SCENARIO", help="run this scenario and plot its link utilisation")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="with --links")
-    p.add_argument("--top", type=int, default=16, help="with --links: how many links (default 16)")
+    p.add_argument("--top", type=int, default=16, help="with --links, --shared-links: how many links (default 16)")
+    p.add_argument("--jobs", action="store_true", help="each job's slowdown against the varied field (jobs:)")
+    p.add_argument("--shared-links", action="store_true", help="one row's shared links' load by job (jobs:)")
     p.add_argument("--out", default="plot.png", help="output PNG (an SVG is written next to it)")
 
 
@@ -271,5 +298,7 @@ def plot_command(args: argparse.Namespace) -> str:
         raise PlotError("plot needs --db RESULTS.sqlite (or --links SCENARIO)")
     if args.cost_per_gpu_hour is not None and args.cost_per_gpu_hour <= 0:
         raise PlotError("--cost-per-gpu-hour: expected a positive number")
-    paths = plot_study(args.db, args.out, args.x, args.by, args.y, args.where, args.pareto, args.cost_per_gpu_hour)
+    jobs = "links" if getattr(args, "shared_links", False) else "slowdown" if getattr(args, "jobs", False) else ""
+    paths = plot_study(args.db, args.out, args.x, args.by, args.y, args.where, args.pareto, args.cost_per_gpu_hour,
+                       jobs, args.top)
     return "wrote " + " and ".join(paths)

@@ -82,9 +82,12 @@ def scalar(text: str) -> Any:
 
 def parse_vary(text: str) -> tuple[str, list[str]]:
     """'key.path=v1,v2' -> ('key.path', ['v1', 'v2'])."""
-    if "=" not in text:
+    from emulator.scenario.reader import split_assignment
+
+    split = split_assignment(text)
+    if split is None:
         raise SweepError(f'--vary {text}: expected key.path=v1,v2,..., e.g. "parallel.tp=1,2,4"')
-    key, values = text.split("=", 1)
+    key, values = split
     key = key.strip()
     items = split_values(values)
     if not key or any(not v for v in items):

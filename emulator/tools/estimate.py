@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 
-from emulator.errors import EmulatorError
 from emulator.folding import Stamped
 from emulator.printable import printable
 from emulator.program import COLLECTIVE, COMPUTE, SEND, Op, Program
@@ -37,8 +36,7 @@ def estimate(scenario: Scenario) -> str:
     from emulator.simulation import build_workload
 
     if scenario.jobs:
-        raise EmulatorError(f"{scenario.path or scenario.name}: --estimate covers one workload; this scenario has "
-                            f"{len(scenario.jobs)} jobs (run it without --estimate; folding is off with jobs)")
+        return estimate_jobs(scenario)
     t0 = time.perf_counter()
     program, notes = build_workload(scenario, blocks=True)  # as the run builds it (timed so)
     build_s = time.perf_counter() - t0
@@ -63,19 +61,7 @@ def estimate(scenario: Scenario) -> str:
         ops, copies = program.template, len(program.translations)
     else:
         ops, copies = program.ops, 1
-    private = _private_groups(ops, program, scenario.cluster.node.gpus_per_node if scenario.cluster.node else 0)
-    compute = comm = 0.0
-    for op in ops:
-        if op.kind is COMPUTE:
-            compute += 1
-        elif op.kind is SEND:
-            comm += copies
-        elif op.kind is COLLECTIVE and op.group not in private:
-            simulated = sum(1 for r in op.group if (program.fold is None or program.fold.is_representative(r)))
-            members = min(len(op.group), max(1, simulated) * copies)
-            n = len(op.group)
-            per = 2.0 * n * (n - 1) + 1 if op.collective == "all_to_all" else EVENTS_PER_COMM
-            comm += per / EVENTS_PER_COMM * copies / members
+    compute, comm = _counts(program, ops, copies, scenario.cluster.node.gpus_per_node if scenario.cluster.node else 0)
     iterations = max(1, scenario.simulation.iterations)
     events = int(EVENTS_PER_COMM * comm * iterations * scale)
     ranks = int(len(program.simulated_ranks()) * scale)
@@ -90,6 +76,90 @@ def estimate(scenario: Scenario) -> str:
     if closed is not None:
         lines.append(f"iteration       ~{format_time(closed)} (closed form, no contention: studies/rank.py)")
     return "\n".join(lines + [f"note: {n}" for n in notes])
+
+
+def _counts(program: Program, ops: list[Op], copies: int, gpus_per_node: int) -> tuple[float, float]:
+    """(compute ops, communication instances) of one iteration of ``ops`` (``copies`` stamped copies)."""
+    private = _private_groups(ops, program, gpus_per_node)
+    compute = comm = 0.0
+    for op in ops:
+        if op.kind is COMPUTE:
+            compute += 1
+        elif op.kind is SEND:
+            comm += copies
+        elif op.kind is COLLECTIVE and op.group not in private:
+            simulated = sum(1 for r in op.group if (program.fold is None or program.fold.is_representative(r)))
+            members = min(len(op.group), max(1, simulated) * copies)
+            n = len(op.group)
+            per = 2.0 * n * (n - 1) + 1 if op.collective == "all_to_all" else EVENTS_PER_COMM
+            comm += per / EVENTS_PER_COMM * copies / members
+    return compute, comm
+
+
+# A mix (emulator.mix) renumbers each job's ops to its GPUs and prepares an engine over them for the
+# job alone and again for all jobs together, and builds the cluster's network for each of those runs.
+# Measured on the reference 2-core machine (benchmarks/run.py, 2026-12-04, CPU seconds less the build,
+# against the op counts below): jobs-2x70b-spread 4.8 s for 0.96M ops and 3 runs of 512 GPUs,
+# jobs-32x64-stagger 3.4 s for 0.39M ops and 33 runs of 2,048, jobs-8x512-random 14.1 s for 1.75M ops
+# and 9 runs of 4,096: ~5 µs per op run (4.2 to 6.9) and ~25 µs per GPU of the cluster per run; the
+# peak memory, ~700 B per op of the shared run over an empty run's 60 MB (0.30, 0.20, 0.73 GB; 500 to
+# 770 B).
+SECONDS_PER_MIX_OP = 5e-6
+SECONDS_PER_RUN_GPU = 25e-6
+BYTES_PER_MIX_OP = 700.0
+BASE_BYTES = 60e6  # an empty run: the interpreter, numpy, SimPy, the catalog (emulator run --json)
+
+
+def estimate_jobs(scenario: Scenario) -> str:
+    """``estimate`` of a scenario with jobs: each job's program under the fold the mix gives it
+    (``emulator.mix.job_fold``), counted once alone and once in the shared run (one run for a single
+    job at t = 0 on nodes 0..n−1), summed."""
+    from emulator.mix import job_fold
+    from emulator.scenario.units import format_time
+    from emulator.simulation import build_workload
+    from emulator.workload.builder import build_program
+    from emulator.workload.jobs import gpu_map, job_scenario
+
+    node = scenario.cluster.node
+    assert node is not None  # the loader requires a node for jobs
+    iterations = max(1, scenario.simulation.iterations)
+    one = len(scenario.jobs) == 1 and scenario.jobs[0].start == 0
+    t0 = time.perf_counter()
+    built: dict[tuple[object, ...], tuple[float, float, float, int]] = {}
+    ops_run = events = shared_ops = 0.0
+    ranks = 0
+    for job in scenario.jobs:
+        fold = job_fold(scenario, job, gpu_map(job.nodes_assigned, node.gpus_per_node))
+        key = (job.model, job.training, job.parallel, job.workload, len(job.nodes_assigned), fold)
+        if key not in built:
+            js = job_scenario(scenario, job)
+            program = build_workload(js)[0] if fold is None else build_program(js, fold)
+            ops, copies = (program.template, len(program.translations)) if isinstance(program, Stamped) \
+                else (program.ops, 1)
+            _compute, comm = _counts(program, ops, copies, node.gpus_per_node)
+            built[key] = (len(ops) * copies * iterations, EVENTS_PER_COMM * comm * iterations,
+                          float(len(program.simulated_ranks())), program.ranks)
+        n_ops, n_events, simulated, _world = built[key]
+        runs = 1 if one else 2
+        ops_run += n_ops * runs
+        events += n_events * runs
+        shared_ops += n_ops
+        ranks += int(simulated)
+    build_s = time.perf_counter() - t0
+    prepare_s = ops_run * SECONDS_PER_MIX_OP + (1 if one else 1 + len(scenario.jobs)) * \
+        scenario.cluster.nodes * node.gpus_per_node * SECONDS_PER_RUN_GPU
+    wall = build_s + events / EVENTS_PER_S + prepare_s
+    memory = BASE_BYTES + shared_ops * BYTES_PER_MIX_OP
+    gpus = sum(len(j.nodes_assigned) for j in scenario.jobs) * node.gpus_per_node
+    return "\n".join([
+        f"scenario        {printable(scenario.name)}",
+        f"jobs            {len(scenario.jobs)} on {gpus} GPUs ({ranks} simulated, each job folded as the mix folds "
+        "it alone; the shared run may fold a job less)",
+        f"ops             {int(ops_run):,} run ({int(shared_ops):,} in the shared run)",
+        f"events          ~{int(events):,}",
+        f"memory          ~{memory / 1e9:.2f} GB (peak, about {BYTES_PER_MIX_OP:.0f} B per op of the shared run)",
+        f"wall time       ~{format_time(wall)} (build {format_time(build_s)}, placing and preparing "
+        f"{format_time(prepare_s)}, at ~{EVENTS_PER_S:,.0f} events/s)"])
 
 
 def _refusal(scenario: Scenario, program: Program) -> str:
