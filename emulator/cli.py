@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from emulator.errors import EmulatorError
+from emulator.errors import EmulatorError, ReportError
 from emulator.printable import printable
 
 # name → (module, add-arguments function, command function, help); imported on use
@@ -246,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_destinations(args)
         return args.func(args)
     except EmulatorError as exc:
-        print(f"emulator: {printable(str(exc))}", file=sys.stderr)
+        lines = str(exc).split("\n") if isinstance(exc, ReportError) else [str(exc)]
+        print("emulator: " + "\n".join(map(printable, lines)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("emulator: interrupted", file=sys.stderr)
