@@ -152,3 +152,57 @@ def test_a_deadlock_report_prints_on_several_lines(tmp_path, capsys):
     assert err.splitlines()[1:] == [
         "  rank 0 stream comm: op 0 (recv from rank 1 tag 1: no matching send was ever issued)",
         "  rank 1 stream comm: op 1 (recv from rank 0 tag 1: no matching send was ever issued)"]
+
+
+def test_search_with_nothing_feasible_exits_2_naming_the_gpus(tmp_path, capsys):
+    # gpt3-175b on 8 A100s with tp, pp at most 2 and no ZeRO: 175e9 × 16 B / 4 = 700 GB a GPU > 80 GiB:
+    # every one of the 24 layouts is out of memory
+    path = _write(tmp_path, "name: big\ncluster: {nodes: 1, node: dgx-a100}\nmodel: {preset: gpt3-175b}\n"
+                            "training: {global_batch: 8}\n")
+    code = cli.main(["search", path, "--max-tp", "2", "--max-pp", "2", "--micro-batches", "1", "--zero", "0",
+                     "--db", str(tmp_path / "x.sqlite")])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == ("emulator: search: big on 8 GPUs: every layout was pruned: 24 layouts "
+                                               "considered, 24 pruned (out of memory: 24), 0 to simulate")
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--micro-batches", "0,1", "--micro-batches: expected integers of at least 1, got 0"),
+    ("--zero", "4", "--zero: expected integers from 0 to 3, got 4"),
+])
+def test_search_refuses_impossible_lists_up_front(tmp_path, capsys, flag, value, message):
+    path = _write(tmp_path, "name: s\ncluster: {nodes: 1, node: dgx-a100}\nmodel: {preset: gpt3-125m}\n"
+                            "training: {global_batch: 8}\n")
+    assert cli.main(["search", path, flag, value, "--db", str(tmp_path / "x.sqlite")]) == 2
+    assert capsys.readouterr().err.strip() == f"emulator: {message}"
+    assert not (tmp_path / "x.sqlite").exists()
+
+
+def test_prune_reasons_print_the_numbers_of_their_most_frequent_case():
+    from collections import Counter
+
+    from emulator.studies.search import prune_examples
+
+    pruned = Counter({"model.layers (80) must be divisible by pp*virtual_stages = 16*2 = 32": 5,
+                      "model.layers (80) must be divisible by pp*virtual_stages = 64*1 = 64": 7,
+                      "out of memory": 3})
+    # one rule, 5 + 7 = 12 layouts, shown by its most frequent message (7 layouts) with its numbers
+    assert prune_examples(pruned) == [("model.layers (80) must be divisible by pp*virtual_stages = 64*1 = 64", 12, 1),
+                                      ("out of memory", 3, 0)]
+
+
+def test_export_of_jobs_writes_each_job_in_its_folder(tmp_path, capsys):
+    # jobs-two-disjoint-leaves: jobs a and b, 2 DGX nodes (16 GPUs) each: 16 ETs per job
+    scen = os.path.join(ROOT, "scenarios", "jobs-two-disjoint-leaves.yaml")
+    assert cli.main(["export", scen, "--out", str(tmp_path / "x")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"job a: wrote 16 Chakra ETs ({tmp_path}/x/a/chakra.<rank>.et)")
+    for job in ("a", "b"):
+        assert sorted(os.listdir(tmp_path / "x" / job)) == sorted(
+            ["comm_group.json", *(f"chakra.{r}.et" for r in range(16))])
+
+
+def test_a_device_is_not_called_a_file(capsys):
+    assert cli.main(["export", os.path.join(ROOT, "scenarios", "quickstart.yaml"), "--out", "/dev/null"]) == 2
+    assert capsys.readouterr().err.strip() == ("emulator: --out /dev/null: exists and is a device, pipe or socket, "
+                                               "not a folder")
