@@ -214,8 +214,8 @@ def build_cluster(scenario: Scenario, fold: Fold | None = None, spread: str = "r
     """The topology, faults and collective model of ``scenario`` (``fold``: the program's symmetry;
     ``spread``: what a fold in effect does with copies of other latencies, ``CollectiveModel``)."""
     topo = build_topology(scenario.cluster)
-    try:  # a fault the topology cannot take (an unknown link): named with the scenario's file
-        slowdown = apply_faults(topo, scenario.cluster.overrides)
+    slowdown = apply_faults(topo, scenario.cluster.overrides)
+    try:
         timed = timed_faults(topo, scenario.cluster.overrides)
     except EmulatorError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None
