@@ -7,8 +7,8 @@ every leaf–spine link 400 Gb/s. Two fabrics: 128 spines (one uplink per NIC, n
 and 32 spines (4:1 oversubscribed). For each, one all-reduce of ``--size`` over all 1024
 GPUs (as `emulator collective`) with ``routing: spray`` (every flow split evenly over the
 spines) and with ``routing: ecmp_hash`` for seeds 0..N−1 (every flow on the one spine its
-hash picks). Writes plots/ecmp-collisions.png (and .svg) and prints the table.
-Takes about 30 s on 2 cores.
+hash picks). Writes plots/ecmp-collisions.png (and .svg), prints the table and keeps the
+figures in benchmarks/results/ecmp.json (rendered in the Fabrics guide). Takes about 30 s on 2 cores.
 """
 from __future__ import annotations
 
@@ -85,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     size = parse_bytes(args.size)
     data = measure(args.seeds, size)
     plot(data, size, args.out)
+    sys.path.insert(0, HERE)
+    import results_file
+
+    results_file.write("ecmp", dict(results_file.stamp(__file__), size_bytes=size, seeds=args.seeds, fabrics=data))
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
     else:

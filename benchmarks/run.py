@@ -1,6 +1,6 @@
 """The standard benchmark set: one command, one table.
 
-    python benchmarks/run.py [--cases node-8gpu,gpt3-1024] [--unfolded] [--baseline REV] [--json]
+    python benchmarks/run.py [--cases node-8gpu,gpt3-1024] [--unfolded] [--baseline REV] [--json] [--save]
 
 For each case it prints wall time, the wall time over this machine's SimPy floor
 (one process waiting on 1,000,000 ``env.timeout``s, measured in the same run, so the
@@ -13,6 +13,10 @@ Each case runs in a fresh process (`emulator run --json`), so peak RSS is that
 run's alone. With ``--baseline REV`` the same cases run first on a checkout of
 git revision REV (a temporary worktree), and the table adds the wall-time ratio
 baseline / now, measured on the same machine in one go.
+
+With ``--save`` each case's row (and the floor it was measured against) replaces that case's row
+in benchmarks/results/speed.json, written atomically; the docs site's Validation page and the
+README's speed figures are rendered from that file, never typed.
 
 Not part of CI except the tiny smoke case in tests/test_benchmarks.py.
 """
@@ -133,12 +137,29 @@ def table(rows: list[tuple[str, dict, dict | None]], floor: float, floor_cpu: fl
     return "\n".join(out)
 
 
+def save(rows: list[tuple[str, dict, dict | None]], cases: dict, floor: float, floor_cpu: float) -> None:
+    """Each measured case's row into benchmarks/results/speed.json (the other cases' rows are kept)."""
+    sys.path.insert(0, HERE)
+    import results_file
+
+    doc = results_file.read("speed") or {"cases": {}}
+    for name, r, _b in rows:
+        if "error" in r:
+            continue
+        scenario, sets = cases[name]
+        doc["cases"][name] = dict(r, scenario=scenario, set=list(sets), simpy_floor_s=floor,
+                                  simpy_floor_cpu_s=floor_cpu, wall_over_floor=r["wall_s"] / floor,
+                                  cpu_over_floor=r["cpu_s"] / floor_cpu, **results_file.stamp(__file__))
+    sys.stderr.write(f"wrote {results_file.write('speed', doc)}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", help="comma-separated case names (default: all)")
     ap.add_argument("--unfolded", action="store_true", help="add GPT-3 1024 unfolded (minutes)")
     ap.add_argument("--baseline", metavar="REV", help="also run a git revision and report the ratio")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save", action="store_true", help="keep the rows in benchmarks/results/speed.json")
     args = ap.parse_args(argv)
     cases = dict(CASES, **(UNFOLDED if args.unfolded else {}))
     names = args.cases.split(",") if args.cases else list(cases)
@@ -161,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if base_root:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base_root], capture_output=True)
+    if args.save:
+        save(rows, cases, floor, floor_cpu)
     if args.json:
         doc = {n: {"now": r, "baseline": b, "simpy_floor_s": floor, "simpy_floor_cpu_s": floor_cpu,
                    "wall_over_floor": r["wall_s"] / floor if "wall_s" in r else None,

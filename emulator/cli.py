@@ -14,9 +14,10 @@ import importlib
 import json
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from emulator.errors import EmulatorError, ReportError
+from emulator.docs_links import epilog, key_url
+from emulator.errors import EmulatorError, ReportError, ScenarioError
 from emulator.printable import printable
 
 # name → (module, add-arguments function, command function, help); imported on use
@@ -127,6 +128,10 @@ def cmd_collective(args: argparse.Namespace) -> int:
         algo = r["algorithm"] + (f" ({r['protocol']})" if r["protocol"] else "")
         print(f"{format_bytes(r['bytes']):>12} {r['time_s'] * 1e6:12.2f} {r['algbw_GB_per_s']:13.2f} "
               f"{r['busbw_GB_per_s']:13.2f}  {algo}")
+    from emulator.tools.collective_bench import fault_notes
+
+    for note in fault_notes(rows):
+        print(f"# {printable(note)}")
     return 0
 
 
@@ -143,9 +148,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser of every command. A plugin's module (and what it imports: the outputs, matplotlib,
     the store) is imported only for the command ``argv`` names; with ``argv`` None, for all of them."""
     p = argparse.ArgumentParser(prog="emulator",
-                                description="Emulate distributed DNN training on a cluster you do not have.")
+                                description="Emulate distributed DNN training on a cluster you do not have.",
+                                **_docs())
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser("run", help="emulate one training iteration of a scenario")
+    run = sub.add_parser("run", help="emulate one training iteration of a scenario", **_docs("run"))
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("--json", action="store_true", help="print exactly one JSON object")
     run.add_argument("--out", metavar="DIR", help="write summary.json, spans.csv, trace.json, gantt.png here")
@@ -153,7 +159,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     run.add_argument("--estimate", action="store_true", help="print the expected events and wall time, do not run")
     run.add_argument("--no-gantt", action="store_true", help="skip gantt.png (faster for huge runs)")
     run.set_defaults(func=cmd_run)
-    col = sub.add_parser("collective", help="nccl-tests-style table of one collective on the scenario's cluster")
+    col = sub.add_parser("collective", help="nccl-tests-style table of one collective on the scenario's cluster",
+                         **_docs("collective"))
     col.add_argument("scenario")
     col.add_argument("--op", default="all_reduce",
                      help="all_reduce | reduce_scatter | all_gather | all_to_all | broadcast")
@@ -162,17 +169,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     col.add_argument("--json", action="store_true")
     col.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")
     col.set_defaults(func=cmd_collective)
-    sch = sub.add_parser("schema", help="print the JSON Schema of scenario files")
+    sch = sub.add_parser("schema", help="print the JSON Schema of scenario files", **_docs("schema"))
     sch.set_defaults(func=cmd_schema)
     wanted = _command(argv)
     for name, (module, add, func, help_text) in PLUGINS.items():
-        sp = sub.add_parser(name, help=help_text)
+        sp = sub.add_parser(name, help=help_text, **_docs(name))
         if wanted is not None and name != wanted:
             continue  # listed in the help; its arguments are read only when it runs
         mod = importlib.import_module(module)  # a missing module is a broken install: let it show
         getattr(mod, add)(sp)
         sp.set_defaults(func=_plugin(getattr(mod, func)))
     return p
+
+
+def _docs(command: str | None = None) -> dict[str, Any]:
+    """The help's end: an example and the guide page (emulator/docs_links.py), kept as written."""
+    return {"epilog": epilog(command), "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def _command(argv: Sequence[str] | None) -> str | None:
@@ -248,6 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EmulatorError as exc:
         lines = str(exc).split("\n") if isinstance(exc, ReportError) else [str(exc)]
         print("emulator: " + "\n".join(map(printable, lines)), file=sys.stderr)
+        if isinstance(exc, ScenarioError) and exc.key and sys.stderr.isatty():  # a person reads it: the key's entry
+            from emulator.scenario.schema import all_key_paths  # (programs and tests keep the one line)
+
+            print(f"see {key_url(exc.key, set(all_key_paths()))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("emulator: interrupted", file=sys.stderr)

@@ -16,8 +16,11 @@ of the run (:class:`FaultSchedule`, a SimPy process on the fabric). At ``at``:
 - ``link_fail``: every flow on a failed link u→v is rerouted, its remaining bytes
   sent round the link over the even split of the shortest switch-only paths u→v that
   avoid every failed link (``emulator.network.routing.detour``, as a fast-reroute
-  does); flows that start later take the same detour. With no such path (a NIC's
-  own port), the flows stall (capacity 0) until ``until``; with no ``until`` the run
+  does); flows that start later take the same detour. A link to or from a failed
+  switch (a whole spine: every link of it failed) has no such path; its share goes
+  over the switch's live siblings, the switches with the same neighbours, as ECMP
+  leaves a dead switch out of the path set (``routing.around_switch``). With no way
+  round (a NIC's own port), the flows stall (capacity 0) until ``until``; with no ``until`` the run
   cannot end, which the engine reports as a deadlock. At ``until`` the link carries
   again: new flows use it, stalled ones resume, rerouted ones keep their detour.
 
@@ -35,8 +38,9 @@ import simpy
 
 from emulator.errors import EmulatorError
 from emulator.network.fabric import Fabric, Flow
-from emulator.network.routing import detour
-from emulator.network.topology import Topology
+from emulator.network.routing import around_switch, detour
+from emulator.network.topology import Layout, Topology
+from emulator.scenario.schema import MIN_BANDWIDTH
 from emulator.scenario.spec import Override
 
 
@@ -73,8 +77,35 @@ def _ranks(topo: Topology, target: str) -> list[int]:
     raise FaultError(f"cluster.overrides: target {target!r} is not 'gpu:R' (0..{len(topo.gpus) - 1}) or 'node:N'")
 
 
+def _line_rate(topo: Topology, link: int) -> float:
+    """The raw line rate (B/s) of ``link``, as its builder or graph file gave it."""
+    edges = topo.source.edges if isinstance(topo.source, Layout) else topo.graph.edges
+    rate: float = edges[topo.links[link]]["bandwidth"]
+    return rate
+
+
+def check_floor(topo: Topology, overrides: tuple[Override, ...]) -> None:
+    """Refuse ``link_degrade`` factors that leave a link below the bandwidth floor of every
+    bandwidth key (``MIN_BANDWIDTH``, 1 Mb/s: emulator.scenario.schema), with every degrade of
+    the link active at once (timed ones multiply with the rest while they overlap)."""
+    product: dict[int, float] = {}
+    for k, ov in enumerate(overrides):
+        if ov.kind != "link_degrade":
+            continue
+        for i in _links(topo, ov.target, f"cluster.overrides[{k}].target"):
+            product[i] = product.get(i, 1.0) * ov.factor
+            if _line_rate(topo, i) * product[i] < MIN_BANDWIDTH:
+                u, v = topo.links[i]
+                raise FaultError(f"cluster.overrides[{k}].factor: link_degrade leaves {u}->{v} at "
+                                 f"{_line_rate(topo, i) * product[i] * 8:.3g} b/s, below the 1 Mb/s that every "
+                                 f"bandwidth must reach; expected a factor of at least "
+                                 f"{MIN_BANDWIDTH / (_line_rate(topo, i) * product[i] / ov.factor):.3g}, "
+                                 f"got {ov.factor:g}")
+
+
 def apply_faults(topo: Topology, overrides: tuple[Override, ...]) -> dict[int, float]:
     """Apply link overrides to ``topo`` in place; return the per-rank slowdown factors."""
+    check_floor(topo, overrides)
     slowdown: dict[int, float] = {}
     failed = set(topo.failed)
     for ov in overrides:
@@ -193,7 +224,8 @@ class FaultSchedule:
     def _update_detours(self) -> None:
         failed = self._failed()
         edges = set(self.topo.failed) | {self.topo.links[l] for l in failed}
-        self.detours = {link: detour(self.topo, edges, link) for link in sorted(failed)}
+        self.detours = {link: detour(self.topo, edges, link) or around_switch(self.topo, edges, link)
+                        for link in sorted(failed)}
 
     def _capacity(self, link: int) -> float:
         if link in self.detours:

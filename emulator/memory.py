@@ -240,7 +240,7 @@ def memory_report(sc: Scenario) -> MemoryReport:
     gpu = sc.cluster.node.gpu
     dtype = 4 if tr.precision in ("fp32", "tf32") else 2
     grad_bytes = grad_reduce_bytes(tr.precision, tr.grad_reduce)
-    flash = getattr(tr, "attention", "unfused") == "flash" or par.cp > 1
+    flash = getattr(tr, "attention", "unfused") in ("flash", "fa2") or par.cp > 1
     s = m.seq_len // par.cp
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     split = stage_layers(chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers,

@@ -96,6 +96,9 @@ def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) 
     fold, note = choose_fold(scenario, in_effect=not refused)
     if refused:  # the symmetries that are automorphisms still hold
         note = _refused_note(note, refused)
+    if scenario.workload.profile is not None:
+        note += ("; memory of a profiled workload: the model-shape estimate (a kernel profile does not record "
+                 "the script's own allocations)")
     with _collector_paused():
         if fold is None:  # simulate every rank; build the representatives once and stamp the copies
             pfold = program_fold(scenario)
@@ -214,8 +217,8 @@ def build_cluster(scenario: Scenario, fold: Fold | None = None, spread: str = "r
     """The topology, faults and collective model of ``scenario`` (``fold``: the program's symmetry;
     ``spread``: what a fold in effect does with copies of other latencies, ``CollectiveModel``)."""
     topo = build_topology(scenario.cluster)
-    slowdown = apply_faults(topo, scenario.cluster.overrides)
     try:
+        slowdown = apply_faults(topo, scenario.cluster.overrides)
         timed = timed_faults(topo, scenario.cluster.overrides)
     except EmulatorError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None

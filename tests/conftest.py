@@ -1,3 +1,4 @@
+"""Shared pytest set-up: the tests folder on sys.path, so that tests import their helpers (helpers.py)."""
 import os
 import sys
 

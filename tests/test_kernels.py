@@ -35,18 +35,31 @@ def test_shipped_tables_are_derived_from_the_shared_rows():
             assert f.read() == text, f"{name}.csv differs from what kernel_tables.derive makes"
 
 
+def _shared_rows(name: str) -> list[dict[str, str]]:
+    with open(os.path.join(SHARED, "..", name), newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
 @needs_shared
 def test_every_row_cites_a_non_suspect_row_of_the_same_value():
-    with open(os.path.join(SHARED, "gemm.csv"), newline="", encoding="utf-8") as f:
-        gemm = list(csv.DictReader(f))
+    import re
+
+    gemm, g200, f200 = _shared_rows("h100/gemm.csv"), _shared_rows("h200/gemm.csv"), _shared_rows("h200/fp8_gemm.csv")
     for name in K.BUILTIN:
         for op, dtype, dims, rate, source in K.builtin(name):
             if op != "gemm":
                 continue
-            row = gemm[int(source.rsplit(" ", 1)[1]) - 1]  # "h100/gemm.csv row N": the N-th data row
-            assert "SUSPECT" not in row["notes"]
-            assert rate == pytest.approx(float(row["tflops"]) * 1e12, rel=1e-5)
+            m = re.match(r"(h100/gemm|h200/gemm|h200/fp8_gemm)\.csv row (\d+)(?: (\w+_us))?", source)
+            assert m, source
+            rows = {"h100/gemm": gemm, "h200/gemm": g200, "h200/fp8_gemm": f200}[m.group(1)]
+            row = rows[int(m.group(2)) - 1]  # "row N": the N-th data row
             assert dims[1:] == (int(row["M"]), int(row["N"]), int(row["K"]))
+            if m.group(1) == "h100/gemm":
+                assert "SUSPECT" not in row["notes"]
+                assert rate == pytest.approx(float(row["tflops"]) * 1e12, rel=1e-5)
+            else:  # timed with its launch: rate = 2mnk / (t - 4 us), the launch the model adds back
+                t = float(row[m.group(3) or "time_us"]) * 1e-6
+                assert t > 60e-6 and rate == pytest.approx(2.0 * math.prod(dims) / (t - 4e-6), rel=1e-5)
 
 
 def test_h100_exact_gemm_is_measured():
@@ -88,8 +101,18 @@ def test_missing_corner_and_swapped_gemm():
     t = K.KernelTable([("gemm", "bf16", (1, 256, 512, 256), 10e12, "a"), ("gemm", "bf16", (1, 512, 512, 256), 20e12, "b"),
                        ("gemm", "bf16", (1, 256, 1024, 256), 30e12, "c")])
     assert t.lookup("gemm", "bf16", (1, 512, 256, 256)).source == K.MEASURED  # m and n swapped: same GEMM
-    # (1, 384, 768, 256) needs the corner (1, 512, 1024, 256), which was not measured
-    assert t.lookup("gemm", "bf16", (1, 384, 768, 256)) is None
+    # (1, 384, 768, 256) lacks the grid corner (1, 512, 1024, 256): no grid interpolation; its three
+    # neighbours lie within one octave in every dimension, so Shepard's weights 1/d² in log-shape space:
+    # a: d² = ln(1.5)² + ln(1.5)² = 0.328804; b and c: ln(0.75)² + ln(1.5)² = 0.247163
+    hit = t.lookup("gemm", "bf16", (1, 384, 768, 256))
+    wa, wb = 1 / 0.328804, 1 / 0.247163
+    expect = math.exp((wa * math.log(10e12) + wb * math.log(20e12) + wb * math.log(30e12)) / (wa + 2 * wb))
+    assert hit.source == K.INTERPOLATED and hit.rate == pytest.approx(expect, rel=1e-5)  # 19.18 TFLOP/s
+    # with a prior (the roofline's rate) the weights average log(measured / prior) instead: a prior of
+    # 2× everywhere leaves the same answer, a prior growing with n moves it
+    assert t.lookup("gemm", "bf16", (1, 384, 768, 256), lambda d: 2.0).rate == pytest.approx(hit.rate, rel=1e-12)
+    # k = 1024 lies two octaves from every measured k: not covered, the roofline's
+    assert t.lookup("gemm", "bf16", (1, 384, 768, 1024)) is None
 
 
 def test_a100_has_no_table_and_keeps_the_roofline():
@@ -100,25 +123,27 @@ def test_a100_has_no_table_and_keeps_the_roofline():
     assert src == "roofline" and t == compute.gemm_time(4096, 4096, 4096, A100)
 
 
-def test_h100_flash_attention_is_the_cudnn_row():
-    # causal forward, head dim 128, 4096 keys: cuDNN 518 TFLOP/s (h100/attention.csv row 63, FA3 paper figure).
-    # flops = 4·bh·s²·d / 2 = 4·8·4096²·128/2 = 34.36e9; 34.36e9 / 518e12 = 66.33 us, + 4 us launch
+def test_h100_flash_attention_is_cudnn_carried_from_the_h200():
+    # causal, head dim 128, 4096 keys: cuDNN on an H200, cudnn-frontend (h100/attention.csv rows 290 and 291:
+    # 591 and 474 TFLOP/s), carried to the H100 unchanged (same SMs and clocks, compute-bound).
+    # flops = 4·bh·s²·d / 2 = 4·8·4096²·128/2 = 34.36e9; 34.36e9 / 591e12 = 58.14 us, + 4 us launch
     L = Ly.LayerShape(b=1, s=4096, s_kv=4096, h=1024, heads=8, kv_heads=8, ffn=4096, swiglu=False, biases=True,
                       dropout=False, flash=True)
     fwd = Ly.flash("attn.flash", L, 4096, False, "fwd")
     t, src = KC.kernel_cost(fwd, H100)
-    assert src == "measured" and t == pytest.approx(4 * 8 * 4096**2 * 128 / 2 / 518e12 + 4e-6)
-    # backward: FlashAttention-2 derived, rows 131+... of attention.csv; 2.5x the forward FLOPs
+    assert src == "measured" and t == pytest.approx(4 * 8 * 4096**2 * 128 / 2 / 591e12 + 4e-6)
+    # backward: 2.5x the forward FLOPs at 474 TFLOP/s: 85.899e9 / 474e12 = 181.22 us + 4 us
     bwd = Ly.flash("attn.flash_bwd", L, 4096, True, "bwd")
     t_b, src_b = KC.kernel_cost(bwd, H100)
-    rate = K.lookup(H100, "attention_bwd_causal", "bf16", (128, 4096)).rate
-    assert src_b == "measured" and t_b == pytest.approx(2.5 * 4 * 8 * 4096**2 * 128 / 2 / rate + 4e-6)
+    assert src_b == "measured" and t_b == pytest.approx(2.5 * 4 * 8 * 4096**2 * 128 / 2 / 474e12 + 4e-6)
+    # FlashAttention-2's derived backward stays in the table as fa2_bwd_causal (rows 146 and 57): 285.06
+    assert K.lookup(H100, "fa2_bwd_causal", "bf16", (128, 4096)).rate == pytest.approx(285.064e12, rel=1e-5)
 
 
 def test_derived_backward_rate_by_hand():
     # hd 64, seq 512, non-causal: FA2 fwd 282 (row 1), fwd+bwd 215 (row 107):
     # 2.5 / (3.5/215 - 1/282) = 2.5 / (0.0162791 - 0.0035461) = 196.34 TFLOP/s
-    hit = K.lookup(H100, "attention_bwd", "bf16", (64, 512))
+    hit = K.lookup(H100, "fa2_bwd", "bf16", (64, 512))
     assert hit.rate == pytest.approx(196.341e12, rel=1e-5)
 
 
@@ -154,8 +179,8 @@ def test_kernel_table_key_is_checked(tmp_path):
     from emulator.scenario import load_scenario_text
 
     text = ("name: k\ncluster:\n  nodes: 1\n  node:\n    preset: dgx-h100\n    gpu:\n      preset: H100-SXM5-80GB\n"
-            "      kernel_table: h200\n")
-    with pytest.raises(EmulatorError, match="kernel_table.*expected one of none, h100, b200"):
+            "      kernel_table: a100\n")
+    with pytest.raises(EmulatorError, match="kernel_table.*expected one of none, h100, h200, b200"):
         load_scenario_text(text, "k.yaml")
 
 
@@ -185,14 +210,17 @@ def test_h100_scenario_costs_from_the_table_and_none_turns_it_off():
     ops = {op.name: op for op in with_table.program.expanded().ops if op.rank == 0}
     old = {op.name: op for op in without.program.expanded().ops if op.rank == 0}
     flash = ops["mb0.layer0.fwd.attn.flash"]
-    # causal, d = 128, 4096 keys: cuDNN 518 TFLOP/s (row 63); 4·16·4096²·128/2 = 68.719e9 FLOP -> 132.66 us + 4 us
-    assert flash.duration == pytest.approx(4 * 16 * 4096**2 * 128 / 2 / 518e12 + 4e-6)
+    # causal, d = 128, 4096 keys: cuDNN 591 TFLOP/s (row 290); 4·16·4096²·128/2 = 68.719e9 FLOP -> 116.28 us + 4 us
+    assert flash.duration == pytest.approx(4 * 16 * 4096**2 * 128 / 2 / 591e12 + 4e-6)
     assert flash.costed[0] == flash.duration
     # proj (1, 4096, 2048, 2048) is a grid point: 727.467 TFLOP/s (row 1119): 34.360e9 FLOP -> 47.23 us + 4 us
     assert ops["mb0.layer0.fwd.proj"].duration == pytest.approx(2 * 4096 * 2048 * 2048 / 727.467e12 + 4e-6)
-    # qkv (1, 4096, 6144, 2048): n = 6144 lies beyond the 4096 grid: the roofline, the same with or without
-    assert ops["mb0.layer0.fwd.qkv"].costed[2] == ops["mb0.layer0.fwd.qkv"].duration
-    assert ops["mb0.layer0.fwd.qkv"].duration == old["mb0.layer0.fwd.qkv"].duration
+    # qkv (1, 4096, 6144, 2048): n = 6144 lies off the 4096 grid but within an octave of measured shapes:
+    # interpolated from its neighbours (the roofline's rate corrected by theirs), not the roofline's
+    qkv, qkv_old = ops["mb0.layer0.fwd.qkv"], old["mb0.layer0.fwd.qkv"]
+    assert qkv.costed[1] == qkv.duration and qkv_old.costed[2] == qkv_old.duration
+    rate = 2 * 4096 * 6144 * 2048 / (qkv.duration - 4e-6)
+    assert 700e12 < rate < 800e12  # the neighbours at n = 4096: 727 (k 2048) to 780 TFLOP/s (k 4096)
     assert compute_source(without) == {"measured": 0.0, "interpolated": 0.0, "roofline": 1.0}
     assert compute_source(with_table)["measured"] > 0.0
 
@@ -208,3 +236,23 @@ def test_bad_kernels_in_a_user_catalog_name_the_file_and_entry(tmp_path):
     (tmp_path / "sc.yaml").write_text("name: x\ncluster: {nodes: 1, node: n1, catalog: cat.yaml}\n")
     with pytest.raises(EmulatorError, match=r"cat.yaml: g1.kernels\[0\]: expected a gemm with 4 positive dims"):
         load_scenario(str(tmp_path / "sc.yaml"))
+
+
+def test_attention_fa2_is_an_explicit_choice():
+    # training.attention: fa2 costs the fused kernels from FlashAttention-2's rows (fa2_*), flash from cuDNN's.
+    # causal, d 128, 4096 keys on the H100: forward FA2 319 TFLOP/s (h100/attention.csv row 57) against
+    # cuDNN 591 (row 290): 34.36e9 FLOP -> 107.7 + 4 us against 58.1 + 4 us
+    from emulator.scenario import load_scenario_text
+    from emulator.simulation import simulate
+
+    def flash_fwd(attention: str) -> float:
+        text = ("name: fa\ncluster: {nodes: 1, node: dgx-h100}\n"
+                "model: {layers: 1, hidden: 1024, heads: 8, ffn_hidden: 4096, seq_len: 4096, vocab: 32768}\n"
+                f"training: {{global_batch: 8, micro_batch: 1, attention: {attention}}}\nparallel: {{dp: 8}}\n"
+                "simulation: {detail: op}\n")
+        r = simulate(load_scenario_text(text, "fa.yaml"), record_links=False)
+        return next(op.duration for op in r.program.expanded().ops if op.name.endswith("fwd.attn.flash"))
+
+    flops = 4 * 8 * 4096**2 * 128 / 2
+    assert flash_fwd("fa2") == pytest.approx(flops / 319e12 + 4e-6)
+    assert flash_fwd("flash") == pytest.approx(flops / 591e12 + 4e-6)

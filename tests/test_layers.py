@@ -14,7 +14,7 @@ PACKAGE = ROOT / "emulator"
 # bottom to top (the and DESIGN.md's order); a module's layer is that of its longest prefix
 LAYERS = [
     ("emulator.program", "emulator.block", "emulator.meta", "emulator.spans", "emulator.errors", "emulator.fingerprint",
-     "emulator.printable"),
+     "emulator.printable", "emulator.docs_links"),
     ("emulator.scenario",),
     ("emulator.network", "emulator.devices", "emulator.importers"),
     ("emulator.workload", "emulator.engine", "emulator.folding", "emulator.faults", "emulator.memory",

@@ -9,13 +9,16 @@ HBM bandwidth (GpuSpec; ``at_precision`` picks the peak, see "Precision" below),
 efficiencies are:
 
 - ``e_flops`` for a GEMM depends on its shape (m×k)·(k×n) (``batch`` independent ones):
-      e_flops = E_GEMM_MAX · matmul_scale(gpu) · e_tile(m, n, batch) · k / (k + K_HALF)
+      e_flops = E_GEMM_MAX · matmul_scale(gpu) · e_tile(m, n, batch) · k / (k + K_HALF) · e_align
   * e_tile is tile and wave quantisation: the GPU runs ceil(m/T)·ceil(n/T)·batch output
     tiles of T×T in waves of one tile per SM; the useful fraction is
         e_tile = m·n·batch / (waves · SMs · T²),   waves = ceil(tiles / SMs).
   * k / (k + K_HALF) is the fixed per-tile prologue/epilogue (loading the first
     operand stages, writing the output tile) amortised over the k-loop: a GEMM with a
     short k spends a larger share of its time outside the tensor-core main loop.
+  * e_align is 1 for an aligned GEMM and UNALIGNED_FRACTION when a leading dimension (n or k of
+    a Linear's forward; ``rows`` says which dim is none) is not a multiple of 16 bytes of its
+    element (8 bf16 elements): cuBLAS then runs its align1 fallback kernels (kernels.gemm_aligned).
   * E_GEMM_MAX is what a large, square, well-quantised GEMM reaches on A100, and
     matmul_scale(gpu) carries it to another GPU by the ratio of their measured maximum
     achievable matmul FLOP/s (as a fraction of peak).
@@ -47,6 +50,7 @@ import math
 from dataclasses import replace
 from typing import Callable
 
+from emulator.devices.kernels import DTYPE_BYTES, gemm_aligned
 from emulator.errors import ScenarioError
 from emulator.scenario.spec import PRECISION_PEAK, GpuSpec, precision_refusal
 
@@ -80,6 +84,14 @@ K_HALF = 64.0  # ASSUMPTION (half a tile edge): not identifiable from layers.csv
 # measurement (B200, L40S, V100: fraction 0) keep A100's: an ASSUMPTION.
 REFERENCE_FRACTION = 0.869  # A100 SXM, the GPU E_GEMM_MAX was fitted on
 
+# An unaligned GEMM's rate over the aligned rate, measured on one H200 (../shared/calibration/h200/
+# gemm.csv; tests/test_kernel_model.py recomputes it): each of the six N = 50257 rows (rows 18, 19, 37,
+# 38, 56, 57: 95.7 to 107.4 TFLOP/s) over the geometric mean of the aligned rows of the same M and K
+# (above 60 us): 0.169, 0.165, 0.173, 0.186, 0.154, 0.153; their geometric mean is 0.1665. The align1
+# kernels are an sm75 mma.sync design with scalar (one-element) loads, so another GPU's ratio is an
+# ASSUMPTION (the H100 has the H200's SMs and clocks).
+UNALIGNED_FRACTION = 0.1665
+
 
 def precision_peak(gpu: GpuSpec, precision: str) -> float:
     """The GPU's dense FLOP/s for GEMMs at ``precision``; a ScenarioError (key
@@ -95,9 +107,17 @@ def precision_peak(gpu: GpuSpec, precision: str) -> float:
 
 def at_precision(gpu: GpuSpec, precision: str) -> GpuSpec:
     """``gpu`` with ``peak_flops`` set to its dense rate at ``precision`` (every cost function
-    below reads ``peak_flops``)."""
+    below reads ``peak_flops``). fp8 checks that the GPU has an FP8 rate and keeps the bf16 peak:
+    only FP8 GEMMs (:func:`fp8_gpu`) run at the FP8 rate (Transformer Engine's recipe)."""
     peak = precision_peak(gpu, precision)
+    if precision == "fp8":
+        return gpu
     return gpu if peak == gpu.peak_flops else replace(gpu, peak_flops=peak)
+
+
+def fp8_gpu(gpu: GpuSpec) -> GpuSpec:
+    """``gpu`` with ``peak_flops`` at its FP8 tensor-core rate (an FP8 GEMM's roofline)."""
+    return gpu if gpu.peak_flops == gpu.peak_flops_fp8 else replace(gpu, peak_flops=gpu.peak_flops_fp8)
 
 
 def matmul_scale(gpu: GpuSpec) -> float:
@@ -129,9 +149,13 @@ def mem_efficiency(gpu: GpuSpec) -> float:
     return gpu.memory_efficiency or E_MEM
 
 
-def gemm_efficiency(m: int, n: int, k: int, gpu: GpuSpec, batch: int = 1) -> float:
-    """e_flops = gemm_max(gpu) · e_tile(m, n, batch) · k / (k + K_HALF)."""
-    return gemm_max(gpu) * tile_efficiency(m, n, gpu, batch) * k / (k + K_HALF)
+def gemm_efficiency(m: int, n: int, k: int, gpu: GpuSpec, batch: int = 1, dtype_bytes: int = 2,
+                    rows: int = 1) -> float:
+    """e_flops = gemm_max(gpu) · e_tile(m, n, batch) · k / (k + K_HALF) · e_align (UNALIGNED_FRACTION
+    when a leading dimension is not a multiple of 16 bytes of a ``dtype_bytes`` element, else 1;
+    ``rows``: kernels.gemm_aligned)."""
+    align = 1.0 if gemm_aligned((batch, m, n, k), dtype_bytes, rows) else UNALIGNED_FRACTION
+    return gemm_max(gpu) * tile_efficiency(m, n, gpu, batch) * k / (k + K_HALF) * align
 
 
 def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> float:
@@ -144,32 +168,103 @@ def gemm_bytes(m: int, n: int, k: int, dtype_bytes: int = 2, batch: int = 1) -> 
     return float((m * k + k * n + m * n) * batch * dtype_bytes)
 
 
-def gemm_time(m: int, n: int, k: int, gpu: GpuSpec, dtype_bytes: int = 2, batch: int = 1) -> float:
+def gemm_time(m: int, n: int, k: int, gpu: GpuSpec, dtype_bytes: int = 2, batch: int = 1, rows: int = 1) -> float:
     """time = max(2mnk·batch / (peak·e_flops(m,n,k)), gemm_bytes / (hbm·E_MEM)) + launch."""
     if min(m, n, k, batch) <= 0:
         return 0.0
-    t_flops = gemm_flops(m, n, k, batch) / (gpu.peak_flops * gemm_efficiency(m, n, k, gpu, batch))
+    t_flops = gemm_flops(m, n, k, batch) / (gpu.peak_flops * gemm_efficiency(m, n, k, gpu, batch, dtype_bytes, rows))
     t_mem = gemm_bytes(m, n, k, dtype_bytes, batch) / (gpu.hbm_bandwidth * mem_efficiency(gpu))
     return max(t_flops, t_mem) + gpu.launch_overhead
 
 
+def gemm_rate(dims: tuple[int, ...], gpu: GpuSpec, dtype_bytes: int = 2, rows: int = 1) -> float:
+    """The roofline's FLOP/s of GEMM dims (batch, m, n, k), launch left out: the prior that the
+    kernel table's neighbour interpolation corrects (kernels.py)."""
+    b, m, n, k = dims
+    return gemm_flops(m, n, k, b) / (gemm_time(m, n, k, gpu, dtype_bytes, b, rows) - gpu.launch_overhead)
+
+
 def measured_first(gpu: GpuSpec, op: str, dtype: str, dims: tuple[int, ...], flops: float,
-                   roofline: Callable[[], float]) -> tuple[float, str]:
+                   roofline: Callable[[], float],
+                   prior: Callable[[tuple[int, ...]], float] | None = None, rows: int = 1) -> tuple[float, str]:
     """The kernel database first (devices/kernels.py): flops / measured-or-interpolated rate + launch;
-    else ``roofline()``. Returns (seconds, source: measured | interpolated | roofline)."""
+    else ``roofline()``. ``prior``: the model's rate of a shape, which the table's neighbour
+    interpolation corrects; ``rows``: a GEMM's dim that is no leading dimension (kernels.gemm_aligned).
+    Returns (seconds, source: measured | interpolated | roofline)."""
     from emulator.devices import kernels
 
-    hit = kernels.lookup(gpu, op, dtype, dims)
+    hit = kernels.lookup(gpu, op, dtype, dims, prior, rows)
     if hit is None:
         return roofline(), kernels.ROOFLINE
     return flops / hit.rate + gpu.launch_overhead, hit.source
 
 
-def elementwise_time(nbytes: float, gpu: GpuSpec) -> float:
-    """time = nbytes / (hbm · E_MEM) + launch: a memory-bound kernel moving nbytes."""
+def at_dtype(gpu: GpuSpec, dtype: str) -> GpuSpec:
+    """``gpu`` at the tensor-core peak of one kernel's ``dtype`` (bf16/fp16: ``peak_flops`` as it is)."""
+    if dtype in ("bf16", "fp16"):
+        return gpu
+    peak = precision_peak(gpu, dtype)
+    return gpu if peak == gpu.peak_flops else replace(gpu, peak_flops=peak)
+
+
+def gemm_cost(m: int, n: int, k: int, gpu: GpuSpec, dtype: str = "bf16", batch: int = 1,
+              rows: int = 1) -> tuple[float, str]:
+    """(seconds, source) of ``batch`` GEMMs (m×k)·(k×n) in ``dtype`` (bf16 | fp16 | fp8 | fp32 | tf32)
+    on ``gpu`` (its catalog entry, bf16 peak): the GPU's kernel table (measured, else interpolated:
+    kernels.py), else the roofline (:func:`gemm_time`: tile and wave quantisation, unaligned
+    dimensions). ``rows``: the dim that is no operand's leading dimension (1: m, a Linear's tokens;
+    3: k, the tokens of a weight gradient), so its alignment does not matter.
+    source: measured | interpolated | roofline. Launch overhead included."""
+    if min(m, n, k, batch) <= 0:
+        return 0.0, "roofline"
+    g = at_dtype(gpu, dtype)
+    nbytes = DTYPE_BYTES[dtype]
+    return measured_first(g, "gemm", dtype, (batch, m, n, k), gemm_flops(m, n, k, batch),
+                          lambda: gemm_time(m, n, k, g, nbytes, batch, rows),
+                          lambda d: gemm_rate(d, g, nbytes, rows), rows)
+
+
+def attention_flops(batch: int, heads: int, seq: int, kv_seq: int, head_dim: float, causal: bool,
+                    backward: bool) -> float:
+    """FlashAttention's convention: 4·batch·heads·seq·kv_seq·d forward, ×2.5 backward, ½ when causal."""
+    return 4.0 * batch * heads * seq * kv_seq * head_dim * (2.5 if backward else 1.0) * (0.5 if causal else 1.0)
+
+
+def attention_cost(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int, gpu: GpuSpec,
+                   causal: bool = True, backward: bool = False, dtype: str = "bf16", kv_seq: int = 0,
+                   kernel: str = "flash") -> tuple[float, str]:
+    """(seconds, source) of one fused attention kernel (forward, or backward when ``backward``) of
+    ``batch`` × ``heads`` query heads (``kv_heads`` key/value heads: GQA changes bytes, not FLOPs)
+    over ``seq`` queries and ``kv_seq`` keys (0: seq) of ``head_dim`` on ``gpu``. ``kernel``: flash
+    (cuDNN's fused flash attention, what Transformer Engine and PyTorch SDPA run on sm90) or fa2
+    (FlashAttention-2). The table (kernels.py, dims head_dim × kv_seq) first, else
+    :func:`flash_attention_time`. Launch overhead included."""
+    kv_seq = kv_seq or seq
+    if min(batch, heads, seq, head_dim) <= 0:
+        return 0.0, "roofline"
+    flops = attention_flops(batch, heads, seq, kv_seq, head_dim, causal, backward)
+    op = f"{'attention' if kernel == 'flash' else 'fa2'}_{'bwd' if backward else 'fwd'}{'_causal' if causal else ''}"
+    nbytes = DTYPE_BYTES.get(dtype, 2)
+    return measured_first(gpu, op, dtype, (head_dim, kv_seq), flops,
+                          lambda: flash_attention_time(batch * heads, seq, kv_seq, head_dim, gpu, causal, backward,
+                                                       nbytes))
+
+
+# The fraction of HBM bandwidth a dtype cast reaches, measured on one H200 (../shared/calibration/
+# h200/elementwise.csv row 10: x.to(bf16) of an fp32 [16384, 4096], 402.7 MB in 109.6 us, 3672 GB/s
+# of 4800): 0.765. Row 1 (the same cast of [8192, 2048], 42.8 us) is left out: below 60 us the
+# per-call time holds the host's dispatch (h200/sources.md). A Transformer Engine FP8 cast-transpose
+# is costed at this fraction of the GPU's HBM bandwidth (a bandwidth-bound kernel: the same
+# fraction on the H100, an ASSUMPTION).
+CAST_MEM_EFFICIENCY = 3672.0 / 4800.0
+
+
+def elementwise_time(nbytes: float, gpu: GpuSpec, efficiency: float = 0.0) -> float:
+    """time = nbytes / (hbm · e) + launch: a memory-bound kernel moving nbytes; e = ``efficiency``,
+    or the GPU's (E_MEM) when 0."""
     if nbytes <= 0:
         return 0.0
-    return nbytes / (gpu.hbm_bandwidth * mem_efficiency(gpu)) + gpu.launch_overhead
+    return nbytes / (gpu.hbm_bandwidth * (efficiency or mem_efficiency(gpu))) + gpu.launch_overhead
 
 
 def roofline_time(flops: float, nbytes: float, gpu: GpuSpec) -> float:

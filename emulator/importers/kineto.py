@@ -85,6 +85,12 @@ def load_kineto(path: str, *, mirror: int = 0, iteration: int | None = None) -> 
     if mirror:
         if len(traces) != 1:
             raise TraceError(f"{path}: mirror needs a one-rank trace, found {len(traces)} rank files")
+        if mirror > 1 and not any(g.is_nccl for g in traces[0].gpu_ops):
+            # mirrored copies of a step without communication would run side by side and never meet:
+            # a data-parallel run of a one-GPU script is a profiled workload (DDP's gradient buckets)
+            raise TraceError(f"{path}: the trace has no communication, so {mirror} mirrored copies would not "
+                             "exchange gradients; to predict the script data-parallel, give it as "
+                             "workload.profile (with workload.profiled) and set parallel.dp")
         world = mirror
         sources = [traces[0]] * mirror
     else:

@@ -79,6 +79,9 @@ class GpuOp:
     category: str = "fwd"
     cpu_op: dict | None = None  # innermost enclosing aten op (with 'Input Dims' when recorded)
     cpu_instance: int = -1  # identity of that cpu op instance (to group its kernels)
+    cpu_inner: dict | None = None  # innermost enclosing aten op: the tensors this kernel itself touches
+    node: str = ""  # innermost enclosing non-aten annotation (an autograd node such as "AddmmBackward0")
+    node_instance: int = -1  # identity of that annotation instance
     comm: CommInfo | None = None
 
     @property
@@ -114,6 +117,7 @@ class RankTrace:
     gpu_ops: list[GpuOp]  # in launch order
     host_calls: list[HostCall]
     warnings: list[str] = field(default_factory=list)
+    host_op_ts: list[float] = field(default_factory=list)  # s, starts of the recorded aten ops (sorted)
 
 
 # ---------------------------------------------------------------------------- reading
@@ -165,7 +169,10 @@ def steps_of(events: list[dict], path: str) -> dict[int, tuple[float, float]]:
     out: dict[int, tuple[float, float]] = {}
     for e in events:
         m = _STEP.match(str(e.get("name", "")))
-        if m and e.get("ph") == "X":
+        # the host's step annotation only: newer profilers also write a "gpu_user_annotation" copy
+        # spanning the step's GPU work (the H200 trace's is 93 ms of a 260 ms step), which would
+        # otherwise replace it
+        if m and e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation":
             out[int(m.group(1))] = (_num(e, "ts", path) * US, _num(e, "dur", path) * US)
     return out
 
@@ -311,6 +318,7 @@ def _annotate(rt: RankTrace, events: list[dict]) -> None:
             by_tid.setdefault(e.get("tid"), []).append(e)
     for ivs in by_tid.values():
         ivs.sort(key=lambda e: (e["_ts"], -e["_end"]))
+    rt.host_op_ts = sorted(e["_ts"] for ivs in by_tid.values() for e in ivs if e.get("cat") == "cpu_op")
     ops_by_tid: dict[object, list[GpuOp]] = {}
     for op in rt.gpu_ops:
         ops_by_tid.setdefault(op.launch_tid, []).append(op)
@@ -340,6 +348,11 @@ def _classify(op: GpuOp, stack: list[dict], tid: object, rt: RankTrace) -> None:
         # the outermost aten op is the one whose shapes describe the whole computation
         op.cpu_op = aten[0]
         op.cpu_instance = id(aten[0])
+        op.cpu_inner = aten[-1]
+    nodes = [e for e in stack if not str(e.get("name", "")).startswith("aten::")]
+    if nodes:
+        op.node = str(nodes[-1].get("name", ""))
+        op.node_instance = id(nodes[-1])
     if op.is_nccl:
         op.comm = _comm_info(op, stack, rt)
 

@@ -23,8 +23,13 @@ latency of its class) and a launch cost L:
   all-reduce of S/k across nodes per local position, all-gather inside the node.
 - nvls all-reduce (one node with NVLink SHARP, opt-in): L + 2·α + S/B_nvls·2(n−1)/n,
   B_nvls the node's measured NVLS bus bandwidth; other groups and ops fall back to ring.
-- auto: NCCL's tuning model (tuning.py) picks, per call, by operation, size, node
-  count and GPUs per node, among the algorithms above that apply.
+- auto: per call, the algorithm of least time by the emulator's own cost: each candidate's
+  plan for the group alone (without the fold's copies) run by itself on the idle fabric
+  (``fabric.alone``), ties to the first of ring, tree, collnet, nvls. NCCL picks by its
+  tuning model (tuning.py) instead, whose per-algorithm times differ from the flows'
+  (docs/guides/fabrics-physics.md compares them); picking by the cost that the run then
+  pays keeps auto the fastest of the candidates, so more bandwidth or fewer bytes never
+  make it slower. The protocol reported is NCCL's best for the algorithm picked.
 
 A pipelined ring moves at the pace of its slowest hop, so one ring channel is one
 flow over every hop of the ring at one common rate. A group spanning several
@@ -146,6 +151,7 @@ class CollectiveModel:
         self._calls: dict[tuple[object, ...], Plan] = {}  # (op, group, root[, nbytes with auto]) → its plan
         self._candidates: dict[tuple[str, tuple[int, ...]], tuple[str, ...]] = {}
         self._choices: dict[tuple[str, tuple[int, ...], float], tuple[str, str]] = {}
+        self._own_plans: dict[tuple[str, tuple[int, ...], str], Plan] = {}  # (op, group, algo) → plan alone
         self._alphas: dict[tuple[int, int], float] = {}  # (a, b) → α of one step a→b
 
     # -- public ---------------------------------------------------------------
@@ -227,25 +233,41 @@ class CollectiveModel:
         return self.choice(op, group, nbytes)[0]
 
     def choice(self, op: str, group: tuple[int, ...], nbytes: float) -> tuple[str, str]:
-        """(algorithm, NCCL protocol) of one call; the protocol is NCCL's best for the algorithm
-        ("" where NCCL has no table: all-to-all, point-to-point, hierarchical, custom graphs). The
-        emulator does not model protocols: the flows use the calibrated α and β."""
+        """(algorithm, NCCL protocol) of one call: the candidate of least own time (``own_time``;
+        ties to the first), and NCCL's best protocol for it ("" where NCCL has no table: all-to-all,
+        point-to-point, hierarchical, custom graphs). The emulator does not model protocols: the
+        flows use the calibrated α and β."""
         key = (op, group, nbytes)
         out = self._choices.get(key)
         if out is None:
             algos = self.candidates(op, group)
-            options = tuple(a for a in algos if a in tuning.NAMES.values())
-            comm = self._comm(group)
-            if comm is None or self.hardware is None or not options or op in ("p2p", "all_to_all"):
-                out = (algos[0], "")
-            else:
-                try:
-                    pick = tuning.choose(op, nbytes, comm, self.hardware, options)
-                    out = (pick.algorithm, pick.protocol)
-                except ValueError:  # NCCL would not run it (NVLS before Hopper, say): the emulator still does
-                    out = (algos[0], "")
+            best = algos[0]
+            if len(algos) > 1:
+                times = [self.own_time(op, group, algo, nbytes) for algo in algos]
+                best = algos[times.index(min(times))]
+            out = (best, self._protocol(op, group, best, nbytes))
             self._choices[key] = out
         return out
+
+    def own_time(self, op: str, group: tuple[int, ...], algo: str, nbytes: float) -> float:
+        """The emulator's time (s) of ``op`` of ``nbytes`` on ``group`` by ``algo``, alone on the idle
+        fabric: its plan for the group alone (no fold copies, so folding cannot change a choice)."""
+        from emulator.network.fabric import alone  # SimPy: only where a choice is made
+
+        plan = self._own_plans.get((op, group, algo))
+        if plan is None:
+            plan = self._own_plans[op, group, algo] = self._folded((op, group, -1, algo), copies=False)
+        return alone(plan, nbytes, self.router.topo.capacity).duration
+
+    def _protocol(self, op: str, group: tuple[int, ...], algo: str, nbytes: float) -> str:
+        """NCCL's best protocol for ``algo`` (tuning.py); "" where NCCL has no table for it."""
+        comm = self._comm(group)
+        if comm is None or self.hardware is None or algo not in tuning.NAMES.values() or op in ("p2p", "all_to_all"):
+            return ""
+        try:
+            return tuning.choose(op, nbytes, comm, self.hardware, (algo,)).protocol
+        except ValueError:  # NCCL would not run it (NVLS before Hopper, say): the emulator still does
+            return ""
 
     def _fixed(self, op: str, group: tuple[int, ...]) -> str:
         """The configured algorithm, or the ring where it does not apply to this op or group."""
@@ -295,12 +317,13 @@ class CollectiveModel:
             return []
         return ALGORITHMS[algo](self, op, group, root)
 
-    def _folded(self, key: CacheKey) -> Plan:
-        """The routed plan of ``key``; with a fold, each flow also carries its symmetric copies' links."""
+    def _folded(self, key: CacheKey, copies: bool = True) -> Plan:
+        """The routed plan of ``key``; with a fold (and ``copies``), each flow also carries its symmetric
+        copies' links."""
         op, group, root, algo = key
         raw = self._raw(op, group, root, algo)
         images = [raw]
-        fold = self.fold
+        fold = self.fold if copies else None
         if fold is not None and fold.copies > 1:
             seen: set[tuple[int, ...] | frozenset[int]] = {tuple(group) if op == "p2p" else frozenset(group)}
             members = list(group) + ([root] if root >= 0 else [])

@@ -22,6 +22,8 @@ Two ECMP policies (the topology's ``routing``, from ``cluster.fabric.routing``):
 :func:`detour` gives the way around a failed link u→v: the even split over the
 shortest paths u→v that avoid the failed links and pass through switches only (a
 GPU or a NIC forwards nothing), as a fast-reroute does (emulator.faults).
+:func:`around_switch` gives the way round a link to or from a failed switch: its
+siblings (the switches with the same neighbours), as ECMP leaves a dead switch out.
 """
 from __future__ import annotations
 
@@ -110,6 +112,34 @@ def detour(topo: Topology, failed: set[tuple[str, str]], link: int) -> dict[int,
         lid = topo.link_ids[(a, b)]
         out[lid] = out.get(lid, 0.0) + w
     return out
+
+
+def around_switch(topo: Topology, failed: set[tuple[str, str]], link: int) -> dict[int, float] | None:
+    """The way round ``link`` (u→v) when one end is a failed switch (every link into and out of it
+    failed), as ECMP leaves it out of the path set: the same hop through each of its siblings, the
+    switches joined to the very same neighbours (a fat-tree's spines), that have no failed link,
+    each with an even share. None if neither end is such a switch or it has no live sibling."""
+    u, v = topo.links[link]
+    g = topo.graph
+
+    def down(n: str) -> bool:
+        return g.nodes[n].get("kind") == "switch" and all(
+            (a, n) in failed for a in g.predecessors(n)) and all((n, b) in failed for b in g.successors(n))
+
+    dead = v if down(v) else u if down(u) else None
+    if dead is None or (dead == v and down(u)):
+        return None
+    ins, outs = set(g.predecessors(dead)), set(g.successors(dead))
+    siblings = [y for y in sorted(ins_of for x in ins for ins_of in g.successors(x))
+                if y != dead and g.nodes[y].get("kind") == "switch"]
+    alive = [y for y in dict.fromkeys(siblings)
+             if set(g.predecessors(y)) == ins and set(g.successors(y)) == outs
+             and not any((a, y) in failed for a in ins) and not any((y, b) in failed for b in outs)]
+    if not alive:
+        return None
+    share = 1.0 / len(alive)
+    ids = topo.link_ids
+    return {ids[(u, y) if dead == v else (y, v)]: share for y in alive}
 
 
 class NoRouteError(EmulatorError):

@@ -370,14 +370,19 @@ def dragonfly(g: Layout, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None
 
 
 def torus(g: Layout, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
-    """Nodes on a ring or torus: a router per node joins its NICs and its 2·d neighbours.
+    """Nodes on a ring or torus: a router per node joins its NICs and its neighbours.
 
     Each neighbour link has ``link_bandwidth`` or, by default, the node's NIC
-    bandwidth spread over its 2·d links (so injection equals the NIC total).
+    bandwidth spread over its links (so injection equals the NIC total): a
+    dimension of size 1 has no link, one of size 2 a single neighbour (+1 and −1
+    are the same node: one cable), a larger one two (``torus_links``). So
+    ``[4, 1]`` is ``[4]``, ``[2, 2]`` the same 4-cycle as a 4-node ring, and a
+    2-node ring one cable of the whole NIC total, as ``single_switch`` gives.
     """
     dims = c.fabric.torus_dims or (c.nodes,)
     topo.torus_dims = tuple(dims)
-    default_bw = spec.nics * spec.nic_bandwidth / (2 * len(dims))
+    links = torus_links(tuple(dims))
+    default_bw = spec.nics * spec.nic_bandwidth / max(1, links)
     bw = c.fabric.link_bandwidth or default_bw
     for n in range(c.nodes):
         g.add_node(f"tr{n}", kind="switch", node=n)
@@ -393,6 +398,11 @@ def torus(g: Layout, c: ClusterSpec, spec: NodeSpec, topo: Topology) -> None:
             m = ravel(nxt, dims)
             if m != n and not g.has_edge(f"tr{n}", f"tr{m}"):
                 _link(g, f"tr{n}", f"tr{m}", bw, c.fabric.latency, spec.nic_efficiency, "fabric")
+
+
+def torus_links(dims: tuple[int, ...]) -> int:
+    """Neighbour cables of one router of a torus: 0 per dimension of size 1, 1 per size 2, else 2."""
+    return sum(min(size - 1, 2) for size in dims)
 
 
 def unravel(n: int, dims: tuple[int, ...]) -> list[int]:

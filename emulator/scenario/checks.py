@@ -251,6 +251,7 @@ class ScenarioChecks:
             raise self.fail("workload.comm_groups", f"a communicator-group file applies to chakra traces only "
                                                     f'(workload.format is "{s.workload.format}")')
         self.check_timing(s)
+        s = self.check_profile(s)
         self.check_mirror(s)
         self.check_live(s)
         if s.model is not None:
@@ -430,6 +431,40 @@ class ScenarioChecks:
                 raise self.fail(f"live.{key}", f"{key} is only read with live.skew: model (live.skew is "
                                                f'"{s.live.skew}"); set live.skew: model, or leave {key} out')
 
+    def check_profile(self, s: Scenario) -> Scenario:
+        """A profiled workload (``workload.profile``): what a one-GPU profile can be predicted at, and
+        by default the batch it ran (the profiled micro-batch, one per data-parallel rank and step)."""
+        w = s.workload
+        if w.profile is None:
+            if w.profiled is not None:
+                raise self.fail("workload.profiled", "profiled describes a workload.profile; give the profile, "
+                                                     "or leave profiled out")
+            return s
+        if w.trace is not None:
+            raise self.fail("workload.profile", "give workload.profile (predict your script from its profile) or "
+                                                "workload.trace (replay a trace as it ran), not both")
+        if w.profiled is None:
+            raise self.fail("workload.profile", "a profile needs workload.profiled: {micro_batch, seq_len, layers, "
+                                                "hidden, heads, vocab}, what the profiled step ran")
+        if w.mirror:
+            raise self.fail("workload.mirror", "mirror replays a trace; a profile runs data-parallel by parallel.dp")
+        p, t = s.parallel, s.training
+        for key, value in (("cp", p.cp), ("ep", p.ep)):
+            if value > 1:
+                raise self.fail(f"parallel.{key}", f"{key} = {value}: a one-GPU profile does not say how the "
+                                                   "script's attention or experts would split over GPUs; "
+                                                   "profiled workloads run dp, zero (1-3, FSDP), pp and tp")
+        if p.sequence_parallel:
+            raise self.fail("parallel.sequence_parallel", "sequence parallelism is not derived from a profile: "
+                                                          "which of the script's element-wise kernels run on "
+                                                          "sequence shards is not in it (tp alone is)")
+        if t.recompute != "none":
+            raise self.fail("training.recompute", "the profile already holds whatever the script recomputes; "
+                                                  "training.recompute applies to generated workloads")
+        mb = t.micro_batch if self.given("training.micro_batch") else w.profiled.micro_batch
+        gb = t.global_batch if self.given("training.global_batch") else mb * p.dp
+        return dataclasses.replace(s, training=dataclasses.replace(t, micro_batch=mb, global_batch=gb))
+
     def check_mirror(self, s: Scenario) -> None:
         """A mirrored trace replays one rank as ``mirror`` ranks: at most one per GPU (checked here,
         before the importer builds them all)."""
@@ -453,7 +488,7 @@ class ScenarioChecks:
                             f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {world}, but the cluster has "
                             f"{gpus} GPUs{nodes}; they must be equal (leave dp out to derive it)")
         per_step = t.micro_batch * p.dp
-        if not self.given("training.global_batch") and per_step > 1:
+        if not self.given("training.global_batch") and per_step > 1 and self.s.workload.profile is None:
             raise self.fail("training.global_batch", f"this key is required with a model (sequences per "
                                                      f"iteration, a multiple of micro_batch*dp = {per_step})")
         broken = layout_violations(m, t, p)

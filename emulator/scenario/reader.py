@@ -33,7 +33,17 @@ from emulator.scenario.schema import (
     Key,
     all_key_paths,
 )
-from emulator.scenario.spec import ClusterSpec, FabricSpec, GpuSpec, JobSpec, ModelSpec, NodeSpec, Override, Scenario
+from emulator.scenario.spec import (
+    ClusterSpec,
+    FabricSpec,
+    GpuSpec,
+    JobSpec,
+    ModelSpec,
+    NodeSpec,
+    Override,
+    ProfiledSpec,
+    Scenario,
+)
 from emulator.scenario.yamltree import (
     EXPECTED,
     EXTENSION_PREFIX,
@@ -85,7 +95,7 @@ def load_scenario(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -
 # the dataclasses the key table names (Key.cls), by name
 SPEC_CLASSES = {name: getattr(spec, name) for name in (
     "ClusterSpec", "CollectivesSpec", "FabricSpec", "GpuSpec", "JobSpec", "LiveSpec", "ModelSpec", "NodeSpec",
-    "Override", "ParallelSpec", "Scenario", "SimulationSpec", "TrainingSpec", "WorkloadSpec")}
+    "Override", "ParallelSpec", "ProfiledSpec", "Scenario", "SimulationSpec", "TrainingSpec", "WorkloadSpec")}
 
 def _override_keys(text: str) -> tuple[list[str], str]:
     """'parallel.tp=4' -> (['parallel', 'tp'], '4'), checked against the key table."""
@@ -362,8 +372,11 @@ class _Reader:
         self.require(top, KEYS, "")
         name = self.read(top["name"], KEYS["name"], "name")
         cluster = self.cluster(top["cluster"])
-        model = self.model(top["model"]) if "model" in top else None
         subs = {n: self.flat(top.get(n), n) for n in SUB_SECTIONS}
+        if subs["workload"].profile is not None and subs["workload"].profiled is not None:
+            model: ModelSpec | None = self.profiled_model(top.get("model"), subs["workload"].profiled)
+        else:
+            model = self.model(top["model"]) if "model" in top else None
         jobs = self.jobs(top.get("jobs"))
         s = Scenario(name=name, cluster=cluster, model=model, path=self.source, jobs=jobs, **subs)
         return ScenarioChecks(s, self.where, lambda kp: kp in self.seen).run()
@@ -373,7 +386,12 @@ class _Reader:
         assert key.keys is not None and key.cls is not None
         kp = _join(prefix, name)
         m = self.section(v, key.keys, kp)
-        return SPEC_CLASSES[key.cls](**self.fields(m, key.keys, kp))
+        out = self.fields(m, key.keys, kp)
+        for sub, sk in key.keys.items():  # nested sections of plain keys (workload.profiled)
+            if sk.type == "section" and sk.cls is not None and sk.keys is not None and sub in m:
+                self.require(self.section(m[sub], sk.keys, _join(kp, sub)), sk.keys, _join(kp, sub))
+                out[sk.attr or sub] = self.flat(m[sub], sub, key.keys, kp)
+        return SPEC_CLASSES[key.cls](**out)
 
     def jobs(self, v: YamlValue | None) -> tuple[JobSpec, ...]:
         """The ``jobs:`` list: each job's own keys, model and sub-sections (checks.py places them)."""
@@ -507,6 +525,23 @@ class _Reader:
                                                     f"them, or a {kp}.preset")
             spec = ModelSpec(**given)
         return spec
+
+    def profiled_model(self, v: YamlValue | None, pr: ProfiledSpec, kp: str = "model") -> ModelSpec:
+        """The model a profile is predicted at: what it ran (``workload.profiled``), changed by the
+        scenario's own ``model`` keys. Widths not given keep their ratio to the profile's: the MLP
+        to the hidden size, the key/value heads to the heads (as the script's config would)."""
+        m = self.section(v, MODEL_KEYS, kp)
+        if "preset" in m:
+            raise self.fail(m["preset"].where, f"{kp}.preset", "a profiled workload keeps the profiled script's "
+                                                               "architecture: give its sizes (layers, hidden, "
+                                                               "heads, seq_len, vocab), not a preset")
+        given = self.fields(m, MODEL_KEYS, kp)
+        hidden, heads = given.get("hidden", pr.hidden), given.get("heads", pr.heads)
+        ffn = given.get("ffn_hidden") or (pr.ffn_hidden or 4 * pr.hidden) * hidden // pr.hidden
+        kv = given.get("kv_heads") or max(1, (pr.kv_heads or pr.heads) * heads // pr.heads)
+        return ModelSpec(layers=given.get("layers", pr.layers), hidden=hidden, heads=heads, ffn_hidden=ffn,
+                         seq_len=given.get("seq_len", pr.seq_len), vocab=given.get("vocab", pr.vocab),
+                         kv_heads=kv, causal=given.get("causal", True))
 
     def preset(self, v: YamlValue, given: dict[str, Any], kp: str = "model.preset") -> ModelSpec:
         name = self.read(v, MODEL_KEYS["preset"], kp)

@@ -87,7 +87,8 @@ GPU_KEYS: dict[str, Key] = {
     "peak_flops_fp8": Key("flops_rate", 'Dense FP8 tensor-core peak, e.g. "1978.9 TFLOP/s"; absent: none.',
                           minimum=0),
     "kernel_table": Key("enum", "Built-in table of measured kernels costed before the roofline "
-                                "(devices/kernels.py): h100, b200, or none.", enum=("none", "h100", "b200")),
+                                "(devices/kernels.py): h100, h200, b200, or none.",
+                          enum=("none", "h100", "h200", "b200")),
     "grouped_gemm_efficiency": Key("ratio", "Throughput of an MoE grouped GEMM over that of the batched GEMM of its "
                                             "groups' shape (a measurement); 0 or absent: 1, as DeepGEMM measured "
                                             "on H800 (emulator/workload/layer.py).", minimum=0, maximum=1),
@@ -243,8 +244,10 @@ TRAINING_KEYS: dict[str, Key] = {
                               "rate; fp8 at the FP8 rate (refused on a GPU without one).",
                       enum=("bf16", "fp16", "fp32", "tf32", "fp8")),
     "recompute": Key("enum", "Activation recomputation.", enum=("none", "selective", "full")),
-    "attention": Key("enum", "Attention kernels: unfused (Megatron's, as in layers.csv) or flash.",
-                     enum=("unfused", "flash")),
+    "attention": Key("enum", "Attention kernels: unfused (Megatron's, as in layers.csv), flash (cuDNN's fused "
+                              "flash attention, as Transformer Engine and PyTorch SDPA run it on Hopper) or fa2 "
+                              "(FlashAttention-2's kernels; docs/guides/kernels.md).",
+                     enum=("unfused", "flash", "fa2")),
     "grad_reduce": Key("enum", "Type of the data-parallel gradient reduction, and of the gradients held "
                                "(memory): auto (Megatron: fp32 when training in bf16 or fp8, else the training "
                                "type), fp32, bf16 or fp16.",
@@ -288,6 +291,20 @@ COLLECTIVES_KEYS: dict[str, Key] = {
                      enum=("auto", "ring", "tree", "collnet", "hierarchical", "direct", "nvls")),
 }
 
+PROFILED_KEYS: dict[str, Key] = {
+    "micro_batch": Key("int", "Samples per step in the profiled run.", minimum=1, maximum=10**6, required=True),
+    "seq_len": Key("int", "Tokens per sample in the profiled run.", minimum=1, maximum=10**8, required=True),
+    "layers": Key("int", "Repeated blocks (transformer layers) of the profiled model.", minimum=1, maximum=10**5,
+                  required=True),
+    "hidden": Key("int", "Hidden size of the profiled model.", minimum=1, maximum=10**7, required=True),
+    "heads": Key("int", "Attention heads of the profiled model.", minimum=1, maximum=10**6, required=True),
+    "kv_heads": Key("int", "Key/value heads (grouped-query attention); absent: as heads.", minimum=1,
+                    maximum=10**6),
+    "ffn_hidden": Key("int", "MLP inner size; absent: 4 x hidden.", minimum=1, maximum=10**8),
+    "vocab": Key("int", "Vocabulary of the profiled model (as the script ran it, unpadded).", minimum=1,
+                 maximum=10**8, required=True),
+}
+
 WORKLOAD_KEYS: dict[str, Key] = {
     "trace": Key("path", "A trace file to run instead of a model, relative to the scenario."),
     "format": Key("enum", "Trace format.", enum=("emulator", "kineto", "chakra")),
@@ -295,6 +312,11 @@ WORKLOAD_KEYS: dict[str, Key] = {
                          "0: off.", minimum=0, maximum=MAX_MIRROR),
     "comm_groups": Key("path", "Chakra traces: the communicator-group file (ASTRA-sim's JSON of group id to "
                                "ranks), relative to the scenario; default: comm_group.json beside the trace."),
+    "profile": Key("path", "A PyTorch profiler trace (Kineto JSON, .json or .json.gz, record_shapes=True) of one "
+                           "GPU of your own training script: predicted at the model, batch and layout of this "
+                           "scenario (emulator/workload/profiled.py); needs workload.profiled."),
+    "profiled": Key("section", "What the profile ran (micro-batch and model sizes), where the trace cannot tell.",
+                    keys=PROFILED_KEYS, cls="ProfiledSpec"),
 }
 
 SIMULATION_KEYS: dict[str, Key] = {

@@ -44,7 +44,7 @@ class GpuSpec:
     sm_count: int = 0  # streaming multiprocessors; 0: unknown, costed as an A100's (devices/compute.py)
     matmul_fraction: float = 0.0  # measured max achievable matmul FLOP/s / dense peak; 0: unmeasured (as A100)
     grouped_gemm_efficiency: float = 0.0  # MoE grouped GEMM / the batched GEMM of its groups; 0: 1.0 (layer.py)
-    kernel_table: str = ""  # built-in measured-kernel table (devices/kernels.py: h100, b200); "": none
+    kernel_table: str = ""  # built-in measured-kernel table (devices/kernels.py: h100, h200, b200); "": none
     kernels: tuple[tuple[str, str, tuple[int, ...], float], ...] = ()  # measured (op, dtype, dims, s), first
     peak_flops_fp32: float = 0.0  # FP32 (CUDA-core) FLOP/s; 0: unknown (training.precision fp32 is refused)
     peak_flops_tf32: float = 0.0  # dense TF32 tensor-core FLOP/s; 0: none (precision tf32 is refused)
@@ -167,7 +167,7 @@ class TrainingSpec:
     micro_batch: int = 1
     precision: str = "bf16"  # bf16 | fp16 | fp32 | tf32 | fp8 (devices/compute.py: the peak each runs at)
     recompute: str = "none"  # none | selective | full
-    attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash
+    attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash (cuDNN) | fa2
     grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16
     fp8_params: bool = False  # fp8 only: the layers' GEMM weights stored in fp8 (NeMo's fp8_params, memory.py)
 
@@ -198,11 +198,28 @@ class CollectivesSpec:
 
 
 @dataclass(frozen=True)
+class ProfiledSpec:
+    """What a one-GPU profile (``workload.profile``) ran, where the trace alone cannot tell: the
+    micro-batch and the model's sizes. 0: not given (kv_heads: as heads; ffn_hidden: 4 x hidden)."""
+
+    micro_batch: int = 0
+    seq_len: int = 0
+    layers: int = 0
+    hidden: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    ffn_hidden: int = 0
+    vocab: int = 0
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     trace: str | None = None  # path, resolved relative to the scenario file
     format: str = "emulator"  # emulator | kineto | chakra
     mirror: int = 0  # replay a one-rank trace as N data-parallel ranks
     comm_groups: str | None = None  # chakra: the communicator-group file (default: comm_group.json beside)
+    profile: str | None = None  # a one-GPU PyTorch profiler trace of the user's script (workload/profiled.py)
+    profiled: ProfiledSpec | None = None  # what that profile ran
 
 
 @dataclass(frozen=True)

@@ -261,15 +261,19 @@ def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
         rt = read_rank(path)
     except EmulatorError as e:
         raise CalibrationError(str(e)) from None
+    # Kernels are grouped by their innermost aten op: under autocast an outer aten::addmm holds the
+    # casts of its operands (fp32 -> bf16 copies) beside the GEMM, and only the inner op (the bf16
+    # aten::addmm, an aten::copy_) says what each kernel computed and in which dtype.
     groups: dict[int, list] = {}
     for g in rt.gpu_ops:
-        if g.cpu_op is not None and g.cat == "kernel" and not g.is_nccl:
-            groups.setdefault(g.cpu_instance, []).append(g)
+        if g.cpu_inner is not None and g.cat == "kernel" and not g.is_nccl:
+            groups.setdefault(id(g.cpu_inner), []).append(g)
     gemm_flops = gemm_time = mem_bytes = mem_time = 0.0
     shapes: dict[str, list[float]] = {}
     times: dict[tuple[tuple[int, int, int, int], str], list[float]] = {}
     for kernels in groups.values():
-        cpu = kernels[0].cpu_op
+        cpu = kernels[0].cpu_inner
+        assert cpu is not None  # grouped above
         name, args = str(cpu.get("name")), cpu.get("args", {})
         dims, types = args.get("Input Dims"), args.get("Input type", [])
         t = sum(k.dur for k in kernels)

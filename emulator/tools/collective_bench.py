@@ -6,15 +6,22 @@ algbw = S/t and busbw = algbw × factor, with factor 2(n−1)/n for all-reduce,
 nccl-tests reports them (GB/s = 1e9 B/s). Each row also names the algorithm that
 ran (with ``collectives.algorithm: auto``, NCCL's pick for that size) and NCCL's
 protocol for it (network/tuning.py; "" where NCCL has no table).
+
+Overrides: link faults from the start are in the cluster (``build_cluster``); timed ones
+(``at``/``until``) are played on each size's run, whose collective starts at 0 s, and each
+row then lists what they did (``faults``: kind, target, at_s, until_s, rerouted,
+stalled), as ``emulator run``'s summary does. A ``gpu_slowdown`` is refused by name: it
+slows compute, and a collective alone runs none.
 """
 from __future__ import annotations
 
-from emulator.engine import Engine
+from emulator.engine import DeadlockError, Engine
 from emulator.errors import EmulatorError
+from emulator.faults import FaultRecord, FaultSchedule
 from emulator.network.routing import NoRouteError
 from emulator.program import COLLECTIVE, COLLECTIVE_OPS, Op, Program
 from emulator.scenario.spec import Scenario
-from emulator.simulation import build_cluster
+from emulator.simulation import Cluster, build_cluster
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -53,6 +60,7 @@ def collective_table(scenario: Scenario, op: str, sizes: list[float], gpus: int 
         raise EmulatorError(f"--op: expected one of {', '.join(COLLECTIVE_OPS)}, got {op!r}")
     if gpus is not None and gpus < 2:  # checked before building the cluster; None (omitted): all GPUs
         raise EmulatorError(f"--gpus: expected at least 2 (the GPUs of the collective; omit it for all), got {gpus}")
+    _refuse_slowdowns(scenario)
     cluster = build_cluster(scenario)
     topo = cluster.topology
     n = len(topo.gpus) if gpus is None else gpus
@@ -66,14 +74,53 @@ def collective_table(scenario: Scenario, op: str, sizes: list[float], gpus: int 
     for size in sizes:
         ops = [Op(id=r, rank=r, kind=COLLECTIVE, stream="comm", collective=op, group=group, root=0, bytes=size)
                for r in group]
-        try:
-            engine = Engine(Program(n, ops), cluster.collectives, topo.capacity, cluster.gpus(group))
-            spans, _events = engine.run()
-        except NoRouteError as exc:
-            raise EmulatorError(f"{scenario.path or scenario.name}: {exc}") from None
-        t = max(s.end_s for s in spans)
+        t, records = _run(scenario, cluster, Program(n, ops), group)
         algbw = size / t / 1e9 if t > 0 else 0.0
         algorithm, protocol = cluster.collectives.choice(op, group, size)
-        rows.append({"bytes": size, "time_s": t, "algbw_GB_per_s": algbw,
-                     "busbw_GB_per_s": algbw * bus_factor(op, n), "algorithm": algorithm, "protocol": protocol})
+        row = {"bytes": size, "time_s": t, "algbw_GB_per_s": algbw,
+               "busbw_GB_per_s": algbw * bus_factor(op, n), "algorithm": algorithm, "protocol": protocol}
+        if cluster.timed:
+            row["faults"] = [{"kind": f.kind, "target": f.target, "at_s": f.at_s, "until_s": f.until_s,
+                              "rerouted": f.rerouted, "stalled": f.stalled} for f in records]
+        rows.append(row)
     return rows
+
+
+def fault_notes(rows: list[dict]) -> list[str]:
+    """One line per timed fault: when it happens and what it did over the sizes."""
+    out = []
+    for k, f in enumerate(rows[0].get("faults", []) if rows else []):
+        acted = [r for r in rows if r["faults"][k]["rerouted"] or r["faults"][k]["stalled"]]
+        until = f"until {f['until_s']:g} s" if f["until_s"] is not None else "for good"
+        out.append(f"{f['kind']} {f['target']} from {f['at_s']:g} s {until} (each size starts at 0 s): "
+                   f"it moved the flows of {len(acted)} of {len(rows)} sizes")
+    return out
+
+
+def _refuse_slowdowns(scenario: Scenario) -> None:
+    for k, ov in enumerate(scenario.cluster.overrides):
+        if ov.kind == "gpu_slowdown":
+            raise EmulatorError(f"{scenario.path or scenario.name}: cluster.overrides[{k}]: gpu_slowdown "
+                                f"{ov.target} slows compute ops, and emulator collective runs one collective and "
+                                "no compute, so it would change nothing; remove it here (emulator run applies it)")
+
+
+def _run(scenario: Scenario, cluster: Cluster, program: Program, group: tuple[int, ...]) -> tuple[float,
+                                                                                                 list[FaultRecord]]:
+    """One collective on the cluster, with its timed faults: (time, what each fault did)."""
+    where = scenario.path or scenario.name
+    try:
+        engine = Engine(program, cluster.collectives, cluster.topology.capacity, cluster.gpus(group),
+                        blocks=not cluster.timed)
+        schedule = FaultSchedule(engine.env, engine.fabric, cluster.topology, cluster.timed,
+                                 cluster.collectives.link_alias)
+        schedule.start()
+        spans, _events = engine.run()
+    except NoRouteError as exc:
+        raise EmulatorError(f"{where}: {exc}") from None
+    except DeadlockError:
+        stuck = [f for f in schedule.records if f.stalled and f.until_s is None]
+        label = f"{stuck[0].label} at {stuck[0].at_s:g} s" if stuck else "a timed fault"
+        raise EmulatorError(f"{where}: {label} stalled the collective's flows with no way round and never "
+                            "recovers (give it until:)") from None
+    return max(s.end_s for s in spans), schedule.records

@@ -1,9 +1,10 @@
 """Kernel tables: derives the built-in measured-kernel tables from the shared calibration set.
 
-``derive(h100_dir)`` reads ``../shared/calibration/h100/{gemm,attention}.csv`` and returns
-the text of the package files ``emulator/data/kernels/h100.csv`` and ``b200.csv`` (the
-format :mod:`emulator.devices.kernels` reads). Every output row cites the row it came from:
-``h100/gemm.csv row N`` is the N-th data row (line N + 1, after the header).
+``derive(h100_dir)`` reads ``../shared/calibration/h100/{gemm,attention}.csv`` and
+``../shared/calibration/h200/{gemm,fp8_gemm,attention}.csv`` (the ``h200`` folder beside
+``h100_dir``) and returns the text of the package files ``emulator/data/kernels/h100.csv``,
+``h200.csv`` and ``b200.csv`` (the format :mod:`emulator.devices.kernels` reads). Every output row
+cites the row it came from: ``h100/gemm.csv row N`` is the N-th data row (line N + 1, after the header).
 tests/test_kernels.py re-derives the shipped files and checks they are byte-identical.
 
 What is taken, per table:
@@ -22,6 +23,34 @@ What is taken, per table:
 - b200 ``gemm bf16`` and ``gemm fp8``: the OpenXLA sm_100_B200 grids [S3] and the
   mamf-finder best shapes of "NVIDIA B200 SXM" [S1]. No B200 attention rows exist.
 The A100 has no table (its model was fitted on it: compute.py).
+
+The H200 measurements (h200/sources.md) time each call alone with CUDA events, so a time holds
+the kernel and its launch. The model adds the GPU's launch overhead (catalog ``launch_overhead``,
+LAUNCH) to every kernel, so a row's rate is FLOPs / (time − LAUNCH): looked up, it gives back the
+measured time. Rows of LAUNCH_BOUND or less are left out: there the host's dispatch dominates
+(a 1024³ bf16 GEMM, 2.1 GFLOP, "takes" 55 µs, 39 TFLOP/s; 2048³ 57 µs): they measure the
+host, not the kernel, and would teach the table that a small GEMM is twenty times slower
+than it runs in a training step, where the CPU runs ahead of the GPU.
+- h200 ``gemm bf16``: h200/gemm.csv (incl. the unaligned N = 50257 rows: devices/kernels.py keeps
+  them apart), then the bf16 ``F.linear`` column of h200/fp8_gemm.csv for shapes gemm.csv lacks.
+- h200 ``gemm fp8``: h200/fp8_gemm.csv ``fp8_us`` (``torch._scaled_mm``, per-tensor scales, split
+  accumulation: Transformer Engine's dgrad and wgrad GEMMs; its fprop uses fast accumulation,
+  ``_2X_ACC_FPROP = False`` in transformer_engine/pytorch/module/base.py @ d0067d0, within a few
+  percent of it here: column ``fp8_fast_accum_us``), and mamf-finder's best FP8 shape of
+  "NVIDIA H200 SXM" [S1].
+- h200 ``attention_{fwd,bwd}[_causal] bf16``: cuDNN fused flash attention through PyTorch SDPA,
+  h200/attention.csv: forward rate F / (fwd − LAUNCH); backward 2.5·F / (fwd_bwd − fwd − LAUNCH);
+  then cudnn-frontend's H200 cuDNN rows [S8] for the shapes ours lack.
+- h100 ``gemm fp8`` adds the h200/fp8_gemm.csv rows, and h100 ``attention_*`` are cuDNN's as
+  Transformer Engine runs it (NeMo's runs), carried from the H200: the H200 has the H100's SMs,
+  tensor cores and clocks (hardware.csv: both 989.4 TFLOP/s dense bf16, "same compute die as
+  H100 SXM"; only HBM differs, 4800 against 3350 GB/s), and these kernels are compute-bound
+  (FP8 GEMMs of these shapes: over 1000 FLOP/B; causal attention of s keys: s/4 FLOP/B, over 256
+  for s ≥ 1024, above the H100's ridge at the rates reached, 0.6 × 989.4/3350 × 1000 = 177), so
+  t_H100 = t_H200 × (H200 peak / H100 peak) = t_H200 × 1. Attention order: cudnn-frontend's
+  kernel-only H200 timings [S8], then the FA3 paper's H100 cuDNN forward [S5], then ours
+  (h200/attention.csv, whose per-call times hold host dispatch). FlashAttention-2's forward [S5]
+  and derived backward (above) are kept as ``fa2_*``.
 """
 from __future__ import annotations
 
@@ -34,6 +63,8 @@ _XLA = "openxla/xla"
 _H100_XLA = "H100 (sm_90"
 _B200_XLA = "B200 (sm_100_B200)"
 _H100_ATTN = "H100 80GB SXM5"
+LAUNCH = 4e-6  # s: the catalog's launch_overhead of H200-SXM (and H100), added back by the model
+LAUNCH_BOUND = 60e-6  # s: h200/sources.md: "the smallest shapes (about 60 us and below) include the host's dispatch"
 
 
 def _rows(path: str) -> list[dict[str, str]]:
@@ -75,8 +106,14 @@ def _gemm_rows(rows: list[dict[str, str]], gpu: str) -> list[str]:
     return out
 
 
+def _causal(text: str) -> str:
+    return "_causal" if text == "True" else ""
+
+
 def _attention_rows(rows: list[dict[str, str]]) -> list[str]:
-    out = []
+    """The H100's own attention rows: the FA3 paper's cuDNN forward [S5] as ``attention_fwd``, and
+    FlashAttention-2's forward and derived backward as ``fa2_*``."""
+    out, fa2 = [], []
     fa2_fwd: dict[tuple[str, str, str], tuple[float, int]] = {}
     for i, r in enumerate(rows, start=1):
         if r["gpu"] != _H100_ATTN or r["direction"] != "fwd" or r["kernel"] not in ("cudnn", "fa2"):
@@ -84,10 +121,11 @@ def _attention_rows(rows: list[dict[str, str]]) -> list[str]:
         key = (r["causal"], r["head_dim"], r["seq_len"])
         if r["kernel"] == "fa2":
             fa2_fwd[key] = (float(r["tflops"]), i)
+            fa2.append(f"fa2_fwd{_causal(r['causal'])},fp16,{r['head_dim']}x{r['seq_len']},"
+                       f"{_fmt(float(r['tflops']))},h100/attention.csv row {i} (FlashAttention-2)\n")
             continue
-        op = "attention_fwd" + ("_causal" if r["causal"] == "True" else "")
-        out.append(f"{op},fp16,{r['head_dim']}x{r['seq_len']},{_fmt(float(r['tflops']))},"
-                   f"h100/attention.csv row {i} (cuDNN)\n")
+        out.append(f"attention_fwd{_causal(r['causal'])},fp16,{r['head_dim']}x{r['seq_len']},"
+                   f"{_fmt(float(r['tflops']))},h100/attention.csv row {i} (cuDNN)\n")
     for i, r in enumerate(rows, start=1):
         if r["gpu"] != _H100_ATTN or r["kernel"] != "fa2" or r["direction"] != "fwd+bwd":
             continue
@@ -96,20 +134,91 @@ def _attention_rows(rows: list[dict[str, str]]) -> list[str]:
             continue
         fwd, j = fa2_fwd[key]
         bwd = 2.5 / (3.5 / float(r["tflops"]) - 1.0 / fwd)
-        op = "attention_bwd" + ("_causal" if r["causal"] == "True" else "")
-        out.append(f"{op},fp16,{r['head_dim']}x{r['seq_len']},{_fmt(bwd)},"
+        fa2.append(f"fa2_bwd{_causal(r['causal'])},fp16,{r['head_dim']}x{r['seq_len']},{_fmt(bwd)},"
                    f"h100/attention.csv rows {i} and {j} (FlashAttention-2 fwd+bwd less fwd)\n")
+    return out + fa2
+
+
+def _head_dim(text: str) -> int:
+    """A head dim, or DeepSeek-V3's "192/128" (query-key / value) as their mean: the FLOPs are
+    2·s²·(d_qk + d_v) per head forward (S8's convention), 4·s²·d at d = (d_qk + d_v)/2, as layer.py."""
+    parts = [int(x) for x in text.split("/")]
+    return sum(parts) // len(parts)
+
+
+def _cudnn_h200_rows(rows: list[dict[str, str]], note: str = "") -> list[str]:
+    """cudnn-frontend's cuDNN SDPA rows of a named "H200" [S8], bf16, forward and backward; the
+    sliding-window rows (gpt-oss) are left out: the model has no sliding-window attention."""
+    out = []
+    for i, r in enumerate(rows, start=1):
+        if r["gpu"] != "H200" or r["kernel"] != "cudnn" or r["dtype"] != "bf16" or r["direction"] not in ("fwd", "bwd"):
+            continue
+        if "sliding" in r["notes"]:
+            continue
+        out.append(f"attention_{r['direction']}{_causal(r['causal'])},bf16,{_head_dim(r['head_dim'])}x{r['seq_len']},"
+                   f"{_fmt(float(r['tflops']))},h100/attention.csv row {i} (cuDNN on H200{note})\n")
     return out
 
 
-def derive(h100_dir: str) -> dict[str, str]:
-    """The shipped tables' text, by table name, from the shared ``h100`` calibration folder."""
+def _h200_time_rate(flops: float, seconds: float) -> float:
+    """TFLOP/s of a kernel timed with its launch: FLOPs / (time − LAUNCH)."""
+    return flops / (seconds - LAUNCH) / 1e12
+
+
+def _h200_gemm_rows(gemm: list[dict[str, str]], fp8: list[dict[str, str]], mamf: list[dict[str, str]]) -> list[str]:
+    out = []
+    for i, r in enumerate(gemm, start=1):
+        m, n, k, t = int(r["M"]), int(r["N"]), int(r["K"]), float(r["time_us"]) * 1e-6
+        if t > LAUNCH_BOUND:
+            out.append(f"gemm,bf16,1x{m}x{n}x{k},{_fmt(_h200_time_rate(2.0 * m * n * k, t))},h200/gemm.csv row {i}\n")
+    for col, dtype in (("fp8_us", "fp8"), ("bf16_us", "bf16")):
+        for i, r in enumerate(fp8, start=1):
+            m, n, k, t = int(r["M"]), int(r["N"]), int(r["K"]), float(r[col]) * 1e-6
+            if t > LAUNCH_BOUND:
+                out.append(f"gemm,{dtype},1x{m}x{n}x{k},{_fmt(_h200_time_rate(2.0 * m * n * k, t))},"
+                           f"h200/fp8_gemm.csv row {i} {col}\n")
+    for i, r in enumerate(mamf, start=1):
+        if r["gpu"] == "NVIDIA H200 SXM" and _dtype(r["dtype"]) == "fp8":
+            out.append(f"gemm,fp8,1x{int(r['M'])}x{int(r['N'])}x{int(r['K'])},{_fmt(float(r['tflops']))},"
+                       f"h100/gemm.csv row {i} (mamf-finder)\n")
+    return out
+
+
+def _h200_attention_rows(rows: list[dict[str, str]], note: str = "") -> list[str]:
+    """h200/attention.csv: forward F/(fwd − LAUNCH), backward 2.5·F/(fwd_bwd − fwd − LAUNCH)."""
+    out = []
+    for i, r in enumerate(rows, start=1):
+        b, h, s, d = (int(r[c]) for c in ("batch", "heads", "seq_len", "head_dim"))
+        causal = r["causal"] == "True"
+        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+        t_f, t_fb = float(r["fwd_us"]) * 1e-6, float(r["fwd_bwd_us"]) * 1e-6
+        c = _causal(r["causal"])
+        out.append(f"attention_fwd{c},bf16,{d}x{s},{_fmt(_h200_time_rate(flops, t_f))},"
+                   f"h200/attention.csv row {i}{note}\n")
+        out.append(f"attention_bwd{c},bf16,{d}x{s},{_fmt(_h200_time_rate(2.5 * flops, t_fb - t_f))},"
+                   f"h200/attention.csv row {i} (fwd_bwd less fwd){note}\n")
+    return out
+
+
+def derive(h100_dir: str, h200_dir: str = "") -> dict[str, str]:
+    """The shipped tables' text, by table name, from the shared ``h100`` and ``h200`` calibration
+    folders (``h200_dir`` absent: the ``h200`` folder beside ``h100_dir``)."""
+    h200_dir = h200_dir or os.path.join(os.path.dirname(os.path.abspath(h100_dir)), "h200")
     gemm = _rows(os.path.join(h100_dir, "gemm.csv"))
     attention = _rows(os.path.join(h100_dir, "attention.csv"))
+    g200, f200, a200 = (_rows(os.path.join(h200_dir, f)) for f in ("gemm.csv", "fp8_gemm.csv", "attention.csv"))
     head = ("# Measured kernels (emulator/tools/kernel_tables.py derives this file from "
-            "../shared/calibration/h100/;\n# row N = the N-th data row of that file; sources in its sources.md).\n"
-            "# tflops: FLOP/s / 1e12 (GEMM 2*b*m*n*k; attention 4*b*h*s^2*d, /2 causal, backward x2.5)\n")
-    return {"h100": head + HEADER + "".join(_gemm_rows(gemm, "h100") + _attention_rows(attention)),
+            "../shared/calibration/h100/ and h200/;\n# row N = the N-th data row of that file; sources in its "
+            "sources.md).\n# tflops: FLOP/s / 1e12 (GEMM 2*b*m*n*k; attention 4*b*h*s^2*d, /2 causal, backward x2.5)\n")
+    carried = "; carried to H100: compute-bound; same SMs and clocks"
+    fp8_carried = [row.replace(" fp8_us\n", f" fp8_us{carried}\n") for row in _h200_gemm_rows([], f200, [])
+                   if row.startswith("gemm,fp8,")]
+    own = _attention_rows(attention)
+    h100_attention = (_cudnn_h200_rows(attention, carried) + [r for r in own if r.startswith("attention_")]
+                      + _h200_attention_rows(a200, f" ({carried[2:]})") + [r for r in own if r.startswith("fa2_")])
+    return {"h100": head + HEADER + "".join(_gemm_rows(gemm, "h100") + fp8_carried + h100_attention),
+            "h200": head + HEADER + "".join(_h200_gemm_rows(g200, f200, gemm) + _h200_attention_rows(a200)
+                                            + _cudnn_h200_rows(attention)),
             "b200": head + HEADER + "".join(_gemm_rows(gemm, "b200"))}
 
 

@@ -46,6 +46,7 @@ from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
+from emulator.workload.profiled import reshape_plan
 from emulator.workload.schedules import schedule
 
 
@@ -435,9 +436,11 @@ class _RankBuilder:
         psi = sum(u.params / (d_dense if par.zero >= 1 else 1) + u.expert_params / (d_exp if par.zero >= 1 else 1)
                   for vs in self._my_chunks() for u in self.plan.chunk_units[vs])
         nbytes = psi * ADAM_BYTES_PER_PARAM
-        t_opt = compute.elementwise_time(nbytes, self.gpu)
+        per = self.plan.optimizer_s_per_param
+        t_opt = compute.elementwise_time(nbytes, self.gpu) if per is None else psi * per
+        costed = (0.0, 0.0, t_opt) if per is None else (t_opt, 0.0, 0.0)  # a profiled step: measured
         opt = self._emit(kind=COMPUTE, stream="compute", name="optimizer", category="optimizer",
-                         duration=t_opt, costed=(0.0, 0.0, t_opt), flops=psi * ADAM_FLOPS_PER_PARAM,
+                         duration=t_opt, costed=costed, flops=psi * ADAM_FLOPS_PER_PARAM,
                          bytes=nbytes, deps=tuple(sorted(set(reduce_ops + ([end_bwd] if end_bwd is not None else [])))))
         if 1 <= par.zero <= 2 and not _overlap_param_gather(par) and d_dense > 1:
             for units, dense, expert in self._buckets(par.grad_bucket, self.plan.dtype):
@@ -490,6 +493,8 @@ def build_program(sc: Scenario, fold: Fold | None = None, blocks: bool = False) 
     """The Program of one training iteration of ``sc`` (ops for the simulated ranks only; with
     ``blocks``, a unit whose ops can run as one is one block op: ``Op.parts``)."""
     plan = make_plan(sc)
+    if sc.workload.profile is not None:  # the user's own script: its profiled parts replace the generated layers
+        reshape_plan(plan, sc)
     ops: list[Op] = []
     next_id = [0]
     for rank in range(plan.layout.world):

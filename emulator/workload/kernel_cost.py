@@ -5,9 +5,18 @@ A GEMM or fused-attention kernel is looked up in the GPU's measured kernels firs
 else the roofline); an MoE grouped GEMM falls back to the batched GEMM's roofline scaled by
 ``grouped_gemm_efficiency``; element-wise kernels always take the roofline. Every cost says
 which of the three it came from (``measured | interpolated | roofline``).
+
+FP8 (``training.precision: fp8``) is Transformer Engine's recipe: a GEMM kernel of 1-byte operands
+(the linear layers', layer.py) runs in FP8 (its table rows, else the roofline at the FP8 peak);
+every other kernel (attention, the unfused attention's batched GEMMs, the router and output
+layer, element-wise work) in BF16.
+
+The same costs for a single kernel, for callers outside the layer model (a profiled workload):
+:func:`emulator.devices.compute.gemm_cost` and :func:`emulator.devices.compute.attention_cost`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from emulator.devices import compute
@@ -24,16 +33,33 @@ from emulator.workload.layer import Comm, Kernel, Step
 GROUPED_GEMM_EFFICIENCY = 1.0
 
 
+@dataclass(frozen=True)
+class Timed(Kernel):
+    """A kernel whose time is already known (a profiled kernel, kept or reshaped:
+    emulator/workload/profiled.py), with the source that time counts under."""
+
+    seconds: float = 0.0
+    source: str = "measured"  # measured | interpolated | roofline
+
+
 def grouped_gemm_time(kern: Kernel, gpu: GpuSpec) -> float:
     """A grouped GEMM: the batched GEMM's roofline with its FLOP rate × ``grouped_gemm_efficiency``."""
     eff = gpu.grouped_gemm_efficiency or GROUPED_GEMM_EFFICIENCY
     if eff == 1.0 or min(kern.m, kern.n, kern.k, kern.batch) <= 0:
-        return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch)
-    e = compute.gemm_efficiency(kern.m, kern.n, kern.k, gpu, kern.batch) * eff
+        return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch, gemm_rows(kern))
+    e = compute.gemm_efficiency(kern.m, kern.n, kern.k, gpu, kern.batch, kern.dtype, gemm_rows(kern)) * eff
     t_flops = kern.flops / (gpu.peak_flops * e)
     nbytes = compute.gemm_bytes(kern.m, kern.n, kern.k, kern.dtype, kern.batch)
     t_mem = nbytes / (gpu.hbm_bandwidth * compute.mem_efficiency(gpu))
     return max(t_flops, t_mem) + gpu.launch_overhead
+
+
+def gemm_rows(kern: Kernel) -> int:
+    """The index of a layer GEMM's rows (tokens), no operand's leading dimension, so not subject to
+    cuBLAS's 16-byte alignment (devices/kernels.gemm_aligned): k in a weight gradient, written
+    (k_in, n_out, tokens) by layer.py, m otherwise. An MoE expert's token count is rarely a multiple
+    of 8 and costs nothing for it."""
+    return 3 if kern.name.endswith(".wgrad") else 1
 
 
 def kernel_time(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> float:
@@ -41,25 +67,42 @@ def kernel_time(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> float:
     return kernel_cost(kern, gpu, dtype)[0]
 
 
+def kernel_precision(kern: Kernel, precision: str) -> str:
+    """The dtype ``kern`` runs in under ``training.precision``: fp8 for a GEMM of 1-byte operands (layer.py's
+    FP8 linear layers), bf16 for the other kernels of an fp8 run; else the precision."""
+    if kern.kind == "gemm" and kern.dtype == 1:
+        return "fp8"
+    return "bf16" if precision == "fp8" else precision
+
+
 def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float, str]:
     """(seconds, source) for ``kern`` on ``gpu``: a GEMM or fused-attention kernel is looked up
     in the GPU's measured kernels first (compute.measured_first; GEMM dims (batch, m, n, k),
     attention (head_dim, keys)), else costed by compute.py's roofline for its kind (an MoE grouped
     GEMM: :func:`grouped_gemm_time`); element-wise kernels always by the roofline. ``dtype``: the
-    training precision."""
+    training precision (:func:`kernel_precision` picks each kernel's)."""
+    if isinstance(kern, Timed):
+        return kern.seconds, kern.source
+    prec = kernel_precision(kern, dtype)
     if kern.kind == "gemm":
+        g = compute.fp8_gpu(gpu) if prec == "fp8" else gpu
+        rows = gemm_rows(kern)
+
         def roofline() -> float:
             if kern.grouped:
-                return grouped_gemm_time(kern, gpu)
-            return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch)
-        return compute.measured_first(gpu, "gemm", dtype, (kern.batch, kern.m, kern.n, kern.k), kern.flops,
-                                      roofline)
+                return grouped_gemm_time(kern, g)
+            return compute.gemm_time(kern.m, kern.n, kern.k, g, kern.dtype, kern.batch, rows)
+        return compute.measured_first(g, "gemm", prec, (kern.batch, kern.m, kern.n, kern.k), kern.flops,
+                                      roofline, lambda d: compute.gemm_rate(d, g, kern.dtype, rows), rows)
     if kern.kind == "flash":
-        op = f"attention_{'bwd' if kern.backward else 'fwd'}{'_causal' if kern.causal else ''}"
-        return compute.measured_first(gpu, op, dtype, (kern.head_dim, kern.n), kern.flops,
+        kind = "fa2" if kern.fa2 else "attention"
+        op = f"{kind}_{'bwd' if kern.backward else 'fwd'}{'_causal' if kern.causal else ''}"
+        return compute.measured_first(gpu, op, prec, (kern.head_dim, kern.n), kern.flops,
                                       lambda: compute.flash_attention_time(kern.batch, kern.m, kern.n,
                                                                            kern.head_dim, gpu, kern.causal,
                                                                            kern.backward, kern.dtype))
+    if kern.kind == "cast":  # a Transformer Engine FP8 cast: at the measured bandwidth of a cast
+        return compute.elementwise_time(kern.bytes, gpu, compute.CAST_MEM_EFFICIENCY), "roofline"
     return compute.elementwise_time(kern.bytes, gpu), "roofline"
 
 

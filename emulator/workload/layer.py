@@ -50,6 +50,26 @@ Backward mirrors it: the up projections' input gradients are all-reduced (SP:
 reduce-scattered) as T·r under their wgrad. Left out: the TP all-reduce of the replicated
 weights' gradients (finalize_model_grads; a few MB per layer).
 
+FP8 (``training.precision: fp8``, ``LayerShape.fp8``) is Transformer Engine's delayed-scaling recipe
+(NVIDIA/TransformerEngine @ d0067d0): only the GEMMs of its linear layers run in FP8 (1-byte
+operands: QKV, projection, MLP and expert GEMMs); the core attention, the MoE router and the
+output layer (Megatron's ColumnParallelLinear, not a TE module) stay in BF16, and so do the
+element-wise kernels and the activations they move. Around each FP8 GEMM TE quantizes its
+operands (transformer_engine/pytorch/module/linear.py): forward, the input is cast to FP8 in both
+layouts ("rowwise" and "columnwise": a cast-transpose, lines 384-398, because Hopper's FP8 GEMMs
+take only the TN layout and wgrad needs Xᵀ) and so is the weight, once per step
+(``update_ws = is_first_microbatch``, line 479); backward, the output gradient is cast-transposed
+(lines 903-905); wgrad reuses the saved transposes. Each cast computes its tensor's amax in the
+same kernel; TE then reduces the amaxes and updates the scaling factors of the amax history
+(1024 fp32 entries per tensor: quantization.py lines 143 and 656-700, one fused kernel over a
+global buffer per pass). The casts are memory-bound kernels costed by their bytes: 4 per element
+cast-transposed (read 2, write 1 + 1), the weight's spread over the step's micro-batches (2 with
+``fp8_params``: the weight is already FP8, only its transpose is written); the amax-history update
+adds 2·4·1024 bytes per quantized tensor to the cast before its GEMM. A cast moves its bytes at
+the bandwidth a cast reached on the H200 (compute.CAST_MEM_EFFICIENCY, from
+../shared/calibration/h200/elementwise.csv). The all-reduce (MAX) of the
+amaxes over the data-parallel group, a few kB once per pass, is left out.
+
 Backward of a linear layer is two GEMMs, dgrad then wgrad. As in Megatron
 (LinearWithGradAccumulationAndAsyncCommunication), the TP all-reduce (SP: reduce-scatter)
 of a column-parallel layer's input gradient runs asynchronously under its wgrad GEMM,
@@ -70,7 +90,7 @@ FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
 
 @dataclass(frozen=True)
 class Kernel:
-    """One compute kernel. kind: gemm | elementwise | flash."""
+    """One compute kernel. kind: gemm | elementwise | flash | cast (an FP8 cast, memory-bound)."""
 
     name: str
     kind: str
@@ -86,6 +106,7 @@ class Kernel:
     head_dim: int = 0  # flash
     dtype: int = 2  # bytes per element of a gemm's or flash kernel's operands (training.precision)
     grouped: bool = False  # an MoE grouped GEMM (its ``batch`` = the local experts)
+    fa2: bool = False  # flash: FlashAttention-2's kernel instead of cuDNN's (training.attention: fa2)
 
 
 @dataclass(frozen=True)
@@ -141,6 +162,9 @@ class LayerShape:
     rope_dim: int = 0  # MLA decoupled rope dims per head
     qk_head: int = 0  # MLA query/key dims per head (d_n + d_r); 0: d
     v_head: int = 0  # MLA value dims per head; 0: d
+    fp8: bool = False  # Transformer Engine FP8: the linear layers' GEMMs in FP8, with their casts
+    fp8_weight_bytes: float = 0.0  # bytes per weight element per micro-batch of the step's weight cast
+    fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
 
     @property
     def T(self) -> int:
@@ -206,8 +230,14 @@ class LayerShape:
 
 
 def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False, cp: int = 1,
-                ep: int = 1, dtype: int = 2, flash: bool = False) -> LayerShape:
-    """The per-GPU layer shape of ``model`` under the given parallelism."""
+                ep: int = 1, dtype: int = 2, flash: bool = False, micro_batches: int = 1,
+                fp8_params: bool = False, fa2: bool = False) -> LayerShape:
+    """The per-GPU layer shape of ``model`` under the given parallelism. ``dtype`` 1 is FP8 training
+    (Transformer Engine: FP8 GEMMs, BF16 activations); its weights are cast once per step of
+    ``micro_batches`` (4 bytes per element, 2 with ``fp8_params``)."""
+    fp8 = dtype == 1
+    if fp8:
+        dtype = 2
     m = resolve(model)
     causal = m.causal
     d_qk, d_v = head_dims(m)
@@ -218,7 +248,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       dropout=has_dropout(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,
                       top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation,
                       expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
-                      imbalance=m.moe_imbalance, **mla)
+                      imbalance=m.moe_imbalance, fp8=fp8, fa2=fa2,
+                      fp8_weight_bytes=(2.0 if fp8_params else 4.0) / max(1, micro_batches) if fp8 else 0.0, **mla)
 
 
 def dense_shape(L: LayerShape) -> LayerShape:
@@ -228,9 +259,14 @@ def dense_shape(L: LayerShape) -> LayerShape:
 
 # --- kernel constructors -------------------------------------------------------------
 
+# GEMMs that stay in BF16 under FP8: the core attention's, the router's, the output layer's (above)
+BF16_GEMMS = ("attn.", "moe.router", "lm_head")
+
+
 def gemm(name: str, m: int, n: int, k: int, L: LayerShape, batch: int = 1, cat: str = FWD) -> Kernel:
-    return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), compute.gemm_bytes(m, n, k, L.dtype, batch),
-                  cat, m, n, k, batch, dtype=L.dtype)
+    dt = 1 if L.fp8 and not name.startswith(BF16_GEMMS) else L.dtype
+    return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), compute.gemm_bytes(m, n, k, dt, batch),
+                  cat, m, n, k, batch, dtype=dt)
 
 
 def grouped_gemm(name: str, m: int, n: int, k: int, L: LayerShape, groups: int, cat: str = FWD) -> Kernel:
@@ -249,11 +285,72 @@ def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel
     d = L.d if L.d_qk == L.d_v == L.d else (L.d_qk + L.d_v) / 2
     flops = 4.0 * bh * L.s * sk * d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0)
     nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * d * L.dtype
-    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, int(d), bh, L.causal, backward, int(d), dtype=L.dtype)
+    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, int(d), bh, L.causal, backward, int(d), dtype=L.dtype,
+                  fa2=L.fa2)
 
 
 def _with_category(steps: list[Step], cat: str) -> list[Step]:
     return [replace(st, category=cat) for st in steps]
+
+
+AMAX_HISTORY_BYTES = 2 * 4 * 1024  # read and write 1024 fp32 amaxes (TE's default amax_history_len)
+
+
+def _fp8_cast(name: str, elements: float, tensors: int, cat: str, gathered_over: int = 1) -> Kernel:
+    """A Transformer Engine cast-transpose of ``elements`` (4 bytes each) with the amax-history
+    update of ``tensors`` quantized tensors; one max per element for the amax. A tensor that
+    sequence parallelism all-gathers (``gathered_over`` = t ranks) is cast on the local shard,
+    3 bytes per element (read 2, write 1), all-gathered in FP8, and transposed after the gather,
+    2 bytes per element (linear.py lines 378-398: "All-gather is not supported with FP8
+    column-wise data"; line 1177: the column-wise copy made from the gathered tensor)."""
+    per = 4.0 if gathered_over <= 1 else 3.0 / gathered_over + 2.0
+    return Kernel(name, "cast", elements, per * elements + tensors * AMAX_HISTORY_BYTES, cat)
+
+
+def _gathered(out: list[Step], L: LayerShape) -> int:
+    """t when the GEMM about to be appended reads a sequence-parallel all-gather, else 1."""
+    last = out[-1] if out else None
+    return L.t if isinstance(last, Comm) and last.collective == "all_gather" and last.overlap == 0 else 1
+
+
+def _insert(out: list[Step], casts: list[Step]) -> None:
+    """Append ``casts`` ahead of the GEMM about to be appended; ahead of the communications that
+    overlap it too, so that their overlap windows still cover the GEMM (a cast precedes them)."""
+    at = len(out)
+    while at > 0:
+        prev = out[at - 1]
+        if not (isinstance(prev, Comm) and prev.overlap > 0):
+            break
+        at -= 1
+    out[at:at] = casts
+
+
+def fp8_forward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
+    """Before each forward FP8 GEMM: its input's cast-transpose and (not in a recompute) its weight's,
+    once per step (``L.fp8_weight_bytes`` per element per micro-batch)."""
+    out: list[Step] = []
+    for st in steps:
+        if isinstance(st, Kernel) and st.kind == "gemm" and st.dtype == 1:
+            casts: list[Step] = [_fp8_cast(f"{st.name}.fp8_cast_x", float(st.m * st.k * st.batch), 3, st.category,
+                                           _gathered(out, L))]
+            if st.category != RECOMPUTE:
+                w = float(st.n * st.k * st.batch)
+                casts.append(Kernel(f"{st.name}.fp8_cast_w", "cast", w / 4.0 * L.fp8_weight_bytes,
+                                    w * L.fp8_weight_bytes, st.category))
+            _insert(out, casts)
+        out.append(st)
+    return out
+
+
+def fp8_backward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
+    """Before each FP8 dgrad GEMM: the cast-transpose of the output gradient (m × its k elements)."""
+    out: list[Step] = []
+    for st in steps:
+        if isinstance(st, Kernel) and st.kind == "gemm" and st.dtype == 1 and st.name.endswith(".dgrad"):
+            _insert(out, [_fp8_cast(f"{st.name[:-6]}.fp8_cast_dy", float(st.m * st.k * st.batch), 2, BWD,
+                                    _gathered(out, L))])
+        out.append(st)
+    return out
 
 
 # --- forward ---------------------------------------------------------------------------
@@ -391,7 +488,8 @@ def _mlp_forward(L: LayerShape, cat: str) -> list[Step]:
 
 def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
     """The forward pass of one layer for one micro-batch."""
-    return _attention_forward(L, cat) + _mlp_forward(L, cat)
+    steps = _attention_forward(L, cat) + _mlp_forward(L, cat)
+    return fp8_forward_casts(steps, L) if L.fp8 else steps
 
 
 # --- backward --------------------------------------------------------------------------
@@ -540,6 +638,12 @@ def backward_steps(L: LayerShape, recompute: str = "none") -> list[Step]:
     backward; nothing with fused attention, which recomputes inside its kernel); full
     (the whole forward, TP comms included, is rerun first).
     """
+    if L.fp8:
+        return fp8_backward_casts(_backward_steps(L, recompute), L)
+    return _backward_steps(L, recompute)
+
+
+def _backward_steps(L: LayerShape, recompute: str) -> list[Step]:
     steps: list[Step] = []
     if recompute == "full":
         steps += forward_steps(L, RECOMPUTE)

@@ -50,6 +50,7 @@ class Plan:
     dtype: int = 2
     flash: bool = False
     grad_dtype: int = 2  # bytes per gradient element in the data-parallel reduction
+    optimizer_s_per_param: float | None = None  # a profiled optimizer step's seconds per parameter (profiled.py)
 
 
 def _check(sc: Scenario) -> ModelSpec:
@@ -126,9 +127,11 @@ def make_plan(sc: Scenario) -> Plan:
     check_schedule(par.schedule, par.pp, micro, par.virtual_stages)
     m = replace(M.resolve(model), vocab=M.padded_vocab(M.resolve(model).vocab, par.tp))
     dtype = DTYPE_BYTES[tr.precision]
-    flash = getattr(tr, "attention", "unfused") == "flash"
-    L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash)
-    plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=dtype, flash=flash or par.cp > 1,
+    flash = getattr(tr, "attention", "unfused") in ("flash", "fa2")
+    L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash,
+                       micro_batches=micro, fp8_params=tr.fp8_params, fa2=tr.attention == "fa2")
+    # fp8 (Transformer Engine): GEMM operands in FP8, the activations and weights that move in BF16
+    plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=2 if dtype == 1 else dtype, flash=flash or par.cp > 1,
                 grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
                 chunk_layers=chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
                                           par.last_chunk_layers))

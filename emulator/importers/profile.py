@@ -1,0 +1,476 @@
+"""A one-GPU profile of a user's own training script, split into the parts of its model.
+
+Reads one PyTorch profiler (Kineto) trace, taken with ``record_shapes=True``, and returns a
+frozen :class:`Profile`: the kernels of one step with their measured times, in launch order,
+split into the embedding, the repeated block (forward and backward, found by repetition: the
+``layers`` repeats of one kernel sequence), the head and loss, and the optimizer step. Every
+kernel keeps its class (GEMM, attention, element-wise, optimizer, memory), its dtype, and its
+shapes with every dimension named by a model symbol (``emulator.devices.reshape``):
+
+- a GEMM's (batch, M, N, K) from its innermost aten op (``mm``, ``addmm``, ``bmm``, ``linear``);
+  the token dimension (b·s) is told from the weight dimensions by the model's parameter shapes
+  (a weight gradient ``Xᵀ·dY`` contracts over the tokens, a forward or input gradient has them
+  as rows);
+- an attention kernel's (batch, heads, kv heads, sequence, head dim) from its SDPA op;
+- an element-wise kernel's tensors from its innermost aten op ([b, s, ...] activations,
+  [T, ...] flattened ones, parameter-shaped tensors).
+
+The user states what the trace cannot tell (``workload.profiled``); what the trace contradicts
+(the embedding table, the attention shapes) is an error naming both. Pure parsing: no Program.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field, replace
+
+from emulator.devices.reshape import WIDTHS, Dim, Dims, Shape
+from emulator.importers.kineto_reader import GpuOp, HostCall, RankTrace, read_rank
+from emulator.importers.native import TraceError
+from emulator.scenario.spec import ProfiledSpec
+
+# s of host time the PyTorch profiler adds to each aten op it records with record_shapes=True:
+# benchmarks/profiler_overhead.py, 0.9 us on this project's 2-core CPU machine (torch 2.13, CPU
+# activities only; results in benchmarks/results/profiler_overhead.json). CUPTI's cost per CUDA
+# launch is not removed (it needs a GPU to measure), so a host-bound prediction stays an upper bound.
+PROFILER_OP_S = 0.9e-6
+GEMM, ATTENTION, ELEMENTWISE, OPTIMIZER, MEMORY = "gemm", "attention", "elementwise", "optimizer", "memory"
+FWD, BWD, OPT = "fwd", "bwd", "optimizer"
+_GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "aten::linear",
+             "aten::matmul")
+_ATTENTION_KERNEL = ("sdpa", "flash", "fmha", "attention")
+_DTYPES = {"c10::bfloat16": "bf16", "c10::half": "fp16", "float": "fp32", "double": "fp64",
+           "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8"}
+
+
+@dataclass(frozen=True)
+class ProfiledKernel:
+    """One kernel of the profiled step: what it is, its shapes by symbol, what it took."""
+
+    name: str
+    cls: str  # gemm | attention | elementwise | optimizer | memory
+    seconds: float  # measured (a block's kernel: the mean over the layers)
+    phase: str  # fwd | bwd | optimizer
+    op: str = ""  # the innermost aten op
+    dtype: str = ""  # of the op's first tensor operand: bf16 | fp16 | fp32 | fp8
+    tensors: tuple[Dims, ...] = ()  # the op's tensors (element-wise kernels scale with their elements)
+    gemm: tuple[Dim, Dim, Dim, Dim] | None = None  # (batch, M, N, K)
+    attention: tuple[Dim, Dim, Dim, Dim, Dim] | None = None  # (b, heads, kv heads, seq, head dim)
+    launch_gap: float = 0.0  # s of host time since the previous launch (syncs left out)
+    sync: bool = False  # the host waits for this kernel (a device-to-host copy)
+    dispatch: float = 0.0  # s the GPU idled before it though it was already queued (inter-kernel latency)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One profiled step, split into its parts."""
+
+    path: str
+    shape: Shape  # what it ran (workload.profiled)
+    step_s: float  # the profiled step as the host timed it (ProfilerStep)
+    embed_fwd: tuple[ProfiledKernel, ...]
+    block_fwd: tuple[ProfiledKernel, ...]
+    head_fwd: tuple[ProfiledKernel, ...]
+    head_bwd: tuple[ProfiledKernel, ...]
+    block_bwd: tuple[ProfiledKernel, ...]
+    embed_bwd: tuple[ProfiledKernel, ...]
+    optimizer: tuple[ProfiledKernel, ...]
+    embed_params: tuple[Dims, ...]
+    block_params: tuple[Dims, ...]
+    head_params: tuple[Dims, ...]
+    tied: bool  # the head reuses the embedding table
+    param_bytes: int  # bytes of one parameter element (4: fp32 weights, autocast)
+    dtype: str  # of the GEMMs (bf16 under autocast)
+
+    @property
+    def kernel_seconds(self) -> float:
+        """The GPU time of one profiled step: every part, the block ``layers`` times."""
+        L = self.shape.layers
+        parts = (self.embed_fwd, self.head_fwd, self.head_bwd, self.embed_bwd, self.optimizer)
+        return sum(k.seconds for p in parts for k in p) + L * sum(k.seconds for k in self.block_fwd + self.block_bwd)
+
+
+def shape_of(p: ProfiledSpec) -> Shape:
+    """The profiled sizes, defaults filled (kv heads as heads, the MLP 4 x hidden)."""
+    return Shape(b=p.micro_batch, s=p.seq_len, layers=p.layers, h=p.hidden, heads=p.heads,
+                 kvh=p.kv_heads or p.heads, ffn=p.ffn_hidden or 4 * p.hidden, V=p.vocab)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def read_profile(path: str, profiled: ProfiledSpec) -> Profile:
+    """Read ``path`` (the last complete ProfilerStep) into a :class:`Profile`."""
+    rt = read_rank(path)
+    if any(g.is_nccl for g in rt.gpu_ops):
+        raise TraceError(f"{path}: the profile has NCCL kernels; a profile is one GPU of a script without "
+                         "communication (replay a multi-GPU trace with workload.trace instead)")
+    P = shape_of(profiled)
+    _check_shapes(rt, P, path)
+    ctx = _Symbols(P, _param_shapes(rt.gpu_ops))
+    phases = _phases(rt.gpu_ops)
+    gaps, waits = _launch_gaps(rt), _dispatch(rt.gpu_ops)
+    kernels = [replace(_kernel(g, ph, gap, ctx), dispatch=w) for g, ph, gap, w in zip(rt.gpu_ops, phases, gaps, waits)]
+    fwd = [k for k in kernels if k.phase == FWD]
+    bwd = [k for k in kernels if k.phase == BWD]
+    opt = tuple(k for k in kernels if k.phase == OPT)
+    fwd_ops = [g for g, ph in zip(rt.gpu_ops, phases) if ph == FWD]
+    try:
+        o_f, p_f = _repeats(fwd, P.layers, path, "forward")
+        o_b, p_b = _repeats(bwd, P.layers, path, "backward")
+    except TraceError:  # memsets (cuBLAS workspaces) need not repeat with the layers: without them
+        keep = [k.cls != MEMORY for k in kernels]
+        fwd_ops = [g for g, ph, kp in zip(rt.gpu_ops, phases, keep) if ph == FWD and kp]
+        fwd, bwd = [k for k in fwd if k.cls != MEMORY], [k for k in bwd if k.cls != MEMORY]
+        o_f, p_f = _repeats(fwd, P.layers, path, "forward")
+        o_b, p_b = _repeats(bwd, P.layers, path, "backward")
+    embed_params, block_params, head_params = _unit_params(fwd_ops, o_f, p_f, P.layers, ctx)
+    tied = _tied(rt.gpu_ops, phases, P)
+    if tied:
+        head_params = tuple(p for p in head_params if {d[0] for d in p} != {"V", "h"})
+    block_fwd = _queries(_mean_block(fwd[o_f:o_f + P.layers * p_f], p_f, P.layers), forward=True)
+    block_bwd = _queries(_mean_block(bwd[o_b:o_b + P.layers * p_b], p_b, P.layers), forward=False)
+    return Profile(path=path, shape=P, step_s=rt.step_dur, embed_fwd=tuple(fwd[:o_f]), block_fwd=block_fwd,
+                   head_fwd=tuple(fwd[o_f + P.layers * p_f:]), head_bwd=tuple(bwd[:o_b]), block_bwd=block_bwd,
+                   embed_bwd=tuple(bwd[o_b + P.layers * p_b:]), optimizer=opt, embed_params=embed_params,
+                   block_params=tuple(_square_q(p) for p in block_params), head_params=head_params, tied=tied,
+                   param_bytes=_param_bytes(fwd_ops), dtype=_gemm_dtype(kernels))
+
+
+def _phases(ops: list[GpuOp]) -> list[str]:
+    """fwd | bwd | optimizer of each op; a memset or memcpy takes the phase of its surroundings."""
+    out: list[str] = []
+    for g in ops:
+        if g.category in (FWD, BWD, OPT):
+            out.append(g.category)
+        elif "Backward" in g.node or "backward" in g.node:
+            out.append(BWD)
+        else:
+            out.append(out[-1] if out else FWD)
+    return out
+
+
+def _launch_gaps(rt: RankTrace) -> list[float]:
+    """Host seconds between one launch and the next, less any time the host spent in a sync and
+    less the profiler's own cost of the aten ops it recorded in between (PROFILER_OP_S each)."""
+    out: list[float] = []
+    prev = rt.step_start
+    for g in rt.gpu_ops:
+        ops = bisect.bisect_right(rt.host_op_ts, g.launch_ts) - bisect.bisect_right(rt.host_op_ts, prev)
+        gap = g.launch_ts - prev - _synced(rt.host_calls, prev, g.launch_ts) - ops * PROFILER_OP_S
+        out.append(max(0.0, gap))
+        prev = g.launch_ts
+    return out
+
+
+def _dispatch(ops: list[GpuOp]) -> list[float]:
+    """The GPU's idle time before each kernel that was launched before its predecessor ended (so
+    it waited on the GPU's own dispatch, not on the host): 1-2 us a kernel on the H200 profile,
+    about 4 ms of its 261 ms step."""
+    out: list[float] = []
+    prev_end = None
+    for g in ops:
+        queued = prev_end is not None and g.launch_ts <= prev_end
+        out.append(max(0.0, g.ts - prev_end) if queued and prev_end is not None else 0.0)
+        prev_end = g.end if prev_end is None else max(prev_end, g.end)
+    return out
+
+
+def _synced(calls: list[HostCall], t0: float, t1: float) -> float:
+    return sum(max(0.0, min(c.end, t1) - max(c.ts, t0)) for c in calls if c.kind == "sync")
+
+
+def _repeats(ks: list[ProfiledKernel], layers: int, path: str, what: str) -> tuple[int, int]:
+    """(offset, period) of the ``layers`` repeats of one kernel sequence: the longest period, the
+    earliest start (the embedding's kernels come before the first block)."""
+    names = [k.name for k in ks]
+    n = len(names)
+    for period in range(n // layers, 0, -1):
+        for off in range(0, n - layers * period + 1):
+            first = names[off:off + period]
+            if all(names[off + i * period:off + (i + 1) * period] == first for i in range(1, layers)):
+                return off, period
+    raise TraceError(f"{path}: no kernel sequence repeats {layers} times in the {what} pass "
+                     f"({n} kernels); is workload.profiled.layers ({layers}) the number of blocks the "
+                     "script ran?")
+
+
+def _mean_block(ks: list[ProfiledKernel], period: int, layers: int) -> tuple[ProfiledKernel, ...]:
+    """One block: the first layer's kernels with each time and launch gap the mean over the layers."""
+    out = []
+    for i in range(period):
+        same = ks[i::period]
+        out.append(replace(same[0], seconds=sum(k.seconds for k in same) / layers,
+                           launch_gap=sum(k.launch_gap for k in same) / layers,
+                           dispatch=sum(k.dispatch for k in same) / layers))
+    return tuple(out)
+
+
+def _square_q(dims: Dims) -> Dims:
+    """A block's [h, h] weight (or its cast, gradient): one side is the query heads' width ``q``
+    (attention output projection, a separate query projection), split under tensor parallelism."""
+    if len(dims) == 2 and dims[0][0] == dims[1][0] == "h":
+        return dims[0], ("q", dims[1][1])
+    return dims
+
+
+def _queries(block: tuple[ProfiledKernel, ...], forward: bool) -> tuple[ProfiledKernel, ...]:
+    """Name the query width ``q`` where the block's values cannot tell it from ``h``: a GEMM with an
+    [h, h] weight reads it (K, a row-parallel output projection) after the attention, and writes it
+    (N, a column-parallel query projection) before; backward, one side of the square weight."""
+    att = next((i for i, k in enumerate(block) if k.cls == ATTENTION), -1)
+    out = []
+    for i, k in enumerate(block):
+        g = k.gemm
+        if g is not None and sum(d[0] == "h" for d in g[1:]) == 2:
+            side = (2 if i < att else 3) if forward else next(j for j in (1, 2, 3) if g[j][0] == "h")
+            g = tuple(("q", d[1]) if j == side else d for j, d in enumerate(g))  # type: ignore[assignment]
+            k = replace(k, gemm=g)
+        out.append(replace(k, tensors=tuple(_square_q(t) for t in k.tensors)))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- kernels
+
+
+def _kernel(g: GpuOp, phase: str, gap: float, ctx: "_Symbols") -> ProfiledKernel:
+    name = g.name if len(g.name) <= 160 else g.name[:160]
+    base = dict(name=name, seconds=g.dur, phase=phase, launch_gap=gap)
+    inner = g.cpu_inner or {}
+    op = str(inner.get("name", ""))
+    args = inner.get("args", {}) if isinstance(inner.get("args"), dict) else {}
+    dims, types = args.get("Input Dims") or [], args.get("Input type") or []
+    dtype = next((_DTYPES.get(str(t).lower(), "") for t in types if str(t).lower() in _DTYPES), "")
+    if g.cat != "kernel":
+        return ProfiledKernel(cls=MEMORY, op=op, sync="DtoH" in g.name, **base)  # type: ignore[arg-type]
+    if phase == OPT:
+        return ProfiledKernel(cls=OPTIMIZER, op=op, dtype=dtype, **base)  # type: ignore[arg-type]
+    if not op:
+        return ProfiledKernel(cls=MEMORY, **base)  # type: ignore[arg-type]
+    low = g.name.lower()
+    if "attention" in op and any(a in low for a in _ATTENTION_KERNEL):
+        att = _attention_dims(op, dims, ctx)
+        if att is not None:
+            return ProfiledKernel(cls=ATTENTION, op=op, dtype=dtype, attention=att, **base)  # type: ignore[arg-type]
+    if op in _GEMM_OPS:
+        gd = _gemm_dims(op, dims, ctx, phase, g)
+        if gd is not None:
+            return ProfiledKernel(cls=GEMM, op=op, dtype=dtype, gemm=gd, **base)  # type: ignore[arg-type]
+    tensors = tuple(ctx.tensor(d, g.node) for d in _tensor_dims(dims))
+    return ProfiledKernel(cls=ELEMENTWISE, op=op, dtype=dtype, tensors=tensors, **base)  # type: ignore[arg-type]
+
+
+def _tensor_dims(dims: object) -> list[list[int]]:
+    """The tensors of an op's 'Input Dims' (a TensorList's members too); scalars and empties left out."""
+    out: list[list[int]] = []
+    if not isinstance(dims, list):
+        return out
+    for d in dims:
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+            out.append(d)
+        elif isinstance(d, list):
+            out += _tensor_dims(d)
+    return out
+
+
+def _attention_dims(op: str, dims: list, ctx: "_Symbols") -> tuple[Dim, Dim, Dim, Dim, Dim] | None:
+    """(b, heads, kv heads, seq, head dim) from q [b, heads, s, hd] and k (after grad_out in a backward)."""
+    ts = _tensor_dims(dims)
+    i = 1 if "backward" in op else 0
+    if len(ts) < i + 2 or len(ts[i]) != 4 or len(ts[i + 1]) != 4:
+        return None
+    q, k = ts[i], ts[i + 1]
+    P = ctx.P
+    return (("b", q[0]) if q[0] == P.b else ("", q[0]), ctx.width(q[1]), ctx.width(k[1]),
+            ("s", q[2]) if q[2] == P.s else ("", q[2]), ("hd", q[3]) if q[3] == P.hd else ("", q[3]))
+
+
+def _gemm_dims(op: str, dims: list, ctx: "_Symbols", phase: str, g: GpuOp) -> tuple[Dim, Dim, Dim, Dim] | None:
+    """(batch, M, N, K) of a GEMM op, each dimension named."""
+    ts = _tensor_dims(dims)
+    if op in ("aten::addmm", "aten::baddbmm"):
+        ts = ts[1:] if len(ts) >= 3 else ts
+    if len(ts) < 2:
+        return None
+    a, b = ts[0], ts[1]
+    if op == "aten::linear":  # x [..., K], weight [N, K]
+        return ("", 1), ctx.tokens(a[:-1]), ctx.width(b[0]), ctx.width(a[-1])
+    if len(a) == 3 and len(b) == 3:  # batched: [bt, M, K] @ [bt, K, N]
+        return ctx.batched(a[0]), ctx.seqlike(a[1]), ctx.seqlike(b[2]), ctx.seqlike(a[2])
+    if len(a) > 2 and len(b) == 2:  # matmul of an activation by a weight
+        return ("", 1), ctx.tokens(a[:-1]), ctx.width(b[1]), ctx.width(a[-1])
+    if len(a) != 2 or len(b) != 2:
+        return None
+    M, K, N = a[0], a[1], b[1]
+    where = ctx.token_side(M, N, K, phase, g)
+    named = {"M": ctx.width(M), "N": ctx.width(N), "K": ctx.width(K)}
+    if where:
+        named[where] = ("T", ctx.P.b * ctx.P.s)
+    return ("", 1), named["M"], named["N"], named["K"]
+
+
+def _gemm_dtype(kernels: list[ProfiledKernel]) -> str:
+    """The dtype most of the GEMM time ran in."""
+    by: dict[str, float] = {}
+    for k in kernels:
+        if k.cls == GEMM and k.dtype:
+            by[k.dtype] = by.get(k.dtype, 0.0) + k.seconds
+    return max(by, key=lambda d: by[d]) if by else "bf16"
+
+
+# ---------------------------------------------------------------------------- symbols
+
+
+@dataclass
+class _Symbols:
+    """Names the dimensions of the profile's tensors by model symbol."""
+
+    P: Shape
+    params: set[tuple[int, int]]  # 2-D parameter shapes, both orientations
+    _gemm_seen: dict[int, int] = field(default_factory=dict)  # autograd node instance -> GEMMs so far
+
+    def width(self, v: int) -> Dim:
+        for sym in WIDTHS:
+            if self.P.value(sym) == v:
+                return sym, v
+        return "", v
+
+    def tokens(self, lead: list[int]) -> Dim:
+        n = 1
+        for x in lead:
+            n *= x
+        return ("T", n) if n == self.P.b * self.P.s else ("", n)
+
+    def batched(self, v: int) -> Dim:
+        return ("bheads", v) if v == self.P.b * self.P.heads else ("", v)
+
+    def seqlike(self, v: int) -> Dim:
+        return ("s", v) if v == self.P.s else self.width(v)
+
+    def token_side(self, M: int, N: int, K: int, phase: str, g: GpuOp) -> str:
+        """Which of M, N, K is the tokens of a 2-D GEMM (the other two make a weight)."""
+        T = self.P.b * self.P.s
+        cands = [side for side, v, rest in (("M", M, (K, N)), ("K", K, (M, N)), ("N", N, (M, K)))
+                 if v == T and rest in self.params]
+        nth = self._gemm_seen.get(g.node_instance, 0)
+        self._gemm_seen[g.node_instance] = nth + 1
+        if len(cands) > 1 and "M" in cands and "K" in cands:
+            # autograd's mm backward: the input gradient (tokens as rows) first, then the weight
+            # gradient (contracting the tokens) -- torch/csrc/autograd/FunctionsManual.cpp mm_mat1/2_backward
+            return "M" if nth == 0 or phase == FWD else "K"
+        if cands:
+            return cands[0]
+        return next((side for side, v in (("M", M), ("K", K), ("N", N)) if v == T), "")
+
+    def tensor(self, d: list[int], node: str) -> Dims:
+        """An element-wise op's tensor: [b, s, ...], [b, heads, s, hd], [T, ...] or parameter-shaped."""
+        P = self.P
+        n = len(d)
+        if n >= 2 and d[0] == P.b and P.s in d[1:]:
+            # batch-first activations: [b, s, ...], [b, heads, s, hd], [b, kv heads, groups, s, hd]:
+            # the first later dimension of the sequence's length is the sequence, the rest are widths
+            at = d.index(P.s, 1)
+            return (("b", d[0]),) + tuple(("s", x) if i == at else self.width(x) for i, x in enumerate(d) if i)
+        weight = n == 2 and (d[0], d[1]) in self.params and "ToCopyBackward" in node
+        if d[0] == P.b * P.s and not weight:
+            return (("T", d[0]),) + tuple(self.width(x) for x in d[1:])
+        return tuple(self.width(x) for x in d)
+
+
+def _param_shapes(ops: list[GpuOp]) -> set[tuple[int, int]]:
+    """2-D parameter shapes (both orientations): the weights of the forward's linear layers and
+    embedding tables."""
+    out: set[tuple[int, int]] = set()
+    for g in ops:
+        for w in _op_params(g.cpu_op):
+            if len(w) == 2:
+                out |= {(w[0], w[1]), (w[1], w[0])}
+    return out
+
+
+def _op_params(cpu: dict | None) -> list[list[int]]:
+    """The parameter operands of a forward aten op (weights, biases, norm gains and shifts)."""
+    if not cpu:
+        return []
+    name = str(cpu.get("name", ""))
+    args = cpu.get("args", {}) if isinstance(cpu.get("args"), dict) else {}
+    dims = args.get("Input Dims") or []
+    pick = {"aten::addmm": (0, 2), "aten::linear": (1, 2), "aten::layer_norm": (2, 3),
+            "aten::embedding": (0,), "aten::rms_norm": (2,), "aten::group_norm": (2, 3)}.get(name, ())
+    return [dims[i] for i in pick if i < len(dims) and isinstance(dims[i], list) and dims[i]
+            and all(isinstance(x, int) for x in dims[i])]
+
+
+def _unit_params(fwd_ops: list[GpuOp], off: int, period: int, layers: int,
+                 ctx: _Symbols) -> tuple[tuple[Dims, ...], tuple[Dims, ...], tuple[Dims, ...]]:
+    """The parameters of the embedding, one block and the head: the parameter operands of the
+    aten ops their forward kernels run under (each op instance once)."""
+    def of(ops: list[GpuOp], embedding: bool) -> tuple[Dims, ...]:
+        seen: set[int] = set()
+        out: list[Dims] = []
+        for g in ops:
+            if g.cpu_op is None or g.cpu_instance in seen:
+                continue
+            seen.add(g.cpu_instance)
+            for w in _op_params(g.cpu_op):
+                emb = embedding and str(g.cpu_op.get("name")) == "aten::embedding"
+                out.append(_embedding_dims(w, ctx) if emb else tuple(ctx.width(x) for x in w))
+        return tuple(out)
+    end = off + layers * period
+    return of(fwd_ops[:off], True), of(fwd_ops[off:off + period], False), of(fwd_ops[end:], False)
+
+
+def _embedding_dims(w: list[int], ctx: _Symbols) -> Dims:
+    """An embedding table [rows, h]: rows are the vocabulary, or a fixed count (positions)."""
+    rows: Dim = ("V", w[0]) if w[0] == ctx.P.V else ("", w[0])
+    return (rows,) + tuple(ctx.width(x) for x in w[1:])
+
+
+def _tied(ops: list[GpuOp], phases: list[str], P: Shape) -> bool:
+    """The head reuses the embedding table: its two gradients are added in the backward (an
+    aten::add_ of two [V, h] tensors)."""
+    for g, ph in zip(ops, phases):
+        cpu = g.cpu_inner or {}
+        if ph == BWD and cpu.get("name") == "aten::add_":
+            ts = _tensor_dims(cpu.get("args", {}).get("Input Dims"))
+            if len(ts) >= 2 and ts[0] == ts[1] and sorted(ts[0]) == sorted([P.V, P.h]):
+                return True
+    return False
+
+
+def _param_bytes(fwd_ops: list[GpuOp]) -> int:
+    """Bytes of a parameter element: the dtype of the first embedding table or weight."""
+    for g in fwd_ops:
+        cpu = g.cpu_op or {}
+        if str(cpu.get("name")) in ("aten::embedding", "aten::linear", "aten::addmm"):
+            types = cpu.get("args", {}).get("Input type") or []
+            i = {"aten::embedding": 0, "aten::linear": 1, "aten::addmm": 2}[str(cpu.get("name"))]
+            if i < len(types):
+                return {"fp32": 4, "fp64": 8, "fp8": 1}.get(_DTYPES.get(str(types[i]).lower(), ""), 2)
+    return 4
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def _check_shapes(rt: RankTrace, P: Shape, path: str) -> None:
+    """What the trace says against workload.profiled: the embedding table [vocab, hidden] and the
+    attention's q [micro_batch, heads, seq_len, hidden/heads]."""
+    for g in rt.gpu_ops:
+        cpu = g.cpu_op or {}
+        name = str(cpu.get("name", ""))
+        ts = _tensor_dims((cpu.get("args") or {}).get("Input Dims"))
+        if name == "aten::embedding" and ts and ts[0][0] not in (P.V,) and ts[0][0] > P.s:
+            _contradict(path, "vocab", P.V, f"an embedding table of {ts[0][0]} rows", ts[0])
+        if name == "aten::embedding" and ts and ts[0][0] == P.V and ts[0][-1] != P.h:
+            _contradict(path, "hidden", P.h, f"an embedding width of {ts[0][-1]}", ts[0])
+        if "scaled_dot_product" in name and ts and len(ts[0]) == 4 and g.category == FWD:
+            q = ts[0]
+            for key, want, got in (("micro_batch", P.b, q[0]), ("heads", P.heads, q[1]), ("seq_len", P.s, q[2]),
+                                   ("hidden", P.h, q[1] * q[3])):
+                if want != got:
+                    _contradict(path, key, want, f"{got} in the attention's q", q)
+
+
+def _contradict(path: str, key: str, want: int, got: str, dims: list[int]) -> None:
+    raise TraceError(f"{path}: workload.profiled.{key} is {want}, but the trace has {got} "
+                     f"(shape {dims}); expected them to agree")

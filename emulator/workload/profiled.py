@@ -1,0 +1,239 @@
+"""A profiled workload: the user's own script, from a one-GPU profile, at this scenario's model,
+batch and parallel layout.
+
+The profile (``workload.profile``, read by :mod:`emulator.importers.profile`) gives the step's
+parts: embedding, one repeated block (forward and backward), head and loss, optimizer. Each
+kernel is reshaped to the scenario's sizes by the law of its class
+(:mod:`emulator.devices.reshape`; GEMMs and attention through the GPU's kernel model,
+:func:`emulator.workload.kernel_cost.kernel_cost`), and the parts become the build plan's units
+(``embed``, ``layer{i}``, ``head``). Everything else is the one workload builder's: pipeline stages
+and schedules, data-parallel gradient buckets (DDP: 25 MiB, reduced in the parameters' dtype),
+ZeRO-1/2/3 and FSDP gathers, on the emulated fabric. What a profile cannot say (how the script's
+own layers split over tensor-parallel GPUs) is refused by the rule book (scenario/checks.py).
+
+Host time: the GPU waits for the host wherever the host launches slower than the GPU runs, and
+after a synchronisation (a device-to-host copy such as HF's attention-mask check). Every kernel
+keeps its launch gap (host seconds since the previous launch, measured), and
+:func:`host_idle` replays two steps back to back, host and GPU, at the reshaped kernel times; the
+GPU's idle time in the second step goes into each part as a ``host`` kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from emulator.devices import compute
+from emulator.devices import reshape as R
+from emulator.importers.profile import ATTENTION, GEMM, MEMORY, OPTIMIZER, Profile, ProfiledKernel, read_profile
+from emulator.scenario.spec import GpuSpec, ProfiledSpec, Scenario
+from emulator.workload import kernel_cost as KC
+from emulator.workload import layer as Ly
+from emulator.workload.plan import Plan, Unit
+
+_BYTES = {"fp32": 4, "fp64": 8, "fp8": 1}  # element size by dtype (2 otherwise)
+PARTS = ("embed_fwd", "block_fwd", "head_fwd", "head_bwd", "block_bwd", "embed_bwd", "optimizer")
+
+
+@lru_cache(maxsize=4)
+def load(path: str, profiled: ProfiledSpec) -> Profile:
+    """The profile of ``path`` (read once per process: sweeps reuse it)."""
+    return read_profile(path, profiled)
+
+
+def profile_of(sc: Scenario) -> Profile:
+    assert sc.workload.profile is not None and sc.workload.profiled is not None  # the rule book checked it
+    return load(sc.workload.profile, sc.workload.profiled)
+
+
+def target_shape(sc: Scenario) -> R.Shape:
+    """The sizes the scenario predicts the script at (its model and micro-batch)."""
+    assert sc.model is not None  # the reader made it from workload.profiled
+    m = sc.model
+    return R.Shape(b=sc.training.micro_batch, s=m.seq_len, layers=m.layers, h=m.hidden, heads=m.heads,
+                   kvh=m.kv_heads or m.heads, ffn=m.ffn_hidden or 4 * m.hidden, V=m.vocab)
+
+
+# ---------------------------------------------------------------------------- one kernel
+
+
+def _gemm(dims: list[int], k: ProfiledKernel, gpu: GpuSpec) -> tuple[float, float]:
+    """(seconds by the kernel model, FLOPs) of a GEMM of (batch, M, N, K); its token dimension (no
+    operand's leading dimension) is exempt from cuBLAS's alignment rule (compute.gemm_cost)."""
+    b, m, n, kk = dims
+    assert k.gemm is not None
+    rows = next((i for i in (1, 3, 2) if k.gemm[i][0] == "T"), 1)
+    return compute.gemm_cost(m, n, kk, gpu, k.dtype if k.dtype in compute.DTYPE_BYTES else "bf16", b, rows)[0], \
+        2.0 * b * m * n * kk
+
+
+def _attention(dims: list[int], k: ProfiledKernel, gpu: GpuSpec) -> tuple[float, float]:
+    """(seconds by the kernel model, FLOPs) of a causal fused attention of (b, heads, kvh, s, hd)."""
+    b, heads, kvh, s, hd = dims
+    back = k.phase == "bwd"
+    t, _ = compute.attention_cost(b, heads, kvh, s, hd, gpu, causal=True, backward=back, dtype="bf16")
+    return t, compute.attention_flops(b, heads, s, s, hd, True, back)
+
+
+def reshaped(k: ProfiledKernel, P: R.Shape, Q: R.Shape, gpu: GpuSpec, params_ratio: float = 1.0) -> KC.Timed:
+    """Kernel ``k`` of a profile taken at ``P``, at shape ``Q``: measured where nothing changes,
+    else rescaled by its class's law (its source then "interpolated")."""
+    t, flops, nbytes = k.seconds, 0.0, 0.0
+    if k.cls in (GEMM, ATTENTION):
+        dims = k.gemm if k.cls == GEMM else k.attention
+        assert dims is not None  # the importer gives every GEMM and attention kernel its dims
+        before, after = [d[1] for d in dims], [R.size(d, Q) for d in dims]
+        cost = _gemm if k.cls == GEMM else _attention
+        model_after, flops = cost(after, k, gpu)
+        if after != before:
+            t = R.ratio_time(k.seconds, cost(before, k, gpu)[0], model_after)
+    elif k.cls == OPTIMIZER and params_ratio != 1.0:
+        t = k.seconds * params_ratio
+    elif k.cls != MEMORY:
+        t = k.seconds if R.bytes_ratio(k.tensors, Q) == 1.0 else R.elementwise_time(k.seconds, k.tensors, Q)
+        nbytes = sum(R.elements(x, Q) for x in k.tensors) * _BYTES.get(k.dtype, 2)
+    source = "measured" if t == k.seconds else "interpolated"
+    return Reshaped(_short(k.name), "elementwise" if k.cls not in (GEMM, ATTENTION) else "gemm", flops, nbytes,
+                    category=k.phase if k.phase in ("fwd", "bwd") else "optimizer",
+                    dtype=_BYTES.get(k.dtype, 2), seconds=t, source=source,
+                    sides=tuple(d[0] for d in k.gemm[1:]) if k.gemm else ("", "", ""),  # type: ignore[arg-type]
+                    attention=k.cls == ATTENTION)
+
+
+@dataclass(frozen=True)
+class Reshaped(KC.Timed):
+    """A profiled kernel at the scenario's shape: its time, and what placing the tensor-parallel
+    all-reduces needs (the symbols of its GEMM's M, N, K; whether it is the attention)."""
+
+    sides: tuple[str, str, str] = ("", "", "")
+    attention: bool = False
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 60 else name[:57] + "..."
+
+
+# ---------------------------------------------------------------------------- the host
+
+
+def host_idle(seq: list[tuple[float, float, bool, float]]) -> list[float]:
+    """GPU idle before each kernel in the second of two back-to-back steps.
+
+    ``seq``: (GPU seconds, host seconds since the previous launch, the host waits for it, the
+    GPU's own dispatch latency before it) per kernel in launch order. The host launches kernel i
+    at C_i = C_{i-1} + gap_i (after a synchronising kernel, no earlier than that kernel's end); the
+    GPU runs it from max(G_{i-1} + dispatch_i, C_i) to that + its time. The first step fills the
+    pipeline as a steady state would; the second is the period.
+    """
+    C = G = 0.0
+    idle: list[float] = []
+    for rep in (0, 1):
+        for g, gap, sync, dispatch in seq:
+            C += gap
+            start = max(G + dispatch, C)
+            if rep:
+                idle.append(start - G)
+            G = start + g
+            if sync:
+                C = max(C, G)
+    return idle
+
+
+# ---------------------------------------------------------------------------- the plan
+
+
+def _parts(prof: Profile, Q: R.Shape, gpu: GpuSpec) -> dict[str, list[KC.Timed]]:
+    """Every part's kernels at ``Q``, each part led by the GPU's idle time waiting on the host."""
+    P = prof.shape
+    after = R.params(prof.embed_params + prof.head_params, Q) + Q.layers * R.params(prof.block_params, Q)
+    ratio = after / (R.params(prof.embed_params + prof.head_params) + P.layers * R.params(prof.block_params))
+    parts = {name: [reshaped(k, P, Q, gpu, ratio) for k in getattr(prof, name)] for name in PARTS}
+    order = [("embed_fwd", 1), ("block_fwd", Q.layers), ("head_fwd", 1), ("head_bwd", 1),
+             ("block_bwd", Q.layers), ("embed_bwd", 1), ("optimizer", 1)]
+    seq = [(t.seconds, k.launch_gap, k.sync, k.dispatch) for name, n in order for _ in range(n)
+           for t, k in zip(parts[name], getattr(prof, name))]
+    idle = host_idle(seq)
+    i = 0
+    for name, n in order:
+        size = len(parts[name]) * n
+        waited = sum(idle[i:i + size]) / n
+        i += size
+        if waited > 0:
+            cat = "optimizer" if name == "optimizer" else name.split("_")[1]
+            parts[name].insert(0, KC.Timed("host", "elementwise", 0.0, 0.0, category=cat, seconds=waited))
+    return parts
+
+
+_COLUMN_OUT = ("qkv", "q", "kv", "ffn", "ffn2")  # outputs of Megatron's column-parallel layers
+_ROW_IN = ("q", "ffn", "ffn2")  # inputs of its row-parallel layers
+
+
+def _tp_comms(parts: dict[str, list], Q: R.Shape, param_bytes: int) -> dict[str, list[Ly.Step]]:
+    """The tensor-parallel all-reduces of b·s·h elements Megatron-LM runs (Shoeybi et al. 2019, as in
+    emulator/workload/layer.py): forward after each row-parallel GEMM (attention output projection,
+    MLP down), and after the vocab-parallel embedding lookup; backward after the input gradient of the
+    column-parallel GEMMs (one all-reduce for the QKV side, one for the MLP up side), overlapping the
+    weight-gradient GEMM that follows, and after the vocab-parallel head's input gradient."""
+    T_h = Q.b * Q.s * Q.h
+
+    def ar(name: str, nbytes: float, cat: str, overlap: int) -> Ly.Comm:
+        return Ly.Comm(name, "tp", "all_reduce", T_h * nbytes, overlap=overlap, category=cat)
+
+    def gemm_sides(t: KC.Timed) -> tuple[str, str, str]:
+        return t.sides if isinstance(t, Reshaped) else ("", "", "")
+
+    out: dict[str, list[Ly.Step]] = {name: list(ks) for name, ks in parts.items()}
+    fwd: list[Ly.Step] = []
+    for t in parts["block_fwd"]:
+        fwd.append(t)
+        if gemm_sides(t)[2] in _ROW_IN:
+            fwd.append(ar("tp_allreduce", t.dtype, "fwd", 0))
+    out["block_fwd"] = fwd
+    bwd: list[Ly.Step] = []
+    col = [i for i, t in enumerate(parts["block_bwd"]) if gemm_sides(t)[0] == "T" and gemm_sides(t)[2] in _COLUMN_OUT]
+    att = next((i for i, t in enumerate(parts["block_bwd"]) if isinstance(t, Reshaped) and t.attention), -1)
+    last = {max((i for i in col if i < att), default=-1), max((i for i in col if i > att), default=-1)} - {-1}
+    for i, t in enumerate(parts["block_bwd"]):
+        bwd.append(t)
+        if i in last:
+            bwd.append(ar("tp_allreduce", t.dtype, "bwd", 1))
+    out["block_bwd"] = bwd
+    out["embed_fwd"] = list(parts["embed_fwd"]) + [ar("tp_allreduce", param_bytes, "fwd", 0)]
+    head: list[Ly.Step] = []
+    for t in parts["head_bwd"]:
+        head.append(t)
+        if gemm_sides(t)[0] == "T" and gemm_sides(t)[2] == "V":
+            head.append(ar("tp_allreduce", t.dtype, "bwd", 1))
+    out["head_bwd"] = head
+    return out
+
+
+def reshape_plan(plan: Plan, sc: Scenario) -> None:
+    """Replace ``plan``'s units (made for a generated model) by the profile's parts at the scenario's
+    sizes, one tensor-parallel GPU's share of them (``parallel.tp``) with their all-reduces."""
+    assert sc.cluster.node is not None  # the builder checked it
+    prof = profile_of(sc)
+    tp = sc.parallel.tp
+    Q = target_shape(sc).per_gpu(tp)
+    parts: dict[str, list] = dict(_parts(prof, Q, sc.cluster.node.gpu))
+    if tp > 1:
+        parts = _tp_comms(parts, Q, prof.param_bytes)
+    emb, head = R.params(prof.embed_params, Q), R.params(prof.head_params, Q)
+    block = R.params(prof.block_params, Q)
+    par = sc.parallel
+    V = par.pp * plan.v
+    table = Q.V * Q.h if prof.tied and par.pp > 1 else 0  # the last stage's own copy of a tied table (V/tp)
+    for vs in range(V):
+        per, first = plan.chunk_layers[vs], sum(plan.chunk_layers[:vs])
+        units: list[Unit] = []
+        if vs == 0:
+            units.append(Unit("embed", -1, list(parts["embed_fwd"]), list(parts["embed_bwd"]), emb))
+        units += [Unit(f"layer{i}", i, parts["block_fwd"], parts["block_bwd"], block)
+                  for i in range(first, first + per)]
+        if vs == V - 1:
+            units.append(Unit("head", Q.layers, list(parts["head_fwd"]), list(parts["head_bwd"]), head + table))
+        plan.chunk_units[vs] = units
+    total = emb + head + Q.layers * block
+    opt = sum(t.seconds for t in parts["optimizer"])
+    plan.optimizer_s_per_param = opt / total if total else 0.0  # the step scales with the parameters it updates
+    plan.dtype = plan.grad_dtype = prof.param_bytes
+    plan.model = replace(plan.model, tied_embeddings=prof.tied)

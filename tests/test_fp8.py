@@ -1,0 +1,101 @@
+"""FP8 as Transformer Engine runs it (training.precision: fp8): only the linear layers' GEMMs in FP8,
+at the measured FP8 rates, with TE's cast-transposes and amax-history updates around them
+(emulator/workload/layer.py, emulator/workload/kernel_cost.py)."""
+from __future__ import annotations
+
+import pytest
+
+from emulator.devices import compute as C
+from emulator.scenario import catalog
+from emulator.scenario.spec import ModelSpec
+from emulator.workload import kernel_cost as KC
+from emulator.workload import layer as Ly
+
+H100 = catalog.gpu("H100-SXM5-80GB")
+SMALL = ModelSpec(layers=1, hidden=256, heads=4, ffn_hidden=1024, seq_len=128, vocab=512)
+
+
+def _shape(t: int = 1, sp: bool = False, micro: int = 2, fp8_params: bool = False) -> Ly.LayerShape:
+    return Ly.layer_shape(SMALL, 1, t, sp, dtype=1, micro_batches=micro, fp8_params=fp8_params)
+
+
+def _by_name(steps):
+    return {st.name: st for st in steps if isinstance(st, Ly.Kernel)}
+
+
+def test_only_linear_gemms_are_fp8():
+    L = _shape()
+    assert L.fp8 and L.dtype == 2  # activations stay bf16
+    k = _by_name(Ly.forward_steps(L) + Ly.head_forward(L, 512))
+    assert k["qkv"].dtype == k["proj"].dtype == k["mlp.up"].dtype == k["mlp.down"].dtype == 1
+    assert k["lm_head"].dtype == 2  # Megatron's output layer is not a TE module
+    assert k["ln1"].bytes == 2 * 128 * 256 * 2  # a norm: 2 passes of T·h bf16 elements
+    unfused = _by_name(Ly.forward_steps(Ly.layer_shape(SMALL, 1, dtype=1)))  # unfused core attention: bf16 bmm
+    assert unfused["attn.qk"].dtype == 2
+
+
+def test_cast_transpose_bytes_by_hand():
+    L = _shape(micro=2)
+    k = _by_name(Ly.forward_steps(L))
+    # qkv input: T·h = 128·256 = 32768 elements, 4 B each (read bf16, write fp8 and its transpose)
+    # + 3 tensors' amax history (2·4·1024 B each): 131072 + 24576
+    assert k["qkv.fp8_cast_x"].bytes == 131072 + 24576
+    # qkv weight (768 × 256 = 196608 elements), cast once per step of 2 micro-batches: 4/2 B per element
+    assert k["qkv.fp8_cast_w"].bytes == 196608 * 2.0
+    # the casts come right before their GEMM
+    names = [st.name for st in Ly.forward_steps(L)]
+    assert names[names.index("qkv") - 2:names.index("qkv") + 1] == ["qkv.fp8_cast_x", "qkv.fp8_cast_w", "qkv"]
+    b = _by_name(Ly.backward_steps(L))
+    # mlp.down's output gradient T·h = 32768 elements: 4 B each + 2 tensors' amax history
+    assert b["mlp.down.fp8_cast_dy"].bytes == 131072 + 16384
+    assert "mlp.down.fp8_cast_w" not in b and not any(n.endswith("wgrad.fp8_cast_dy") for n in b)
+    # fp8 weights (fp8_params): only the transpose is written, 2 B per element per step
+    assert _by_name(Ly.forward_steps(_shape(micro=2, fp8_params=True)))["qkv.fp8_cast_w"].bytes == 196608 * 1.0
+
+
+def test_sequence_parallel_casts_the_local_shard():
+    # t = 2 with SP: qkv's input is all-gathered; TE casts the local half (3 B per element) and transposes
+    # the gathered tensor (2 B): (3/2 + 2)·32768 = 114688, + 24576 amax
+    k = _by_name(Ly.forward_steps(_shape(t=2, sp=True)))
+    assert k["qkv.fp8_cast_x"].bytes == 114688 + 24576
+    assert k["proj.fp8_cast_x"].bytes == 4 * 128 * 128 + 24576  # proj's input (T × h/t) is not gathered
+
+
+def test_backward_overlap_windows_still_cover_the_gemm():
+    # with SP the saved input's all-gather overlaps dgrad (overlap 1): the dY cast goes ahead of it
+    steps = Ly.backward_steps(_shape(t=2, sp=True))
+    i = next(j for j, st in enumerate(steps) if st.name == "qkv.dgrad")
+    assert steps[i - 1].name == "qkv.ag_input" and steps[i - 2].name == "qkv.fp8_cast_dy"
+
+
+def test_fp8_gemm_runs_at_the_fp8_rate_and_the_rest_at_bf16():
+    g = C.at_precision(H100, "fp8")
+    assert g.peak_flops == 989.4e12  # at_precision keeps the bf16 peak: attention and the rest run there
+    L = Ly.layer_shape(ModelSpec(layers=1, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, seq_len=8192,
+                                 vocab=128256, swiglu=True), 1, 1, dtype=1, flash=True)  # up: n = 2·28672
+    k = _by_name(Ly.forward_steps(L))
+    # mlp.up (8192, 57344, 8192) in fp8: h200/fp8_gemm.csv row 18, 6267.38 us, carried to the H100
+    t, src = KC.kernel_cost(k["mlp.up"], g, "fp8")
+    assert src == "measured" and t == pytest.approx(6267.38e-6, rel=1e-5)
+    # the flash kernel costs the same under fp8 as under bf16 (cuDNN bf16 rows)
+    assert KC.kernel_cost(k["attn.flash"], g, "fp8") == KC.kernel_cost(k["attn.flash"], H100, "bf16")
+    assert KC.kernel_precision(k["attn.flash"], "fp8") == "bf16" and KC.kernel_precision(k["mlp.up"], "fp8") == "fp8"
+
+
+def test_fp8_roofline_uses_the_fp8_peak():
+    # an fp8 GEMM no table covers (A100-shaped roofline on the H100 without a table): 2mnk / (1978.9e12 · e)
+    from dataclasses import replace
+
+    g = C.at_precision(replace(H100, kernel_table="none"), "fp8")
+    t, src = C.gemm_cost(8192, 8192, 8192, g, "fp8")
+    e = C.gemm_efficiency(8192, 8192, 8192, g, 1, 1)
+    assert src == "roofline" and t == pytest.approx(2 * 8192**3 / (1978.9e12 * e) + 4e-6)
+
+
+def test_casts_move_their_bytes_at_the_measured_cast_bandwidth():
+    # h200/elementwise.csv row 10: a cast at 3672 of 4800 GB/s (0.765); on the H100 0.765 · 3350 GB/s.
+    # qkv.fp8_cast_x of the small model: 155648 B / (3350e9 · 3672/4800) = 60.735 ns, + 4 us launch
+    k = _by_name(Ly.forward_steps(_shape()))["qkv.fp8_cast_x"]
+    assert k.kind == "cast"
+    t, src = KC.kernel_cost(k, H100, "fp8")
+    assert src == "roofline" and t == pytest.approx(155648 / (3350e9 * 3672 / 4800) + 4e-6, rel=1e-9)
