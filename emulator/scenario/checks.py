@@ -233,7 +233,7 @@ class ScenarioChecks:
         p = s.parallel
         if s.jobs:
             self.check_no_top_workload(s)
-        self.check_one_workload("", s.model, s.workload.trace)
+        self.check_one_workload("", s.workload.trace)
         if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
             v = _schedule_violations(p)[0]
             raise self.fail(v.key, v.message)
@@ -277,9 +277,10 @@ class ScenarioChecks:
                 raise self.fail(section, f"a scenario with jobs reads {section} inside each job "
                                          f"(jobs[i].{section}); move the top-level {section} into the jobs")
 
-    def check_one_workload(self, kp: str, model: ModelSpec | None, trace: str | None) -> None:
-        """A model or a workload.trace, not both: the trace would run and the model be dropped."""
-        if model is not None and trace is not None:
+    def check_one_workload(self, kp: str, trace: str | None) -> None:
+        """A model or a workload.trace, not both: the trace would run and the model be dropped. (Given
+        by the user: a profiled workload's model comes from its profile, and check_profile speaks.)"""
+        if self.given(f"{kp}model") and trace is not None:
             raise self.fail(f"{kp}workload.trace", f"give one or the other: a {kp}model or a {kp}workload.trace "
                                                    "(the trace would run and the model be ignored)")
 
@@ -318,7 +319,7 @@ class ScenarioChecks:
                                            f"{job.placement} (how many nodes the job runs on)")
         if self.given(f"{kp}.seed") and job.placement != "random":
             raise self.fail(f"{kp}.seed", f'seed is only read with placement: random (placement is "{job.placement}")')
-        self.check_one_workload(f"{kp}.", job.model, job.workload.trace)
+        self.check_one_workload(f"{kp}.", job.workload.trace)
         if job.model is None and job.workload.trace is None:
             raise self.fail(f"{kp}.model", "a job needs a workload: give a model (model.preset, or layers, hidden, "
                                            "heads, seq_len, vocab) or a workload.trace")
