@@ -17,7 +17,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from emulator.docs_links import epilog, key_url
-from emulator.errors import EmulatorError, ScenarioError
+from emulator.errors import EmulatorError, ReportError, ScenarioError
 from emulator.printable import printable
 
 # name → (module, add-arguments function, command function, help); imported on use
@@ -258,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_destinations(args)
         return args.func(args)
     except EmulatorError as exc:
-        print(f"emulator: {printable(str(exc))}", file=sys.stderr)
+        lines = str(exc).split("\n") if isinstance(exc, ReportError) else [str(exc)]
+        print("emulator: " + "\n".join(map(printable, lines)), file=sys.stderr)
         if isinstance(exc, ScenarioError) and exc.key and sys.stderr.isatty():  # a person reads it: the key's entry
             from emulator.scenario.schema import all_key_paths  # (programs and tests keep the one line)
 

@@ -49,7 +49,7 @@ import simpy
 from emulator.block import Offsets, OpenedFields, offsets, opened_times
 from emulator.devices.gpu import Gpu
 from emulator.devices.sharing import SharedGpu
-from emulator.errors import EmulatorError
+from emulator.errors import EmulatorError, ReportError
 from emulator.folding import Stamped, back
 from emulator.network.collectives import CollectiveModel, PlanKey
 from emulator.network.fabric import Alone, Fabric, alone, delay_to
@@ -101,7 +101,7 @@ def _by_source(src: array[int], dst: array[int], n: int) -> tuple[array[int], ar
     return off, to
 
 
-class DeadlockError(EmulatorError):
+class DeadlockError(ReportError):
     """The program can never finish: some ops wait for something that never comes."""
 
 

@@ -11,6 +11,11 @@ class EmulatorError(Exception):
     """Base of all user-facing errors (bad scenario, bad trace, deadlock, ...)."""
 
 
+class ReportError(EmulatorError):
+    """An error whose message is a report of several lines (a deadlock's waiting ops, one a line):
+    the CLI prints each line, made printable, instead of one line with the breaks escaped."""
+
+
 class ScenarioError(EmulatorError):
     """A scenario file (or a ``--set`` override) is wrong.
 

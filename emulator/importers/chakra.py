@@ -10,7 +10,8 @@ Export (``export_chakra``) writes one file per simulated rank,
 and the communicator-group file ``<out_dir>/comm_group.json`` (``chakra_groups.py``):
 - compute -> ``COMP_NODE`` with ``num_ops`` (FLOPs), ``tensor_size`` (bytes) and
   ``duration_micros``; collective -> ``COMM_COLL_NODE`` with ``comm_type``,
-  ``comm_size`` (the nccl-tests buffer S) and ``pg_name``; send/recv ->
+  ``comm_size`` (each rank's input buffer, Chakra's convention: ``comm_size`` below) and
+  ``pg_name``; send/recv ->
   ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` with ``comm_src``, ``comm_dst``, ``comm_tag``
   (int32, as Chakra's feeder reads them: commit 21585d8, src/feeder/et_feeder_node.cpp
   rows 42-47), ``comm_size`` and the ``pg_name`` of the pair;
@@ -61,6 +62,33 @@ _INSTALL = "the Chakra format needs the optional package mlc-chakra (pip install
 _FOREIGN_IDS = 10**9  # id block per rank for files written by other tools
 _FILE = re.compile(r"\.(\d+)\.et$")
 _PREFIX = "chakra"  # the export's file names: chakra.<rank>.et (ASTRA-sim: --workload-configuration=DIR/chakra)
+
+
+def comm_size(collective: str, nbytes: float, members: int) -> int:
+    """Chakra's ``comm_size`` of a collective whose nccl-tests buffer is ``nbytes`` over ``members`` ranks.
+
+    Chakra and ASTRA-sim read ``comm_size`` as each rank's INPUT buffer:
+    - Chakra's PyTorch converter (mlcommons/chakra 21585d8, src/converter/pytorch_node.py,
+      ``PyTorchNode.comm_size``) writes the sum of the bytes of the op's input tensors;
+    - ASTRA-sim (astra-sim/astra-sim 518bd51, astra-sim/workload/Workload.cc,
+      ``Workload::issue_coll_comm``) hands it to the collective as ``data_size``, and
+      astra-sim/system/astraccl/native_collectives/collective_algorithm/Ring.cc, ``Ring::Ring``,
+      makes an all-gather's result ``data_size * nodes_in_ring`` with messages of ``data_size``,
+      a reduce-scatter's ``data_size / nodes_in_ring``, and splits an all-to-all's and an
+      all-reduce's ``data_size`` into ``nodes_in_ring`` messages.
+    The emulator's bytes are nccl-tests' S (DESIGN.md): the gathered OUTPUT of an all-gather, the
+    INPUT of a reduce-scatter, each rank's buffer of an all-to-all, all-reduce and broadcast. So
+    only an all-gather differs: its comm_size is S / n (``bytes_of_comm_size`` is the inverse)."""
+    if collective == "all_gather":
+        return int(round(nbytes / max(1, members)))
+    return int(nbytes)
+
+
+def bytes_of_comm_size(collective: str, size: float, members: int) -> float:
+    """The nccl-tests buffer S of a collective whose Chakra ``comm_size`` is ``size`` (``comm_size``'s inverse)."""
+    return size * members if collective == "all_gather" else size
+
+
 _COMM_TYPES = {"all_reduce": 0, "all_gather": 2, "broadcast": 5, "all_to_all": 6, "reduce_scatter": 7}
 _FROM_COMM_TYPE = {0: "all_reduce", 1: "all_reduce", 2: "all_gather", 3: "all_gather", 4: "reduce_scatter",
                    5: "broadcast", 6: "all_to_all", 7: "reduce_scatter", 8: "reduce_scatter", 9: "all_reduce"}
@@ -223,6 +251,8 @@ def _node(pb: Any, op: Op, index: int, prev: int | None, rank_of: dict[int, int]
     if op.kind is COMPUTE:
         add(_attr(pb, "num_ops", "int64_val", int(op.flops)))
         add(_attr(pb, "tensor_size", "uint64_val", int(op.bytes)))
+    elif op.kind is COLLECTIVE:
+        add(_attr(pb, "comm_size", "int64_val", comm_size(op.collective, op.bytes, len(op.group))))
     else:
         add(_attr(pb, "comm_size", "int64_val", int(op.bytes)))
     if op.kind is COLLECTIVE:
@@ -484,8 +514,9 @@ def _foreign_op(n: Any, a: dict, rank: int, ranks: int, path: str, known: set[in
         if ct not in _FROM_COMM_TYPE:
             raise TraceError(f"{where}: unknown comm_type {ct}")
         group = groups.resolve(str(a.get("pg_name", "")), tuple(range(ranks)), rank, where)
-        return Op(id=int(n.id), rank=rank, kind=COLLECTIVE, stream="comm", deps=deps, name=n.name, bytes=size,
-                  collective=_FROM_COMM_TYPE[ct], group=group, category="comm")
+        op = _FROM_COMM_TYPE[ct]
+        return Op(id=int(n.id), rank=rank, kind=COLLECTIVE, stream="comm", deps=deps, name=n.name,
+                  bytes=bytes_of_comm_size(op, size, len(group)), collective=op, group=group, category="comm")
     if t in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
         send = t == "COMM_SEND_NODE"
         peer = int(a.get("comm_dst" if send else "comm_src", -1))

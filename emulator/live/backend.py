@@ -227,7 +227,8 @@ class EmulatorProcessGroup(dist.ProcessGroup):
     def _real(self, op: str, nbytes: float, device: str, call: Callable[[Any], Any]) -> RealWork:
         """Run ``call(pg)`` on the real group of this group's (all real) members, asynchronously."""
         s = session()
-        pg = peers().group(self.ranks, device)
+        with s.beacon.blocked(op, self.ranks, self.ranks):  # a new group waits for all its members
+            pg = peers().group(self.ranks, device)
         work = call(pg)
         return RealWork(work, s.issue_real(op, self.ranks, nbytes, work))
 
@@ -241,8 +242,9 @@ class EmulatorProcessGroup(dist.ProcessGroup):
             issued = s.clock.now()
             arrival = s.arrival(self.ranks)
             reals = sorted(real_members(self.ranks, s.real))
-            start = peers().exchange(tuple(reals), arrival)
-            data(peers().group(tuple(reals), device) if len(reals) > 1 else None, reals)
+            with s.beacon.blocked(op, self.ranks, tuple(reals)):
+                start = peers().exchange(tuple(reals), arrival)
+                data(peers().group(tuple(reals), device) if len(reals) > 1 else None, reals)
             s.blocked_until_now(issued, "real exchange")  # waiting on the other real ranks is not compute
             return EmulatorWork(result, s.issue(op, self.ranks, nbytes, root, arrival=start))
 
@@ -533,7 +535,8 @@ class EmulatorProcessGroup(dist.ProcessGroup):
             return None
         pair = tuple(sorted((s.rank, world_peer)))
         dev = _device(tensors)
-        pg = peers().group(pair, dev)
+        with s.beacon.blocked(op, pair, pair, world_peer):
+            pg = peers().group(pair, dev)
         other = pair.index(world_peer)
         work = pg.send(tensors, other, tag) if op == "send" else pg.recv(tensors, other, tag)
         return RealWork(work, s.issue_real(op, pair, sum(map(_nbytes, tensors)), work))
@@ -562,6 +565,7 @@ class EmulatorProcessGroup(dist.ProcessGroup):
 
 
 def _create(opts: Any, pg_options: Any = None) -> EmulatorProcessGroup:
+    session().beacon.init()  # the script called init_process_group (or new_group)
     return EmulatorProcessGroup(opts.group_rank, opts.group_size, list(opts.global_ranks_in_group))
 
 

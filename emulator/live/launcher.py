@@ -24,12 +24,14 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 from emulator.errors import EmulatorError
+from emulator.live.watchdog import RankState, read_state, verdict
 
 NEEDS_TORCH = "emulator live needs PyTorch: pip install '.[live]'"
 _PYTHON = re.compile(r"^python[0-9.]*(\.exe)?$")
@@ -112,7 +114,8 @@ def _world(args: argparse.Namespace, scenario) -> int:
 
     gpus = len(build_topology(scenario.cluster).gpus)
     p = scenario.parallel
-    world = args.world or (p.tp * p.pp * p.dp * p.cp if p.tp * p.pp * p.dp * p.cp > 1 else gpus)
+    world = args.world if args.world is not None else (
+        p.tp * p.pp * p.dp * p.cp if p.tp * p.pp * p.dp * p.cp > 1 else gpus)
     if not 1 <= world <= gpus:
         raise EmulatorError(f"--world: expected 1..{gpus} (the GPUs of {scenario.name}), got {world}")
     if not 0 <= args.rank < world:
@@ -169,9 +172,10 @@ def live_command(args: argparse.Namespace) -> str | int:
             rc = subprocess.call(cmd, env=_env(args, scenario, world, paths[0]))
             codes = [rc]
         else:
-            shared = {"EMULATOR_LIVE_REAL": str(real), "EMULATOR_LIVE_MASTER": f"127.0.0.1:{_free_port()}",
-                      "EMULATOR_LIVE_T0": repr(time.perf_counter())}
-            codes = _run_all([(cmd, _env(args, scenario, world, paths[k], k, shared)) for k in range(real)])
+            shared = {"EMULATOR_LIVE_REAL": str(real), "EMULATOR_LIVE_MASTER": f"127.0.0.1:{_free_port()}"}
+            states = [os.path.join(tmp, f"state-{k}.json") for k in range(real)]
+            codes = _run_all([(cmd, {**_env(args, scenario, world, paths[k], k, shared),
+                                     "EMULATOR_LIVE_STATE": states[k]}) for k in range(real)], states)
             rc = next((c for c in codes if c), 0)
         records = []
         for k, path in enumerate(paths):
@@ -183,6 +187,12 @@ def live_command(args: argparse.Namespace) -> str | int:
     for rec in records:
         if "error" in rec:
             raise EmulatorError(rec["error"])
+    for k, rec in enumerate(records):
+        if not rec.get("initialised", True):
+            who = f" (real rank {k})" if real > 1 else ""
+            raise EmulatorError(f"emulator live: the script{who} never called torch.distributed.init_process_group, "
+                                "so nothing ran on the emulated cluster; call it (with any backend: the emulator "
+                                "replaces it) before the first collective")
     record = records[0]
     if real > 1:
         record["real_records"] = records[1:]
@@ -203,21 +213,66 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _run_all(jobs: list[tuple[list[str], dict[str, str]]]) -> list[int]:
-    """Start every (command, environment); wait for all. If one fails, stop the others (they would
-    wait for it on the real group until its timeout). Returns the exit codes."""
+def _run_all(jobs: list[tuple[list[str], dict[str, str]]], states: list[str]) -> list[int]:
+    """Start every (command, environment); wait for all. If one fails,
+    stop the others (they would wait for it on the real group until its timeout). If the watchdog
+    (``emulator.live.watchdog``, on the ranks' ``states`` files) finds a deadlock among the real
+    ranks, stop every process of the run and raise it. Returns the exit codes."""
     procs = [subprocess.Popen(cmd, env=env) for cmd, env in jobs]
+    watch = _Watch(states)
+    before = signal.signal(signal.SIGTERM, _terminated)  # a terminated launcher stops its processes too
     try:
-        while any(p.poll() is None for p in procs):
+        while [p.poll() for p in procs].count(None):  # poll each one: any() would stop at the first running
             if any(p.returncode not in (None, 0) for p in procs):
-                for p in procs:
-                    if p.poll() is None:
-                        p.terminate()
+                _stop(procs)
                 break
+            why = watch.check([p.returncode for p in procs])
+            if why:
+                _stop(procs)
+                raise EmulatorError(f"emulator live: {why}; every process of the run was stopped")
             time.sleep(0.05)
         return [p.wait() for p in procs]
     finally:
+        signal.signal(signal.SIGTERM, before)
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise EmulatorError("emulator live: terminated; every process of the run was stopped")
+
+
+class _Watch:
+    """The launcher's side of the watchdog: how long each rank's state has stood."""
+
+    def __init__(self, states: list[str]) -> None:
+        self.states = states
+        self.seen: list[tuple] = [()] * len(states)
+        self.since = [time.monotonic()] * len(states)
+
+    def check(self, codes: list[int | None]) -> str | None:
+        now = time.monotonic()
+        ranks = []
+        for k, (path, code) in enumerate(zip(self.states, codes)):
+            waiting, initialised, seq = read_state(path, k)
+            key = (seq, code)
+            if key != self.seen[k]:
+                self.seen[k], self.since[k] = key, now
+            ranks.append(RankState(k, waiting, initialised, code, now - self.since[k]))
+        return verdict(ranks)
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
+    """SIGTERM to every process still running, SIGKILL after ``grace_s``."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    end = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

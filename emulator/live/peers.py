@@ -12,6 +12,7 @@ arrival time and gets the latest, over the real group of the group's real member
 """
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +31,13 @@ class Peers:
         self.real = real
         self.store = dist.TCPStore(host, int(port), real, rank == 0, timeout=TIMEOUT)
         self._groups: dict[tuple[tuple[int, ...], str], Any] = {}
+
+    def origin(self) -> float:
+        """Real rank 0's ``time.perf_counter()`` once every real rank has joined the store (its
+        constructor waits for them): the common origin of the real ranks' clocks."""
+        if self.rank == 0:
+            self.store.set("emulator-live/t0", repr(time.perf_counter()))
+        return float(self.store.get("emulator-live/t0").decode())
 
     def group(self, members: tuple[int, ...], device: str = "cpu") -> Any:
         """The real process group of ``members`` (world ranks < K, this rank among them)."""

@@ -12,8 +12,9 @@ EMULATOR_LIVE_SCENARIO (path), EMULATOR_LIVE_SET (JSON list of --set overrides),
 EMULATOR_LIVE_WORLD, EMULATOR_LIVE_CLOCK (wall | virtual), EMULATOR_LIVE_RECORD
 (output path), EMULATOR_LIVE_PROFILE (1: run under the PyTorch profiler), RANK;
 with several real ranks (``--real K``): EMULATOR_LIVE_REAL (K), EMULATOR_LIVE_MASTER
-(host:port of the real ranks' store) and EMULATOR_LIVE_T0 (the launcher's
-``time.perf_counter()``, the common origin of the real ranks' clocks: one monotonic
+(host:port of the real ranks' store) and EMULATOR_LIVE_STATE (the state file of the
+launcher's watchdog, ``emulator.live.watchdog``). The real ranks' clocks share one origin,
+real rank 0's ``time.perf_counter()`` once all of them are up (``Peers.origin``: one monotonic
 clock on one machine). Tooling only: EMULATOR_LIVE_PACE (a directory): each time the local
 rank ends a wait on communication, one datagram goes to the UNIX socket ``rank<RANK>`` there,
 if something listens (``_pace``; benchmarks/live_real_check.py's in-step neighbours).
@@ -46,6 +47,7 @@ def _session():
     from emulator.live.cost import CommCost
     from emulator.live.overrides import live_overrides
     from emulator.live.session import Session
+    from emulator.live.watchdog import Beacon
     from emulator.scenario.reader import load_scenario
 
     overrides = json.loads(os.environ.get("EMULATOR_LIVE_SET", "[]"))
@@ -56,8 +58,6 @@ def _session():
     cost = CommCost(scenario, world)
     slow, notes = live_overrides(scenario, cost.topology, world, real)
     clock = Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall"))
-    if os.environ.get("EMULATOR_LIVE_T0"):
-        clock.t0 = float(os.environ["EMULATOR_LIVE_T0"])  # the real ranks share one origin
     pipeline, note = _pipeline(scenario, world, rank, real, slow)
     skew = scenario.live
     model = (skew.skew_base, skew.skew_slope) if skew.skew == "model" else None
@@ -67,6 +67,7 @@ def _session():
                      f"({skew.skew_base * 1e3:g} ms + {skew.skew_slope:g} x the compute since the last "
                      "synchronisation) after its mirror")
     live.notes.extend(notes + ([note] if note else []))
+    live.beacon = Beacon(os.environ.get("EMULATOR_LIVE_STATE"), rank)
     if os.environ.get("EMULATOR_LIVE_PACE"):
         live.on_synced.append(_pace(os.path.join(os.environ["EMULATOR_LIVE_PACE"], f"rank{rank}")))
     return live
@@ -113,7 +114,12 @@ def _peers(live):
         return None
     from emulator.live.peers import Peers
 
-    return Peers(live.rank, live.real, os.environ["EMULATOR_LIVE_MASTER"])
+    with live.beacon.blocked("rendezvous", tuple(range(live.real)), tuple(range(live.real))):
+        peers = Peers(live.rank, live.real, os.environ["EMULATOR_LIVE_MASTER"])
+        # the real ranks' common origin: when the last of them is ready, not when the launcher started
+        # them (their start, torch's import, would count as the first iteration's compute)
+        live.clock.t0 = peers.origin()
+    return peers
 
 
 def _patch_init(live) -> Callable[[], None]:

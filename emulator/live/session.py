@@ -53,6 +53,7 @@ from emulator.live.cost import CommCost
 from emulator.live.mirror import mirrors
 from emulator.live.pipeline import Pipeline
 from emulator.live.skew import lag as skew_lag
+from emulator.live.watchdog import Beacon
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class Session:
         self.end_s: float | None = None
         self._step_key: int | None = None
         self.on_synced: list[Callable[[], None]] = []  # called each time a wait on communication ends
+        self.beacon = Beacon(None, rank)  # tells the launcher's watchdog of real waits (``emulator.live.watchdog``)
 
     # -- stragglers ---------------------------------------------------------------
     def arrival(self, group: tuple[int, ...], collective: bool = True) -> float:
@@ -205,7 +207,10 @@ class Session:
         work = self.pending.pop(seq, None)
         if work is not None:
             start = self.clock.now()
-            work.wait()
+            rec = self.comms[seq]
+            peer = next((r for r in rec.group if r != self.rank), -1) if rec.op in ("send", "recv") else -1
+            with self.beacon.blocked(rec.op, rec.group, rec.group, peer):
+                work.wait()
             end = self.clock.now()
             self.blocked_s += end - start
             self._synced()
@@ -274,6 +279,7 @@ class Session:
     def to_dict(self) -> dict:
         """The record as plain JSON-able data (what the child process hands the launcher)."""
         return {"world": self.world, "rank": self.rank, "clock": self.clock.mode,
+                "initialised": self.beacon.initialised,
                 "hidden_s": self.clock.hidden_s, "real": self.real,
                 "slow": {str(r): f for r, f in sorted(self.slow.items())},
                 **({"skew": {"base_s": self.skew[0], "slope": self.skew[1]}} if self.skew else {}),

@@ -93,7 +93,8 @@ def check_folder(path: str, label: str = "", names: Sequence[str] = ()) -> None:
     if os.path.islink(path) and not os.path.exists(path):
         raise DestinationError(f"{_name(label, path)}: is a broken symbolic link")
     if os.path.lexists(path) and not os.path.isdir(path):
-        raise DestinationError(f"{_name(label, path)}: exists and is a file, not a folder")
+        what = "a file" if os.path.isfile(path) else "a device, pipe or socket"
+        raise DestinationError(f"{_name(label, path)}: exists and is {what}, not a folder")
     if os.path.isdir(path):
         if not _writable_folder(path):
             raise DestinationError(f"{_name(label, path)}: the folder is not writable")

@@ -7,7 +7,8 @@ A pure function of the jobs' requests and the cluster's shape, run once by the l
   these are reserved first, before any policy runs;
 - ``contiguous``: the first run of ``nodes`` consecutive free nodes (lowest index first);
 - ``spread``: round robin over the leaves (groups of ``leaf_size`` consecutive nodes, as the
-  fat-tree and rail builders make them), taking the lowest free node of each leaf in turn;
+  builders of ``LEAF_FABRICS`` make them: a leaf, a rail group, a dragonfly router), taking the
+  lowest free node of each leaf in turn; on other fabrics the cluster is one leaf;
 - ``random``: ``nodes`` free nodes drawn by ``random.Random(seed).sample`` from the free nodes
   in index order, then sorted, so a seed always gives the same nodes.
 
@@ -20,6 +21,9 @@ import random
 from dataclasses import dataclass
 
 POLICIES = ("contiguous", "spread", "random")
+# the fabric kinds whose builders group ``leaf_size`` consecutive nodes on one switch
+# (network/topology.py: every builder that calls ``_leaves``)
+LEAF_FABRICS = ("fat_tree", "rail", "fat_tree3", "multi_plane", "dragonfly")
 
 
 class AllocationError(ValueError):

@@ -23,7 +23,7 @@ from typing import Callable
 import yaml
 
 from emulator.errors import ScenarioError
-from emulator.scenario.allocation import AllocationError, Request, allocate
+from emulator.scenario.allocation import LEAF_FABRICS, AllocationError, Request, allocate
 from emulator.scenario.schema import SCHEDULES
 from emulator.scenario.spec import (
     PRECISION_PEAK,
@@ -233,6 +233,7 @@ class ScenarioChecks:
         p = s.parallel
         if s.jobs:
             self.check_no_top_workload(s)
+        self.check_one_workload("", s.workload.trace)
         if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
             v = _schedule_violations(p)[0]
             raise self.fail(v.key, v.message)
@@ -276,6 +277,13 @@ class ScenarioChecks:
                 raise self.fail(section, f"a scenario with jobs reads {section} inside each job "
                                          f"(jobs[i].{section}); move the top-level {section} into the jobs")
 
+    def check_one_workload(self, kp: str, trace: str | None) -> None:
+        """A model or a workload.trace, not both: the trace would run and the model be dropped. (Given
+        by the user: a profiled workload's model comes from its profile, and check_profile speaks.)"""
+        if self.given(f"{kp}model") and trace is not None:
+            raise self.fail(f"{kp}workload.trace", f"give one or the other: a {kp}model or a {kp}workload.trace "
+                                                   "(the trace would run and the model be ignored)")
+
     def check_jobs(self, s: Scenario) -> tuple[JobSpec, ...]:
         """Each job's workload and layout against its own nodes, then their placement on the cluster."""
         node = s.cluster.node
@@ -291,7 +299,7 @@ class ScenarioChecks:
                                               "names must be unique")
             names[job.name] = i
             jobs.append(self.check_job(kp, job, node.gpus_per_node))
-        leaf = s.cluster.fabric.leaf_size if s.cluster.fabric.kind in ("fat_tree", "rail") else s.cluster.nodes
+        leaf = s.cluster.fabric.leaf_size if s.cluster.fabric.kind in LEAF_FABRICS else s.cluster.nodes
         requests = [Request(j.name, j.nodes, j.placement, j.node_list, j.seed) for j in jobs]
         try:
             placed = allocate(requests, s.cluster.nodes, leaf)
@@ -311,6 +319,7 @@ class ScenarioChecks:
                                            f"{job.placement} (how many nodes the job runs on)")
         if self.given(f"{kp}.seed") and job.placement != "random":
             raise self.fail(f"{kp}.seed", f'seed is only read with placement: random (placement is "{job.placement}")')
+        self.check_one_workload(f"{kp}.", job.workload.trace)
         if job.model is None and job.workload.trace is None:
             raise self.fail(f"{kp}.model", "a job needs a workload: give a model (model.preset, or layers, hidden, "
                                            "heads, seq_len, vocab) or a workload.trace")
@@ -409,6 +418,10 @@ class ScenarioChecks:
                 raise self.fail(kp, f"there is no gpu {m.group(2)}: the cluster has GPUs 0 to {gpus - 1}")
             if m and kind == "node" and nodes and int(m.group(2)) >= nodes:
                 raise self.fail(kp, f"there is no node {m.group(2)}: the cluster has nodes 0 to {nodes - 1}")
+            if o.kind == "node_fail":  # faults.py refuses it too; here it is named with its file and line
+                raise self.fail(f"cluster.overrides[{i}]", f"{o.target} has failed and a job cannot run on a failed "
+                                                           "node; reduce cluster.nodes (and the parallel layout) "
+                                                           "to leave it out")
 
     def check_live(self, s: Scenario) -> None:
         """The skew model's parameters are read only with ``live.skew: model``."""

@@ -368,7 +368,9 @@ class _Reader:
         hint = did_you_mean(name, list(keys))
         if not hint:
             others = _hints([p for p in all_key_paths() if p.endswith("." + name) or p == name])
-            if others:
+            if name in others:  # a top-level key given inside a section: "did you mean" itself says nothing
+                hint = f"; {show(name)} is a key of the scenario's top level, not of {kp}"
+            elif others:
                 hint = "; did you mean " + " or ".join(f'"{o}"' for o in others[:3]) + "?"
             else:
                 hint = f"; expected one of: {', '.join(keys)}"
@@ -459,7 +461,7 @@ class _Reader:
         text = self.read_str(v, key, kp)
         path = os.path.normpath(os.path.join(self.base_dir, os.path.expanduser(text)))
         # a trace may be a folder of per-rank files (Kineto, Chakra); the importer checks its contents
-        wrong = paths.problem(path, folder_ok=kp == "workload.trace")
+        wrong = paths.problem(path, folder_ok=kp == "workload.trace" or kp.endswith("].workload.trace"))  # a job's too
         if wrong is not None:
             relative = "" if os.path.isabs(os.path.expanduser(text)) else \
                 f' ("{text}" is read relative to the scenario\'s folder)'

@@ -140,10 +140,10 @@ FABRIC_KEYS: dict[str, Key] = {
                    enum=ROUTINGS),
     "seed": Key("int", "Seed of the ECMP hash (routing: ecmp_hash).", minimum=0, maximum=2**63 - 1),
     "spines": Key("int", "Spine switches (fat_tree, rail; per pod for fat_tree3; per plane for multi_plane); "
-                         "0 or absent: one per NIC.", minimum=0, maximum=10**5),
+                         "absent: one per NIC.", minimum=1, maximum=10**5),
     "pod_size": Key("int", "Leaves per pod (fat_tree3).", minimum=1, maximum=10**5),
-    "cores": Key("int", "Core switches per spine position (fat_tree3); 0 or absent: pod_size.",
-                 minimum=0, maximum=10**5),
+    "cores": Key("int", "Core switches per spine position (fat_tree3); absent: pod_size.",
+                 minimum=1, maximum=10**5),
     "group_size": Key("int", "Routers per group (dragonfly).", minimum=1, maximum=10**5),
     "global_links": Key("int", "Links between each pair of groups (dragonfly), at most group_size.",
                         minimum=1, maximum=10**5),

@@ -180,6 +180,7 @@ class Plan:
     pruned: Counter  # reason -> layouts
     estimates: dict = dataclasses.field(default_factory=dict)  # Layout -> closed-form iteration s (rank.py)
     chosen: list[Layout] = dataclasses.field(default_factory=list)  # the best by estimate: to simulate
+    gpus: int = 0  # the GPUs the layouts are for
 
 
 def plan(sc: Scenario, gpus: int, lim: Limits) -> Plan:
@@ -213,7 +214,7 @@ def plan(sc: Scenario, gpus: int, lim: Limits) -> Plan:
                     fitting += 1
                     least.setdefault(z, rc)
                     todo.append(lay)
-    return Plan(todo, considered, pruned)
+    return Plan(todo, considered, pruned, gpus=gpus)
 
 
 def choose(sc: Scenario, p: Plan, top: int | None) -> None:
@@ -290,10 +291,24 @@ def prune_rules(pruned: Counter) -> Counter:
     return out
 
 
+def prune_examples(pruned: Counter) -> list[tuple[str, int, int]]:
+    """Per rule (``prune_rules``), most layouts first: its most frequent message as written, with
+    the layout's numbers (the rule's template "N*N = N" says nothing), the layouts it pruned, and
+    how many other messages of the rule there were."""
+    rules = prune_rules(pruned)
+    example: dict[str, tuple[str, int]] = {}
+    variants: Counter = Counter()
+    for why, n in sorted(pruned.items(), key=lambda x: (-x[1], x[0])):
+        rule = re.sub(r"(?<![\w-])\d+(\.\d+)?", "N", why)
+        example.setdefault(rule, (why, n))
+        variants[rule] += 1
+    return [(example[rule][0], n, variants[rule] - 1) for rule, n in sorted(rules.items(), key=lambda x: (-x[1], x[0]))]
+
+
 def prune_text(p: Plan) -> str:
     total = sum(p.pruned.values())
-    rules = prune_rules(p.pruned)
-    reasons = "; ".join(f"{why}: {n:,}" for why, n in sorted(rules.items(), key=lambda x: (-x[1], x[0])))
+    reasons = "; ".join(f"{why}{f' (and {k} more with other sizes)' if k else ''}: {n:,}"
+                        for why, n, k in prune_examples(p.pruned))
     rest = (f"{len(p.layouts)} fit, the best {len(p.chosen)} by the closed-form estimate to simulate"
             if len(p.chosen) < len(p.layouts) else f"{len(p.layouts)} to simulate")
     return f"{p.considered} layouts considered, {total} pruned ({reasons or 'none'}), {rest}"
@@ -338,6 +353,7 @@ class SearchResult:
     ranked: list[Row]  # fitting, best first
     stats: RunStats
     estimates: dict = dataclasses.field(default_factory=dict)  # point key -> closed-form iteration s
+    scenario: str = ""  # the scenario's name
 
 
 def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store: ResultStore, executor: Any,
@@ -367,7 +383,7 @@ def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store:
     stats = run_points(points, store, executor, progress)
     rows = store.rows([pt.key for pt in points])
     estimates = {pt.key: p.estimates[lay] for pt, lay in zip(points, p.chosen)}
-    return SearchResult(p, points, rows, fitting_rows(rows), stats, estimates)
+    return SearchResult(p, points, rows, fitting_rows(rows), stats, estimates, sc0.name)
 
 
 def _resized(path: str, base: Sequence[str], sc0: Scenario) -> Scenario:
@@ -398,13 +414,18 @@ def report(res: SearchResult, sc_name: str, gpus: int, top: int) -> str:
     return "\n".join(lines)
 
 
-def _ints(text: str) -> tuple[int, ...]:
+def _ints(text: str, flag: str, lo: int, hi: int | None = None) -> tuple[int, ...]:
+    """A comma-separated list of integers from ``lo`` to ``hi`` (None: no limit), for ``flag``."""
+    span = f"from {lo} to {hi}" if hi is not None else f"of at least {lo}"
     try:
         vals = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise SearchError(f"expected a comma-separated list of integers, got {text!r}") from None
+        raise SearchError(f"{flag}: expected a comma-separated list of integers {span}, got {text!r}") from None
     if not vals:
-        raise SearchError("expected at least one value")
+        raise SearchError(f"{flag}: expected at least one value")
+    bad = [v for v in vals if v < lo or (hi is not None and v > hi)]
+    if bad:
+        raise SearchError(f"{flag}: expected integers {span}, got {bad[0]}")
     return vals
 
 
@@ -452,8 +473,8 @@ def search_command(args: argparse.Namespace) -> str:
         if value is not None and value < 1:
             raise SearchError(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
     top = _top(args.simulate_top)
-    lim = Limits(args.max_tp, args.max_pp, args.max_cp, _ints(args.micro_batches), _ints(args.zero),
-                 args.exhaustive)
+    lim = Limits(args.max_tp, args.max_pp, args.max_cp, _ints(args.micro_batches, "--micro-batches", 1),
+                 _ints(args.zero, "--zero", 0, 3), args.exhaustive)
     executor = make_executor(args.jobs, args.dask)
     try:
         with ResultStore(db) as store:
@@ -462,7 +483,12 @@ def search_command(args: argparse.Namespace) -> str:
     finally:
         close_executor(executor)
     export_csv(res.rows, csv_path)
-    name = printable(res.points[0].scenario.name if res.points else stem)
-    gpus = res.points[0].scenario.gpus if res.points else (args.gpus or 0)
+    name = printable(res.scenario or stem)
+    gpus = res.plan.gpus
+    if not res.ranked:  # nothing feasible: no answer to print, and a script must not read one
+        errors = [r for r in res.rows if r.status == "error"]
+        why = (f"no layout fits in memory and runs (e.g. {errors[0].error})" if errors else
+               "no layout fits in memory and runs" if res.rows else "every layout was pruned")
+        raise SearchError(f"search: {name} on {gpus} GPUs: {why}: {prune_text(res.plan)}")
     done = f"{res.stats.ran} simulated now, {res.stats.skipped} from {db}; all results in {db} and {csv_path}"
     return "\n".join([report(res, name, gpus, args.top), done])

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 from emulator.errors import EmulatorError
 from emulator.importers import load_workload
 from emulator.importers.chakra import export_chakra
 from emulator.importers.chakra_groups import GROUP_FILE
+from emulator.printable import printable
 from emulator.program import Program
 from emulator.scenario.checks import require_workload
 from emulator.scenario.reader import load_scenario
 from emulator.scenario.spec import Scenario
 from emulator.workload.builder import build_program
+from emulator.workload.jobs import job_scenario
 
 FORMATS = ("chakra",)
+JOB_FOLDER = re.compile(r"[\w.-]+")  # a job name that is a plain folder name (and not "." or "..", below)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,16 +43,31 @@ def workload_program(scenario: Scenario) -> Program:
 
 
 def export_command(args: argparse.Namespace) -> str:
-    """Write the trace; return the lines that say what was written and how to run it in ASTRA-sim."""
+    """Write the trace; return the lines that say what was written and how to run it in ASTRA-sim.
+    A scenario with ``jobs:`` writes each job's workload, on a cluster of its own size, into
+    ``DIR/<job name>/`` (ASTRA-sim runs one workload at a time: the jobs' sharing of the fabric
+    is ``emulator run``'s)."""
     sc = load_scenario(args.scenario, args.set or [])
-    require_workload(sc)
+    if not sc.jobs:
+        require_workload(sc)
+        return _export(sc, args.out)
+    for i, job in enumerate(sc.jobs):
+        if not JOB_FOLDER.fullmatch(job.name) or job.name in (".", ".."):
+            raise EmulatorError(f"{sc.path or sc.name}: jobs[{i}].name: export writes each job into a folder named "
+                                f"after it, and {printable(repr(job.name))} is not a plain folder name (letters, "
+                                "digits, '.', '_', '-')")
+    return "\n".join(f"job {job.name}: " + _export(job_scenario(sc, job), os.path.join(args.out, job.name))
+                     for job in sc.jobs)
+
+
+def _export(sc: Scenario, folder: str) -> str:
     program = workload_program(sc)
     try:
-        paths = export_chakra(program, args.out)
+        paths = export_chakra(program, folder)
     except OSError as e:
-        raise EmulatorError(f"--out {args.out}: cannot write the trace there ({e.strerror or e})") from None
+        raise EmulatorError(f"--out {folder}: cannot write the trace there ({e.strerror or e})") from None
     ets = len(paths) - 1
-    out = args.out.rstrip("/") or "/"
+    out = folder.rstrip("/") or "/"
     return (f"wrote {ets} Chakra ET{'s' if ets != 1 else ''} ({os.path.join(out, 'chakra')}.<rank>.et) and "
             f"{os.path.join(out, GROUP_FILE)}\n"
             f"ASTRA-sim: --workload-configuration={os.path.join(out, 'chakra')} "

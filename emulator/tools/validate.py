@@ -69,7 +69,8 @@ class Outcome:
 def read_cases(path: str) -> list[Case]:
     """The rows of ``path``; any malformed row is a :class:`ValidationError` naming file, line and column."""
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        # utf-8-sig: a CSV saved by Excel starts with a byte-order mark, which would stick to "case"
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.reader(fh))
     except OSError as exc:
         raise ValidationError(f"{path}: cannot read the cases file: {exc.strerror or exc}") from None
@@ -79,8 +80,11 @@ def read_cases(path: str) -> list[Case]:
         raise ValidationError(f"{path}: empty; expected a header line with columns {', '.join(REQUIRED)}")
     header = [h.strip() for h in rows[0]]
     missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise ValidationError(f"{path}:1: missing column(s) {', '.join(missing)}; "
+    unknown = [h for h in header if h and h not in REQUIRED + OPTIONAL]  # a blank one (a trailing comma) is empty
+    if missing or unknown:
+        what = "; ".join(([f"missing column(s) {', '.join(missing)}"] if missing else [])
+                         + ([f"unknown column(s) {', '.join(map(repr, unknown))}"] if unknown else []))
+        raise ValidationError(f"{path}:1: {what}; "
                               f"expected {', '.join(REQUIRED)} and optionally {', '.join(OPTIONAL)}")
     folder = os.path.dirname(os.path.abspath(path))
     cases = [_case(path, n, dict(zip(header, row)), folder, len(header), row)
@@ -212,8 +216,10 @@ def table(outcomes: Sequence[Outcome]) -> str:
     counts: dict[str, int] = {}
     for o in outcomes:
         counts[o.case.group] = counts.get(o.case.group, 0) + 1
-    for g, m in mape(outcomes).items():
-        lines.append(f"{g[:40]:<40} {counts[g]:>5} {m:7.2f}%")
+    groups = mape(outcomes)
+    for g, m in groups.items():
+        if list(groups) != ["all"]:  # ungrouped cases pool in "all": the total row below says it once
+            lines.append(f"{g[:40]:<40} {counts[g]:>5} {m:7.2f}%")
     every = sum(abs(o.error) for o in outcomes) / len(outcomes) * 100.0
     lines.append(f"{'all':<40} {len(outcomes):>5} {every:7.2f}%")
     return "\n".join(lines)

@@ -90,6 +90,7 @@ class _RankBuilder:
         self.dpcp = self.lo.dp_cp_group(rank)
         self.edp = self.lo.edp_group(rank)
         self.grad_ready: dict[tuple[int, str], int] = {}  # (vs, unit) → op id of its last backward
+        self.pp_sent: dict[str, int] = {}  # pipeline send stream → its last send so far
         self.zero_ag: dict[tuple[int, str], int] = {}  # ZeRO-1/2 overlapped param gather, per unit
         self._time_cache: dict[int, tuple[float, str]] = {}
         self._recipes: dict[int, tuple[list[Ly.Step], list[_Action], list[int]]] = {}
@@ -361,9 +362,10 @@ class _RankBuilder:
             dst_vs = vs + 1 if fwd else vs - 1
             stream = "pp_send_fwd" if fwd else "pp_send_bwd"
             tag = self._pp_tag(mb, vs if fwd else dst_vs, 0 if fwd else 1)
-            self._emit(kind=SEND, stream=stream, name=f"mb{mb}.send_{'act' if fwd else 'grad'}",
-                       bytes=self._pp_bytes(), peer=self._peer(dst_vs), tag=tag, deps=(self.last_compute,),
-                       category="comm", microbatch=mb, stage=vs, layer=units[-1].layer)
+            self.pp_sent[stream] = self._emit(
+                kind=SEND, stream=stream, name=f"mb{mb}.send_{'act' if fwd else 'grad'}", bytes=self._pp_bytes(),
+                peer=self._peer(dst_vs), tag=tag, deps=(self.last_compute,), category="comm", microbatch=mb,
+                stage=vs, layer=units[-1].layer)
 
     def _pp_bytes(self) -> float:
         """b·s·h activations (or gradients) of one micro-batch (s/t each with SP, as Megatron's
@@ -448,7 +450,18 @@ class _RankBuilder:
                            layer=u.layer)
 
     def _tied_embedding_allreduce(self) -> list[int]:
-        """Tied input/output embeddings on different stages: all-reduce their gradients (Megatron)."""
+        """Tied input/output embeddings on different stages: all-reduce their gradients (Megatron).
+
+        Megatron does it in ``finalize_model_grads`` (megatron/core/distributed/finalize_model_grads.py,
+        ``_allreduce_word_embedding_grads``), which runs once the pipeline schedule has ended (the
+        flush: the rank's last backward and its last sends) and after ``finish_grad_sync`` (the DP
+        buckets: before it on the ``dp`` stream here). Started at the head's last backward instead,
+        the last stage's all-reduce could begin before its last gradient send; ASTRA-sim lets an
+        NPU have one communication in flight besides receives (astra-sim/workload/HardwareResource.cc,
+        ``HardwareResource::is_available``), so that send waited for the all-reduce, which waited
+        for stage 0, which waited for that send: a pp 2, dp 1 export never finished there.
+        It reduces ``main_grad`` (``_get_main_grad_attr``), which lives in the DP grad buffer, of the
+        DP reduction's dtype (fp32 for bf16: ``grad_reduce_bytes``), not the parameter's."""
         m, par = self.plan.model, self.plan.sc.parallel
         p = par.pp
         if not m.tied_embeddings or p == 1 or self.c["pp"] not in (0, p - 1):
@@ -457,9 +470,11 @@ class _RankBuilder:
         vs, unit = (0, "embed") if self.c["pp"] == 0 else (V - 1, "head")
         group = tuple(sorted({self.lo.rank(pp=0, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"]),
                               self.lo.rank(pp=p - 1, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])}))
+        last = [self.last_compute] if self.last_compute is not None else []
+        flush = {self.grad_ready[(vs, unit)], *last, *self.pp_sent.values()}
         return [self._emit(kind=COLLECTIVE, stream="dp", name="embedding_grad_all_reduce", collective="all_reduce",
-                           group=group, bytes=m.vocab * m.hidden / par.tp * self.plan.dtype,
-                           deps=(self.grad_ready[(vs, unit)],), category="comm", stage=vs)]
+                           group=group, bytes=m.vocab * m.hidden / par.tp * self.plan.grad_dtype,
+                           deps=tuple(sorted(flush)), category="comm", stage=vs)]
 
     def build(self) -> None:
         par = self.plan.sc.parallel
