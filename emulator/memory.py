@@ -18,7 +18,8 @@ sequence share of a CP rank, a the heads, t the TP size):
     TP + SP             s·b·h·(34 + 5·a·s/h)/t
     selective recompute s·b·h·(10 + 24/t), or 34·s·b·h/t with SP
     full recompute      2·s·b·h (2·s·b·h/t with SP: only the layer input is kept)
-computed term by term so that GQA (K, V of kv heads), SwiGLU (two up outputs), MoE
+computed term by term so that GQA (K, V of kv heads), ``head_dim`` (Q, K, V and the projection
+input of a·d and kv·d elements, not h), SwiGLU (two up outputs), MoE
 (top_k routed copies of the expert width, times the busiest rank's load under routing
 imbalance, plus the shared experts' MLP) and models without dropout are counted; for a GPT
 these terms are exactly the formulas above. Multi-latent attention keeps Q and K of a·d_qk,
@@ -103,7 +104,7 @@ def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, floa
     element of a saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its bf16
     output, which in fp8 is not the tensor the projection saves."""
     h, a = r.hidden, r.heads
-    d_v = M.head_dims(r)[1] if M.is_mla(r) else h // a
+    d_v = M.head_dims(r)[1] if M.is_mla(r) else M.head_dim(r)
     out = a * d_v  # the projection's input width
     proj = 2 * out if g == 2 else g * out + (2 * out if keeps_out else 0)
     if M.is_mla(r):
@@ -111,8 +112,8 @@ def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, floa
         q, kv = r.q_lora_rank, r.kv_lora_rank
         latents = 2 * (q + kv + r.qk_rope_head_dim) + g * (q + kv)  # norm inputs; up-projection inputs
         return g * h + latents, 2 * a * d_qk * 2 + 2 * a * d_v + proj  # QKV input; Q, K, V, projection
-    kvd = r.kv_heads * (h // a)
-    return g * h, 2 * (h + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
+    kvd = r.kv_heads * M.head_dim(r)
+    return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
 
 
 def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int) -> float:
@@ -187,7 +188,8 @@ def _linear_weights(r: ModelSpec) -> tuple[int, int]:
     if M.is_mla(r):
         attn = M.attention_params(r) - r.q_lora_rank - r.kv_lora_rank  # less the two latent norms
     else:
-        attn = h * (h + 2 * r.kv_heads * (h // r.heads)) + h * h
+        d = M.head_dim(r)
+        attn = h * (r.heads * d + 2 * r.kv_heads * d) + r.heads * d * h
     return attn, (3 if r.swiglu else 2) * h
 
 

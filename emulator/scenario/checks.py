@@ -67,8 +67,9 @@ def model_violations(model: ModelSpec) -> list[Violation]:
     if out:
         return out
     m = model
-    if m.hidden % m.heads:
-        out.append(Violation("model.heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads})"))
+    if m.hidden % m.heads and not m.head_dim:  # head_dim decouples the heads from hidden (Qwen3)
+        out.append(Violation("model.heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads}), "
+                                            "or model.head_dim be given"))
     if m.kv_heads and (m.kv_heads > m.heads or m.heads % m.kv_heads):
         out.append(Violation("model.kv_heads", f"kv_heads ({m.kv_heads}) must divide heads ({m.heads})"))
     if m.experts and m.top_k > m.experts:  # top_k 0: the model's default (1)

@@ -231,6 +231,10 @@ MODEL_KEYS: dict[str, Key] = {
                                    "embedding.", minimum=0, maximum=10**5),
     "v_head_dim": Key("int", "Multi-latent attention: per-head value dims; 0: hidden/heads.", minimum=0,
                       maximum=10**5),
+    "head_dim": Key("int", "Per-head query, key and value dims, for any attention kind (Qwen3: 128 with hidden "
+                           "4096 and 64 heads; Megatron's kv_channels); 0 or absent: hidden/heads. With "
+                           "multi-latent attention, the default of qk_nope_head_dim and v_head_dim.", minimum=0,
+                    maximum=10**5),
     "tied_embeddings": Key("bool", "Input and output embeddings shared."),
     "causal": Key("bool", "A causal attention mask (decoders, the default); false: bidirectional (BERT)."),
 }

@@ -147,6 +147,7 @@ class ModelSpec:
     qk_nope_head_dim: int = 0  # per-head query/key dims without rotary embedding; 0: hidden / heads
     qk_rope_head_dim: int = 0  # per-head query/key dims with the decoupled rotary embedding
     v_head_dim: int = 0  # per-head value dims; 0: hidden / heads
+    head_dim: int = 0  # per-head query, key and value dims of any attention (Qwen3: 128); 0: hidden / heads
 
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,

@@ -27,6 +27,9 @@ SwiGLU 3 forward, 5 backward; squared ReLU (Nemotron) as GeLU in bytes, 2 FLOPs 
 forward (max, square) and 3 backward; softmax 2 forward, 3 backward; attention dropout 2.5 each
 way; contiguous copies 2.
 
+Heads have d = ``head_dim`` dims (h/a by default): QKV is T×h → T×(a_l + 2·kv_l)·d, the core
+works on d, and the projection is T×a_l·d → T×h.
+
 Mixture-of-Experts (a layer with ``experts``): router GEMM · permute · [EP all-to-all
 dispatch] · the local experts' up GEMM, activation and down GEMM as one grouped GEMM each
 (Megatron-Core's --moe-grouped-gemm) · [EP all-to-all combine] · unpermute; shared experts
@@ -141,6 +144,7 @@ class LayerShape:
     rope_dim: int = 0  # MLA decoupled rope dims per head
     qk_head: int = 0  # MLA query/key dims per head (d_n + d_r); 0: d
     v_head: int = 0  # MLA value dims per head; 0: d
+    head: int = 0  # dims per head (model.head_dim); 0: h / heads
 
     @property
     def T(self) -> int:
@@ -153,7 +157,7 @@ class LayerShape:
 
     @property
     def d(self) -> int:
-        return self.h // self.heads
+        return self.head or self.h // self.heads
 
     @property
     def d_qk(self) -> int:
@@ -218,7 +222,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       dropout=has_dropout(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,
                       top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation,
                       expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
-                      imbalance=m.moe_imbalance, **mla)
+                      imbalance=m.moe_imbalance, head=m.head_dim, **mla)
 
 
 def dense_shape(L: LayerShape) -> LayerShape:
