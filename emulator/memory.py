@@ -1,7 +1,8 @@
 """Memory per GPU: model states, activations and workspace, and whether they fit.
 
 Model states (mixed-precision Adam, Rajbhandari et al. 2020): 2 bytes of bf16 weight,
-g bytes of gradient and 12 of fp32 master weight, momentum and variance per parameter,
+g bytes of gradient and 12 of fp32 master weight, momentum and variance per parameter (10 with
+``training.optimizer: apex``, whose master is a 16-bit remainder: :func:`optimizer_state_bytes`),
 with Ψ = parameters on this GPU after TP/PP/EP sharding and d = the ranks that share them
 (DP·CP for dense weights, as Megatron's distributed optimizer; DP·CP/EP for experts):
     ZeRO-0 (14 + g)Ψ,  ZeRO-1 (2 + g)Ψ + 12Ψ/d,  ZeRO-2 2Ψ + (12 + g)Ψ/d,  ZeRO-3 (14 + g)Ψ/d.
@@ -47,7 +48,11 @@ projection saves the attention output, the tensor the fused attention keeps (TE 
 outputs stay bf16; without recompute the fused attention still keeps its bf16 output beside the
 projection's fp8 copy. fp8 weights: :func:`fp8_weight_bytes` (``training.fp8_params``). Stage 0's
 in-flight count is Megatron's warm-up (megatron/core/pipeline_parallel/schedules.py lines 696-701 at
-791b70e0) plus the one forward that 1F1B runs before its first backward. Not modelled: the
+791b70e0) plus the one forward that 1F1B runs before its first backward; the current version says the
+same (get_pp_rank_microbatches @ d98e8a64dd, lines 964-978: (p − r − 1)·2 + (v − 1)·g with g =
+microbatch_group_size_per_vp_stage, p by default, capped at the m·v chunk passes there are). For
+NeMo's Nemotron-4 340B layout (p 8, v 12, m 16) stage 0 holds 14 + 88 = 102 (< 16·12 = 192, so the cap
+does not bind) + 1 = 103 one-layer chunks. Not modelled: the
 Userbuffers of TE's TP-overlap (tp_comm_overlap; ten (s·b/cp)×h buffers, TE base.py initialize_ub).
 
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers,
@@ -58,7 +63,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from emulator.scenario.spec import ModelSpec, Scenario
+from emulator.scenario.spec import ModelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import chunk_layers, stage_layers
 from emulator.workload import models as M
 from emulator.workload.plan import grad_reduce_bytes
@@ -82,13 +87,40 @@ class MemoryReport:
     stage: int = 0  # the pipeline stage with the peak
 
 
-def model_state_bytes(psi: float, d: int, zero: int, grad_bytes: int = 2) -> dict:
+def model_state_bytes(psi: float, d: int, zero: int, grad_bytes: int = 2,
+                      state_bytes: float = ADAM_STATE_BYTES) -> dict:
     """{'params', 'grads', 'optimizer'} bytes for Ψ parameters shared by d ranks under ZeRO ``zero``,
-    gradients held in ``grad_bytes``-byte elements (the main_grad buffer's type)."""
+    gradients held in ``grad_bytes``-byte elements (the main_grad buffer's type), ``state_bytes`` of
+    optimizer state per parameter (:func:`optimizer_state_bytes`)."""
     params = WEIGHT_BYTES * psi / (d if zero >= 3 else 1)
     grads = grad_bytes * psi / (d if zero >= 2 else 1)
-    optim = ADAM_STATE_BYTES * psi / (d if zero >= 1 else 1)
+    optim = state_bytes * psi / (d if zero >= 1 else 1)
     return {"params": params, "grads": grads, "optimizer": optim}
+
+
+def optimizer_state_bytes(training: TrainingSpec) -> float:
+    """Adam's state per parameter, before sharding, for ``training.optimizer``.
+
+    megatron: Megatron-Core's DistributedOptimizer keeps an fp32 main copy of each 16-bit weight
+    (megatron/core/optimizer/distrib_optimizer.py @ d98e8a64dd, ``shard_fp32_from_float16_groups``,
+    lines 375-445: ``shard_main_param = ... .float()``) and Adam's fp32 momentum and variance: 4 + 4 + 4.
+
+    apex: Apex DistributedFusedAdam as NeMo sets it up for bf16 (O2) training
+    (nemo/collections/nlp/models/language_modeling/megatron_base_model.py @ 8cfedd72, lines 840-861:
+    state ``dtype`` fp32, ``param_sync_dtype`` the model's bf16, and for an fp32 optimizer over a bf16
+    model ``store_params = False``, ``store_param_remainders = True``). Its StateBucket then holds,
+    per parameter of its shard, an int16 ``param_remainders_shard`` (the low 16 bits that with the bf16
+    weight make the fp32 master) and ``exp_avg_shard`` and ``exp_avg_sq_shard`` in fp32
+    (apex/contrib/optimizers/distributed_fused_adam.py @ 6424da3b, lines 450-476): 2 + 4 + 4 = 10.
+    With fp16 weights or fp8 weights (NeMo: ``store_params = True`` when fp8_params) the master is
+    a full fp32 copy: 12. The gradients are not sharded by it: NeMo asks for
+    ``contiguous_grad_buffer`` (megatron_base_model.py line 833), one buffer of every bucket in
+    ``grad_sync_dtype`` (distributed_fused_adam.py ``_init_grad_buffer``, lines 1156-1193), as
+    Megatron's DDP grad buffer (``training.grad_reduce``)."""
+    if training.optimizer != "apex":
+        return float(ADAM_STATE_BYTES)
+    bf16_weights = training.precision == "bf16" or (training.precision == "fp8" and not training.fp8_params)
+    return 10.0 if bf16_weights else float(ADAM_STATE_BYTES)
 
 
 def _rank_load(r: ModelSpec, ep: int) -> float:
@@ -242,6 +274,7 @@ def memory_report(sc: Scenario) -> MemoryReport:
     gpu = sc.cluster.node.gpu
     dtype = 4 if tr.precision in ("fp32", "tf32") else 2
     grad_bytes = grad_reduce_bytes(tr.precision, tr.grad_reduce)
+    state_bytes = optimizer_state_bytes(tr)
     flash = getattr(tr, "attention", "unfused") == "flash" or par.cp > 1
     s = m.seq_len // par.cp
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
@@ -258,9 +291,9 @@ def memory_report(sc: Scenario) -> MemoryReport:
         mine = split[stage]  # layers of each of this stage's chunks
         dense, expert = _stage_params(m, sc, stage, sum(mine))
         d = par.dp * par.cp
-        states = model_state_bytes(dense, d, par.zero, grad_bytes)
+        states = model_state_bytes(dense, d, par.zero, grad_bytes, state_bytes)
         if expert:
-            ex = model_state_bytes(expert, max(1, d // par.ep), par.zero, grad_bytes)
+            ex = model_state_bytes(expert, max(1, d // par.ep), par.zero, grad_bytes, state_bytes)
             states = {k: states[k] + ex[k] for k in states}
         if fp8:
             lin_dense, lin_expert = _stage_linear_params(m, sc, stage, sum(mine))

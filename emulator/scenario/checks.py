@@ -130,6 +130,10 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
         return out
     m, t, p = model.resolved(), training, parallel
     out += _schedule_violations(p)
+    if t.optimizer == "apex" and p.zero not in (1, 2):
+        out.append(Violation("training.optimizer", f"optimizer apex (DistributedFusedAdam) shards the optimizer "
+                                                   f"state over the data-parallel ranks: it needs parallel.zero 1 "
+                                                   f"or 2, got {p.zero}"))
     if (p.dp * p.cp) % p.ep:
         out.append(Violation("parallel.ep", f"ep ({p.ep}) must divide dp*cp = {p.dp}*{p.cp} = {p.dp * p.cp}"))
     if p.ep > 1 and not m.experts:

@@ -256,6 +256,11 @@ TRAINING_KEYS: dict[str, Key] = {
     "fp8_params": Key("bool", "With precision fp8: the layers' GEMM weights are kept in fp8 (1 B; NeMo's "
                               "fp8_params, Megatron's --fp8-param-gather); false: bf16 weights plus "
                               "Transformer Engine's cached fp8 copy and its transpose (memory only)."),
+    "optimizer": Key("enum", "The distributed optimizer (parallel.zero 1 or 2), memory only: megatron "
+                             "(Megatron-Core's DistributedOptimizer: fp32 main weight, momentum and variance, "
+                             "12 B a parameter over the data-parallel ranks) or apex (Apex DistributedFusedAdam "
+                             "as NeMo sets it up: with bf16 weights the fp32 master is kept as its 16-bit "
+                             "remainder, 10 B).", enum=("megatron", "apex")),
 }
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")

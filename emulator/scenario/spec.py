@@ -171,6 +171,10 @@ class TrainingSpec:
     attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash
     grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16
     fp8_params: bool = False  # fp8 only: the layers' GEMM weights stored in fp8 (NeMo's fp8_params, memory.py)
+    # the distributed optimizer's implementation (memory.py, optimizer_state_bytes): megatron (Megatron-Core's
+    # DistributedOptimizer, fp32 main weights) | apex (Apex DistributedFusedAdam as NeMo sets it up: bf16
+    # weights' fp32 masters kept as their 16-bit remainders)
+    optimizer: str = "megatron"
 
 
 @dataclass(frozen=True)
