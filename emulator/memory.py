@@ -4,7 +4,8 @@ Model states (mixed-precision Adam, Rajbhandari et al. 2020): 2 bytes of bf16 we
 g bytes of gradient and 12 of fp32 master weight, momentum and variance per parameter (10 with
 ``training.optimizer: apex``, whose master is a 16-bit remainder: :func:`optimizer_state_bytes`),
 with Ψ = parameters on this GPU after TP/PP/EP sharding and d = the ranks that share them
-(DP·CP for dense weights, as Megatron's distributed optimizer; DP·CP/EP for experts):
+(DP·CP for dense weights, as Megatron's distributed optimizer; DP·CP/EP for experts, or with MoE
+parallel folding TP·DP·CP/(ETP·EP), the expert grid's expert-DP; experts split over ETP, not TP):
     ZeRO-0 (14 + g)Ψ,  ZeRO-1 (2 + g)Ψ + 12Ψ/d,  ZeRO-2 2Ψ + (12 + g)Ψ/d,  ZeRO-3 (14 + g)Ψ/d.
 The gradient lives in Megatron-Core's main_grad buffer, whose type is that of the
 data-parallel reduction (``training.grad_reduce``): g = 4 with fp32, Megatron-LM's default
@@ -63,7 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from emulator.scenario.spec import ModelSpec, Scenario, TrainingSpec
+from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import chunk_layers, stage_layers
 from emulator.workload import models as M
 from emulator.workload.plan import grad_reduce_bytes
@@ -198,7 +199,7 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
         shared = M.mlp_of_width(r, M.shared_ffn(r)) / t if r.shared_experts else 0.0
         one = M.expert_params(r) - (r.hidden if biases else 0)
         moe_dense = dense + r.hidden * r.experts + shared
-        expert = (one / t + (r.hidden if biases else 0)) * r.experts / par.ep
+        expert = (one / (par.etp or t) + (r.hidden if biases else 0)) * r.experts / par.ep  # etp: experts' TP
         dense = moe_dense * (layers - lead) + (dense + mlp_gpu) * lead
         expert *= layers - lead
     else:
@@ -236,7 +237,7 @@ def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) 
     if not r.experts:
         return dense_layer * layers, 0.0
     moe_layer = (attn + (per_width * M.shared_ffn(r) if r.shared_experts else 0)) / par.tp
-    experts = per_width * M.expert_ffn(r) * r.experts / par.ep / par.tp
+    experts = per_width * M.expert_ffn(r) * r.experts / par.ep / (par.etp or par.tp)
     return dense_layer * lead + moe_layer * (layers - lead), experts * (layers - lead)
 
 
@@ -249,6 +250,14 @@ def fp8_weight_bytes(linear: float, fp8_params: bool) -> float:
     transformer_engine/pytorch/module/base.py lines 1106 and 1119; Megatron-Core passes the cache key,
     megatron/core/extensions/transformer_engine.py lines 246-247)."""
     return (-1.0 if fp8_params else 2.0) * linear
+
+
+def expert_dp(par: ParallelSpec) -> int:
+    """Expert-data-parallel size, the ranks that share one expert's weights: dp·cp/ep, or with MoE parallel
+    folding tp·dp·cp/(etp·ep) (world/(etp·ep·pp), Megatron-Core's expert_data_parallel_size)."""
+    if par.etp and par.etp != par.tp:
+        return max(1, par.tp * par.dp * par.cp // (par.etp * par.ep))
+    return max(1, par.dp * par.cp // par.ep)
 
 
 def _dense_layers_of(sc: Scenario, stage: int) -> int:
@@ -293,13 +302,13 @@ def memory_report(sc: Scenario) -> MemoryReport:
         d = par.dp * par.cp
         states = model_state_bytes(dense, d, par.zero, grad_bytes, state_bytes)
         if expert:
-            ex = model_state_bytes(expert, max(1, d // par.ep), par.zero, grad_bytes, state_bytes)
+            ex = model_state_bytes(expert, expert_dp(par), par.zero, grad_bytes, state_bytes)
             states = {k: states[k] + ex[k] for k in states}
         if fp8:
             lin_dense, lin_expert = _stage_linear_params(m, sc, stage, sum(mine))
             z3 = par.zero >= 3  # ZeRO-3 shards the weights, and so their fp8 forms
             states["params"] += fp8_weight_bytes(lin_dense / (d if z3 else 1)
-                                                 + lin_expert / (max(1, d // par.ep) if z3 else 1), tr.fp8_params)
+                                                 + lin_expert / (expert_dp(par) if z3 else 1), tr.fp8_params)
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
         chunks = max_in_flight(tasks)
         worst = max(per_layer, per_dense) if _dense_layers_of(sc, stage) else per_layer

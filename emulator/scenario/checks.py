@@ -134,8 +134,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
         out.append(Violation("training.optimizer", f"optimizer apex (DistributedFusedAdam) shards the optimizer "
                                                    f"state over the data-parallel ranks: it needs parallel.zero 1 "
                                                    f"or 2, got {p.zero}"))
-    if (p.dp * p.cp) % p.ep:
-        out.append(Violation("parallel.ep", f"ep ({p.ep}) must divide dp*cp = {p.dp}*{p.cp} = {p.dp * p.cp}"))
+    out += _expert_grid_violations(m, p)
     if p.ep > 1 and not m.experts:
         out.append(Violation("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)"))
     if m.experts and m.experts % p.ep:
@@ -157,9 +156,38 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     return out
 
 
+def _expert_grid_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
+    """The expert layers' grid: etp × ep × expert-dp × pp = world (Megatron-Core's MoE parallel folding,
+    parallel_state.py ``initialize_model_parallel``: world % (etp·ep·pp) == 0). With etp = tp (the default)
+    that is ep | dp·cp, Megatron's rule before folding, and its message stays."""
+    out: list[Violation] = []
+    etp = p.etp or p.tp
+    if etp == p.tp:
+        if (p.dp * p.cp) % p.ep:
+            hint = (f"; or give the experts their own grid with parallel.etp (etp*ep must divide tp*dp*cp = "
+                    f"{p.tp * p.dp * p.cp}; etp 1 folds the tensor-parallel ranks into ep)" if p.tp > 1 else "")
+            out.append(Violation("parallel.ep", f"ep ({p.ep}) must divide dp*cp = {p.dp}*{p.cp} = {p.dp * p.cp}"
+                                                + hint))
+        return out
+    world = p.tp * p.dp * p.cp
+    if world % (etp * p.ep):
+        out.append(Violation("parallel.ep", f"etp*ep = {etp}*{p.ep} = {etp * p.ep} must divide tp*dp*cp = "
+                                            f"{p.tp}*{p.dp}*{p.cp} = {world} (the expert layers' grid etp x ep x "
+                                            "expert-dp x pp is the world: Megatron-Core's MoE parallel folding)"))
+    if not m.experts:
+        out.append(Violation("parallel.etp", f"etp ({etp}) other than tp ({p.tp}) needs an MoE model (model.experts "
+                                             "> 0)"))
+    if p.tp > 1 and not p.sequence_parallel:  # Megatron-Core moe_layer.py: MoE with TP needs SP in training
+        out.append(Violation("parallel.sequence_parallel", f"folded expert layers (etp {etp}, tp {p.tp}) need "
+                                                           "sequence_parallel: true (Megatron-Core refuses MoE "
+                                                           "with tensor parallelism and no sequence parallelism)"))
+    return out
+
+
 def _size_violations(t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     """Sizes of at least 1 (the key table enforces them in files; specs made in code may break them)."""
     sizes = [(f"parallel.{n}", getattr(p, n)) for n in ("tp", "pp", "dp", "cp", "ep", "virtual_stages")]
+    sizes += [("parallel.etp", p.etp)] if p.etp < 0 else []  # 0: as tp
     sizes += [("training.micro_batch", t.micro_batch), ("training.global_batch", t.global_batch)]
     return [Violation(key, f"expected at least 1, got {x}") for key, x in sizes if x < 1]
 
@@ -183,9 +211,13 @@ def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
         out.append(Violation("parallel.tp", f"model.heads ({m.heads}) must be divisible by tp ({p.tp})"))
     if m.ffn_hidden % p.tp:
         out.append(Violation("parallel.tp", f"model.ffn_hidden ({m.ffn_hidden}) must be divisible by tp ({p.tp})"))
-    for name in ("expert_ffn_hidden", "shared_expert_ffn_hidden"):
-        if getattr(m, name) % p.tp:
-            out.append(Violation("parallel.tp", f"model.{name} ({getattr(m, name)}) must be divisible by tp ({p.tp})"))
+    etp = p.etp or p.tp  # the routed experts split over etp, the shared ones over tp (Megatron-Core)
+    expert_width = ("expert_ffn_hidden", m.expert_ffn_hidden) if m.expert_ffn_hidden else \
+        ("ffn_hidden", m.ffn_hidden if m.experts else 0)
+    for (name, width), size, key in ((expert_width, etp, "etp" if p.etp else "tp"),
+                                     (("shared_expert_ffn_hidden", m.shared_expert_ffn_hidden), p.tp, "tp")):
+        if width % size and (name != "ffn_hidden" or key == "etp"):  # ffn_hidden over tp: checked above
+            out.append(Violation(f"parallel.{key}", f"model.{name} ({width}) must be divisible by {key} ({size})"))
     if m.kv_heads % p.tp and p.tp % m.kv_heads:  # kv heads may be replicated over tp
         out.append(Violation("parallel.tp", f"model.kv_heads ({m.kv_heads}) and tp ({p.tp}) must divide one another"))
     split = p.cp * (p.tp if p.sequence_parallel else 1)

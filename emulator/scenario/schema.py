@@ -270,7 +270,12 @@ PARALLEL_KEYS: dict[str, Key] = {
     "pp": Key("int", "Pipeline-parallel size.", minimum=1, maximum=10**6),
     "dp": Key("int", "Data-parallel size; absent: GPUs / (tp*pp*cp).", minimum=1, maximum=10**7),
     "cp": Key("int", "Context-parallel size.", minimum=1, maximum=10**6),
-    "ep": Key("int", "Expert-parallel size; divides dp*cp.", minimum=1, maximum=10**6),
+    "ep": Key("int", "Expert-parallel size; etp*ep divides tp*dp*cp (ep divides dp*cp when etp is tp).", minimum=1,
+              maximum=10**6),
+    "etp": Key("int", "Expert tensor-parallel size (Megatron-Core's expert_tensor_parallel_size); absent: tp. "
+                      "Other than tp, the expert layers get their own grid etp x ep x expert-dp x pp = world "
+                      "(MoE parallel folding: with etp 1 the EP groups take in the attention's TP ranks).",
+               minimum=1, maximum=10**6),
     "sequence_parallel": Key("bool", "Megatron sequence parallelism."),
     "zero": Key("int", "ZeRO stage, 0 to 3.", minimum=0, maximum=3),
     "schedule": Key("enum", "Pipeline schedule.", enum=SCHEDULES),

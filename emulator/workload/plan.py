@@ -88,7 +88,7 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     fwd = Ly.forward_steps(L)
     bwd = Ly.backward_steps(L, sc.training.recompute)
     dense = M.dense_layer_params(m, bool(m.experts)) / t
-    expert = M.routed_params(m) / (t * par.ep) if m.experts else 0.0
+    expert = M.routed_params(m) / ((par.etp or t) * par.ep) if m.experts else 0.0  # etp: the experts' TP
     lead: tuple[list, list, float] | None = None  # a dense leading layer of an MoE model
     if m.experts and first < m.first_dense_layers:
         Ld = Ly.dense_shape(L)
@@ -127,7 +127,7 @@ def make_plan(sc: Scenario) -> Plan:
     m = replace(M.resolve(model), vocab=M.padded_vocab(M.resolve(model).vocab, par.tp))
     dtype = DTYPE_BYTES[tr.precision]
     flash = getattr(tr, "attention", "unfused") == "flash"
-    L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash)
+    L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash, par.etp)
     plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=dtype, flash=flash or par.cp > 1,
                 grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
                 chunk_layers=chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
