@@ -126,10 +126,7 @@ def optimizer_state_bytes(training: TrainingSpec) -> float:
 
 def _rank_load(r: ModelSpec, ep: int) -> float:
     """The busiest EP rank's routed tokens over the mean (layer.py's LayerShape.rank_load)."""
-    if ep <= 1 or r.moe_imbalance == 1.0:
-        return 1.0
-    local = max(1, r.experts // ep)
-    return (r.moe_imbalance + local - 1) / local
+    return M.moe_rank_load(r, ep)
 
 
 def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, float]:

@@ -93,7 +93,10 @@ def _moe_violations(m: ModelSpec) -> list[Violation]:
         if m.moe_imbalance != 1.0:
             out.append(Violation("model.moe_imbalance", f"moe_imbalance ({m.moe_imbalance:g}) needs experts > 0 "
                                                         "(an MoE model)"))
+        if m.moe_expert_load:
+            out.append(Violation("model.moe_expert_load", "moe_expert_load needs experts > 0 (an MoE model)"))
         return out
+    out += _expert_load_violations(m)
     if m.first_dense_layers >= m.layers:
         out.append(Violation("model.first_dense_layers", f"first_dense_layers ({m.first_dense_layers}) must be "
                                                          f"less than layers ({m.layers}): no MoE layer would be left"))
@@ -104,6 +107,29 @@ def _moe_violations(m: ModelSpec) -> list[Violation]:
         out.append(Violation("model.moe_imbalance", f"moe_imbalance ({m.moe_imbalance:g}) must be between 1 and "
                                                     f"experts/top_k = {m.experts}/{top_k} = {m.experts / top_k:g} "
                                                     "(the busiest expert gets at most every token)"))
+    return out
+
+
+def _expert_load_violations(m: ModelSpec) -> list[Violation]:
+    """A measured distribution: one number per expert, not all zero, no expert above every token, and
+    not together with moe_imbalance (it says the same thing, measured)."""
+    load = m.moe_expert_load
+    if not load:
+        return []
+    if len(load) != m.experts:
+        return [Violation("model.moe_expert_load", f"moe_expert_load has {len(load)} numbers; expected one per "
+                                                   f"expert ({m.experts})")]
+    total = sum(load)
+    if total <= 0:
+        return [Violation("model.moe_expert_load", "moe_expert_load must not be all zero")]
+    out: list[Violation] = []
+    top_k = m.top_k or 1
+    if max(load) / (total / len(load)) > m.experts / top_k:
+        out.append(Violation("model.moe_expert_load", f"the busiest expert ({max(load):g} of {total:g}) gets more "
+                                                      f"than every token: at most experts/top_k = "
+                                                      f"{m.experts / top_k:g} times the mean"))
+    if m.moe_imbalance != 1.0:
+        out.append(Violation("model.moe_imbalance", "give moe_imbalance or moe_expert_load, not both"))
     return out
 
 

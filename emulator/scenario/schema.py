@@ -218,9 +218,15 @@ MODEL_KEYS: dict[str, Key] = {
                                     minimum=0, maximum=10**8),
     "first_dense_layers": Key("int", "Leading layers with a dense MLP of ffn_hidden instead of experts "
                                      "(DeepSeek: 1 in V2, 3 in V3); 0: every layer is MoE.", minimum=0, maximum=10**6),
-    "moe_imbalance": Key("number", "Tokens routed to the busiest expert over the mean, at least 1 (1: balanced); "
-                                   "stretches the busiest expert-parallel rank's expert GEMMs and all-to-all.",
+    "moe_imbalance": Key("number", "Tokens routed to the busiest expert over the mean, at least 1; stretches the "
+                                   "busiest expert-parallel rank's expert GEMMs and all-to-all. Default 1: what "
+                                   "Megatron-Core's token drop with capacity factor 1 padded to capacity (NeMo's "
+                                   "MegatronTokenDropCallback) makes exact; a lower bound for dropless routing.",
                          minimum=1.0, maximum=1e6),
+    "moe_expert_load": Key("number_list", "A measured routing distribution: tokens (or shares) of each expert, "
+                                          "one number per expert in expert order; the busiest expert-parallel "
+                                          "rank's load is read from it (Megatron's contiguous local experts). "
+                                          "Instead of moe_imbalance."),
     "q_lora_rank": Key("int", "Multi-latent attention: rank of the query down-projection; 0: a full query "
                               "projection.", minimum=0, maximum=10**7),
     "kv_lora_rank": Key("int", "Multi-latent attention (DeepSeek-V2/V3): rank of the compressed keys and values; "
@@ -400,7 +406,7 @@ def _default(key: Key, name: str, cls: type | None) -> Any:
                 return MISSING
             if key.type in UNIT_TYPES:
                 return f"{value:g} {UNIT_KINDS[key.type].si_unit}"
-            if key.type in ("int_list", "axis_order"):
+            if key.type in ("int_list", "axis_order", "number_list"):
                 return list(value)
             return value
     return MISSING
@@ -421,6 +427,8 @@ def _scalar_schema(key: Key, names: Names) -> dict[str, Any]:
         return {"type": "boolean"}
     if t == "int_list":
         return {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 6}
+    if t == "number_list":
+        return {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 1}
     if t == "placement":
         return {"oneOf": [{"type": "string", "enum": list(PLACEMENTS)},
                           {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1,

@@ -141,6 +141,7 @@ class ModelSpec:
     shared_expert_ffn_hidden: int = 0  # width of one shared expert; 0: expert_ffn_hidden
     first_dense_layers: int = 0  # leading layers with a dense MLP of ffn_hidden (DeepSeek first_k_dense_replace)
     moe_imbalance: float = 1.0  # tokens of the busiest expert / the mean (1: perfectly balanced routing)
+    moe_expert_load: tuple[float, ...] = ()  # measured tokens per expert (instead of moe_imbalance); (): none
     # Multi-latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0
     q_lora_rank: int = 0  # query down-projection rank; 0: a full query projection
     kv_lora_rank: int = 0  # compressed key/value rank; 0: standard attention

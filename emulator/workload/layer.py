@@ -72,7 +72,16 @@ from dataclasses import dataclass, replace
 
 from emulator.devices import compute
 from emulator.scenario.spec import ModelSpec
-from emulator.workload.models import expert_ffn, has_biases, has_dropout, head_dims, is_mla, resolve, shared_ffn
+from emulator.workload.models import (
+    expert_ffn,
+    has_biases,
+    has_dropout,
+    head_dims,
+    is_mla,
+    moe_rank_load,
+    resolve,
+    shared_ffn,
+)
 
 FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
 
@@ -146,6 +155,7 @@ class LayerShape:
     expert_ffn: int = 0  # one routed expert's width; 0: ffn
     shared_ffn: int = 0  # the shared experts' summed width; 0: none
     imbalance: float = 1.0  # tokens of the busiest expert / the mean
+    load: float = 0.0  # the busiest EP rank's routed tokens / the mean, from a measured distribution; 0: imbalance
     q_rank: int = 0  # MLA query rank (0: a full query projection)
     kv_rank: int = 0  # MLA key/value rank; 0: standard attention
     rope_dim: int = 0  # MLA decoupled rope dims per head
@@ -191,7 +201,10 @@ class LayerShape:
 
     @property
     def rank_load(self) -> float:
-        """Routed tokens of the busiest EP rank over the mean: (f + local − 1)/local with EP, else 1."""
+        """Routed tokens of the busiest EP rank over the mean: (f + local − 1)/local with EP, else 1; or
+        models.moe_rank_load of a measured distribution (``load``)."""
+        if self.load:
+            return self.load
         if self.ep <= 1 or self.imbalance == 1.0:
             return 1.0
         local = max(1, self.experts // self.ep)
@@ -236,7 +249,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       dropout=has_dropout(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,
                       top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation,
                       expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
-                      imbalance=m.moe_imbalance, head=m.head_dim, etp=etp if etp != t else 0, **mla)
+                      imbalance=m.moe_imbalance, head=m.head_dim,
+                      load=moe_rank_load(m, ep) if m.moe_expert_load else 0.0, etp=etp if etp != t else 0, **mla)
 
 
 def dense_shape(L: LayerShape) -> LayerShape:

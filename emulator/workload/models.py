@@ -125,6 +125,26 @@ def expert_params(spec: ModelSpec) -> int:
     return mlp_of_width(s, expert_ffn(s))
 
 
+def moe_rank_load(spec: ModelSpec, ep: int) -> float:
+    """Routed tokens of the busiest expert-parallel rank over the mean rank's.
+
+    From ``moe_expert_load`` (measured tokens per expert): EP rank r holds experts r·E/ep … (r+1)·E/ep − 1
+    (Megatron-Core moe_layer.py @ d98e8a64dd, lines 188-194: ``local_expert_indices_offset = ep_rank *
+    num_local_experts``), so its load is their sum, and the busiest is max over r of that sum over
+    total/ep. Else from ``moe_imbalance`` f: the busiest expert and local − 1 experts of mean load,
+    (f + local − 1)/local. 1 without EP (every rank holds every expert: the total is the mean)."""
+    if ep <= 1:
+        return 1.0
+    local = max(1, spec.experts // ep)
+    load = spec.moe_expert_load
+    if load:
+        per_rank = [sum(load[r * local:(r + 1) * local]) for r in range(ep)]
+        return max(per_rank) / (sum(load) / ep)
+    if spec.moe_imbalance == 1.0:
+        return 1.0
+    return (spec.moe_imbalance + local - 1) / local
+
+
 def is_moe_layer(spec: ModelSpec, layer: int) -> bool:
     """Layer ``layer`` (0-based) has experts: an MoE model past its ``first_dense_layers``."""
     return bool(spec.experts) and layer >= spec.first_dense_layers
