@@ -213,7 +213,7 @@ def _expert_grid_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
 def _size_violations(t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     """Sizes of at least 1 (the key table enforces them in files; specs made in code may break them)."""
     sizes = [(f"parallel.{n}", getattr(p, n)) for n in ("tp", "pp", "dp", "cp", "ep", "virtual_stages")]
-    sizes += [("parallel.etp", p.etp)] if p.etp < 0 else []  # 0: as tp
+    sizes += [("parallel.etp", p.etp)] if p.etp is not None else []  # None: as tp
     sizes += [("training.micro_batch", t.micro_batch), ("training.global_batch", t.global_batch)]
     return [Violation(key, f"expected at least 1, got {x}") for key, x in sizes if x < 1]
 

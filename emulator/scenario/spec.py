@@ -185,7 +185,7 @@ class ParallelSpec:
     dp: int = 1
     cp: int = 1
     ep: int = 1
-    etp: int = 0  # expert tensor-parallel size; 0: as tp (workload/placement.py: MoE parallel folding)
+    etp: int | None = None  # expert tensor-parallel size; None: as tp (workload/placement.py: MoE parallel folding)
     sequence_parallel: bool = False
     zero: int = 0
     schedule: str = "1f1b"  # gpipe | 1f1b | interleaved-1f1b

@@ -236,9 +236,9 @@ class LayerShape:
 
 
 def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False, cp: int = 1,
-                ep: int = 1, dtype: int = 2, flash: bool = False, etp: int = 0) -> LayerShape:
+                ep: int = 1, dtype: int = 2, flash: bool = False, etp: int | None = None) -> LayerShape:
     """The per-GPU layer shape of ``model`` under the given parallelism (``etp``: the experts' own tensor
-    parallelism, 0 or t: as the attention's)."""
+    parallelism; None or t: as the attention's)."""
     m = resolve(model)
     causal = m.causal
     d_qk, d_v = head_dims(m)
@@ -250,7 +250,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation,
                       expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
                       imbalance=m.moe_imbalance, head=m.head_dim,
-                      load=moe_rank_load(m, ep) if m.moe_expert_load else 0.0, etp=etp if etp != t else 0, **mla)
+                      load=moe_rank_load(m, ep) if m.moe_expert_load else 0.0,
+                      etp=etp if etp and etp != t else 0, **mla)
 
 
 def dense_shape(L: LayerShape) -> LayerShape:
