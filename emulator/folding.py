@@ -18,7 +18,14 @@ This module decides which translations are automorphisms of the topology:
   the run folds the automorphisms only;
 - rings and tori fold only inside nodes; custom graphs, overrides (stragglers,
   degraded or failed links), hashed ECMP routing, traces and expert parallelism are
-  not folded.
+  not folded;
+- with MoE parallel folding (``parallel.etp`` other than tp) a pipeline stage's index
+  j = tp + TP·(cp + CP·dp) is also read as etp + ETP·(ep + EP·edp) (workload/placement.py). Where
+  the strides of both readings form one chain (each divides the next), j splits into digits that
+  each lie inside one axis of both grids; rotating such a digit maps TP, DP, EP, ETP and expert-DP
+  groups onto groups of their kind, so it is a symmetry of the program, and it is folded where it is
+  also one of the network (as a dp axis, ``_dp_axes``). Digits inside cp are not folded (the ring's
+  neighbours are a rotation of the whole cp axis only).
 
 Each refusal comes with a note that the summary carries.
 """
@@ -114,6 +121,14 @@ def choose_fold(scenario: Scenario, in_effect: bool = True) -> tuple[Fold | None
     axes: list[tuple[int, bool]] = [(pp, False)]
     note = "folding on"
     checked: list[bool] | None = [] if in_effect else None  # set by a dp axis folded in effect (_node_axes)
+    if _expert_digits(p) is not None:
+        axes += _expert_axes(p, g, scenario, in_node_ok)
+        fold = Fold(tuple(s for s, _ in axes), tuple(f and s > 1 for s, f in axes))
+        if fold.copies == 1:
+            return None, "folding found no symmetric ranks to fold"
+        return fold, f"folding on (the experts' own grid, etp {p.etp}): {fold.copies} ranks per simulated rank"
+    if _folded_experts(p):
+        return None, "folding off: the expert grid (parallel.etp) and the attention's do not nest"
     if p.ep > 1 and not _ep_splits(p):
         axes += [(d, False), (cp, False)]
         note = "folding: tp only (expert parallelism with context parallelism regroups the dp ranks)"
@@ -134,6 +149,36 @@ def choose_fold(scenario: Scenario, in_effect: bool = True) -> tuple[Fold | None
     return fold, f"{note}: {fold.copies} ranks per simulated rank"
 
 
+def _folded_experts(p) -> bool:
+    return bool(p.etp) and p.etp != p.tp
+
+
+def _expert_digits(p) -> list[tuple[int, int, str]] | None:
+    """MoE parallel folding: the digits (stride, size, dense axis) of a pipeline stage's index j, fastest
+    first, that refine both j = tp + TP·(cp + CP·dp) and j = etp + ETP·(ep + EP·edp); None without
+    folding or where the two sets of strides are no chain of divisors."""
+    if not _folded_experts(p):
+        return None
+    world = p.tp * p.cp * p.dp
+    if world % (p.etp * p.ep):
+        return None
+    strides = sorted({1, p.tp, p.tp * p.cp, p.etp, p.etp * p.ep, world})
+    if any(b % a for a, b in zip(strides, strides[1:])):
+        return None
+    return [(a, b // a, "tp" if a < p.tp else "cp" if a < p.tp * p.cp else "dp") for a, b in zip(strides, strides[1:])]
+
+
+def _expert_axes(p, g: int, scenario: Scenario, in_node_ok: bool) -> list[tuple[int, bool]]:
+    """The fold's axes for the digits of ``_expert_digits``, slowest first."""
+    axes: list[tuple[int, bool]] = []
+    for stride, size, axis in reversed(_expert_digits(p) or []):
+        if axis == "cp" or not in_node_ok:
+            axes.append((size, False))
+        else:
+            axes += _dp_axes(size, stride, g, scenario)
+    return axes
+
+
 def _ep_splits(p) -> bool:
     """Expert parallelism without CP: EP groups are blocks of ``ep`` consecutive dp ranks
     (emulator.workload.placement), so dp splits into (dp/ep blocks, ep positions), and a
@@ -148,6 +193,13 @@ def program_fold(scenario: Scenario) -> Fold | None:
     build the representatives, then stamp copies."""
     p = scenario.parallel
     if p.order and tuple(p.order) != ("pp", "dp", "cp", "tp"):
+        return None
+    digits = _expert_digits(p)
+    if digits is not None:
+        sizes = [size for _s, size, _a in reversed(digits)]
+        fold = Fold((p.pp, *sizes), (False, *(axis != "cp" for _s, _z, axis in reversed(digits))))
+        return fold if fold.copies > 1 else None
+    if _folded_experts(p):
         return None
     if p.ep > 1 and _ep_splits(p):
         fold = Fold((p.pp, p.dp // p.ep, p.ep, p.cp, p.tp), (False, p.dp > p.ep, True, False, p.tp > 1))

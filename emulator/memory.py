@@ -1,9 +1,11 @@
 """Memory per GPU: model states, activations and workspace, and whether they fit.
 
 Model states (mixed-precision Adam, Rajbhandari et al. 2020): 2 bytes of bf16 weight,
-g bytes of gradient and 12 of fp32 master weight, momentum and variance per parameter,
+g bytes of gradient and 12 of fp32 master weight, momentum and variance per parameter (10 with
+``training.optimizer: apex``, whose master is a 16-bit remainder: :func:`optimizer_state_bytes`),
 with Ψ = parameters on this GPU after TP/PP/EP sharding and d = the ranks that share them
-(DP·CP for dense weights, as Megatron's distributed optimizer; DP·CP/EP for experts):
+(DP·CP for dense weights, as Megatron's distributed optimizer; DP·CP/EP for experts, or with MoE
+parallel folding TP·DP·CP/(ETP·EP), the expert grid's expert-DP; experts split over ETP, not TP):
     ZeRO-0 (14 + g)Ψ,  ZeRO-1 (2 + g)Ψ + 12Ψ/d,  ZeRO-2 2Ψ + (12 + g)Ψ/d,  ZeRO-3 (14 + g)Ψ/d.
 The gradient lives in Megatron-Core's main_grad buffer, whose type is that of the
 data-parallel reduction (``training.grad_reduce``): g = 4 with fp32, Megatron-LM's default
@@ -18,7 +20,8 @@ sequence share of a CP rank, a the heads, t the TP size):
     TP + SP             s·b·h·(34 + 5·a·s/h)/t
     selective recompute s·b·h·(10 + 24/t), or 34·s·b·h/t with SP
     full recompute      2·s·b·h (2·s·b·h/t with SP: only the layer input is kept)
-computed term by term so that GQA (K, V of kv heads), SwiGLU (two up outputs), MoE
+computed term by term so that GQA (K, V of kv heads), ``head_dim`` (Q, K, V and the projection
+input of a·d and kv·d elements, not h), SwiGLU (two up outputs), MoE
 (top_k routed copies of the expert width, times the busiest rank's load under routing
 imbalance, plus the shared experts' MLP) and models without dropout are counted; for a GPT
 these terms are exactly the formulas above. Multi-latent attention keeps Q and K of a·d_qk,
@@ -46,7 +49,11 @@ projection saves the attention output, the tensor the fused attention keeps (TE 
 outputs stay bf16; without recompute the fused attention still keeps its bf16 output beside the
 projection's fp8 copy. fp8 weights: :func:`fp8_weight_bytes` (``training.fp8_params``). Stage 0's
 in-flight count is Megatron's warm-up (megatron/core/pipeline_parallel/schedules.py lines 696-701 at
-791b70e0) plus the one forward that 1F1B runs before its first backward. Not modelled: the
+791b70e0) plus the one forward that 1F1B runs before its first backward; the current version says the
+same (get_pp_rank_microbatches @ d98e8a64dd, lines 964-978: (p − r − 1)·2 + (v − 1)·g with g =
+microbatch_group_size_per_vp_stage, p by default, capped at the m·v chunk passes there are). For
+NeMo's Nemotron-4 340B layout (p 8, v 12, m 16) stage 0 holds 14 + 88 = 102 (< 16·12 = 192, so the cap
+does not bind) + 1 = 103 one-layer chunks. Not modelled: the
 Userbuffers of TE's TP-overlap (tp_comm_overlap; ten (s·b/cp)×h buffers, TE base.py initialize_ub).
 
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers,
@@ -57,7 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from emulator.scenario.spec import ModelSpec, Scenario
+from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import chunk_layers, stage_layers
 from emulator.workload import models as M
 from emulator.workload.plan import grad_reduce_bytes
@@ -81,21 +88,45 @@ class MemoryReport:
     stage: int = 0  # the pipeline stage with the peak
 
 
-def model_state_bytes(psi: float, d: int, zero: int, grad_bytes: int = 2) -> dict:
+def model_state_bytes(psi: float, d: int, zero: int, grad_bytes: int = 2,
+                      state_bytes: float = ADAM_STATE_BYTES) -> dict:
     """{'params', 'grads', 'optimizer'} bytes for Ψ parameters shared by d ranks under ZeRO ``zero``,
-    gradients held in ``grad_bytes``-byte elements (the main_grad buffer's type)."""
+    gradients held in ``grad_bytes``-byte elements (the main_grad buffer's type), ``state_bytes`` of
+    optimizer state per parameter (:func:`optimizer_state_bytes`)."""
     params = WEIGHT_BYTES * psi / (d if zero >= 3 else 1)
     grads = grad_bytes * psi / (d if zero >= 2 else 1)
-    optim = ADAM_STATE_BYTES * psi / (d if zero >= 1 else 1)
+    optim = state_bytes * psi / (d if zero >= 1 else 1)
     return {"params": params, "grads": grads, "optimizer": optim}
+
+
+def optimizer_state_bytes(training: TrainingSpec) -> float:
+    """Adam's state per parameter, before sharding, for ``training.optimizer``.
+
+    megatron: Megatron-Core's DistributedOptimizer keeps an fp32 main copy of each 16-bit weight
+    (megatron/core/optimizer/distrib_optimizer.py @ d98e8a64dd, ``shard_fp32_from_float16_groups``,
+    lines 375-445: ``shard_main_param = ... .float()``) and Adam's fp32 momentum and variance: 4 + 4 + 4.
+
+    apex: Apex DistributedFusedAdam as NeMo sets it up for bf16 (O2) training
+    (nemo/collections/nlp/models/language_modeling/megatron_base_model.py @ 8cfedd72, lines 840-861:
+    state ``dtype`` fp32, ``param_sync_dtype`` the model's bf16, and for an fp32 optimizer over a bf16
+    model ``store_params = False``, ``store_param_remainders = True``). Its StateBucket then holds,
+    per parameter of its shard, an int16 ``param_remainders_shard`` (the low 16 bits that with the bf16
+    weight make the fp32 master) and ``exp_avg_shard`` and ``exp_avg_sq_shard`` in fp32
+    (apex/contrib/optimizers/distributed_fused_adam.py @ 6424da3b, lines 450-476): 2 + 4 + 4 = 10.
+    With fp16 weights or fp8 weights (NeMo: ``store_params = True`` when fp8_params) the master is
+    a full fp32 copy: 12. The gradients are not sharded by it: NeMo asks for
+    ``contiguous_grad_buffer`` (megatron_base_model.py line 833), one buffer of every bucket in
+    ``grad_sync_dtype`` (distributed_fused_adam.py ``_init_grad_buffer``, lines 1156-1193), as
+    Megatron's DDP grad buffer (``training.grad_reduce``)."""
+    if training.optimizer != "apex":
+        return float(ADAM_STATE_BYTES)
+    bf16_weights = training.precision == "bf16" or (training.precision == "fp8" and not training.fp8_params)
+    return 10.0 if bf16_weights else float(ADAM_STATE_BYTES)
 
 
 def _rank_load(r: ModelSpec, ep: int) -> float:
     """The busiest EP rank's routed tokens over the mean (layer.py's LayerShape.rank_load)."""
-    if ep <= 1 or r.moe_imbalance == 1.0:
-        return 1.0
-    local = max(1, r.experts // ep)
-    return (r.moe_imbalance + local - 1) / local
+    return M.moe_rank_load(r, ep)
 
 
 def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, float]:
@@ -103,7 +134,7 @@ def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, floa
     element of a saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its bf16
     output, which in fp8 is not the tensor the projection saves."""
     h, a = r.hidden, r.heads
-    d_v = M.head_dims(r)[1] if M.is_mla(r) else h // a
+    d_v = M.head_dims(r)[1] if M.is_mla(r) else M.head_dim(r)
     out = a * d_v  # the projection's input width
     proj = 2 * out if g == 2 else g * out + (2 * out if keeps_out else 0)
     if M.is_mla(r):
@@ -111,8 +142,8 @@ def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, floa
         q, kv = r.q_lora_rank, r.kv_lora_rank
         latents = 2 * (q + kv + r.qk_rope_head_dim) + g * (q + kv)  # norm inputs; up-projection inputs
         return g * h + latents, 2 * a * d_qk * 2 + 2 * a * d_v + proj  # QKV input; Q, K, V, projection
-    kvd = r.kv_heads * (h // a)
-    return g * h, 2 * (h + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
+    kvd = r.kv_heads * M.head_dim(r)
+    return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
 
 
 def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int) -> float:
@@ -165,7 +196,7 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
         shared = M.mlp_of_width(r, M.shared_ffn(r)) / t if r.shared_experts else 0.0
         one = M.expert_params(r) - (r.hidden if biases else 0)
         moe_dense = dense + r.hidden * r.experts + shared
-        expert = (one / t + (r.hidden if biases else 0)) * r.experts / par.ep
+        expert = (one / (par.etp or t) + (r.hidden if biases else 0)) * r.experts / par.ep  # etp: experts' TP
         dense = moe_dense * (layers - lead) + (dense + mlp_gpu) * lead
         expert *= layers - lead
     else:
@@ -187,7 +218,8 @@ def _linear_weights(r: ModelSpec) -> tuple[int, int]:
     if M.is_mla(r):
         attn = M.attention_params(r) - r.q_lora_rank - r.kv_lora_rank  # less the two latent norms
     else:
-        attn = h * (h + 2 * r.kv_heads * (h // r.heads)) + h * h
+        d = M.head_dim(r)
+        attn = h * (r.heads * d + 2 * r.kv_heads * d) + r.heads * d * h
     return attn, (3 if r.swiglu else 2) * h
 
 
@@ -202,7 +234,7 @@ def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) 
     if not r.experts:
         return dense_layer * layers, 0.0
     moe_layer = (attn + (per_width * M.shared_ffn(r) if r.shared_experts else 0)) / par.tp
-    experts = per_width * M.expert_ffn(r) * r.experts / par.ep / par.tp
+    experts = per_width * M.expert_ffn(r) * r.experts / par.ep / (par.etp or par.tp)
     return dense_layer * lead + moe_layer * (layers - lead), experts * (layers - lead)
 
 
@@ -215,6 +247,14 @@ def fp8_weight_bytes(linear: float, fp8_params: bool) -> float:
     transformer_engine/pytorch/module/base.py lines 1106 and 1119; Megatron-Core passes the cache key,
     megatron/core/extensions/transformer_engine.py lines 246-247)."""
     return (-1.0 if fp8_params else 2.0) * linear
+
+
+def expert_dp(par: ParallelSpec) -> int:
+    """Expert-data-parallel size, the ranks that share one expert's weights: dp·cp/ep, or with MoE parallel
+    folding tp·dp·cp/(etp·ep) (world/(etp·ep·pp), Megatron-Core's expert_data_parallel_size)."""
+    if par.etp and par.etp != par.tp:
+        return max(1, par.tp * par.dp * par.cp // (par.etp * par.ep))
+    return max(1, par.dp * par.cp // par.ep)
 
 
 def _dense_layers_of(sc: Scenario, stage: int) -> int:
@@ -240,6 +280,7 @@ def memory_report(sc: Scenario) -> MemoryReport:
     gpu = sc.cluster.node.gpu
     dtype = 4 if tr.precision in ("fp32", "tf32") else 2
     grad_bytes = grad_reduce_bytes(tr.precision, tr.grad_reduce)
+    state_bytes = optimizer_state_bytes(tr)
     flash = getattr(tr, "attention", "unfused") in ("flash", "fa2") or par.cp > 1
     s = m.seq_len // par.cp
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
@@ -256,15 +297,15 @@ def memory_report(sc: Scenario) -> MemoryReport:
         mine = split[stage]  # layers of each of this stage's chunks
         dense, expert = _stage_params(m, sc, stage, sum(mine))
         d = par.dp * par.cp
-        states = model_state_bytes(dense, d, par.zero, grad_bytes)
+        states = model_state_bytes(dense, d, par.zero, grad_bytes, state_bytes)
         if expert:
-            ex = model_state_bytes(expert, max(1, d // par.ep), par.zero, grad_bytes)
+            ex = model_state_bytes(expert, expert_dp(par), par.zero, grad_bytes, state_bytes)
             states = {k: states[k] + ex[k] for k in states}
         if fp8:
             lin_dense, lin_expert = _stage_linear_params(m, sc, stage, sum(mine))
             z3 = par.zero >= 3  # ZeRO-3 shards the weights, and so their fp8 forms
             states["params"] += fp8_weight_bytes(lin_dense / (d if z3 else 1)
-                                                 + lin_expert / (max(1, d // par.ep) if z3 else 1), tr.fp8_params)
+                                                 + lin_expert / (expert_dp(par) if z3 else 1), tr.fp8_params)
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
         chunks = max_in_flight(tasks)
         worst = max(per_layer, per_dense) if _dense_layers_of(sc, stage) else per_layer

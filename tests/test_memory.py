@@ -141,7 +141,9 @@ def test_nemotron4_340b_bf16_layout_fits():
 
 
 def test_nemotron4_340b_dp2_layout_in_bf16_does_not_fit():
-    """The DP2 layout (NeMo's fp8 row) costed as if it ran in bf16: it would not fit."""
+    """The DP2 layout in bf16 with Megatron-Core's 12 B optimizer state: it would not fit. It ran in bf16 with
+    Apex DistributedFusedAdam, whose state is 10 B (training.optimizer: apex), and fits
+    (tests/test_memory_recipes.py)."""
     from emulator.scenario import load_scenario_text
 
     r = memory_report(load_scenario_text(NEMOTRON_340B % (2, 1), "nemotron.yaml"))

@@ -49,7 +49,7 @@ def test_override_and_checks():
     # 512 % 7 = 1, and the preset's 12 KV heads (filled in from its 12 heads) do not divide 7:
     # the rule book names both keys and says why
     assert [(v.key, v.message) for v in model_violations(dataclasses.replace(m, heads=7))] == \
-        [("model.heads", "hidden (512) must be divisible by heads (7)"),
+        [("model.heads", "hidden (512) must be divisible by heads (7), or model.head_dim be given"),
          ("model.kv_heads", "kv_heads (12) must divide heads (7)")]
     assert M.padded_vocab(50257, 8) == 51200  # Megatron: multiple of 128·8 = 1024
 

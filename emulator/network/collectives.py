@@ -39,7 +39,8 @@ enters each node at its c-th local member and visits the node's other members.
 
 With symmetry folding, the flows of the representative instance also carry the
 links of every symmetric copy of it (each distinct image of the group under the
-fold's translations), with multiplicity, so shared links see the whole load.
+fold's translations), with multiplicity, so shared links see the whole load. A direct all-to-all
+on a group the fold maps onto itself keeps one flow per orbit of its flows (orbits.py).
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ from typing import Callable
 from emulator.network import tree, tuning
 from emulator.network.compression import compress_plans
 from emulator.network.flows import FlowSpec, Plan
+from emulator.network.orbits import direct_orbits
 from emulator.network.routing import Route, Router
 from emulator.network.slack import slack_links
 from emulator.program import Fold, FoldRefused
@@ -346,12 +348,20 @@ class CollectiveModel:
                 self._same_load(op, group, images, contested(group[0]), getattr(fold, "last", -1))
         plan: Plan = []
         route = self.router.route
+        # a direct all-to-all whose group the fold maps onto itself: one flow per orbit (orbits.py); not
+        # with a fold in effect only, whose copies may differ in latency
+        orbits = None
+        if fold is not None and fold.copies > 1 and not fold.checked and op == "all_to_all" and len(raw) == 1:
+            orbits = direct_orbits(fold, group, len(raw[0]))
         for p, phase in enumerate(raw):
             out = []
-            for f, (_hops, volume, latency, merged) in enumerate(phase):
+            for kin in orbits if orbits is not None else [[f] for f in range(len(phase))]:
+                f = kin[0]
+                _hops, volume, latency, merged = phase[f]
                 if self.spread != "refuse" and len(images) > 1:  # the least or greatest of its copies'
-                    latency = (min if self.spread == "least" else max)(copy[p][f][2] for copy in images)
-                legs = [copy[p][f][0] for copy in images]
+                    latency = (min if self.spread == "least" else max)(copy[p][g][2] for copy in images
+                                                                       for g in kin)
+                legs = [copy[p][g][0] for copy in images for g in kin]
                 if not merged and _unscaled(legs):
                     fast = _disjoint_sum(self.router.routes([(a, b) for hops in legs for a, b, _s in hops]))
                     if fast is not None:  # no link on two hops (a ring's channel): no sums to make
@@ -360,9 +370,10 @@ class CollectiveModel:
                 acc = _Acc()
                 add = acc.add
                 for copy in images:
-                    for a, b, scale in copy[p][f][0]:
-                        links, weights, _lat = route(a, b)
-                        add(links, weights, scale)
+                    for g in kin:
+                        for a, b, scale in copy[p][g][0]:
+                            links, weights, _lat = route(a, b)
+                            add(links, weights, scale)
                     if merged:
                         one = _Acc()
                         for a, b, scale in copy[p][f][3]:

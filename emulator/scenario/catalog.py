@@ -37,6 +37,16 @@ Model sources:
   intermediate size 2560, 64 routed experts, 8 activated, 8 shared, untied embeddings,
   vocabulary 151,646), pre-trained at 4096 tokens (section 3.2); its QKV biases and the shared
   experts' sigmoid gate are left out. 57.4B parameters and 14.2B activated by our count.
+- Qwen3-235B-A22B (MoE with GQA and decoupled head dims, no shared experts): NeMo 8cfedd72
+  nemo/collections/llm/gpt/model/qwen3.py, Qwen3Config235B_A22B (num_layers 94, hidden_size 4096,
+  num_attention_heads 64, num_query_groups 4, ffn_hidden_size 12288, moe_ffn_hidden_size 1536; "Config
+  for Qwen 3 235B-A22B: https://huggingface.co/Qwen/Qwen3-235B-A22B") over Qwen3MoEConfig (128
+  experts, top-8, alltoall dispatcher, grouped GEMM), Qwen3Config (kv_channels 128, vocab_size
+  151936, no QKV bias, QK layernorm) and Qwen2Config (RMSNorm, SwiGLU, no linear biases, no dropout,
+  untied embeddings, seq_length 4096); the layer, head and expert counts agree with the Qwen3
+  Technical Report (QwenLM/Qwen3 @ 7a2f61ff, Qwen3_Technical_Report.pdf, Table 2: 94 layers, 64/4
+  query/KV heads, 128 experts, 8 activated). The per-head QK layernorms (2·128 weights) are left out.
+  235.1B parameters and 22.2B activated by our count.
 - BERT-large: Devlin et al. 2019 (24 layers, hidden 1024, 16 heads, vocabulary 30522,
   seq 512).
 """
@@ -270,6 +280,8 @@ MODELS: dict[str, dict[str, Any]] = {
     "deepseek-v3": _deepseek(61, 7168, 128, 18432, 2048, 256, 1, 8, 3, 1536, 129280),
     "qwen2-57b-a14b": dict(_llama(28, 3584, 28, 4, 2560, 151646, 4096), expert_ffn_hidden=2560, experts=64,
                            top_k=8, shared_experts=8),
+    "qwen3-235b-a22b": dict(_llama(94, 4096, 64, 4, 12288, 151936, 4096), head_dim=128, expert_ffn_hidden=1536,
+                            experts=128, top_k=8),
     "bert-large": dict(layers=24, hidden=1024, heads=16, seq_len=512, vocab=30522, tied_embeddings=True,
                        causal=False),  # an encoder: bidirectional attention
 }

@@ -67,8 +67,9 @@ def model_violations(model: ModelSpec) -> list[Violation]:
     if out:
         return out
     m = model
-    if m.hidden % m.heads:
-        out.append(Violation("model.heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads})"))
+    if m.hidden % m.heads and not m.head_dim:  # head_dim decouples the heads from hidden (Qwen3)
+        out.append(Violation("model.heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads}), "
+                                            "or model.head_dim be given"))
     if m.kv_heads and (m.kv_heads > m.heads or m.heads % m.kv_heads):
         out.append(Violation("model.kv_heads", f"kv_heads ({m.kv_heads}) must divide heads ({m.heads})"))
     if m.experts and m.top_k > m.experts:  # top_k 0: the model's default (1)
@@ -92,7 +93,10 @@ def _moe_violations(m: ModelSpec) -> list[Violation]:
         if m.moe_imbalance != 1.0:
             out.append(Violation("model.moe_imbalance", f"moe_imbalance ({m.moe_imbalance:g}) needs experts > 0 "
                                                         "(an MoE model)"))
+        if m.moe_expert_load:
+            out.append(Violation("model.moe_expert_load", "moe_expert_load needs experts > 0 (an MoE model)"))
         return out
+    out += _expert_load_violations(m)
     if m.first_dense_layers >= m.layers:
         out.append(Violation("model.first_dense_layers", f"first_dense_layers ({m.first_dense_layers}) must be "
                                                          f"less than layers ({m.layers}): no MoE layer would be left"))
@@ -103,6 +107,29 @@ def _moe_violations(m: ModelSpec) -> list[Violation]:
         out.append(Violation("model.moe_imbalance", f"moe_imbalance ({m.moe_imbalance:g}) must be between 1 and "
                                                     f"experts/top_k = {m.experts}/{top_k} = {m.experts / top_k:g} "
                                                     "(the busiest expert gets at most every token)"))
+    return out
+
+
+def _expert_load_violations(m: ModelSpec) -> list[Violation]:
+    """A measured distribution: one number per expert, not all zero, no expert above every token, and
+    not together with moe_imbalance (it says the same thing, measured)."""
+    load = m.moe_expert_load
+    if not load:
+        return []
+    if len(load) != m.experts:
+        return [Violation("model.moe_expert_load", f"moe_expert_load has {len(load)} numbers; expected one per "
+                                                   f"expert ({m.experts})")]
+    total = sum(load)
+    if total <= 0:
+        return [Violation("model.moe_expert_load", "moe_expert_load must not be all zero")]
+    out: list[Violation] = []
+    top_k = m.top_k or 1
+    if max(load) / (total / len(load)) > m.experts / top_k:
+        out.append(Violation("model.moe_expert_load", f"the busiest expert ({max(load):g} of {total:g}) gets more "
+                                                      f"than every token: at most experts/top_k = "
+                                                      f"{m.experts / top_k:g} times the mean"))
+    if m.moe_imbalance != 1.0:
+        out.append(Violation("model.moe_imbalance", "give moe_imbalance or moe_expert_load, not both"))
     return out
 
 
@@ -129,8 +156,11 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
         return out
     m, t, p = model.resolved(), training, parallel
     out += _schedule_violations(p)
-    if (p.dp * p.cp) % p.ep:
-        out.append(Violation("parallel.ep", f"ep ({p.ep}) must divide dp*cp = {p.dp}*{p.cp} = {p.dp * p.cp}"))
+    if t.optimizer == "apex" and p.zero not in (1, 2):
+        out.append(Violation("training.optimizer", f"optimizer apex (DistributedFusedAdam) shards the optimizer "
+                                                   f"state over the data-parallel ranks: it needs parallel.zero 1 "
+                                                   f"or 2, got {p.zero}"))
+    out += _expert_grid_violations(m, p)
     if p.ep > 1 and not m.experts:
         out.append(Violation("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)"))
     if m.experts and m.experts % p.ep:
@@ -152,9 +182,38 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     return out
 
 
+def _expert_grid_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
+    """The expert layers' grid: etp × ep × expert-dp × pp = world (Megatron-Core's MoE parallel folding,
+    parallel_state.py ``initialize_model_parallel``: world % (etp·ep·pp) == 0). With etp = tp (the default)
+    that is ep | dp·cp, Megatron's rule before folding, and its message stays."""
+    out: list[Violation] = []
+    etp = p.etp or p.tp
+    if etp == p.tp:
+        if (p.dp * p.cp) % p.ep:
+            hint = (f"; or give the experts their own grid with parallel.etp (etp*ep must divide tp*dp*cp = "
+                    f"{p.tp * p.dp * p.cp}; etp 1 folds the tensor-parallel ranks into ep)" if p.tp > 1 else "")
+            out.append(Violation("parallel.ep", f"ep ({p.ep}) must divide dp*cp = {p.dp}*{p.cp} = {p.dp * p.cp}"
+                                                + hint))
+        return out
+    world = p.tp * p.dp * p.cp
+    if world % (etp * p.ep):
+        out.append(Violation("parallel.ep", f"etp*ep = {etp}*{p.ep} = {etp * p.ep} must divide tp*dp*cp = "
+                                            f"{p.tp}*{p.dp}*{p.cp} = {world} (the expert layers' grid etp x ep x "
+                                            "expert-dp x pp is the world: Megatron-Core's MoE parallel folding)"))
+    if not m.experts:
+        out.append(Violation("parallel.etp", f"etp ({etp}) other than tp ({p.tp}) needs an MoE model (model.experts "
+                                             "> 0)"))
+    if p.tp > 1 and not p.sequence_parallel:  # Megatron-Core moe_layer.py: MoE with TP needs SP in training
+        out.append(Violation("parallel.sequence_parallel", f"folded expert layers (etp {etp}, tp {p.tp}) need "
+                                                           "sequence_parallel: true (Megatron-Core refuses MoE "
+                                                           "with tensor parallelism and no sequence parallelism)"))
+    return out
+
+
 def _size_violations(t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     """Sizes of at least 1 (the key table enforces them in files; specs made in code may break them)."""
     sizes = [(f"parallel.{n}", getattr(p, n)) for n in ("tp", "pp", "dp", "cp", "ep", "virtual_stages")]
+    sizes += [("parallel.etp", p.etp)] if p.etp is not None else []  # None: as tp
     sizes += [("training.micro_batch", t.micro_batch), ("training.global_batch", t.global_batch)]
     return [Violation(key, f"expected at least 1, got {x}") for key, x in sizes if x < 1]
 
@@ -178,9 +237,13 @@ def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
         out.append(Violation("parallel.tp", f"model.heads ({m.heads}) must be divisible by tp ({p.tp})"))
     if m.ffn_hidden % p.tp:
         out.append(Violation("parallel.tp", f"model.ffn_hidden ({m.ffn_hidden}) must be divisible by tp ({p.tp})"))
-    for name in ("expert_ffn_hidden", "shared_expert_ffn_hidden"):
-        if getattr(m, name) % p.tp:
-            out.append(Violation("parallel.tp", f"model.{name} ({getattr(m, name)}) must be divisible by tp ({p.tp})"))
+    etp = p.etp or p.tp  # the routed experts split over etp, the shared ones over tp (Megatron-Core)
+    expert_width = ("expert_ffn_hidden", m.expert_ffn_hidden) if m.expert_ffn_hidden else \
+        ("ffn_hidden", m.ffn_hidden if m.experts else 0)
+    for (name, width), size, key in ((expert_width, etp, "etp" if p.etp else "tp"),
+                                     (("shared_expert_ffn_hidden", m.shared_expert_ffn_hidden), p.tp, "tp")):
+        if width % size and (name != "ffn_hidden" or key == "etp"):  # ffn_hidden over tp: checked above
+            out.append(Violation(f"parallel.{key}", f"model.{name} ({width}) must be divisible by {key} ({size})"))
     if m.kv_heads % p.tp and p.tp % m.kv_heads:  # kv heads may be replicated over tp
         out.append(Violation("parallel.tp", f"model.kv_heads ({m.kv_heads}) and tp ({p.tp}) must divide one another"))
     split = p.cp * (p.tp if p.sequence_parallel else 1)

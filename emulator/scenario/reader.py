@@ -402,6 +402,8 @@ class _Reader:
         t = key.type
         if t == "int_list":
             return self.int_list(v, kp)
+        if t == "number_list":
+            return self.number_list(v, kp)
         if t == "axis_order":
             return self.axis_order(v, kp)
         if t == "placement":
@@ -481,6 +483,13 @@ class _Reader:
         if not 1 <= len(items) <= 6:
             raise self.fail(v.where, kp, f"expected 1 to 6 dimensions, got {len(items)}")
         return tuple(self.read(item, dim, f"{kp}[{i}]") for i, item in enumerate(items))
+
+    def number_list(self, v: YamlValue, kp: str) -> tuple[float, ...]:
+        """A list of plain numbers of at least 0 (model.moe_expert_load)."""
+        if v.items is None or not v.items:
+            raise self.fail(v.where, kp, f"expected {EXPECTED['number_list']}, got {describe(v)}")
+        item = Key("number", "", minimum=0.0, maximum=1e18)
+        return tuple(float(self.read(x, item, f"{kp}[{i}]")) for i, x in enumerate(v.items))
 
     def axis_order(self, v: YamlValue, kp: str) -> tuple[str, ...]:
         if v.items is None:

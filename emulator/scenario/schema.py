@@ -219,9 +219,15 @@ MODEL_KEYS: dict[str, Key] = {
                                     minimum=0, maximum=10**8),
     "first_dense_layers": Key("int", "Leading layers with a dense MLP of ffn_hidden instead of experts "
                                      "(DeepSeek: 1 in V2, 3 in V3); 0: every layer is MoE.", minimum=0, maximum=10**6),
-    "moe_imbalance": Key("number", "Tokens routed to the busiest expert over the mean, at least 1 (1: balanced); "
-                                   "stretches the busiest expert-parallel rank's expert GEMMs and all-to-all.",
+    "moe_imbalance": Key("number", "Tokens routed to the busiest expert over the mean, at least 1; stretches the "
+                                   "busiest expert-parallel rank's expert GEMMs and all-to-all. Default 1: what "
+                                   "Megatron-Core's token drop with capacity factor 1 padded to capacity (NeMo's "
+                                   "MegatronTokenDropCallback) makes exact; a lower bound for dropless routing.",
                          minimum=1.0, maximum=1e6),
+    "moe_expert_load": Key("number_list", "A measured routing distribution: tokens (or shares) of each expert, "
+                                          "one number per expert in expert order; the busiest expert-parallel "
+                                          "rank's load is read from it (Megatron's contiguous local experts). "
+                                          "Instead of moe_imbalance."),
     "q_lora_rank": Key("int", "Multi-latent attention: rank of the query down-projection; 0: a full query "
                               "projection.", minimum=0, maximum=10**7),
     "kv_lora_rank": Key("int", "Multi-latent attention (DeepSeek-V2/V3): rank of the compressed keys and values; "
@@ -232,6 +238,10 @@ MODEL_KEYS: dict[str, Key] = {
                                    "embedding.", minimum=0, maximum=10**5),
     "v_head_dim": Key("int", "Multi-latent attention: per-head value dims; 0: hidden/heads.", minimum=0,
                       maximum=10**5),
+    "head_dim": Key("int", "Per-head query, key and value dims, for any attention kind (Qwen3: 128 with hidden "
+                           "4096 and 64 heads; Megatron's kv_channels); 0 or absent: hidden/heads. With "
+                           "multi-latent attention, the default of qk_nope_head_dim and v_head_dim.", minimum=0,
+                    maximum=10**5),
     "tied_embeddings": Key("bool", "Input and output embeddings shared."),
     "causal": Key("bool", "A causal attention mask (decoders, the default); false: bidirectional (BERT)."),
 }
@@ -255,6 +265,11 @@ TRAINING_KEYS: dict[str, Key] = {
     "fp8_params": Key("bool", "With precision fp8: the layers' GEMM weights are kept in fp8 (1 B; NeMo's "
                               "fp8_params, Megatron's --fp8-param-gather); false: bf16 weights plus "
                               "Transformer Engine's cached fp8 copy and its transpose (memory only)."),
+    "optimizer": Key("enum", "The distributed optimizer (parallel.zero 1 or 2), memory only: megatron "
+                             "(Megatron-Core's DistributedOptimizer: fp32 main weight, momentum and variance, "
+                             "12 B a parameter over the data-parallel ranks) or apex (Apex DistributedFusedAdam "
+                             "as NeMo sets it up: with bf16 weights the fp32 master is kept as its 16-bit "
+                             "remainder, 10 B).", enum=("megatron", "apex")),
 }
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
@@ -264,7 +279,12 @@ PARALLEL_KEYS: dict[str, Key] = {
     "pp": Key("int", "Pipeline-parallel size.", minimum=1, maximum=10**6),
     "dp": Key("int", "Data-parallel size; absent: GPUs / (tp*pp*cp).", minimum=1, maximum=10**7),
     "cp": Key("int", "Context-parallel size.", minimum=1, maximum=10**6),
-    "ep": Key("int", "Expert-parallel size; divides dp*cp.", minimum=1, maximum=10**6),
+    "ep": Key("int", "Expert-parallel size; etp*ep divides tp*dp*cp (ep divides dp*cp when etp is tp).", minimum=1,
+              maximum=10**6),
+    "etp": Key("int", "Expert tensor-parallel size (Megatron-Core's expert_tensor_parallel_size); absent: tp. "
+                      "Other than tp, the expert layers get their own grid etp x ep x expert-dp x pp = world "
+                      "(MoE parallel folding: with etp 1 the EP groups take in the attention's TP ranks).",
+               minimum=1, maximum=10**6),
     "sequence_parallel": Key("bool", "Megatron sequence parallelism."),
     "zero": Key("int", "ZeRO stage, 0 to 3.", minimum=0, maximum=3),
     "schedule": Key("enum", "Pipeline schedule.", enum=SCHEDULES),
@@ -417,7 +437,7 @@ def _default(key: Key, name: str, cls: type | None) -> Any:
                 return MISSING
             if key.type in UNIT_TYPES:
                 return f"{value:g} {UNIT_KINDS[key.type].si_unit}"
-            if key.type in ("int_list", "axis_order"):
+            if key.type in ("int_list", "axis_order", "number_list"):
                 return list(value)
             return value
     return MISSING
@@ -438,6 +458,8 @@ def _scalar_schema(key: Key, names: Names) -> dict[str, Any]:
         return {"type": "boolean"}
     if t == "int_list":
         return {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 6}
+    if t == "number_list":
+        return {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 1}
     if t == "placement":
         return {"oneOf": [{"type": "string", "enum": list(PLACEMENTS)},
                           {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1,

@@ -141,12 +141,14 @@ class ModelSpec:
     shared_expert_ffn_hidden: int = 0  # width of one shared expert; 0: expert_ffn_hidden
     first_dense_layers: int = 0  # leading layers with a dense MLP of ffn_hidden (DeepSeek first_k_dense_replace)
     moe_imbalance: float = 1.0  # tokens of the busiest expert / the mean (1: perfectly balanced routing)
+    moe_expert_load: tuple[float, ...] = ()  # measured tokens per expert (instead of moe_imbalance); (): none
     # Multi-latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0
     q_lora_rank: int = 0  # query down-projection rank; 0: a full query projection
     kv_lora_rank: int = 0  # compressed key/value rank; 0: standard attention
     qk_nope_head_dim: int = 0  # per-head query/key dims without rotary embedding; 0: hidden / heads
     qk_rope_head_dim: int = 0  # per-head query/key dims with the decoupled rotary embedding
     v_head_dim: int = 0  # per-head value dims; 0: hidden / heads
+    head_dim: int = 0  # per-head query, key and value dims of any attention (Qwen3: 128); 0: hidden / heads
 
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,
@@ -170,6 +172,10 @@ class TrainingSpec:
     attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash (cuDNN) | fa2
     grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16
     fp8_params: bool = False  # fp8 only: the layers' GEMM weights stored in fp8 (NeMo's fp8_params, memory.py)
+    # the distributed optimizer's implementation (memory.py, optimizer_state_bytes): megatron (Megatron-Core's
+    # DistributedOptimizer, fp32 main weights) | apex (Apex DistributedFusedAdam as NeMo sets it up: bf16
+    # weights' fp32 masters kept as their 16-bit remainders)
+    optimizer: str = "megatron"
 
 
 @dataclass(frozen=True)
@@ -179,6 +185,7 @@ class ParallelSpec:
     dp: int = 1
     cp: int = 1
     ep: int = 1
+    etp: int | None = None  # expert tensor-parallel size; None: as tp (workload/placement.py: MoE parallel folding)
     sequence_parallel: bool = False
     zero: int = 0
     schedule: str = "1f1b"  # gpipe | 1f1b | interleaved-1f1b

@@ -12,7 +12,8 @@ Streams (in-order lanes) and what runs on them:
   one waits for it; the asynchronous backward ones overlap the next kernel (layer.py);
 - ``cp_send`` / ``cp_recv``: the ring attention K/V exchange, one send to the next and
   one receive from the previous CP rank per ring step, overlapping the block's kernel;
-- ``ep``: MoE all-to-all dispatch and combine (blocking);
+- ``ep``: MoE all-to-all dispatch and combine (blocking); ``etp``: with MoE parallel folding, the
+  experts' own tensor-parallel all-gather and reduce-scatter around their GEMMs;
 - ``pp_send_fwd`` / ``pp_recv_fwd`` (activations) and ``pp_send_bwd`` / ``pp_recv_bwd``
   (gradients): one stream per direction, so each carries messages in the order both
   ends use them (no head-of-line deadlock). A receive is posted when the compute
@@ -87,6 +88,7 @@ class _RankBuilder:
         self.last_compute: int | None = None
         self.tp = self.lo.tp_group(rank)
         self.ep = self.lo.ep_group(rank)
+        self.etp = self.lo.etp_group(rank)  # the experts' tensor-parallel group (MoE parallel folding)
         self.dpcp = self.lo.dp_cp_group(rank)
         self.edp = self.lo.edp_group(rank)
         self.grad_ready: dict[tuple[int, str], int] = {}  # (vs, unit) → op id of its last backward
@@ -149,7 +151,7 @@ class _RankBuilder:
             s = self._emit(kind=SEND, stream="cp_send", name=name, bytes=st.bytes, peer=nxt, tag=tag, **common)
             r = self._emit(kind=RECV, stream="cp_recv", name=name, bytes=st.bytes, peer=prv, tag=tag, **common)
             return [s, r]
-        group = {"tp": self.tp, "ep": self.ep}[st.group]
+        group = {"tp": self.tp, "ep": self.ep, "etp": self.etp}[st.group]
         oid = self.next_id[0]
         self.next_id[0] = oid + 1
         self.ops.append(Op(oid, self.rank, COLLECTIVE, st.group, deps, name, None, 0.0, st.bytes, "comm",
@@ -208,7 +210,7 @@ class _RankBuilder:
         for comm, what, refs, _with_deps in actions if ok else ():
             if what is None:
                 assert comm is not None
-                group = {"tp": self.tp, "ep": self.ep}[comm.group]
+                group = {"tp": self.tp, "ep": self.ep, "etp": self.etp}[comm.group]
                 at.append(len(parts))
                 parts.append(Part(COLLECTIVE, comm.group, comm.name, None, 0.0, comm.bytes, "comm", comm.collective,
                                   group, (last,)))

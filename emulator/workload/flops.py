@@ -1,9 +1,10 @@
 """FLOPs of one training iteration: model FLOPs (for MFU) and hardware FLOPs (for HFU).
 
 Counted from the real matrix multiplications of a layer, per sequence of s tokens
-(h hidden, a·d = h, kv·d for the K/V heads, f the MLP width, V the vocabulary):
+(h hidden, a heads of d = head_dim dims, a·d = h unless ``head_dim`` says otherwise, kv·d for the
+K/V heads, f the MLP width, V the vocabulary):
 
-    QKV 2·s·h·(h + 2·kv·d),  QKᵀ and P·V 2·s²·h each,  projection 2·s·h²,
+    QKV 2·s·h·(a·d + 2·kv·d),  QKᵀ and P·V 2·s²·a·d each,  projection 2·s·a·d·h,
     MLP 2·s·h·f·(2, or 3 with SwiGLU), times top_k for MoE, plus the router 2·s·h·E,
     LM head 2·s·h·V.
 
@@ -31,12 +32,12 @@ from emulator.workload.models import resolve
 
 
 def attention_core_flops(m: ModelSpec) -> float:
-    """QKᵀ and P·V of one layer, one sequence: 4·s²·h (MLA: 2·s²·a·(d_qk + d_v))."""
+    """QKᵀ and P·V of one layer, one sequence: 4·s²·a·d (4·s²·h when d = h/a; MLA: 2·s²·a·(d_qk + d_v))."""
     s = resolve(m)
     if M.is_mla(s):
         d_qk, d_v = M.head_dims(s)
         return 2.0 * s.seq_len * s.seq_len * s.heads * (d_qk + d_v)
-    return 4.0 * s.seq_len * s.seq_len * s.hidden
+    return 4.0 * s.seq_len * s.seq_len * (s.heads * M.head_dim(s))
 
 
 def _mlp_flops(s: ModelSpec, width: int) -> float:
@@ -52,8 +53,8 @@ def _projection_flops(s: ModelSpec) -> float:
         q = h * rq + rq * a * d_qk if rq else h * a * d_qk
         kv = h * (rkv + dr) + rkv * a * (d_qk - dr + d_v)
         return 2.0 * sl * (q + kv + a * d_v * h)
-    d = h // s.heads
-    return 2.0 * sl * h * (h + 2 * s.kv_heads * d) + 2.0 * sl * h * h
+    d = M.head_dim(s)
+    return 2.0 * sl * h * (s.heads * d + 2 * s.kv_heads * d) + 2.0 * sl * h * (s.heads * d)
 
 
 def layer_forward_flops(m: ModelSpec, layer: int | None = None) -> float:
@@ -65,9 +66,9 @@ def layer_forward_flops(m: ModelSpec, layer: int | None = None) -> float:
     if M.is_mla(s):
         attn = _projection_flops(s) + attention_core_flops(s)
     else:
-        d = h // s.heads
-        qkv = 2.0 * sl * h * (h + 2 * s.kv_heads * d)
-        proj = 2.0 * sl * h * h
+        d = M.head_dim(s)
+        qkv = 2.0 * sl * h * (s.heads * d + 2 * s.kv_heads * d)
+        proj = 2.0 * sl * h * (s.heads * d)
         attn = qkv + attention_core_flops(s) + proj
     if not moe:
         return attn + _mlp_flops(s, s.ffn_hidden)

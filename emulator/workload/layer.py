@@ -27,6 +27,9 @@ SwiGLU 3 forward, 5 backward; squared ReLU (Nemotron) as GeLU in bytes, 2 FLOPs 
 forward (max, square) and 3 backward; softmax 2 forward, 3 backward; attention dropout 2.5 each
 way; contiguous copies 2.
 
+Heads have d = ``head_dim`` dims (h/a by default): QKV is T×h → T×(a_l + 2·kv_l)·d, the core
+works on d, and the projection is T×a_l·d → T×h.
+
 Mixture-of-Experts (a layer with ``experts``): router GEMM · permute · [EP all-to-all
 dispatch] · the local experts' up GEMM, activation and down GEMM as one grouped GEMM each
 (Megatron-Core's --moe-grouped-gemm) · [EP all-to-all combine] · unpermute; shared experts
@@ -36,6 +39,12 @@ local − 1 experts of mean load, so it computes (f + local − 1)/local times t
 (1 without EP: all experts on each rank, the total is the mean); every rank is costed as
 that one, because the all-to-alls wait for it, and the all-to-all buffers grow by the same
 factor (an upper bound of the traffic: only the busiest rank receives that much).
+
+MoE parallel folding (``parallel.etp`` other than tp; Megatron-Core's alltoall dispatcher): the
+router and permutation run on this rank's Te sequence-parallel tokens, the all-to-all goes over the
+folded EP group, an all-gather and a reduce-scatter over the ETP group wrap the local experts'
+grouped GEMMs of width f_e/etp, and no TP collective wraps the routed experts (the shared ones keep
+their SP all-gather and reduce-scatter over TP). See the comment above :func:`_folded_moe_forward`.
 
 Multi-latent attention (DeepSeek-V2/V3), as Megatron-Core builds it
 (megatron/core/transformer/multi_latent_attention.py @ d98e8a64dd, MLASelfAttention): the
@@ -83,7 +92,16 @@ from dataclasses import dataclass, replace
 
 from emulator.devices import compute
 from emulator.scenario.spec import ModelSpec
-from emulator.workload.models import expert_ffn, has_biases, has_dropout, head_dims, is_mla, resolve, shared_ffn
+from emulator.workload.models import (
+    expert_ffn,
+    has_biases,
+    has_dropout,
+    head_dims,
+    is_mla,
+    moe_rank_load,
+    resolve,
+    shared_ffn,
+)
 
 FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
 
@@ -113,8 +131,9 @@ class Kernel:
 class Comm:
     """A communication inside a layer pass.
 
-    group: tp | cp | ep. collective: all_reduce | all_gather | reduce_scatter |
-    all_to_all | ring (a CP ring step: send to the next CP rank, receive from the previous).
+    group: tp | cp | ep | etp (the experts' own tensor parallelism). collective: all_reduce |
+    all_gather | reduce_scatter | all_to_all | ring (a CP ring step: send to the next CP rank,
+    receive from the previous).
     ``bytes`` is the nccl-tests buffer size S. ``overlap`` is the number of following
     kernels that run concurrently with it (0: the next kernel waits for it).
     """
@@ -157,6 +176,7 @@ class LayerShape:
     expert_ffn: int = 0  # one routed expert's width; 0: ffn
     shared_ffn: int = 0  # the shared experts' summed width; 0: none
     imbalance: float = 1.0  # tokens of the busiest expert / the mean
+    load: float = 0.0  # the busiest EP rank's routed tokens / the mean, from a measured distribution; 0: imbalance
     q_rank: int = 0  # MLA query rank (0: a full query projection)
     kv_rank: int = 0  # MLA key/value rank; 0: standard attention
     rope_dim: int = 0  # MLA decoupled rope dims per head
@@ -165,6 +185,8 @@ class LayerShape:
     fp8: bool = False  # Transformer Engine FP8: the linear layers' GEMMs in FP8, with their casts
     fp8_weight_bytes: float = 0.0  # bytes per weight element per micro-batch of the step's weight cast
     fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
+    head: int = 0  # dims per head (model.head_dim); 0: h / heads
+    etp: int = 0  # expert tensor-parallel size when it is not t (MoE parallel folding); 0: the experts use t
 
     @property
     def T(self) -> int:
@@ -177,7 +199,7 @@ class LayerShape:
 
     @property
     def d(self) -> int:
-        return self.h // self.heads
+        return self.head or self.h // self.heads
 
     @property
     def d_qk(self) -> int:
@@ -192,13 +214,21 @@ class LayerShape:
         return self.kv_rank > 0
 
     @property
+    def folded(self) -> bool:
+        """The expert layers on a grid of their own (parallel.etp other than tp): :func:`_folded_moe_forward`."""
+        return bool(self.experts) and self.etp > 0 and self.etp != self.t
+
+    @property
     def fe_l(self) -> int:
         """One routed expert's width on this GPU."""
-        return (self.expert_ffn or self.ffn) // self.t
+        return (self.expert_ffn or self.ffn) // (self.etp if self.folded else self.t)
 
     @property
     def rank_load(self) -> float:
-        """Routed tokens of the busiest EP rank over the mean: (f + local − 1)/local with EP, else 1."""
+        """Routed tokens of the busiest EP rank over the mean: (f + local − 1)/local with EP, else 1; or
+        models.moe_rank_load of a measured distribution (``load``)."""
+        if self.load:
+            return self.load
         if self.ep <= 1 or self.imbalance == 1.0:
             return 1.0
         local = max(1, self.experts // self.ep)
@@ -231,10 +261,11 @@ class LayerShape:
 
 def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False, cp: int = 1,
                 ep: int = 1, dtype: int = 2, flash: bool = False, micro_batches: int = 1,
-                fp8_params: bool = False, fa2: bool = False) -> LayerShape:
+                fp8_params: bool = False, fa2: bool = False, etp: int | None = None) -> LayerShape:
     """The per-GPU layer shape of ``model`` under the given parallelism. ``dtype`` 1 is FP8 training
     (Transformer Engine: FP8 GEMMs, BF16 activations); its weights are cast once per step of
-    ``micro_batches`` (4 bytes per element, 2 with ``fp8_params``)."""
+    ``micro_batches`` (4 bytes per element, 2 with ``fp8_params``). ``etp``: the experts' own tensor
+    parallelism (None or t: as the attention's)."""
     fp8 = dtype == 1
     if fp8:
         dtype = 2
@@ -249,7 +280,9 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation,
                       expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
                       imbalance=m.moe_imbalance, fp8=fp8, fa2=fa2,
-                      fp8_weight_bytes=(2.0 if fp8_params else 4.0) / max(1, micro_batches) if fp8 else 0.0, **mla)
+                      fp8_weight_bytes=(2.0 if fp8_params else 4.0) / max(1, micro_batches) if fp8 else 0.0,
+                      head=m.head_dim, load=moe_rank_load(m, ep) if m.moe_expert_load else 0.0,
+                      etp=etp if etp and etp != t else 0, **mla)
 
 
 def dense_shape(L: LayerShape) -> LayerShape:
@@ -482,8 +515,81 @@ def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
 
 
 def _mlp_forward(L: LayerShape, cat: str) -> list[Step]:
+    if L.folded:
+        return [_norm(L, "ln2", cat), *_folded_moe_forward(L, cat), _bda(L, "bda2", cat)]
     return [_norm(L, "ln2", cat), *_tp_in(L, "ln2", cat), *_mlp_core_forward(L, cat),
             *_tp_out(L, "mlp", cat), _bda(L, "bda2", cat)]
+
+
+# --- MoE parallel folding (parallel.etp other than tp) --------------------------------------
+# Megatron-Core's MoE layer with the alltoall dispatcher (megatron/core/transformer/moe/token_dispatcher.py
+# @ d98e8a64dd, MoEAlltoAllTokenDispatcher): the router runs on this rank's Te sequence-parallel tokens,
+# which are permuted and sent over the EP group (all-to-all), then gathered over the expert
+# tensor-parallel group (``dispatch_postprocess``: gather_from_sequence_parallel_region over tp_group,
+# the ETP group) for the local experts' grouped GEMMs of width f_e/etp; the way back is a reduce-scatter
+# over ETP (``combine_preprocess``) and the all-to-all. No TP communication wraps the routed experts;
+# the shared experts are TP-sharded and all-gather / reduce-scatter the sequence over the attention's
+# TP group (shared_experts.py, gather_from_sequence_parallel_region / reduce_scatter_to_sequence_parallel_region).
+
+def _folded_sizes(L: LayerShape) -> tuple[int, int, int, float]:
+    """(routed copies of this rank's tokens, local experts, tokens per local expert after the ETP
+    gather, all-to-all bytes) of the busiest rank."""
+    routed = L.Te * L.top_k
+    local = max(1, L.experts // L.ep)
+    load = L.rank_load
+    received = routed if load == 1.0 else int(round(routed * load))
+    m_e = max(1, received * L.etp // local)
+    return routed, local, m_e, routed * L.h * L.dtype * load
+
+
+def _etp(L: LayerShape, name: str, collective: str, nbytes: float, cat: str) -> list[Step]:
+    return [Comm(name, "etp", collective, nbytes, 0, cat)] if L.etp > 1 else []
+
+
+def _folded_shared_forward(L: LayerShape, cat: str) -> list[Step]:
+    if not L.shared_ffn:
+        return []
+    return [*_tp_in(L, "shared", cat), *_shared_forward(L, cat), *_tp_out(L, "shared", cat)]
+
+
+def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
+    routed, local, m_e, a2a = _folded_sizes(L)
+    fe = L.fe_l
+    up = 2 * fe if L.swiglu else fe
+    gathered = m_e * local * L.h * L.dtype  # the ETP all-gather's output (nccl-tests S)
+    steps: list[Step] = [gemm("moe.router", L.Te, L.experts, L.h, L, 1, cat),
+                         elementwise("moe.permute", routed * L.h, 2.0, L, 0.0, cat), *_folded_shared_forward(L, cat)]
+    if L.ep > 1:
+        steps.append(Comm("moe.dispatch", "ep", "all_to_all", a2a, 0, cat))
+    steps += _etp(L, "moe.etp_ag", "all_gather", gathered, cat)
+    steps += [grouped_gemm("moe.up", m_e, up, L.h, L, local, cat), _act_forward(L, cat, m_e * local, fe),
+              grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
+    steps += _etp(L, "moe.etp_rs", "reduce_scatter", gathered, cat)
+    if L.ep > 1:
+        steps.append(Comm("moe.combine", "ep", "all_to_all", a2a, 0, cat))
+    steps.append(elementwise("moe.unpermute", routed * L.h, 2.0, L, 1.0, cat))
+    return steps
+
+
+def _folded_moe_backward(L: LayerShape) -> list[Step]:
+    routed, local, m_e, a2a = _folded_sizes(L)
+    fe = L.fe_l
+    up = 2 * fe if L.swiglu else fe
+    gathered = m_e * local * L.h * L.dtype
+    steps: list[Step] = [elementwise("moe.unpermute_bwd", routed * L.h, 2.0, L, 1.0, BWD)]
+    if L.ep > 1:
+        steps.append(Comm("moe.combine_bwd", "ep", "all_to_all", a2a, 0, BWD))
+    steps += _etp(L, "moe.etp_ag_bwd", "all_gather", gathered, BWD)
+    steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local), _act_backward(L, m_e * local, fe),
+              *_grouped_backward(L, "moe.up", m_e, up, L.h, local)]
+    steps += _etp(L, "moe.etp_rs_bwd", "reduce_scatter", gathered, BWD)
+    if L.ep > 1:
+        steps.append(Comm("moe.dispatch_bwd", "ep", "all_to_all", a2a, 0, BWD))
+    if L.shared_ffn:
+        steps += [*_grad_gather(L, "shared.down"), *_shared_backward(L), *_tp_out(L, "shared_bwd", BWD)]
+    steps += [elementwise("moe.permute_bwd", routed * L.h, 2.0, L, 1.0, BWD),
+              *_linear_backward(L, "moe.router", L.Te, L.experts, L.h)]
+    return steps
 
 
 def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
@@ -648,8 +754,11 @@ def _backward_steps(L: LayerShape, recompute: str) -> list[Step]:
     if recompute == "full":
         steps += forward_steps(L, RECOMPUTE)
     steps += _bda_backward(L, "bda2_bwd")
-    steps += _grad_gather(L, "mlp.down")
-    steps += _mlp_core_backward(L)
+    if L.folded:
+        steps += _folded_moe_backward(L)
+    else:
+        steps += _grad_gather(L, "mlp.down")
+        steps += _mlp_core_backward(L)
     steps += _norm_backward(L, "ln2")
     steps += _bda_backward(L, "bda1_bwd")
     steps += _grad_gather(L, "proj")

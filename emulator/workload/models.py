@@ -17,6 +17,10 @@ d98e8a64dd). The first ``first_dense_layers`` layers keep a dense MLP of ``ffn_h
 A token activates the attention, top_k routed experts, the shared ones and the router:
 :func:`activated_params`.
 
+Attention heads have d = ``head_dim`` dims each (Megatron-Core's ``kv_channels``, default h/a:
+transformer_config.py @ d98e8a64dd); Qwen3 decouples them (hidden 4096, 64 heads of 128), so the
+QKV projection is h → (a + 2·kv)·d and the output projection a·d → h.
+
 Multi-latent attention (DeepSeek-V2, arXiv 2405.04434, section 2.1; the reference code
 in deepseek-ai/DeepSeek-V3 @ 9b4e978, inference/model.py, class MLA), with r_q, r_kv the
 query and key/value ranks, d_n, d_r, d_v the per-head no-rope, rope and value dims:
@@ -55,23 +59,29 @@ def is_mla(spec: ModelSpec) -> bool:
     return spec.kv_lora_rank > 0
 
 
+def head_dim(spec: ModelSpec) -> int:
+    """Dims per attention head: ``head_dim`` (Megatron's kv_channels), else h/a."""
+    return spec.head_dim or spec.hidden // spec.heads
+
+
 def head_dims(spec: ModelSpec) -> tuple[int, int]:
-    """(query/key, value) dims per head: h/a each, or MLA's (d_n + d_r, d_v)."""
+    """(query/key, value) dims per head: d = head_dim each, or MLA's (d_n + d_r, d_v) (d_n, d_v default d)."""
     s = resolve(spec)
-    d = s.hidden // s.heads
+    d = head_dim(s)
     if not is_mla(s):
         return d, d
     return (s.qk_nope_head_dim or d) + s.qk_rope_head_dim, s.v_head_dim or d
 
 
 def attention_params(spec: ModelSpec) -> int:
-    """QKV (h·(h + 2·kv·d)) and output projection (h²) weights, plus biases; MLA: the module docstring."""
+    """QKV (h·(a·d + 2·kv·d)) and output projection (a·d·h) weights, plus biases; d = head_dim (h/a by
+    default, so h·(h + 2·kv·d) and h²); MLA: the module docstring."""
     s = resolve(spec)
     if is_mla(s):
         return _mla_params(s)
-    d = s.hidden // s.heads
-    qkv_out = s.hidden + 2 * s.kv_heads * d
-    n = s.hidden * qkv_out + s.hidden * s.hidden
+    d = head_dim(s)
+    qkv_out = s.heads * d + 2 * s.kv_heads * d
+    n = s.hidden * qkv_out + s.heads * d * s.hidden
     if has_biases(s):
         n += qkv_out + s.hidden
     return n
@@ -113,6 +123,26 @@ def expert_params(spec: ModelSpec) -> int:
     """One routed expert's MLP."""
     s = resolve(spec)
     return mlp_of_width(s, expert_ffn(s))
+
+
+def moe_rank_load(spec: ModelSpec, ep: int) -> float:
+    """Routed tokens of the busiest expert-parallel rank over the mean rank's.
+
+    From ``moe_expert_load`` (measured tokens per expert): EP rank r holds experts r·E/ep … (r+1)·E/ep − 1
+    (Megatron-Core moe_layer.py @ d98e8a64dd, lines 188-194: ``local_expert_indices_offset = ep_rank *
+    num_local_experts``), so its load is their sum, and the busiest is max over r of that sum over
+    total/ep. Else from ``moe_imbalance`` f: the busiest expert and local − 1 experts of mean load,
+    (f + local − 1)/local. 1 without EP (every rank holds every expert: the total is the mean)."""
+    if ep <= 1:
+        return 1.0
+    local = max(1, spec.experts // ep)
+    load = spec.moe_expert_load
+    if load:
+        per_rank = [sum(load[r * local:(r + 1) * local]) for r in range(ep)]
+        return max(per_rank) / (sum(load) / ep)
+    if spec.moe_imbalance == 1.0:
+        return 1.0
+    return (spec.moe_imbalance + local - 1) / local
 
 
 def is_moe_layer(spec: ModelSpec, layer: int) -> bool:

@@ -9,6 +9,19 @@ override can pass another permutation of the same four names. Expert parallelism
 carved out of DP×CP as Megatron's expert-data-parallel: with u = dp·CP + cp, a rank's
 EP index is u mod EP and its expert-data-parallel index u // EP, so an EP group is EP
 consecutive u values with the same pp and tp.
+
+MoE parallel folding (``parallel.etp`` other than tp): the expert layers get a grid of their own,
+ETP × EP × expert-DP × PP = world, as Megatron-Core builds it (megatron/core/parallel_state.py @
+d98e8a64dd, ``initialize_model_parallel``, lines 870-908: ``expert_decoder_rank_generator =
+RankGenerator(tp=expert_tensor_parallel_size, ep=expert_model_parallel_size, dp=expert_data_parallel_size,
+pp=..., cp=1, order=...)`` over the same order as the attention's "tp-cp-ep-dp-pp", with
+expert_data_parallel_size = world // (etp·ep·pp), and the EP, ETP and expert-DP groups taken from it by
+``get_ranks('ep')``, ``get_ranks('tp')`` and ``get_ranks('dp')``, lines 1357-1471). Both grids keep pp
+slowest and share the pipeline groups (the assertion of line 904), so inside one pipeline stage the
+index j = tp + TP·(cp + CP·dp) of the attention's grid is read again, fastest first, as
+j = etp + ETP·(ep + EP·edp). With ETP 1 and TP 2, an EP group takes in both TP ranks of each DP
+replica. With etp = tp this is the grid above (u = cp + CP·dp = ep + EP·edp), which stays the code
+path for every order.
 """
 from __future__ import annotations
 
@@ -28,6 +41,7 @@ class Layout:
     sizes: dict
     ep: int = 1
     order: tuple[str, ...] = ORDER
+    etp: int = 0  # expert tensor-parallel size; 0: as tp (no folding)
 
     @classmethod
     def from_parallel(cls, par: ParallelSpec, world: int, order: tuple[str, ...] | None = None) -> "Layout":
@@ -43,10 +57,16 @@ class Layout:
         if product_ != world:
             raise ScenarioError(f"tp·pp·dp·cp = {par.tp}·{par.pp}·{par.dp}·{par.cp} = {product_} "
                                 f"but the cluster has {world} GPUs", key="parallel")
-        if par.ep < 1 or (par.dp * par.cp) % par.ep:
+        etp = par.etp if par.etp and par.etp != par.tp else 0
+        if etp:
+            if (par.tp * par.dp * par.cp) % (etp * par.ep):
+                raise ScenarioError(f"etp·ep = {etp}·{par.ep} must divide tp·dp·cp = {par.tp * par.dp * par.cp} "
+                                    f"(the expert layers' grid, Megatron-Core's MoE parallel folding)",
+                                    key="parallel.ep")
+        elif par.ep < 1 or (par.dp * par.cp) % par.ep:
             raise ScenarioError(f"ep {par.ep} must divide dp·cp = {par.dp * par.cp} (experts are "
                                 f"parallel across data-parallel ranks, as in Megatron)", key="parallel.ep")
-        return cls(sizes, par.ep, order)
+        return cls(sizes, par.ep, order, etp)
 
     @property
     def world(self) -> int:
@@ -107,20 +127,52 @@ class Layout:
         cc["dp"], cc["cp"] = divmod(u, self.sizes["cp"])
         return self.rank(**cc)
 
+    def _j(self, c: dict) -> int:
+        """The rank's index inside its pipeline stage in Megatron's order (tp fastest, then cp, dp)."""
+        return c["tp"] + self.sizes["tp"] * (c["cp"] + self.sizes["cp"] * c["dp"])
+
+    def _from_j(self, c: dict, j: int) -> int:
+        cc = dict(c)
+        rest, cc["tp"] = divmod(j, self.sizes["tp"])
+        cc["dp"], cc["cp"] = divmod(rest, self.sizes["cp"])
+        return self.rank(**cc)
+
+    def _expert_group(self, rank: int, axis: str) -> tuple[int, ...]:
+        """The folded expert grid's group along ``axis`` (etp | ep | edp): j = etp + ETP·(ep + EP·edp)."""
+        c = self.coords(rank)
+        j = self._j(c)
+        e, ep = self.etp, self.ep
+        edp = self.sizes["tp"] * self.sizes["cp"] * self.sizes["dp"] // (e * ep)
+        digits = {"etp": (j % e, 1, e), "ep": (j // e % ep, e, ep), "edp": (j // (e * ep), e * ep, edp)}
+        value, stride, size = digits[axis]
+        base = j - value * stride
+        return tuple(sorted(self._from_j(c, base + i * stride) for i in range(size)))
+
+    def etp_group(self, rank: int) -> tuple[int, ...]:
+        """The ranks that split one expert's weights: the TP group, or the folded grid's ETP group."""
+        return self._expert_group(rank, "etp") if self.etp else self.tp_group(rank)
+
     def ep_group(self, rank: int) -> tuple[int, ...]:
-        """EP consecutive u = dp·CP + cp values with the same pp and tp."""
+        """EP consecutive u = dp·CP + cp values with the same pp and tp (folded: the expert grid's EP group)."""
+        if self.etp:
+            return self._expert_group(rank, "ep")
         c = self.coords(rank)
         base = self._u(c) // self.ep * self.ep
         return tuple(sorted(self._from_u(c, base + i) for i in range(self.ep)))
 
     def edp_group(self, rank: int) -> tuple[int, ...]:
-        """Expert-data-parallel: the ranks that share this rank's experts (same u mod EP)."""
+        """Expert-data-parallel: the ranks that share this rank's experts (same u mod EP; folded: the
+        expert grid's expert-DP group)."""
+        if self.etp:
+            return self._expert_group(rank, "edp")
         c = self.coords(rank)
         u = self._u(c)
         n = self.sizes["dp"] * self.sizes["cp"]
         return tuple(sorted(self._from_u(c, v) for v in range(u % self.ep, n, self.ep)))
 
     def ep_index(self, rank: int) -> int:
+        if self.etp:
+            return self._j(self.coords(rank)) // self.etp % self.ep
         return self._u(self.coords(rank)) % self.ep
 
     def neighbour(self, rank: int, axis: str, offset: int) -> int:

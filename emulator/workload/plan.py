@@ -89,7 +89,7 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     fwd = Ly.forward_steps(L)
     bwd = Ly.backward_steps(L, sc.training.recompute)
     dense = M.dense_layer_params(m, bool(m.experts)) / t
-    expert = M.routed_params(m) / (t * par.ep) if m.experts else 0.0
+    expert = M.routed_params(m) / ((par.etp or t) * par.ep) if m.experts else 0.0  # etp: the experts' TP
     lead: tuple[list, list, float] | None = None  # a dense leading layer of an MoE model
     if m.experts and first < m.first_dense_layers:
         Ld = Ly.dense_shape(L)
@@ -129,7 +129,7 @@ def make_plan(sc: Scenario) -> Plan:
     dtype = DTYPE_BYTES[tr.precision]
     flash = getattr(tr, "attention", "unfused") in ("flash", "fa2")
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash,
-                       micro_batches=micro, fp8_params=tr.fp8_params, fa2=tr.attention == "fa2")
+                       micro_batches=micro, fp8_params=tr.fp8_params, fa2=tr.attention == "fa2", etp=par.etp)
     # fp8 (Transformer Engine): GEMM operands in FP8, the activations and weights that move in BF16
     plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=2 if dtype == 1 else dtype, flash=flash or par.cp > 1,
                 grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
