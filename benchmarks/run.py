@@ -58,6 +58,9 @@ CASES = {
     "jobs-2x70b-spread": ("benchmarks/scenarios/jobs-2x70b-spread-2to1.yaml", []),
     "jobs-8x512-random": ("benchmarks/scenarios/jobs-8x512-random-4096.yaml", []),
     "jobs-32x64-stagger": ("benchmarks/scenarios/jobs-32x64-staggered-2048.yaml", []),
+    # MoE parallel folding (issue 28): the DeepSeek-V3 and Qwen3-235B recipes' layouts (EP over TP ranks)
+    "qwen3-235b-256": ("scenarios/qwen3-235b-256-h100.yaml", []),
+    "deepseek-v3-1024": ("scenarios/deepseek-v3-1024-h100.yaml", []),
 }
 UNFOLDED = {"gpt3-1024-unfolded": ("scenarios/gpt3-175b-1024-a100.yaml", ["simulation.fold=off"])}
 
