@@ -53,7 +53,9 @@ def test_the_gain_grows_smoothly_from_zero_so_it_is_not_a_tie_artefact(tmp_path)
     # the same nodes at the same instants and share the ring link. Slowing gpu:4 (replica 2) shifts
     # its flows; replica 1's then end earlier. An artefact of exact ties would jump at the first
     # perturbation; here the gain is continuous: at ×(1 + 1e-6) it is about 1e-4 of that at ×1.01
-    # (linear would be exactly 1e-4; measured 1.1e-4), and at ×1.1 the iteration is 1.54% shorter.
+    # (linear would be exactly 1e-4; measured 1.1e-4), and at ×1.1 the iteration is 1.45% shorter
+    # (1.54% while the tied-embedding all-reduce ran before the pipeline flush in 2-byte gradients;
+    # Megatron's finalize_model_grads runs it after the flush, on the fp32 main_grad: issue 30).
     path = os.path.join(str(tmp_path), "ring.yaml")
     with open(path, "w") as fh:
         fh.write(RING)
@@ -65,4 +67,4 @@ def test_the_gain_grows_smoothly_from_zero_so_it_is_not_a_tie_artefact(tmp_path)
     base = t()
     tiny, small, slow = base - t(1 + 1e-6), base - t(1.01), base - t(1.1)
     assert 0 < tiny <= 2e-4 * small
-    assert slow / base == pytest.approx(0.015362, rel=1e-3)
+    assert slow / base == pytest.approx(0.014489, rel=1e-3)
