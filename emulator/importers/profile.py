@@ -223,8 +223,8 @@ def _queries(block: tuple[ProfiledKernel, ...], forward: bool) -> tuple[Profiled
         g = k.gemm
         if g is not None and sum(d[0] == "h" for d in g[1:]) == 2:
             side = (2 if i < att else 3) if forward else next(j for j in (1, 2, 3) if g[j][0] == "h")
-            g = tuple(("q", d[1]) if j == side else d for j, d in enumerate(g))  # type: ignore[assignment]
-            k = replace(k, gemm=g)
+            named = [("q", d[1]) if j == side else d for j, d in enumerate(g)]
+            k = replace(k, gemm=(named[0], named[1], named[2], named[3]))
         out.append(replace(k, tensors=tuple(_square_q(t) for t in k.tensors)))
     return tuple(out)
 
@@ -233,30 +233,28 @@ def _queries(block: tuple[ProfiledKernel, ...], forward: bool) -> tuple[Profiled
 
 
 def _kernel(g: GpuOp, phase: str, gap: float, ctx: "_Symbols") -> ProfiledKernel:
-    name = g.name if len(g.name) <= 160 else g.name[:160]
-    base = dict(name=name, seconds=g.dur, phase=phase, launch_gap=gap)
+    """One GPU op of the profiled step, classed by the innermost aten op it ran under."""
     inner = g.cpu_inner or {}
     op = str(inner.get("name", ""))
     args = inner.get("args", {}) if isinstance(inner.get("args"), dict) else {}
     dims, types = args.get("Input Dims") or [], args.get("Input type") or []
-    dtype = next((_DTYPES.get(str(t).lower(), "") for t in types if str(t).lower() in _DTYPES), "")
+    dtype = next((_DTYPES[str(t).lower()] for t in types if str(t).lower() in _DTYPES), "")
+    k = ProfiledKernel(g.name[:160], MEMORY, g.dur, phase, op, dtype, launch_gap=gap)
     if g.cat != "kernel":
-        return ProfiledKernel(cls=MEMORY, op=op, sync="DtoH" in g.name, **base)  # type: ignore[arg-type]
+        return replace(k, sync="DtoH" in g.name)
     if phase == OPT:
-        return ProfiledKernel(cls=OPTIMIZER, op=op, dtype=dtype, **base)  # type: ignore[arg-type]
+        return replace(k, cls=OPTIMIZER)
     if not op:
-        return ProfiledKernel(cls=MEMORY, **base)  # type: ignore[arg-type]
-    low = g.name.lower()
-    if "attention" in op and any(a in low for a in _ATTENTION_KERNEL):
+        return k
+    if "attention" in op and any(a in g.name.lower() for a in _ATTENTION_KERNEL):
         att = _attention_dims(op, dims, ctx)
         if att is not None:
-            return ProfiledKernel(cls=ATTENTION, op=op, dtype=dtype, attention=att, **base)  # type: ignore[arg-type]
+            return replace(k, cls=ATTENTION, attention=att)
     if op in _GEMM_OPS:
         gd = _gemm_dims(op, dims, ctx, phase, g)
         if gd is not None:
-            return ProfiledKernel(cls=GEMM, op=op, dtype=dtype, gemm=gd, **base)  # type: ignore[arg-type]
-    tensors = tuple(ctx.tensor(d, g.node) for d in _tensor_dims(dims))
-    return ProfiledKernel(cls=ELEMENTWISE, op=op, dtype=dtype, tensors=tensors, **base)  # type: ignore[arg-type]
+            return replace(k, cls=GEMM, gemm=gd)
+    return replace(k, cls=ELEMENTWISE, tensors=tuple(ctx.tensor(d, g.node) for d in _tensor_dims(dims)))
 
 
 def _tensor_dims(dims: object) -> list[list[int]]:
@@ -459,7 +457,8 @@ def _check_shapes(rt: RankTrace, P: Shape, path: str) -> None:
         cpu = g.cpu_op or {}
         name = str(cpu.get("name", ""))
         ts = _tensor_dims((cpu.get("args") or {}).get("Input Dims"))
-        if name == "aten::embedding" and ts and ts[0][0] not in (P.V,) and ts[0][0] > P.s:
+        if name == "aten::embedding" and ts and ts[0][0] > P.s and ts[0][0] != P.V:
+            # a table longer than the sequence is the vocabulary's (a learned position table is not)
             _contradict(path, "vocab", P.V, f"an embedding table of {ts[0][0]} rows", ts[0])
         if name == "aten::embedding" and ts and ts[0][0] == P.V and ts[0][-1] != P.h:
             _contradict(path, "hidden", P.h, f"an embedding width of {ts[0][-1]}", ts[0])

@@ -95,7 +95,7 @@ def reshaped(k: ProfiledKernel, P: R.Shape, Q: R.Shape, gpu: GpuSpec, params_rat
     return Reshaped(_short(k.name), "elementwise" if k.cls not in (GEMM, ATTENTION) else "gemm", flops, nbytes,
                     category=k.phase if k.phase in ("fwd", "bwd") else "optimizer",
                     dtype=_BYTES.get(k.dtype, 2), seconds=t, source=source,
-                    sides=tuple(d[0] for d in k.gemm[1:]) if k.gemm else ("", "", ""),  # type: ignore[arg-type]
+                    sides=(k.gemm[1][0], k.gemm[2][0], k.gemm[3][0]) if k.gemm else ("", "", ""),
                     attention=k.cls == ATTENTION)
 
 
