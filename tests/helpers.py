@@ -53,3 +53,29 @@ class HandClock:
     @contextmanager
     def hidden(self):
         yield
+
+
+# A 1 GB all-reduce over two ranks, and four one-GPU nodes on a 4:1 fat tree (two leaves of two,
+# 100 GB/s NICs, no latency): alone each all-reduce takes S / 50 GB/s = 20 ms (tests/test_jobs*.py).
+ALLREDUCE_TRACE = {"format": "emulator-trace", "version": 1, "ranks": 2, "ops": [
+    {"id": r, "rank": r, "kind": "collective", "op": "all_reduce", "group": [0, 1], "bytes": 1e9, "deps": []}
+    for r in range(2)]}
+UPLINK_MIX = """\
+cluster:
+  nodes: 4
+  node: {gpu: A100-SXM4-80GB, gpus_per_node: 1, intra_bandwidth: "1000 GB/s", nics: 1,
+          nic_bandwidth: "100 GB/s"}
+  fabric: {kind: fat_tree, leaf_size: 2, oversubscription: 4, latency: "0 s"}
+jobs:
+"""
+
+
+def uplink_mix(folder, name: str, jobs: list[str]) -> str:
+    """A scenario ``name`` of ``jobs`` (one flow-mapping line each) on UPLINK_MIX's cluster, with
+    ar.json (ALLREDUCE_TRACE) beside it; returns its path."""
+    with open(os.path.join(str(folder), "ar.json"), "w") as fh:
+        json.dump(ALLREDUCE_TRACE, fh)
+    path = os.path.join(str(folder), f"{name}.yaml")
+    with open(path, "w") as fh:
+        fh.write(f"name: {name}\n" + UPLINK_MIX + "".join(f"  - {j}\n" for j in jobs))
+    return path

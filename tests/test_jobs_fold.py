@@ -5,10 +5,10 @@ over random small clusters, jobs, placements and 1:1 to 4:1 fabrics). A one-job 
 what the top-level scenario does; jobs that never run at the same time, or share no link, have
 slowdown 1 exactly."""
 import dataclasses
-import json
 import textwrap
 
 import pytest
+from helpers import uplink_mix
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -125,26 +125,12 @@ def test_one_job_list_is_the_top_level_run():
 def test_jobs_apart_in_time_have_slowdown_one_exactly(tmp_path):
     # the 4:1 uplink case of tests/test_jobs.py: alone each all-reduce takes S / 50 GB/s = 20 ms;
     # b starts at 25 ms, after a ended: they share the uplinks but never at once
-    trace = {"format": "emulator-trace", "version": 1, "ranks": 2, "ops": [
-        {"id": r, "rank": r, "kind": "collective", "op": "all_reduce", "group": [0, 1], "bytes": 1e9, "deps": []}
-        for r in range(2)]}
-    (tmp_path / "ar.json").write_text(json.dumps(trace))
-    text = textwrap.dedent("""\
-        name: apart
-        cluster:
-          nodes: 4
-          node: {gpu: A100-SXM4-80GB, gpus_per_node: 1, intra_bandwidth: "1000 GB/s", nics: 1,
-                  nic_bandwidth: "100 GB/s"}
-          fabric: {kind: fat_tree, leaf_size: 2, oversubscription: 4, latency: "0 s"}
-        jobs:
-          - {name: a, nodes: 2, placement: spread, workload: {trace: ar.json}}
-          - {name: b, nodes: 2, placement: spread, workload: {trace: ar.json}, start: "25 ms"}
-        """)
-    path = tmp_path / "apart.yaml"
-    path.write_text(text)
+    path = uplink_mix(tmp_path, "apart", ["{name: a, nodes: 2, placement: spread, workload: {trace: ar.json}}",
+                                          "{name: b, nodes: 2, placement: spread, workload: {trace: ar.json}, "
+                                          'start: "25 ms"}'])
     from emulator.scenario import load_scenario
 
-    s = summarize(simulate(load_scenario(str(path))))
+    s = summarize(simulate(load_scenario(path)))
     assert [j["slowdown"] for j in s["jobs"]] == [1.0, 1.0]
     assert s["jobs"][1]["iteration_time_s"] == pytest.approx(0.020, rel=1e-12)
     assert len(s["shared_links"]) == 4  # they did share the uplinks, at other times

@@ -3,10 +3,9 @@ between their starts, and the summary's ``mix``: slowdown quantiles per mix and 
 cluster's goodput. The 1 GB all-reduce on one-GPU nodes of tests/test_jobs.py: alone over a 4:1
 uplink S / 50 GB/s = 20 ms, two at once 40 ms."""
 import dataclasses
-import json
-import textwrap
 
 import pytest
+from helpers import uplink_mix
 
 from emulator.errors import ScenarioError
 from emulator.outputs.jobs import quantile
@@ -14,25 +13,10 @@ from emulator.outputs.summary import summarize
 from emulator.scenario import load_scenario, load_scenario_text
 from emulator.simulation import simulate
 
-TRACE = {"format": "emulator-trace", "version": 1, "ranks": 2, "ops": [
-    {"id": r, "rank": r, "kind": "collective", "op": "all_reduce", "group": [0, 1], "bytes": 1e9, "deps": []}
-    for r in range(2)]}
-
 
 def _mix(tmp_path, entry: str):
-    (tmp_path / "ar.json").write_text(json.dumps(TRACE))
-    text = textwrap.dedent("""\
-        name: mix
-        cluster:
-          nodes: 4
-          node: {gpu: A100-SXM4-80GB, gpus_per_node: 1, intra_bandwidth: "1000 GB/s", nics: 1,
-                  nic_bandwidth: "100 GB/s"}
-          fabric: {kind: fat_tree, leaf_size: 2, oversubscription: 4, latency: "0 s"}
-        jobs:
-        """) + f"  - {{name: ar, nodes: 2, placement: spread, workload: {{trace: ar.json}}, {entry}}}\n"
-    path = tmp_path / "mix.yaml"
-    path.write_text(text)
-    return load_scenario(str(path))
+    return load_scenario(uplink_mix(tmp_path, "mix", [f"{{name: ar, nodes: 2, placement: spread, "
+                                                       f"workload: {{trace: ar.json}}, {entry}}}"]))
 
 
 def test_copies_are_named_placed_and_staggered(tmp_path):

@@ -5,36 +5,19 @@ The mix of tests/test_jobs.py: two jobs of one 1 GB all-reduce on 2 one-GPU node
 2 leaves of 2 nodes at 4:1 (leaf uplink 2 · 100 GB/s / 4 = 50 GB/s). Contiguous: each job in its
 leaf, 10 ms at its NIC's 100 GB/s, slowdown 1. Spread: both cross the uplinks, 20 ms alone and
 40 ms together, slowdown 2."""
-import json
-import textwrap
 
 import pytest
+from helpers import uplink_mix
 
 from emulator.cli import main
 from emulator.scenario import load_scenario
 from emulator.studies.jobplot import link_loads
 from emulator.studies.store import ResultStore
 
-TRACE = {"format": "emulator-trace", "version": 1, "ranks": 2, "ops": [
-    {"id": r, "rank": r, "kind": "collective", "op": "all_reduce", "group": [0, 1], "bytes": 1e9, "deps": []}
-    for r in range(2)]}
-
 
 def _mix(tmp_path) -> str:
-    (tmp_path / "ar.json").write_text(json.dumps(TRACE))
-    path = tmp_path / "mix.yaml"
-    path.write_text(textwrap.dedent("""\
-        name: mix
-        cluster:
-          nodes: 4
-          node: {gpu: A100-SXM4-80GB, gpus_per_node: 1, intra_bandwidth: "1000 GB/s", nics: 1,
-                  nic_bandwidth: "100 GB/s"}
-          fabric: {kind: fat_tree, leaf_size: 2, oversubscription: 4, latency: "0 s"}
-        jobs:
-          - {name: a, nodes: 2, workload: {trace: ar.json}}
-          - {name: b, nodes: 2, workload: {trace: ar.json}}
-        """))
-    return str(path)
+    return uplink_mix(tmp_path, "mix", ["{name: a, nodes: 2, workload: {trace: ar.json}}",
+                                        "{name: b, nodes: 2, workload: {trace: ar.json}}"])
 
 
 def test_every_item(tmp_path):
