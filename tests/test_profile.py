@@ -187,3 +187,38 @@ def test_calibrate_records_the_dtype_each_gemm_ran_in():
     assert {d for d, _ in rows.values()} == {"bf16"}
     # and a GEMM's time is its own kernel's, not its operands' casts: the vocabulary projection, 15,743.4 us
     assert rows[(1, 8192, 50257, 2048)][1] == pytest.approx(15743.4e-6, rel=1e-5)
+
+
+# ---------------------------------------------------------------------------- a second family
+
+LLAMA = os.path.join(ROOT, "tests", "data", "profiles", "llama-cpu.json.gz")
+LLAMA_SPEC = ProfiledSpec(micro_batch=2, seq_len=64, layers=4, hidden=256, heads=8, kv_heads=2, ffn_hidden=704,
+                          vocab=1000)
+
+
+def test_a_llama_profile_reads_into_the_same_parts():
+    # tests/data/profiles/make_cpu_profile.py: Hugging Face Llama's ops (RMSNorm, RoPE, grouped-query
+    # SDPA, SwiGLU) in a GPU profile's layout, from a CPU run (its times mean nothing)
+    prof = read_profile(LLAMA, LLAMA_SPEC)
+    h, kv, ffn = 256, 2 * 32, 704
+    # per block: q and o (h*h each), k and v (h*kv each), gate, up, down (h*ffn each), two RMSNorm gains:
+    # 2*65,536 + 2*16,384 + 3*180,224 + 2*256 = 705,024
+    assert R.params(prof.block_params) == 2 * h * h + 2 * h * kv + 3 * h * ffn + 2 * h == 705_024
+    assert R.params(prof.embed_params) == 1000 * h and R.params(prof.head_params) == h and prof.tied
+    att = [k.attention for k in prof.block_fwd if k.attention]
+    assert att == [(("b", 2), ("heads", 8), ("kvh", 2), ("s", 64), ("hd", 32))]
+    fwd = [k.gemm for k in prof.block_fwd if k.gemm]
+    # q, k, v, o, gate, up, down; the square q and o name their query side by position (before / after SDPA)
+    assert [g[2][0] + "." + g[3][0] for g in fwd] == ["q.h", "kv.h", "kv.h", "h.q", "ffn.h", "ffn.h", "h.ffn"]
+
+
+def test_a_llama_profile_predicts_at_other_sizes_and_layouts(tmp_path, capsys):
+    path = tmp_path / "l.yaml"
+    path.write_text("name: l\ncluster: {nodes: 1, node: dgx-h200}\n"
+                    f"workload:\n  profile: {LLAMA}\n"
+                    "  profiled: {micro_batch: 2, seq_len: 64, layers: 4, hidden: 256, heads: 8, kv_heads: 2, "
+                    "ffn_hidden: 704, vocab: 1000}\n"
+                    "model: {layers: 8, hidden: 512, heads: 16}\nparallel: {tp: 2, dp: 4}\n")
+    s = _run(capsys, str(path))
+    # kv heads keep their ratio to the heads (2/8 of 16 = 4, 2 a GPU) and the MLP to the hidden size
+    assert s["iteration_time_s"] > 0 and s["links"]["busiest"] and s["compute_source"]["interpolated"] > 0

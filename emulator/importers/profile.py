@@ -379,21 +379,24 @@ def _param_shapes(ops: list[GpuOp]) -> set[tuple[int, int]]:
     embedding tables."""
     out: set[tuple[int, int]] = set()
     for g in ops:
-        for w in _op_params(g.cpu_op):
+        for w in _op_params(g.cpu_op, 0):
             if len(w) == 2:
                 out |= {(w[0], w[1]), (w[1], w[0])}
     return out
 
 
-def _op_params(cpu: dict | None) -> list[list[int]]:
-    """The parameter operands of a forward aten op (weights, biases, norm gains and shifts)."""
+def _op_params(cpu: dict | None, h: int) -> list[list[int]]:
+    """The parameter operands of a forward aten op (weights, biases, norm gains and shifts); with
+    ``h``, also the [h] gain of a norm written as a product (Hugging Face's RMSNorm: weight * x)."""
     if not cpu:
         return []
     name = str(cpu.get("name", ""))
     args = cpu.get("args", {}) if isinstance(cpu.get("args"), dict) else {}
     dims = args.get("Input Dims") or []
-    pick = {"aten::addmm": (0, 2), "aten::linear": (1, 2), "aten::layer_norm": (2, 3),
-            "aten::embedding": (0,), "aten::rms_norm": (2,), "aten::group_norm": (2, 3)}.get(name, ())
+    pick: tuple[int, ...] = {"aten::addmm": (0, 2), "aten::linear": (1, 2), "aten::layer_norm": (2, 3),
+                             "aten::embedding": (0,), "aten::rms_norm": (2,), "aten::group_norm": (2, 3)}.get(name, ())
+    if name == "aten::mul" and h and len(dims) == 2 and [h] in dims and any(len(d) == 3 for d in dims):
+        pick = (dims.index([h]),)
     return [dims[i] for i in pick if i < len(dims) and isinstance(dims[i], list) and dims[i]
             and all(isinstance(x, int) for x in dims[i])]
 
@@ -409,7 +412,7 @@ def _unit_params(fwd_ops: list[GpuOp], off: int, period: int, layers: int,
             if g.cpu_op is None or g.cpu_instance in seen:
                 continue
             seen.add(g.cpu_instance)
-            for w in _op_params(g.cpu_op):
+            for w in _op_params(g.cpu_op, ctx.P.h):
                 emb = embedding and str(g.cpu_op.get("name")) == "aten::embedding"
                 out.append(_embedding_dims(w, ctx) if emb else tuple(ctx.width(x) for x in w))
         return tuple(out)
