@@ -222,3 +222,16 @@ def test_a_llama_profile_predicts_at_other_sizes_and_layouts(tmp_path, capsys):
     s = _run(capsys, str(path))
     # kv heads keep their ratio to the heads (2/8 of 16 = 4, 2 a GPU) and the MLP to the hidden size
     assert s["iteration_time_s"] > 0 and s["links"]["busiest"] and s["compute_source"]["interpolated"] > 0
+
+
+def test_a_step_that_runs_the_blocks_twice_is_refused():
+    from emulator.importers.native import TraceError
+    from emulator.importers.profile import ProfiledKernel, _one_pass
+
+    def ks(names):
+        return [ProfiledKernel(n, "elementwise", 1e-6, "fwd") for n in names]
+    # embedding e, two layers of (a, b), head h: one pass is fine
+    _one_pass(ks("eababh"), 1, 2, 2, "t")
+    # the same model run again after the head (gradient accumulation): its block (a, b) comes back
+    with pytest.raises(TraceError, match="more than 2 times"):
+        _one_pass(ks("eababheabab"), 1, 2, 2, "t")

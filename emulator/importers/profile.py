@@ -123,6 +123,7 @@ def read_profile(path: str, profiled: ProfiledSpec) -> Profile:
         fwd, bwd = [k for k in fwd if k.cls != MEMORY], [k for k in bwd if k.cls != MEMORY]
         o_f, p_f = _repeats(fwd, P.layers, path, "forward")
         o_b, p_b = _repeats(bwd, P.layers, path, "backward")
+    _one_pass(fwd, o_f, p_f, P.layers, path)
     embed_params, block_params, head_params = _unit_params(fwd_ops, o_f, p_f, P.layers, ctx)
     tied = _tied(rt.gpu_ops, phases, P)
     if tied:
@@ -192,6 +193,17 @@ def _repeats(ks: list[ProfiledKernel], layers: int, path: str, what: str) -> tup
     raise TraceError(f"{path}: no kernel sequence repeats {layers} times in the {what} pass "
                      f"({n} kernels); is workload.profiled.layers ({layers}) the number of blocks the "
                      "script ran?")
+
+
+def _one_pass(ks: list[ProfiledKernel], off: int, period: int, layers: int, path: str) -> None:
+    """Refuse a step that runs the model more than once (gradient accumulation, several micro-batches):
+    the block's kernel sequence appears again after its ``layers`` repeats."""
+    names = [k.name for k in ks]
+    block, rest = names[off:off + period], names[off + layers * period:]
+    if any(rest[i:i + period] == block for i in range(len(rest) - period + 1)):
+        raise TraceError(f"{path}: the profiled step runs the model's blocks more than {layers} times (gradient "
+                         "accumulation or several micro-batches a step?); profile a step of one forward and one "
+                         "backward, or give workload.profiled.layers as the blocks of one pass")
 
 
 def _mean_block(ks: list[ProfiledKernel], period: int, layers: int) -> tuple[ProfiledKernel, ...]:
