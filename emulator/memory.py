@@ -271,8 +271,59 @@ def _dense_layers_of(sc: Scenario, stage: int) -> int:
     return n
 
 
+def profiled_memory(sc: Scenario) -> MemoryReport | None:
+    """A profiled workload's peak memory, from the peak its profiled run measured
+    (``workload.profiled.peak_memory``; None when not given).
+
+    The measured peak M splits into the model states the script's optimizer keeps and the rest:
+    torch.optim.AdamW holds the parameters, their gradients and two moments, all in the
+    parameters' dtype, so states = 4·p·Ψ (p bytes an element; 16 B a parameter for fp32
+    weights), and the rest R = M − 4·p·Ψ (activations, autocast's weight copies, the logits,
+    workspaces). At the scenario's shape and layout the states are the GPU's parameters (its
+    stage's blocks, one tensor-parallel share), sharded over dp as ZeRO / FSDP shards them; the
+    rest scales as activations do (Korthikanti et al. 2022: linear in b·s·h per layer, no s² term
+    with fused attention): R/L per layer × (b'·s'·h')/(b·s·h), times the layers the schedule
+    holds in flight, over tp. An estimate from one measurement: the rest's parts that do not
+    scale so (the logits with the vocabulary, weight copies with the parameters) are not split.
+    """
+    from emulator.devices import reshape as R
+    from emulator.workload import profiled as PW
+
+    pr = sc.workload.profiled
+    if sc.workload.profile is None or pr is None or not pr.peak_memory or sc.cluster.node is None:
+        return None
+    prof = PW.profile_of(sc)
+    P, Q = prof.shape, PW.target_shape(sc)
+    par, tr = sc.parallel, sc.training
+    per = 4 * prof.param_bytes  # parameter, gradient and AdamW's two moments
+    psi_p = R.params(prof.embed_params + prof.head_params) + P.layers * R.params(prof.block_params)
+    per_layer = max(0.0, pr.peak_memory - per * psi_p) / P.layers * (Q.b * Q.s * Q.h) / (P.b * P.s * P.h)
+    Qg = Q.per_gpu(par.tp)
+    micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
+    split = stage_layers(chunk_layers(Q.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
+                                      par.last_chunk_layers), par.pp)
+    best: MemoryReport | None = None
+    for stage in range(par.pp):
+        psi = sum(split[stage]) * R.params(prof.block_params, Qg)
+        psi += (R.params(prof.embed_params, Qg) if stage == 0 else 0) + (R.params(prof.head_params, Qg)
+                                                                         if stage == par.pp - 1 else 0)
+        d, z, p = par.dp, par.zero, prof.param_bytes
+        states = {"params": p * psi / (d if z >= 3 else 1), "grads": p * psi / (d if z >= 2 else 1),
+                  "optimizer": 2 * p * psi / (d if z >= 1 else 1)}
+        held = max_in_flight(schedule(par.schedule, stage, par.pp, micro, par.virtual_stages), split[stage])
+        breakdown = {**states, "activations": per_layer * held / par.tp}
+        peak = sum(breakdown.values())
+        if best is None or peak > best.peak_bytes_per_gpu:
+            best = MemoryReport(peak, sc.cluster.node.gpu.memory_bytes, peak <= sc.cluster.node.gpu.memory_bytes,
+                                breakdown, stage)
+    return best
+
+
 def memory_report(sc: Scenario) -> MemoryReport:
     """Peak memory over the pipeline stages of ``sc`` (one GPU of the worst stage)."""
+    profiled = profiled_memory(sc)
+    if profiled is not None:
+        return profiled
     par, tr = sc.parallel, sc.training
     if sc.model is None or sc.cluster.node is None:
         raise ValueError("a memory report needs a model and a node type")

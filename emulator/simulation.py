@@ -82,9 +82,10 @@ def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) 
     fold, note = choose_fold(scenario, in_effect=not refused)
     if refused:  # the symmetries that are automorphisms still hold
         note = _refused_note(note, refused)
-    if scenario.workload.profile is not None:
+    pr = scenario.workload.profiled
+    if scenario.workload.profile is not None and (pr is None or not pr.peak_memory):
         note += ("; memory of a profiled workload: the model-shape estimate (a kernel profile does not record "
-                 "the script's own allocations)")
+                 "the script's own allocations; give workload.profiled.peak_memory to scale the measured peak)")
     with _collector_paused():
         if fold is None:  # simulate every rank; build the representatives once and stamp the copies
             pfold = program_fold(scenario)

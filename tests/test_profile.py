@@ -235,3 +235,22 @@ def test_a_step_that_runs_the_blocks_twice_is_refused():
     # the same model run again after the head (gradient accumulation): its block (a, b) comes back
     with pytest.raises(TraceError, match="more than 2 times"):
         _one_pass(ks("eababheabab"), 1, 2, 2, "t")
+
+
+def test_memory_scales_from_the_profiled_peak():
+    from emulator.memory import memory_report
+    from emulator.scenario import load_scenario
+
+    one = os.path.join(ROOT, "scenarios", "profile-gpt-1.3b-1xh200.yaml")  # peak_memory: 53.4 GiB
+    peak = 53.4 * 2**30  # 57,338,352,435.2 B
+    # fp32 AdamW: parameter, gradient, two moments, 4 B each: 16 * 1,315,723,264 = 21,051,572,224 B of states;
+    # the rest, 36,286,780,211.2 B, is the activations' (and logits', casts') share at b*s*h = 4*2048*2048
+    states = 16 * 1_315_723_264
+    assert memory_report(load_scenario(one)).peak_bytes_per_gpu == pytest.approx(peak, rel=1e-12)
+    # micro-batch 8: the states stay, the rest doubles: 21,051,572,224 + 2 * 36,286,780,211.2
+    m8 = memory_report(load_scenario(one, ["training.micro_batch=8"]))
+    assert m8.peak_bytes_per_gpu == pytest.approx(states + 2 * (peak - states), rel=1e-12)
+    # FSDP (ZeRO-3) over 8 GPUs at the profiled batch: the states shrink to 1/8, the rest stays
+    z3 = memory_report(load_scenario(one, ["cluster.node=dgx-h200", "parallel.dp=8", "parallel.zero=3",
+                                           "training.global_batch=32"]))
+    assert z3.peak_bytes_per_gpu == pytest.approx(peak - states * 7 / 8, rel=1e-12)

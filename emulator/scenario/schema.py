@@ -323,6 +323,9 @@ PROFILED_KEYS: dict[str, Key] = {
     "ffn_hidden": Key("int", "MLP inner size; absent: 4 x hidden.", minimum=1, maximum=10**8),
     "vocab": Key("int", "Vocabulary of the profiled model (as the script ran it, unpadded).", minimum=1,
                  maximum=10**8, required=True),
+    "peak_memory": Key("bytes", 'The profiled run\'s peak GPU memory, e.g. "53.4 GiB" '
+                                "(torch.cuda.max_memory_allocated()); given, memory is predicted from it "
+                                "(emulator/memory.py, profiled_memory).", positive=True),
 }
 
 WORKLOAD_KEYS: dict[str, Key] = {

@@ -217,6 +217,7 @@ class ProfiledSpec:
     kv_heads: int = 0
     ffn_hidden: int = 0
     vocab: int = 0
+    peak_memory: float = 0.0  # B, the profiled run's peak (torch.cuda.max_memory_allocated); 0: not given
 
 
 @dataclass(frozen=True)
