@@ -83,8 +83,9 @@ def build(c: Config):  # type: ignore[no-untyped-def]
     return tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to(torch.device("cuda"))
 
 
-def train(c: Config, steps: int, trace: str | None) -> float:
-    """The median step time (s) of ``c``; with ``trace``, also a profile of two steps written there."""
+def train(c: Config, steps: int, trace: str | None) -> tuple[float, float]:
+    """The median step time (s) of ``c`` and its peak memory (B, torch.cuda.max_memory_allocated); with
+    ``trace``, also a profile of two steps written there."""
     import torch
 
     model = build(c)
@@ -98,6 +99,7 @@ def train(c: Config, steps: int, trace: str | None) -> float:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    torch.cuda.reset_peak_memory_stats()
     for _ in range(3):
         step()
     times = []
@@ -117,7 +119,8 @@ def train(c: Config, steps: int, trace: str | None) -> float:
             for _ in range(3):
                 step()
                 prof.step()
-    return statistics.median(times)  # the model and optimizer go with this frame (main empties the cache)
+    peak = float(torch.cuda.max_memory_allocated())
+    return statistics.median(times), peak  # the model and optimizer go with this frame (main empties the cache)
 
 
 def _free() -> None:
@@ -129,27 +132,30 @@ def _free() -> None:
     torch.cuda.empty_cache()
 
 
-def scenario(base: Config, c: Config, trace: str) -> str:
-    """A one-GPU scenario predicting ``c`` from ``base``'s profile."""
+def scenario(base: Config, c: Config, trace: str, base_peak: float) -> str:
+    """A one-GPU scenario predicting ``c`` from ``base``'s profile (and its measured peak memory)."""
     kv = f", kv_heads: {base.kv_heads}" if base.kv_heads else ""
     ffn = f", ffn_hidden: {base.ffn_hidden}" if base.ffn_hidden else ""
     return (f"name: {c.name}\ncluster: {{nodes: 1, node: {{preset: dgx-h200, gpus_per_node: 1}}}}\n"
             f"workload:\n  profile: {trace}\n"
             f"  profiled: {{micro_batch: {base.micro_batch}, seq_len: {base.seq_len}, layers: {base.layers}, "
-            f"hidden: {base.hidden}, heads: {base.heads}, vocab: {base.vocab}{kv}{ffn}}}\n"
+            f"hidden: {base.hidden}, heads: {base.heads}, vocab: {base.vocab}{kv}{ffn}, "
+            f"peak_memory: {base_peak:.0f} B}}\n"
             f"model: {{layers: {c.layers}, hidden: {c.hidden}, heads: {c.heads}, seq_len: {c.seq_len}, "
             f"vocab: {c.vocab}{', kv_heads: %d' % c.kv_heads if c.kv_heads else ''}"
             f"{', ffn_hidden: %d' % c.ffn_hidden if c.ffn_hidden else ''}}}\n"
             f"training: {{micro_batch: {c.micro_batch}, global_batch: {c.micro_batch}}}\n")
 
 
-def predict(base: Config, c: Config, trace: str, folder: str) -> float:
+def predict(base: Config, c: Config, trace: str, base_peak: float, folder: str) -> tuple[float, float]:
+    """(iteration s, peak memory B) that ``emulator run`` predicts for ``c`` from ``base``'s profile."""
     path = os.path.join(folder, f"{c.name}.yaml")
     with open(path, "w") as fh:
-        fh.write(scenario(base, c, trace))
+        fh.write(scenario(base, c, trace, base_peak))
     out = subprocess.run([sys.executable, "-m", "emulator", "run", path, "--json"], capture_output=True, text=True,
                          check=True, cwd=os.path.dirname(HERE))
-    return float(json.loads(out.stdout)["iteration_time_s"])
+    s = json.loads(out.stdout)
+    return float(s["iteration_time_s"]), float(s["memory"]["peak_bytes_per_gpu"])
 
 
 def main() -> None:
@@ -161,7 +167,7 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     chosen = [c for c in CONFIGS if not args.only or c.name in args.only.split(",")]
     bases = {c.family: c for c in CONFIGS if c.base}
-    measured: dict[str, float] = {}
+    measured: dict[str, tuple[float, float]] = {}
     traces: dict[str, str] = {}
     for c in sorted(chosen, key=lambda c: not c.base):  # bases first: their traces feed the rest
         trace = os.path.join(args.out, f"{c.name}.pt.trace.json") if c.base else None
@@ -169,24 +175,34 @@ def main() -> None:
         _free()
         if trace is not None:
             traces[c.family] = trace
-        print(f"{c.name:14s} measured {measured[c.name] * 1e3:8.1f} ms", flush=True)
+        print(f"{c.name:14s} measured {measured[c.name][0] * 1e3:8.1f} ms, {measured[c.name][1] / 2**30:.1f} GiB",
+              flush=True)
     rows = []
     for c in chosen:
         if c.family not in traces:
             continue
-        pred = predict(bases[c.family], c, traces[c.family], args.out)
-        rows.append({**asdict(c), "measured_s": measured[c.name], "predicted_s": pred,
-                     "error": pred / measured[c.name] - 1})
-    print(f"\n{'config':14s} {'measured':>10s} {'predicted':>10s} {'error':>8s}")
+        base = bases[c.family]
+        pred, mem = predict(base, c, traces[c.family], measured[base.name][1], args.out)
+        (t, peak) = measured[c.name]
+        rows.append({**asdict(c), "measured_s": t, "predicted_s": pred, "error": pred / t - 1,
+                     "measured_peak_bytes": peak, "predicted_peak_bytes": mem, "memory_error": mem / peak - 1})
+    print(f"\n{'config':14s} {'measured':>10s} {'predicted':>10s} {'error':>8s} {'memory':>9s} {'error':>8s}")
     for r in rows:
-        print(f"{r['name']:14s} {r['measured_s'] * 1e3:8.1f}ms {r['predicted_s'] * 1e3:8.1f}ms {r['error']:+8.1%}")
+        print(f"{r['name']:14s} {r['measured_s'] * 1e3:8.1f}ms {r['predicted_s'] * 1e3:8.1f}ms {r['error']:+8.1%} "
+              f"{r['measured_peak_bytes'] / 2**30:7.1f}Gi {r['memory_error']:+8.1%}")
     others = [abs(r["error"]) for r in rows if not r["base"]]
     if others:
         print(f"reshaped: mean |error| {statistics.mean(others):.1%}, worst {max(others):.1%}")
     sys.path.insert(0, os.path.dirname(HERE))
     from emulator.outputs.atomic import write_text
 
-    text = json.dumps({"rows": rows}, indent=2, sort_keys=True) + "\n"
+    doc: dict = {"rows": rows}
+    try:
+        from benchmarks.results_file import stamp  # the docs site's provenance stamp
+        doc.update(stamp(__file__))
+    except ImportError:
+        pass
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     write_text(os.path.join(args.out, "gpu_profile_check.json"), text)
     write_text(RESULTS, text)
 

@@ -207,8 +207,10 @@ def gpu_profile() -> str:
                                                      "session that wrote it"]])
     doc = load("gpu_profile_check")
     rows = [[r["name"], "profiled" if r["base"] else "reshaped", f"{r['measured_s'] * 1e3:.1f} ms",
-             f"{r['predicted_s'] * 1e3:.1f} ms", _pct(r["error"])] for r in doc["rows"]]
-    return "\n".join([_table(["configuration", "", "measured", "predicted", "error"], rows), "", _stamp(doc)])
+             f"{r['predicted_s'] * 1e3:.1f} ms", _pct(r["error"]), f"{r['measured_peak_bytes'] / 2**30:.1f} GiB",
+             f"{r['predicted_peak_bytes'] / 2**30:.1f} GiB", _pct(r["memory_error"])] for r in doc["rows"]]
+    return "\n".join([_table(["configuration", "", "step measured", "predicted", "error", "peak memory measured",
+                              "predicted", "error"], rows), "", _stamp(doc)])
 
 
 TABLES: dict[str, Callable[[], str]] = {
