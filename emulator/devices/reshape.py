@@ -70,7 +70,6 @@ _SYMBOLS = {
     "kv": lambda x: x.kvh * x.hd, "V": lambda x: x.V, "hd": lambda x: x.hd, "heads": lambda x: x.heads,
     "kvh": lambda x: x.kvh, "bheads": lambda x: x.b * x.heads, "q": lambda x: x.heads * x.hd,
 }
-SYMBOLS = tuple(_SYMBOLS)
 # the order in which a model width is named when several symbols have its value in the profile
 WIDTHS = ("h", "ffn", "qkv", "kv", "ffn2", "V", "hd", "heads", "kvh")
 

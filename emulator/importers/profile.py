@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
+from emulator.devices.kernels import DTYPE_BYTES
 from emulator.devices.reshape import WIDTHS, Dim, Dims, Shape
 from emulator.importers.kineto_reader import GpuOp, HostCall, RankTrace, read_rank
 from emulator.importers.native import TraceError
@@ -458,7 +459,7 @@ def _param_bytes(fwd_ops: list[GpuOp]) -> int:
             types = cpu.get("args", {}).get("Input type") or []
             i = {"aten::embedding": 0, "aten::linear": 1, "aten::addmm": 2}[str(cpu.get("name"))]
             if i < len(types):
-                return {"fp32": 4, "fp64": 8, "fp8": 1}.get(_DTYPES.get(str(types[i]).lower(), ""), 2)
+                return DTYPE_BYTES.get(_DTYPES.get(str(types[i]).lower(), ""), 2)
     return 4
 
 

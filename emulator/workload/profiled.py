@@ -30,7 +30,6 @@ from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload.plan import Plan, Unit
 
-_BYTES = {"fp32": 4, "fp64": 8, "fp8": 1}  # element size by dtype (2 otherwise)
 PARTS = ("embed_fwd", "block_fwd", "head_fwd", "head_bwd", "block_bwd", "embed_bwd", "optimizer")
 
 
@@ -90,11 +89,11 @@ def reshaped(k: ProfiledKernel, P: R.Shape, Q: R.Shape, gpu: GpuSpec, params_rat
         t = k.seconds * params_ratio
     elif k.cls != MEMORY:
         t = k.seconds if R.bytes_ratio(k.tensors, Q) == 1.0 else R.elementwise_time(k.seconds, k.tensors, Q)
-        nbytes = sum(R.elements(x, Q) for x in k.tensors) * _BYTES.get(k.dtype, 2)
+        nbytes = sum(R.elements(x, Q) for x in k.tensors) * compute.DTYPE_BYTES.get(k.dtype, 2)
     source = "measured" if t == k.seconds else "interpolated"
     return Reshaped(_short(k.name), "elementwise" if k.cls not in (GEMM, ATTENTION) else "gemm", flops, nbytes,
                     category=k.phase if k.phase in ("fwd", "bwd") else "optimizer",
-                    dtype=_BYTES.get(k.dtype, 2), seconds=t, source=source,
+                    dtype=compute.DTYPE_BYTES.get(k.dtype, 2), seconds=t, source=source,
                     sides=(k.gemm[1][0], k.gemm[2][0], k.gemm[3][0]) if k.gemm else ("", "", ""),
                     attention=k.cls == ATTENTION)
 
