@@ -75,8 +75,8 @@ def run_pipeline(fwd: float, bwd: float, microbatches: int, nbytes: float, stage
 
     from emulator.live.pipeline import program
     from emulator.program import COMPUTE, RECV, SEND, Op, Program
+    from emulator.run.simulation import run_program
     from emulator.scenario import load_scenario
-    from emulator.simulation import run_program
 
     ops: list[Op] = []
 

@@ -21,7 +21,7 @@
    gpu_slowdown ×2 on emulated rank 3. `emulator run` predicts the lengthening on a
    Program of the same layout with the measured compute (``phases``: per iteration the
    compute up to the issue of the gradient all-reduce, the compute beside it, the compute
-   after the wait), run by ``emulator.simulation.run_program`` with and without the
+   after the wait), run by ``emulator.run.simulation.run_program`` with and without the
    override: on the base run's mean compute, on each run's own, and traced (each real
    rank's own compute, iteration by iteration: the check).
 3. pipeline: see ``pipeline`` (1 real stage + 3 emulated, 1F1B) against `emulator run`.
@@ -186,8 +186,8 @@ def _ddp_program(parts: list[list[tuple[float, float, float, float]]], nbytes: f
 def _run_per_iteration(scenario: str, program, iters: int) -> float:
     from dataclasses import replace
 
+    from emulator.run.simulation import run_program
     from emulator.scenario import load_scenario
-    from emulator.simulation import run_program
 
     scen = load_scenario(scenario)
     scen = replace(scen, simulation=replace(scen.simulation, iterations=1))

@@ -13,8 +13,8 @@ import argparse
 import sys
 import time
 
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario
-from emulator.simulation import simulate
 
 SCENARIO = "scenarios/gpt3-175b-1024-a100.yaml"
 

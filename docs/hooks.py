@@ -1,6 +1,6 @@
 """MkDocs hooks (mkdocs.yml ``hooks:``): the pages generated from the code and the results files.
 
-- ``on_config``: the site's URL is emulator/docs_links.py's ``DOCS_URL`` (one place for the CLI's
+- ``on_config``: the site's URL is emulator/outputs/docs_links.py's ``DOCS_URL`` (one place for the CLI's
   links and the site);
 - ``on_files``: the reference pages (docs/reference_pages.py) are added as generated files, built
   from this checkout's ``emulator`` package, never written into docs/; the figures of plots/ are
@@ -23,7 +23,7 @@ import reference_pages  # noqa: E402
 import results_tables  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
 
-from emulator.docs_links import docs_url  # noqa: E402
+from emulator.outputs.docs_links import docs_url  # noqa: E402
 
 
 def on_config(config):

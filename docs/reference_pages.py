@@ -2,7 +2,7 @@
 
 - ``reference/scenario.md``: every key of the JSON Schema that ``emulator schema`` prints, with its
   type, unit, default, allowed values and an example (from a scenario in scenarios/ where one uses
-  the key), each under the anchor that errors naming the key link to (emulator/docs_links.py);
+  the key), each under the anchor that errors naming the key link to (emulator/outputs/docs_links.py);
 - ``reference/cli.md``: every command and flag of the argparse parser (emulator/cli.py);
 - ``reference/catalog.md``: the GPUs and nodes of emulator/data/catalog.yaml with each figure's cited
   source, and the model presets of emulator/scenario/catalog.py with theirs.
@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from emulator.docs_links import key_anchor
+from emulator.outputs.docs_links import key_anchor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,16 +1,18 @@
 """emulator: a SimPy discrete-event emulator of distributed DNN training.
 
-The folders follow the pipeline, bottom to top; a module imports only from its own
-layer or the layers below it (DESIGN.md, "Layout"):
+The folders follow the pipeline, bottom to top (docs/architecture.md); each package's
+docstring says what it may import, and tests/test_layers.py holds the code to it:
 
-    program.py, meta.py, spans.py, errors.py, fingerprint.py, printable.py   the IR and its report
-                  facts, the output records, the error types, user text made safe to print
+    errors.py, fingerprint.py, meta.py   error types; the code fingerprint; a Program's report facts
+    program.py, spans.py                 the IR (per-rank op DAG); the output records
     scenario/     YAML → a validated, frozen Scenario; the rule book; the catalogs
-    network/, devices/, importers/   the fabric and collectives; GPU and NIC costs; traces → Program
-    workload/, engine.py, folding.py, faults.py      scenario → Program; Program + network → Spans
-    mix.py        several jobs on one fabric, each also alone (run by simulation.py's runner)
-    simulation.py, memory.py, metrics.py             the one place that wires a run together
-    outputs/, progress.py   summary.json, spans.csv, trace.json, gantt.png, link plots; the progress bar
-    studies/, tools/, live/   sweeps and layout search; calibration and benchmarks; live emulation
+    network/, devices/                   topologies, routes, collectives, the fabric; GPU compute costs
+    importers/    traces and profiles → Program
+    workload/, result.py                 scenario → Program, memory per GPU; the Result record
+    run/          Program + Topology → Spans and a Result: engine, folding, faults, job mixes, wiring
+    outputs/      summary.json, spans.csv, trace.json, gantt.png, link plots, metrics, the progress bar
+    studies/, tools/, live/   sweeps, search and the estimate; calibration, export; live emulation
     cli.py        argument parsing only
+
+May import: nothing (the package's face; ``emulator.cli`` is the entry point).
 """

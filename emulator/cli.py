@@ -6,6 +6,10 @@ is checked before it runs (``check_destinations``). Bad input — any EmulatorEr
 exits with code 2 and one clear message; a bug exits with code 1 and a one-line
 report (set EMULATOR_DEBUG=1 for the traceback). Subcommands owned by other
 modules register through ``add_arguments(parser)`` and a command function.
+
+May import: every stage below it (emulator.scenario, emulator.run, emulator.outputs,
+emulator.studies, emulator.tools, emulator.live, emulator.errors); it parses arguments and
+calls one function of the layer below per command.
 """
 from __future__ import annotations
 
@@ -16,9 +20,9 @@ import os
 import sys
 from typing import Any, Callable, Sequence
 
-from emulator.docs_links import epilog, key_url
 from emulator.errors import EmulatorError, ReportError, ScenarioError
-from emulator.printable import printable
+from emulator.outputs.docs_links import epilog, key_url
+from emulator.outputs.printable import printable
 
 # name → (module, add-arguments function, command function, help); imported on use
 PLUGINS: dict[str, tuple[str, str, str, str]] = {
@@ -82,15 +86,15 @@ def quiet_numpy() -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     quiet_numpy()
     from emulator.outputs.summary import human_table, summarize, summary_json
-    from emulator.simulation import simulate
+    from emulator.run.simulation import simulate
 
     sc = _load(args)
     if args.estimate:
-        from emulator.tools.estimate import estimate
+        from emulator.studies.estimate import estimate
 
         print(estimate(sc))
         return 0
-    from emulator.progress import RunProgress
+    from emulator.outputs.progress import RunProgress
 
     progress = RunProgress()
     try:
@@ -99,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.close()
     summary = summarize(result)
     if args.out:
-        from emulator.outputs import write_outputs
+        from emulator.outputs.run_files import write_outputs
 
         write_outputs(result, summary, args.out, gantt=not args.no_gantt)
     if args.json:
@@ -183,7 +187,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _docs(command: str | None = None) -> dict[str, Any]:
-    """The help's end: an example and the guide page (emulator/docs_links.py), kept as written."""
+    """The help's end: an example and the guide page (emulator/outputs/docs_links.py), kept as written."""
     return {"epilog": epilog(command), "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
@@ -235,8 +239,8 @@ def check_destinations(args: argparse.Namespace) -> None:
     found = [(flag, str(path), kind) for flag, path, kind in targets if path is not None]
     if not found or getattr(args, "estimate", False):
         return
-    from emulator.outputs import OUTPUT_FILES
     from emulator.outputs.destination import check_file, check_folder
+    from emulator.outputs.run_files import OUTPUT_FILES
 
     for flag, path, kind in found:
         if kind == "folder":

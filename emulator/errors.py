@@ -3,6 +3,8 @@
 Every error that bad user input can cause derives from :class:`EmulatorError`;
 the CLI prints ``str(err)`` as one line and exits with code 2. Anything else
 escaping to the CLI is a bug in the emulator, not in the user's input.
+
+May import: nothing of the emulator (the bottom layer).
 """
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ catalog figure, a bug fix) gives a new fingerprint, and a study runs such points
 again instead of mixing old and new numbers. It is the sha256 of every ``.py``
 and ``.yaml`` file under ``emulator/``, in sorted path order, each as
 ``relative path NUL content NUL``; 16 hex digits are kept.
+
+May import: nothing of the emulator (the bottom layer).
 """
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ Two front ends write them:
 ``ProgramMeta`` holds either (or neither). Its flat dict form (``to_dict`` /
 ``from_dict``: the workload fields, then ``source``, ``measured``, ``warnings``) is
 what the Chakra exporter stores as JSON and reads back; it round-trips exactly.
+
+May import: nothing of the emulator (the bottom layer).
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ Semantics (DESIGN.md, "The IR"):
   complete when the last byte arrives.
 
 Units are SI: seconds, bytes, FLOPs.
+
+May import: emulator.meta (the facts a Program carries).
 """
 from __future__ import annotations
 
@@ -85,7 +87,7 @@ class Part:
     block op's own id is its last part's), the first waits for the block op's ``deps``, every other
     for the earlier parts in ``deps`` (their indexes), and each also for the op before it on its
     stream, as any op. ``Program.expanded`` gives the ops back; the engine runs a block as one op
-    where its collectives are private (``emulator.engine``), which spares building, wiring and
+    where its collectives are private (``emulator.run.engine``), which spares building, wiring and
     advancing every kernel of a deep pipeline (issue #13).
     """
 
@@ -229,7 +231,7 @@ class Fold:
     shape: tuple[int, ...]
     folded: tuple[bool, ...]
     # some folded translations are symmetries in effect only, not automorphisms of the network
-    # (emulator.folding): every collective and transfer checks that its copies' latencies equal
+    # (emulator.run.folding): every collective and transfer checks that its copies' latencies equal
     # its own, and raises FoldRefused where they do not
     checked: bool = False
 
@@ -380,6 +382,11 @@ class Program:
     def simulated_ranks(self) -> list[int]:
         """The ranks that have ops, in order."""
         return sorted({op.rank for op in self.ops})
+
+    def distinct_ops(self) -> list[Op]:
+        """The ops that are costed apart: every op here; a stamped program's template
+        (its copies repeat the template's ops, ``emulator.run.folding.Stamped``)."""
+        return self.ops
 
     def validate(self) -> None:
         """Check ids, deps and references; raise ValueError naming the first bad op.

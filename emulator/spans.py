@@ -4,6 +4,8 @@ Everything downstream (metrics, memory-free reports, CSV, Perfetto, Gantt) reads
 spans only, never the live simulator. ``start_s`` is when the op started on its
 stream; for communication ``xfer_s`` is when the transfer itself began (after the
 rendezvous with the slowest member), so ``xfer_s − start_s`` is waiting.
+
+May import: nothing of the emulator (the bottom layer).
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ class SpanTable(Sequence):
 
     The engine keeps per-op times in flat lists and the static fields once per
     *template* op (an unfolded run's ranks share their representatives' ops:
-    ``emulator.folding.Stamped``). Copy k of template op t is entry k·T + t: its
+    ``emulator.run.folding.Stamped``). Copy k of template op t is entry k·T + t: its
     op id is ``ids[t] + k·stride`` and its rank ``rank_maps[k][ranks[t]]``.
     Materialising 21M Span tuples would cost ~5 GB; iterating makes them on the fly
     (C-level ``map``/``zip``, ~0.15 µs each). The static fields are read from the ops

@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from emulator.outputs.gantt import write_gantt  # noqa: E402
 from emulator.outputs.linkplot import plot_links  # noqa: E402
+from emulator.run.simulation import simulate  # noqa: E402
 from emulator.scenario import load_scenario  # noqa: E402
-from emulator.simulation import simulate  # noqa: E402
 from emulator.studies.executor import LocalExecutor  # noqa: E402
 from emulator.studies.plot import plot_study  # noqa: E402
 from emulator.studies.store import ResultStore  # noqa: E402

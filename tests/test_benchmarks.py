@@ -23,8 +23,8 @@ def test_benchmark_smoke_case_reports_every_figure():
 
 def test_the_issue_13_layouts_load_as_published_and_fit():
     # benchmarks/scenarios: the three layouts of issue #13's table (each runs for minutes: not run here)
-    from emulator.memory import memory_report
     from emulator.scenario import load_scenario
+    from emulator.workload.memory import memory_report
 
     expected = {  # file: (GPUs, tp, pp, dp, schedule, virtual stages, recompute, SP)
         "gpt-145b-1536-a100.yaml": (1536, 8, 8, 24, "interleaved-1f1b", 2, "full", False),  # 8·8·24 = 1536

@@ -5,11 +5,11 @@ import os
 import pytest
 from helpers import custom_scenario, star
 
-from emulator.block import offsets
-from emulator.engine import BLOCK, Engine
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Part, Program
+from emulator.run.block import offsets
+from emulator.run.engine import BLOCK, Engine
+from emulator.run.simulation import build_cluster, build_workload, run_program
 from emulator.scenario import load_scenario, load_scenario_text
-from emulator.simulation import build_cluster, build_workload, run_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

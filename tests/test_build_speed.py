@@ -9,13 +9,13 @@ import pytest
 from helpers import custom_scenario, star
 
 from emulator.devices.gpu import Gpu
-from emulator.engine import Engine
 from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.routing import Router
 from emulator.network.topology import build_topology
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+from emulator.run.engine import Engine
+from emulator.run.simulation import build_workload, run_program, simulate
 from emulator.scenario import load_scenario_text
-from emulator.simulation import build_workload, run_program, simulate
 
 
 def test_op_init_keeps_the_dataclass_signature_and_defaults():
@@ -123,7 +123,7 @@ def test_link_compression_keeps_one_link_per_signature():
 def test_busiest_links_breaks_ties_at_the_cut_by_name():
     from types import SimpleNamespace
 
-    from emulator.devices.nic import busiest_links
+    from emulator.outputs.nic import busiest_links
 
     names = [("c", "x"), ("e", "x"), ("a", "x"), ("f", "x"), ("g", "x"), ("b", "x"), ("d", "x")]
     topo = SimpleNamespace(links=names, capacity=[1.0] * 7, cls=["ib"] * 7)
@@ -138,7 +138,7 @@ def test_busiest_links_breaks_ties_at_the_cut_by_name():
 
 
 def test_busiest_nic_first_by_name_among_equals_and_egress_first():
-    from emulator.devices.nic import busiest_nic, nics
+    from emulator.outputs.nic import busiest_nic, nics
 
     text = "name: n\ncluster: {nodes: 2, node: dgx-a100}\n"
     topo = build_topology(load_scenario_text(text, "n.yaml").cluster)
@@ -164,7 +164,7 @@ def test_busiest_nic_first_by_name_among_equals_and_egress_first():
 
 
 def test_a_failed_build_sets_nothing_aside(monkeypatch):
-    import emulator.simulation as simulation
+    import emulator.run.simulation as simulation
 
     sc = load_scenario_text("""
 name: s

@@ -201,7 +201,7 @@ def test_overlap_param_gather_places_the_zero1_gathers(overlap):
     """Distributed optimizer (ZeRO-1, dp 4): with overlap_param_gather the parameter all-gathers
     open the iteration, ahead of each bucket's first forward (Megatron's steady state); without,
     they follow the optimizer step. Gradient overlap is on in both."""
-    from emulator.simulation import run_program
+    from emulator.run.simulation import run_program
 
     sc = scen(4, ParallelSpec(dp=4, zero=1, overlap_param_gather=overlap, grad_bucket=1e6))
     prog = build_program(sc)

@@ -4,7 +4,7 @@ Each row is one GPT-22B layer (h 6144, 64 heads, s 2048, micro-batch 4) on one D
 (8 A100, NVSwitch) with tp 8, with or without sequence parallelism and with recompute
 none, selective or full; forward_ms and backward_ms are the time of one layer, TP
 communication included. Every row is run here as a scenario (one dgx-a100 node, tp 8,
-pp 1, dp 1, global batch = micro-batch) through ``emulator.simulation.simulate``, and a
+pp 1, dp 1, global batch = micro-batch) through ``emulator.run.simulation.simulate``, and a
 layer's time is read from rank 0's spans: from the start of the first op of that layer's
 forward (backward, recompute included) to the end of its last, on any stream.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from emulator.devices import compute
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario_text
-from emulator.simulation import simulate
 
 CSV = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "layers.csv"  # ../shared beside the repo
 LAYERS = 2  # the time of one layer is what layers.csv reports; two show that every layer costs the same

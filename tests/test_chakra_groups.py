@@ -18,8 +18,8 @@ from emulator.importers.chakra import export_chakra, load_chakra, read_msgs, wri
 from emulator.importers.chakra_groups import read_group_file  # noqa: E402
 from emulator.importers.native import TraceError  # noqa: E402
 from emulator.program import COLLECTIVE, RECV, SEND, Op, Program  # noqa: E402
+from emulator.run.simulation import run_program  # noqa: E402
 from emulator.scenario import load_scenario_text  # noqa: E402
-from emulator.simulation import run_program  # noqa: E402
 from emulator.workload.builder import build_program  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,8 +4,8 @@ import pytest
 pytest.importorskip("chakra.schema.protobuf.et_def_pb2", reason="the chakra extra (mlc-chakra) is not installed")
 
 from emulator.importers.chakra import export_chakra, load_chakra  # noqa: E402
+from emulator.run.simulation import run_program  # noqa: E402
 from emulator.scenario import load_scenario_text  # noqa: E402
-from emulator.simulation import run_program  # noqa: E402
 from emulator.workload.builder import build_program  # noqa: E402
 
 TEXT = """

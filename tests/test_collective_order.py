@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from emulator.errors import EmulatorError
 from emulator.program import COLLECTIVE, COMPUTE, Op, Program
+from emulator.run.simulation import run_program, simulate
 from emulator.scenario import load_scenario
-from emulator.simulation import run_program, simulate
 
 
 def _ar(i, rank, nbytes, stream, deps=()):

@@ -61,7 +61,7 @@ def test_a_gpu_slowdown_is_refused_by_name():
 
 
 def test_a_run_goes_round_a_spine_that_fails_in_the_middle():
-    from emulator.simulation import simulate
+    from emulator.run.simulation import simulate
 
     # gpt3-125m, dp 16 on the same two leaves: its gradient all-reduces cross the spines. Failing spine0 at
     # 1 ns is failing it from the start (the static router goes round it); at 5 ms it is mid-run, and the

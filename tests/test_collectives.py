@@ -3,8 +3,8 @@ import pytest
 from helpers import custom_scenario, star
 
 from emulator.program import COLLECTIVE, Op, Program
+from emulator.run.simulation import run_program
 from emulator.scenario import load_scenario_text
-from emulator.simulation import run_program
 
 B, LAT, S = 50e9, 1e-6, 1e9  # star links: 50 GB/s, 1 us each; a hop GPU→switch→GPU has α = 2 us
 

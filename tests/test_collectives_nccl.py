@@ -6,8 +6,8 @@ import pytest
 from emulator.cli import main
 from emulator.errors import ScenarioError
 from emulator.program import COLLECTIVE, Op, Program
+from emulator.run.simulation import run_program
 from emulator.scenario import load_scenario_text
-from emulator.simulation import run_program
 from emulator.tools.collective_bench import collective_table
 
 S = 2**30
@@ -143,7 +143,7 @@ def test_tree_runs_folded_as_unfolded():
     text = ("name: f\ncluster: {nodes: 4, node: dgx-a100, fabric: {kind: fat_tree, leaf_size: 2}}\n"
             "model: {preset: gpt3-125m}\ntraining: {global_batch: 32, micro_batch: 1}\n"
             "parallel: {tp: 4, pp: 1}\ncollectives: {algorithm: tree}\nsimulation: {fold: FOLD}\n")
-    from emulator.simulation import simulate
+    from emulator.run.simulation import simulate
 
     on = simulate(load_scenario_text(text.replace("FOLD", "auto"), "f.yaml"), record_links=False)
     off = simulate(load_scenario_text(text.replace("FOLD", "off"), "f.yaml"), record_links=False)

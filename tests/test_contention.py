@@ -7,8 +7,8 @@ import pytest
 from helpers import custom_scenario, star
 
 from emulator.program import COMPUTE, RECV, SEND, Op, Program
+from emulator.run.simulation import run_program, simulate
 from emulator.scenario import load_scenario
-from emulator.simulation import run_program, simulate
 
 
 def _two_senders(tmp_path, delay):

@@ -162,7 +162,7 @@ def _keys(node: dict, prefix: str = "") -> set[str]:
 def test_the_scenario_reference_lists_every_key_of_the_schema_under_its_anchor():
     import reference_pages
 
-    from emulator.docs_links import key_anchor
+    from emulator.outputs.docs_links import key_anchor
     from emulator.scenario.schema import all_key_paths
 
     schema = _schema()
@@ -216,7 +216,7 @@ def test_every_results_table_renders():
 
 def test_help_ends_with_an_example_and_the_guide_page(capsys):
     from emulator.cli import main
-    from emulator.docs_links import docs_url
+    from emulator.outputs.docs_links import docs_url
 
     for argv, page in ((["--help"], ""), (["run", "--help"], "guides/workloads/"),
                        (["sweep", "--help"], "guides/studies/"), (["live", "--help"], "guides/live/")):
@@ -229,7 +229,7 @@ def test_help_ends_with_an_example_and_the_guide_page(capsys):
 
 def test_an_error_naming_a_key_links_to_its_entry_on_a_terminal(capsys, monkeypatch):
     from emulator.cli import main
-    from emulator.docs_links import key_url
+    from emulator.outputs.docs_links import key_url
 
     monkeypatch.chdir(ROOT)
     assert main(["run", "scenarios/quickstart.yaml", "--set", "training.recompute=sometimes"]) == 2
@@ -243,7 +243,7 @@ def test_an_error_naming_a_key_links_to_its_entry_on_a_terminal(capsys, monkeypa
 
 
 def test_a_key_link_falls_back_to_the_nearest_known_key():
-    from emulator.docs_links import docs_url, key_url
+    from emulator.outputs.docs_links import docs_url, key_url
 
     known = {"parallel", "parallel.tp", "jobs", "jobs.placement"}
     page = docs_url("reference/scenario/")

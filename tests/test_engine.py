@@ -2,9 +2,9 @@
 import pytest
 from helpers import custom_scenario, star, write_graph
 
-from emulator.engine import DeadlockError
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
-from emulator.simulation import run_program
+from emulator.run.engine import DeadlockError
+from emulator.run.simulation import run_program
 
 
 def test_send_over_k_hops_is_exact(tmp_path):

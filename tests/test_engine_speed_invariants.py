@@ -3,11 +3,11 @@ exactly like its materialised ops, and the SpanTable reads back exactly those sp
 import pytest
 from helpers import custom_scenario, star
 
-from emulator.engine import DeadlockError
-from emulator.folding import Stamped, program_fold, unfold
 from emulator.program import RECV, Fold, Op, Program
+from emulator.run.engine import DeadlockError
+from emulator.run.folding import Stamped, program_fold, unfold
+from emulator.run.simulation import run_program
 from emulator.scenario import load_scenario_text
-from emulator.simulation import run_program
 from emulator.workload.builder import build_program
 
 TEXT = """

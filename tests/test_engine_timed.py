@@ -2,11 +2,11 @@
 import pytest
 from helpers import custom_scenario, star
 
-from emulator.engine import Engine
 from emulator.network.fabric import alone
 from emulator.network.flows import FlowSpec
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
-from emulator.simulation import build_cluster, run_program
+from emulator.run.engine import Engine
+from emulator.run.simulation import build_cluster, run_program
 
 
 def test_a_chain_of_compute_costs_no_event(tmp_path):
@@ -74,8 +74,8 @@ def test_deep_pipelines_with_timed_ops_equal_every_rank_simulated(pp):
     # event) and its compute is timed; with fold: off every TP peer is simulated and every such
     # collective runs on the clock. An 8- and a 16-stage 1F1B pipeline give the same iteration
     # time (1e-9).
+    from emulator.run.simulation import simulate
     from emulator.scenario import load_scenario_text
-    from emulator.simulation import simulate
 
     def sc(fold):
         text = f"""name: t

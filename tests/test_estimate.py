@@ -5,8 +5,8 @@ import re
 import pytest
 
 from emulator.cli import main
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario
-from emulator.simulation import simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,8 +64,8 @@ def test_estimate_sees_a_fold_the_run_will_refuse(capsys):
     with the run's refusal, and about 3 times the folded program's events."""
     from test_folding_effect import scenario
 
-    from emulator.simulation import simulate
-    from emulator.tools.estimate import estimate
+    from emulator.run.simulation import simulate
+    from emulator.studies.estimate import estimate
 
     sc = scenario(3, 5, 8, 4)
     text = estimate(sc)

@@ -6,15 +6,15 @@ import pytest
 
 from emulator.cli import main
 from emulator.errors import ScenarioError
-from emulator.folding import choose_fold
-from emulator.memory import expert_dp
 from emulator.network.orbits import direct_orbits
 from emulator.program import Fold
+from emulator.run.folding import choose_fold
 from emulator.scenario import load_scenario, load_scenario_text
 from emulator.scenario.catalog import model_preset
 from emulator.scenario.checks import layout_violations
 from emulator.scenario.spec import ParallelSpec, TrainingSpec
 from emulator.workload import layer as Ly
+from emulator.workload.memory import expert_dp
 from emulator.workload.placement import Layout
 from emulator.workload.plan import make_plan
 
@@ -152,14 +152,14 @@ def test_scenario_file_errors_name_the_key():
 
 
 def test_recipe_scenarios_fit_and_shard_experts_by_etp():
-    from emulator.memory import memory_report
+    from emulator.workload.memory import memory_report
 
     # Qwen3 stage 0 (pp 8, v 4: chunks 0, 8, 16, 24 hold 2 + 3 + 3 + 3 = 11 layers): experts per GPU
     # 11 · 128 · 3·4096·1536/(etp 1 · ep 32) = 830 472 192 parameters, held whole (expert-DP 1)
     sc = load_scenario(QWEN3)
     r = memory_report(sc)
     assert r.fits
-    from emulator.memory import _stage_params
+    from emulator.workload.memory import _stage_params
     _dense, expert = _stage_params(sc.model, sc, 0, 11)
     assert expert == 11 * 128 * 3 * 4096 * 1536 / 32
     assert memory_report(load_scenario(DSV3)).fits

@@ -193,8 +193,8 @@ def test_link_loads_do_not_depend_on_flow_hashes(monkeypatch):
     """The flows on a link are walked in arrival order, not in the order of their hashes
     (identity: memory addresses, which change from run to run): the link-load series of a
     contended MoE run is the same under two opposite hash orders (it was not with sets)."""
+    from emulator.run.simulation import simulate
     from emulator.scenario import load_scenario
-    from emulator.simulation import simulate
 
     sc = load_scenario(os.path.join(os.path.dirname(__file__), "..", "scenarios", "mixtral-8x7b-moe-32-h100.yaml"))
     series = []

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from emulator.errors import EmulatorError
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario
-from emulator.simulation import simulate
 
 S = 1e8  # bytes sent
 

@@ -13,8 +13,8 @@ import pytest
 from emulator.errors import EmulatorError, ScenarioError
 from emulator.outputs.perfetto import trace_events
 from emulator.outputs.summary import summarize
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario, load_scenario_text
-from emulator.simulation import simulate
 
 S = 30e9
 C = 10e9

@@ -14,11 +14,12 @@ import sys
 import pytest
 from test_sweep import write_tiny
 
-from emulator import simulation
 from emulator.cli import main
-from emulator.outputs import OUTPUT_FILES, atomic
+from emulator.outputs import atomic
 from emulator.outputs.atomic import TMP_PREFIX, remove_stale, write_text
 from emulator.outputs.destination import DestinationError, check_file, check_folder
+from emulator.outputs.run_files import OUTPUT_FILES
+from emulator.run import simulation
 from emulator.studies.store import ResultStore, StoreError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -172,7 +173,7 @@ def test_no_gantt_removes_the_old_gantt_and_the_set_is_of_one_run(tmp_path, caps
 
 
 def test_a_failed_write_leaves_the_old_set_whole_and_no_temporaries(tmp_path, capsys, monkeypatch):
-    import emulator.outputs as outputs
+    import emulator.outputs.run_files as outputs
 
     out = tmp_path / "out"
     assert main(["run", _tiny(tmp_path), "--out", str(out)]) == 0

@@ -1,9 +1,9 @@
 """Symmetry folding gives the same iteration as the unfolded run (DESIGN.md, "Speed")."""
 import pytest
 
-from emulator.folding import choose_fold
+from emulator.run.folding import choose_fold
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario_text
-from emulator.simulation import simulate
 
 BASE = """
 name: fold

@@ -13,10 +13,10 @@ from dataclasses import replace
 import pytest
 
 from emulator.errors import EmulatorError
-from emulator.folding import choose_fold
 from emulator.outputs.summary import summarize
+from emulator.run.folding import choose_fold
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario_text
-from emulator.simulation import simulate
 
 
 def scenario(dp, pp, tp, leaf, over=1, fold="auto", extra="", kind="fat_tree"):
@@ -118,7 +118,7 @@ def test_a_tolerance_out_of_range_is_named():
 
 
 def test_an_unknown_spread_is_named():
-    from emulator.simulation import build_cluster
+    from emulator.run.simulation import build_cluster
 
     with pytest.raises(ValueError, match="unknown spread 'median'; known: refuse, least, greatest"):
         build_cluster(scenario(3, 5, 8, 4), None, "median")
@@ -137,8 +137,8 @@ def test_a_refused_fold_stamps_its_replicas_from_the_ops_it_built(iterations):
     # ranks' ops it built (one per stage) as a template, stamps the 3 replicas from it and keeps the
     # TP 8 peers folded: 15 ranks simulated from 5 ranks' ops, as the program the automorphisms
     # alone fold would be, built again. The same spans, rank by rank (to 1e-12 s: see below).
-    from emulator.folding import Stamped
-    from emulator.simulation import build_workload, run_program
+    from emulator.run.folding import Stamped
+    from emulator.run.simulation import build_workload, run_program
 
     sc = scenario(3, 5, 8, 4)
     sc = replace(sc, simulation=replace(sc.simulation, iterations=iterations))

@@ -8,8 +8,8 @@ from helpers import custom_scenario, star
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from emulator.outputs.gantt import AXES_PX, Block, chart, density, draw, evenly, gantt_figure, survey, write_gantt
+from emulator.run.simulation import simulate
 from emulator.scenario.spec import WorkloadSpec
-from emulator.simulation import simulate
 from emulator.spans import Span
 
 MS = 1e-3

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from emulator.devices.sharing import SharedGpu
 from emulator.program import COMPUTE, Op, Program
-from emulator.simulation import run_program
+from emulator.run.simulation import run_program
 
 
 def test_shared_gpu_bookkeeping_by_hand():
@@ -75,8 +75,8 @@ def test_compute_slows_while_a_collective_is_resident():
     # it ends at e. A runs at 1/2 until e (e < 2: it has done e/2), then at full speed:
     # it ends at e + (1 − e/2) = 1 + e/2. Without the slowdown it ends at 1 s.
     from emulator.program import COLLECTIVE, COMPUTE, Op, Program
+    from emulator.run.simulation import run_program
     from emulator.scenario import load_scenario_text
-    from emulator.simulation import run_program
 
     ops = []
     for r in (0, 1):

@@ -1,12 +1,12 @@
 """model.head_dim: per-head dims decoupled from hidden/heads (Qwen3), for standard attention."""
 import dataclasses
 
-from emulator.memory import layer_activation_bytes
 from emulator.scenario import catalog
 from emulator.scenario.checks import model_violations
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload.memory import layer_activation_bytes
 
 QWEN3 = catalog.model_preset("qwen3-235b-a22b")
 

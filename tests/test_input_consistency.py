@@ -12,14 +12,14 @@ import os
 import pytest
 from helpers import custom_scenario, star, write_graph
 
-from emulator.engine import DeadlockError
 from emulator.errors import EmulatorError, ScenarioError
 from emulator.importers import load_workload
 from emulator.importers.native import TraceError, load_trace
 from emulator.network.topology import load_graph
 from emulator.program import COMPUTE, Op, Program
+from emulator.run.engine import DeadlockError
+from emulator.run.simulation import run_program
 from emulator.scenario import load_scenario, load_scenario_text
-from emulator.simulation import run_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESNET = os.path.join(ROOT, "traces", "resnet-ddp-a100")  # one rank of a DDP job (Kineto)

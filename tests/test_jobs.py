@@ -15,9 +15,9 @@ import pytest
 from emulator.errors import ScenarioError
 from emulator.outputs.perfetto import trace_events
 from emulator.outputs.summary import summarize, summary_json
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario, load_scenario_text
 from emulator.scenario.schema import scenario_schema
-from emulator.simulation import simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S = 1e9  # bytes of each job's all-reduce
@@ -124,7 +124,7 @@ def test_the_scenarios_in_the_folder():
 
 def test_job_memory_is_the_job_alone():
     """A job's memory row is the memory report of the same model and layout as a one-job scenario."""
-    from emulator.memory import memory_report
+    from emulator.workload.memory import memory_report
 
     path = os.path.join(ROOT, "scenarios", "jobs-two-disjoint-leaves.yaml")
     sc = load_scenario(path)

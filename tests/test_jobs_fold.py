@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from emulator.errors import ScenarioError
 from emulator.outputs.summary import summarize
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario_text
 from emulator.scenario.spec import ClusterSpec, FabricSpec
-from emulator.simulation import simulate
 from emulator.workload.jobs import embeds_alike
 
 NODE = ('{gpu: A100-SXM4-80GB, gpus_per_node: 2, intra_bandwidth: "300 GB/s", nics: 2, '

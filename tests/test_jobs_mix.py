@@ -10,8 +10,8 @@ from helpers import uplink_mix
 from emulator.errors import ScenarioError
 from emulator.outputs.jobs import quantile
 from emulator.outputs.summary import summarize
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario, load_scenario_text
-from emulator.simulation import simulate
 
 
 def _mix(tmp_path, entry: str):

@@ -12,7 +12,7 @@ import pytest
 from emulator.devices import kernels as K
 from emulator.errors import CatalogError, EmulatorError
 from emulator.outputs.summary import compute_source
-from emulator.program import COMPUTE, Op
+from emulator.program import COMPUTE, Op, Program
 from emulator.scenario import catalog
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
@@ -150,7 +150,7 @@ def test_derived_backward_rate_by_hand():
 def test_compute_source_shares():
     ops = [Op(0, 0, COMPUTE, duration=3.0, costed=(1.0, 0.5, 1.5)), Op(1, 0, COMPUTE, duration=1.0, costed=(0.0, 0.0, 1.0)),
            Op(2, 0, COMPUTE, duration=9.0)]  # a trace op: not costed by the builder, left out
-    result = SimpleNamespace(program=SimpleNamespace(ops=ops))
+    result = SimpleNamespace(program=Program(1, ops))
     # measured 1 of 4 s, interpolated 0.5, roofline 2.5
     assert compute_source(result) == {"measured": 0.25, "interpolated": 0.125, "roofline": 0.625}
     assert compute_source(SimpleNamespace(program=SimpleNamespace(ops=ops[2:]))) is None
@@ -194,8 +194,8 @@ def test_b200_gemm_row():
 
 
 def _h100_run(table: str):
+    from emulator.run.simulation import simulate
     from emulator.scenario import load_scenario_text
-    from emulator.simulation import simulate
 
     text = ("name: kt\ncluster:\n  nodes: 1\n  node:\n    preset: dgx-h100\n    gpu:\n      preset: H100-SXM5-80GB\n"
             f"      kernel_table: {table}\n"
@@ -242,8 +242,8 @@ def test_attention_fa2_is_an_explicit_choice():
     # training.attention: fa2 costs the fused kernels from FlashAttention-2's rows (fa2_*), flash from cuDNN's.
     # causal, d 128, 4096 keys on the H100: forward FA2 319 TFLOP/s (h100/attention.csv row 57) against
     # cuDNN 591 (row 290): 34.36e9 FLOP -> 107.7 + 4 us against 58.1 + 4 us
+    from emulator.run.simulation import simulate
     from emulator.scenario import load_scenario_text
-    from emulator.simulation import simulate
 
     def flash_fwd(attention: str) -> float:
         text = ("name: fa\ncluster: {nodes: 1, node: dgx-h100}\n"

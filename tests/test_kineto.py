@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from emulator import simulation
 from emulator.errors import EmulatorError
 from emulator.importers.kineto import TraceError, load_kineto
 from emulator.program import COLLECTIVE
+from emulator.run import simulation
 from emulator.scenario import load_scenario_text
 
 HERE = os.path.dirname(__file__)

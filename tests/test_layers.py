@@ -1,29 +1,36 @@
-"""The import structure: the folders follow the pipeline, data flows one way (DESIGN.md, "Layout").
+"""The import contract: the folders follow the pipeline, data flows one way (DESIGN.md, "Layout").
 
 Every import of an emulator module by another, at the top or inside a function, is read from the
-source with ``ast``: a module imports only from its own layer or the layers below it, no two modules
-import each other (directly or round a longer circle), and no module takes a private name from
-another.
+source with ``ast``. Two rules hold, and breaking either fails CI:
+- each package's ``__init__`` docstring (and each top-level module's) says what it may import, on a
+  ``May import:`` line; the code imports nothing else (``test_imports_are_what_each_docstring_allows``);
+- those allowances follow the stages bottom to top (``LAYERS``): nothing may import a layer above
+  its own, so a docstring cannot allow an import back up (``test_docstrings_allow_only_lower_layers``).
+No two modules import each other (directly or round a longer circle), and no module takes a private
+name from another.
 """
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "emulator"
 
-# bottom to top (the issue's and DESIGN.md's order); a module's layer is that of its longest prefix
+# bottom to top: scenario → workload → network → run → outputs, as DESIGN.md's "Layout" orders them
 LAYERS = [
-    ("emulator.program", "emulator.block", "emulator.meta", "emulator.spans", "emulator.errors", "emulator.fingerprint",
-     "emulator.printable", "emulator.docs_links"),
+    ("emulator.errors", "emulator.fingerprint", "emulator.meta"),
+    ("emulator.program", "emulator.spans"),
     ("emulator.scenario",),
-    ("emulator.network", "emulator.devices", "emulator.importers"),
-    ("emulator.workload", "emulator.engine", "emulator.folding", "emulator.faults", "emulator.memory",
-     "emulator.metrics", "emulator.mix"),
-    ("emulator.simulation",),
-    ("emulator.outputs", "emulator.linkplot", "emulator.progress"),
+    ("emulator.network", "emulator.devices"),
+    ("emulator.importers",),
+    ("emulator.workload", "emulator.result"),
+    ("emulator.run",),
+    ("emulator.outputs",),
     ("emulator.studies", "emulator.tools", "emulator.live"),
-    ("emulator.cli", "emulator.__main__"),
+    ("emulator.cli",),
+    ("emulator.__main__",),
 ]
+UNITS = [name for names in LAYERS for name in names]
 
 
 def module_name(path: Path) -> str:
@@ -31,14 +38,16 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def unit(module: str) -> str:
+    """The package or top-level module that ``module`` belongs to."""
+    best = max((u for u in UNITS if module == u or module.startswith(u + ".")), key=len, default="")
+    assert best, f"{module} belongs to no layer: add it to LAYERS and give it a 'May import:' line"
+    return best
+
+
 def layer(module: str) -> int:
-    best = (-1, -1)
-    for i, names in enumerate(LAYERS):
-        for name in names:
-            if module == name or module.startswith(name + "."):
-                best = max(best, (len(name), i))
-    assert best[1] >= 0, f"{module} is in no layer: add it to LAYERS"
-    return best[1]
+    u = unit(module)
+    return next(i for i, names in enumerate(LAYERS) if u in names)
 
 
 def imports() -> dict[str, set[tuple[str, str]]]:
@@ -59,16 +68,51 @@ def imports() -> dict[str, set[tuple[str, str]]]:
     return out
 
 
-def test_every_import_goes_down_or_sideways():
-    upward = [f"{m} (layer {layer(m)}) imports {t} (layer {layer(t)})"
-              for m, targets in imports().items() for t, _ in targets if layer(t) > layer(m)]
+def allowed(u: str) -> set[str]:
+    """The units that ``u``'s docstring allows on its ``May import:`` paragraph (its own modules always)."""
+    path = PACKAGE / (u.removeprefix("emulator.").replace(".", "/"))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    found = re.search(r"^May import:(.*?)(?:\n\s*\n|\Z)", doc, flags=re.S | re.M)
+    assert found, f"{path.relative_to(ROOT)}: its docstring has no 'May import:' paragraph"
+    text = found.group(1).split("Never")[0].split("never")[0]
+    return {unit(name) for name in re.findall(r"emulator(?:\.\w+)+", text)} | {u}
+
+
+def test_every_unit_says_what_it_may_import():
+    for u in UNITS:
+        assert allowed(u) >= {u}
+
+
+def test_imports_are_what_each_docstring_allows():
+    broken = sorted({f"{m} imports {t}, which {unit(m)}'s docstring does not allow"
+                     for m, targets in imports().items() for t, _ in targets if unit(t) not in allowed(unit(m))})
+    assert broken == []
+
+
+def test_docstrings_allow_only_lower_layers():
+    upward = [f"{u} (layer {layer(u)}) may import {a} (layer {layer(a)})"
+              for u in UNITS for a in allowed(u) if a != u and layer(a) >= layer(u)]
     assert upward == []
 
 
-def test_the_scenario_layer_imports_nothing_of_the_simulation():
-    for mod, targets in imports().items():
-        if mod.startswith("emulator.scenario"):
-            assert {t for t, _ in targets if not t.startswith(("emulator.scenario", "emulator.errors"))} == set(), mod
+def test_every_import_goes_down():
+    upward = [f"{m} (layer {layer(m)}) imports {t} (layer {layer(t)})"
+              for m, targets in imports().items() for t, _ in targets
+              if unit(t) != unit(m) and layer(t) >= layer(m)]
+    assert upward == []
+
+
+def test_a_broken_contract_is_caught():
+    """The check can fail: an import of the run stage from the scenario reader is outside its allowance."""
+    reader = imports()["emulator.scenario.reader"] | {("emulator.run.engine", "")}
+    assert [t for t, _ in reader if unit(t) not in allowed("emulator.scenario")] == ["emulator.run.engine"]
+
+
+def test_top_level_holds_only_the_entry_points_and_the_bottom_layer():
+    # the IR, its report facts, the records, the errors, the fingerprint and the Result record
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__", "cli"))
+    assert top == ["errors", "fingerprint", "meta", "program", "result", "spans"]
 
 
 def test_no_import_circles():

@@ -2,9 +2,9 @@
 import pytest
 
 from emulator.errors import ScenarioError
-from emulator.memory import memory_report, optimizer_state_bytes
 from emulator.scenario import load_scenario_text
 from emulator.scenario.spec import TrainingSpec
+from emulator.workload.memory import memory_report, optimizer_state_bytes
 
 # NVIDIA's DGX Cloud recipe for Nemotron-4 340B in BF16 (NeMo 24.11): 128 H100 80 GB, TP 8, PP 8, 12 virtual
 # stages, micro-batch 1, 16 accumulation steps, DP 2 (global batch 32), selective recompute, the distributed

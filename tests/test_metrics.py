@@ -1,7 +1,7 @@
 """The breakdown from spans, on hand-made timelines."""
 import pytest
 
-from emulator.metrics import breakdown, union_length
+from emulator.outputs.metrics import breakdown, union_length
 from emulator.spans import Span
 
 

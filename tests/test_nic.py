@@ -1,10 +1,10 @@
 """NIC ports and link utilisation: which link is the bottleneck."""
 import pytest
 
-from emulator.devices.nic import busiest_links, busiest_nic, nics
+from emulator.outputs.nic import busiest_links, busiest_nic, nics
 from emulator.program import RECV, SEND, Op, Program
+from emulator.run.simulation import run_program
 from emulator.scenario import load_scenario_text
-from emulator.simulation import run_program
 
 
 def test_one_transfer_makes_its_nic_the_busiest():

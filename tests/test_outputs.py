@@ -48,8 +48,8 @@ def test_streamed_trace_is_what_json_dump_writes(tmp_path, capsys):
     import io
 
     from emulator.outputs.perfetto import trace_events, write_trace
+    from emulator.run.simulation import simulate
     from emulator.scenario.reader import load_scenario
-    from emulator.simulation import simulate
 
     events = trace_events(simulate(load_scenario(QUICK)))
     head = {"displayTimeUnit": "ms", "otherData": {"scenario": "quickstart · ü"}}

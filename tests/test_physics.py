@@ -83,7 +83,7 @@ def test_degrades_multiply_against_the_floor():
 
 def test_a_trailing_one_changes_no_training_iteration():
     # issue 30: [4, 1] took 43.7 ms against 22.0 ms for [4] (its links had half the rate); now the same graph
-    from emulator.simulation import simulate
+    from emulator.run.simulation import simulate
 
     text = ("name: i\ncluster: {nodes: 4, node: dgx-h100, fabric: {kind: torus, torus_dims: DIMS}}\n"
             "model: {preset: gpt3-125m}\ntraining: {global_batch: 32, micro_batch: 1}\nparallel: {tp: 2, pp: 2}\n")

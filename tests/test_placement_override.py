@@ -1,6 +1,6 @@
 """`parallel.order` overrides Megatron's rank placement; a worse placement is slower."""
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario_text
-from emulator.simulation import simulate
 from emulator.workload.placement import Layout
 
 TEXT = """

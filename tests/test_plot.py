@@ -6,8 +6,8 @@ from test_sweep import degrade, write_tiny
 from emulator.cli import main
 from emulator.errors import EmulatorError
 from emulator.outputs.linkplot import busiest, cumulative, plot_links, utilisation
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario
-from emulator.simulation import simulate
 from emulator.studies.plot import pareto_front, plot_study
 
 PNG = b"\x89PNG\r\n\x1a\n"

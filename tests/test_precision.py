@@ -8,8 +8,8 @@ from emulator.cli import main
 from emulator.devices import compute as C
 from emulator.errors import ScenarioError
 from emulator.outputs.summary import summarize
+from emulator.run.simulation import simulate
 from emulator.scenario import catalog, load_scenario
-from emulator.simulation import simulate
 
 A100 = catalog.gpu("A100-SXM4-80GB")
 QUICKSTART = os.path.join(os.path.dirname(__file__), "..", "scenarios", "quickstart.yaml")

@@ -4,7 +4,7 @@ import os
 import pytest
 
 from emulator.cli import main
-from emulator.printable import figure_text, printable
+from emulator.outputs.printable import figure_text, printable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = os.path.join(ROOT, "scenarios", "quickstart.yaml")

@@ -238,8 +238,8 @@ def test_a_step_that_runs_the_blocks_twice_is_refused():
 
 
 def test_memory_scales_from_the_profiled_peak():
-    from emulator.memory import memory_report
     from emulator.scenario import load_scenario
+    from emulator.workload.memory import memory_report
 
     one = os.path.join(ROOT, "scenarios", "profile-gpt-1.3b-1xh200.yaml")  # peak_memory: 53.4 GiB
     peak = 53.4 * 2**30  # 57,338,352,435.2 B

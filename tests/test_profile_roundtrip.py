@@ -16,8 +16,8 @@ import math
 
 import pytest
 
-from emulator import simulation
 from emulator.outputs.summary import summarize
+from emulator.run import simulation
 from emulator.scenario import load_scenario
 from emulator.tools.calibrate import add_arguments, calibrate_command
 from emulator.workload import layer as Ly

@@ -7,10 +7,10 @@ import sys
 
 from test_sweep import degrade, write_tiny
 
-import emulator.engine
-import emulator.progress
+import emulator.outputs.progress
+import emulator.run.engine
 from emulator.cli import main
-from emulator.progress import RunProgress, points_bar, wanted
+from emulator.outputs.progress import RunProgress, points_bar, wanted
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = os.path.join(ROOT, "scenarios", "quickstart.yaml")
@@ -77,8 +77,8 @@ def test_a_forced_bar_changes_no_output_file_and_no_stdout(tmp_path, capsys, mon
     quiet, files = _run(tmp_path / "a", capsys)
     assert quiet.err == ""
     monkeypatch.setenv("EMULATOR_PROGRESS", "1")
-    monkeypatch.setattr(emulator.progress, "RUN_DELAY_S", 0.0)
-    monkeypatch.setattr(emulator.engine, "PROGRESS_EVERY", 500)  # call back often in this short run
+    monkeypatch.setattr(emulator.outputs.progress, "RUN_DELAY_S", 0.0)
+    monkeypatch.setattr(emulator.run.engine, "PROGRESS_EVERY", 500)  # call back often in this short run
     loud, files2 = _run(tmp_path / "b", capsys)
     assert "simulating" in loud.err and "events" in loud.err
     def same(out):  # the stdout table, less the wall-time line

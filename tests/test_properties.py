@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emulator.program import COLLECTIVE, COMPUTE, Op, Program
+from emulator.run.simulation import run_program, simulate
 from emulator.scenario import load_scenario_text
-from emulator.simulation import run_program, simulate
 
 RANKS = 3
 

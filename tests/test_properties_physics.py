@@ -17,8 +17,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario_text
-from emulator.simulation import simulate
 from emulator.tools.collective_bench import collective_table
 
 EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "200"))

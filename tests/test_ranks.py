@@ -8,12 +8,12 @@ import pytest
 from helpers import custom_scenario, star
 
 from emulator.cli import main
-from emulator.metrics import rank_totals
+from emulator.outputs.metrics import rank_totals
 from emulator.outputs.ranks import rank_rows, ranks_csv
 from emulator.outputs.summary import summarize
 from emulator.program import Fold
+from emulator.run.simulation import simulate
 from emulator.scenario import WorkloadSpec, load_scenario
-from emulator.simulation import simulate
 
 MS = 1e-3
 

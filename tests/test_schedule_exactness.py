@@ -7,8 +7,8 @@ import pytest
 from helpers import custom_scenario, write_graph
 
 from emulator.program import COMPUTE, Program
+from emulator.run.simulation import run_program
 from emulator.scenario import load_scenario_text
-from emulator.simulation import run_program
 from emulator.workload.builder import build_program
 
 TEXT = """

@@ -5,11 +5,11 @@ import pytest
 
 from emulator.cli import main
 from emulator.errors import EmulatorError
-from emulator.memory import memory_report
 from emulator.scenario import load_scenario
 from emulator.studies.executor import LocalExecutor
 from emulator.studies.search import Layout, Limits, cluster_overrides, plan, rule_violation, search
 from emulator.studies.store import ResultStore
+from emulator.workload.memory import memory_report
 
 
 def _scenario(folder, preset, batch):

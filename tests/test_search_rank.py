@@ -4,8 +4,8 @@ import os
 import pytest
 
 from emulator.cli import main
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario
-from emulator.simulation import simulate
 from emulator.studies.executor import LocalExecutor
 from emulator.studies.rank import (
     Link,

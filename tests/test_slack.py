@@ -73,7 +73,7 @@ def test_a_run_with_slack_links_is_the_run_without(monkeypatch):
     from test_folding_effect import scenario
 
     import emulator.network.collectives as coll
-    from emulator.simulation import simulate
+    from emulator.run.simulation import simulate
 
     found: list[int] = []
     real = coll.slack_links

@@ -6,12 +6,12 @@ import pytest
 from helpers import custom_scenario, write_graph
 
 from emulator.errors import ScenarioError
-from emulator.memory import memory_report
 from emulator.program import COMPUTE, Program
+from emulator.run.simulation import run_program
 from emulator.scenario import load_scenario_text
 from emulator.scenario.stages import chunk_layers, stage_layers
-from emulator.simulation import run_program
 from emulator.workload.builder import build_program
+from emulator.workload.memory import memory_report
 from emulator.workload.plan import make_plan
 from emulator.workload.schedules import max_in_flight, schedule
 
@@ -133,8 +133,8 @@ def test_activations_count_the_layers_in_flight():
 
 
 def test_memory_of_the_lighter_end_stages():
-    from emulator.memory import layer_activation_bytes
     from emulator.workload import models as M
+    from emulator.workload.memory import layer_activation_bytes
 
     sc = _scenario(p=4, layers=8, extra=", first_chunk_layers: 1, last_chunk_layers: 1")
     light = memory_report(sc)
@@ -152,7 +152,7 @@ def test_memory_of_the_lighter_end_stages():
 
 
 def test_folded_equals_unfolded_on_an_uneven_split():
-    from emulator.simulation import simulate
+    from emulator.run.simulation import simulate
 
     text = """
 name: fold-uneven

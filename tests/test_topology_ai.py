@@ -12,8 +12,8 @@ import pytest
 from emulator.errors import ScenarioError
 from emulator.network.routing import Router, ecmp_pick
 from emulator.network.topology import build_topology
+from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario, load_scenario_text
-from emulator.simulation import simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -174,7 +174,7 @@ def test_a_seeded_hash_run_is_deterministic_across_processes(tmp_path):
 
 
 def test_folding_is_off_with_hashed_routing():
-    from emulator.folding import choose_fold
+    from emulator.run.folding import choose_fold
 
     sc = load_scenario(os.path.join(ROOT, "scenarios", "llama3-70b-64-h100.yaml"),
                        ["cluster.fabric.routing=ecmp_hash"])

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from emulator.devices.nic import nics
 from emulator.network.topology import Layout, build_topology
+from emulator.outputs.nic import nics
 from emulator.scenario import load_scenario_text
 
 
@@ -56,7 +56,7 @@ def test_nic_ports_from_the_layout_equal_those_from_the_graph_on_every_fabric(fa
 
 
 def test_a_run_on_a_generated_fabric_never_imports_networkx():
-    code = ("import sys; from emulator.scenario import load_scenario; from emulator.simulation import simulate; "
+    code = ("import sys; from emulator.scenario import load_scenario; from emulator.run.simulation import simulate; "
             "from emulator.outputs.summary import summarize; summarize(simulate(load_scenario('scenarios/quickstart.yaml'))); "
             "print('networkx' in sys.modules)")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

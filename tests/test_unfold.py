@@ -1,7 +1,7 @@
 """Stamping copies of the representatives' ops gives exactly the unfolded builder's program."""
 import pytest
 
-from emulator.folding import program_fold, unfold
+from emulator.run.folding import program_fold, unfold
 from emulator.scenario import load_scenario_text
 from emulator.workload.builder import build_program
 

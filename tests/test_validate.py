@@ -105,8 +105,8 @@ def test_a_metric_the_run_lacks_is_an_error():
 
 def test_quickstart_twice_measured_fails_max_error(tmp_path, capsys):
     from emulator.outputs.summary import summarize
+    from emulator.run.simulation import simulate
     from emulator.scenario.reader import load_scenario
-    from emulator.simulation import simulate
 
     t = summarize(simulate(load_scenario(QUICKSTART), record_links=False))["iteration_time_s"]
     # measured = 2 t: error t / 2t − 1 = −50 %, MAPE 50 % > 10 %

@@ -5,8 +5,9 @@ Owns the project's own trace format (native.py), PyTorch Kineto profiles
 (chakra.py, import and export) and the measured-vs-emulated replay report
 (replay_report.py).
 
-May import: emulator.errors, emulator.program, emulator.scenario and its own modules;
-never workload/, the engine or anything above.
+May import: emulator.errors, emulator.program, emulator.meta, emulator.scenario,
+emulator.devices (the kernel classes and element sizes a profile is read with) and its own
+modules; never workload/, the run stage or anything above.
 
 ``FORMATS`` maps a ``workload.format`` name to its loader (small named plug-ins);
 the Kineto and Chakra loaders are imported on demand, so neither their code nor

@@ -1,7 +1,7 @@
 """Send/recv pairs of an imported trace: each send and the recv it pairs with agree on the bytes.
 
 The engine pairs sends and recvs by (source, destination, tag), oldest first
-(emulator/engine.py): the k-th send from rank a to rank b with tag t meets the k-th
+(emulator/run/engine.py): the k-th send from rank a to rank b with tag t meets the k-th
 recv on b from a with tag t. In file order (the order of each rank's stream) that pairing
 is known before the run, so a size that differs between the two sides is a defect of the
 trace, reported here with both ops, instead of being settled silently by the send's size.

@@ -10,6 +10,7 @@
 Only ``backend`` and ``run`` import torch, and only when used: this package and
 ``launcher`` import without it.
 
-May import: emulator.simulation, emulator.engine, emulator.outputs and everything below
-them; never studies/, tools/ or the CLI.
+May import: emulator.run, emulator.outputs, emulator.workload, emulator.devices,
+emulator.network, emulator.scenario, emulator.program and emulator.errors; never studies/,
+tools/ or the CLI.
 """

@@ -20,11 +20,11 @@ buffer, the broadcast buffer.
 from __future__ import annotations
 
 from emulator.devices.gpu import Gpu
-from emulator.engine import Engine
 from emulator.errors import EmulatorError
 from emulator.program import COLLECTIVE, COLLECTIVE_OPS, RECV, SEND, Op, Program
+from emulator.run.engine import Engine
+from emulator.run.simulation import build_cluster
 from emulator.scenario.spec import Scenario
-from emulator.simulation import build_cluster
 
 
 def copies(group: tuple[int, ...], world: int) -> list[tuple[int, ...]]:

@@ -10,7 +10,7 @@ rest, so an override acts only where the emulator decides:
   (slow the script down, or put the straggler on an emulated rank).
 - ``gpu_slowdown`` on a GPU outside the live world: refused — no rank runs there.
 - ``link_degrade`` / ``link_fail`` from the start: applied. The emulated fabric is
-  built with them (``emulator.faults.apply_faults``), so every emulated collective's
+  built with them (``emulator.run.faults.apply_faults``), so every emulated collective's
   flows are slowed or rerouted. (A collective among real ranks only runs on the real
   transport and is not affected; the report's notes say so.)
 - a link fault in the middle of the run (``at`` / ``until``): refused — the live
@@ -21,8 +21,8 @@ rest, so an override acts only where the emulator decides:
 from __future__ import annotations
 
 from emulator.errors import EmulatorError
-from emulator.faults import is_timed
 from emulator.network.topology import Topology
+from emulator.run.faults import is_timed
 from emulator.scenario.spec import Scenario
 
 

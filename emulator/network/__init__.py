@@ -7,5 +7,5 @@ compression (compression.py) and the flow-level fabric, the only SimPy code here
 (fabric.py).
 
 May import: emulator.errors, emulator.program (Fold), emulator.scenario (specs, units),
-and its own modules. Never workload/, the engine or anything above.
+and its own modules. Never workload/, the run stage or anything above.
 """

@@ -141,7 +141,7 @@ class CollectiveModel:
         self.fold = fold
         self.hardware = hardware  # the tuning model's view of the nodes (None: custom graph)
         # a fold in effect whose copies of a flow have other latencies: "refuse" it (FoldRefused), or
-        # give the flow the "least" or the "greatest" of its copies' (bounds: emulator.simulation)
+        # give the flow the "least" or the "greatest" of its copies' (bounds: emulator.run.simulation)
         self.spread = spread
         self._cache: dict[CacheKey, Plan] = {}  # the plans in use (compressed once prepared)
         self._raw_plans: dict[CacheKey, Plan] = {}  # as built, before compression

@@ -30,7 +30,7 @@ A set of Flow objects iterates in the order of their identity hashes (addresses)
 which differ from run to run; the order of a component's flows decides the order in
 which loads are summed, and so the last bits of the link-load series.
 
-Time-varying links (emulator.faults): ``set_capacity`` changes a link's capacity
+Time-varying links (emulator.run.faults): ``set_capacity`` changes a link's capacity
 in the middle of a run (its component is re-solved at once: a link of capacity 0
 stalls its flows); ``reroute`` moves an in-flight flow's remaining bytes onto
 other links; ``rewrite``, when set, may change the links of every flow as it
@@ -97,7 +97,7 @@ class Fabric:
         self.bytes_on_link = [0.0] * len(self.capacity)
         # called after every re-solve with (time, {link: load in B/s}) of the component
         self.listeners: list[Callable[[float, dict[int, float]], None]] = []
-        # called on every flow as it starts; may change its links and weights (emulator.faults)
+        # called on every flow as it starts; may change its links and weights (emulator.run.faults)
         self.rewrite: Callable[[Flow], None] | None = None
         # links no flow mix can fill (emulator.network.slack): left out of components and solves
         self.slack = bytearray(len(self.capacity))

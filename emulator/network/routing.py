@@ -21,7 +21,7 @@ Two ECMP policies (the topology's ``routing``, from ``cluster.fabric.routing``):
 
 :func:`detour` gives the way around a failed link u→v: the even split over the
 shortest paths u→v that avoid the failed links and pass through switches only (a
-GPU or a NIC forwards nothing), as a fast-reroute does (emulator.faults).
+GPU or a NIC forwards nothing), as a fast-reroute does (emulator.run.faults).
 :func:`around_switch` gives the way round a link to or from a failed switch: its
 siblings (the switches with the same neighbours), as ECMP leaves a dead switch out.
 """

@@ -3,36 +3,14 @@
 Owns the summary (summary.py), spans.csv, trace.json for Perfetto, gantt.png, the
 link-utilisation plot (linkplot.py), saving figures (figures.py) and atomic writes
 (atomic.py), and the checks of a destination before any work (destination.py).
-``write_outputs`` writes the files of DESIGN.md's "Output files" as one set
+``write_outputs`` (run_files.py) writes the files of DESIGN.md's "Output files" as one set
 (fileset.py): when summary.json exists, every file beside it is from the same run.
 
-May import: emulator.simulation (Result) and everything below it; never studies/,
-tools/, live/ or the CLI.
+This face imports nothing, so that the CLI can read the small modules here (the progress bar,
+printable text, the links into the docs) without loading numpy or matplotlib.
+
+May import: emulator.result (the Result record), emulator.spans, emulator.program,
+emulator.meta, emulator.scenario, emulator.network (topology names), emulator.importers (the
+replay report), emulator.workload (memory per GPU) and emulator.errors. Never the run stage
+(emulator.run), studies/, tools/, live/ or the CLI.
 """
-from __future__ import annotations
-
-from emulator.outputs.atomic import write_text
-from emulator.outputs.fileset import write_set
-from emulator.outputs.gantt import write_gantt
-from emulator.outputs.perfetto import write_perfetto
-from emulator.outputs.ranks import ranks_csv
-from emulator.outputs.spans_csv import write_spans_csv
-from emulator.outputs.summary import summary_json
-from emulator.simulation import Result
-
-OUTPUT_FILES = ("summary.json", "spans.csv", "trace.json", "ranks.csv", "gantt.png")  # the marker first: see fileset.py
-
-
-def write_outputs(result: Result, summary: dict, out_dir: str, gantt: bool = True) -> list[str]:
-    """Write every output file of ``result`` into ``out_dir`` as one set; return their paths.
-
-    Without ``gantt``, an old gantt.png in ``out_dir`` is removed: it belongs to another run.
-    """
-    writers = {"summary.json": lambda p: write_text(p, summary_json(summary)),
-               "spans.csv": lambda p: write_spans_csv(p, result.spans),
-               "trace.json": lambda p: write_perfetto(p, result),
-               "ranks.csv": lambda p: write_text(p, ranks_csv(summary["ranks"], result.program.ranks,
-                                                              result.program.fold))}
-    if gantt:
-        writers["gantt.png"] = lambda p: write_gantt(p, result)
-    return write_set(out_dir, writers, OUTPUT_FILES)

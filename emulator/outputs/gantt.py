@@ -45,8 +45,8 @@ from typing import Any, Iterable, Mapping, NamedTuple
 import numpy as np
 
 from emulator.outputs.atomic import write_atomic
-from emulator.printable import figure_text
-from emulator.simulation import Result
+from emulator.outputs.printable import figure_text
+from emulator.result import Result
 from emulator.spans import Span
 
 MAX_ROWS = 48  # beyond, fewer groups are shown (at least MIN_GROUPS)

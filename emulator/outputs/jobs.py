@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator.metrics import Breakdown, Totals
-from emulator.simulation import JobRun, Result
+from emulator.outputs.metrics import Breakdown, Totals
+from emulator.result import JobRun, Result
 
 
 def job_rows(result: Result) -> list[dict[str, Any]]:
@@ -56,8 +56,8 @@ def _memory(result: Result, run: JobRun) -> dict[str, Any]:
     node = result.scenario.cluster.node
     if run.job.model is None or run.job.workload.trace or node is None:
         return {"peak_bytes_per_gpu": None, "fits": None}
-    from emulator.memory import memory_report
     from emulator.workload.jobs import job_scenario
+    from emulator.workload.memory import memory_report
 
     m = memory_report(job_scenario(result.scenario, run.job))
     return {"peak_bytes_per_gpu": m.peak_bytes_per_gpu, "fits": m.fits}

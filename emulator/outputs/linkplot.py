@@ -18,8 +18,8 @@ import numpy as np
 
 from emulator.errors import EmulatorError
 from emulator.outputs.figures import save_figure
-from emulator.printable import figure_text
-from emulator.simulation import Result
+from emulator.outputs.printable import figure_text
+from emulator.result import Result
 
 Series = Sequence[tuple[float, float]]
 

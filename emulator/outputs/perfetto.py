@@ -16,7 +16,7 @@ import json
 from typing import IO, Iterable, Iterator
 
 from emulator.outputs.atomic import write_atomic
-from emulator.simulation import Result
+from emulator.result import Result
 from emulator.spans import by_rank
 
 TOP_LINKS = 24  # counter tracks are kept for the busiest links only: readable and small

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from emulator.metrics import Breakdown, Totals, per_rank
+from emulator.outputs.metrics import Breakdown, Totals, per_rank
 from emulator.program import Fold
 
 COLUMNS = ("rank", "represented_by", "compute_s", "exposed_comm_s", "bubble_s", "other_s")
@@ -20,7 +20,7 @@ COLUMNS = ("rank", "represented_by", "compute_s", "exposed_comm_s", "bubble_s", 
 
 def rank_rows(totals: Totals, iterations: int, fold: Fold | None) -> list[dict[str, Any]]:
     """The summary's ``ranks`` rows: one per simulated rank, with the copies it stands for
-    (``totals``: :func:`emulator.metrics.rank_totals`)."""
+    (``totals``: :func:`emulator.outputs.metrics.rank_totals`)."""
     copies = fold.copies if fold is not None else 1
     each = getattr(fold, "copies_of", None)  # several jobs, each folded its own way (folding.JobsFold)
     return [{"rank": rank, "copies": each(rank) if each else copies, **bd.as_dict()}

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from emulator.folding import Stamped
-from emulator.metrics import mean_breakdown, rank_totals
+from emulator.outputs.metrics import mean_breakdown, rank_totals
+from emulator.outputs.printable import printable
 from emulator.outputs.ranks import rank_rows
-from emulator.printable import printable
-from emulator.simulation import Result
+from emulator.result import Result
 
 
 def _memory(result: Result) -> dict[str, Any]:
@@ -21,7 +20,7 @@ def _memory(result: Result) -> dict[str, Any]:
     capacity = sc.cluster.node.gpu.memory_bytes if sc.cluster.node else None
     if sc.model is None or sc.workload.trace:
         return {"peak_bytes_per_gpu": None, "capacity_bytes": capacity, "fits": None}
-    from emulator.memory import memory_report
+    from emulator.workload.memory import memory_report
 
     m = memory_report(sc)
     out: dict[str, Any] = {"peak_bytes_per_gpu": m.peak_bytes_per_gpu, "capacity_bytes": m.capacity_bytes,
@@ -35,8 +34,7 @@ def compute_source(result: Result) -> dict[str, float] | None:
     roofline kernels (devices/kernels.py), over the simulated ranks' ops; None for a trace. A
     stamped program's copies are its template's ops again: the template alone gives the shares."""
     totals = [0.0, 0.0, 0.0]
-    program = result.program
-    for op in program.template if isinstance(program, Stamped) else program.ops:
+    for op in result.program.distinct_ops():
         if op.costed:
             for i, t in enumerate(op.costed):
                 totals[i] += t
@@ -101,7 +99,7 @@ def summarize(result: Result) -> dict[str, Any]:
         "sim": _sim(result),
     }
     if result.link_bytes and T > 0:
-        from emulator.devices.nic import busiest_links, busiest_nic
+        from emulator.outputs.nic import busiest_links, busiest_nic
 
         period = T * max(1, sc.simulation.iterations)
         out["links"] = {"busiest": busiest_links(result.topology, result.link_bytes, period),

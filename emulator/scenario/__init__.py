@@ -6,7 +6,7 @@ line (yamltree.py), units (units.py), the reader (reader.py), the one rule book
 nodes and models (catalog.py).
 
 May import: emulator.errors and its own modules; never workload/, network/, devices/,
-the engine or anything above. Nothing downstream reads YAML.
+the run stage or anything above. Nothing downstream reads YAML.
 
 The names below are the public face that scripts use (``from emulator.scenario import
 load_scenario``); modules inside the package import each other directly.

@@ -325,7 +325,7 @@ PROFILED_KEYS: dict[str, Key] = {
                  maximum=10**8, required=True),
     "peak_memory": Key("bytes", 'The profiled run\'s peak GPU memory, e.g. "53.4 GiB" '
                                 "(torch.cuda.max_memory_allocated()); given, memory is predicted from it "
-                                "(emulator/memory.py, profiled_memory).", positive=True),
+                                "(emulator/workload/memory.py, profiled_memory).", positive=True),
 }
 
 WORKLOAD_KEYS: dict[str, Key] = {

@@ -5,6 +5,7 @@ with the scenario rule book and the memory model), the SQLite results store keye
 scenario and emulator version (store.py), local and Dask executors (executor.py) and
 study plots (plot.py).
 
-May import: emulator.simulation, emulator.outputs and everything below them; never
-tools/, live/ or the CLI.
+May import: emulator.run, emulator.outputs, emulator.result, emulator.workload,
+emulator.devices, emulator.network, emulator.scenario, emulator.program, emulator.fingerprint and
+emulator.errors. Never tools/, live/ or the CLI.
 """

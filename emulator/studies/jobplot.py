@@ -12,7 +12,7 @@ import math
 from typing import Any, Sequence
 
 from emulator.errors import EmulatorError
-from emulator.printable import figure_text
+from emulator.outputs.printable import figure_text
 from emulator.studies.store import Row
 
 

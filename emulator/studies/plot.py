@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from emulator.errors import EmulatorError
 from emulator.outputs.figures import save_figure
 from emulator.outputs.linkplot import plot_links
-from emulator.printable import figure_text
+from emulator.outputs.printable import figure_text
 from emulator.studies.store import ResultStore, Row
 
 
@@ -286,9 +286,9 @@ def plot_command(args: argparse.Namespace) -> str:
         if os.path.isdir(args.links):
             raise PlotError(f"--links {args.links}: a run's output folder holds no link series; "
                             "give the scenario file (it is run with link recording)")
+        from emulator.run.simulation import simulate
         from emulator.scenario.checks import require_workload
         from emulator.scenario.reader import load_scenario
-        from emulator.simulation import simulate
 
         sc = load_scenario(args.links, args.set)
         require_workload(sc)

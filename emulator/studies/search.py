@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from emulator.errors import EmulatorError
-from emulator.printable import printable
-from emulator.progress import points_bar
+from emulator.outputs.printable import printable
+from emulator.outputs.progress import points_bar
 from emulator.scenario.checks import layout_violations
 from emulator.scenario.spec import Scenario
 from emulator.scenario.stages import balanced_ends
@@ -185,7 +185,7 @@ class Plan:
 
 def plan(sc: Scenario, gpus: int, lim: Limits) -> Plan:
     """The layouts to simulate, and how many were pruned for which reason."""
-    from emulator.memory import memory_report
+    from emulator.workload.memory import memory_report
 
     pruned: Counter = Counter()
     todo: list[Layout] = []

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from tqdm import tqdm
 
 from emulator.errors import EmulatorError
-from emulator.progress import points_bar
+from emulator.outputs.progress import points_bar
 from emulator.scenario.spec import Scenario
 from emulator.studies.executor import DaskExecutor, Executor, LocalExecutor
 from emulator.studies.store import ResultStore, export_csv, make_row, scenario_key
@@ -165,7 +165,7 @@ def build_points(path: str, base: Sequence[str], combos: Sequence[dict[str, str]
 def evaluate(scenario: Scenario) -> dict:
     """Worker side: {"summary": ...} or {"error": message} for a user-caused failure."""
     from emulator.outputs.summary import summarize
-    from emulator.simulation import simulate
+    from emulator.run.simulation import simulate
 
     try:
         return {"summary": summarize(simulate(scenario, record_links=False))}

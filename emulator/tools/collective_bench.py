@@ -15,13 +15,14 @@ slows compute, and a collective alone runs none.
 """
 from __future__ import annotations
 
-from emulator.engine import DeadlockError, Engine
 from emulator.errors import EmulatorError
-from emulator.faults import FaultRecord, FaultSchedule
 from emulator.network.routing import NoRouteError
 from emulator.program import COLLECTIVE, COLLECTIVE_OPS, Op, Program
+from emulator.result import FaultRecord
+from emulator.run.engine import DeadlockError, Engine
+from emulator.run.faults import FaultSchedule
+from emulator.run.simulation import Cluster, build_cluster
 from emulator.scenario.spec import Scenario
-from emulator.simulation import Cluster, build_cluster
 
 
 def bus_factor(op: str, n: int) -> float:

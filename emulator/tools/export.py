@@ -16,7 +16,7 @@ from emulator.errors import EmulatorError
 from emulator.importers import load_workload
 from emulator.importers.chakra import export_chakra
 from emulator.importers.chakra_groups import GROUP_FILE
-from emulator.printable import printable
+from emulator.outputs.printable import printable
 from emulator.program import Program
 from emulator.scenario.checks import require_workload
 from emulator.scenario.reader import load_scenario

@@ -195,9 +195,9 @@ def _metric(c: Case, summary: dict[str, Any], spans: Sequence[Any]) -> float:
 def simulate_case(scenario: str, overrides: tuple[str, ...]) -> tuple[dict[str, Any], Sequence[Any]]:
     """The default runner: load, simulate, summarise."""
     from emulator.outputs.summary import summarize
+    from emulator.run.simulation import simulate
     from emulator.scenario.checks import require_workload
     from emulator.scenario.reader import load_scenario
-    from emulator.simulation import simulate
 
     sc = load_scenario(scenario, overrides)
     require_workload(sc)

@@ -5,6 +5,7 @@ communication (layer.py), rank placement (placement.py), pipeline schedules
 (schedules.py), the rank-independent build plan (plan.py) and the per-rank builder
 (builder.py). Layout rules come from the rule book, emulator/scenario/checks.py.
 
-May import: emulator.errors, emulator.program, emulator.scenario, emulator.devices
-(compute costs) and its own modules. Never the engine, network/ or anything above.
+May import: emulator.errors, emulator.program, emulator.meta, emulator.scenario,
+emulator.devices (compute costs), emulator.importers (a profiled step) and its own modules.
+Never network/, the run stage or anything above.
 """

@@ -13,7 +13,7 @@ engine (one fabric) without meeting anywhere but on the links.
 
 A job that starts at an offset gets one fixed-duration op per rank on the ``cpu``
 stream ("waiting for job start"), which every first op of its streams depends on; the
-metrics do not count that lane as GPU work (emulator/metrics.py).
+metrics do not count that lane as GPU work (emulator/outputs/metrics.py).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def gpu_map(nodes: tuple[int, ...], gpus_per_node: int) -> tuple[int, ...]:
 def embeds_alike(cluster: ClusterSpec, nodes: tuple[int, ...]) -> bool:
     """Whether ``nodes`` (in rank order) sit in ``cluster`` as nodes 0..n−1 of a cluster of the job's own
     size sit in theirs, up to an automorphism of the fabric: then the symmetry folding finds on that
-    cluster (``emulator.folding.choose_fold``) holds for the job on these nodes, and its run alone
+    cluster (``emulator.run.folding.choose_fold``) holds for the job on these nodes, and its run alone
     here is its single-job run, folded.
 
     Only the two-level fat-tree and rail fabrics fold across nodes (``folding._node_axes``: nodes in

@@ -7,7 +7,7 @@ holds the spans and facts that every report reads.
 
 A multi-job scenario (``jobs:``) runs every job's Program on its own nodes in one engine
 over the shared fabric, and each job again alone on the same nodes, so each job's slowdown
-is measured in the same command (``JobRun``; ``emulator.mix``).
+is measured in the same command (``JobRun``; ``emulator.run.mix``).
 
 An unfolded model run (every rank simulated) is a ``Stamped`` program: the
 representatives' ops plus the translations that copy them, which the engine runs
@@ -23,48 +23,20 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
 from emulator.devices.gpu import Gpu
-from emulator.engine import DeadlockError, Engine
 from emulator.errors import EmulatorError
-from emulator.faults import FaultRecord, FaultSchedule, TimedFault, apply_faults, timed_faults
-from emulator.mix import JobRun, Runner, simulate_jobs
 from emulator.network.collectives import CollectiveModel, StepCosts
 from emulator.network.placed import PlacedRouter, placed_node_of
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
 from emulator.network.tuning import hardware
 from emulator.program import Fold, FoldRefused, Program
+from emulator.result import Result
+from emulator.run.engine import DeadlockError, Engine
+from emulator.run.faults import FaultSchedule, TimedFault, apply_faults, timed_faults
+from emulator.run.mix import Runner, simulate_jobs
 from emulator.scenario.spec import GpuSpec, Scenario
-from emulator.spans import Span, SpanTable
 
 Progress = Callable[[float, int], None]
-
-
-@dataclass
-class Result:
-    """What one simulation produced; reports read this, never the live engine."""
-
-    scenario: Scenario
-    program: Program
-    topology: Topology
-    spans: Sequence[Span]  # a SpanTable from the engine: a read-only sequence of Span, made on access
-    iteration_time_s: float
-    events: int
-    wall_s: float
-    notes: list[str] = field(default_factory=list)
-    link_series: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
-    link_bytes: list[float] = field(default_factory=list)
-    jobs: list[JobRun] = field(default_factory=list)  # a multi-job scenario's jobs, in scenario order
-    faults: list[FaultRecord] = field(default_factory=list)  # the timed faults and what they did
-    # a fold in effect over copies with other latencies: the iteration time with each transfer at the
-    # least and at the greatest latency of its copies (``simulate``); None: exact
-    fold_bounds_s: tuple[float, float] | None = None
-
-    @property
-    def ranks_simulated(self) -> int:
-        spans = self.spans
-        if isinstance(spans, SpanTable):
-            return spans.rank_count()
-        return len({s.rank for s in spans})
 
 
 def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) -> tuple[Program, list[str]]:
@@ -76,7 +48,7 @@ def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) 
         from emulator.importers import load_workload
 
         return load_workload(scenario), ["folding off: trace workloads are simulated rank by rank"]
-    from emulator.folding import choose_fold, program_fold, unfold
+    from emulator.run.folding import choose_fold, program_fold, unfold
     from emulator.workload.builder import build_program
 
     fold, note = choose_fold(scenario, in_effect=not refused)
@@ -147,7 +119,7 @@ def simulate(scenario: Scenario, progress: Progress | None = None, record_links:
         bounded = _bounded(program, scenario, progress, record_links, notes, refused)
         if bounded is not None:
             return bounded
-    from emulator.folding import choose_fold, restamp
+    from emulator.run.folding import choose_fold, restamp
 
     stamped = restamp(program, scenario)
     if stamped is not None:  # the same ops, every replica simulated: no second build
@@ -168,7 +140,7 @@ def _bounded(program: Program, scenario: Scenario, progress: Progress | None, re
     (``Result.fold_bounds_s``); else None (the fold is refused).
 
     Every copy's latencies lie between the two, so the unfolded run does too where the iteration time
-    grows with each latency: the folded replicas sit on a non-blocking fabric (``emulator.folding``:
+    grows with each latency: the folded replicas sit on a non-blocking fabric (``emulator.run.folding``:
     no leaf–spine link is a flow's only bottleneck), where a latency moves a transfer, not the
     share of bandwidth it gets. Checked against ``fold: off`` (tests/test_folding_effect.py)."""
     least = run_program(program, scenario, progress=progress, record_links=False, notes=notes, spread="least")

@@ -2,7 +2,7 @@
 
 A block op (``Op.parts``, ``emulator.program.Part``) stands for a run of one unit's ops. The
 engine runs it as one op where nothing but its start decides when its parts run: its kernels on
-a GPU they have alone, its collectives *private* (``emulator.engine``). Part p then starts at
+a GPU they have alone, its collectives *private* (``emulator.run.engine``). Part p then starts at
 ``start + s[p]`` and ends at ``start + e[p]``, where (s, e) are worked out here once per block
 and GPU from the parts' durations, by the IR's own rules: a part starts when the parts it
 depends on and the part before it on its stream have ended. What came before the block on any

@@ -13,10 +13,11 @@ from __future__ import annotations
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from emulator.errors import EmulatorError
 from emulator.program import Fold, FoldRefused, Program
+from emulator.result import JobRun, Result
 from emulator.scenario.spec import JobSpec, Scenario
 from emulator.spans import Span, SpanTable
 
@@ -25,28 +26,11 @@ JOBS_NOTE = ("folding off: no job's fold holds on the shared fabric (traces, fau
 
 
 Progress = Callable[[float, int], None]
-Result = Any  # emulator.simulation.Result (the layer above, which wires a run together and calls this one)
-
-
-@dataclass
-class JobRun:
-    """One job of a multi-job run: where it ran, and its iteration time shared and alone."""
-
-    job: JobSpec
-    gpus: tuple[int, ...]  # cluster GPU of each job rank
-    program: Program  # the job's own Program (its rank numbering), for its workload facts
-    iteration_time_s: float  # on the shared fabric, from its start
-    alone_iteration_time_s: float  # alone on the same nodes, same cluster
-    link_bytes: list[float]  # bytes per link per iteration, alone (the same flows as shared)
-
-    @property
-    def slowdown(self) -> float:
-        return self.iteration_time_s / self.alone_iteration_time_s if self.alone_iteration_time_s > 0 else 1.0
 
 
 @dataclass(frozen=True)
 class Runner:
-    """What a mix needs from ``emulator.simulation`` (the layer above, which calls it): run a Program
+    """What a mix needs from ``emulator.run.simulation`` (the layer above, which calls it): run a Program
     on the scenario's cluster (``run_program``), build a scenario's workload (``build_workload``), and
     pause the garbage collector while a program is built (``_collector_paused``)."""
 
@@ -104,7 +88,7 @@ def _alone(scenario: Scenario, j: int, placer: "_Placer") -> tuple[Result, Progr
     numbering runs through a rank map (``emulator.network.placed``) with its single-job fold: its
     single-job run, folded. Elsewhere its ops are renumbered to its GPUs (``jobs.place``) and only its
     tensor-parallel peers fold (a node's interior is symmetric wherever the node is)."""
-    from emulator.folding import JobsFold, JobsProgram, restamp
+    from emulator.run.folding import JobsFold, JobsProgram, restamp
     from emulator.workload.jobs import embeds_alike, job_scenario
 
     job, gpus = scenario.jobs[j], placer.gpus[j]
@@ -244,7 +228,7 @@ class _Placer:
 
     def together(self, folds: list[Fold | None], others: list[frozenset[int]]) -> Program:
         """Every job's ops under ``folds``, each after its start offset, in one Program."""
-        from emulator.folding import JobsFold, JobsProgram
+        from emulator.run.folding import JobsFold, JobsProgram
         from emulator.workload.jobs import delayed, id_span, merge
 
         parts = []
@@ -261,7 +245,7 @@ class _Placer:
 def job_fold(scenario: Scenario, job: JobSpec, gpus: tuple[int, ...]) -> Fold | None:
     """A job's own fold (``folding.choose_fold`` on a cluster of its size) where its nodes embed alike
     (``jobs.embeds_alike``); elsewhere its tensor-parallel axis alone; None with folding off or faults."""
-    from emulator.folding import choose_fold
+    from emulator.run.folding import choose_fold
     from emulator.workload.jobs import embeds_alike, fold_holds, job_scenario
 
     if scenario.simulation.fold == "off" or scenario.cluster.overrides:

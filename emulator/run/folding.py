@@ -240,6 +240,9 @@ class Stamped(Program):
             self._ops = _stamp_ops(self)
         return self._ops
 
+    def distinct_ops(self) -> list[Op]:
+        return self.template
+
     def simulated_ranks(self) -> list[int]:
         ranks = {op.rank for op in self.template}
         return sorted({self.stamp.translate(r, t) for r in ranks for t in self.translations})
@@ -321,10 +324,10 @@ class JobsFold:
     A job's fold holds in the shared run only where its copies also see the same traffic from the
     other jobs: ``contested(rank)`` gives the links other jobs use, and the collective model refuses
     (``FoldRefused``, ``last`` naming the job) a plan whose copies put different loads on any of them;
-    the run then folds that job less (``emulator.mix``). Where the copies load those links alike, the
+    the run then folds that job less (``emulator.run.mix``). Where the copies load those links alike, the
     translation that maps the copies onto each other maps the whole run onto itself (other jobs'
     flows and the contested links stay, the job's private links permute like its alone run's), so
-    the copies run alike, as a single job's do (``emulator.folding``)."""
+    the copies run alike, as a single job's do (``emulator.run.folding``)."""
 
     def __init__(self, gpus: list[tuple[int, ...]], folds: list[Fold | None],
                  others: list[frozenset[int]]) -> None:  # noqa: D107

@@ -6,7 +6,7 @@ send/recv pair) about two events — the start put off to its time, and the
 completion (the latency timer too where its links are busy as it is matched:
 ``Fabric._ahead``) — or, for a direct all-to-all of n ranks, two per flow of
 its n(n−1) flows. Compute ops cost none (the engine's timed ops), and neither
-does a collective it runs as *private* (``emulator.engine``): here, one of a
+does a collective it runs as *private* (``emulator.run.engine``): here, one of a
 group inside a node with one simulated member whose GPUs no other group or
 transfer inside the node uses (tensor parallelism filling a node; the engine
 also checks the links). The wall time
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import time
 
-from emulator.folding import Stamped
-from emulator.printable import printable
+from emulator.outputs.printable import printable
 from emulator.program import COLLECTIVE, COMPUTE, SEND, Op, Program
+from emulator.run.folding import Stamped
 from emulator.scenario.spec import Scenario
 
 # start + completion, a flow alone started ahead of its latency (measured, 2026-12-04: 2.00 GPT 1T, 2.06
@@ -32,8 +32,8 @@ EVENTS_PER_S = 100_000.0  # engine throughput on the reference 2-core machine (b
 
 def estimate(scenario: Scenario) -> str:
     """A few lines: ops, simulated ranks, expected events and wall time."""
+    from emulator.run.simulation import build_workload
     from emulator.scenario.units import format_time
-    from emulator.simulation import build_workload
 
     if scenario.jobs:
         return estimate_jobs(scenario)
@@ -45,13 +45,13 @@ def estimate(scenario: Scenario) -> str:
     refused = _refusal(scenario, program)
     scale = 1.0  # the run's simulated ranks over the program's: > 1 where the run will refuse the fold
     if refused:  # the run then simulates every rank but the automorphisms' copies (not built here: slow)
-        from emulator.folding import choose_fold
+        from emulator.run.folding import choose_fold
 
         fold, note = choose_fold(scenario, in_effect=False)
         kept = program.ranks if fold is None else sum(map(fold.is_representative, range(program.ranks)))
         scale = kept / len(program.simulated_ranks())
         notes = [f"{note}; replicas across leaves not folded: {refused}"]
-        from emulator.folding import restamp
+        from emulator.run.folding import restamp
 
         if restamp(program, scenario) is None:  # else its replicas are stamped from this program
             build_s *= 1.0 + scale  # the folded program, then the run's (about ``scale`` times its size)
@@ -96,7 +96,7 @@ def _counts(program: Program, ops: list[Op], copies: int, gpus_per_node: int) ->
     return compute, comm
 
 
-# A mix (emulator.mix) renumbers each job's ops to its GPUs and prepares an engine over them for the
+# A mix (emulator.run.mix) renumbers each job's ops to its GPUs and prepares an engine over them for the
 # job alone and again for all jobs together, and builds the cluster's network for each of those runs.
 # Measured on the reference 2-core machine (benchmarks/run.py, 2026-12-04, CPU seconds less the build,
 # against the op counts below): jobs-2x70b-spread 4.8 s for 0.96M ops and 3 runs of 512 GPUs,
@@ -112,11 +112,11 @@ BASE_BYTES = 60e6  # an empty run: the interpreter, numpy, SimPy, the catalog (e
 
 def estimate_jobs(scenario: Scenario) -> str:
     """``estimate`` of a scenario with jobs: each job's program under the fold the mix gives it
-    (``emulator.mix.job_fold``), counted once alone and once in the shared run (one run for a single
+    (``emulator.run.mix.job_fold``), counted once alone and once in the shared run (one run for a single
     job at t = 0 on nodes 0..n−1), summed."""
-    from emulator.mix import job_fold
+    from emulator.run.mix import job_fold
+    from emulator.run.simulation import build_workload
     from emulator.scenario.units import format_time
-    from emulator.simulation import build_workload
     from emulator.workload.builder import build_program
     from emulator.workload.jobs import gpu_map, job_scenario
 
@@ -166,7 +166,7 @@ def _refusal(scenario: Scenario, program: Program) -> str:
     """Why the run would refuse the program's fold in effect (its plans prepared as the engine
     prepares them: a copy's transfer with other latencies than its representative's), or ""."""
     from emulator.program import FoldRefused
-    from emulator.simulation import build_cluster
+    from emulator.run.simulation import build_cluster
 
     if program.fold is None or isinstance(program, Stamped):
         return ""

@@ -22,7 +22,7 @@ iteration). With far fewer events: GPT 1T on 512 A100 (64 ranks simulated,
 1.84M ops) 3.88M → 0.26M events. Before this, compute ops ending at one time shared one
 timeout, which cut an unfolded 1024-GPU run from 16.6M to 3.6M events.
 
-Templates: a ``Stamped`` program (``emulator.folding``: every rank simulated,
+Templates: a ``Stamped`` program (``emulator.run.folding``: every rank simulated,
 given as the representatives' ops plus the translations that copy them) is run
 without materialising its copies. Static facts (kind, successors, initial
 prerequisite count, duration) are kept once per template op t; copy k's op is
@@ -46,15 +46,15 @@ from typing import Any, Callable
 
 import simpy
 
-from emulator.block import Offsets, OpenedFields, offsets, opened_times
 from emulator.devices.gpu import Gpu
 from emulator.devices.sharing import SharedGpu
 from emulator.errors import EmulatorError, ReportError
-from emulator.folding import Stamped, back
 from emulator.network.collectives import CollectiveModel, PlanKey
 from emulator.network.fabric import Alone, Fabric, alone, delay_to
 from emulator.network.flows import Plan
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
+from emulator.run.block import Offsets, OpenedFields, offsets, opened_times
+from emulator.run.folding import Stamped, back
 from emulator.spans import SpanTable
 
 # Events between two calls of the progress callback. It is also the length of the inner

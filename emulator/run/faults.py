@@ -40,6 +40,7 @@ from emulator.errors import EmulatorError
 from emulator.network.fabric import Fabric, Flow
 from emulator.network.routing import around_switch, detour
 from emulator.network.topology import Layout, Topology
+from emulator.result import FaultRecord
 from emulator.scenario.schema import MIN_BANDWIDTH
 from emulator.scenario.spec import Override
 
@@ -148,23 +149,6 @@ class TimedFault:
     factor: float
     at: float
     until: float | None
-
-
-@dataclass
-class FaultRecord:
-    """What a timed fault did, for the reports: when, and how many flows it rerouted or stalled
-    (those on the link when it failed, and those that started on it while it was down)."""
-
-    kind: str
-    target: str
-    at_s: float
-    until_s: float | None
-    rerouted: int = 0
-    stalled: int = 0
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind} {self.target}"
 
 
 def timed_faults(topo: Topology, overrides: tuple[Override, ...]) -> list[TimedFault]:
