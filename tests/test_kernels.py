@@ -153,7 +153,7 @@ def test_compute_source_shares():
     result = SimpleNamespace(program=Program(1, ops))
     # measured 1 of 4 s, interpolated 0.5, roofline 2.5
     assert compute_source(result) == {"measured": 0.25, "interpolated": 0.125, "roofline": 0.625}
-    assert compute_source(SimpleNamespace(program=SimpleNamespace(ops=ops[2:]))) is None
+    assert compute_source(SimpleNamespace(program=Program(1, ops[2:]))) is None
 
 
 def test_catalog_kernels_entries_and_bad_ones():
