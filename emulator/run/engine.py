@@ -10,7 +10,8 @@ path below), and deadlock detection. It records one Span per op (``emulator.span
 Hot path notes: ops are indexed by position; each op keeps a counter of unmet
 prerequisites (its deps plus the previous op on its stream), in flat arrays; no SimPy process
 or Resource is created per op. *Timed* ops — a compute op on a GPU it has alone, and a
-private collective (``_private``: its links carry nothing else, one member is simulated) —
+private collective (``emulator.run.private``: its links carry nothing else, one member is
+simulated) —
 depend on nothing but their start, so ``_advance`` finishes them as soon as their start is
 known, ahead of the clock, and hands their end to their successors (``ready_at``); only ops
 that meet other ranks or share something (collectives, sends, receives, shared GPUs) wait
@@ -33,7 +34,7 @@ and validation, and the Span list, of a 1024-GPU unfolded run. A Stamped program
 also keep a fold (``folding.restamp``: data-parallel replicas whose fold in effect was
 refused, each simulated, with their tensor-parallel peers still folded): each copy then
 has private collectives of its own, and its blocks run as one op where every copy's
-block collectives take as long as the template's (``_copies_alike``). GPT 530B on
+block collectives take as long as the template's (``PrivateRuns._copies_alike``). GPT 530B on
 2,520 A100: one build of 35 ranks instead of two (the second of 315), 1.44 GB → 0.57 GB,
 23.8 → 11.5 s, the same iteration time to the last bit.
 """
@@ -41,21 +42,26 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable
-from operator import attrgetter
 from typing import Any, Callable
 
 import simpy
 
 from emulator.devices.gpu import Gpu
-from emulator.devices.sharing import SharedGpu
-from emulator.errors import EmulatorError, ReportError
-from emulator.network.collectives import CollectiveModel, PlanKey
-from emulator.network.fabric import Alone, Fabric, alone, delay_to
+from emulator.errors import EmulatorError
+from emulator.network.collectives import CollectiveModel
+from emulator.network.fabric import Fabric, delay_to
 from emulator.network.flows import Plan
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Program
-from emulator.run.block import Offsets, OpenedFields, offsets, opened_times
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+from emulator.run.block import OpenedFields, opened_times
+from emulator.run.copies import Copies
+from emulator.run.deadlock import DeadlockError, deadlock_report
 from emulator.run.folding import Stamped, back
+from emulator.run.private import PrivateRuns
+from emulator.run.shared_gpus import SharedGpus
+from emulator.run.wiring import OpFields, call_numbers, sharing, wire
 from emulator.spans import SpanTable
+
+__all__ = ["BLOCK", "DeadlockError", "Engine", "PROGRESS_EVERY"]
 
 # Events between two calls of the progress callback. It is also the length of the inner
 # loop that calls SimPy's step(), so counting events costs nothing per event. Chosen with
@@ -69,44 +75,14 @@ GroupKey = tuple[int, tuple[int, ...]]  # (world rank, its group), of one copy
 P2PKey = tuple[int, int, int]  # (dst, src, tag) as the receiver sees it
 
 
-class OpFields:
-    """The static fields of spans, read from the template ops column by column
-    (``emulator.spans.StaticFields``): a span's ``kind`` is the op kind's label, its ``name``
-    the op's name, else its collective, else that label."""
-
-    def __init__(self, ops: list[Op]) -> None:
-        self.ops = ops
-
-    def __len__(self) -> int:
-        return len(self.ops)
-
-    def column(self, name: str) -> tuple[object, ...]:  # noqa: D102
-        if name == "kind":
-            return tuple(op.kind.label for op in self.ops)
-        if name == "name":
-            return tuple(op.name or op.collective or op.kind.label for op in self.ops)
-        return tuple(map(attrgetter(name), self.ops))
-
-
-def _by_source(src: array[int], dst: array[int], n: int) -> tuple[array[int], array[int]]:
-    """Edges (src[e] → dst[e]) grouped by source, each source's in edge order: (off, to), with
-    the successors of op t at ``to[off[t]:off[t + 1]]``."""
-    import numpy as np
-
-    s = np.frombuffer(src, dtype=np.int64) if len(src) else np.zeros(0, dtype=np.int64)
-    d = np.frombuffer(dst, dtype=np.int64) if len(dst) else np.zeros(0, dtype=np.int64)
-    order = np.argsort(s, kind="stable")
-    off = array("q", np.concatenate(([0], np.cumsum(np.bincount(s, minlength=n)))).astype(np.int64).tobytes())
-    to = array("q", d[order].tobytes())
-    return off, to
-
-
-class DeadlockError(ReportError):
-    """The program can never finish: some ops wait for something that never comes."""
-
-
 class Engine:
-    """Runs a Program; ``run()`` returns the spans and the event count."""
+    """Runs a Program; ``run()`` returns the spans and the event count.
+
+    It delegates its bookkeeping to small helpers: the static wiring of the ops
+    (``emulator.run.wiring``), the copies of a stamped program (``emulator.run.copies``),
+    private collectives and block ops run alone (``emulator.run.private``), GPUs shared by
+    several compute streams (``emulator.run.shared_gpus``) and the deadlock report
+    (``emulator.run.deadlock``). What stays here is the op semantics on the clock."""
 
     def __init__(self, program: Program, collectives: CollectiveModel, capacity: list[float],
                  gpus: dict[int, Gpu], progress: Callable[[float, int], None] | None = None,
@@ -119,48 +95,42 @@ class Engine:
         self.fold = program.fold
         # every rank is simulated unless folded away (a rank with no ops still must join its groups)
         self.simulated = set(program.simulated_ranks()) if self.fold else set(range(program.ranks))
-        self.tops: list[Op]
-        self._stamp: Fold | None
-        self._shifts: list[tuple[int, ...] | None]
-        if isinstance(program, Stamped):
-            self.tops = program.template
-            self._stamp, self._shifts, self.stride = program.stamp, list(program.translations), program.stride
-        else:
-            self.tops = program.ops
-            self._stamp, self._shifts, self.stride = None, [None], 0
-        self._rmaps: list[dict[int, int] | None] = [None if s is None or not any(s) else {} for s in self._shifts]
-        self._gmaps: list[dict[tuple[int, ...], tuple[int, ...]]] = [{} for _ in self._shifts]
-        self._ckeys: list[dict[GroupKey, GroupKey]] = [{} for _ in self._shifts]
+        self.tops: list[Op] = program.template if isinstance(program, Stamped) else program.ops
+        self.copies = copies = Copies(program)
+        self.stride = copies.stride
+        self._tr = copies.rank  # bound once: the hot paths call it directly
+        self._group = copies.group
+        self._ckeys: list[dict[GroupKey, GroupKey]] = [{} for _ in range(copies.count)]
         self.model = collectives
-        self._alone: dict[tuple[object, ...], Alone] = {}  # (collective, group, root, bytes) → run alone
-        keys = self._plan_keys()
+        self.runs = runs = PrivateRuns(self.tops, collectives, self.fabric, copies, gpus)
+        keys = runs.plan_keys()
         collectives.prepare(keys, capacity)
-        groups_ok = self._private_groups(keys)
+        groups_ok = runs.groups(keys, self.simulated)
         # GPUs whose compute slows while their communication is resident (catalog comm_overlap_slowdown)
-        self.overlap = {r: g.spec.comm_overlap_slowdown for r, g in gpus.items()
-                        if g.spec is not None and g.spec.comm_overlap_slowdown > 1.0}
-        if self.overlap or not all(groups_ok.values()) or any(op.kind is SEND for op in self.tops):
+        overlap = {r: g.spec.comm_overlap_slowdown for r, g in gpus.items()
+                   if g.spec is not None and g.spec.comm_overlap_slowdown > 1.0}
+        self.overlap = overlap
+        if overlap or not all(groups_ok.values()) or any(op.kind is SEND for op in self.tops):
             self.fabric.set_slack(collectives.slack)  # else no flow ever reaches the fabric: none to find
-        if any(op.parts for op in self.tops) and not self._blocks_hold(groups_ok, blocks):
-            self.tops = Program(program.ranks, self.tops).expanded().ops  # run their ops one by one
+        if any(op.parts for op in self.tops) and not runs.blocks_hold(groups_ok, blocks and not overlap):
+            self.tops = runs.tops = Program(program.ranks, self.tops).expanded().ops  # run their ops one by one
         self.T = len(self.tops)
-        n = self.T * len(self._shifts)
+        n = self.T * copies.count
         self.n = n
         # plain ints (OpKind values) for the hot path: an int compares in C, the enum in Python; a
         # block op is BLOCK
         self.kind: list[int] = [BLOCK if op.parts else int(op.kind) for op in self.tops]
-        self.off, self.to, wait = self._wire()
+        self.off, self.to, wait = wire(self.tops)
         # the same successors as a tuple per op, for the hot loops: iterating a tuple makes no int
         # objects, where a slice of the array makes the slice and an int per entry (~0.1 µs an op)
         to = self.to
         self.succ = [tuple(to[a:b]) for a, b in zip(self.off, self.off[1:])]
-        self.call = self._call_numbers()
-        self.shares = self._sharing()
-        self._gpu_share: dict[int, SharedGpu] = {}  # world rank → its running kernels (sharing ranks only)
-        self._share_version: dict[int, int] = {}
+        self.call = call_numbers(self.tops)
+        self.shares = sharing(self.tops)
+        self.shared = SharedGpus(self.env, overlap, self._kernels_ended)
         # flat arrays, not lists: no float object per op, and nothing for the garbage collector
         # to traverse (a full collection walking four 21M-entry lists cost ~1/3 of a 1024-GPU run)
-        self.waiting = array("q", wait) * len(self._shifts)
+        self.waiting = array("q", wait) * copies.count
         self.start = array("d", [-1.0]) * n
         self.xfer = array("d", [0.0]) * n
         self.end = array("d", [-1.0]) * n
@@ -171,53 +141,19 @@ class Engine:
         self._later_at: dict[float, list[int]] = {}  # start time → ops whose start was decided early
         self._expected: dict[tuple[int, ...], int] = {}
         self.private = bytearray(op.kind is COLLECTIVE and groups_ok[op.group] for op in self.tops)
-        self._solo: list[dict[int, Alone]] = [{} for _ in self._shifts]  # per copy: private op → its run alone
-        self._kreplays: dict[tuple[int, int], list[tuple[float, Alone]]] = {}  # (copy, block's runs) → on its links
-        self._rel: dict[int, Offsets] = {}  # block op → its parts' times after its start
-        self._replays: dict[int, list[tuple[float, Alone]]] = {}  # block op → its collectives' (start, run alone)
-        self._blocks: dict[tuple[object, ...], tuple[float, Offsets, list[tuple[float, Alone]]]] = {}
         self.durs = self._durations()
-        self._resident: dict[int, int] = {}  # GPU → its communication ops resident now
-        self._counted: set[int] = set()  # the comm ops counted there
-        if self.overlap:  # compute then depends on what else runs: every GPU kernel goes through SharedGpu
+        if overlap:  # compute then depends on what else runs: every GPU kernel goes through SharedGpu
             self.shares = bytearray(op.kind is COMPUTE and op.stream != "cpu" for op in self.tops)
             self.private = bytearray(self.T)
         self.timed = bytearray(op.kind is COMPUTE and not sh for op, sh in zip(self.tops, self.shares))
         self._pkey, self._ppair = self._p2p_keys()
-        # per block op, the index of its shape (its collectives' runs); per copy and shape, their bytes
-        shapes: dict[int, int] = {}
-        self._shape = array("q", [-1]) * self.T
-        for t, runs in self._replays.items():
-            self._shape[t] = shapes.setdefault(id(runs), len(shapes))
-        self._moved: list[list[list[tuple[int, float]] | None]] = [[None] * len(shapes) for _ in self._shifts]
+        runs.index_shapes()
         # per copy: the sends or recvs waiting for their match, by template key; each send pair's plan
-        self._pwait: list[dict[P2PKey, list[Any]]] = [{} for _ in self._shifts]
+        self._pwait: list[dict[P2PKey, list[Any]]] = [{} for _ in range(copies.count)]
         npairs = max(self._ppair, default=-1) + 1
-        self._pplan: list[list[tuple[Plan, Any] | None]] = [[None] * npairs for _ in self._shifts]
+        self._pplan: list[list[tuple[Plan, Any] | None]] = [[None] * npairs for _ in range(copies.count)]
 
     # -- copies ------------------------------------------------------------------
-    def _tr(self, k: int, r: int) -> int:
-        """Rank ``r`` of the template, in copy ``k``."""
-        m = self._rmaps[k]
-        if m is None or r < 0:
-            return r
-        x = m.get(r)
-        if x is None:
-            stamp, shift = self._stamp, self._shifts[k]
-            assert stamp is not None and shift is not None  # a map exists only for a moving copy
-            x = m[r] = stamp.translate(r, shift)
-        return x
-
-    def _group(self, k: int, g: tuple[int, ...]) -> tuple[int, ...]:
-        """Group ``g`` of the template, in copy ``k`` (sorted)."""
-        if self._rmaps[k] is None:
-            return g
-        m = self._gmaps[k]
-        x = m.get(g)
-        if x is None:
-            x = m[g] = tuple(sorted(self._tr(k, r) for r in g))
-        return x
-
     def op_id(self, i: int) -> int:
         """The program's id of flat op ``i``."""
         k, t = divmod(i, self.T)
@@ -229,64 +165,6 @@ class Engine:
         return self._tr(k, self.tops[t].rank)
 
     # -- preparation -------------------------------------------------------------
-    def _wire(self) -> tuple[array[int], array[int], list[int]]:
-        """Successors of each template op, as flat arrays (op t's are ``to[off[t]:off[t + 1]]``, in
-        program order), and its count of prerequisites (deps + stream predecessor).
-
-        Flat arrays, not a list per op: 16 B an op and edge, where the lists cost ~130 B an op
-        (235 MB of a 1.84M-op run)."""
-        ops = self.tops
-        n = len(ops)
-        ids = [op.id for op in ops]
-        # the builder numbers its ops 0, 1, 2, ... in list order: an id is then its position
-        index: dict[int, int] | None = None if ids == list(range(n)) else dict(zip(ids, range(n)))
-        src, dst = array("q"), array("q")  # the edges prerequisite → op, in program order
-        wait = [0] * n
-        last_on_stream: dict[tuple[int, str], int] = {}
-        for i, op in enumerate(ops):
-            deps = op.deps
-            for d in deps:
-                src.append(d if index is None else index[d])
-                dst.append(i)
-            key = (op.rank, op.stream)
-            prev = last_on_stream.get(key)
-            if prev is None:
-                wait[i] = len(deps)
-            else:
-                src.append(prev)
-                dst.append(i)
-                wait[i] = len(deps) + 1
-            last_on_stream[key] = i
-        return (*_by_source(src, dst, n), wait)
-
-    def _call_numbers(self) -> array[int]:
-        """Per template op, its call number on its (rank, group) communicator, in program order
-        (-1 for other ops). NCCL matches the calls of a communicator in the order each rank
-        issues them (every rank must call its collectives on a communicator in the same order;
-        NCCL user guide, "Collective Operations"); a framework issues them in program order,
-        whichever stream (``zero``, ``dp``) they later run on. Matching by arrival order
-        instead paired a ZeRO-3 all-gather with a reduce-scatter as soon as ranks fell out of
-        lock-step (issue #17). A copy's ops are its template's, so the number holds for every copy."""
-        seen: dict[tuple[int, tuple[int, ...]], int] = {}
-        out = array("q", [-1]) * len(self.tops)
-        for t, op in enumerate(self.tops):
-            if op.kind is COLLECTIVE:
-                key = (op.rank, op.group)
-                out[t] = seen.get(key, 0)
-                seen[key] = out[t] + 1
-        return out
-
-    def _sharing(self) -> bytearray:
-        """Per template op: a GPU compute op of a rank whose compute runs on more than one stream.
-        Those ops share their GPU (``emulator.devices.sharing``); every other compute op runs at
-        full speed on the fast path (a rank with one compute stream never runs two kernels at once).
-        Host ops (stream ``cpu``, imported traces) are the CPU's time, not the GPU's."""
-        streams: dict[int, set[str]] = {}
-        for op in self.tops:
-            if op.kind is COMPUTE and op.stream != "cpu":
-                streams.setdefault(op.rank, set()).add(op.stream)
-        return bytearray(op.kind is COMPUTE and op.stream != "cpu" and len(streams[op.rank]) > 1 for op in self.tops)
-
     def _durations(self) -> list[array[float]]:
         """Per copy, the duration of each template op (a block's: its last part's end after its
         start); copies whose ranks have the same slowdowns share one list."""
@@ -294,183 +172,15 @@ class Engine:
         ranks = sorted({op.rank for op in self.tops})
         cache: dict[tuple[float, ...], array[float]] = {}
         out = []
-        for k in range(len(self._shifts)):
+        for k in range(self.copies.count):
             sig = tuple(gpus[self._tr(k, r)].slowdown if self._tr(k, r) in gpus else 1.0 for r in ranks)
             d = cache.get(sig)
             if d is None:
-                d = cache[sig] = array("d", [self._block(t, op) if op.parts else
+                d = cache[sig] = array("d", [self.runs.block(t, op) if op.parts else
                                              gpus[self._tr(k, op.rank)].compute_time(op) if op.kind is COMPUTE
                                              else 0.0 for t, op in enumerate(self.tops)])
             out.append(d)
         return out
-
-    def _block(self, t: int, op: Op) -> float:
-        """The duration of block op ``t`` (its parts' times are kept for its spans, and its
-        collectives' runs alone for their bytes: ``_advance``, copy by copy: ``_replays_of``). Every
-        copy's parts take as long as the template's (``_copies_alike``)."""
-        gpu = self.gpus[op.rank]
-        key = (id(op.parts), gpu.slowdown)
-        hit = self._blocks.get(key)
-        if hit is None:
-            solo: list[Alone | None] = []
-            durations = []
-            for part in op.parts:
-                if part.kind is COMPUTE:
-                    assert part.duration is not None  # the builder costs every kernel
-                    solo.append(None)
-                    durations.append(part.duration * gpu.slowdown)  # as Gpu.compute_time
-                else:
-                    a = self._alone_run(part.collective, part.group, -1, part.bytes)
-                    solo.append(a)
-                    durations.append(a.duration)
-            rel = offsets(op.parts, durations)
-            runs = [(s, a) for s, a in zip(rel[0], solo) if a is not None]
-            hit = self._blocks[key] = (rel[1][-1], rel, runs)
-        self._rel[t], self._replays[t] = hit[1], hit[2]
-        return hit[0]
-
-    def _plan_keys(self) -> list[PlanKey]:
-        """Every (collective, group, root) the run will ask the model for, in a fixed order."""
-        base: set[PlanKey] = set()
-        for op in self.tops:
-            if op.kind is COLLECTIVE:
-                base.add((op.collective, op.group, op.root))
-            elif op.kind is SEND:
-                base.add(("p2p", (op.rank, op.peer), op.rank))
-            elif op.parts:
-                for part in op.parts:
-                    if part.kind is COLLECTIVE:
-                        base.add((part.collective, part.group, -1))
-        keys: set[PlanKey] = set()
-        tr = self._tr
-        for k in range(len(self._shifts)):
-            for c, g, r in base:
-                g2 = tuple(tr(k, x) for x in g) if c == "p2p" else self._group(k, g)
-                keys.add((c, g2, tr(k, r)))
-        return sorted(keys, key=repr)
-
-    def _private_groups(self, keys: list[PlanKey]) -> dict[tuple[int, ...], bool]:
-        """Per group, whether its collectives are *private*: ones the fabric would run exactly as
-        they run alone, so that their duration is fixed (``emulator.network.fabric.alone``, once
-        per size).
-
-        That holds when (1) one member of its group is simulated (the rest are folded copies), so
-        it starts as that member issues it; (2) no plan of the run but its group's own uses any of
-        its links (compressed links: a link compression kept stands for all it merged), so no
-        other flow shares them; (3) the group's collectives run on one stream, so they never
-        share them with each other. Tensor-parallel collectives on a node's NVLink are the usual
-        case. Each copy of a stamped program must meet them with its own group (a run with every
-        member simulated has none; ``folding.restamp``'s copies, whose tensor-parallel peers stay
-        folded, have their own)."""
-        streams: dict[tuple[int, ...], set[str]] = {}
-        for op in self.tops:
-            if op.kind is COLLECTIVE:
-                streams.setdefault(op.group, set()).add(op.stream)
-            elif op.parts:
-                for part in op.parts:
-                    if part.kind is COLLECTIVE:
-                        streams.setdefault(part.group, set()).add(part.stream)
-        shared = ()  # the owner of a link that more than one communicator or transfer uses
-        owner: dict[int, object] = {}
-        links_of: dict[tuple[int, ...], set[int]] = {}
-        for c, g, r in keys:
-            who: object = g if c != "p2p" else ("p2p", g)
-            used = links_of.setdefault(g, set()) if c != "p2p" else set()
-            for plan in self.model.plans(c, g, r):
-                for phase in plan:
-                    for f in phase:
-                        for link in f.links:
-                            used.add(link)
-                            if owner.setdefault(link, who) != who:
-                                owner[link] = shared
-
-        def alone_in(g: tuple[int, ...]) -> bool:
-            simulated = sum(1 for r in g if r in self.simulated)
-            return simulated == 1 and all(owner[link] == g for link in links_of.get(g, ()))
-
-        copies = range(len(self._shifts))
-        return {g: len(ss) == 1 and all(alone_in(self._group(k, g)) for k in copies) for g, ss in streams.items()}
-
-    def _blocks_hold(self, groups_ok: dict[tuple[int, ...], bool], allowed: bool) -> bool:
-        """Whether the block ops can run as one op each: their collectives are private, their
-        kernels have their GPU alone (one compute stream, no ``comm_overlap_slowdown``), and
-        (``allowed``) no timed fault changes links mid-run. Else they run op by op."""
-        if not allowed or self.overlap:
-            return False
-        compute: dict[int, set[str]] = {}
-        for op in self.tops:
-            if op.kind is COMPUTE and op.stream != "cpu":
-                compute.setdefault(op.rank, set()).add(op.stream)
-        return all(groups_ok[p.group] and len(compute[op.rank]) == 1
-                   for op in self.tops if op.parts for p in op.parts if p.kind is COLLECTIVE) and self._copies_alike()
-
-    def _copies_alike(self) -> bool:
-        """Whether every block collective takes each copy as long as the template's (its parts' times,
-        ``_block``, are then every copy's): copies on like links, as ``folding.restamp``'s are."""
-        if len(self._shifts) == 1:
-            return True
-        seen: set[tuple[str, tuple[int, ...], float]] = set()
-        for op in self.tops:
-            for p in op.parts:
-                key = (p.collective, p.group, p.bytes)
-                if p.kind is COLLECTIVE and key not in seen:
-                    seen.add(key)
-                    d = self._alone_run(p.collective, p.group, -1, p.bytes).duration
-                    if any(self._alone_run(p.collective, self._group(k, p.group), -1, p.bytes).duration != d
-                           for k in range(1, len(self._shifts))):
-                        return False
-        return True
-
-    def _alone_run(self, collective: str, group: tuple[int, ...], root: int, nbytes: float) -> Alone:
-        """A collective run alone on the idle fabric (cached by its key and size)."""
-        key = (collective, group, root, nbytes)
-        solo = self._alone.get(key)
-        if solo is None:
-            plan = self.model.collective(collective, group, root, nbytes)
-            solo = self._alone[key] = alone(plan, nbytes, self.fabric.capacity)
-        return solo
-
-    def _private_time(self, k: int, t: int, at: float) -> float:
-        """The duration of private collective ``t`` (``_private``) of copy ``k`` started at ``at``.
-        Its bytes go on its links, and the fabric's listeners see the load changes it makes, at their
-        times."""
-        solos = self._solo[k]
-        solo = solos.get(t)
-        if solo is None:
-            op = self.tops[t]
-            solo = solos[t] = self._alone_run(op.collective, self._group(k, op.group), self._tr(k, op.root), op.bytes)
-        self._replay(solo, at)
-        return solo.duration
-
-    def _replays_of(self, k: int, t: int) -> list[tuple[float, Alone]]:
-        """Block ``t``'s collectives in copy ``k`` ≠ 0: the template's times, on the copy's links."""
-        runs = self._replays[t]
-        key = (k, id(runs))
-        hit = self._kreplays.get(key)
-        if hit is None:
-            parts = [p for p in self.tops[t].parts if p.kind is COLLECTIVE]
-            hit = self._kreplays[key] = [(dt, self._alone_run(p.collective, self._group(k, p.group), -1, p.bytes))
-                                         for (dt, _), p in zip(runs, parts)]
-        return hit
-
-    def _moved_of(self, k: int, t: int) -> list[tuple[int, float]]:
-        """The (link, bytes) that block ``t``'s collectives leave in copy ``k``, in the order
-        ``_replay`` adds them (kept per copy and block shape)."""
-        flat = [lb for _, solo in (self._replays[t] if not k else self._replays_of(k, t)) for lb in solo.link_bytes]
-        self._moved[k][self._shape[t]] = flat
-        return flat
-
-    def _replay(self, solo: Alone, at: float) -> None:
-        """A private collective's bytes go on its links, and the fabric's listeners see the load
-        changes it makes, at their times (it started at ``at``)."""
-        fabric = self.fabric
-        moved = fabric.bytes_on_link
-        for link, b in solo.link_bytes:
-            moved[link] += b
-        if fabric.listeners:
-            for dt, loads in solo.loads:
-                for cb in fabric.listeners:
-                    cb(at + dt, loads)
 
     # -- running ----------------------------------------------------------------
     def run(self) -> tuple[SpanTable, int]:
@@ -481,7 +191,7 @@ class Engine:
         self.timed = bytearray(bool(tm or pv) for tm, pv in zip(self.timed, self.private))
         T = self.T
         heads = [t for t in range(T) if self.waiting[t] == 0]  # every copy starts like the template
-        self._advance([k * T + t for k in range(len(self._shifts)) for t in heads])
+        self._advance([k * T + t for k in range(self.copies.count) for t in heads])
         env = self.env
         step = env.step
         events = 0
@@ -498,7 +208,7 @@ class Engine:
             events += j
         self.events = events
         if self.n and min(self.end) < 0.0:
-            raise DeadlockError(self._deadlock_report())
+            raise DeadlockError(deadlock_report(self))
         return self._spans(), events
 
     def _advance(self, ready: list[int]) -> None:
@@ -514,6 +224,7 @@ class Engine:
         T, timed, start, xfer, end, durs = self.T, self.timed, self.start, self.xfer, self.end, self.durs
         succ, waiting, ready_at, kind = self.succ, self.waiting, self.ready_at, self.kind
         listening, moved = bool(self.fabric.listeners), self.fabric.bytes_on_link
+        runs = self.runs
         while ready:
             i = ready.pop()
             k, t = divmod(i, T)
@@ -529,16 +240,16 @@ class Engine:
             if c == 0:
                 e = at + durs[k][t]
             elif c == 1:
-                e = at + self._private_time(k, t, at)
+                e = at + runs.time(k, t, at)
             else:  # BLOCK: its collectives move their bytes at their times
                 e = at + durs[k][t]
                 if listening:
-                    for dt, solo in (self._replays[t] if not k else self._replays_of(k, t)):
-                        self._replay(solo, at + dt)
+                    for dt, solo in (runs.replays[t] if not k else runs.replays_of(k, t)):
+                        runs.replay(solo, at + dt)
                 else:  # only the bytes: the same sums, in the same order, from one flat list
-                    flat = self._moved[k][self._shape[t]]
+                    flat = runs.moved[k][runs.shape[t]]
                     if flat is None:
-                        flat = self._moved_of(k, t)
+                        flat = runs.moved_of(k, t)
                     for link, b in flat:
                         moved[link] += b
             end[i] = e
@@ -577,12 +288,12 @@ class Engine:
             self.xfer[i] = now
             d = self.durs[k][t]
             if d > 0.0:
-                self._share(self._tr(k, self.tops[t].rank), i, d, now)
+                self.shared.start(self._tr(k, self.tops[t].rank), i, d, now)
             else:
                 self._done_many([i])
             return
         if self.overlap and c == 1:
-            self._comm_resident(i, self._tr(k, self.tops[t].rank), now, 1)
+            self.shared.resident(i, self._tr(k, self.tops[t].rank), now, 1)
         if c == 1:  # OpKind.COLLECTIVE
             self._arrive_collective(i, k, t)
         elif self._pkey is not None:  # OpKind.SEND (2) or RECV (3), matched copy by copy
@@ -616,61 +327,10 @@ class Engine:
             if start_each and ready:
                 self._advance(ready)
 
-    # -- GPUs shared by several compute streams ---------------------------------------
-    def _share(self, gpu: int, i: int, work: float, now: float) -> None:
-        """Kernel ``i`` of ``work`` s (at full speed) starts on ``gpu``, sharing it with its running kernels."""
-        share = self._gpu_share.get(gpu)
-        if share is None:
-            share = self._gpu_share[gpu] = SharedGpu()
-        share.add(now, i, work)
-        self._share_schedule(gpu, share, now)
-
-    def _share_schedule(self, gpu: int, share: SharedGpu, now: float) -> None:
-        """(Re)schedule the GPU's next kernel end; an earlier schedule becomes stale."""
-        version = self._share_version.get(gpu, 0) + 1
-        self._share_version[gpu] = version
-        at = share.next_end()
-        if at is not None:
-            self.env.timeout(max(0.0, at - now), (gpu, version)).callbacks.append(self._share_done)
-
-    def _share_done(self, event: simpy.Event) -> None:
-        """A shared GPU's scheduled kernel end (ignored when a later start rescheduled it)."""
-        gpu, version = event.value  # type: ignore[misc]  # simpy types every value Optional[Any]
-        if self._share_version[gpu] != version:
-            return
-        now = self.env.now
-        share = self._gpu_share[gpu]
-        finished = share.finish(now)
-        self._share_schedule(gpu, share, now)
-        self._complete(finished, now, [], True)  # start each: keep start order
-
-    def _comm_resident(self, i: int, gpu: int, now: float, delta: int) -> None:
-        """Collective ``i`` of ``gpu`` becomes resident (``delta`` 1: issued) or leaves (−1: done).
-        While any is resident, a GPU with a ``comm_overlap_slowdown`` f computes at 1/f.
-
-        Resident is the NCCL kernel's whole interval, from its issue (it then spins on its SMs
-        waiting for the other members) to its end, as the factor is measured (the kernel's
-        interval in a Kineto trace). Collectives only: the factor is measured on them;
-        point-to-point kernels run on fewer channels, and a pipeline posts its receive a task
-        ahead, so counting them would put nearly all of a stage's compute under a collective's
-        factor."""
-        f = self.overlap.get(gpu)
-        if f is None:
-            return
-        if delta > 0:
-            self._counted.add(i)
-        elif i in self._counted:
-            self._counted.discard(i)
-        else:
-            return
-        before = self._resident.get(gpu, 0)
-        after = self._resident[gpu] = before + delta
-        if (before == 0) != (after == 0):
-            share = self._gpu_share.get(gpu)
-            if share is None:
-                share = self._gpu_share[gpu] = SharedGpu()
-            share.set_speed(now, 1.0 / f if after else 1.0)
-            self._share_schedule(gpu, share, now)
+    def _kernels_ended(self, finished: list[int], now: float) -> None:
+        """Kernels of a shared GPU ended now (``SharedGpus``): each one's successors start before the
+        next one ends, so that ops ending together keep their start order."""
+        self._complete(finished, now, [], True)
 
     def _done_many(self, members: list[int]) -> None:
         """The ops of a finished transfer (a collective's members, or a send and its recv) ended
@@ -678,7 +338,7 @@ class Engine:
         if self.overlap:
             now = self.env.now
             for i in members:
-                self._comm_resident(i, self.rank(i), now, -1)
+                self.shared.resident(i, self.rank(i), now, -1)
         ready: list[int] = []
         self._complete(members, self.env.now, ready)
         if ready:
@@ -776,7 +436,7 @@ class Engine:
                 key = (op.rank, op.peer, op.tag)
             else:
                 continue
-            if len(self._shifts) > 1 and not (key[0] in ranks and key[1] in ranks):
+            if self.copies.count > 1 and not (key[0] in ranks and key[1] in ranks):
                 return None, pairs
             keys[t] = key
         return keys, pairs
@@ -823,88 +483,14 @@ class Engine:
         block's one per part."""
         ranks = {op.rank for op in self.tops}
         maps: list[dict[int, int] | None] = []
-        for k, m in enumerate(self._rmaps):
+        for k, m in enumerate(self.copies.rank_maps):
             if m is not None:
                 for r in ranks:
                     self._tr(k, r)
             maps.append(m)
-        if self._rel:
-            start, end, xfer = opened_times(self.tops, self._rel, self.start, self.end, self.xfer, len(maps))
+        if self.runs.rel:
+            start, end, xfer = opened_times(self.tops, self.runs.rel, self.start, self.end, self.xfer, len(maps))
             # memoryviews of the numpy arrays, not copies: they slice and iterate as Python floats
             return SpanTable(OpenedFields(self.tops), maps, self.stride, memoryview(start), memoryview(end),
                              memoryview(xfer))
         return SpanTable(OpFields(self.tops), maps, self.stride, self.start, self.end, self.xfer)
-
-    def _deadlock_report(self, limit: int = 12) -> str:
-        """The first unfinished op of each stream (at most ``limit`` streams)."""
-        left = sum(1 for e in self.end if e < 0.0)
-        lines = [f"deadlock: {left} of {self.n} ops can never finish "
-                 f"(simulated time {max(self.env.now, max(self.end)):.6g} s). Waiting:"]
-        cycle = self._cycle()
-        if cycle:
-            steps = " -> ".join(f"op {self.op_id(i)} (rank {self.rank(i)} {self.tops[i % self.T].stream})"
-                                for i in cycle + cycle[:1])
-            lines[0] = lines[0].replace("deadlock:", "deadlock: a dependency cycle:", 1)
-            lines.insert(1, f"  cycle: {steps} (each must end before the next can start: a dependency, "
-                            "or the op before it on its stream)")
-        shown = 0
-        heads: dict[tuple[int, str], int] = {}
-        for i in range(self.n):
-            if self.end[i] < 0:
-                key = (self.rank(i), self.tops[i % self.T].stream)
-                if key not in heads:
-                    heads[key] = i
-        for (rank, stream), i in sorted(heads.items()):
-            if shown >= limit:
-                lines.append(f"  ... and {len(heads) - shown} more streams")
-                break
-            lines.append(f"  rank {rank} stream {stream}: op {self.op_id(i)} ({self._why(i)})")
-            shown += 1
-        return "\n".join(lines)
-
-    def _cycle(self) -> list[int]:
-        """A cycle of ops that never started, each the prerequisite of the next (dependency or stream
-        order), as flat op indices; [] when the unfinished ops form no cycle."""
-        T, start = self.T, self.start
-
-        def succ(t: int) -> array[int]:
-            return self.to[self.off[t]:self.off[t + 1]]
-
-        state: dict[int, int] = {}  # 1: on the current path, 2: done (no cycle through it)
-        for root in range(self.n):
-            if start[root] >= 0 or root in state:
-                continue
-            path, stack = [root], [iter(succ(root % T))]
-            state[root] = 1
-            while stack:
-                base = path[-1] - path[-1] % T
-                j = next(stack[-1], None)
-                if j is None:
-                    state[path.pop()] = 2
-                    stack.pop()
-                    continue
-                j += base
-                if start[j] >= 0 or state.get(j) == 2:
-                    continue
-                if state.get(j) == 1:
-                    return path[path.index(j):]
-                state[j] = 1
-                path.append(j)
-                stack.append(iter(succ(j % T)))
-        return []
-
-    def _why(self, i: int) -> str:
-        """Why op ``i`` never finished, in words."""
-        op = self.tops[i % self.T]
-        if self.start[i] < 0:
-            return (f"{op.kind.label} {op.name or op.collective}: not started; waits for its dependencies or the op "
-                    "before it")
-        k = i // self.T
-        if op.kind is COLLECTIVE:
-            return (f"{op.collective} on group {list(self._group(k, op.group))}: issued, waits for the other members "
-                    "to issue the matching call")
-        if op.kind is SEND:
-            return f"send to rank {self._tr(k, op.peer)} tag {op.tag}: no matching recv was ever issued"
-        if op.kind is RECV:
-            return f"recv from rank {self._tr(k, op.peer)} tag {op.tag}: no matching send was ever issued"
-        return f"{op.kind.label}: started but never finished (a transfer with no bandwidth?)"
