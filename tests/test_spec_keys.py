@@ -135,3 +135,32 @@ def test_a_key_needs_its_text_and_a_file_key_its_type():
         key(" ")
     with pytest.raises(TypeError, match="give type="):
         file_key("x", "An untyped key.")
+
+
+def test_every_default_the_schema_prints_is_a_value_the_key_accepts():
+    # a field's "not given" sentinel (model.layers 0 with minimum 1, model.norm "" outside its choices,
+    # nvls_busbw "0 B/s" below 1 Mb/s) is no default a file could write, so the schema prints none
+    found = []
+
+    def visit(node: dict, path: str) -> None:
+        for name, sub in node.get("properties", {}).items():
+            if "default" in sub:
+                d = sub["default"]
+                found.append(path + name)
+                assert "enum" not in sub or d in sub["enum"], path + name
+                if isinstance(d, (int, float)) and not isinstance(d, bool):
+                    assert sub.get("minimum", d) <= d <= sub.get("maximum", d), path + name
+                    assert d > sub.get("exclusiveMinimum", d - 1), path + name
+            for branch in sub.get("oneOf", [sub]):
+                inner = branch.get("items") if branch.get("type") == "array" else branch
+                if isinstance(inner, dict) and inner.get("type") == "object":
+                    visit(inner, path + name + ".")
+
+    visit(scenario_schema(), "")
+    props = scenario_schema()["properties"]
+    assert "default" not in props["model"]["properties"]["layers"]
+    assert "default" not in props["model"]["properties"]["norm"]
+    assert props["model"]["properties"]["kv_heads"]["default"] == 0  # 0 is a value it takes: "as heads"
+    node = props["cluster"]["properties"]["node"]["oneOf"][1]["properties"]
+    assert "default" not in node["nvls_busbw"] and node["step_latency_intra"]["default"] == "0 s"
+    assert "parallel.tp" in found and "simulation.fold" in found

@@ -40,6 +40,7 @@ from emulator.scenario.spec import (
 from emulator.scenario.spec import FAULT_KINDS as OVERRIDE_KINDS
 from emulator.scenario.units import KINDS as UNIT_KINDS
 from emulator.scenario.units import RATIO_PATTERN, UNIT_PATTERNS
+from emulator.scenario.yamltree import in_range
 
 __all__ = [  # the key table and schema, and the names of keys.py and spec.py that callers import from here
     "AXES", "CLUSTER_KEYS", "COLLECTIVES_KEYS", "FABRIC_KEYS", "FABRIC_KINDS", "GPU_KEYS", "JOB_KEYS", "KEYS",
@@ -94,13 +95,15 @@ def key_hints(paths: list[str]) -> list[str]:
 
 
 def _default(key: Key, name: str, cls: type | None) -> Any:
-    """The dataclass default of a key, in the file's spelling (unit kinds: an SI string)."""
+    """The dataclass default of a key, in the file's spelling (unit kinds: an SI string). A default
+    that the key does not accept (0 for "not given" where the key's minimum is 1, "" outside its
+    choices) is no default a file could write: the key's text says what its absence means."""
     if cls is None:
         return MISSING
     for f in fields(cls):
         if f.name == (key.attr or name) and f.default is not MISSING:
             value = f.default
-            if value is None:
+            if value is None or not _accepts(key, value):
                 return MISSING
             if key.type in UNIT_TYPES:
                 return f"{value:g} {UNIT_KINDS[key.type].si_unit}"
@@ -108,6 +111,15 @@ def _default(key: Key, name: str, cls: type | None) -> Any:
                 return list(value)
             return value
     return MISSING
+
+
+def _accepts(key: Key, value: Any) -> bool:
+    """Whether a file may give ``value`` (an SI value) for ``key``: among its choices, within its bounds."""
+    if key.enum:
+        return value in key.enum
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return in_range(key, value)
+    return True
 
 
 def _scalar_schema(key: Key, names: Names) -> dict[str, Any]:
