@@ -1,8 +1,10 @@
 """The reference pages, generated from the code at build time (docs/hooks.py adds them to the site).
 
-- ``reference/scenario.md``: every key of the JSON Schema that ``emulator schema`` prints, with its
-  type, unit, default, allowed values and an example (from a scenario in scenarios/ where one uses
-  the key), each under the anchor that errors naming the key link to (emulator/outputs/docs_links.py);
+- ``reference/scenario.md``: every key of the JSON Schema that ``emulator schema`` prints (the key
+  table that the reader checks files against, both derived from the fields of
+  emulator/scenario/spec.py), with its type, unit, default, allowed values and an example (from a
+  scenario in scenarios/ where one uses the key), each under the anchor that errors naming the key
+  link to (emulator/outputs/docs_links.py);
 - ``reference/cli.md``: every command and flag of the argparse parser (emulator/cli.py);
 - ``reference/catalog.md``: the GPUs and nodes of emulator/data/catalog.yaml with each figure's cited
   source, and the model presets of emulator/scenario/catalog.py with theirs.

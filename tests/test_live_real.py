@@ -173,13 +173,13 @@ def test_the_pace_hint_marks_each_end_of_a_wait(tmp_path):
 
 def test_overrides_are_applied_or_refused_by_name(tmp_path):
     from emulator.errors import EmulatorError
-    from emulator.live.overrides import live_overrides
+    from emulator.live.faults import live_faults
     from emulator.network.topology import build_topology
     from emulator.scenario import load_scenario
 
     def check(overrides, world=4, real=1):
         scen = load_scenario(_scenario(tmp_path, overrides))
-        return live_overrides(scen, build_topology(scen.cluster), world, real)
+        return live_faults(scen, build_topology(scen.cluster), world, real)
 
     slow, notes = check(["{kind: gpu_slowdown, target: 'gpu:2', factor: 1.5}",
                          "{kind: link_degrade, target: 'g3->s', factor: 0.5}"])

@@ -45,7 +45,7 @@ def _fail(message: str) -> int:
 def _session():
     from emulator.live.clock import Clock
     from emulator.live.cost import CommCost
-    from emulator.live.overrides import live_overrides
+    from emulator.live.faults import live_faults
     from emulator.live.session import Session
     from emulator.live.watchdog import Beacon
     from emulator.scenario.reader import load_scenario
@@ -56,7 +56,7 @@ def _session():
     rank = int(os.environ.get("RANK", "0"))
     real = int(os.environ.get("EMULATOR_LIVE_REAL", "1"))
     cost = CommCost(scenario, world)
-    slow, notes = live_overrides(scenario, cost.topology, world, real)
+    slow, notes = live_faults(scenario, cost.topology, world, real)
     clock = Clock(os.environ.get("EMULATOR_LIVE_CLOCK", "wall"))
     pipeline, note = _pipeline(scenario, world, rank, real, slow)
     skew = scenario.live

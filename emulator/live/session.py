@@ -21,7 +21,7 @@ the real work completes (``issue_real`` / ``complete``). A mixed group is costed
 as above, but it starts at the latest *arrival* of its members: each real
 member's own issue time, exchanged by the backend.
 
-Stragglers (``slow``: emulated rank → compute factor f, ``emulator.live.overrides``):
+Stragglers (``slow``: emulated rank → compute factor f, ``emulator.live.faults``):
 an emulated rank's compute is its mirror's measured compute × f. The session keeps
 how far each such rank lags behind its mirror: every stretch of the local rank's
 compute c (time not blocked) adds (f − 1)·c; the rank arrives at a collective

@@ -42,7 +42,7 @@ from emulator.network.routing import around_switch, detour
 from emulator.network.topology import Layout, Topology
 from emulator.result import FaultRecord
 from emulator.scenario.schema import MIN_BANDWIDTH
-from emulator.scenario.spec import Override
+from emulator.scenario.spec import Fault
 
 
 class FaultError(EmulatorError):
@@ -85,7 +85,7 @@ def _line_rate(topo: Topology, link: int) -> float:
     return rate
 
 
-def check_floor(topo: Topology, overrides: tuple[Override, ...]) -> None:
+def check_floor(topo: Topology, overrides: tuple[Fault, ...]) -> None:
     """Refuse ``link_degrade`` factors that leave a link below the bandwidth floor of every
     bandwidth key (``MIN_BANDWIDTH``, 1 Mb/s: emulator.scenario.schema), with every degrade of
     the link active at once (timed ones multiply with the rest while they overlap)."""
@@ -104,7 +104,7 @@ def check_floor(topo: Topology, overrides: tuple[Override, ...]) -> None:
                                  f"got {ov.factor:g}")
 
 
-def apply_faults(topo: Topology, overrides: tuple[Override, ...]) -> dict[int, float]:
+def apply_faults(topo: Topology, overrides: tuple[Fault, ...]) -> dict[int, float]:
     """Apply link overrides to ``topo`` in place; return the per-rank slowdown factors."""
     check_floor(topo, overrides)
     slowdown: dict[int, float] = {}
@@ -134,7 +134,7 @@ def apply_faults(topo: Topology, overrides: tuple[Override, ...]) -> dict[int, f
     return slowdown
 
 
-def is_timed(ov: Override) -> bool:
+def is_timed(ov: Fault) -> bool:
     """Whether an override happens in the middle of the run (it has ``at`` or ``until``)."""
     return ov.at is not None or ov.until is not None
 
@@ -151,7 +151,7 @@ class TimedFault:
     until: float | None
 
 
-def timed_faults(topo: Topology, overrides: tuple[Override, ...]) -> list[TimedFault]:
+def timed_faults(topo: Topology, overrides: tuple[Fault, ...]) -> list[TimedFault]:
     """The timed link overrides of a scenario, their targets resolved on ``topo``."""
     out = []
     for k, ov in enumerate(overrides):

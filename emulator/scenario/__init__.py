@@ -1,9 +1,11 @@
 """The scenario layer: a YAML file becomes a validated, frozen Scenario (SI units inside).
 
-Owns the spec (spec.py), the key table and JSON Schema (schema.py), YAML with file and
-line (yamltree.py), units (units.py), the reader (reader.py), the one rule book
-(checks.py), the layer split over pipeline chunks (stages.py) and the catalogs of GPUs,
-nodes and models (catalog.py).
+Owns the spec (spec.py: the dataclasses, whose fields describe every scenario key; how
+to add a key is in its docstring), the key metadata and the walk that derives the key
+table (keys.py), the key table and the JSON Schema derived from the spec (schema.py),
+YAML with file and line (yamltree.py), units (units.py), ``--set`` assignments
+(assignments.py), the reader (reader.py), the one rule book (checks.py), the layer split
+over pipeline chunks (stages.py) and the catalogs of GPUs, nodes and models (catalog.py).
 
 May import: emulator.errors and its own modules; never workload/, network/, devices/,
 the run stage or anything above. Nothing downstream reads YAML.
@@ -17,10 +19,10 @@ from emulator.scenario.spec import (
     ClusterSpec,
     CollectivesSpec,
     FabricSpec,
+    Fault,
     GpuSpec,
     ModelSpec,
     NodeSpec,
-    Override,
     ParallelSpec,
     Scenario,
     SimulationSpec,
@@ -29,7 +31,7 @@ from emulator.scenario.spec import (
 )
 
 __all__ = [
-    "ClusterSpec", "CollectivesSpec", "FabricSpec", "GpuSpec", "ModelSpec", "NodeSpec", "Override", "ParallelSpec",
+    "ClusterSpec", "CollectivesSpec", "FabricSpec", "Fault", "GpuSpec", "ModelSpec", "NodeSpec", "ParallelSpec",
     "Scenario", "SimulationSpec", "TrainingSpec", "Violation", "WorkloadSpec", "layout_violations", "load_scenario",
     "load_scenario_text", "require_workload",
 ]

@@ -24,9 +24,9 @@ import yaml
 
 from emulator.errors import ScenarioError
 from emulator.scenario.allocation import LEAF_FABRICS, AllocationError, Request, allocate
-from emulator.scenario.schema import SCHEDULES
 from emulator.scenario.spec import (
     PRECISION_PEAK,
+    SCHEDULES,
     JobSpec,
     ModelSpec,
     ParallelSpec,
@@ -44,6 +44,18 @@ FABRIC_ONLY = {  # fabric keys that only some kinds read
     "cores": ("fat_tree3",),
     "group_size": ("dragonfly",),
     "global_links": ("dragonfly",),
+}
+# The fabric kinds that read each fabric key (topology.py, BUILDERS): a key given for another kind
+# would be ignored, so the loader refuses it. single_switch reads none (its ports are the NICs').
+_SPINES = ("fat_tree", "rail", "fat_tree3", "multi_plane")  # leaf/rail switches joined by spines
+_LINKS = (*_SPINES, "dragonfly", "ring", "torus")  # kinds with fabric links of their own
+FABRIC_KEY_KINDS: dict[str, tuple[str, ...]] = {
+    "oversubscription": _SPINES,
+    "leaf_size": (*_SPINES, "dragonfly"),
+    "link_bandwidth": _LINKS,
+    "latency": _LINKS,
+    "torus_dims": ("torus",),
+    "graph": ("custom",),
 }
 
 

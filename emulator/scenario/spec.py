@@ -1,12 +1,53 @@
-"""The scenario spec: the frozen dataclasses a scenario file is read into.
+"""The scenario spec: the frozen dataclasses a scenario file is read into, and the one
+description of its keys.
 
 Nothing downstream of the scenario package reads YAML. All quantities are SI here
-(bytes, bytes/s, seconds, FLOP/s); units are parsed once, at load time, by
-reader.py against the key table of schema.py.
+(bytes, bytes/s, seconds, FLOP/s); units are parsed once, at load time, by reader.py.
+
+Each field is declared with ``key(...)`` (emulator/scenario/keys.py): its help text, unit
+kind, allowed values, bounds and default. The key table that the reader checks a file
+against, the catalog's entries, the JSON Schema of ``emulator schema`` (schema.py) and
+the reference page of keys (docs/reference_pages.py) are all derived from these fields;
+the rules between keys stay in the rule book (checks.py).
+
+How to add a scenario key (one place)
+-------------------------------------
+Add a field to the section's dataclass below (``training:`` is TrainingSpec, ``cluster.node.gpu:``
+GpuSpec, ...), declared with ``key``; the examples are fields of this file::
+
+    sequence_parallel: bool = key("Megatron sequence parallelism.", default=False)
+    hbm_bandwidth: float = key('HBM bandwidth, e.g. "3350 GB/s".', unit="bandwidth", minimum=MIN_BANDWIDTH)
+    recompute: str = key("Activation recomputation.", default="none", choices=("none", "selective", "full"))
+    etp: int | None = key("Expert tensor-parallel size; absent: tp.", default=None, minimum=1, maximum=10**6)
+
+- the annotation gives the type: ``int``, ``float`` (a plain number), ``bool``, ``str``,
+  ``tuple[int, ...]``, ``tuple[float, ...]``, a spec dataclass (a section), ``tuple[Spec, ...]``
+  (a list of sections); ``X | None`` (default None) is a key that may be absent;
+- ``unit=``: bytes, time, bandwidth or flops_rate (a ``float``, written with its unit, kept in SI);
+  ``kind=``: ratio, path, axis_order or placement; ``choices=``: the values of a string;
+- ``minimum=`` / ``maximum=`` / ``positive=True``: bounds; ``required=True``: the file must give it;
+- ``catalog=``: gpu, node or model, whose names may stand in; ``name=``: the key's name in the
+  file where it differs from the field's;
+- the first argument is the help text that ``emulator schema``, the reference page and the
+  "is required" errors show: one or two sentences, a unit example ('e.g. "2 us"') for a quantity,
+  and what absent or 0 means where that is not the default's plain meaning.
+
+Keys are listed (in messages, the schema and the page) in field order; a field without a
+default goes before those with one (the dataclass rule). That is all: the reader reads and
+checks the key in a file, a catalog entry and ``--set``, and ``emulator schema`` and the
+reference page list it. A rule that ties it to other keys goes into the rule book (checks.py).
+A field that no file gives (the loader's bookkeeping) is declared with ``internal("what it
+holds")``; a key that the file gives and the spec does not keep, with ``file_key`` in the
+class's ``FILE_KEYS``. tests/test_spec_keys.py checks that every field is one or the other.
+A new section of plain keys at the top level (a Scenario field such as ``live``) is also named
+in yamltree.SUB_SECTIONS, the sections the reader reads alike.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from emulator.scenario.keys import MAX_LATENCY, MIN_BANDWIDTH, FileKey, file_key, internal, key
 
 # training.precision → (GpuSpec field of its dense GEMM peak, that rate in words). Why fp32 is the
 # FP32 rate and not TF32: emulator/devices/compute.py, "Precision".
@@ -25,6 +66,19 @@ SKEW_BASE_S = 2.25e-3
 SKEW_SLOPE = 0.1274
 
 
+# The values some keys take (their choices; the reader and the rule book read them from here).
+FABRIC_KINDS = ("single_switch", "fat_tree", "fat_tree3", "rail", "multi_plane", "dragonfly", "ring", "torus",
+                "custom")
+ROUTINGS = ("spray", "ecmp_hash")
+FAULT_KINDS = ("gpu_slowdown", "link_degrade", "link_fail", "node_fail")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+AXES = ("pp", "dp", "cp", "tp")  # the parallel axes a rank placement orders
+PLACEMENTS = ("contiguous", "spread", "random")  # job placement policies (emulator/scenario/allocation.py)
+# The largest world a mirrored trace may replay: 2**20 ranks, about ten times the largest
+# GPU clusters built to date (~1e5 GPUs); the cluster's own GPU count is checked too (checks.py).
+MAX_MIRROR = 2**20
+
+
 def precision_refusal(gpu: "GpuSpec", precision: str) -> str:
     """Why ``gpu`` cannot run ``precision`` (its catalog entry gives no rate for it)."""
     field, words = PRECISION_PEAK[precision]
@@ -34,24 +88,53 @@ def precision_refusal(gpu: "GpuSpec", precision: str) -> str:
 
 @dataclass(frozen=True)
 class GpuSpec:
-    name: str
-    peak_flops: float  # dense bf16/fp16 tensor-core FLOP/s
-    hbm_bandwidth: float  # B/s
-    memory_bytes: float  # B
-    launch_overhead: float = 4e-6  # s per kernel
-    gemm_efficiency: float = 0.0  # measured fraction of peak of large GEMMs; 0: the model's (compute.py)
-    memory_efficiency: float = 0.0  # measured fraction of HBM bandwidth of streaming kernels; 0: the model's
-    sm_count: int = 0  # streaming multiprocessors; 0: unknown, costed as an A100's (devices/compute.py)
-    matmul_fraction: float = 0.0  # measured max achievable matmul FLOP/s / dense peak; 0: unmeasured (as A100)
-    grouped_gemm_efficiency: float = 0.0  # MoE grouped GEMM / the batched GEMM of its groups; 0: 1.0 (layer.py)
-    kernel_table: str = ""  # built-in measured-kernel table (devices/kernels.py: h100, h200, b200); "": none
-    kernels: tuple[tuple[str, str, tuple[int, ...], float], ...] = ()  # measured (op, dtype, dims, s), first
-    peak_flops_fp32: float = 0.0  # FP32 (CUDA-core) FLOP/s; 0: unknown (training.precision fp32 is refused)
-    peak_flops_tf32: float = 0.0  # dense TF32 tensor-core FLOP/s; 0: none (precision tf32 is refused)
-    peak_flops_fp8: float = 0.0  # dense FP8 tensor-core FLOP/s; 0: none (precision fp8 is refused)
+    FILE_KEYS: ClassVar[tuple[FileKey, ...]] = (
+        file_key("preset", "A catalog GPU to start from; the other keys change its figures.", catalog="gpu",
+                 type="str"),)
+
+    name: str = key("A label for this GPU type.")
+    peak_flops: float = key('Dense bf16/fp16 tensor-core peak, e.g. "989.4 TFLOP/s".', unit="flops_rate", positive=True)
+    hbm_bandwidth: float = key('HBM bandwidth, e.g. "3350 GB/s".', unit="bandwidth", minimum=MIN_BANDWIDTH)
+    memory_bytes: float = key('HBM capacity, e.g. "80 GiB".', unit="bytes", positive=True, name="memory")
+    launch_overhead: float = key('Fixed cost per kernel, e.g. "4 us".', default=4e-6, unit="time", maximum=MAX_LATENCY)
+    # measured fraction of peak of large GEMMs; 0: the model's (compute.py)
+    gemm_efficiency: float = key(
+        "Measured fraction of peak that large GEMMs reach (emulator calibrate --kineto); replaces the model's A100 "
+        "fit scaled to this GPU.", default=0.0, kind="ratio", minimum=0, maximum=1)
+    memory_efficiency: float = key(
+        "Measured fraction of HBM bandwidth that streaming kernels reach.",
+        default=0.0, kind="ratio", minimum=0, maximum=1)
+    # streaming multiprocessors; 0: unknown, costed as an A100's (devices/compute.py)
+    sm_count: int = key(
+        "Streaming multiprocessors (GEMM tile-wave quantisation); 0 or absent: as an A100 (108).",
+        default=0, minimum=0, maximum=10**5)
+    matmul_fraction: float = key(
+        "Maximum achievable matmul FLOP/s as a fraction of the dense peak (a measurement, e.g. mamf-finder); 0 or "
+        "absent: as an A100.", default=0.0, kind="ratio", minimum=0, maximum=1)
+    peak_flops_fp32: float = key(
+        'FP32 (CUDA-core) peak, e.g. "19.5 TFLOP/s"; absent: training.precision fp32 is refused.',
+        default=0.0, unit="flops_rate", minimum=0)
+    peak_flops_tf32: float = key(
+        'Dense TF32 tensor-core peak, e.g. "156 TFLOP/s"; absent: none.', default=0.0, unit="flops_rate", minimum=0)
+    peak_flops_fp8: float = key(
+        'Dense FP8 tensor-core peak, e.g. "1978.9 TFLOP/s"; absent: none.', default=0.0, unit="flops_rate", minimum=0)
+    kernel_table: str = key(
+        "Built-in table of measured kernels costed before the roofline (devices/kernels.py): h100, h200, b200, or "
+        "none.", default="", choices=('none', 'h100', 'h200', 'b200'))
+    # MoE grouped GEMM / the batched GEMM of its groups; 0: 1.0 (layer.py)
+    grouped_gemm_efficiency: float = key(
+        "Throughput of an MoE grouped GEMM over that of the batched GEMM of its groups' shape (a measurement); 0 or "
+        "absent: 1, as DeepGEMM measured on H800 (emulator/workload/layer.py).",
+        default=0.0, kind="ratio", minimum=0, maximum=1)
     # compute kernels run this many times longer while a communication kernel of the same GPU is
     # resident (NCCL's kernels hold SMs and HBM bandwidth); 1: no slowdown (engine.py)
-    comm_overlap_slowdown: float = 1.0
+    comm_overlap_slowdown: float = key(
+        "Compute kernels run this many times longer while a communication kernel of the same GPU is resident (NCCL "
+        "holds SMs and HBM bandwidth); 1 or absent: no slowdown. A measurement: emulator calibrate --kineto.",
+        default=1.0, minimum=1, maximum=10)
+    kernels: tuple[tuple[str, str, tuple[int, ...], float], ...] = internal(
+        "Measured kernels (op, dtype, dims, s) of a catalog entry (emulator calibrate --kineto writes them), "
+        "costed before kernel_table and the roofline (devices/kernels.py).", default=())
 
     def peak_at(self, precision: str) -> float:
         """Dense FLOP/s of GEMMs at ``training.precision`` (PRECISION_PEAK); 0 when the GPU has no such rate."""
@@ -60,95 +143,168 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    name: str
-    gpus_per_node: int
-    gpu: GpuSpec
-    intra: str  # "nvswitch" | "pcie"
-    intra_bandwidth: float  # B/s per GPU port, each direction (line rate)
-    intra_latency: float  # s per link
-    intra_efficiency: float  # achieved / line rate for collectives (nccl-tests calibrated)
-    nics: int  # NICs per node (compute rails)
-    nic_bandwidth: float  # B/s per NIC, each direction (line rate)
-    nic_latency: float  # s per link
-    nic_efficiency: float
-    step_latency_intra: float = 0.0  # s, per-step software latency of a collective inside a node
-    step_latency_inter: float = 0.0  # s, per-step software latency across nodes
-    collective_launch: float = 0.0  # s, fixed cost of one collective call
-    nvls_busbw: float = 0.0  # B/s, NVLink SHARP all-reduce bus bandwidth inside a node; 0: no NVLS
+    FILE_KEYS: ClassVar[tuple[FileKey, ...]] = (
+        file_key("preset", "A catalog node to start from; the other keys change it.", catalog="node", type="str"),)
+
+    name: str = key("A label for this node type.")
+    gpus_per_node: int = key("GPUs in one node.", minimum=1, maximum=4096)
+    gpu: GpuSpec = key("A catalog GPU name, or a mapping of GPU figures.", catalog="gpu")
+    intra: str = key("How GPUs of a node connect.", choices=('nvswitch', 'pcie'))
+    intra_bandwidth: float = key(
+        'Line rate of one GPU port, each direction, e.g. "450 GB/s".', unit="bandwidth", minimum=MIN_BANDWIDTH)
+    intra_latency: float = key('Latency of one intra-node link, e.g. "0.15 us".', unit="time", maximum=MAX_LATENCY)
+    intra_efficiency: float = key(
+        "Achieved / line rate inside a node (nccl-tests), in (0, 1].", kind="ratio", maximum=1.0, positive=True)
+    nics: int = key("Network cards per node (compute rails).", minimum=0, maximum=1024)
+    nic_bandwidth: float = key(
+        'Line rate of one NIC, each direction, e.g. "400 Gb/s".', unit="bandwidth", minimum=MIN_BANDWIDTH)
+    nic_latency: float = key('Latency of a NIC link, e.g. "0.5 us".', unit="time", maximum=MAX_LATENCY)
+    nic_efficiency: float = key(
+        "Achieved / line rate of a NIC (nccl-tests), in (0, 1].", kind="ratio", maximum=1.0, positive=True)
+    step_latency_intra: float = key(
+        "Software latency per collective step inside a node.", default=0.0, unit="time", maximum=MAX_LATENCY)
+    step_latency_inter: float = key(
+        "Software latency per collective step across nodes.", default=0.0, unit="time", maximum=MAX_LATENCY)
+    collective_launch: float = key("Fixed cost of one collective call.", default=0.0, unit="time", maximum=MAX_LATENCY)
+    nvls_busbw: float = key(
+        "Bus bandwidth of an all-reduce by NVLink SHARP (in-switch reduction) inside a node, large messages "
+        "(nccl-tests); used by collectives.algorithm: nvls. Absent: the node has no NVLS.",
+        default=0.0, unit="bandwidth", minimum=MIN_BANDWIDTH)
 
 
 @dataclass(frozen=True)
 class FabricSpec:
-    kind: str = "single_switch"  # schema.FABRIC_KINDS: single_switch, fat_tree, fat_tree3, rail, multi_plane, ...
-    oversubscription: float = 1.0
-    link_bandwidth: float | None = None  # B/s per fabric link; default: the NIC rate
-    latency: float = 1e-6  # s per fabric link
-    graph: str | None = None  # path, for kind == custom
-    leaf_size: int = 16  # nodes per leaf (fat_tree) or per rail switch (rail)
-    torus_dims: tuple[int, ...] = ()  # for kind == torus; default: a ring
-    routing: str = "spray"  # spray (every flow split evenly over its equal-cost paths) | ecmp_hash (one, by hash)
-    seed: int = 0  # seed of the ECMP hash
-    spines: int = 0  # spine switches (fat_tree, rail; per pod: fat_tree3; per plane: multi_plane); 0: one per NIC
-    pod_size: int = 4  # leaves per pod (fat_tree3)
-    cores: int = 0  # core switches per spine position (fat_tree3); 0: pod_size
-    group_size: int = 4  # routers per group (dragonfly)
-    global_links: int = 1  # links between each pair of groups (dragonfly)
-    sharp: bool = False  # in-network reduction in the switches (SHARP / NCCL CollNet); collectives.algorithm collnet
+    kind: str = key("Topology between nodes.", default="single_switch", choices=FABRIC_KINDS)
+    oversubscription: float = key(
+        'Leaf down/up bandwidth ratio, 1 or more (2 or "2:1").', default=1.0, kind="ratio", minimum=1.0, maximum=1e6)
+    link_bandwidth: float | None = key(
+        "Bandwidth of one fabric link; default: the NIC rate.", default=None, unit="bandwidth", minimum=MIN_BANDWIDTH)
+    latency: float = key('Latency of one fabric link, e.g. "1 us".', default=1e-6, unit="time", maximum=MAX_LATENCY)
+    graph: str | None = key(
+        "Graph file (nodes and links) for kind: custom, relative to the scenario.", default=None, kind="path")
+    leaf_size: int = key(
+        "Nodes per leaf (fat_tree, fat_tree3, multi_plane), per rail switch (rail) or per router (dragonfly).",
+        default=16, minimum=1)
+    torus_dims: tuple[int, ...] = key("Torus dimensions, e.g. [4, 4, 2]; default: a ring.", default=())
+    routing: str = key(
+        "ECMP over equal-cost paths: spray (each flow split evenly over them, the default) or ecmp_hash (each flow "
+        "takes one, chosen by a seeded hash: collisions happen).", default="spray", choices=ROUTINGS)
+    seed: int = key("Seed of the ECMP hash (routing: ecmp_hash).", default=0, minimum=0, maximum=2**63 - 1)
+    spines: int = key(
+        "Spine switches (fat_tree, rail; per pod for fat_tree3; per plane for multi_plane); absent: one per NIC.",
+        default=0, minimum=1, maximum=10**5)
+    pod_size: int = key("Leaves per pod (fat_tree3).", default=4, minimum=1, maximum=10**5)
+    cores: int = key(
+        "Core switches per spine position (fat_tree3); absent: pod_size.", default=0, minimum=1, maximum=10**5)
+    group_size: int = key("Routers per group (dragonfly).", default=4, minimum=1, maximum=10**5)
+    global_links: int = key(
+        "Links between each pair of groups (dragonfly), at most group_size.", default=1, minimum=1, maximum=10**5)
+    sharp: bool = key(
+        "In-network reduction in the fabric's switches (InfiniBand SHARP, NCCL CollNet): enables "
+        "collectives.algorithm collnet, and auto may choose it. Not on ring or torus.", default=False)
 
 
 @dataclass(frozen=True)
-class Override:
-    """A fault or straggler. kind: gpu_slowdown | link_degrade | link_fail | node_fail."""
+class Fault:
+    """A fault or straggler, one item of ``cluster.overrides``: a slow GPU, a degraded or failed link, a failed node."""
 
-    kind: str
-    target: str  # "gpu:5", "node:3", or a link "src->dst" in topology node names
-    factor: float = 1.0  # slowdown (>1 is slower) or bandwidth factor (<1 is slower)
-    extra_latency: float = 0.0  # s
-    at: float | None = None  # s: the fault begins then, in the middle of the run (links only); None: from the start
-    until: float | None = None  # s: the link recovers then; None: never
+    kind: str = key("What goes wrong.", choices=FAULT_KINDS, required=True)
+    target: str = key('"gpu:5", "node:3", or a link "src->dst" in topology node names.', required=True)
+    factor: float = key(
+        "Slowdown (>1 is slower) or bandwidth factor (<1 is slower).", default=1.0, maximum=1e6, positive=True)
+    extra_latency: float = key('Added latency, e.g. "5 us".', default=0.0, unit="time", maximum=MAX_LATENCY)
+    # moments of a run, not latencies: not held to MAX_LATENCY (a fault at minute 3 is a fair question)
+    at: float | None = key(
+        'When a link fault begins, in the middle of the run, e.g. "2.5 s" (link_degrade, link_fail); absent: from '
+        "the start.", default=None, unit="time", minimum=0)
+    until: float | None = key(
+        'When the link recovers, e.g. "4 s" (after at); absent: never.', default=None, unit="time", minimum=0)
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    nodes: int
-    node: NodeSpec | None
-    fabric: FabricSpec = field(default_factory=FabricSpec)
-    overrides: tuple[Override, ...] = ()
+    nodes: int = key(
+        "Number of nodes.", minimum=1, maximum=10**6, required=True, required_unless=('fabric.kind', 'custom'))
+    node: NodeSpec | None = key(
+        "A catalog node (dgx-a100, dgx-h100, ...) or an inline node.",
+        required=True, required_unless=('fabric.kind', 'custom'), catalog="node")
+    fabric: FabricSpec = key("The network between nodes.", factory=FabricSpec)
+    overrides: tuple[Fault, ...] = key("Faults and stragglers.", default=())
+
+    FILE_KEYS: ClassVar[tuple[FileKey, ...]] = (
+        file_key("catalog", "A catalog file of your own (as `emulator calibrate --out` writes) whose nodes and GPUs "
+                            "`node:` and `gpu:` may name, besides the built-in ones.", after="overrides", kind="path"),)
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    preset: str | None = None
-    layers: int = 0
-    hidden: int = 0
-    heads: int = 0
-    ffn_hidden: int = 0
-    seq_len: int = 0
-    vocab: int = 0
-    kv_heads: int = 0  # 0: same as heads
-    experts: int = 0  # 0: dense
-    top_k: int = 0
-    swiglu: bool = False
-    tied_embeddings: bool = False
-    causal: bool = True  # a causal attention mask (decoders); False: bidirectional (BERT)
-    activation: str = ""  # MLP: gelu | swiglu | squared_relu; "": swiglu if swiglu else gelu
-    biases: bool | None = None  # linear biases and layernorm shifts; None: not swiglu (GPT yes, Llama no)
-    dropout: bool | None = None  # hidden and attention dropout; None: as biases (GPT yes, Llama no)
-    norm: str = ""  # layernorm (gain + shift) | rmsnorm (gain); "": layernorm if biases else rmsnorm
+    preset: str | None = key(
+        "A model preset (the model catalog, emulator/scenario/catalog.py); other keys change it.",
+        default=None, catalog="model")
+    layers: int = key("Transformer layers.", default=0, minimum=1, maximum=10**6)
+    hidden: int = key("Hidden size.", default=0, minimum=1, maximum=10**7)
+    heads: int = key("Attention heads.", default=0, minimum=1, maximum=10**6)
+    ffn_hidden: int = key("MLP inner size; 0 or absent: the model's default.", default=0, minimum=0, maximum=10**8)
+    seq_len: int = key("Sequence length in tokens.", default=0, minimum=1, maximum=10**8)
+    vocab: int = key("Vocabulary size.", default=0, minimum=1, maximum=10**8)
+    kv_heads: int = key("Key/value heads (GQA); 0: as heads.", default=0, minimum=0, maximum=10**6)
+    experts: int = key("MoE experts per layer; 0: dense.", default=0, minimum=0, maximum=10**6)
+    top_k: int = key("Experts per token (MoE).", default=0, minimum=0, maximum=10**6)
+    swiglu: bool = key("SwiGLU MLP (three matrices); the same as activation: swiglu.", default=False)
+    # MLP: gelu | swiglu | squared_relu; "": swiglu if swiglu else gelu
+    activation: str = key(
+        "MLP activation: gelu (GPT, two matrices), swiglu (Llama, gated, three) or squared_relu (Nemotron, two); "
+        "absent: swiglu if swiglu, else gelu.", default="", choices=('gelu', 'swiglu', 'squared_relu'))
+    # linear biases and layernorm shifts; None: not swiglu (GPT yes, Llama no)
+    biases: bool | None = key(
+        "Linear biases and layernorm shifts; absent: yes for gelu/squared_relu, no for swiglu.", default=None)
+    # hidden and attention dropout; None: as biases (GPT yes, Llama no)
+    dropout: bool | None = key("Hidden and attention dropout in training; absent: as biases.", default=None)
+    # layernorm (gain + shift) | rmsnorm (gain); "": layernorm if biases else rmsnorm
+    norm: str = key(
+        "The layers' norms: layernorm (gain and shift, 2h each; GPT, Nemotron) or rmsnorm (gain, h; Llama); absent: "
+        "layernorm if biases, else rmsnorm.", default="", choices=('layernorm', 'rmsnorm'))
     # Mixture-of-Experts beyond experts/top_k (DeepSeek-MoE, Qwen-MoE): workload/models.py
-    expert_ffn_hidden: int = 0  # MLP width of one routed expert; 0: ffn_hidden
-    shared_experts: int = 0  # experts every token goes through (run as one MLP of their summed width)
-    shared_expert_ffn_hidden: int = 0  # width of one shared expert; 0: expert_ffn_hidden
-    first_dense_layers: int = 0  # leading layers with a dense MLP of ffn_hidden (DeepSeek first_k_dense_replace)
-    moe_imbalance: float = 1.0  # tokens of the busiest expert / the mean (1: perfectly balanced routing)
-    moe_expert_load: tuple[float, ...] = ()  # measured tokens per expert (instead of moe_imbalance); (): none
+    expert_ffn_hidden: int = key(
+        "MLP width of one routed expert (MoE); 0 or absent: ffn_hidden.", default=0, minimum=0, maximum=10**8)
+    shared_experts: int = key(
+        "Shared experts every token goes through (DeepSeek-MoE, Qwen-MoE); 0: none.",
+        default=0, minimum=0, maximum=10**4)
+    shared_expert_ffn_hidden: int = key(
+        "MLP width of one shared expert; 0 or absent: expert_ffn_hidden.", default=0, minimum=0, maximum=10**8)
+    first_dense_layers: int = key(
+        "Leading layers with a dense MLP of ffn_hidden instead of experts (DeepSeek: 1 in V2, 3 in V3); 0: every "
+        "layer is MoE.", default=0, minimum=0, maximum=10**6)
+    moe_imbalance: float = key(
+        "Tokens routed to the busiest expert over the mean, at least 1; stretches the busiest expert-parallel rank's "
+        "expert GEMMs and all-to-all. Default 1: what Megatron-Core's token drop with capacity factor 1 padded to "
+        "capacity (NeMo's MegatronTokenDropCallback) makes exact; a lower bound for dropless routing.",
+        default=1.0, minimum=1.0, maximum=1e6)
+    moe_expert_load: tuple[float, ...] = key(
+        "A measured routing distribution: tokens (or shares) of each expert, one number per expert in expert order; "
+        "the busiest expert-parallel rank's load is read from it (Megatron's contiguous local experts). Instead of "
+        "moe_imbalance.", default=())
     # Multi-latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0
-    q_lora_rank: int = 0  # query down-projection rank; 0: a full query projection
-    kv_lora_rank: int = 0  # compressed key/value rank; 0: standard attention
-    qk_nope_head_dim: int = 0  # per-head query/key dims without rotary embedding; 0: hidden / heads
-    qk_rope_head_dim: int = 0  # per-head query/key dims with the decoupled rotary embedding
-    v_head_dim: int = 0  # per-head value dims; 0: hidden / heads
-    head_dim: int = 0  # per-head query, key and value dims of any attention (Qwen3: 128); 0: hidden / heads
+    q_lora_rank: int = key(
+        "Multi-latent attention: rank of the query down-projection; 0: a full query projection.",
+        default=0, minimum=0, maximum=10**7)
+    kv_lora_rank: int = key(
+        "Multi-latent attention (DeepSeek-V2/V3): rank of the compressed keys and values; 0: standard attention.",
+        default=0, minimum=0, maximum=10**7)
+    qk_nope_head_dim: int = key(
+        "Multi-latent attention: per-head query/key dims without rotary embedding; 0: hidden/heads.",
+        default=0, minimum=0, maximum=10**5)
+    qk_rope_head_dim: int = key(
+        "Multi-latent attention: per-head query/key dims of the decoupled rotary embedding.",
+        default=0, minimum=0, maximum=10**5)
+    v_head_dim: int = key(
+        "Multi-latent attention: per-head value dims; 0: hidden/heads.", default=0, minimum=0, maximum=10**5)
+    head_dim: int = key(
+        "Per-head query, key and value dims, for any attention kind (Qwen3: 128 with hidden 4096 and 64 heads; "
+        "Megatron's kv_channels); 0 or absent: hidden/heads. With multi-latent attention, the default of "
+        "qk_nope_head_dim and v_head_dim.", default=0, minimum=0, maximum=10**5)
+    tied_embeddings: bool = key("Input and output embeddings shared.", default=False)
+    causal: bool = key("A causal attention mask (decoders, the default); false: bidirectional (BERT).", default=True)
 
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,
@@ -165,43 +321,80 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class TrainingSpec:
-    global_batch: int = 1
-    micro_batch: int = 1
-    precision: str = "bf16"  # bf16 | fp16 | fp32 | tf32 | fp8 (devices/compute.py: the peak each runs at)
-    recompute: str = "none"  # none | selective | full
-    attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash (cuDNN) | fa2
-    grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16
-    fp8_params: bool = False  # fp8 only: the layers' GEMM weights stored in fp8 (NeMo's fp8_params, memory.py)
+    global_batch: int = key("Sequences per iteration.", default=1, minimum=1)
+    micro_batch: int = key("Sequences per micro-batch.", default=1, minimum=1)
+    # bf16 | fp16 | fp32 | tf32 | fp8 (devices/compute.py: the peak each runs at)
+    precision: str = key(
+        "Compute precision: bf16/fp16 at the tensor-core peak; fp32 at the FP32 rate (PyTorch's default, no TF32); "
+        "tf32 (fp32 storage, TF32 matmuls) at the TF32 rate; fp8 at the FP8 rate (refused on a GPU without one).",
+        default="bf16", choices=tuple(PRECISION_PEAK))
+    recompute: str = key("Activation recomputation.", default="none", choices=('none', 'selective', 'full'))
+    attention: str = key(
+        "Attention kernels: unfused (Megatron's, as in layers.csv), flash (cuDNN's fused flash attention, as "
+        "Transformer Engine and PyTorch SDPA run it on Hopper) or fa2 (FlashAttention-2's kernels; "
+        "docs/guides/kernels.md).", default="unfused", choices=('unfused', 'flash', 'fa2'))
+    grad_reduce: str = key(
+        "Type of the data-parallel gradient reduction, and of the gradients held (memory): auto (Megatron: fp32 when "
+        "training in bf16 or fp8, else the training type), fp32, bf16 or fp16.",
+        default="auto", choices=('auto', 'fp32', 'bf16', 'fp16'))
+    fp8_params: bool = key(
+        "With precision fp8: the layers' GEMM weights are kept in fp8 (1 B; NeMo's fp8_params, Megatron's "
+        "--fp8-param-gather); false: bf16 weights plus Transformer Engine's cached fp8 copy and its transpose "
+        "(memory only).", default=False)
     # the distributed optimizer's implementation (memory.py, optimizer_state_bytes): megatron (Megatron-Core's
     # DistributedOptimizer, fp32 main weights) | apex (Apex DistributedFusedAdam as NeMo sets it up: bf16
     # weights' fp32 masters kept as their 16-bit remainders)
-    optimizer: str = "megatron"
+    optimizer: str = key(
+        "The distributed optimizer (parallel.zero 1 or 2), memory only: megatron (Megatron-Core's "
+        "DistributedOptimizer: fp32 main weight, momentum and variance, 12 B a parameter over the data-parallel "
+        "ranks) or apex (Apex DistributedFusedAdam as NeMo sets it up: with bf16 weights the fp32 master is kept as "
+        "its 16-bit remainder, 10 B).", default="megatron", choices=('megatron', 'apex'))
 
 
 @dataclass(frozen=True)
 class ParallelSpec:
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    cp: int = 1
-    ep: int = 1
-    etp: int | None = None  # expert tensor-parallel size; None: as tp (workload/placement.py: MoE parallel folding)
-    sequence_parallel: bool = False
-    zero: int = 0
-    schedule: str = "1f1b"  # gpipe | 1f1b | interleaved-1f1b
-    virtual_stages: int = 1
-    first_chunk_layers: int | None = None  # layers of model chunk 0; None: an even split (scenario/stages.py)
-    last_chunk_layers: int | None = None  # layers of the last model chunk; None: an even split
-    overlap_grad_reduce: bool = True
-    overlap_param_gather: bool | None = None  # ZeRO-1/2 parameter all-gather under the next forward; None: as
+    tp: int = key("Tensor-parallel size.", default=1, minimum=1, maximum=10**6)
+    pp: int = key("Pipeline-parallel size.", default=1, minimum=1, maximum=10**6)
+    dp: int = key("Data-parallel size; absent: GPUs / (tp*pp*cp).", default=1, minimum=1, maximum=10**7)
+    cp: int = key("Context-parallel size.", default=1, minimum=1, maximum=10**6)
+    ep: int = key(
+        "Expert-parallel size; etp*ep divides tp*dp*cp (ep divides dp*cp when etp is tp).",
+        default=1, minimum=1, maximum=10**6)
+    # expert tensor-parallel size; None: as tp (workload/placement.py: MoE parallel folding)
+    etp: int | None = key(
+        "Expert tensor-parallel size (Megatron-Core's expert_tensor_parallel_size); absent: tp. Other than tp, the "
+        "expert layers get their own grid etp x ep x expert-dp x pp = world (MoE parallel folding: with etp 1 the EP "
+        "groups take in the attention's TP ranks).", default=None, minimum=1, maximum=10**6)
+    sequence_parallel: bool = key("Megatron sequence parallelism.", default=False)
+    zero: int = key("ZeRO stage, 0 to 3.", default=0, minimum=0, maximum=3)
+    schedule: str = key("Pipeline schedule.", default="1f1b", choices=SCHEDULES)
+    virtual_stages: int = key("Model chunks per stage (interleaved-1f1b).", default=1, minimum=1, maximum=10**4)
+    # layers of model chunk 0; None: an even split (scenario/stages.py)
+    first_chunk_layers: int | None = key(
+        "Layers of the first model chunk (with virtual_stages 1: the first pipeline stage; 0: the embedding alone); "
+        "the other chunks split the rest evenly. Absent: an even split.", default=None, minimum=0, maximum=10**6)
+    last_chunk_layers: int | None = key(
+        "Layers of the last model chunk (0: the LM head alone); see first_chunk_layers.",
+        default=None, minimum=0, maximum=10**6)
+    overlap_grad_reduce: bool = key("Overlap gradient reduction with backward.", default=True)
+    # ZeRO-1/2 parameter all-gather under the next forward; None: as
+    overlap_param_gather: bool | None = key(
+        "ZeRO-1/2: the distributed optimizer's parameter all-gather overlaps the next iteration's forward, bucket by "
+        "bucket; absent: as overlap_grad_reduce.", default=None)
     # overlap_grad_reduce (Megatron's --overlap-param-gather, which NeMo's recipes turn on with it)
-    grad_bucket: float = 25e6 * 4  # B
-    order: tuple[str, ...] = ()  # rank placement, slowest → fastest axis; () = Megatron's pp, dp, cp, tp
+    grad_bucket: float = key('Gradient bucket size, e.g. "25 MB".', default=25e6 * 4, unit="bytes", positive=True)
+    order: tuple[str, ...] = key(
+        "Rank placement, slowest to fastest axis, e.g. [pp, dp, cp, tp] (Megatron's, the default: TP fastest inside "
+        "a node).", default=(), kind="axis_order")
 
 
 @dataclass(frozen=True)
 class CollectivesSpec:
-    algorithm: str = "ring"  # ring | tree | collnet | hierarchical | direct | nvls | auto (NCCL's choice)
+    algorithm: str = key(
+        "Collective algorithm: ring (the default; all-to-all direct, broadcast a chain per ring channel), tree "
+        "(NCCL's double binary tree), collnet (in-network reduction, needs cluster.fabric.sharp), hierarchical, "
+        "direct, nvls, or auto (NCCL 2.30's tuning model chooses per call by operation, size and layout).",
+        default="ring", choices=('auto', 'ring', 'tree', 'collnet', 'hierarchical', 'direct', 'nvls'))
 
 
 @dataclass(frozen=True)
@@ -209,45 +402,75 @@ class ProfiledSpec:
     """What a one-GPU profile (``workload.profile``) ran, where the trace alone cannot tell: the
     micro-batch and the model's sizes. 0: not given (kv_heads: as heads; ffn_hidden: 4 x hidden)."""
 
-    micro_batch: int = 0
-    seq_len: int = 0
-    layers: int = 0
-    hidden: int = 0
-    heads: int = 0
-    kv_heads: int = 0
-    ffn_hidden: int = 0
-    vocab: int = 0
-    peak_memory: float = 0.0  # B, the profiled run's peak (torch.cuda.max_memory_allocated); 0: not given
+    micro_batch: int = key("Samples per step in the profiled run.", default=0, minimum=1, maximum=10**6, required=True)
+    seq_len: int = key("Tokens per sample in the profiled run.", default=0, minimum=1, maximum=10**8, required=True)
+    layers: int = key(
+        "Repeated blocks (transformer layers) of the profiled model.",
+        default=0, minimum=1, maximum=10**5, required=True)
+    hidden: int = key("Hidden size of the profiled model.", default=0, minimum=1, maximum=10**7, required=True)
+    heads: int = key("Attention heads of the profiled model.", default=0, minimum=1, maximum=10**6, required=True)
+    kv_heads: int = key(
+        "Key/value heads (grouped-query attention); absent: as heads.", default=0, minimum=1, maximum=10**6)
+    ffn_hidden: int = key("MLP inner size; absent: 4 x hidden.", default=0, minimum=1, maximum=10**8)
+    vocab: int = key(
+        "Vocabulary of the profiled model (as the script ran it, unpadded).",
+        default=0, minimum=1, maximum=10**8, required=True)
+    peak_memory: float = key(
+        "The profiled run's peak GPU memory, e.g. \"53.4 GiB\" (torch.cuda.max_memory_allocated()); given, memory is "
+        "predicted from it (emulator/workload/memory.py, profiled_memory).", default=0.0, unit="bytes", positive=True)
 
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    trace: str | None = None  # path, resolved relative to the scenario file
-    format: str = "emulator"  # emulator | kineto | chakra
-    mirror: int = 0  # replay a one-rank trace as N data-parallel ranks
-    comm_groups: str | None = None  # chakra: the communicator-group file (default: comm_group.json beside)
-    profile: str | None = None  # a one-GPU PyTorch profiler trace of the user's script (workload/profiled.py)
-    profiled: ProfiledSpec | None = None  # what that profile ran
+    trace: str | None = key(
+        "A trace file to run instead of a model, relative to the scenario.", default=None, kind="path")
+    format: str = key("Trace format.", default="emulator", choices=('emulator', 'kineto', 'chakra'))
+    mirror: int = key(
+        "Replay a one-rank trace as N data-parallel ranks (at most the cluster's GPUs); 0: off.",
+        default=0, minimum=0, maximum=MAX_MIRROR)
+    comm_groups: str | None = key(
+        "Chakra traces: the communicator-group file (ASTRA-sim's JSON of group id to ranks), relative to the "
+        "scenario; default: comm_group.json beside the trace.", default=None, kind="path")
+    # a one-GPU PyTorch profiler trace of the user's script (workload/profiled.py)
+    profile: str | None = key(
+        "A PyTorch profiler trace (Kineto JSON, .json or .json.gz, record_shapes=True) of one GPU of your own "
+        "training script: predicted at the model, batch and layout of this scenario (emulator/workload/profiled.py); "
+        "needs workload.profiled.", default=None, kind="path")
+    profiled: ProfiledSpec | None = key(
+        "What the profile ran (micro-batch and model sizes), where the trace cannot tell.", default=None)
 
 
 @dataclass(frozen=True)
 class SimulationSpec:
-    iterations: int = 1
-    fold: str = "auto"  # auto | off
-    detail: str = "layer"  # layer | op
+    iterations: int = key("Training iterations to simulate.", default=1, minimum=1, maximum=10**6)
+    fold: str = key("Symmetry folding of identical ranks.", default="auto", choices=('auto', 'off'))
+    detail: str = key("Granularity of compute ops.", default="layer", choices=('layer', 'op'))
     # a fold in effect over replicas whose transfers have other latencies is kept, bounded, when its
     # iteration times at the least and the greatest of those latencies agree to this (relative);
     # 0: refused, the run made rank by rank (exact)
-    fold_tolerance: float = 0.0
+    fold_tolerance: float = key(
+        "Data-parallel replicas folded in effect whose pipeline transfers cross leaves unevenly (other latencies): "
+        "kept when the iteration times with each transfer at the least and at the greatest latency of its copies "
+        "agree to this relative tolerance (the summary gives both, sim.fold_bounds_s); 0 (the default): refused, "
+        "every such replica simulated (exact).", default=0.0, minimum=0, maximum=0.01)
 
 
 @dataclass(frozen=True)
 class LiveSpec:
     """``emulator live`` only: the arrival-skew model of the emulated ranks (``emulator.live.skew``)."""
 
-    skew: str = "off"  # off | model
-    skew_base: float = SKEW_BASE_S  # s: σ of a rank's arrival after no compute (a)
-    skew_slope: float = SKEW_SLOPE  # σ grows by this per second of compute since the last sync (b)
+    skew: str = key(
+        "emulator live: off (the emulated ranks arrive at a collective with their mirror) or model (each arrives "
+        "(e_n - e_k)*sigma(c) after it, sigma(c) = skew_base + skew_slope*c, c the compute since the last "
+        "synchronisation; emulator/live/skew.py).", default="off", choices=('off', 'model'))
+    # s: σ of a rank's arrival after no compute (a)
+    skew_base: float = key(
+        "Spread (standard deviation) of a rank's arrival after no compute, e.g. \"1 ms\" "
+        "(benchmarks/live_skew_calibration.py measures it).", default=SKEW_BASE_S, unit="time", maximum=MAX_LATENCY)
+    # σ grows by this per second of compute since the last sync (b)
+    skew_slope: float = key(
+        "How much that spread grows per second of compute since the last synchronisation (a ratio, 0 to 1: a rank "
+        "stalled for all of it lags by at most all of it).", default=SKEW_SLOPE, minimum=0, maximum=1)
 
 
 @dataclass(frozen=True)
@@ -259,33 +482,58 @@ class JobSpec:
     in the order the job's ranks fill them), so nothing downstream re-runs a policy.
     """
 
-    name: str
-    nodes: int = 0  # how many nodes the job uses
-    placement: str = "contiguous"  # contiguous | spread | random | list
-    node_list: tuple[int, ...] = ()  # for placement "list": the nodes, in rank order
-    seed: int = 0  # for placement "random"
-    start: float = 0.0  # s, when the job starts (offset from t = 0)
-    model: ModelSpec | None = None
-    training: TrainingSpec = field(default_factory=TrainingSpec)
-    parallel: ParallelSpec = field(default_factory=ParallelSpec)
-    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
-    nodes_assigned: tuple[int, ...] = ()  # resolved by the loader (scenario/allocation.py)
-    entry: str = ""  # the jobs: entry this job is a copy of (``count``), its name; "" for the job itself
+    name: str = key(
+        "Name of the job (unique; names its rows in the summary and its process group in trace.json).", required=True)
+    nodes: int = key(
+        "Nodes the job runs on; absent with an explicit placement list: the list's length.",
+        default=0, minimum=1, maximum=10**6)
+    placement: str = key(
+        "Where the job runs: contiguous (the first free run of nodes, the default), spread (round robin over the "
+        "leaves), random (with seed), or an explicit list of node indices such as [0, 2, 4].",
+        default="contiguous", kind="placement")
+    node_list: tuple[int, ...] = internal("The nodes of an explicit placement list, in rank order.", default=())
+    seed: int = key("Seed of placement: random.", default=0, minimum=0, maximum=2**63 - 1)
+    # a moment of the run, not a latency: not held to MAX_LATENCY (a job that starts after another's
+    # first iterations, seconds to minutes in, is the question); bounded by the unit parser's 1e7 s
+    start: float = key(
+        'When the job starts, e.g. "2 ms" or "30 s" (default 0 s: at the start of the run).',
+        default=0.0, unit="time", minimum=0)
+    model: ModelSpec | None = key("The job's model: a preset, or its sizes.", default=None)
+    training: TrainingSpec = key("The job's batch and precision.", factory=TrainingSpec)
+    parallel: ParallelSpec = key(
+        "The job's parallelism (GPUs = its nodes x gpus_per_node = tp*pp*dp*cp).", factory=ParallelSpec)
+    workload: WorkloadSpec = key("A trace to run as this job instead of a model.", factory=WorkloadSpec)
+    nodes_assigned: tuple[int, ...] = internal(
+        "The job's nodes, in the order its ranks fill them, resolved by the loader (scenario/allocation.py).",
+        default=())
+    entry: str = internal("The name of the jobs: entry this job is a copy of (count); \"\" for the entry itself.",
+                          default="")
+
+    # copies of one job (a mix): NAME-0 .. NAME-(N-1), each placed by the job's policy in turn; at most
+    # 10**4, a hundred times the 32-job mixes of issue 29 (each copy is its own Program)
+    FILE_KEYS: ClassVar[tuple[FileKey, ...]] = (
+        file_key("count", "Copies of this job, named NAME-0 ... NAME-(N-1), each placed by its placement policy in "
+                          "turn (default 1: the job itself).", after="start", minimum=1, maximum=10**4, type="int"),
+        file_key("stagger", 'With count: copy i starts at start + i x stagger, e.g. "50 ms" (default 0 s).',
+                 after="count", unit="time", minimum=0),
+    )
 
 
 @dataclass(frozen=True)
 class Scenario:
-    name: str
-    cluster: ClusterSpec
-    model: ModelSpec | None = None
-    training: TrainingSpec = field(default_factory=TrainingSpec)
-    parallel: ParallelSpec = field(default_factory=ParallelSpec)
-    collectives: CollectivesSpec = field(default_factory=CollectivesSpec)
-    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
-    simulation: SimulationSpec = field(default_factory=SimulationSpec)
-    live: LiveSpec = field(default_factory=LiveSpec)
-    jobs: tuple[JobSpec, ...] = ()  # several jobs on one fabric; empty: the one job above
-    path: str = ""  # the file it was loaded from, for messages and relative paths
+    name: str = key("Name of the scenario.", required=True)
+    cluster: ClusterSpec = key("The hardware.", required=True)
+    model: ModelSpec | None = key("The model: a preset, or its sizes.", default=None)
+    training: TrainingSpec = key("Batch and precision.", factory=TrainingSpec)
+    parallel: ParallelSpec = key("Parallelism (Megatron: GPUs = tp*pp*dp*cp).", factory=ParallelSpec)
+    collectives: CollectivesSpec = key("Collective communication.", factory=CollectivesSpec)
+    workload: WorkloadSpec = key("A trace to run instead of a model.", factory=WorkloadSpec)
+    simulation: SimulationSpec = key("Simulation controls.", factory=SimulationSpec)
+    live: LiveSpec = key("emulator live only: how the emulated ranks arrive at collectives.", factory=LiveSpec)
+    jobs: tuple[JobSpec, ...] = key(
+        "Several jobs sharing the cluster's fabric, each with its own model, training, parallel (or workload.trace) "
+        "and placement; replaces the top-level workload.", default=())
+    path: str = internal("The file it was loaded from, for messages and relative paths.", default="")
 
     @property
     def gpus(self) -> int:

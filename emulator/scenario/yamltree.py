@@ -15,10 +15,7 @@ from typing import Any
 import yaml
 
 from emulator.errors import ScenarioError
-from emulator.scenario.schema import (
-    MAX_COUNT,
-    Key,
-)
+from emulator.scenario.keys import MAX_COUNT, Key
 from emulator.scenario.units import KINDS as UNIT_KINDS
 
 MAX_FILE_BYTES = 1 << 20  # a scenario is a few kilobytes

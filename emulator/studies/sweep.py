@@ -82,7 +82,7 @@ def scalar(text: str) -> Any:
 
 def parse_vary(text: str) -> tuple[str, list[str]]:
     """'key.path=v1,v2' -> ('key.path', ['v1', 'v2'])."""
-    from emulator.scenario.reader import split_assignment
+    from emulator.scenario.assignments import split_assignment
 
     split = split_assignment(text)
     if split is None:

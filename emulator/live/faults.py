@@ -30,7 +30,7 @@ def _label(i: int, kind: str, target: str) -> str:
     return f"cluster.overrides[{i}] ({kind} {target})"
 
 
-def live_overrides(scenario: Scenario, topo: Topology, world: int, real: int) -> tuple[dict[int, float], list[str]]:
+def live_faults(scenario: Scenario, topo: Topology, world: int, real: int) -> tuple[dict[int, float], list[str]]:
     """Per emulated rank, its compute slowdown factor; and one note per applied override.
 
     Raises EmulatorError naming the first override that cannot act in a live run.
