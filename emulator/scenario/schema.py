@@ -228,6 +228,27 @@ MODEL_KEYS: dict[str, Key] = {
                                           "one number per expert in expert order; the busiest expert-parallel "
                                           "rank's load is read from it (Megatron's contiguous local experts). "
                                           "Instead of moe_imbalance."),
+    "moe_router_force_load_balancing": Key(
+        "bool", "Megatron-Core's benchmark mode (router.py: random logits): each token picks top_k experts "
+                "uniformly, so each expert's load is binomial and the busiest exceeds the mean by the expected "
+                "maximum of the binomials (docs/guides/moe.md). Excludes moe_imbalance and moe_expert_load."),
+    "moe_expert_capacity_factor": Key(
+        "number", "Megatron-Core's moe_expert_capacity_factor: an expert takes at most ceil(tokens x top_k / "
+                  "experts x factor) tokens and drops the rest; absent: dropless.", minimum=0.0, maximum=1e6,
+        positive=True),
+    "moe_token_drop_policy": Key("enum", "Which tokens a full expert drops (Megatron-Core): probs (lowest "
+                                         "routing probability) or position (the last in the batch); the cost "
+                                         "is the same.", enum=("probs", "position")),
+    "moe_pad_expert_input_to_capacity": Key("bool", "With moe_expert_capacity_factor: every expert runs exactly its "
+                                                    "capacity (Megatron-Core pads), so its load is the factor times "
+                                                    "the mean, however routing falls."),
+    "moe_router_num_groups": Key("int", "Group-limited routing (DeepSeek-V3: 8): the experts fall in this many "
+                                        "groups; 0: none.", minimum=0, maximum=10**6),
+    "moe_router_group_topk": Key("int", "Group-limited routing (DeepSeek-V3: 4): a token's experts come from "
+                                        "at most this many groups; 0: none.", minimum=0, maximum=10**6),
+    "moe_router_dtype": Key("enum", "The router's GEMM and softmax/top-k in fp32 or fp64 (Megatron-Core's "
+                                    "moe_router_dtype; DeepSeek-V3 sets fp32); absent: the training precision.",
+                            enum=("fp32", "fp64")),
     "q_lora_rank": Key("int", "Multi-latent attention: rank of the query down-projection; 0: a full query "
                               "projection.", minimum=0, maximum=10**7),
     "kv_lora_rank": Key("int", "Multi-latent attention (DeepSeek-V2/V3): rank of the compressed keys and values; "
@@ -296,6 +317,22 @@ PARALLEL_KEYS: dict[str, Key] = {
     "last_chunk_layers": Key("int", "Layers of the last model chunk (0: the LM head alone); see "
                                     "first_chunk_layers.", minimum=0, maximum=10**6),
     "overlap_grad_reduce": Key("bool", "Overlap gradient reduction with backward."),
+    "moe_token_dispatcher_type": Key(
+        "enum", "How MoE tokens reach their experts (Megatron-Core's moe_token_dispatcher_type): alltoall (NCCL "
+                "all-to-all-v of the routed copies, with the token-count all-gather, the probabilities' "
+                "all-to-all and a host sync), allgather (the hidden states all-gathered over the expert group, "
+                "reduce-scattered back) or flex (moe_flex_dispatcher_backend's kernels). Default alltoall, the "
+                "emulator's behaviour before the key; Megatron-Core's own default is allgather.",
+        enum=("alltoall", "allgather", "flex")),
+    "moe_flex_dispatcher_backend": Key(
+        "enum", "The flex dispatcher's kernels: deepep (DeepEP's normal kernels: each token crosses the network "
+                "once per destination node, then NVLink inside it).", enum=("deepep",)),
+    "moe_flex_dispatcher_num_sms": Key("int", "SMs the DeepEP kernels hold while they run (Megatron-Core's "
+                                              "moe_flex_dispatcher_num_sms, DeepEP's historical default 20: "
+                                              "Buffer.set_num_sms): compute under them runs on the rest.", minimum=1,
+                                       maximum=10**4),
+    "moe_shared_expert_overlap": Key("bool", "The shared experts' first GEMM runs under the dispatch and their "
+                                             "second under the combine (Megatron-Core token_dispatcher.py)."),
     "overlap_param_gather": Key("bool", "ZeRO-1/2: the distributed optimizer's parameter all-gather overlaps the "
                                         "next iteration's forward, bucket by bucket; absent: as overlap_grad_reduce."),
     "grad_bucket": Key("bytes", 'Gradient bucket size, e.g. "25 MB".', positive=True),

@@ -142,6 +142,14 @@ class ModelSpec:
     first_dense_layers: int = 0  # leading layers with a dense MLP of ffn_hidden (DeepSeek first_k_dense_replace)
     moe_imbalance: float = 1.0  # tokens of the busiest expert / the mean (1: perfectly balanced routing)
     moe_expert_load: tuple[float, ...] = ()  # measured tokens per expert (instead of moe_imbalance); (): none
+    # Megatron-Core's router and capacity keys (transformer_config.py; workload/routing.py)
+    moe_router_force_load_balancing: bool = False  # random logits: binomial per-expert load (benchmark mode)
+    moe_expert_capacity_factor: float | None = None  # None: dropless
+    moe_token_drop_policy: str = "probs"  # probs | position (which tokens a full expert drops)
+    moe_pad_expert_input_to_capacity: bool = False  # every expert runs exactly its capacity
+    moe_router_num_groups: int = 0  # expert groups of group-limited routing; 0: none
+    moe_router_group_topk: int = 0  # groups a token may use; 0: none
+    moe_router_dtype: str = ""  # fp32 | fp64 | "": the training precision
     # Multi-latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0
     q_lora_rank: int = 0  # query down-projection rank; 0: a full query projection
     kv_lora_rank: int = 0  # compressed key/value rank; 0: standard attention
@@ -197,6 +205,11 @@ class ParallelSpec:
     # overlap_grad_reduce (Megatron's --overlap-param-gather, which NeMo's recipes turn on with it)
     grad_bucket: float = 25e6 * 4  # B
     order: tuple[str, ...] = ()  # rank placement, slowest → fastest axis; () = Megatron's pp, dp, cp, tp
+    # MoE token dispatch (Megatron-Core's keys; workload/dispatch.py)
+    moe_token_dispatcher_type: str = "alltoall"  # alltoall | allgather | flex
+    moe_flex_dispatcher_backend: str = "deepep"  # the flex dispatcher's kernels (network/dispatch.py BACKENDS)
+    moe_flex_dispatcher_num_sms: int = 20  # SMs the DeepEP kernels hold while they run
+    moe_shared_expert_overlap: bool = False  # shared expert fc1 under the dispatch, fc2 under the combine
 
 
 @dataclass(frozen=True)
