@@ -12,6 +12,7 @@ latency of its class) and a launch cost L:
 - ring broadcast:        L + (n−1)·α + S/B   (pipelined from the root along each ring channel)
 - direct all-to-all:     one flow per ordered pair, S/n bytes each
 - send/recv:             L + α + S/B
+- MoE dispatch (all-to-all-v with per-pair sizes, DeepEP): one flow per rank over its legs (dispatch.py)
 - tree all-reduce (NCCL's double binary tree, tree.py): per channel two trees over the
   nodes, each carrying half; inside a node a chain. Reduce up and broadcast down are
   pipelined: one flow over every edge both ways, L + 2·(chain α + depth α).
@@ -50,13 +51,14 @@ from itertools import compress, repeat
 from operator import is_, itemgetter
 from typing import Callable
 
+from emulator.network import dispatch as moe_dispatch
 from emulator.network import tree, tuning
 from emulator.network.compression import compress_plans
 from emulator.network.flows import FlowSpec, Plan
 from emulator.network.orbits import direct_orbits
 from emulator.network.routing import Route, Router
 from emulator.network.slack import slack_links
-from emulator.program import Fold, FoldRefused
+from emulator.program import Fold, FoldRefused, parse_dispatch_op
 
 PlanKey = tuple[str, tuple[int, ...], int]  # (op, group, root); op "p2p" with group (src, dst) for a transfer
 CacheKey = tuple[str, tuple[int, ...], int, str]  # a PlanKey and the algorithm that builds it
@@ -276,6 +278,8 @@ class CollectiveModel:
         algo = self.algorithm
         if len(group) < 2:
             return "ring"
+        if parse_dispatch_op(op) is not None:
+            return "dispatch"
         if op == "all_to_all" or algo == "direct":
             return "direct" if op == "all_to_all" else "ring"
         if algo in ("hierarchical", "collnet") and (op != "all_reduce" or not self._regular(group)):
@@ -292,6 +296,8 @@ class CollectiveModel:
     def _auto_candidates(self, op: str, group: tuple[int, ...]) -> tuple[str, ...]:
         if len(group) < 2:
             return ("ring",)
+        if parse_dispatch_op(op) is not None:
+            return ("dispatch",)
         if op == "all_to_all":
             return ("direct",)
         if op != "all_reduce" or self.hardware is None or self.node_of(group[0]) < 0:
@@ -603,4 +609,5 @@ ALGORITHMS: dict[str, Algorithm] = {
     "direct": direct,
     "hierarchical": hierarchical,
     "nvls": nvls,
+    "dispatch": moe_dispatch.dispatch,  # MoE dispatch with routing-dependent sizes (dispatch.py)
 }

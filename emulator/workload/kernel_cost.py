@@ -83,6 +83,18 @@ def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float,
     training precision (:func:`kernel_precision` picks each kernel's)."""
     if isinstance(kern, Timed):
         return kern.seconds, kern.source
+    if kern.kind == "host":  # a host-side stall (the MoE dispatcher's host sync): its fixed seconds
+        return kern.seconds, "roofline"
+    t, source = _kernel_cost(kern, gpu, dtype)
+    return (t * kern.slow if kern.slow != 1.0 else t), source
+
+
+def _kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str) -> tuple[float, str]:
+    if kern.kind == "gemm" and kern.dtype == 4 and dtype not in ("fp32", "tf32"):
+        # a GEMM kept in fp32 in a bf16/fp8 run (the router with moe_router_dtype fp32): PyTorch's default
+        # fp32 matmul, no TF32 (Megatron-Core does not turn it on), at the GPU's FP32 rate
+        g32 = compute.at_precision(gpu, "fp32")
+        return compute.gemm_time(kern.m, kern.n, kern.k, g32, 4, kern.batch, gemm_rows(kern)), "roofline"
     prec = kernel_precision(kern, dtype)
     if kern.kind == "gemm":
         g = compute.fp8_gpu(gpu) if prec == "fp8" else gpu
