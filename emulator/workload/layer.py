@@ -634,7 +634,9 @@ def _folded_moe_backward(L: LayerShape) -> list[Step]:
 #   the TP×EP group (gather_from_sequence_parallel_region(num_local_tokens_per_expert, tp_ep_group): E int64
 #   per rank), the host syncs at ``cuda_sync_point`` "before_ep_alltoall" to read the splits
 #   (_maybe_dtoh_and_synchronize), then ``token_dispatch`` runs the tokens' all-to-all-v and a second one of
-#   the routing probabilities; ``token_combine`` one all-to-all back. The shared experts' fc1 runs after the
+#   the routing probabilities (one per copy, fp32); ``token_combine`` one all-to-all back. The emulator sends
+#   the probabilities with the tokens (same pairs, their bytes added), leaving out the second call's launch
+#   and latency (~10 us) for fewer events. The shared experts' fc1 runs after the
 #   tokens' all-to-all is launched and fc2 after the combine's (``linear_fc1_forward_and_act``,
 #   ``linear_fc2_forward``): under them with moe_shared_expert_overlap.
 # - allgather (MoEAllGatherTokenDispatcher): the routing map, the probabilities and the hidden states are
@@ -713,8 +715,7 @@ def _dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: lis
                                       len(under), cat), *under]
     probs = routed * _probs_bytes(L) * L.a2a_scale
     return [Comm("moe.token_counts", "ep", "all_gather", L.experts * COUNT_BYTES * L.ep, 0, cat), _host_sync(cat),
-            Comm("moe.dispatch", "ep", _a2a_name(L, "in"), a2a, len(under), cat), *under,
-            Comm("moe.dispatch_probs", "ep", _a2a_name(L, "in"), probs, 0, cat)]
+            Comm("moe.dispatch", "ep", _a2a_name(L, "in"), a2a + probs, len(under), cat), *under]
 
 
 def _combine_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list[Step]) -> list[Step]:
@@ -746,8 +747,7 @@ def _dispatch_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
     if L.dispatcher == "flex":
         return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out"), tokens * L.h * L.dtype, 0, BWD)]
     probs = tokens * L.top_k * _probs_bytes(L) * L.a2a_scale
-    return [Comm("moe.dispatch_probs_bwd", "ep", _a2a_name(L, "out"), probs, 0, BWD),
-            Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out"), a2a, 0, BWD)]
+    return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out"), a2a + probs, 0, BWD)]
 
 
 def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
