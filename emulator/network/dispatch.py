@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Callable
 from emulator.program import parse_dispatch_op
 
 if TYPE_CHECKING:
-    from emulator.network.collectives import CollectiveModel, Hop, RawPlan
+    from emulator.network.collectives import CollectiveModel, Hop, RawFlow, RawPlan
 
 # DeepEP V1 normal kernels on H800 (deepseek-ai/DeepEP docs/legacy.md, "Performance"; ../shared/calibration/
 # blackwell/sources.md S18): intranode EP 8, NVLink bottleneck 153 GB/s dispatch and 158 GB/s combine of
@@ -84,7 +84,7 @@ def _local_experts(i: int, local: int) -> tuple[int, ...]:
     return tuple(range(i * local, (i + 1) * local))
 
 
-def _flow(model: "CollectiveModel", hops: list["Hop"], two_hop: list[tuple[int, int, int]]) -> tuple:
+def _flow(model: "CollectiveModel", hops: list["Hop"], two_hop: list[tuple[int, int, int]]) -> "RawFlow":
     """One rank's flow over ``hops``; its latency: launch + the slowest leg's α (a forwarded leg's two)."""
     alphas = [model._alpha(a, b) for a, b, _s in hops]
     alphas += [model._alpha(a, r) + model._alpha(r, b) for a, r, b in two_hop]

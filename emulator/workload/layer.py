@@ -89,6 +89,7 @@ gradient (on the critical path) with SP.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from emulator.devices import compute
 from emulator.program import dispatch_op
@@ -286,7 +287,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
     m = resolve(model)
     causal = m.causal
     d_qk, d_v = head_dims(m)
-    mla = dict(q_rank=m.q_lora_rank, kv_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim, qk_head=d_qk,
+    mla: dict[str, Any] = dict(q_rank=m.q_lora_rank, kv_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim, qk_head=d_qk,
                v_head=d_v, kv_heads=m.heads) if is_mla(m) else dict(kv_heads=m.kv_heads)
     return LayerShape(b=micro_batch, s=m.seq_len // cp, s_kv=m.seq_len, h=m.hidden, heads=m.heads,
                       ffn=m.ffn_hidden, swiglu=m.swiglu, biases=has_biases(m),
@@ -309,9 +310,9 @@ def _load(m: ModelSpec, ep: int, tokens: int, t: int, sp: bool, etp: int | None)
     return moe_rank_load(m, ep, tokens // t if folded else tokens)
 
 
-def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> dict:
+def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> dict[str, Any]:
     """LayerShape's dispatch and router fields from the parallel and model keys."""
-    out: dict = dict(router_bytes=ROUTER_BYTES.get(m.moe_router_dtype, 0), groups=m.moe_router_num_groups,
+    out: dict[str, Any] = dict(router_bytes=ROUTER_BYTES.get(m.moe_router_dtype, 0), groups=m.moe_router_num_groups,
                      group_topk=m.moe_router_group_topk,
                      a2a_scale=m.moe_expert_capacity_factor if routing.padded(m) else 1.0)
     if par is None:
