@@ -134,7 +134,9 @@ parallel: {tp: 2, pp: 1, dp: 16, ep: 16, etp: 1, sequence_parallel: true}
 
 
 @pytest.mark.parametrize("overrides", [[], ["parallel.pp=2", "parallel.dp=8", "parallel.ep=8",
-                                            "training.global_batch=16"]])
+                                            "training.global_batch=16"],
+                                       # DeepEP, and an all-to-all-v whose busiest receiver takes 2.5/4 more
+                                       ["parallel.moe_token_dispatcher_type=flex"], ["model.moe_imbalance=2.5"]])
 def test_folded_equals_unfolded(tmp_path, capsys, overrides):
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY)
