@@ -82,3 +82,15 @@ def test_deepep_and_alltoall_differ_on_the_qwen3_layout(capsys):
                      f"model.moe_pad_expert_input_to_capacity={'true' if kind == 'alltoall' else 'false'}"]) == 0
         times[kind] = json.loads(capsys.readouterr().out)["iteration_time_s"]
     assert times["flex"] != times["alltoall"]
+
+
+def test_small_grouped_gemms_lose_what_deepgemm_measured():
+    from emulator.workload.kernel_cost import small_m_efficiency
+
+    # DeepGEMM masked grouped GEMMs on H800 over the emulator's roofline of the same shapes: M 256:
+    # (932/1130 + 815/918)/2 = (0.8248 + 0.8878)/2 = 0.8563; M 512: (1040/1130 + 916/918)/2 = 0.9591; M 1024: 1
+    assert small_m_efficiency(256) == pytest.approx(0.85629, rel=1e-4)
+    assert small_m_efficiency(512) == pytest.approx(0.95909, rel=1e-4)
+    assert small_m_efficiency(1024) == small_m_efficiency(8192) == 1.0
+    # halfway in log M between 256 and 512 (M = 362.04): the mean of the two
+    assert small_m_efficiency(362) == pytest.approx((0.85629 + 0.95909) / 2, rel=2e-3)
