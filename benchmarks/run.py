@@ -61,6 +61,14 @@ CASES = {
     # MoE parallel folding (issue 28): the DeepSeek-V3 and Qwen3-235B recipes' layouts (EP over TP ranks)
     "qwen3-235b-256": ("scenarios/qwen3-235b-256-h100.yaml", []),
     "deepseek-v3-1024": ("scenarios/deepseek-v3-1024-h100.yaml", []),
+    # issue 36: DeepEP dispatch with binomial (force-balanced) routing; the same with skewed routing (the
+    # busiest EP rank 1.5x: every rank still costed as it, so the fold holds); and 4,096 GPUs (DP 128)
+    "deepseek-v3-1024-skewed": ("scenarios/deepseek-v3-1024-h100.yaml",
+                                ["model.moe_router_force_load_balancing=false", "model.moe_imbalance=3"]),
+    "deepseek-v3-4096": ("scenarios/deepseek-v3-1024-h100.yaml", ["cluster.nodes=512", "parallel.dp=128"]),
+    "qwen3-235b-256-skewed": ("scenarios/qwen3-235b-256-h100.yaml",
+                              ["model.moe_expert_capacity_factor=null", "model.moe_pad_expert_input_to_capacity=false",
+                               "model.moe_imbalance=3"]),
 }
 UNFOLDED = {"gpt3-1024-unfolded": ("scenarios/gpt3-175b-1024-a100.yaml", ["simulation.fold=off"])}
 

@@ -74,6 +74,31 @@ KINDS: tuple[OpKind, ...] = (COMPUTE, COLLECTIVE, SEND, RECV)
 COMM_KINDS: tuple[OpKind, ...] = (COLLECTIVE, SEND, RECV)
 COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast")
 
+# MoE token dispatch collectives whose traffic depends on the routing (emulator/network/dispatch.py builds
+# their flows): "<kind>:<direction>:<k=v,...>", kind all_to_all_v (NCCL all-to-all-v with per-pair sizes)
+# or a flex backend (deepep), direction in (dispatch: towards the experts) or out (combine: back).
+DISPATCH_KINDS = ("all_to_all_v", "deepep")
+
+
+def is_collective(op: str) -> bool:
+    """A collective the fabric knows: one of COLLECTIVE_OPS or a dispatch collective."""
+    return op in COLLECTIVE_OPS or parse_dispatch_op(op) is not None
+
+
+def dispatch_op(kind: str, direction: str, **params: float) -> str:
+    """The collective name of a routing-dependent dispatch (``parse_dispatch_op`` reads it back)."""
+    return f"{kind}:{direction}:" + ",".join(f"{k}={v:.9g}" for k, v in sorted(params.items()))
+
+
+def parse_dispatch_op(op: str) -> tuple[str, str, dict[str, float]] | None:
+    """(kind, direction, params) of a dispatch collective's name; None for any other collective."""
+    kind, sep, rest = op.partition(":")
+    if not sep or kind not in DISPATCH_KINDS:
+        return None
+    direction, _, items = rest.partition(":")
+    params = {k: float(v) for k, v in (item.split("=") for item in items.split(",") if item)}
+    return kind, direction, params
+
 
 @dataclass(frozen=True, slots=True)
 class Part:
@@ -204,7 +229,7 @@ def _check_block(op: Op) -> None:
     if op.kind is not COMPUTE or parts[0].kind is not COMPUTE or parts[-1].kind is not COMPUTE:
         raise ValueError(f"op {op.id}: a block must be a compute op whose first and last parts are compute")
     for p, part in enumerate(parts):
-        if part.kind is COLLECTIVE and (part.collective not in COLLECTIVE_OPS or op.rank not in part.group):
+        if part.kind is COLLECTIVE and (not is_collective(part.collective) or op.rank not in part.group):
             raise ValueError(f"op {op.id}: part {p} is not a collective of rank {op.rank}")
         if part.kind is not COMPUTE and part.kind is not COLLECTIVE:
             raise ValueError(f"op {op.id}: part {p} is a {part.kind.label} (a block holds compute and collectives)")
@@ -409,7 +434,7 @@ class Program:
                 if d not in ids:
                     raise ValueError(f"op {op.id}: dependency {d} is not an op of this program")
             if op.kind is COLLECTIVE:
-                if op.collective not in COLLECTIVE_OPS:
+                if not is_collective(op.collective):
                     known = ", ".join(COLLECTIVE_OPS)
                     raise ValueError(f"op {op.id}: collective {op.collective!r} is not one of {known}")
                 if op.rank not in op.group:

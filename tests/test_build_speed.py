@@ -9,12 +9,14 @@ import pytest
 from helpers import custom_scenario, star
 
 from emulator.devices.gpu import Gpu
-from emulator.network.collectives import CollectiveModel, StepCosts
+from emulator.network.collectives import CollectiveModel
+from emulator.network.raw_plan import StepCosts
 from emulator.network.routing import Router
 from emulator.network.topology import build_topology
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
 from emulator.run.engine import Engine
 from emulator.run.simulation import build_workload, run_program, simulate
+from emulator.run.wiring import wire
 from emulator.scenario import load_scenario_text
 
 
@@ -60,7 +62,7 @@ def test_wire_is_the_same_with_or_without_positional_ids(tmp_path, base):
     ops = [Op(base + 0, 0, COMPUTE, duration=1.0), Op(base + 1, 0, COMPUTE, duration=1.0),
            Op(base + 2, 0, SEND, "pp", (base + 1,), peer=1, bytes=8.0),
            Op(base + 3, 1, RECV, "pp", (), peer=0, bytes=8.0), Op(base + 4, 1, COMPUTE, deps=(base + 3, base + 0), duration=1.0)]
-    off, to, wait = _engine(ops, tmp_path)._wire()
+    off, to, wait = wire(_engine(ops, tmp_path).tops)
     succ = [list(to[off[t]:off[t + 1]]) for t in range(len(off) - 1)]
     # successors by position: 0 → 1 (stream), 4 (dep); 1 → 2 (dep); 3 → 4 (dep); 2, 4 → none
     assert succ == [[1, 4], [2], [], [4], []]

@@ -110,7 +110,8 @@ def test_disjoint_sum_by_hand():
 def test_flows_are_their_hops_routes_summed_in_order(op, group, algorithm):
     # every flow of a plan carries, on each link, the sum of the weights its hops' routes put there, in
     # hop order (0.0 + w1 + w2 ...); 4 DGX A100 on a fat-tree with leaves of 2 nodes, no fold
-    from emulator.network.collectives import CollectiveModel, StepCosts
+    from emulator.network.collectives import CollectiveModel
+    from emulator.network.raw_plan import StepCosts
     from emulator.network.routing import Router
     from emulator.network.topology import build_topology
 

@@ -74,8 +74,11 @@ def test_folded_moe_layer_steps():
     fwd = Ly.forward_steps(L)
     mlp = fwd[[s.name for s in fwd].index("ln2"):]
     comms = [(c.name, c.group, c.collective, c.bytes) for c in Ly.comms(mlp)]
-    # all-to-all of 2048·8 = 16 384 copies × 4096 × 2 B = 134 217 728 B each way; no TP or ETP collective
-    assert comms == [("moe.dispatch", "ep", "all_to_all", 134_217_728), ("moe.combine", "ep", "all_to_all", 134_217_728)]
+    # the token counts (128 experts × 8 B × ep 32), all-to-all of 2048·8 = 16 384 copies × 4096 × 2 B =
+    # 134 217 728 B each way (the dispatch with 16 384 fp32 probabilities); no TP or ETP collective
+    assert comms == [("moe.token_counts", "ep", "all_gather", 128 * 8 * 32),
+                     ("moe.dispatch", "ep", "all_to_all", 134_217_728 + 16_384 * 4),
+                     ("moe.combine", "ep", "all_to_all", 134_217_728)]
     k = {s.name: s for s in Ly.kernels(mlp)}
     assert (k["moe.router"].m, k["moe.router"].n) == (2048, 128)
     # 128/32 = 4 local experts of 16 384/4 = 4096 tokens, the whole width 1536 (etp 1): SwiGLU up 3072
@@ -83,11 +86,12 @@ def test_folded_moe_layer_steps():
     assert (k["moe.down"].m, k["moe.down"].n, k["moe.down"].k) == (4096, 4096, 1536)
     # etp 2 under tp 4: Te = 1024 tokens, 8192 copies; the ETP all-gather doubles the experts' rows
     # (8192·2/4 = 4096 each) and halves their width (768); its buffer 4096·4·4096·2 = 134 217 728 B,
-    # the all-to-all's 8192·4096·2 = 67 108 864 B
+    # the all-to-all's 8192·4096·2 = 67 108 864 B (the dispatch with 8192 fp32 probabilities), after the
+    # token counts (128 × 8 B × ep 32)
     L2 = Ly.layer_shape(MOE, 1, t=4, sp=True, ep=32, flash=True, etp=2)
     mlp2 = Ly.forward_steps(L2)[[s.name for s in Ly.forward_steps(L2)].index("ln2"):]
     assert [(c.group, c.collective, c.bytes) for c in Ly.comms(mlp2)] == [
-        ("ep", "all_to_all", 67_108_864), ("etp", "all_gather", 134_217_728),
+        ("ep", "all_gather", 128 * 8 * 32), ("ep", "all_to_all", 67_108_864 + 8192 * 4), ("etp", "all_gather", 134_217_728),
         ("etp", "reduce_scatter", 134_217_728), ("ep", "all_to_all", 67_108_864)]
     up = next(s for s in Ly.kernels(mlp2) if s.name == "moe.up")
     assert (up.m, up.n) == (4096, 1536)
@@ -130,7 +134,9 @@ parallel: {tp: 2, pp: 1, dp: 16, ep: 16, etp: 1, sequence_parallel: true}
 
 
 @pytest.mark.parametrize("overrides", [[], ["parallel.pp=2", "parallel.dp=8", "parallel.ep=8",
-                                            "training.global_batch=16"]])
+                                            "training.global_batch=16"],
+                                       # DeepEP, and an all-to-all-v whose busiest receiver takes 2.5/4 more
+                                       ["parallel.moe_token_dispatcher_type=flex"], ["model.moe_imbalance=2.5"]])
 def test_folded_equals_unfolded(tmp_path, capsys, overrides):
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY)

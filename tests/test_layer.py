@@ -65,9 +65,11 @@ def test_recompute_kernels():
 def test_moe_all_to_all():
     mx = model_preset("mixtral-8x7b")
     L = Ly.layer_shape(mx, 1, t=1, ep=8)
-    # dispatch and combine of b·s·top_k·h·2 = 4096·2·4096·2 = 67 108 864 bytes each way
+    # Megatron's token counts (8 experts × 8 B × ep 8 gathered), then dispatch and combine of
+    # b·s·top_k·h·2 = 4096·2·4096·2 = 67 108 864 bytes each way (the dispatch with 8192 fp32 probabilities)
     a2a = [c for c in Ly.comms(Ly.forward_steps(L)) if c.group == "ep"]
-    assert [c.name for c in a2a] == ["moe.dispatch", "moe.combine"] and a2a[0].bytes == 67_108_864
+    assert [c.name for c in a2a] == ["moe.token_counts", "moe.dispatch", "moe.combine"]
+    assert [c.bytes for c in a2a] == [8 * 8 * 8, 67_108_864 + 8192 * 4, 67_108_864]
     assert len([c for c in Ly.comms(Ly.backward_steps(L)) if c.group == "ep"]) == 2
     # expert GEMMs: 1 local expert of 8192 tokens (4096·2·8/8)
     up = next(k for k in Ly.forward_steps(L) if k.name == "moe.up")

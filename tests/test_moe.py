@@ -7,6 +7,7 @@ import pytest
 from emulator.devices import compute
 from emulator.errors import ScenarioError
 from emulator.outputs.summary import summarize
+from emulator.program import dispatch_op
 from emulator.run.simulation import simulate
 from emulator.scenario import (
     ClusterSpec,
@@ -124,7 +125,8 @@ def test_expert_kernels_use_the_expert_width_and_shared_mlp():
     assert (k["shared.up"].m, k["shared.up"].n, k["shared.up"].k) == (512, 2048, 1024)
     assert (k["shared.down"].m, k["shared.down"].n, k["shared.down"].k) == (512, 1024, 1024)
     assert k["swiglu"].bytes == 3 * 1024 * 512 * 2  # 1024 copies × width 512, 3 passes of 2 bytes
-    assert k["moe.dispatch"].bytes == 1024 * 1024 * 2  # routed copies × h × 2 bytes
+    # routed copies × h × 2 bytes, plus each copy's fp32 routing probability (Megatron's second all-to-all)
+    assert k["moe.dispatch"].bytes == 1024 * 1024 * 2 + 1024 * 4
 
 
 def test_imbalance_stretches_the_busiest_rank():
@@ -133,11 +135,15 @@ def test_imbalance_stretches_the_busiest_rank():
     assert L.rank_load == 2.0
     k = _by_name(Ly.forward_steps(L))
     assert k["moe.up"].m == 1024 and k["moe.down"].m == 1024  # 2·1024 copies / 2 experts
-    assert k["moe.dispatch"].bytes == k["moe.combine"].bytes == 2 * 1024 * 1024 * 2
+    # the all-to-all's S is one rank's routed copies (plus their fp32 probabilities): only the busiest
+    # receiver gets twice the mean, in the plan (network/dispatch.py), not in every rank's buffer
+    assert k["moe.dispatch"].bytes == 1024 * 1024 * 2 + 1024 * 4 and k["moe.combine"].bytes == 1024 * 1024 * 2
+    assert k["moe.dispatch"].collective == dispatch_op("all_to_all_v", "in", load=2.0)
+    assert k["moe.combine"].collective == dispatch_op("all_to_all_v", "out", load=2.0)
     assert k["swiglu"].bytes == 3 * 2048 * 512 * 2
     assert k["moe.permute"].bytes == 2 * 1024 * 1024 * 2  # the sender's side is unchanged: 2 passes of T·k·h
     b = _by_name(Ly.backward_steps(L))
-    assert b["moe.down.dgrad"].m == 1024 and b["moe.dispatch_bwd"].bytes == 4 * 1024 * 1024
+    assert b["moe.down.dgrad"].m == 1024 and b["moe.dispatch_bwd"].bytes == 2 * 1024 * 1024 + 1024 * 4
     # without expert parallelism every rank holds all experts: the total stays the mean
     assert Ly.layer_shape(dataclasses.replace(SMALL, moe_imbalance=3.0), 1, ep=1).rank_load == 1.0
 

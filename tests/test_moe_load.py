@@ -4,6 +4,7 @@ import dataclasses
 import pytest
 
 from emulator.errors import ScenarioError
+from emulator.program import parse_dispatch_op
 from emulator.scenario import load_scenario_text
 from emulator.scenario.catalog import model_preset
 from emulator.workload import layer as Ly
@@ -30,14 +31,15 @@ def test_default_and_imbalance():
 
 
 def test_distribution_scales_the_all_to_all_and_the_experts():
-    # b 1, s 4096, ep 4: 4096·2 = 8192 routed copies; balanced all-to-all 8192·4096·2 = 67 108 864 B;
-    # with the busiest rank at 5/3: 111 848 106.67 B, and its 2 local experts get 8192·5/3 = 13 653 tokens
-    # (rounded), 6826 each
+    # b 1, s 4096, ep 4: 4096·2 = 8192 routed copies; all-to-all S = 8192·4096·2 = 67 108 864 B (the dispatch
+    # with the copies' fp32 probabilities, 8192·4 B more); the busiest rank at 5/3 receives 5/3 of the mean
+    # (the plan's load), and its 2 local experts get 8192·5/3 = 13 653 tokens (rounded), 6826 each
     m = dataclasses.replace(MIXTRAL, moe_expert_load=(4, 1, 1, 1, 1, 1, 1, 2))
     L = Ly.layer_shape(m, 1, ep=4, flash=True)
     steps = Ly.forward_steps(L)
-    a2a = [c.bytes for c in Ly.comms(steps) if c.group == "ep"]
-    assert a2a == [pytest.approx(67_108_864 * 5 / 3)] * 2
+    a2a = [c for c in Ly.comms(steps) if c.group == "ep" and c.collective != "all_gather"]
+    assert [c.bytes for c in a2a] == [67_108_864 + 8192 * 4, 67_108_864]
+    assert [parse_dispatch_op(c.collective)[2]["load"] for c in a2a] == [pytest.approx(5 / 3)] * 2
     up = next(k for k in Ly.kernels(steps) if k.name == "moe.up")
     assert (up.m, up.batch) == (13_653 // 2, 2)
     # memory: the experts' stored tokens grow by the same 5/3 (top-2 copies × load)

@@ -12,6 +12,7 @@ latency of its class) and a launch cost L:
 - ring broadcast:        L + (n−1)·α + S/B   (pipelined from the root along each ring channel)
 - direct all-to-all:     one flow per ordered pair, S/n bytes each
 - send/recv:             L + α + S/B
+- MoE dispatch (all-to-all-v with per-pair sizes, DeepEP): one flow per rank over its legs (dispatch.py)
 - tree all-reduce (NCCL's double binary tree, tree.py): per channel two trees over the
   nodes, each carrying half; inside a node a chain. Reduce up and broadcast down are
   pipelined: one flow over every edge both ways, L + 2·(chain α + depth α).
@@ -45,37 +46,23 @@ on a group the fold maps onto itself keeps one flow per orbit of its flows (orbi
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import is_, itemgetter
 from typing import Callable
 
+from emulator.network import dispatch as moe_dispatch
 from emulator.network import tree, tuning
 from emulator.network.compression import compress_plans
 from emulator.network.flows import FlowSpec, Plan
 from emulator.network.orbits import direct_orbits
+from emulator.network.raw_plan import Hop, RawFlow, RawPlan, StepCosts
 from emulator.network.routing import Route, Router
 from emulator.network.slack import slack_links
-from emulator.program import Fold, FoldRefused
+from emulator.program import Fold, FoldRefused, parse_dispatch_op
 
 PlanKey = tuple[str, tuple[int, ...], int]  # (op, group, root); op "p2p" with group (src, dst) for a transfer
 CacheKey = tuple[str, tuple[int, ...], int, str]  # a PlanKey and the algorithm that builds it
-Hop = tuple[int, int, float]  # (src, dst, scale): one routed leg of a flow, its bytes scaled
-# (hops, volume per byte of S, latency, merged hops): merged hops are reduced in the switches, so a
-# link on several of them carries the flow once (the most any of them puts on it), not their sum
-RawFlow = tuple[list[Hop], float, float, list[Hop]]
-RawPlan = list[list[RawFlow]]  # phases of flows, before routing
 Algorithm = Callable[["CollectiveModel", str, tuple[int, ...], int], RawPlan]
-
-
-@dataclass(frozen=True)
-class StepCosts:
-    """Software costs of a collective (calibrated per node preset; zero on custom graphs)."""
-
-    launch: float = 0.0
-    intra: float = 0.0
-    inter: float = 0.0
-    nvls: float = 0.0  # NVLS: (intra link capacity) / (NVLS all-reduce bus bandwidth); 0: none
 
 
 class _Acc:
@@ -276,6 +263,8 @@ class CollectiveModel:
         algo = self.algorithm
         if len(group) < 2:
             return "ring"
+        if parse_dispatch_op(op) is not None:
+            return "dispatch"
         if op == "all_to_all" or algo == "direct":
             return "direct" if op == "all_to_all" else "ring"
         if algo in ("hierarchical", "collnet") and (op != "all_reduce" or not self._regular(group)):
@@ -284,7 +273,7 @@ class CollectiveModel:
             return "ring"
         if algo == "tree" and (op != "all_reduce" or self.node_of(group[0]) < 0):
             return "ring"
-        if algo == "nvls" and (op != "all_reduce" or not self.steps.nvls or len(self._by_node(group)) > 1
+        if algo == "nvls" and (op != "all_reduce" or not self.steps.nvls or len(self.by_node(group)) > 1
                                or self.node_of(group[0]) < 0):
             return "ring"
         return algo
@@ -292,6 +281,8 @@ class CollectiveModel:
     def _auto_candidates(self, op: str, group: tuple[int, ...]) -> tuple[str, ...]:
         if len(group) < 2:
             return ("ring",)
+        if parse_dispatch_op(op) is not None:
+            return ("dispatch",)
         if op == "all_to_all":
             return ("direct",)
         if op != "all_reduce" or self.hardware is None or self.node_of(group[0]) < 0:
@@ -299,21 +290,21 @@ class CollectiveModel:
         out = ["ring", "tree"]
         if self.hardware.sharp and self._regular(group):
             out.append("collnet")
-        if self.steps.nvls and len(self._by_node(group)) == 1:
+        if self.steps.nvls and len(self.by_node(group)) == 1:
             out.append("nvls")
         return tuple(out)
 
     def _comm(self, group: tuple[int, ...]) -> tuning.Comm | None:
         if self.hardware is None or len(group) < 2 or self.node_of(group[0]) < 0:
             return None
-        return tuning.comm_of(self.hardware, [len(p) for p in self._by_node(group)])
+        return tuning.comm_of(self.hardware, [len(p) for p in self.by_node(group)])
 
     # -- construction ---------------------------------------------------------
     def _raw(self, op: str, group: tuple[int, ...], root: int, algo: str) -> RawPlan:
         """Phases of flows, each flow as (hops [(src, dst, scale)], volume, latency, merged hops)."""
         if op == "p2p":
             a, b = group
-            lat = self.steps.launch + self._alpha(a, b)
+            lat = self.steps.launch + self.alpha(a, b)
             return [[([(a, b, 1.0)], 1.0, lat, [])]]
         if len(group) < 2:
             return []
@@ -412,7 +403,7 @@ class CollectiveModel:
                                                   "copies load the links of other jobs unlike")
 
     # -- helpers --------------------------------------------------------------
-    def _alpha(self, a: int, b: int) -> float:
+    def alpha(self, a: int, b: int) -> float:
         """One step a→b: path latency plus the software step latency of its class (memoised: the
         same hop is a step of every collective on its group, and of each of its symmetric copies)."""
         out = self._alphas.get((a, b))
@@ -424,7 +415,7 @@ class CollectiveModel:
         return out
 
     def _alphas_of(self, src: list[int], dst: list[int]) -> list[float]:
-        """``_alpha(src[i], dst[i])`` of each i (the memoised ones looked up at C speed)."""
+        """``alpha(src[i], dst[i])`` of each i (the memoised ones looked up at C speed)."""
         pairs = list(zip(src, dst))
         out: list[float | None] = list(map(self._alphas.get, pairs))
         new = list(compress(range(len(out)), map(is_, out, repeat(None))))  # found at C speed
@@ -440,20 +431,20 @@ class CollectiveModel:
                 out[i] = self._alphas[pairs[i]]
         return out  # type: ignore[return-value]  # no None is left
 
-    def _by_node(self, group: tuple[int, ...]) -> list[list[int]]:
+    def by_node(self, group: tuple[int, ...]) -> list[list[int]]:
         nodes: dict[int, list[int]] = {}
         for r in group:
             nodes.setdefault(self.node_of(r), []).append(r)
         return [nodes[n] for n in sorted(nodes)]
 
     def _regular(self, group: tuple[int, ...]) -> bool:
-        per = self._by_node(group)
+        per = self.by_node(group)
         return len(per) > 1 and len({len(p) for p in per}) == 1 and self.node_of(group[0]) >= 0
 
     def rings(self, group: tuple[int, ...]) -> list[list[int]]:
         """The ring channels of a group: one ring, or, across nodes, one per local position of the
         smallest node (NCCL uses as many channels as the smaller side allows)."""
-        per = self._by_node(group)
+        per = self.by_node(group)
         k = min(len(p) for p in per)
         if len(per) == 1 or self.node_of(group[0]) < 0 or k == 1:
             return [list(group)]
@@ -506,7 +497,7 @@ def ring_broadcast(model: CollectiveModel, group: tuple[int, ...], root: int) ->
             i = order.index(root)
             order = order[i:] + order[:i]
         hops = [(order[i], order[i + 1], 1.0) for i in range(len(order) - 1)]
-        alpha = max(model._alpha(a, b) for a, b, _ in hops)
+        alpha = max(model.alpha(a, b) for a, b, _ in hops)
         flows.append((hops, 1.0 / len(rings), model.steps.launch + (len(order) - 1) * alpha, []))
     return [flows]
 
@@ -520,7 +511,7 @@ def direct(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -
     for a in group:
         for b in group:
             if a != b:
-                flows.append(([(a, b, 1.0)], 1.0 / n, model.steps.launch + model._alpha(a, b), []))
+                flows.append(([(a, b, 1.0)], 1.0 / n, model.steps.launch + model.alpha(a, b), []))
     return [flows]
 
 
@@ -529,7 +520,7 @@ def double_tree(model: CollectiveModel, op: str, group: tuple[int, ...], root: i
     over the nodes (tree.py), each carrying S/(2k); inside a node a chain from the channel's entry
     member through the node's others. Reduce (up) and broadcast (down) are pipelined: one flow per
     (channel, tree) over every edge, both ways, at one rate; latency L + 2·(chain α + depth α)."""
-    per = model._by_node(group)
+    per = model.by_node(group)
     m, k = len(per), min(len(p) for p in per)
     flows: list[RawFlow] = []
     for c in range(k):
@@ -538,7 +529,7 @@ def double_tree(model: CollectiveModel, op: str, group: tuple[int, ...], root: i
         for chain in chains:
             for a, b in zip(chain, chain[1:]):
                 intra += [(a, b, 1.0), (b, a, 1.0)]
-        chain_alpha = max((model._alpha(a, b) for a, b, _ in intra), default=0.0)
+        chain_alpha = max((model.alpha(a, b) for a, b, _ in intra), default=0.0)
         chain_steps = max(len(chain) for chain in chains) - 1
         for t in (0, 1):
             parent = tree.parents(m, t)
@@ -547,7 +538,7 @@ def double_tree(model: CollectiveModel, op: str, group: tuple[int, ...], root: i
                 if p >= 0:
                     a, b = chains[i][0], chains[p][0]
                     inter += [(a, b, 1.0), (b, a, 1.0)]
-            inter_alpha = max((model._alpha(a, b) for a, b, _ in inter), default=0.0)
+            inter_alpha = max((model.alpha(a, b) for a, b, _ in inter), default=0.0)
             lat = model.steps.launch + 2 * (chain_steps * chain_alpha + tree.depth(parent) * inter_alpha)
             flows.append((intra + inter, 1.0 / (2 * k), lat, []))
     return [flows]
@@ -560,22 +551,22 @@ def collnet(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) 
     back, merged: each link once each way, the switches reduce), then hands it to the node's other
     GPUs (all-gather). One flow per c carries S/k over all of it at one rate; latency
     L + 2·(α inside the node + α to the first node)."""
-    per = model._by_node(group)
+    per = model.by_node(group)
     k = len(per[0])
     flows: list[RawFlow] = []
     for c in range(k):
         heads = [local[c] for local in per]
         intra = [h for local in per for x in local if x != local[c] for h in ((x, local[c], 1.0), (local[c], x, 1.0))]
         up = [h for x in heads[1:] for h in ((x, heads[0], 1.0), (heads[0], x, 1.0))]
-        a_intra = max((model._alpha(a, b) for a, b, _ in intra), default=0.0)
-        a_inter = max(model._alpha(a, b) for a, b, _ in up)
+        a_intra = max((model.alpha(a, b) for a, b, _ in intra), default=0.0)
+        a_inter = max(model.alpha(a, b) for a, b, _ in up)
         flows.append((intra, 1.0 / k, model.steps.launch + 2 * (a_intra + a_inter), up))
     return [flows]
 
 
 def hierarchical(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:
     """Reduce-scatter in each node, all-reduce across nodes per local position, all-gather."""
-    per = model._by_node(group)
+    per = model.by_node(group)
     k, m = len(per[0]), len(per)
     rs_factor, rs_steps = (k - 1) / k, k - 1
     phase1 = [model._ring_flows(local, rs_factor, rs_steps) for local in per] if k > 1 else []
@@ -603,4 +594,5 @@ ALGORITHMS: dict[str, Algorithm] = {
     "direct": direct,
     "hierarchical": hierarchical,
     "nvls": nvls,
+    "dispatch": moe_dispatch.dispatch,  # MoE dispatch with routing-dependent sizes (dispatch.py)
 }

@@ -168,3 +168,32 @@ def per_rank(totals: Totals, iterations: int = 1) -> dict[int, Breakdown]:
 def breakdown(spans: Iterable[Span], period: float, pipelined: bool, iterations: int = 1) -> Breakdown:
     """Per-iteration breakdown averaged over the simulated ranks (see module doc)."""
     return mean_breakdown(rank_totals(spans, period, pipelined, iterations), period, iterations)
+
+
+def stream_time(spans: Iterable[Span], stream: str, iterations: int = 1) -> tuple[float, float]:
+    """(busy, exposed) seconds per iteration of the communication on ``stream`` (the MoE dispatch's "ep"),
+    averaged over the simulated ranks that use it: busy is the union of its transfers, exposed the part
+    of it under no compute span (so exposed ≤ the breakdown's exposed_comm). (0, 0) if no rank uses it."""
+    per: dict[int, list[list[float]]] = {}
+    for s in spans:
+        if s.kind == "compute":
+            if s.end_s > s.start_s and s.stream != "cpu" and s.category != "optimizer":
+                per.setdefault(s.rank, [[], [], [], []])
+                per[s.rank][0].append(s.start_s)
+                per[s.rank][1].append(s.end_s)
+        elif s.stream == stream and s.end_s > s.xfer_s:
+            per.setdefault(s.rank, [[], [], [], []])
+            per[s.rank][2].append(s.xfer_s)
+            per[s.rank][3].append(s.end_s)
+    busy = exposed = 0.0
+    users = 0
+    for cs, ce, ms, me in per.values():
+        if not ms:
+            continue
+        users += 1
+        c = union_length(cs, ce)
+        busy += union_length(ms, me)
+        exposed += union_length(cs + ms, ce + me) - c
+    if not users:
+        return 0.0, 0.0
+    return busy / users / iterations, exposed / users / iterations

@@ -98,6 +98,11 @@ def summarize(result: Result) -> dict[str, Any]:
         "compute_source": compute_source(result),
         "sim": _sim(result),
     }
+    if facts is not None and facts.ep > 1:  # MoE: how long the token dispatch takes, and how much is exposed
+        from emulator.outputs.metrics import stream_time
+
+        busy, exposed = stream_time(result.spans, "ep", iterations)
+        out["moe"] = {"dispatch_s": busy, "exposed_dispatch_s": exposed}
     if result.link_bytes and T > 0:
         from emulator.outputs.nic import busiest_links, busiest_nic
 
@@ -152,6 +157,10 @@ def human_table(summary: dict) -> str:
                        ("other", "other")):
         share = bd[key] / T if T > 0 else 0.0
         rows.append((f"  {label}", f"{_fmt_time(bd[key]):>10}  {share:6.1%}"))
+    moe = summary.get("moe")
+    if moe:
+        rows.append(("MoE dispatch", f"{_fmt_time(moe['dispatch_s'])} in flight, "
+                                     f"{_fmt_time(moe['exposed_dispatch_s'])} exposed (of the exposed comm)"))
     src = summary.get("compute_source")
     if src:
         rows.append(("compute costed", f"measured {src['measured']:.0%}, interpolated {src['interpolated']:.0%}, "

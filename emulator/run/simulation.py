@@ -24,8 +24,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from emulator.devices.gpu import Gpu
 from emulator.errors import EmulatorError
-from emulator.network.collectives import CollectiveModel, StepCosts
+from emulator.network.collectives import CollectiveModel
 from emulator.network.placed import PlacedRouter, placed_node_of
+from emulator.network.raw_plan import StepCosts
 from emulator.network.routing import NoRouteError, Router
 from emulator.network.topology import Topology, build_topology
 from emulator.network.tuning import hardware

@@ -107,8 +107,12 @@ def _moe_violations(m: ModelSpec) -> list[Violation]:
                                                         "(an MoE model)"))
         if m.moe_expert_load:
             out.append(Violation("model.moe_expert_load", "moe_expert_load needs experts > 0 (an MoE model)"))
+        for name in ("moe_router_force_load_balancing", "moe_expert_capacity_factor",
+                     "moe_pad_expert_input_to_capacity", "moe_router_num_groups", "moe_router_group_topk"):
+            if getattr(m, name):
+                out.append(Violation(f"model.{name}", f"{name} needs experts > 0 (an MoE model)"))
         return out
-    out += _expert_load_violations(m)
+    out += _expert_load_violations(m) + _router_violations(m)
     if m.first_dense_layers >= m.layers:
         out.append(Violation("model.first_dense_layers", f"first_dense_layers ({m.first_dense_layers}) must be "
                                                          f"less than layers ({m.layers}): no MoE layer would be left"))
@@ -119,6 +123,63 @@ def _moe_violations(m: ModelSpec) -> list[Violation]:
         out.append(Violation("model.moe_imbalance", f"moe_imbalance ({m.moe_imbalance:g}) must be between 1 and "
                                                     f"experts/top_k = {m.experts}/{top_k} = {m.experts / top_k:g} "
                                                     "(the busiest expert gets at most every token)"))
+    return out
+
+
+def _router_violations(m: ModelSpec) -> list[Violation]:
+    """Megatron-Core's router rules (transformer_config.py ``__post_init__``): force balance draws the load
+    itself, so it excludes the given load; padding needs a capacity factor; group-limited routing needs both
+    group keys, groups that divide the experts, and enough experts in the chosen groups for top_k."""
+    out: list[Violation] = []
+    if m.moe_router_force_load_balancing:
+        for name in ("moe_imbalance", "moe_expert_load"):
+            if getattr(m, name) not in (1.0, ()):
+                out.append(Violation(f"model.{name}", f"moe_router_force_load_balancing draws the load (binomial); "
+                                                      f"give {name} or force balance, not both"))
+    if m.moe_pad_expert_input_to_capacity and m.moe_expert_capacity_factor is None:
+        out.append(Violation("model.moe_pad_expert_input_to_capacity", "moe_pad_expert_input_to_capacity needs "
+                                                                       "model.moe_expert_capacity_factor"))
+    groups, topk = m.moe_router_num_groups, m.moe_router_group_topk
+    if bool(groups) != bool(topk):
+        key = "model.moe_router_group_topk" if groups else "model.moe_router_num_groups"
+        out.append(Violation(key, "group-limited routing needs moe_router_num_groups and moe_router_group_topk "
+                                  "both"))
+    elif groups:
+        if m.experts % groups:
+            out.append(Violation("model.moe_router_num_groups", f"moe_router_num_groups ({groups}) must divide "
+                                                                f"experts ({m.experts})"))
+        elif topk > groups:
+            out.append(Violation("model.moe_router_group_topk", f"moe_router_group_topk ({topk}) must be at most "
+                                                                f"moe_router_num_groups ({groups})"))
+        elif topk * m.experts // groups < (m.top_k or 1):
+            out.append(Violation("model.moe_router_group_topk", f"{topk} groups of {m.experts // groups} experts "
+                                                                f"hold fewer than top_k ({m.top_k}) experts"))
+    return out
+
+
+def _dispatch_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
+    """The dispatcher keys: flex with DeepEP refuses padding to capacity (Megatron-Core transformer_config.py);
+    the emulator's flex dispatch runs the experts without tensor parallelism (etp 1, or tp 1); shared expert
+    overlap needs shared experts and the alltoall or flex dispatcher (transformer_config.py)."""
+    out: list[Violation] = []
+    etp = p.etp or p.tp
+    if p.moe_token_dispatcher_type == "flex":
+        if m.moe_pad_expert_input_to_capacity:
+            out.append(Violation("parallel.moe_token_dispatcher_type", "the flex dispatcher with deepep does not "
+                                                                       "support model.moe_pad_expert_input_to_"
+                                                                       "capacity (Megatron-Core refuses it)"))
+        if etp > 1:
+            out.append(Violation("parallel.moe_token_dispatcher_type", f"flex dispatch is modelled with the experts' "
+                                                                       f"tensor parallelism 1; got {etp} (set "
+                                                                       f"parallel.etp: 1)"))
+    if p.moe_shared_expert_overlap:
+        if not m.shared_experts:
+            out.append(Violation("parallel.moe_shared_expert_overlap", "moe_shared_expert_overlap needs "
+                                                                       "model.shared_experts > 0"))
+        if p.moe_token_dispatcher_type == "allgather":
+            out.append(Violation("parallel.moe_shared_expert_overlap", "moe_shared_expert_overlap works with the "
+                                                                       "alltoall or flex dispatcher only "
+                                                                       "(Megatron-Core)"))
     return out
 
 
@@ -172,7 +233,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
         out.append(Violation("training.optimizer", f"optimizer apex (DistributedFusedAdam) shards the optimizer "
                                                    f"state over the data-parallel ranks: it needs parallel.zero 1 "
                                                    f"or 2, got {p.zero}"))
-    out += _expert_grid_violations(m, p)
+    out += _expert_grid_violations(m, p) + _dispatch_violations(m, p)
     if p.ep > 1 and not m.experts:
         out.append(Violation("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)"))
     if m.experts and m.experts % p.ep:

@@ -284,6 +284,29 @@ class ModelSpec:
         "A measured routing distribution: tokens (or shares) of each expert, one number per expert in expert order; "
         "the busiest expert-parallel rank's load is read from it (Megatron's contiguous local experts). Instead of "
         "moe_imbalance.", default=())
+    # Megatron-Core's router and capacity keys (transformer_config.py; workload/routing.py)
+    moe_router_force_load_balancing: bool = key(
+        "Megatron-Core's benchmark mode (router.py: random logits): each token picks top_k experts uniformly, so each "
+        "expert's load is binomial and the busiest exceeds the mean by the expected maximum of the binomials "
+        "(docs/guides/moe.md). Excludes moe_imbalance and moe_expert_load.", default=False)
+    moe_expert_capacity_factor: float | None = key(
+        "Megatron-Core's moe_expert_capacity_factor: an expert takes at most ceil(tokens x top_k / experts x factor) "
+        "tokens and drops the rest; absent: dropless.", default=None, minimum=0.0, maximum=1e6, positive=True)
+    moe_token_drop_policy: str = key(
+        "Which tokens a full expert drops (Megatron-Core): probs (lowest routing probability) or position (the last "
+        "in the batch); the cost is the same.", default="probs", choices=("probs", "position"))
+    moe_pad_expert_input_to_capacity: bool = key(
+        "With moe_expert_capacity_factor: every expert runs exactly its capacity (Megatron-Core pads), so its load is "
+        "the factor times the mean, however routing falls.", default=False)
+    moe_router_num_groups: int = key(
+        "Group-limited routing (DeepSeek-V3: 8): the experts fall in this many groups; 0: none.",
+        default=0, minimum=0, maximum=10**6)
+    moe_router_group_topk: int = key(
+        "Group-limited routing (DeepSeek-V3: 4): a token's experts come from at most this many groups; 0: none.",
+        default=0, minimum=0, maximum=10**6)
+    moe_router_dtype: str = key(
+        "The router's GEMM and softmax/top-k in fp32 or fp64 (Megatron-Core's moe_router_dtype; DeepSeek-V3 sets "
+        "fp32); absent: the training precision.", default="", choices=("fp32", "fp64"))
     # Multi-latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0
     q_lora_rank: int = key(
         "Multi-latent attention: rank of the query down-projection; 0: a full query projection.",
@@ -386,6 +409,23 @@ class ParallelSpec:
     order: tuple[str, ...] = key(
         "Rank placement, slowest to fastest axis, e.g. [pp, dp, cp, tp] (Megatron's, the default: TP fastest inside "
         "a node).", default=(), kind="axis_order")
+    # MoE token dispatch (Megatron-Core's keys; workload/dispatch.py)
+    moe_token_dispatcher_type: str = key(
+        "How MoE tokens reach their experts (Megatron-Core's moe_token_dispatcher_type): alltoall (NCCL all-to-all-v "
+        "of the routed copies, with the token-count all-gather, the probabilities' all-to-all and a host sync), "
+        "allgather (the hidden states all-gathered over the expert group, reduce-scattered back) or flex "
+        "(moe_flex_dispatcher_backend's kernels). Default alltoall, the emulator's behaviour before the key; "
+        "Megatron-Core's own default is allgather.", default="alltoall", choices=("alltoall", "allgather", "flex"))
+    moe_flex_dispatcher_backend: str = key(
+        "The flex dispatcher's kernels: deepep (DeepEP's normal kernels: each token crosses the network once per "
+        "destination node, then NVLink inside it).", default="deepep", choices=("deepep",))
+    moe_flex_dispatcher_num_sms: int = key(
+        "SMs the DeepEP kernels hold while they run (Megatron-Core's moe_flex_dispatcher_num_sms, DeepEP's historical "
+        "default 20: Buffer.set_num_sms): compute under them runs on the rest.", default=20, minimum=1,
+        maximum=10**4)
+    moe_shared_expert_overlap: bool = key(
+        "The shared experts' first GEMM runs under the dispatch and their second under the combine (Megatron-Core "
+        "token_dispatcher.py).", default=False)
 
 
 @dataclass(frozen=True)

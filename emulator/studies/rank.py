@@ -166,7 +166,8 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     dtype = DTYPE_BYTES[tr.precision]
     flash = getattr(tr, "attention", "unfused") in ("flash", "fa2")
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash,
-                       fa2=tr.attention == "fa2", etp=par.etp)
+                       fa2=tr.attention == "fa2", etp=par.etp,
+                       parallel=par, sm_count=sc.cluster.node.gpu.sm_count if sc.cluster.node else 0)
     st = strides(sc)
     links = {"tp": group_link(sc, st["tp"], par.tp), "cp": group_link(sc, st["cp"], par.cp)}
     links["ep"] = group_link(sc, st["cp"] if par.cp > 1 else st["dp"], par.ep)

@@ -16,6 +16,7 @@ The same costs for a single kernel, for callers outside the layer model (a profi
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -32,6 +33,27 @@ from emulator.workload.layer import Comm, Kernel, Step
 # batched GEMMs; a GPU entry's measured ``grouped_gemm_efficiency`` scales their FLOP rate.
 GROUPED_GEMM_EFFICIENCY = 1.0
 
+# A grouped GEMM with few rows per group loses more than the batched roofline says: DeepGEMM's masked
+# grouped GEMMs on H800 (FP8; ../shared/calibration/blackwell/grouped_gemm.csv, S4 DeepGEMM README @ 327ec92)
+# against the emulator's roofline of the same shapes (kernel_cost on H800-SXM): M 256 per group, N 4096,
+# K 7168: 932 against 1130 TFLOP/s (0.825); N 7168, K 2048: 815 against 918 (0.888), mean 0.856; M 512: 1040
+# against 1130 (0.920) and 916 against 918 (0.998), mean 0.959; M 1024 and more: at or above the roofline
+# (1233/1130, 1346/1238, 1214/1222), 1. Between the rows the factor is interpolated in log M; below 256 it
+# stays at 256's (ASSUMPTION: no row; the memory-bound roofline takes over at small M anyway). ASSUMPTION:
+# the FP8 kernels' small-M loss carries over to BF16 grouped GEMMs (the tiles and waves are the same).
+SMALL_M_EFFICIENCY = ((256, (932 / 1130 + 815 / 918) / 2), (512, (1040 / 1130 + 916 / 918) / 2), (1024, 1.0))
+
+
+def small_m_efficiency(m: int) -> float:
+    """The grouped GEMM's FLOP-rate factor at ``m`` rows per group (SMALL_M_EFFICIENCY)."""
+    rows = SMALL_M_EFFICIENCY
+    if m <= rows[0][0]:
+        return rows[0][1]
+    for (m0, e0), (m1, e1) in zip(rows, rows[1:]):
+        if m <= m1:
+            return e0 + (e1 - e0) * math.log(m / m0) / math.log(m1 / m0)
+    return 1.0
+
 
 @dataclass(frozen=True)
 class Timed(Kernel):
@@ -43,8 +65,10 @@ class Timed(Kernel):
 
 
 def grouped_gemm_time(kern: Kernel, gpu: GpuSpec) -> float:
-    """A grouped GEMM: the batched GEMM's roofline with its FLOP rate × ``grouped_gemm_efficiency``."""
-    eff = gpu.grouped_gemm_efficiency or GROUPED_GEMM_EFFICIENCY
+    """A grouped GEMM: the batched GEMM's roofline with its FLOP rate × ``grouped_gemm_efficiency`` × the
+    small-M factor of its rows per group (``small_m_efficiency``)."""
+    tokens = kern.k if gemm_rows(kern) == 3 else kern.m  # a weight gradient's tokens are its k
+    eff = (gpu.grouped_gemm_efficiency or GROUPED_GEMM_EFFICIENCY) * small_m_efficiency(tokens)
     if eff == 1.0 or min(kern.m, kern.n, kern.k, kern.batch) <= 0:
         return compute.gemm_time(kern.m, kern.n, kern.k, gpu, kern.dtype, kern.batch, gemm_rows(kern))
     e = compute.gemm_efficiency(kern.m, kern.n, kern.k, gpu, kern.batch, kern.dtype, gemm_rows(kern)) * eff
@@ -83,6 +107,18 @@ def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float,
     training precision (:func:`kernel_precision` picks each kernel's)."""
     if isinstance(kern, Timed):
         return kern.seconds, kern.source
+    if kern.kind == "host":  # a host-side stall (the MoE dispatcher's host sync): its fixed seconds
+        return kern.seconds, "roofline"
+    t, source = _kernel_cost(kern, gpu, dtype)
+    return (t * kern.slow if kern.slow != 1.0 else t), source
+
+
+def _kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str) -> tuple[float, str]:
+    if kern.kind == "gemm" and kern.dtype == 4 and dtype not in ("fp32", "tf32"):
+        # a GEMM kept in fp32 in a bf16/fp8 run (the router with moe_router_dtype fp32): PyTorch's default
+        # fp32 matmul, no TF32 (Megatron-Core does not turn it on), at the GPU's FP32 rate
+        g32 = compute.at_precision(gpu, "fp32")
+        return compute.gemm_time(kern.m, kern.n, kern.k, g32, 4, kern.batch, gemm_rows(kern)), "roofline"
     prec = kernel_precision(kern, dtype)
     if kern.kind == "gemm":
         g = compute.fp8_gpu(gpu) if prec == "fp8" else gpu

@@ -89,9 +89,12 @@ gradient (on the critical path) with SP.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from emulator.devices import compute
-from emulator.scenario.spec import ModelSpec
+from emulator.program import dispatch_op
+from emulator.scenario.spec import ModelSpec, ParallelSpec
+from emulator.workload import routing
 from emulator.workload.models import (
     expert_ffn,
     has_biases,
@@ -125,6 +128,8 @@ class Kernel:
     dtype: int = 2  # bytes per element of a gemm's or flash kernel's operands (training.precision)
     grouped: bool = False  # an MoE grouped GEMM (its ``batch`` = the local experts)
     fa2: bool = False  # flash: FlashAttention-2's kernel instead of cuDNN's (training.attention: fa2)
+    slow: float = 1.0  # its time × this: fewer SMs while DeepEP's kernels hold some (dispatch.py)
+    seconds: float = 0.0  # kind host: a fixed host-side stall of the stream (MoE host sync)
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,14 @@ class LayerShape:
     fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
     head: int = 0  # dims per head (model.head_dim); 0: h / heads
     etp: int = 0  # expert tensor-parallel size when it is not t (MoE parallel folding); 0: the experts use t
+    dispatcher: str = "alltoall"  # parallel.moe_token_dispatcher_type (workload/dispatch.py)
+    backend: str = "deepep"  # parallel.moe_flex_dispatcher_backend
+    sm_slow: float = 1.0  # compute under the flex kernels: sm_count / (sm_count − moe_flex_dispatcher_num_sms)
+    shared_overlap: bool = False  # parallel.moe_shared_expert_overlap
+    router_bytes: int = 0  # bytes per element of the router GEMM and its probabilities (moe_router_dtype); 0: dtype
+    groups: int = 0  # moe_router_num_groups
+    group_topk: int = 0  # moe_router_group_topk
+    a2a_scale: float = 1.0  # the copies each rank sends over the mean: the capacity factor when padded
 
     @property
     def T(self) -> int:
@@ -261,18 +274,20 @@ class LayerShape:
 
 def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False, cp: int = 1,
                 ep: int = 1, dtype: int = 2, flash: bool = False, micro_batches: int = 1,
-                fp8_params: bool = False, fa2: bool = False, etp: int | None = None) -> LayerShape:
+                fp8_params: bool = False, fa2: bool = False, etp: int | None = None,
+                parallel: ParallelSpec | None = None, sm_count: int = 0) -> LayerShape:
     """The per-GPU layer shape of ``model`` under the given parallelism. ``dtype`` 1 is FP8 training
     (Transformer Engine: FP8 GEMMs, BF16 activations); its weights are cast once per step of
     ``micro_batches`` (4 bytes per element, 2 with ``fp8_params``). ``etp``: the experts' own tensor
-    parallelism (None or t: as the attention's)."""
+    parallelism (None or t: as the attention's). ``parallel``: its MoE dispatch keys; ``sm_count``: the GPU's
+    SMs (the flex dispatcher's kernels take moe_flex_dispatcher_num_sms of them)."""
     fp8 = dtype == 1
     if fp8:
         dtype = 2
     m = resolve(model)
     causal = m.causal
     d_qk, d_v = head_dims(m)
-    mla = dict(q_rank=m.q_lora_rank, kv_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim, qk_head=d_qk,
+    mla: dict[str, Any] = dict(q_rank=m.q_lora_rank, kv_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim, qk_head=d_qk,
                v_head=d_v, kv_heads=m.heads) if is_mla(m) else dict(kv_heads=m.kv_heads)
     return LayerShape(b=micro_batch, s=m.seq_len // cp, s_kv=m.seq_len, h=m.hidden, heads=m.heads,
                       ffn=m.ffn_hidden, swiglu=m.swiglu, biases=has_biases(m),
@@ -281,8 +296,35 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
                       imbalance=m.moe_imbalance, fp8=fp8, fa2=fa2,
                       fp8_weight_bytes=(2.0 if fp8_params else 4.0) / max(1, micro_batches) if fp8 else 0.0,
-                      head=m.head_dim, load=moe_rank_load(m, ep) if m.moe_expert_load else 0.0,
-                      etp=etp if etp and etp != t else 0, **mla)
+                      head=m.head_dim, load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
+                      etp=etp if etp and etp != t else 0, **mla, **_dispatch_fields(m, parallel, sm_count))
+
+
+def _load(m: ModelSpec, ep: int, tokens: int, t: int, sp: bool, etp: int | None) -> float:
+    """The busiest EP rank's load (models.moe_rank_load) where the routing keys say more than moe_imbalance;
+    0: LayerShape.rank_load's reading of moe_imbalance. The router sees each rank's sequence shard when
+    the experts are folded (etp other than t), else the TP group's whole micro-batch."""
+    if not (m.moe_expert_load or m.moe_router_force_load_balancing or m.moe_expert_capacity_factor is not None):
+        return 0.0
+    folded = bool(etp) and etp != t and sp and t > 1
+    return moe_rank_load(m, ep, tokens // t if folded else tokens)
+
+
+def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> dict[str, Any]:
+    """LayerShape's dispatch and router fields from the parallel and model keys."""
+    out: dict[str, Any] = dict(router_bytes=ROUTER_BYTES.get(m.moe_router_dtype, 0), groups=m.moe_router_num_groups,
+                     group_topk=m.moe_router_group_topk,
+                     a2a_scale=m.moe_expert_capacity_factor if routing.padded(m) else 1.0)
+    if par is None:
+        return out
+    flex = par.moe_token_dispatcher_type == "flex"
+    sms = par.moe_flex_dispatcher_num_sms
+    slow = sm_count / (sm_count - sms) if flex and sm_count > sms else 1.0
+    return dict(out, dispatcher=par.moe_token_dispatcher_type, backend=par.moe_flex_dispatcher_backend,
+                sm_slow=slow, shared_overlap=par.moe_shared_expert_overlap)
+
+
+ROUTER_BYTES = {"fp32": 4, "fp64": 8}  # moe_router_dtype
 
 
 def dense_shape(L: LayerShape) -> LayerShape:
@@ -474,14 +516,15 @@ def _attention_forward(L: LayerShape, cat: str) -> list[Step]:
 
 
 def _moe_sizes(L: LayerShape) -> tuple[int, int, int, float]:
-    """(routed token copies, local experts, tokens per local expert, all-to-all bytes) of the busiest rank."""
+    """(routed token copies, local experts, tokens per local expert, all-to-all bytes) of the busiest rank.
+    The all-to-all's S is one rank's routed copies (times the capacity factor when padded): the busiest
+    receiver's larger share is the plan's (network/dispatch.py), not every rank's."""
     routed = L.T * L.top_k  # token copies this rank sends (and, balanced, receives)
     local = max(1, L.experts // L.ep)
     load = L.rank_load
     received = routed if load == 1.0 else int(round(routed * load))
     m_e = max(1, received // local)  # tokens per local expert
-    a2a = routed * L.h * L.dtype * load
-    return routed, local, m_e, a2a
+    return routed, local, m_e, routed * L.h * L.dtype * L.a2a_scale
 
 
 def _shared_forward(L: LayerShape, cat: str) -> list[Step]:
@@ -501,15 +544,15 @@ def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
     routed, local, m_e, a2a = _moe_sizes(L)
     fe = L.fe_l
     up = 2 * fe if L.swiglu else fe
-    steps: list[Step] = [gemm("moe.router", L.T, L.experts, L.h, L, 1, cat),
-                         elementwise("moe.permute", routed * L.h, 2.0, L, 0.0, cat), *_shared_forward(L, cat)]
-    if L.ep > 1:
-        steps.append(Comm("moe.dispatch", "ep", "all_to_all", a2a, 0, cat))
+    shared = _shared_forward(L, cat)
+    first, second = _shared_split(L, shared)
+    steps: list[Step] = [_router(L, L.T, cat), elementwise("moe.permute", routed * L.h, 2.0, L, 0.0, cat),
+                         *(shared if not first else [])]
+    steps += _dispatch_steps(L, L.T, a2a, cat, first)
     act = _act_forward(L, cat, m_e * local if L.rank_load != 1.0 else routed, fe)
     steps += [grouped_gemm("moe.up", m_e, up, L.h, L, local, cat), act,
               grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
-    if L.ep > 1:
-        steps.append(Comm("moe.combine", "ep", "all_to_all", a2a, 0, cat))
+    steps += _combine_steps(L, L.T, a2a, cat, second)
     steps.append(elementwise("moe.unpermute", routed * L.h, 2.0, L, 1.0, cat))
     return steps
 
@@ -533,23 +576,17 @@ def _mlp_forward(L: LayerShape, cat: str) -> list[Step]:
 
 def _folded_sizes(L: LayerShape) -> tuple[int, int, int, float]:
     """(routed copies of this rank's tokens, local experts, tokens per local expert after the ETP
-    gather, all-to-all bytes) of the busiest rank."""
+    gather, all-to-all bytes) of the busiest rank (S as :func:`_moe_sizes`)."""
     routed = L.Te * L.top_k
     local = max(1, L.experts // L.ep)
     load = L.rank_load
     received = routed if load == 1.0 else int(round(routed * load))
     m_e = max(1, received * L.etp // local)
-    return routed, local, m_e, routed * L.h * L.dtype * load
+    return routed, local, m_e, routed * L.h * L.dtype * L.a2a_scale
 
 
 def _etp(L: LayerShape, name: str, collective: str, nbytes: float, cat: str) -> list[Step]:
     return [Comm(name, "etp", collective, nbytes, 0, cat)] if L.etp > 1 else []
-
-
-def _folded_shared_forward(L: LayerShape, cat: str) -> list[Step]:
-    if not L.shared_ffn:
-        return []
-    return [*_tp_in(L, "shared", cat), *_shared_forward(L, cat), *_tp_out(L, "shared", cat)]
 
 
 def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
@@ -557,16 +594,19 @@ def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
     fe = L.fe_l
     up = 2 * fe if L.swiglu else fe
     gathered = m_e * local * L.h * L.dtype  # the ETP all-gather's output (nccl-tests S)
-    steps: list[Step] = [gemm("moe.router", L.Te, L.experts, L.h, L, 1, cat),
-                         elementwise("moe.permute", routed * L.h, 2.0, L, 0.0, cat), *_folded_shared_forward(L, cat)]
-    if L.ep > 1:
-        steps.append(Comm("moe.dispatch", "ep", "all_to_all", a2a, 0, cat))
+    shared = _shared_forward(L, cat) if L.shared_ffn else []
+    first, second = _shared_split(L, shared)
+    steps: list[Step] = [_router(L, L.Te, cat), elementwise("moe.permute", routed * L.h, 2.0, L, 0.0, cat)]
+    if L.shared_ffn:
+        steps += _tp_in(L, "shared", cat) + (shared + _tp_out(L, "shared", cat) if not first else [])
+    steps += _dispatch_steps(L, L.Te, a2a, cat, first)
     steps += _etp(L, "moe.etp_ag", "all_gather", gathered, cat)
     steps += [grouped_gemm("moe.up", m_e, up, L.h, L, local, cat), _act_forward(L, cat, m_e * local, fe),
               grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
     steps += _etp(L, "moe.etp_rs", "reduce_scatter", gathered, cat)
-    if L.ep > 1:
-        steps.append(Comm("moe.combine", "ep", "all_to_all", a2a, 0, cat))
+    steps += _combine_steps(L, L.Te, a2a, cat, second)
+    if first and L.shared_ffn:
+        steps += _tp_out(L, "shared", cat)
     steps.append(elementwise("moe.unpermute", routed * L.h, 2.0, L, 1.0, cat))
     return steps
 
@@ -577,19 +617,138 @@ def _folded_moe_backward(L: LayerShape) -> list[Step]:
     up = 2 * fe if L.swiglu else fe
     gathered = m_e * local * L.h * L.dtype
     steps: list[Step] = [elementwise("moe.unpermute_bwd", routed * L.h, 2.0, L, 1.0, BWD)]
-    if L.ep > 1:
-        steps.append(Comm("moe.combine_bwd", "ep", "all_to_all", a2a, 0, BWD))
+    steps += _combine_backward(L, L.Te, a2a)
     steps += _etp(L, "moe.etp_ag_bwd", "all_gather", gathered, BWD)
     steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local), _act_backward(L, m_e * local, fe),
               *_grouped_backward(L, "moe.up", m_e, up, L.h, local)]
     steps += _etp(L, "moe.etp_rs_bwd", "reduce_scatter", gathered, BWD)
-    if L.ep > 1:
-        steps.append(Comm("moe.dispatch_bwd", "ep", "all_to_all", a2a, 0, BWD))
+    steps += _dispatch_backward(L, L.Te, a2a)
     if L.shared_ffn:
         steps += [*_grad_gather(L, "shared.down"), *_shared_backward(L), *_tp_out(L, "shared_bwd", BWD)]
-    steps += [elementwise("moe.permute_bwd", routed * L.h, 2.0, L, 1.0, BWD),
-              *_linear_backward(L, "moe.router", L.Te, L.experts, L.h)]
+    steps += [elementwise("moe.permute_bwd", routed * L.h, 2.0, L, 1.0, BWD), *_router_backward(L, L.Te)]
     return steps
+
+
+# --- token dispatch (parallel.moe_token_dispatcher_type) ------------------------------------------
+# Megatron-Core's dispatchers (megatron/core/transformer/moe/token_dispatcher.py @ d98e8a64dd):
+# - alltoall (MoEAlltoAllTokenDispatcher): ``preprocess`` all-gathers every rank's tokens per expert over
+#   the TP×EP group (gather_from_sequence_parallel_region(num_local_tokens_per_expert, tp_ep_group): E int64
+#   per rank), the host syncs at ``cuda_sync_point`` "before_ep_alltoall" to read the splits
+#   (_maybe_dtoh_and_synchronize), then ``token_dispatch`` runs the tokens' all-to-all-v and a second one of
+#   the routing probabilities (one per copy, fp32); ``token_combine`` one all-to-all back. The emulator sends
+#   the probabilities with the tokens (same pairs, their bytes added), leaving out the second call's launch
+#   and latency (~10 us) for fewer events. The shared experts' fc1 runs after the
+#   tokens' all-to-all is launched and fc2 after the combine's (``linear_fc1_forward_and_act``,
+#   ``linear_fc2_forward``): under them with moe_shared_expert_overlap.
+# - allgather (MoEAllGatherTokenDispatcher): the routing map, the probabilities and the hidden states are
+#   all-gathered over TP×EP; the combine reduce-scatters.
+# - flex (MoEFlexTokenDispatcher, fused_a2a.py): DeepEP's dispatch and combine over TP×EP, each token once
+#   per destination (network/dispatch.py); the probabilities travel with the tokens; DeepEP's normal
+#   dispatch waits on the host for the received count (deep_ep/buffer.py ``dispatch``: "the CPU will wait
+#   for GPU's signal"); its kernels hold moe_flex_dispatcher_num_sms SMs, so compute under them is slower.
+# The EP group stands for TP×EP: they are one group with MoE parallel folding (etp 1).
+
+# The host sync: the stream drains, the host reads the splits and launches the next kernels; the GPU waits
+# one host launch. ASSUMPTION: one host-bound launch as measured, 11.3 us a call (../shared/calibration/
+# h100/other.csv, NVIDIA/dgxc-benchmarking cpu_overhead sample, torch_small_matmul_time_per_call_us 4x4).
+HOST_SYNC_S = 11.3e-6
+COUNT_BYTES = 8  # num_local_tokens_per_expert: one int64 per expert
+
+
+def _router(L: LayerShape, tokens: int, cat: str) -> Kernel:
+    """The router GEMM tokens × h → E, in moe_router_dtype (fp32: 4-byte operands at the FP32 rate)."""
+    k = gemm("moe.router", tokens, L.experts, L.h, L, 1, cat)
+    return _in_router_dtype(L, k)
+
+
+def _in_router_dtype(L: LayerShape, k: Kernel) -> Kernel:
+    if not L.router_bytes:
+        return k
+    return replace(k, dtype=L.router_bytes, bytes=compute.gemm_bytes(k.m, k.n, k.k, L.router_bytes, k.batch))
+
+
+def _router_backward(L: LayerShape, tokens: int) -> list[Step]:
+    return [_in_router_dtype(L, st) if isinstance(st, Kernel) else st
+            for st in _linear_backward(L, "moe.router", tokens, L.experts, L.h)]
+
+
+def _shared_split(L: LayerShape, shared: list[Step]) -> tuple[list[Step], list[Step]]:
+    """With moe_shared_expert_overlap: (fc1 and its activation, fc2), run under the dispatch and the combine;
+    else ([], [])."""
+    if not (L.shared_overlap and shared and L.ep > 1 and L.dispatcher != "allgather"):
+        return [], []
+    slow = L.sm_slow if L.dispatcher == "flex" else 1.0
+    out = [replace(st, slow=slow) if isinstance(st, Kernel) else st for st in shared]
+    return out[:-1], out[-1:]
+
+
+def _probs_bytes(L: LayerShape) -> int:
+    return L.router_bytes or 4  # Megatron-Core's probabilities are fp32 unless moe_router_dtype says fp64
+
+
+def _a2a_name(L: LayerShape, direction: str) -> str:
+    """The token all-to-all's collective: plain all_to_all when every rank receives the mean, else the
+    routing-dependent plan (network/dispatch.py) with the busiest receiver's load over what is sent."""
+    skew = L.rank_load / L.a2a_scale
+    if L.dispatcher == "flex":
+        return dispatch_op(L.backend, direction, experts=L.experts, top_k=L.top_k, groups=L.groups or 1,
+                           group_topk=L.group_topk or 1, load=skew)
+    if skew == 1.0:
+        return "all_to_all"
+    return dispatch_op("all_to_all_v", direction, load=skew)
+
+
+def _host_sync(cat: str) -> Kernel:
+    return Kernel("moe.host_sync", "host", 0.0, 0.0, cat, seconds=HOST_SYNC_S)
+
+
+def _dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list[Step]) -> list[Step]:
+    """The forward dispatch of ``tokens`` (their routed copies ``a2a`` bytes), with ``under`` run under it."""
+    if L.ep <= 1:
+        return list(under)
+    routed = tokens * L.top_k
+    if L.dispatcher == "allgather":
+        return [Comm("moe.dispatch_routing", "ep", "all_gather", tokens * L.experts * (1 + _probs_bytes(L)) * L.ep,
+                     0, cat),
+                Comm("moe.dispatch", "ep", "all_gather", tokens * L.h * L.dtype * L.ep, 0, cat), *under]
+    if L.dispatcher == "flex":
+        return [_host_sync(cat), Comm("moe.dispatch", "ep", _a2a_name(L, "in"), tokens * L.h * L.dtype,
+                                      len(under), cat), *under]
+    probs = routed * _probs_bytes(L) * L.a2a_scale
+    return [Comm("moe.token_counts", "ep", "all_gather", L.experts * COUNT_BYTES * L.ep, 0, cat), _host_sync(cat),
+            Comm("moe.dispatch", "ep", _a2a_name(L, "in"), a2a + probs, len(under), cat), *under]
+
+
+def _combine_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list[Step]) -> list[Step]:
+    """The forward combine back to the tokens' ranks, with ``under`` run under it."""
+    if L.ep <= 1:
+        return list(under)
+    if L.dispatcher == "allgather":
+        return [Comm("moe.combine", "ep", "reduce_scatter", tokens * L.h * L.dtype * L.ep, 0, cat), *under]
+    nbytes = tokens * L.h * L.dtype if L.dispatcher == "flex" else a2a
+    return [Comm("moe.combine", "ep", _a2a_name(L, "out"), nbytes, len(under), cat), *under]
+
+
+def _combine_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
+    """The combine's gradient: towards the experts, as the dispatch."""
+    if L.ep <= 1:
+        return []
+    if L.dispatcher == "allgather":
+        return [Comm("moe.combine_bwd", "ep", "all_gather", tokens * L.h * L.dtype * L.ep, 0, BWD)]
+    nbytes = tokens * L.h * L.dtype if L.dispatcher == "flex" else a2a
+    return [Comm("moe.combine_bwd", "ep", _a2a_name(L, "in"), nbytes, 0, BWD)]
+
+
+def _dispatch_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
+    """The dispatch's gradient back to the tokens' ranks (alltoall: the probabilities' first)."""
+    if L.ep <= 1:
+        return []
+    if L.dispatcher == "allgather":
+        return [Comm("moe.dispatch_bwd", "ep", "reduce_scatter", tokens * L.h * L.dtype * L.ep, 0, BWD)]
+    if L.dispatcher == "flex":
+        return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out"), tokens * L.h * L.dtype, 0, BWD)]
+    probs = tokens * L.top_k * _probs_bytes(L) * L.a2a_scale
+    return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out"), a2a + probs, 0, BWD)]
 
 
 def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
@@ -707,15 +866,13 @@ def _mlp_core_backward(L: LayerShape) -> list[Step]:
     fe = L.fe_l
     up = 2 * fe if L.swiglu else fe
     steps: list[Step] = [elementwise("moe.unpermute_bwd", routed * L.h, 2.0, L, 1.0, BWD)]
-    if L.ep > 1:
-        steps.append(Comm("moe.combine_bwd", "ep", "all_to_all", a2a, 0, BWD))
+    steps += _combine_backward(L, L.T, a2a)
     steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local),
               _act_backward(L, m_e * local if L.rank_load != 1.0 else routed, fe),
               *_grouped_backward(L, "moe.up", m_e, up, L.h, local)]
-    if L.ep > 1:
-        steps.append(Comm("moe.dispatch_bwd", "ep", "all_to_all", a2a, 0, BWD))
+    steps += _dispatch_backward(L, L.T, a2a)
     steps += [*_shared_backward(L), elementwise("moe.permute_bwd", routed * L.h, 2.0, L, 1.0, BWD),
-              *_linear_backward(L, "moe.router", L.T, L.experts, L.h)]
+              *_router_backward(L, L.T)]
     return steps
 
 

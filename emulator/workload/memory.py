@@ -124,9 +124,10 @@ def optimizer_state_bytes(training: TrainingSpec) -> float:
     return 10.0 if bf16_weights else float(ADAM_STATE_BYTES)
 
 
-def _rank_load(r: ModelSpec, ep: int) -> float:
-    """The busiest EP rank's routed tokens over the mean (layer.py's LayerShape.rank_load)."""
-    return M.moe_rank_load(r, ep)
+def _rank_load(r: ModelSpec, ep: int, tokens: int = 0) -> float:
+    """The busiest EP rank's routed tokens over the mean (layer.py's LayerShape.rank_load; ``tokens`` routed
+    per rank and step: force balance's binomial maximum depends on them)."""
+    return M.moe_rank_load(r, ep, tokens)
 
 
 def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, float]:
@@ -146,14 +147,14 @@ def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, floa
     return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
 
 
-def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int) -> float:
+def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int, tokens: int = 0) -> float:
     """Stored bytes per token of the MLP (or the experts): up output(s) in bf16, kept by the activation
     function, and the activation's output, the down GEMM's input (``g`` bytes)."""
     def mlp(width: int) -> float:
         return 2 * width * (2 if r.swiglu else 1) + g * width
     if not moe:
         return mlp(r.ffn_hidden)
-    routed = r.top_k * _rank_load(r, ep)
+    routed = r.top_k * _rank_load(r, ep, tokens)
     return routed * mlp(M.expert_ffn(r)) + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
 
 
@@ -173,7 +174,7 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     g = 1 if fp8 else 2
     attn_rep, attn_sharded = _attention_terms(r, g, keeps_out=flash and recompute == "none")
     replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
-    sharded = attn_sharded + _mlp_terms(r, bool(r.experts) if moe is None else moe, ep, g)
+    sharded = attn_sharded + _mlp_terms(r, bool(r.experts) if moe is None else moe, ep, g, b * s)
     scores = 0.0 if flash or recompute == "selective" else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
     if sp:
         return unit * (replicated + sharded + scores) / t

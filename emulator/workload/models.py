@@ -32,6 +32,7 @@ query and key/value ranks, d_n, d_r, d_v the per-head no-rope, rope and value di
 from __future__ import annotations
 
 from emulator.scenario.spec import ModelSpec
+from emulator.workload import routing
 
 
 def resolve(spec: ModelSpec) -> ModelSpec:
@@ -125,14 +126,20 @@ def expert_params(spec: ModelSpec) -> int:
     return mlp_of_width(s, expert_ffn(s))
 
 
-def moe_rank_load(spec: ModelSpec, ep: int) -> float:
+def moe_rank_load(spec: ModelSpec, ep: int, tokens: int = 0) -> float:
     """Routed tokens of the busiest expert-parallel rank over the mean rank's.
 
     From ``moe_expert_load`` (measured tokens per expert): EP rank r holds experts r·E/ep … (r+1)·E/ep − 1
     (Megatron-Core moe_layer.py @ d98e8a64dd, lines 188-194: ``local_expert_indices_offset = ep_rank *
     num_local_experts``), so its load is their sum, and the busiest is max over r of that sum over
-    total/ep. Else from ``moe_imbalance`` f: the busiest expert and local − 1 experts of mean load,
-    (f + local − 1)/local. 1 without EP (every rank holds every expert: the total is the mean)."""
+    total/ep. Under ``moe_router_force_load_balancing``, the expected maximum of binomial loads over
+    ``tokens`` tokens per EP rank (workload/routing.py). Else from ``moe_imbalance`` f: the busiest expert and
+    local − 1 experts of mean load, (f + local − 1)/local. 1 without EP (every rank holds every expert: the
+    total is the mean). A capacity factor then caps it, or sets it with padding (routing.capped_load)."""
+    return routing.capped_load(_routed_load(spec, ep, tokens), spec)
+
+
+def _routed_load(spec: ModelSpec, ep: int, tokens: int) -> float:
     if ep <= 1:
         return 1.0
     local = max(1, spec.experts // ep)
@@ -140,6 +147,8 @@ def moe_rank_load(spec: ModelSpec, ep: int) -> float:
     if load:
         per_rank = [sum(load[r * local:(r + 1) * local]) for r in range(ep)]
         return max(per_rank) / (sum(load) / ep)
+    if spec.moe_router_force_load_balancing:
+        return routing.force_balance_load(tokens * ep, spec.top_k or 1, spec.experts, ep)
     if spec.moe_imbalance == 1.0:
         return 1.0
     return (spec.moe_imbalance + local - 1) / local

@@ -129,7 +129,8 @@ def make_plan(sc: Scenario) -> Plan:
     dtype = DTYPE_BYTES[tr.precision]
     flash = getattr(tr, "attention", "unfused") in ("flash", "fa2")
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash,
-                       micro_batches=micro, fp8_params=tr.fp8_params, fa2=tr.attention == "fa2", etp=par.etp)
+                       micro_batches=micro, fp8_params=tr.fp8_params, fa2=tr.attention == "fa2", etp=par.etp,
+                       parallel=par, sm_count=sc.cluster.node.gpu.sm_count if sc.cluster.node else 0)
     # fp8 (Transformer Engine): GEMM operands in FP8, the activations and weights that move in BF16
     plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=2 if dtype == 1 else dtype, flash=flash or par.cp > 1,
                 grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),

@@ -1,0 +1,83 @@
+"""How MoE routing spreads tokens: the busiest expert-parallel rank's load, capacity, and who gets each token.
+
+Pure functions of a ModelSpec (no SimPy). Megatron-Core's router (megatron/core/transformer/moe/router.py,
+moe_utils.py @ d98e8a64dd) decides three things the cost depends on:
+
+- **Force load balancing** (``moe_router_force_load_balancing``, router.py ``apply_random_logits``: the logits
+  are replaced by random normals). Each token then takes top_k distinct experts uniformly at random, so the
+  copies that land on one EP rank (local = E/ep experts) over one step are a sum of N independent draws,
+  N the tokens routed over the EP group; this module takes that count as Binomial(N·top_k, local/E) (each of
+  the N·top_k copies lands there with probability local/E; the draws of one token are not independent, which
+  a binomial slightly overstates). The busiest of the ep ranks is the expected maximum of ep such
+  counts, taken as independent: E[max] = Σ_{x ≥ 0} (1 − F(x)^ep), F the binomial CDF
+  (:func:`binomial_max_mean`). It exceeds the mean by a margin that shrinks as N·top_k/ep grows.
+- **Capacity** (``moe_expert_capacity_factor`` c, moe_utils.py ``get_capacity``: ceil(tokens·top_k/E·c) per
+  expert, on each rank's own tokens). A dropping router caps every expert at c times the mean, so the
+  busiest rank's load is min(load, c) (``moe_token_drop_policy`` only picks which tokens go); padding
+  (``moe_pad_expert_input_to_capacity``) runs every expert at exactly its capacity: load c on every rank,
+  and the all-to-all carries the padded copies (token_dispatcher.py, ``drop_and_pad``), c times the mean.
+  So under a capacity factor, ``moe_imbalance`` is the routing's imbalance before the drop, not the cost's.
+- **Group-limited routing** (``moe_router_num_groups`` G, ``moe_router_group_topk`` g; moe_utils.py
+  ``group_limited_topk``, as DeepSeek-V3 routes): a token picks g of the G contiguous expert groups, then
+  its top_k experts among those groups' experts: the dispatch's traffic (network/dispatch.py,
+  ``use_probability``) counts the nodes and GPUs a token reaches from the placement.
+"""
+from __future__ import annotations
+
+import math
+
+from emulator.scenario.spec import ModelSpec
+
+WINDOW_SD = 14.0  # the binomial beyond ±14 standard deviations of its mean: below 1e-40 of its mass
+
+
+def binomial_max_mean(n: int, p: float, count: int) -> float:
+    """E[max of ``count`` independent Binomial(n, p)] = Σ_{x=0}^{n−1} (1 − F(x)^count), exact over the
+    whole range for small n, else over the mean ± WINDOW_SD standard deviations (below it every term is 1
+    to double precision, above it 0). The upper tail 1 − F is summed from the top, so small tails keep
+    their digits: 1 − F^count = −expm1(count·log1p(−S)), S = 1 − F."""
+    if n <= 0 or p <= 0.0:
+        return 0.0
+    if p >= 1.0 or count <= 1:
+        return n * min(p, 1.0)
+    mean, sd = n * p, math.sqrt(n * p * (1.0 - p))
+    lo = 0 if n <= 20000 else max(0, int(mean - WINDOW_SD * sd))
+    hi = n if n <= 20000 else min(n, int(mean + WINDOW_SD * sd) + 1)
+    lp, lq = math.log(p), math.log1p(-p)
+    lg = math.lgamma(n + 1)
+    pmf = [math.exp(lg - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * lp + (n - x) * lq)
+           for x in range(lo, hi + 1)]
+    total = float(lo)  # x < lo: F(x) = 0 to double precision, each term 1
+    tail = 0.0  # S(x) = P(X > x), built from the top
+    terms = []
+    for i in range(len(pmf) - 1, 0, -1):  # x = hi − 1 … lo
+        tail += pmf[i]
+        terms.append(-math.expm1(count * math.log1p(-min(tail, 1.0))) if tail < 1.0 else 1.0)
+    return total + math.fsum(terms)
+
+
+def force_balance_load(tokens: int, top_k: int, experts: int, ep: int) -> float:
+    """The busiest EP rank's routed copies over the mean under random routing: E[max of ep
+    Binomial(tokens·top_k, local/E)] / (tokens·top_k/ep), ``tokens`` the tokens routed over the EP group
+    in one step; 1 without EP (every rank holds every expert)."""
+    if ep <= 1 or tokens <= 0:
+        return 1.0
+    local = max(1, experts // ep)
+    n = tokens * top_k
+    p = local / experts
+    return binomial_max_mean(n, p, ep) / (n * p)
+
+
+def capped_load(load: float, spec: ModelSpec) -> float:
+    """The busiest rank's load under a capacity factor c: c with padding, min(load, c) with drops, else load."""
+    c = spec.moe_expert_capacity_factor
+    if c is None:
+        return load
+    if spec.moe_pad_expert_input_to_capacity:
+        return c
+    return min(load, c)
+
+
+def padded(spec: ModelSpec) -> bool:
+    """Every expert runs exactly its capacity (Megatron-Core's drop and pad)."""
+    return spec.moe_expert_capacity_factor is not None and spec.moe_pad_expert_input_to_capacity
