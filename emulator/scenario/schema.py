@@ -242,9 +242,17 @@ MODEL_KEYS: dict[str, Key] = {
                            "4096 and 64 heads; Megatron's kv_channels); 0 or absent: hidden/heads. With "
                            "multi-latent attention, the default of qk_nope_head_dim and v_head_dim.", minimum=0,
                     maximum=10**5),
+    "mtp_num_layers": Key("int", "Multi-token prediction modules (Megatron-Core's mtp_num_layers; DeepSeek-V3: 1). "
+                                 "Each is one more transformer layer (an MoE layer in an MoE model), a 2h-to-h "
+                                 "projection, norms of the hidden state and of the shared embedding, and one more "
+                                 "pass of the output head with its cross-entropy. 0 or absent: none.",
+                       minimum=0, maximum=64),
     "tied_embeddings": Key("bool", "Input and output embeddings shared."),
     "causal": Key("bool", "A causal attention mask (decoders, the default); false: bidirectional (BERT)."),
 }
+
+# Megatron-Core transformer_config.py @ d98e8a64dd, ``recompute_modules`` (the choices a GPT or MoE layer has)
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "moe", "shared_experts", "mlp")
 
 TRAINING_KEYS: dict[str, Key] = {
     "global_batch": Key("int", "Sequences per iteration.", minimum=1),
@@ -270,6 +278,12 @@ TRAINING_KEYS: dict[str, Key] = {
                              "12 B a parameter over the data-parallel ranks) or apex (Apex DistributedFusedAdam "
                              "as NeMo sets it up: with bf16 weights the fp32 master is kept as its 16-bit "
                              "remainder, 10 B).", enum=("megatron", "apex")),
+    "recompute_modules": Key("name_list", "With recompute: selective, the modules recomputed in the backward "
+                                          "(Megatron's --recompute-modules): core_attn, mla_up_proj, layernorm, "
+                                          "moe_act, moe, shared_experts, mlp. Absent: the emulator's selective "
+                                          "recompute (the attention core when unfused; Megatron's default is "
+                                          "[core_attn], which also reruns a fused attention).",
+                             enum=RECOMPUTE_MODULES),
 }
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
@@ -295,6 +309,12 @@ PARALLEL_KEYS: dict[str, Key] = {
                                      "rest evenly. Absent: an even split.", minimum=0, maximum=10**6),
     "last_chunk_layers": Key("int", "Layers of the last model chunk (0: the LM head alone); see "
                                     "first_chunk_layers.", minimum=0, maximum=10**6),
+    "pipeline_model_parallel_layout": Key("str", "Megatron's flexible pipeline layout: the stages in model order, "
+                                                 "split by |, of E (embedding), t (transformer layer), m (MTP "
+                                                 "layer) and L (loss), with x*n and (...)*n repetitions, e.g. "
+                                                 "\"Et*3|(tt|)*29,m|L\". Its stage count is pp x virtual stages "
+                                                 "(the virtual stages follow from it); not with "
+                                                 "first_chunk_layers, last_chunk_layers or virtual_stages."),
     "overlap_grad_reduce": Key("bool", "Overlap gradient reduction with backward."),
     "overlap_param_gather": Key("bool", "ZeRO-1/2: the distributed optimizer's parameter all-gather overlaps the "
                                         "next iteration's forward, bucket by bucket; absent: as overlap_grad_reduce."),
@@ -440,7 +460,7 @@ def _default(key: Key, name: str, cls: type | None) -> Any:
                 return MISSING
             if key.type in UNIT_TYPES:
                 return f"{value:g} {UNIT_KINDS[key.type].si_unit}"
-            if key.type in ("int_list", "axis_order", "number_list"):
+            if key.type in ("int_list", "axis_order", "number_list", "name_list"):
                 return list(value)
             return value
     return MISSING
@@ -463,6 +483,8 @@ def _scalar_schema(key: Key, names: Names) -> dict[str, Any]:
         return {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 6}
     if t == "number_list":
         return {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 1}
+    if t == "name_list":
+        return {"type": "array", "items": {"type": "string", "enum": list(key.enum)}, "uniqueItems": True}
     if t == "placement":
         return {"oneOf": [{"type": "string", "enum": list(PLACEMENTS)},
                           {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1,

@@ -149,6 +149,7 @@ class ModelSpec:
     qk_rope_head_dim: int = 0  # per-head query/key dims with the decoupled rotary embedding
     v_head_dim: int = 0  # per-head value dims; 0: hidden / heads
     head_dim: int = 0  # per-head query, key and value dims of any attention (Qwen3: 128); 0: hidden / heads
+    mtp_num_layers: int = 0  # multi-token prediction modules (DeepSeek-V3: 1; workload/mtp.py); 0: none
 
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,
@@ -176,6 +177,9 @@ class TrainingSpec:
     # DistributedOptimizer, fp32 main weights) | apex (Apex DistributedFusedAdam as NeMo sets it up: bf16
     # weights' fp32 masters kept as their 16-bit remainders)
     optimizer: str = "megatron"
+    # with recompute: selective, Megatron's --recompute-modules (workload/recompute.py); None: the emulator's
+    # selective recompute (the attention core when unfused)
+    recompute_modules: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,8 @@ class ParallelSpec:
     virtual_stages: int = 1
     first_chunk_layers: int | None = None  # layers of model chunk 0; None: an even split (scenario/stages.py)
     last_chunk_layers: int | None = None  # layers of the last model chunk; None: an even split
+    # Megatron's flexible layout, e.g. "Et*3|(tt|)*29,m|L" (scenario/stages.py); None: the split above
+    pipeline_model_parallel_layout: str | None = None
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool | None = None  # ZeRO-1/2 parameter all-gather under the next forward; None: as
     # overlap_grad_reduce (Megatron's --overlap-param-gather, which NeMo's recipes turn on with it)
