@@ -277,7 +277,9 @@ MODELS: dict[str, dict[str, Any]] = {
     # leading dense layers, query rank (0: none), vocabulary
     "deepseek-v2-lite": _deepseek(27, 2048, 16, 10944, 1408, 64, 2, 6, 1, 0, 102400),
     "deepseek-v2": _deepseek(60, 5120, 128, 12288, 1536, 160, 2, 6, 1, 1536, 102400),
-    "deepseek-v3": _deepseek(61, 7168, 128, 18432, 2048, 256, 1, 8, 3, 1536, 129280),
+    # with its one multi-token prediction module: huggingface deepseek-ai/DeepSeek-V3 config.json
+    # num_nextn_predict_layers 1 (DeepSeek-V3 Technical Report, arXiv 2412.19437, section 2.2: D = 1)
+    "deepseek-v3": dict(_deepseek(61, 7168, 128, 18432, 2048, 256, 1, 8, 3, 1536, 129280), mtp_num_layers=1),
     "qwen2-57b-a14b": dict(_llama(28, 3584, 28, 4, 2560, 151646, 4096), expert_ffn_hidden=2560, experts=64,
                            top_k=8, shared_experts=8),
     "qwen3-235b-a22b": dict(_llama(94, 4096, 64, 4, 12288, 151936, 4096), head_dim=128, expert_ffn_hidden=1536,

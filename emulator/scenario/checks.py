@@ -34,7 +34,7 @@ from emulator.scenario.spec import (
     TrainingSpec,
     precision_refusal,
 )
-from emulator.scenario.stages import chunk_layers
+from emulator.scenario.stages import LAYOUT_KEY, model_chunks, parse_layout
 from emulator.scenario.yamltree import show
 
 TARGET = re.compile(r"^(gpu|node):(\d+)$")  # an override target that names a GPU or a node
@@ -242,10 +242,13 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     if t.global_batch % per_step:
         out.append(Violation("training.global_batch", f"global_batch ({t.global_batch}) must be divisible "
                                                       f"by micro_batch*dp = {t.micro_batch}*{p.dp} = {per_step}"))
+    out += _layout_violations(p)
     try:
-        chunk_layers(m.layers, p.pp, p.virtual_stages, p.first_chunk_layers, p.last_chunk_layers)
+        model_chunks(m.layers, p.pp, p.virtual_stages, p.first_chunk_layers, p.last_chunk_layers,
+                     p.pipeline_model_parallel_layout, m.mtp_num_layers)
     except ScenarioError as err:
         out.append(Violation(err.key or "parallel.pp", err.message))
+    out += _recompute_violations(m, t)
     out += _tensor_violations(m, p)
     micro_batches = t.global_batch // per_step
     if p.schedule == "interleaved-1f1b" and p.pp > 1 and micro_batches % p.pp:
@@ -253,6 +256,32 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
                              f"interleaved-1f1b needs the micro-batches per pipeline (global_batch/(micro_batch*dp) "
                              f"= {micro_batches}) to be a multiple of pp ({p.pp})"))
     return out
+
+
+def _layout_violations(p: ParallelSpec) -> list[Violation]:
+    """Megatron's flexible layout excludes the first/last split (arguments.py: the layout sets the stages;
+    NeMo and Megatron-Bridge clear num_layers_in_first/last_pipeline_stage with it)."""
+    if not p.pipeline_model_parallel_layout:
+        return []
+    return [Violation(LAYOUT_KEY, f"pipeline_model_parallel_layout places every layer itself: remove "
+                                  f"parallel.{key} (Megatron takes the layout or the first/last split, not both)")
+            for key in ("first_chunk_layers", "last_chunk_layers") if getattr(p, key) is not None]
+
+
+def _recompute_violations(m: ModelSpec, t: TrainingSpec) -> list[Violation]:
+    """recompute_modules are read under selective recompute only (Megatron's recompute_granularity
+    "selective"), and mla_up_proj needs multi-latent attention (transformer_config.py raises)."""
+    mods = t.recompute_modules
+    if mods is None:
+        return []
+    if t.recompute != "selective":
+        return [Violation("training.recompute_modules", f"recompute_modules are recomputed under recompute: "
+                                                        f"selective (Megatron's --recompute-granularity selective); "
+                                                        f"recompute is {t.recompute}")]
+    if "mla_up_proj" in mods and not m.kv_lora_rank:
+        return [Violation("training.recompute_modules", "mla_up_proj needs multi-latent attention "
+                                                        "(model.kv_lora_rank > 0)")]
+    return []
 
 
 def _expert_grid_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
@@ -370,6 +399,7 @@ class ScenarioChecks:
         if s.jobs:
             self.check_no_top_workload(s)
         self.check_one_workload("", s.workload.trace)
+        p = self.derive_virtual_stages(p)
         if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
             v = _schedule_violations(p)[0]
             raise self.fail(v.key, v.message)
@@ -497,6 +527,31 @@ class ScenarioChecks:
         if s.collectives.algorithm == "collnet" and not fabric.sharp:
             raise self.fail("collectives.algorithm", "collnet reduces in the switches: set cluster.fabric.sharp: "
                                                      "true (InfiniBand SHARP) or choose another algorithm")
+
+    def derive_virtual_stages(self, p: ParallelSpec) -> ParallelSpec:
+        """With a pipeline layout, the virtual stages are its stages over pp (Megatron-LM arguments.py:
+        ``virtual_pipeline_model_parallel_size = num_stages // pipeline_model_parallel_size``), so
+        ``virtual_stages`` may not be given beside it."""
+        text = p.pipeline_model_parallel_layout
+        if not text:
+            return p
+        if self.given("parallel.virtual_stages"):
+            raise self.fail("parallel.virtual_stages", "pipeline_model_parallel_layout sets the virtual stages "
+                                                       "(its stages / pp, as Megatron derives them): remove "
+                                                       "virtual_stages")
+        for key in ("first_chunk_layers", "last_chunk_layers"):
+            if self.given(f"parallel.{key}"):
+                raise self.fail(f"parallel.{key}", f"pipeline_model_parallel_layout places every layer itself: "
+                                                   f"remove {key} (Megatron takes the layout or the first/last "
+                                                   "split, not both)")
+        try:
+            stages = len(parse_layout(text))
+        except ScenarioError as err:
+            raise self.fail(LAYOUT_KEY, err.message) from None
+        if p.pp < 1 or stages % p.pp:
+            raise self.fail(LAYOUT_KEY, f"pipeline_model_parallel_layout has {stages} stages, which must be pp "
+                                        f"({p.pp}) x virtual stages: {stages} is not a multiple of {p.pp}")
+        return dataclasses.replace(p, virtual_stages=stages // p.pp)
 
     def derive_dp(self, p: ParallelSpec) -> ParallelSpec:
         gpus = self.gpus()

@@ -15,7 +15,8 @@ keys, in field order, with the types filled in from the annotations:
   with ``choices``); ``X | None`` reads as ``X``;
 - ``float`` with ``unit=`` → the unit kind of units.py (``bytes``, ``time``, ``bandwidth``,
   ``flops_rate``), read with its unit ("200 Gb/s") and kept in SI;
-- ``tuple[int, ...]`` → ``int_list``; ``tuple[float, ...]`` → ``number_list``;
+- ``tuple[int, ...]`` → ``int_list``; ``tuple[float, ...]`` → ``number_list``; ``tuple[str, ...]``
+  with ``choices`` → ``name_list`` (names from the choices, none twice);
 - a spec dataclass → ``section`` (a mapping of its own keys); ``tuple[Spec, ...]`` → ``sections``;
 - ``kind=`` names the kinds an annotation cannot tell: ``ratio`` (0.8, "230/300", "2:1"),
   ``path`` (a file, relative to the scenario), ``axis_order`` and ``placement``.
@@ -173,6 +174,8 @@ def _typed(cls: type, field: str, hint: Any, meta: Key) -> Key:
         return dataclasses.replace(meta, type="section", keys=key_table(base), cls=base.__name__)
     if item is not None and _is_spec(item):
         return dataclasses.replace(meta, type="sections", keys=key_table(item), cls=item.__name__)
+    if item is str and meta.type == "enum":
+        return dataclasses.replace(meta, type="name_list")
     if meta.type:
         _check_kind(where, base, meta.type)
         return meta

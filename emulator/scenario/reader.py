@@ -174,6 +174,8 @@ class _Reader:
             return self.int_list(v, kp)
         if t == "number_list":
             return self.number_list(v, kp)
+        if t == "name_list":
+            return self.name_list(v, key, kp)
         if t == "axis_order":
             return self.axis_order(v, kp)
         if t == "placement":
@@ -260,6 +262,16 @@ class _Reader:
             raise self.fail(v.where, kp, f"expected {EXPECTED['number_list']}, got {describe(v)}")
         item = Key("number", "", minimum=0.0, maximum=1e18)
         return tuple(float(self.read(x, item, f"{kp}[{i}]")) for i, x in enumerate(v.items))
+
+    def name_list(self, v: YamlValue, key: Key, kp: str) -> tuple[str, ...]:
+        """A list of names, each one of ``key.enum``, none twice (training.recompute_modules); [] is allowed."""
+        if v.items is None:
+            raise self.fail(v.where, kp, f"expected a list of names from {', '.join(key.enum)}, got {describe(v)}")
+        names = tuple(self.read_enum(item, key, f"{kp}[{i}]") for i, item in enumerate(v.items))
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise self.fail(v.items[i].where, f"{kp}[{i}]", f"{name} is given twice")
+        return names
 
     def axis_order(self, v: YamlValue, kp: str) -> tuple[str, ...]:
         if v.items is None:

@@ -326,6 +326,12 @@ class ModelSpec:
         "Per-head query, key and value dims, for any attention kind (Qwen3: 128 with hidden 4096 and 64 heads; "
         "Megatron's kv_channels); 0 or absent: hidden/heads. With multi-latent attention, the default of "
         "qk_nope_head_dim and v_head_dim.", default=0, minimum=0, maximum=10**5)
+    # multi-token prediction modules (DeepSeek-V3: 1; workload/mtp.py); 0: none
+    mtp_num_layers: int = key(
+        "Multi-token prediction modules (Megatron-Core's mtp_num_layers; DeepSeek-V3: 1). Each is one more "
+        "transformer layer (an MoE layer in an MoE model), a 2h-to-h projection, norms of the hidden state and of "
+        "the shared embedding, and one more pass of the output head with its cross-entropy. 0 or absent: none.",
+        default=0, minimum=0, maximum=64)
     tied_embeddings: bool = key("Input and output embeddings shared.", default=False)
     causal: bool = key("A causal attention mask (decoders, the default); false: bidirectional (BERT).", default=True)
 
@@ -340,6 +346,10 @@ class ModelSpec:
                        top_k=self.top_k or (1 if self.experts else 0), activation=act, swiglu=gated,
                        biases=biases, dropout=biases if self.dropout is None else self.dropout,
                        norm=self.norm or ("layernorm" if biases else "rmsnorm"))
+
+
+# Megatron-Core transformer_config.py @ d98e8a64dd, ``recompute_modules`` (the choices a GPT or MoE layer has)
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "moe", "shared_experts", "mlp")
 
 
 @dataclass(frozen=True)
@@ -372,6 +382,13 @@ class TrainingSpec:
         "DistributedOptimizer: fp32 main weight, momentum and variance, 12 B a parameter over the data-parallel "
         "ranks) or apex (Apex DistributedFusedAdam as NeMo sets it up: with bf16 weights the fp32 master is kept as "
         "its 16-bit remainder, 10 B).", default="megatron", choices=('megatron', 'apex'))
+    # with recompute: selective, Megatron's --recompute-modules (workload/recompute.py); None: the emulator's
+    # selective recompute (the attention core when unfused)
+    recompute_modules: tuple[str, ...] | None = key(
+        "With recompute: selective, the modules recomputed in the backward (Megatron's --recompute-modules): "
+        "core_attn, mla_up_proj, layernorm, moe_act, moe, shared_experts, mlp. Absent: the emulator's selective "
+        "recompute (the attention core when unfused; Megatron's default is [core_attn], which also reruns a fused "
+        "attention).", default=None, choices=RECOMPUTE_MODULES)
 
 
 @dataclass(frozen=True)
@@ -399,6 +416,12 @@ class ParallelSpec:
     last_chunk_layers: int | None = key(
         "Layers of the last model chunk (0: the LM head alone); see first_chunk_layers.",
         default=None, minimum=0, maximum=10**6)
+    # Megatron's flexible layout, e.g. "Et*3|(tt|)*29,m|L" (scenario/stages.py); None: the split above
+    pipeline_model_parallel_layout: str | None = key(
+        "Megatron's flexible pipeline layout: the stages in model order, split by |, of E (embedding), t "
+        "(transformer layer), m (MTP layer) and L (loss), with x*n and (...)*n repetitions, e.g. "
+        "\"Et*3|(tt|)*29,m|L\". Its stage count is pp x virtual stages (the virtual stages follow from it); not "
+        "with first_chunk_layers, last_chunk_layers or virtual_stages.", default=None)
     overlap_grad_reduce: bool = key("Overlap gradient reduction with backward.", default=True)
     # ZeRO-1/2 parameter all-gather under the next forward; None: as
     overlap_param_gather: bool | None = key(

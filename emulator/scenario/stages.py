@@ -18,6 +18,9 @@ the embedding, or only the head); a middle chunk holds at least one.
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from emulator.errors import ScenarioError
 
 
@@ -70,3 +73,99 @@ def balanced_ends(layers: int, chunks: int) -> int | None:
         if rest % (chunks - 2) == 0 and rest // (chunks - 2) >= max(x, 1):
             return x
     return None
+
+
+# --- Megatron's flexible pipeline layout (parallel.pipeline_model_parallel_layout) -----------------
+# Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py @ d98e8a64dd,
+# ``PipelineParallelLayerLayout``: ``parse_str_to_list`` reads the string, ``validate_layer_layout``
+# checks it against the model, and the stage list in model order is chunk k = (vpp k // pp, pp k % pp).
+LAYOUT_SYMBOLS = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
+_GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")  # (ab|cd)*2 → ab|cdab|cd
+_REPEAT = re.compile(r"(.)\*(\d+)")  # t*3 → ttt
+MAX_LAYOUT_STAGES = 10**5  # an unrolled string longer than any pipeline (a typo such as t*999999999)
+
+
+def parse_layout(text: str) -> tuple[str, ...]:
+    """The stages of a layout string, in model order, each a string of E, t, m, L.
+
+    As Megatron's ``parse_str_to_list``: commas are dropped (cosmetic), then ``(...)*n`` and
+    ``x*n`` are unrolled (in that order, once each, so parentheses do not nest), and the result is
+    split at ``|``; an empty stage is allowed. ``"Et*3|(tt|)*29,m|L"`` is 32 stages."""
+    s = text.replace(",", "")
+    for pattern in (_GROUP, _REPEAT):
+        def unroll(match: re.Match[str]) -> str:
+            n = int(match.group(2))
+            if n * len(match.group(1)) > MAX_LAYOUT_STAGES * 8:
+                raise ScenarioError(f"pipeline_model_parallel_layout {text!r}: {match.group(0)} unrolls to more "
+                                    f"than {MAX_LAYOUT_STAGES * 8} symbols", key=LAYOUT_KEY)
+            return str(match.group(1)) * n
+        s = pattern.sub(unroll, s)
+    stages = tuple(s.split("|"))
+    for stage in stages:
+        for ch in stage:
+            if ch not in LAYOUT_SYMBOLS:
+                raise ScenarioError(f"pipeline_model_parallel_layout {text!r}: invalid symbol {ch!r} in stage "
+                                    f"{stage!r} (expected E embedding, t transformer layer, m MTP layer, L loss, "
+                                    f"| between stages, x*n and (...)*n repetitions)", key=LAYOUT_KEY)
+    return stages
+
+
+LAYOUT_KEY = "parallel.pipeline_model_parallel_layout"
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """What each model chunk (virtual stage, model order) holds: its transformer layers, and where the
+    MTP layers are (``mtp_chunk``, -1: none). The embedding is in chunk 0 and the loss in the last."""
+
+    layers: tuple[int, ...]
+    mtp: int = 0
+    mtp_chunk: int = -1
+
+
+def layout_problems(stages: tuple[str, ...], layers: int, mtp: int, pp: int, virtual: int) -> list[str]:
+    """Megatron's rules for a layout (``validate_layer_layout`` and arguments.py's stage count), in
+    its words; empty when it is valid."""
+    V = pp * virtual
+    if len(stages) != V:
+        return [f"pipeline_model_parallel_layout has {len(stages)} stages, but pp*virtual_stages = {pp}*{virtual} "
+                f"= {V}: they must be equal (Megatron: the stages are pp x virtual pipeline stages)"]
+    flat = "".join(stages)
+    out: list[str] = []
+    if not flat or flat[0] != "E" or flat.count("E") != 1:
+        out.append("the layout must start with the embedding E, given exactly once")
+    if not flat or flat[-1] != "L" or flat.count("L") != 1:
+        out.append("the layout must end with the loss L, given exactly once")
+    if flat.count("t") != layers:
+        out.append(f"the layout has {flat.count('t')} transformer layers t, but model.layers is {layers}")
+    if flat.count("m") != mtp:
+        out.append(f"the layout has {flat.count('m')} MTP layers m, but model.mtp_num_layers is {mtp}")
+    if "m" in flat and "t" in flat[flat.index("m"):]:
+        out.append("transformer layers t must all come before the MTP layers m")
+    holders = [k for k, st in enumerate(stages) if "m" in st]
+    if len(holders) > 1:
+        out.append("all MTP layers m must be in one stage")
+    elif holders and holders[0] // pp != virtual - 1:
+        out.append(f"the MTP layers m must be in the last virtual stage of their pipeline rank (stage "
+                   f"{holders[0]} is virtual stage {holders[0] // pp} of pipeline rank {holders[0] % pp})")
+    return out
+
+
+def layout_chunks(text: str, layers: int, mtp: int, pp: int, virtual: int) -> ChunkPlan:
+    """The chunk plan of a layout string (ScenarioError naming the broken rule)."""
+    stages = parse_layout(text)
+    problems = layout_problems(stages, layers, mtp, pp, virtual)
+    if problems:
+        raise ScenarioError(f"{problems[0]} (layout {text!r})", key=LAYOUT_KEY)
+    holders = [k for k, st in enumerate(stages) if "m" in st]
+    return ChunkPlan(tuple(st.count("t") for st in stages), mtp, holders[0] if holders else -1)
+
+
+def model_chunks(layers: int, pp: int, virtual: int = 1, first: int | None = None, last: int | None = None,
+                 layout: str | None = None, mtp: int = 0) -> ChunkPlan:
+    """The chunk plan of a model: from ``layout`` when given, else :func:`chunk_layers`, with the MTP
+    layers (if any) in the last chunk, beside the loss, as Megatron places them without a layout
+    (multi_token_prediction.py ``mtp_on_this_rank``: the last pipeline stage)."""
+    if layout:
+        return layout_chunks(layout, layers, mtp, pp, virtual)
+    return ChunkPlan(chunk_layers(layers, pp, virtual, first, last), mtp, pp * virtual - 1 if mtp else -1)

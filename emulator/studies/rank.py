@@ -47,7 +47,7 @@ from typing import Sequence
 from emulator.devices import compute
 from emulator.network.collectives import ring_factors
 from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec, Scenario
-from emulator.scenario.stages import chunk_layers, stage_layers
+from emulator.scenario.stages import model_chunks, stage_layers
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
@@ -175,7 +175,8 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     comm = tuple((name, sizes[name], links[name]) for name in ("tp", "cp", "ep"))
     per_layer, embed, head = pass_times(L, tr.recompute, M.has_biases(m), m.vocab, gpu, comm)
     p, v = par.pp, par.virtual_stages
-    split = stage_layers(chunk_layers(m.layers, p, v, par.first_chunk_layers, par.last_chunk_layers), p)
+    split = stage_layers(model_chunks(m.layers, p, v, par.first_chunk_layers, par.last_chunk_layers,
+                                      par.pipeline_model_parallel_layout, m.mtp_num_layers).layers, p)
     stage_t = [sum(split[s]) * per_layer + (embed if s == 0 else 0.0) + (head if s == p - 1 else 0.0)
                for s in range(p)]
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))

@@ -325,7 +325,7 @@ class _RankBuilder:
             tag = self._pp_tag(mb, src_vs if fwd else vs, 0 if fwd else 1)
             L0 = units[0]
             deps.append(self._emit(kind=RECV, stream=stream, name=f"mb{mb}.recv_{'act' if fwd else 'grad'}",
-                                   bytes=self._pp_bytes(), peer=self._peer(src_vs), tag=tag,
+                                   bytes=self._pp_bytes(vs - 1 if fwd else vs), peer=self._peer(src_vs), tag=tag,
                                    deps=() if self.last_compute is None else (self.last_compute,),
                                    category="comm", microbatch=mb, stage=vs, layer=L0.layer))
         order = units if fwd else list(reversed(units))
@@ -339,9 +339,9 @@ class _RankBuilder:
                 udeps.append(prefetch[i])
             if fwd and (vs, unit.name) in self.zero_ag:
                 udeps.append(self.zero_ag[(vs, unit.name)])
+            stride = self.plan.model.layers + 2 + self.plan.model.mtp_num_layers  # unit.layer: -1 to layers + mtp
             where = _UnitTag(prefix=f"mb{mb}.{unit.name}.{'fwd' if fwd else 'bwd'}.", mb=mb, stage=vs,
-                             layer=unit.layer, key=((mb * V + vs) * (self.plan.model.layers + 2) + unit.layer + 1) * 2
-                             + (0 if fwd else 1))
+                             layer=unit.layer, key=((mb * V + vs) * stride + unit.layer + 1) * 2 + (0 if fwd else 1))
             before = self.last_compute
             first, last = self._emit_steps(unit.fwd if fwd else unit.bwd, udeps, where)
             deps = []
@@ -365,15 +365,21 @@ class _RankBuilder:
             stream = "pp_send_fwd" if fwd else "pp_send_bwd"
             tag = self._pp_tag(mb, vs if fwd else dst_vs, 0 if fwd else 1)
             self.pp_sent[stream] = self._emit(
-                kind=SEND, stream=stream, name=f"mb{mb}.send_{'act' if fwd else 'grad'}", bytes=self._pp_bytes(),
+                kind=SEND, stream=stream, name=f"mb{mb}.send_{'act' if fwd else 'grad'}",
+                bytes=self._pp_bytes(vs if fwd else vs - 1),
                 peer=self._peer(dst_vs), tag=tag, deps=(self.last_compute,), category="comm", microbatch=mb,
                 stage=vs, layer=units[-1].layer)
 
-    def _pp_bytes(self) -> float:
-        """b·s·h activations (or gradients) of one micro-batch (s/t each with SP, as Megatron's
-        scatter-gather optimisation sends 1/t and all-gathers over NVLink)."""
+    def _pp_bytes(self, vs: int) -> float:
+        """b·s·h activations (or gradients) of one micro-batch between virtual stages vs and vs + 1 (s/t
+        each with SP, as Megatron's scatter-gather optimisation sends 1/t and all-gathers over NVLink);
+        (1 + mtp_num_layers) times that after the MTP layers, whose hidden states go on beside the
+        model's (mtp.py)."""
         m, tr, par = self.plan.model, self.plan.sc.training, self.plan.sc.parallel
         n = tr.micro_batch * (m.seq_len // par.cp) * m.hidden * self.plan.dtype
+        chunks = self.plan.chunks
+        if chunks is not None and 0 <= chunks.mtp_chunk <= vs:
+            n *= 1 + chunks.mtp
         return n / par.tp if par.sequence_parallel and par.tp > 1 else n
 
     # --- data parallelism and the optimizer -----------------------------------------
@@ -466,14 +472,21 @@ class _RankBuilder:
         DP reduction's dtype (fp32 for bf16: ``grad_reduce_bytes``), not the parameter's."""
         m, par = self.plan.model, self.plan.sc.parallel
         p = par.pp
-        if not m.tied_embeddings or p == 1 or self.c["pp"] not in (0, p - 1):
-            return []
         V = p * self.plan.v
-        vs, unit = (0, "embed") if self.c["pp"] == 0 else (V - 1, "head")
-        group = tuple(sorted({self.lo.rank(pp=0, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"]),
-                              self.lo.rank(pp=p - 1, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])}))
+        # the units that hold the word embedding (pretrain_gpt.py ``get_embedding_ranks``: the first stage,
+        # the last when tied, and the MTP layers' stages, multi_token_prediction.py ``get_mtp_ranks``)
+        holders = [(0, "embed")] + ([(V - 1, "head")] if m.tied_embeddings else [])
+        chunks = self.plan.chunks
+        if chunks is not None and chunks.mtp_chunk >= 0:
+            holders += [(chunks.mtp_chunk, f"mtp{d}") for d in range(chunks.mtp)]
+        stages = {vs % p for vs, _ in holders}
+        mine = [(vs, u) for vs, u in holders if vs % p == self.c["pp"]]
+        if p == 1 or len(stages) < 2 or not mine:
+            return []
+        vs = mine[0][0]
+        group = tuple(sorted(self.lo.rank(pp=s, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"]) for s in stages))
         last = [self.last_compute] if self.last_compute is not None else []
-        flush = {self.grad_ready[(vs, unit)], *last, *self.pp_sent.values()}
+        flush = {*(self.grad_ready[key] for key in mine), *last, *self.pp_sent.values()}
         return [self._emit(kind=COLLECTIVE, stream="dp", name="embedding_grad_all_reduce", collective="all_reduce",
                            group=group, bytes=m.vocab * m.hidden / par.tp * self.plan.grad_dtype,
                            deps=tuple(sorted(flush)), category="comm", stage=vs)]
@@ -506,7 +519,7 @@ def build_program(sc: Scenario, fold: Fold | None = None, blocks: bool = False) 
     m, tr, par = M.resolve(sc.model), sc.training, sc.parallel  # the model's own vocabulary, not the padded one
     facts = WorkloadFacts(
         model_flops=F.model_flops(m, tr.global_batch),
-        hardware_flops=F.hardware_flops(m, tr.global_batch, tr.recompute, plan.flash),
+        hardware_flops=F.hardware_flops(m, tr.global_batch, tr.recompute, plan.flash, tr.recompute_modules),
         tokens=tr.global_batch * m.seq_len, samples=tr.global_batch, pp=par.pp, microbatches=plan.micro,
         tp=par.tp, dp=par.dp, cp=par.cp, ep=par.ep, virtual_stages=plan.v, schedule=par.schedule,
         params=M.total_params(m))

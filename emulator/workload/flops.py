@@ -93,25 +93,67 @@ def head_forward_flops(m: ModelSpec) -> float:
     return 2.0 * s.seq_len * s.hidden * s.vocab
 
 
-def model_flops(m: ModelSpec, global_batch: int) -> float:
-    """3·B·(layers_forward + head_forward): forward plus a backward of twice its cost."""
+def mtp_forward_flops(m: ModelSpec) -> float:
+    """The multi-token prediction modules' forward for one sequence, as Megatron-LM counts them
+    (training.py ``num_floating_point_operations``): per module one layer of the last decoder layer's
+    kind, its norms and eh_proj 2·s·(3h + 2h²), and one more logits pass 2·s·h·V."""
     s = resolve(m)
-    return 3.0 * global_batch * (layers_forward_flops(s) + head_forward_flops(s))
+    if not s.mtp_num_layers:
+        return 0.0
+    one = layer_forward_flops(s, s.layers - 1) + 2.0 * s.seq_len * (3 * s.hidden + 2 * s.hidden * s.hidden)
+    return s.mtp_num_layers * (one + head_forward_flops(s))
 
 
-def recompute_flops(m: ModelSpec, global_batch: int, recompute: str, fused_attention: bool = False) -> float:
-    """Extra FLOPs recomputation runs: B·l·layer_forward (full), B·l·4s²h (selective, unfused)."""
+def model_flops(m: ModelSpec, global_batch: int) -> float:
+    """3·B·(layers_forward + head_forward + mtp_forward): forward plus a backward of twice its cost."""
+    s = resolve(m)
+    return 3.0 * global_batch * (layers_forward_flops(s) + head_forward_flops(s) + mtp_forward_flops(s))
+
+
+def module_recompute_flops(m: ModelSpec, modules: tuple[str, ...], fused_attention: bool = False) -> float:
+    """Forward FLOPs one sequence reruns under ``recompute_modules`` (workload/recompute.py), over the
+    layers and the MTP layers: core_attn the attention core (fused too: Megatron reruns the kernel),
+    mla_up_proj the query and key/value up projections, mlp a dense layer's MLP, moe an MoE layer's
+    experts, shared experts and router, shared_experts the shared experts; layernorm and moe_act are
+    element-wise (not counted)."""
+    s = resolve(m)
+    layers = list(range(s.layers)) + [s.layers - 1] * s.mtp_num_layers
+    total = 0.0
+    for i in layers:
+        moe = M.is_moe_layer(s, i) if s.experts else False
+        if "core_attn" in modules:
+            total += attention_core_flops(s)
+        if "mla_up_proj" in modules and M.is_mla(s):
+            d_qk, d_v = M.head_dims(s)
+            q = s.q_lora_rank * s.heads * d_qk if s.q_lora_rank else s.hidden * s.heads * d_qk
+            total += 2.0 * s.seq_len * (q + s.kv_lora_rank * s.heads * (d_qk - s.qk_rope_head_dim + d_v))
+        if "mlp" in modules and not moe:
+            total += _mlp_flops(s, s.ffn_hidden)
+        if moe and "moe" in modules:
+            total += layer_forward_flops(s, i) - _projection_flops(s) - attention_core_flops(s)
+        elif moe and "shared_experts" in modules and s.shared_experts:
+            total += _mlp_flops(s, M.shared_ffn(s))
+    return total
+
+
+def recompute_flops(m: ModelSpec, global_batch: int, recompute: str, fused_attention: bool = False,
+                    modules: tuple[str, ...] | None = None) -> float:
+    """Extra FLOPs recomputation runs: B·l·layer_forward (full, the MTP layers' too), B·l·4s²h (selective,
+    unfused), or B·module_recompute_flops (selective with ``recompute_modules``)."""
     s = resolve(m)
     if recompute == "full":
-        return global_batch * layers_forward_flops(s)
+        return global_batch * (layers_forward_flops(s) + s.mtp_num_layers * layer_forward_flops(s, s.layers - 1))
+    if recompute == "selective" and modules is not None:
+        return global_batch * module_recompute_flops(s, modules, fused_attention)
     if recompute == "selective" and not fused_attention:
         return global_batch * s.layers * attention_core_flops(s)
     return 0.0
 
 
-def hardware_flops(m: ModelSpec, global_batch: int, recompute: str, fused_attention: bool = False) -> float:
+def hardware_flops(m: ModelSpec, global_batch: int, recompute: str, fused_attention: bool = False,
+                   modules: tuple[str, ...] | None = None) -> float:
     """Model FLOPs plus recomputation (what HFU counts)."""
-    return model_flops(m, global_batch) + recompute_flops(m, global_batch, recompute, fused_attention)
+    return model_flops(m, global_batch) + recompute_flops(m, global_batch, recompute, fused_attention, modules)
 
 
 def gpt_model_flops_closed_form(B: int, s: int, l: int, h: int, V: int) -> float:

@@ -777,6 +777,9 @@ def _column_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int, wi
     return steps
 
 
+column_backward = _column_backward  # the column-parallel linear's backward, for the modules beside a layer (mtp.py)
+
+
 def _grad_gather(L: LayerShape, name: str) -> list[Step]:
     """Backward into a row-parallel linear with SP: all-gather dy (on the critical path)."""
     if L.t > 1 and L.sp:

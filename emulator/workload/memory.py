@@ -65,8 +65,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario, TrainingSpec
-from emulator.scenario.stages import chunk_layers, stage_layers
+from emulator.scenario.stages import ChunkPlan, model_chunks, stage_layers
 from emulator.workload import models as M
+from emulator.workload import mtp as MTP
 from emulator.workload.plan import grad_reduce_bytes
 from emulator.workload.schedules import max_in_flight, schedule
 
@@ -147,23 +148,53 @@ def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, floa
     return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
 
 
-def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int, tokens: int = 0) -> float:
+def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int, tokens: int = 0, width: int = 0) -> float:
     """Stored bytes per token of the MLP (or the experts): up output(s) in bf16, kept by the activation
-    function, and the activation's output, the down GEMM's input (``g`` bytes)."""
+    function, and the activation's output, the down GEMM's input (``g`` bytes); ``width``: a dense MLP
+    of that width (0: ffn_hidden); ``tokens``: routed per rank and step (:func:`_rank_load`)."""
     def mlp(width: int) -> float:
         return 2 * width * (2 if r.swiglu else 1) + g * width
     if not moe:
-        return mlp(r.ffn_hidden)
+        return mlp(width or r.ffn_hidden)
     routed = r.top_k * _rank_load(r, ep, tokens)
     return routed * mlp(M.expert_ffn(r)) + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
 
 
+def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: int,
+                tokens: int = 0) -> tuple[float, float]:
+    """(replicated, sharded) bytes per token that ``recompute_modules`` do not keep (workload/recompute.py):
+    mla_up_proj the query, key and value of the up projections (2·a·d_qk twice and 2·a·d_v); layernorm
+    the two norm outputs, the attention's and the MLP's input (g·h each); moe_act the routed experts'
+    activation output (g·f_e per routed copy); mlp a dense MLP's stored tensors; moe the MoE layer's
+    (routed and shared experts); shared_experts the shared experts'. core_attn frees the s² scores
+    (unfused attention; the caller drops them)."""
+    rep = shard = 0.0
+    if "layernorm" in modules:
+        rep += 2 * g * r.hidden
+    if "mla_up_proj" in modules and M.is_mla(r):
+        d_qk, d_v = M.head_dims(r)
+        shard += 2 * r.heads * d_qk * 2 + 2 * r.heads * d_v
+    if moe:
+        if "moe" in modules:
+            shard += _mlp_terms(r, True, ep, g, tokens)
+        else:
+            if "moe_act" in modules:
+                shard += r.top_k * _rank_load(r, ep, tokens) * g * M.expert_ffn(r)
+            if "shared_experts" in modules and r.shared_experts:
+                shard += _mlp_terms(r, False, ep, g, width=M.shared_ffn(r))
+    elif "mlp" in modules:
+        shard += _mlp_terms(r, False, ep, g)
+    return rep, shard
+
+
 def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                            recompute: str = "none", flash: bool = False, dtype: int = 2,
-                           ep: int = 1, moe: bool | None = None, fp8: bool = False) -> float:
+                           ep: int = 1, moe: bool | None = None, fp8: bool = False,
+                           modules: tuple[str, ...] | None = None) -> float:
     """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``moe``
     False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts);
-    ``fp8``: Transformer Engine saves the GEMM inputs in fp8."""
+    ``fp8``: Transformer Engine saves the GEMM inputs in fp8; ``modules``: selective recompute of
+    those modules (:func:`freed_terms`)."""
     r = M.resolve(m)
     h, a = r.hidden, r.heads
     dropout = M.has_dropout(r)
@@ -174,8 +205,14 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     g = 1 if fp8 else 2
     attn_rep, attn_sharded = _attention_terms(r, g, keeps_out=flash and recompute == "none")
     replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
-    sharded = attn_sharded + _mlp_terms(r, bool(r.experts) if moe is None else moe, ep, g, b * s)
-    scores = 0.0 if flash or recompute == "selective" else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
+    is_moe = bool(r.experts) if moe is None else moe
+    sharded = attn_sharded + _mlp_terms(r, is_moe, ep, g, b * s)
+    drop_scores = recompute == "selective" and (modules is None or "core_attn" in modules)
+    scores = 0.0 if flash or drop_scores else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
+    if recompute == "selective" and modules is not None:
+        free_rep, free_shard = freed_terms(r, modules, is_moe, ep, g, b * s)
+        replicated -= free_rep
+        sharded -= free_shard
     if sp:
         return unit * (replicated + sharded + scores) / t
     return unit * (replicated + (sharded + scores) / t)
@@ -210,6 +247,24 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
         if not r.tied_embeddings or p > 1:
             dense += r.vocab * r.hidden / t
     return dense, expert
+
+
+def _mtp_stage_params(r: ModelSpec, par: ParallelSpec, mtp: int, embedding_copy: bool) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU holds for ``mtp`` MTP modules (workload/mtp.py): each a layer
+    of the last decoder layer's kind, eh_proj 2h·h/t and three norms, and a copy of the word embedding
+    V·h/t when the stage is not the embedding's."""
+    moe = M.is_moe_layer(r, r.layers - 1)
+    norms = MTP.mtp_extra_params(r) - 2 * r.hidden * r.hidden
+    dense = M.dense_layer_params(r, moe) / par.tp + 2 * r.hidden * r.hidden / par.tp + norms
+    expert = M.routed_params(r) / ((par.etp or par.tp) * par.ep) if moe else 0.0
+    return mtp * dense + (r.vocab * r.hidden / par.tp if mtp and embedding_copy else 0.0), mtp * expert
+
+
+def chunk_plan_of(sc: Scenario, m: ModelSpec) -> ChunkPlan:
+    """What each virtual stage holds (scenario/stages.py ``model_chunks``)."""
+    par = sc.parallel
+    return model_chunks(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers, par.last_chunk_layers,
+                        par.pipeline_model_parallel_layout, M.resolve(m).mtp_num_layers)
 
 
 def _linear_weights(r: ModelSpec) -> tuple[int, int]:
@@ -263,7 +318,7 @@ def _dense_layers_of(sc: Scenario, stage: int) -> int:
     m, par = M.resolve(sc.model) if sc.model else None, sc.parallel
     if m is None or not m.first_dense_layers:
         return 0
-    chunks = chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers, par.last_chunk_layers)
+    chunks = chunk_plan_of(sc, m).layers
     n, start = 0, 0
     for vs, count in enumerate(chunks):
         if vs % par.pp == stage:
@@ -301,8 +356,8 @@ def profiled_memory(sc: Scenario) -> MemoryReport | None:
     per_layer = max(0.0, pr.peak_memory - per * psi_p) / P.layers * (Q.b * Q.s * Q.h) / (P.b * P.s * P.h)
     Qg = Q.per_gpu(par.tp)
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
-    split = stage_layers(chunk_layers(Q.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
-                                      par.last_chunk_layers), par.pp)
+    split = stage_layers(model_chunks(Q.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
+                                      par.last_chunk_layers, par.pipeline_model_parallel_layout).layers, par.pp)
     best: MemoryReport | None = None
     for stage in range(par.pp):
         psi = sum(split[stage]) * R.params(prof.block_params, Qg)
@@ -336,18 +391,26 @@ def memory_report(sc: Scenario) -> MemoryReport:
     flash = getattr(tr, "attention", "unfused") in ("flash", "fa2") or par.cp > 1
     s = m.seq_len // par.cp
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
-    split = stage_layers(chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
-                                      par.last_chunk_layers), par.pp)
+    plan = chunk_plan_of(sc, m)
+    split = stage_layers(plan.layers, par.pp)
+    # the MTP layers' activations count as layers of their chunk (the module's norms and eh_proj input, 5h
+    # per token, are left out)
+    with_mtp = stage_layers(tuple(n + (plan.mtp if k == plan.mtp_chunk else 0) for k, n in enumerate(plan.layers)),
+                            par.pp)
     sp = par.sequence_parallel and par.tp > 1
     fp8 = tr.precision == "fp8"
+    modules = tr.recompute_modules
     per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                       fp8=fp8)
+                                       fp8=fp8, modules=modules)
     per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                        False, fp8) if m.experts and m.first_dense_layers else per_layer)
+                                        False, fp8, modules) if m.experts and m.first_dense_layers else per_layer)
     best: MemoryReport | None = None
     for stage in range(par.pp):
         mine = split[stage]  # layers of each of this stage's chunks
         dense, expert = _stage_params(m, sc, stage, sum(mine))
+        if plan.mtp_chunk >= 0 and plan.mtp_chunk % par.pp == stage:
+            d_mtp, e_mtp = _mtp_stage_params(m, par, plan.mtp, plan.mtp_chunk != 0)
+            dense, expert = dense + d_mtp, expert + e_mtp
         d = par.dp * par.cp
         states = model_state_bytes(dense, d, par.zero, grad_bytes, state_bytes)
         if expert:
@@ -361,14 +424,14 @@ def memory_report(sc: Scenario) -> MemoryReport:
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
         chunks = max_in_flight(tasks)
         worst = max(per_layer, per_dense) if _dense_layers_of(sc, stage) else per_layer
-        acts = worst * max_in_flight(tasks, mine)  # layers of the (micro-batch, chunk)s in flight
+        acts = worst * max_in_flight(tasks, with_mtp[stage])  # layers of the (micro-batch, chunk)s in flight
         if stage == 0 and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
         work = float(WORKSPACE_BYTES)
         if par.zero >= 3:
             work += 2 * WEIGHT_BYTES * (dense + expert) / max(sum(mine), 1)
         if stage == par.pp - 1:
-            work += 4.0 * s * tr.micro_batch * m.vocab / par.tp
+            work += 4.0 * s * tr.micro_batch * m.vocab / par.tp * (1 + m.mtp_num_layers)  # the MTP heads' too
         breakdown = {**states, "activations": acts, "workspace": work}
         peak = sum(breakdown.values())
         if best is None or peak > best.peak_bytes_per_gpu:

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field, replace
 from emulator.devices.compute import precision_peak
 from emulator.errors import ScenarioError
 from emulator.scenario.checks import layout_violations
-from emulator.scenario.spec import ModelSpec, Scenario
-from emulator.scenario.stages import chunk_layers
+from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario
+from emulator.scenario.stages import ChunkPlan, model_chunks
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload import mtp as MTP
 from emulator.workload.placement import Layout
+from emulator.workload.recompute import backward_with_modules
 from emulator.workload.schedules import check_schedule
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4, "fp8": 1}  # tf32: fp32 storage, TF32 matmuls
@@ -47,6 +49,7 @@ class Plan:
     v: int
     chunk_units: dict = field(default_factory=dict)  # virtual stage → list[Unit]
     chunk_layers: tuple = ()  # layers of each virtual stage (stages.py)
+    chunks: ChunkPlan | None = None  # what each virtual stage holds, the MTP layers' too (stages.py)
     dtype: int = 2
     flash: bool = False
     grad_dtype: int = 2  # bytes per gradient element in the data-parallel reduction
@@ -87,24 +90,57 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
         p = m.vocab * m.hidden / t + (m.seq_len * m.hidden if learned_pos else 0)
         units.append(Unit("embed", -1, Ly.embedding_forward(L, learned_pos), Ly.embedding_backward(L), p))
     fwd = Ly.forward_steps(L)
-    bwd = Ly.backward_steps(L, sc.training.recompute)
+    bwd = layer_backward(L, sc.training.recompute, sc.training.recompute_modules)
     dense = M.dense_layer_params(m, bool(m.experts)) / t
     expert = M.routed_params(m) / ((par.etp or t) * par.ep) if m.experts else 0.0  # etp: the experts' TP
     lead: tuple[list, list, float] | None = None  # a dense leading layer of an MoE model
     if m.experts and first < m.first_dense_layers:
         Ld = Ly.dense_shape(L)
-        lead = (Ly.forward_steps(Ld), Ly.backward_steps(Ld, sc.training.recompute), M.dense_layer_params(m, False) / t)
+        lead = (Ly.forward_steps(Ld), layer_backward(Ld, sc.training.recompute, sc.training.recompute_modules),
+                M.dense_layer_params(m, False) / t)
     for i in range(first, first + per):
         if lead is not None and not M.is_moe_layer(m, i):
             units.append(Unit(f"layer{i}", i, lead[0], lead[1], lead[2], 0.0))
         else:
             units.append(Unit(f"layer{i}", i, fwd, bwd, dense, expert))
+    chunks = plan.chunks
+    if chunks is not None and chunks.mtp_chunk == vs:
+        units += _mtp_units(plan, L, fwd, bwd, dense, expert, learned_pos, vs)
     if vs == V - 1:
         p = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or par.pp > 1) else 0)
         if not m.tied_embeddings:
             p -= m.vocab * m.hidden * (1 - 1 / t)
-        units.append(Unit("head", m.layers, Ly.head_forward(L, m.vocab), Ly.head_backward(L, m.vocab), p))
+        mtp = m.mtp_num_layers
+        hf, hb = Ly.head_forward(L, m.vocab), Ly.head_backward(L, m.vocab)
+        if mtp:  # the output head's passes over the MTP modules' hidden states (mtp.py)
+            hf, hb = hf + MTP.mtp_head_forward(L, m.vocab, mtp), MTP.mtp_head_backward(L, m.vocab, mtp) + hb
+        units.append(Unit("head", m.layers, hf, hb, p))
     return units
+
+
+def _mtp_units(plan: Plan, L: Ly.LayerShape, fwd: list, bwd: list, dense: float, expert: float,
+               learned_pos: bool, vs: int) -> list[Unit]:
+    """The MTP modules of virtual stage ``vs``: each one more (MoE) layer with eh_proj and its norms, and
+    a copy of the word embedding when the stage is not the embedding's (Megatron's GPTModel builds an
+    embedding where ``pre_process or mtp_process``; its gradient is all-reduced with the first stage's)."""
+    m, t = plan.model, plan.sc.parallel.tp
+    if not M.is_moe_layer(m, m.layers - 1):  # the MTP layer is the decoder's last layer's kind
+        L = Ly.dense_shape(L)
+        fwd = Ly.forward_steps(L)
+        bwd = layer_backward(L, plan.sc.training.recompute, plan.sc.training.recompute_modules)
+        dense, expert = M.dense_layer_params(m, False) / t, 0.0
+    f, b = MTP.mtp_forward(L, fwd, learned_pos), MTP.mtp_backward(L, bwd)
+    norm = MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden
+    own = dense + 2 * m.hidden * m.hidden / t + norm + (m.vocab * m.hidden / t if vs else 0)
+    return [Unit(f"mtp{d}", m.layers + 1 + d, f, b, own, expert) for d in range(m.mtp_num_layers)]
+
+
+def layer_backward(L: Ly.LayerShape, recompute: str, modules: tuple[str, ...] | None) -> list:
+    """A layer's backward: with recompute_modules (under selective) per module (recompute.py), else
+    layer.backward_steps."""
+    if recompute == "selective" and modules is not None:
+        return backward_with_modules(L, modules)
+    return Ly.backward_steps(L, recompute)
 
 
 def grad_reduce_bytes(precision: str, grad_reduce: str) -> int:
@@ -132,13 +168,19 @@ def make_plan(sc: Scenario) -> Plan:
                        micro_batches=micro, fp8_params=tr.fp8_params, fa2=tr.attention == "fa2", etp=par.etp,
                        parallel=par, sm_count=sc.cluster.node.gpu.sm_count if sc.cluster.node else 0)
     # fp8 (Transformer Engine): GEMM operands in FP8, the activations and weights that move in BF16
+    chunks = chunk_plan(m, par)
     plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=2 if dtype == 1 else dtype, flash=flash or par.cp > 1,
-                grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
-                chunk_layers=chunk_layers(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
-                                          par.last_chunk_layers))
+                grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce), chunk_layers=chunks.layers,
+                chunks=chunks)
     for vs in range(par.pp * par.virtual_stages):
         plan.chunk_units[vs] = _units_of(plan, vs, L)
     return plan
+
+
+def chunk_plan(m: ModelSpec, par: ParallelSpec) -> ChunkPlan:
+    """What each virtual stage holds (scenario/stages.py): from the layout, or the first/last split."""
+    return model_chunks(m.layers, par.pp, par.virtual_stages, par.first_chunk_layers, par.last_chunk_layers,
+                        par.pipeline_model_parallel_layout, m.mtp_num_layers)
 
 
 def fold_grid(sc: Scenario) -> tuple[tuple[int, ...], tuple[str, ...]]:
