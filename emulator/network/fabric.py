@@ -107,6 +107,11 @@ class Fabric:
         # per link, the flow started ahead of the clock on it (``_ahead``), if any; how many there are
         self._lazy: list[Flow | None] = [None] * len(self.capacity)
         self._lazies = 0
+        # per link, the plan run ahead of the clock on it (``run_plan(ahead=True)``), if any; how many
+        self._plans: list[_Ahead | None] = [None] * len(self.capacity)
+        self._aheads = 0
+        self._solo: dict[tuple[int, float], tuple[Plan, Alone]] = {}  # (id(plan), bytes) → its run alone
+        self.woken = 0  # plans run ahead that a flow met before their end (run on the clock from then)
 
     def set_slack(self, links: set[int]) -> None:
         """Leave ``links`` out of components and solves (``emulator.network.slack``: they never
@@ -119,7 +124,7 @@ class Fabric:
 
     # -- the narrow interface -------------------------------------------------
     def transfer(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
-                 latency: float, done: Callable[[], None]) -> None:
+                 latency: float, done: Callable[[], None]) -> Flow:
         """Move ``nbytes`` over the links after ``latency``; call ``done()`` at the end."""
         flow = Flow(links, weights, nbytes, done)
         if latency > 0.0:
@@ -127,6 +132,7 @@ class Fabric:
                 self.env.timeout(latency, flow).callbacks.append(self._started)
         else:
             self._start(flow)
+        return flow
 
     def _ahead(self, f: Flow, at: float) -> bool:
         """Start ``f`` at ``at`` (after its latency) ahead of the clock, if its links carry nothing
@@ -142,9 +148,9 @@ class Fabric:
         if f.remaining <= 0.0 or not f.links:
             return False
         r, hard = self._alone_on(f)
-        on_link, lazy = self.on_link, self._lazy
+        on_link, lazy, plans = self.on_link, self._lazy, self._plans
         for link in hard:
-            if on_link[link] or lazy[link] is not None:
+            if on_link[link] or lazy[link] is not None or plans[link] is not None:
                 return False
         if not r > 0.0:
             return False
@@ -194,7 +200,10 @@ class Fabric:
         return hit
 
     def _wake_all(self) -> None:
-        """Every lazy flow becomes an ordinary one (before links change or are inspected)."""
+        """Every lazy flow or plan becomes an ordinary one (before links change or are inspected)."""
+        if self._aheads:
+            for a in {id(a): a for a in self._plans if a is not None}.values():
+                self._wake_plan(a)
         if self._lazies:
             for f in {id(f): f for f in self._lazy if f is not None}.values():
                 self._wake(f)
@@ -249,9 +258,11 @@ class Fabric:
     def _place(self, flow: Flow) -> None:
         """Put ``flow`` on each of its links (insertion-ordered sets) and ask for a re-solve; a flow
         whose links carry nothing else is its own component, and gets its rate at once."""
-        on_link, slack, lazy = self.on_link, self.slack, self._lazy
+        on_link, slack, lazy, plans = self.on_link, self.slack, self._lazy, self._plans
         alone = True
         for link in flow.links:
+            if plans[link] is not None:
+                self._wake_plan(plans[link])  # type: ignore[arg-type]  # not None: tested
             if lazy[link] is not None:
                 self._wake(lazy[link])  # type: ignore[arg-type]  # not None: tested
             s = on_link[link]
@@ -407,14 +418,118 @@ class Fabric:
             self._request_solve()
         f.done()
 
-    def run_plan(self, plan: Plan, nbytes: float, done: Callable[[], None]) -> None:
+    def run_plan(self, plan: Plan, nbytes: float, done: Callable[[], None], ahead: bool = False) -> None:
         """Run a collective's or transfer's flow ``plan`` for a buffer of ``nbytes`` from now: its
         phases one after the other, each flow of a phase started together (``transfer``); call
-        ``done()`` when the last flow of the last phase is done (an empty plan: at once)."""
+        ``done()`` when the last flow of the last phase is done (an empty plan: at once).
+
+        With ``ahead``, a one-phase plan of several flows whose links carry nothing now is run ahead of
+        the clock (``_run_ahead``): one event for its end instead of two per flow and a solve per change."""
         if not plan:
             done()
             return
+        if ahead and len(plan) == 1 and len(plan[0]) > 1 and self.rewrite is None and not self.listeners \
+                and self._run_ahead(plan, nbytes, done):
+            return
         self._phase(plan, 0, nbytes, done)
+
+    def _run_ahead(self, plan: Plan, nbytes: float, done: Callable[[], None]) -> bool:
+        """Run ``plan`` as it runs alone (``alone``, once per plan and size), if none of its links
+        that can bind carries a flow now: its end is scheduled at once and its links are marked. A
+        flow placed on one of them before that end wakes it (``_wake_plan``): its flows are put on
+        the fabric as the run alone has them then, and run on the clock from there. Until then its
+        links carry nothing else, so max-min sharing is among its own flows, as alone: the same
+        rates, phases of latency and ends (shifted by the start; the last bits of a sum may differ)."""
+        on_link, lazy, plans, slack = self.on_link, self._lazy, self._plans, self.slack
+        hard = sorted({link for f in plan[0] for link in f.links if not slack[link]})
+        for link in hard:
+            if on_link[link] or lazy[link] is not None or plans[link] is not None:
+                return False
+        key = (id(plan), nbytes)
+        hit = self._solo.get(key)
+        if hit is None:
+            hit = self._solo[key] = (plan, alone(plan, nbytes, self.capacity))
+        solo = hit[1]
+        a = _Ahead(plan, nbytes, done, self.env.now, solo, tuple(hard))
+        for link in hard:
+            plans[link] = a
+        self._aheads += 1
+        self.env.timeout(solo.duration, a).callbacks.append(self._ahead_ended)
+        return True
+
+    def _unmark_plan(self, a: "_Ahead") -> None:
+        plans = self._plans
+        for link in a.links:
+            if plans[link] is a:
+                plans[link] = None
+        self._aheads -= 1
+
+    def _ahead_ended(self, event: simpy.Event) -> None:
+        a: _Ahead = event.value  # type: ignore[assignment]  # simpy types every value Optional[Any]
+        if a.woken:
+            return
+        self._unmark_plan(a)
+        moved = self.bytes_on_link
+        for link, b in a.solo.link_bytes:
+            moved[link] += b
+        a.done()
+
+    def _wake_plan(self, a: "_Ahead") -> None:
+        """Plan ``a``, run ahead, meets a flow now: its run alone is replayed to now (on a fresh fabric,
+        as ``alone``), and each of its flows goes on this fabric as it stands there: ended, waiting
+        out its latency, or streaming with its bytes left (``_run_ahead``)."""
+        self._unmark_plan(a)
+        a.woken = True
+        self.woken += 1
+        now = self.env.now
+        env = simpy.Environment()
+        solo = Fabric(env, self.capacity)
+        solo.listeners.append(lambda _t, _l: None)  # as ``alone``: no flow started ahead there
+        ended = [False] * len(a.plan[0])
+
+        def mark(i: int) -> Callable[[], None]:
+            def one() -> None:
+                ended[i] = True
+            return one
+
+        twins = [solo.transfer(f.links, f.weights, a.nbytes * f.volume, f.latency, mark(i))
+                 for i, f in enumerate(a.plan[0])]
+        tau = now - a.start
+        if tau > 0.0:
+            env.run(until=tau)
+        left = [len(twins) - sum(ended)]
+
+        def one_done() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                a.done()
+
+        on_link = self.on_link
+        for spec, twin, end in zip(a.plan[0], twins, ended):
+            if end:
+                continue
+            started = bool(twin.links) and twin in (solo.on_link[twin.links[0]] or {})
+            if started:
+                solo._settle(twin, env.now)
+            flow = Flow(spec.links, spec.weights, twin.remaining, one_done)
+            if not started:
+                self.env.timeout(delay_to(now, a.start + spec.latency), flow).callbacks.append(self._started)
+                continue
+            flow.last, flow.rate, flow.version = now, twin.rate, 1
+            for link in flow.links:
+                s = on_link[link]
+                if s is None:
+                    s = on_link[link] = {}
+                s[flow] = None
+            if twin.rate > 0.0:
+                self.env.timeout(flow.remaining / twin.rate, (flow, 1)).callbacks.append(self._finished)
+            self._dirty.update(flow.links)
+        moved = self.bytes_on_link
+        for link in {link for f in a.plan[0] for link in f.links}:
+            moved[link] += solo.bytes_on_link[link]
+        if left[0] == 0:
+            self.env.timeout(0.0).callbacks.append(lambda _e: a.done())
+        self._request_solve()
 
     def _phase(self, plan: Plan, p: int, nbytes: float, done: Callable[[], None]) -> None:
         flows = plan[p]
@@ -448,6 +563,17 @@ class Fabric:
                 if l2 == link:
                     total += w * f.rate
         return total
+
+
+class _Ahead:
+    """A plan run ahead of the clock (``Fabric._run_ahead``): what it is, when it began, its run alone."""
+
+    __slots__ = ("plan", "nbytes", "done", "start", "solo", "links", "woken")
+
+    def __init__(self, plan: Plan, nbytes: float, done: Callable[[], None], start: float, solo: "Alone",
+                 links: tuple[int, ...]) -> None:  # noqa: D107
+        self.plan, self.nbytes, self.done, self.start, self.solo, self.links = plan, nbytes, done, start, solo, links
+        self.woken = False
 
 
 @dataclass(frozen=True)

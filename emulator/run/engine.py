@@ -51,7 +51,7 @@ from emulator.errors import EmulatorError
 from emulator.network.collectives import CollectiveModel
 from emulator.network.fabric import Fabric, delay_to
 from emulator.network.flows import Plan
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program, parse_dispatch_op
 from emulator.run.block import OpenedFields, opened_times
 from emulator.run.copies import Copies
 from emulator.run.deadlock import DeadlockError, deadlock_report
@@ -137,6 +137,7 @@ class Engine:
         self.ready_at = array("d", [0.0]) * n  # the latest end among an op's finished prerequisites
         self.events = 0
         self._rdv: dict[tuple[tuple[int, ...], int], list[int]] = {}  # (group, call #) → ops that arrived
+        self._ahead: dict[str, bool] = {}  # collective name → whether a MoE token dispatch (run ahead)
         self._p2p: dict[P2PKey, list[list[int]]] = {}  # [waiting sends, waiting recvs]
         self._later_at: dict[float, list[int]] = {}  # start time → ops whose start was decided early
         self._expected: dict[tuple[int, ...], int] = {}
@@ -376,17 +377,22 @@ class Engine:
                     f"{self.rank(arrived[0])} is {first.collective} of {first.bytes:g} B but op {self.op_id(j)} on "
                     f"rank {self.rank(j)} is {o.collective} of {o.bytes:g} B")
         plan = self.model.collective(first.collective, group, self._tr(k0, first.root), first.bytes)
-        self._run_plan(plan, first.bytes, arrived)
+        ahead = self._ahead.get(first.collective)
+        if ahead is None:
+            ahead = self._ahead[first.collective] = parse_dispatch_op(first.collective) is not None
+        self._run_plan(plan, first.bytes, arrived, ahead)
 
-    def _run_plan(self, plan: Plan, nbytes: float, members: list[int]) -> None:
-        """The transfer of ``members`` begins now: the fabric runs the plan's phases."""
+    def _run_plan(self, plan: Plan, nbytes: float, members: list[int], ahead: bool = False) -> None:
+        """The transfer of ``members`` begins now: the fabric runs the plan's phases (a MoE token dispatch's
+        ahead of the clock where its links are free, ``Fabric.run_plan``: its one flow per rank of a group
+        that the fold maps onto itself would otherwise each cost events and solves)."""
         now = self.env.now
         for i in members:
             self.xfer[i] = now
         if not plan:  # a group of one: done now, via the queue (no deep recursion)
             self.env.timeout(0.0).callbacks.append(lambda _e: self._done_many(members))
             return
-        self.fabric.run_plan(plan, nbytes, lambda: self._done_many(members))
+        self.fabric.run_plan(plan, nbytes, lambda: self._done_many(members), ahead)
 
     # -- point to point -----------------------------------------------------------
     def _send_key(self, k: int, op: Op) -> P2PKey:
