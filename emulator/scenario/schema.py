@@ -86,6 +86,11 @@ GPU_KEYS: dict[str, Key] = {
                            minimum=0),
     "peak_flops_fp8": Key("flops_rate", 'Dense FP8 tensor-core peak, e.g. "1978.9 TFLOP/s"; absent: none.',
                           minimum=0),
+    "peak_flops_fp4": Key("flops_rate", 'Dense FP4 (NVFP4/MXFP4) tensor-core peak, e.g. "10 PFLOP/s"; absent: '
+                                        "none.", minimum=0),
+    "matmul_fraction_fp8": Key("ratio", "Maximum achievable FP8 matmul FLOP/s as a fraction of the FP8 peak (a "
+                                        "measurement, e.g. mamf-finder); 0 or absent: matmul_fraction's "
+                                        "(devices/compute.py).", minimum=0, maximum=1),
     "kernel_table": Key("enum", "Built-in table of measured kernels costed before the roofline "
                                 "(devices/kernels.py): h100, h200, b200, or none.",
                           enum=("none", "h100", "h200", "b200")),
@@ -251,8 +256,11 @@ TRAINING_KEYS: dict[str, Key] = {
     "micro_batch": Key("int", "Sequences per micro-batch.", minimum=1),
     "precision": Key("enum", "Compute precision: bf16/fp16 at the tensor-core peak; fp32 at the FP32 rate "
                               "(PyTorch's default, no TF32); tf32 (fp32 storage, TF32 matmuls) at the TF32 "
-                              "rate; fp8 at the FP8 rate (refused on a GPU without one).",
-                      enum=("bf16", "fp16", "fp32", "tf32", "fp8")),
+                              "rate; fp8 at the FP8 rate (refused on a GPU without one); mxfp8 (1x32 blocks, "
+                              "E8M0 scales) at the FP8 rate and nvfp4 (16-element blocks, E4M3 scales) at the "
+                              "FP4 rate, both on Blackwell only (Transformer Engine recipes: "
+                              "docs/guides/precisions.md).",
+                      enum=("bf16", "fp16", "fp32", "tf32", "fp8", "mxfp8", "nvfp4")),
     "recompute": Key("enum", "Activation recomputation.", enum=("none", "selective", "full")),
     "attention": Key("enum", "Attention kernels: unfused (Megatron's, as in layers.csv), flash (cuDNN's fused "
                               "flash attention, as Transformer Engine and PyTorch SDPA run it on Hopper) or fa2 "
@@ -264,7 +272,19 @@ TRAINING_KEYS: dict[str, Key] = {
                        enum=("auto", "fp32", "bf16", "fp16")),
     "fp8_params": Key("bool", "With precision fp8: the layers' GEMM weights are kept in fp8 (1 B; NeMo's "
                               "fp8_params, Megatron's --fp8-param-gather); false: bf16 weights plus "
-                              "Transformer Engine's cached fp8 copy and its transpose (memory only)."),
+                              "Transformer Engine's cached fp8 copy and its transpose (memory only). Also "
+                              "with mxfp8 (MXFP8 weights)."),
+    "fp8_recipe": Key("enum", "With precision fp8, the scaling recipe (Megatron-LM --fp8-recipe): delayed "
+                              "(Transformer Engine's DelayedScaling: scales from an amax history) or tensorwise "
+                              "(Float8CurrentScaling: an amax pass before each cast, no history). Absent: "
+                              "delayed.", enum=("delayed", "tensorwise")),
+    "first_last_layers_bf16": Key("bool", "With a quantised precision (fp8, mxfp8, nvfp4), keep the first "
+                                          "num_layers_at_start_in_bf16 and the last num_layers_at_end_in_bf16 "
+                                          "transformer layers in BF16 (Megatron-LM --first-last-layers-bf16)."),
+    "num_layers_at_start_in_bf16": Key("int", "Layers at the start kept in BF16 with first_last_layers_bf16 "
+                                              "(Megatron-LM default 1).", minimum=0),
+    "num_layers_at_end_in_bf16": Key("int", "Layers at the end kept in BF16 with first_last_layers_bf16 "
+                                            "(Megatron-LM default 1).", minimum=0),
     "optimizer": Key("enum", "The distributed optimizer (parallel.zero 1 or 2), memory only: megatron "
                              "(Megatron-Core's DistributedOptimizer: fp32 main weight, momentum and variance, "
                              "12 B a parameter over the data-parallel ranks) or apex (Apex DistributedFusedAdam "

@@ -16,7 +16,19 @@ PRECISION_PEAK = {
     "fp32": ("peak_flops_fp32", "FP32 (CUDA-core, no TF32)"),
     "tf32": ("peak_flops_tf32", "TF32 tensor-core"),
     "fp8": ("peak_flops_fp8", "FP8 tensor-core"),
+    "mxfp8": ("peak_flops_fp8", "MXFP8 (block-scaled FP8) tensor-core"),
+    "nvfp4": ("peak_flops_fp4", "NVFP4 tensor-core"),
 }
+
+# Precisions whose GEMMs need block-scaled tensor cores (sm_100 and later: Megatron-LM
+# megatron/core/transformer/transformer_config.py, fp8_recipe "'mxfp8' for Blackwell architecture only",
+# fp4_recipe "NVFP4BlockScaling recipe for Blackwell+ architecture"). FP4 and the block-scaled formats
+# arrive together with Blackwell's tensor cores, so a GPU has them when its entry gives a peak_flops_fp4.
+BLOCK_SCALED = ("mxfp8", "nvfp4")
+# Quantised precisions (Transformer Engine recipes: emulator/workload/layer.py) and fp8's scaling recipes
+# (Megatron-LM's --fp8-recipe names): delayed (an amax history) | tensorwise (current scaling).
+QUANTISED = ("fp8", "mxfp8", "nvfp4")
+FP8_RECIPES = ("delayed", "tensorwise")
 
 # live.skew_base / live.skew_slope defaults: the fit σ(c) = a + b·c of the arrival spread of 4 gloo
 # processes on this project's 2-core machine, 2026-12-03 16:14 UTC, 150 rounds of 7 kernel lengths
@@ -28,6 +40,10 @@ SKEW_SLOPE = 0.1274
 def precision_refusal(gpu: "GpuSpec", precision: str) -> str:
     """Why ``gpu`` cannot run ``precision`` (its catalog entry gives no rate for it)."""
     field, words = PRECISION_PEAK[precision]
+    if precision in BLOCK_SCALED and gpu.peak_flops_fp4 <= 0:
+        return (f"{precision} for Blackwell only (Megatron-LM): it needs the GPU's {words} rate, block-scaled "
+                f"tensor cores (sm_100 and later), but GPU {gpu.name} has none (its catalog entry gives no "
+                f"peak_flops_fp4); choose fp8 or a Blackwell GPU")
     return (f"{precision} needs the GPU's {words} rate, but GPU {gpu.name} has none (its catalog entry gives "
             f"no {field}); choose another precision or GPU, or give the GPU a {field}")
 
@@ -49,12 +65,18 @@ class GpuSpec:
     peak_flops_fp32: float = 0.0  # FP32 (CUDA-core) FLOP/s; 0: unknown (training.precision fp32 is refused)
     peak_flops_tf32: float = 0.0  # dense TF32 tensor-core FLOP/s; 0: none (precision tf32 is refused)
     peak_flops_fp8: float = 0.0  # dense FP8 tensor-core FLOP/s; 0: none (precision fp8 is refused)
+    peak_flops_fp4: float = 0.0  # dense FP4 (NVFP4/MXFP4) tensor-core FLOP/s; 0: none
+    # measured max achievable FP8 matmul FLOP/s / the FP8 peak (mamf-finder); 0: unmeasured (matmul_fraction's)
+    matmul_fraction_fp8: float = 0.0
     # compute kernels run this many times longer while a communication kernel of the same GPU is
     # resident (NCCL's kernels hold SMs and HBM bandwidth); 1: no slowdown (engine.py)
     comm_overlap_slowdown: float = 1.0
 
     def peak_at(self, precision: str) -> float:
-        """Dense FLOP/s of GEMMs at ``training.precision`` (PRECISION_PEAK); 0 when the GPU has no such rate."""
+        """Dense FLOP/s of GEMMs at ``training.precision`` (PRECISION_PEAK); 0 when the GPU has no such rate
+        (mxfp8 and nvfp4 also need block-scaled tensor cores: BLOCK_SCALED)."""
+        if precision in BLOCK_SCALED and self.peak_flops_fp4 <= 0:
+            return 0.0
         return float(getattr(self, PRECISION_PEAK[precision][0]))
 
 
@@ -167,11 +189,17 @@ class ModelSpec:
 class TrainingSpec:
     global_batch: int = 1
     micro_batch: int = 1
-    precision: str = "bf16"  # bf16 | fp16 | fp32 | tf32 | fp8 (devices/compute.py: the peak each runs at)
+    precision: str = "bf16"  # bf16 | fp16 | fp32 | tf32 | fp8 | mxfp8 | nvfp4 (devices/compute.py: the peak each runs at)
     recompute: str = "none"  # none | selective | full
     attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash (cuDNN) | fa2
     grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16
     fp8_params: bool = False  # fp8 only: the layers' GEMM weights stored in fp8 (NeMo's fp8_params, memory.py)
+    # precision fp8's scaling recipe (Megatron-LM --fp8-recipe): delayed | tensorwise; "": delayed (layer.py)
+    fp8_recipe: str = ""
+    # Megatron-LM's BF16 layers of a quantised run (megatron/core/fp8_utils.py, is_first_last_bf16_layer)
+    first_last_layers_bf16: bool = False
+    num_layers_at_start_in_bf16: int = 1
+    num_layers_at_end_in_bf16: int = 1
     # the distributed optimizer's implementation (memory.py, optimizer_state_bytes): megatron (Megatron-Core's
     # DistributedOptimizer, fp32 main weights) | apex (Apex DistributedFusedAdam as NeMo sets it up: bf16
     # weights' fp32 masters kept as their 16-bit remainders)
