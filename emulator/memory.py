@@ -134,7 +134,7 @@ def _rank_load(r: ModelSpec, ep: int) -> float:
     return M.moe_rank_load(r, ep)
 
 
-def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, float]:
+def _attention_terms(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, float]:
     """(replicated, sharded) stored bytes per token of the attention block's projections; ``g`` bytes per
     element of a saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its bf16
     output, which in fp8 is not the tensor the projection saves."""
@@ -151,7 +151,7 @@ def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, floa
     return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
 
 
-def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int) -> float:
+def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float) -> float:
     """Stored bytes per token of the MLP (or the experts): up output(s) in bf16, kept by the activation
     function, and the activation's output, the down GEMM's input (``g`` bytes)."""
     def mlp(width: int) -> float:

@@ -189,7 +189,7 @@ class ModelSpec:
 class TrainingSpec:
     global_batch: int = 1
     micro_batch: int = 1
-    precision: str = "bf16"  # bf16 | fp16 | fp32 | tf32 | fp8 | mxfp8 | nvfp4 (devices/compute.py: the peak each runs at)
+    precision: str = "bf16"  # bf16 | fp16 | fp32 | tf32 | fp8 | mxfp8 | nvfp4 (devices/compute.py: its peak)
     recompute: str = "none"  # none | selective | full
     attention: str = "unfused"  # unfused (Megatron's softmax kernels, as calibrated) | flash (cuDNN) | fa2
     grad_reduce: str = "auto"  # data-parallel gradient reduction type: auto (fp32 for bf16) | fp32 | bf16 | fp16

@@ -229,13 +229,15 @@ def _b200_attention_rows(rows: list[dict[str, str]]) -> list[str]:
         causal = _causal(c)
         if src.startswith("S11") and op.startswith("cuDNN SDPA forward"):
             kind, note = "attention_fwd", "cuDNN"
-        elif src.startswith("S8") and "deterministic" not in op and (op.endswith(" fwd") or op.endswith("bwd 2CTA")):
-            kind, note = f"attention_{'fwd' if op.endswith(' fwd') else 'bwd'}", "FlashAttention-4 standing in for cuDNN"
+        elif src.startswith("S8") and "deterministic" not in op and op.endswith((" fwd", "bwd 2CTA")):
+            kind = f"attention_{'fwd' if op.endswith(' fwd') else 'bwd'}"
+            note = "FlashAttention-4 standing in for cuDNN"
         elif src.startswith("S10") and r["gpu"] == "NVIDIA B200" and op.split(" (")[0].split()[-1] in ("fwd", "bwd"):
             kind, note = f"fa2_{op.split(' (')[0][-3:]}", "FlashAttention-2"
         else:
             continue
-        out.append(f"{kind}{causal},bf16,{d}x{seq},{_fmt(float(r['value']))},blackwell/attention.csv row {i} ({note})\n")
+        out.append(f"{kind}{causal},bf16,{d}x{seq},{_fmt(float(r['value']))},"
+                   f"blackwell/attention.csv row {i} ({note})\n")
     return out
 
 

@@ -158,9 +158,11 @@ def make_plan(sc: Scenario) -> Plan:
     m = replace(M.resolve(model), vocab=M.padded_vocab(M.resolve(model).vocab, par.tp))
     dtype = DTYPE_BYTES[tr.precision]
     flash = getattr(tr, "attention", "unfused") in ("flash", "fa2")
+    assert sc.cluster.node is not None  # _check: a model workload has a node type
+    gpu = sc.cluster.node.gpu
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash,
                        micro_batches=micro, fp8_params=tr.fp8_params, fa2=tr.attention == "fa2", etp=par.etp,
-                       recipe=Ly.recipe_of(tr.precision, tr.fp8_recipe), non_tn=non_tn_fp8(sc.cluster.node.gpu))
+                       recipe=Ly.recipe_of(tr.precision, tr.fp8_recipe), non_tn=non_tn_fp8(gpu))
     # fp8 (Transformer Engine): GEMM operands in FP8, the activations and weights that move in BF16
     plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=2 if dtype == 1 else dtype, flash=flash or par.cp > 1,
                 grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
