@@ -26,6 +26,7 @@ from emulator.errors import ScenarioError
 from emulator.scenario.allocation import LEAF_FABRICS, AllocationError, Request, allocate
 from emulator.scenario.spec import (
     PRECISION_PEAK,
+    QUANTISED,
     SCHEDULES,
     JobSpec,
     ModelSpec,
@@ -425,9 +426,16 @@ class ScenarioChecks:
             precision = s.training.precision
             if node is not None and precision in PRECISION_PEAK and node.gpu.peak_at(precision) <= 0:
                 raise self.fail("training.precision", precision_refusal(node.gpu, precision))
-            if s.training.fp8_params and precision != "fp8":
+            if s.training.fp8_params and precision not in ("fp8", "mxfp8"):
                 raise self.fail("training.fp8_params", f"fp8 weights need training.precision: fp8 (it is "
                                                        f"{precision}); remove fp8_params or set the precision")
+            if s.training.fp8_recipe and precision != "fp8":
+                raise self.fail("training.fp8_recipe", f"an fp8 scaling recipe needs training.precision: fp8 (it "
+                                                       f"is {precision}); remove fp8_recipe or set the precision")
+            if s.training.first_last_layers_bf16 and precision not in QUANTISED:
+                raise self.fail("training.first_last_layers_bf16",
+                                f"BF16 first and last layers need a quantised training.precision (fp8, mxfp8 or "
+                                f"nvfp4; it is {precision}); remove first_last_layers_bf16 or set the precision")
         if s.jobs:
             s = dataclasses.replace(s, jobs=self.check_jobs(s))
         return s

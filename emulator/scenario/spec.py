@@ -57,7 +57,19 @@ PRECISION_PEAK = {
     "fp32": ("peak_flops_fp32", "FP32 (CUDA-core, no TF32)"),
     "tf32": ("peak_flops_tf32", "TF32 tensor-core"),
     "fp8": ("peak_flops_fp8", "FP8 tensor-core"),
+    "mxfp8": ("peak_flops_fp8", "MXFP8 (block-scaled FP8) tensor-core"),
+    "nvfp4": ("peak_flops_fp4", "NVFP4 tensor-core"),
 }
+
+# Precisions whose GEMMs need block-scaled tensor cores (sm_100 and later: Megatron-LM
+# megatron/core/transformer/transformer_config.py, fp8_recipe "'mxfp8' for Blackwell architecture only",
+# fp4_recipe "NVFP4BlockScaling recipe for Blackwell+ architecture"). FP4 and the block-scaled formats
+# arrive together with Blackwell's tensor cores, so a GPU has them when its entry gives a peak_flops_fp4.
+BLOCK_SCALED = ("mxfp8", "nvfp4")
+# Quantised precisions (Transformer Engine recipes: emulator/workload/layer.py) and fp8's scaling recipes
+# (Megatron-LM's --fp8-recipe names): delayed (an amax history) | tensorwise (current scaling).
+QUANTISED = ("fp8", "mxfp8", "nvfp4")
+FP8_RECIPES = ("delayed", "tensorwise")
 
 # live.skew_base / live.skew_slope defaults: the fit σ(c) = a + b·c of the arrival spread of 4 gloo
 # processes on this project's 2-core machine, 2026-12-03 16:14 UTC, 150 rounds of 7 kernel lengths
@@ -82,6 +94,10 @@ MAX_MIRROR = 2**20
 def precision_refusal(gpu: "GpuSpec", precision: str) -> str:
     """Why ``gpu`` cannot run ``precision`` (its catalog entry gives no rate for it)."""
     field, words = PRECISION_PEAK[precision]
+    if precision in BLOCK_SCALED and gpu.peak_flops_fp4 <= 0:
+        return (f"{precision} for Blackwell only (Megatron-LM): it needs the GPU's {words} rate, block-scaled "
+                f"tensor cores (sm_100 and later), but GPU {gpu.name} has none (its catalog entry gives no "
+                f"peak_flops_fp4); choose fp8 or a Blackwell GPU")
     return (f"{precision} needs the GPU's {words} rate, but GPU {gpu.name} has none (its catalog entry gives "
             f"no {field}); choose another precision or GPU, or give the GPU a {field}")
 
@@ -118,6 +134,13 @@ class GpuSpec:
         'Dense TF32 tensor-core peak, e.g. "156 TFLOP/s"; absent: none.', default=0.0, unit="flops_rate", minimum=0)
     peak_flops_fp8: float = key(
         'Dense FP8 tensor-core peak, e.g. "1978.9 TFLOP/s"; absent: none.', default=0.0, unit="flops_rate", minimum=0)
+    peak_flops_fp4: float = key(
+        'Dense FP4 (NVFP4/MXFP4) tensor-core peak, e.g. "10 PFLOP/s"; absent: none.', default=0.0,
+        unit="flops_rate", minimum=0)
+    # measured max achievable FP8 matmul FLOP/s / the FP8 peak (mamf-finder); 0: unmeasured (matmul_fraction's)
+    matmul_fraction_fp8: float = key(
+        "Maximum achievable FP8 matmul FLOP/s as a fraction of the FP8 peak (a measurement, e.g. mamf-finder); 0 or "
+        "absent: matmul_fraction's (devices/compute.py).", default=0.0, kind="ratio", minimum=0, maximum=1)
     kernel_table: str = key(
         "Built-in table of measured kernels costed before the roofline (devices/kernels.py): h100, h200, b200, or "
         "none.", default="", choices=('none', 'h100', 'h200', 'b200'))
@@ -137,7 +160,10 @@ class GpuSpec:
         "costed before kernel_table and the roofline (devices/kernels.py).", default=())
 
     def peak_at(self, precision: str) -> float:
-        """Dense FLOP/s of GEMMs at ``training.precision`` (PRECISION_PEAK); 0 when the GPU has no such rate."""
+        """Dense FLOP/s of GEMMs at ``training.precision`` (PRECISION_PEAK); 0 when the GPU has no such rate
+        (mxfp8 and nvfp4 also need block-scaled tensor cores: BLOCK_SCALED)."""
+        if precision in BLOCK_SCALED and self.peak_flops_fp4 <= 0:
+            return 0.0
         return float(getattr(self, PRECISION_PEAK[precision][0]))
 
 
@@ -356,10 +382,12 @@ RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "moe", 
 class TrainingSpec:
     global_batch: int = key("Sequences per iteration.", default=1, minimum=1)
     micro_batch: int = key("Sequences per micro-batch.", default=1, minimum=1)
-    # bf16 | fp16 | fp32 | tf32 | fp8 (devices/compute.py: the peak each runs at)
+    # bf16 | fp16 | fp32 | tf32 | fp8 | mxfp8 | nvfp4 (devices/compute.py: the peak each runs at)
     precision: str = key(
         "Compute precision: bf16/fp16 at the tensor-core peak; fp32 at the FP32 rate (PyTorch's default, no TF32); "
-        "tf32 (fp32 storage, TF32 matmuls) at the TF32 rate; fp8 at the FP8 rate (refused on a GPU without one).",
+        "tf32 (fp32 storage, TF32 matmuls) at the TF32 rate; fp8 at the FP8 rate (refused on a GPU without one); "
+        "mxfp8 (1x32 blocks, E8M0 scales) at the FP8 rate and nvfp4 (16-element blocks, E4M3 scales) at the FP4 "
+        "rate, both on Blackwell only (Transformer Engine recipes: docs/guides/precisions.md).",
         default="bf16", choices=tuple(PRECISION_PEAK))
     recompute: str = key("Activation recomputation.", default="none", choices=('none', 'selective', 'full'))
     attention: str = key(
@@ -373,7 +401,23 @@ class TrainingSpec:
     fp8_params: bool = key(
         "With precision fp8: the layers' GEMM weights are kept in fp8 (1 B; NeMo's fp8_params, Megatron's "
         "--fp8-param-gather); false: bf16 weights plus Transformer Engine's cached fp8 copy and its transpose "
-        "(memory only).", default=False)
+        "(memory only). Also with mxfp8 (MXFP8 weights).", default=False)
+    # precision fp8's scaling recipe (Megatron-LM --fp8-recipe): delayed | tensorwise; "": delayed (layer.py)
+    fp8_recipe: str = key(
+        "With precision fp8, the scaling recipe (Megatron-LM --fp8-recipe): delayed (Transformer Engine's "
+        "DelayedScaling: scales from an amax history) or tensorwise (Float8CurrentScaling: an amax pass before each "
+        "cast, no history). Absent: delayed.", default="", choices=FP8_RECIPES)
+    # Megatron-LM's BF16 layers of a quantised run (megatron/core/fp8_utils.py, is_first_last_bf16_layer)
+    first_last_layers_bf16: bool = key(
+        "With a quantised precision (fp8, mxfp8, nvfp4), keep the first num_layers_at_start_in_bf16 and the last "
+        "num_layers_at_end_in_bf16 transformer layers in BF16 (Megatron-LM --first-last-layers-bf16).",
+        default=False)
+    num_layers_at_start_in_bf16: int = key(
+        "Layers at the start kept in BF16 with first_last_layers_bf16 (Megatron-LM default 1).", default=1,
+        minimum=0)
+    num_layers_at_end_in_bf16: int = key(
+        "Layers at the end kept in BF16 with first_last_layers_bf16 (Megatron-LM default 1).", default=1,
+        minimum=0)
     # the distributed optimizer's implementation (memory.py, optimizer_state_bytes): megatron (Megatron-Core's
     # DistributedOptimizer, fp32 main weights) | apex (Apex DistributedFusedAdam as NeMo sets it up: bf16
     # weights' fp32 masters kept as their 16-bit remainders)

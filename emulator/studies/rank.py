@@ -52,7 +52,7 @@ from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.placement import ORDER
-from emulator.workload.plan import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, grad_reduce_bytes
+from emulator.workload.plan import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, grad_reduce_bytes, non_tn_fp8
 
 
 @dataclass(frozen=True)
@@ -166,8 +166,8 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     dtype = DTYPE_BYTES[tr.precision]
     flash = getattr(tr, "attention", "unfused") in ("flash", "fa2")
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash,
-                       fa2=tr.attention == "fa2", etp=par.etp,
-                       parallel=par, sm_count=sc.cluster.node.gpu.sm_count if sc.cluster.node else 0)
+                       fa2=tr.attention == "fa2", etp=par.etp, recipe=Ly.recipe_of(tr.precision, tr.fp8_recipe),
+                       non_tn=non_tn_fp8(gpu), parallel=par, sm_count=gpu.sm_count)
     st = strides(sc)
     links = {"tp": group_link(sc, st["tp"], par.tp), "cp": group_link(sc, st["cp"], par.cp)}
     links["ep"] = group_link(sc, st["cp"] if par.cp > 1 else st["dp"], par.ep)

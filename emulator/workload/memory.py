@@ -64,11 +64,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario, TrainingSpec
+from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import ChunkPlan, model_chunks, stage_layers
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
-from emulator.workload.plan import grad_reduce_bytes
+from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY, NVFP4_WEIGHT_COPY, recipe_of
+from emulator.workload.plan import grad_reduce_bytes, non_tn_fp8
 from emulator.workload.schedules import max_in_flight, schedule
 
 # ASSUMPTION: CUDA context (~0.5 GiB, no source on disk) + cuBLAS workspace (TE: 32 MiB on Hopper, 4 MiB
@@ -78,6 +79,10 @@ from emulator.workload.schedules import max_in_flight, schedule
 WORKSPACE_BYTES = 2**30
 ADAM_STATE_BYTES = 12  # fp32 master weight, momentum, variance
 WEIGHT_BYTES = 2  # bf16 weight
+# Bytes per element of a GEMM input saved for the backward pass, by quantised recipe: per-tensor FP8 1
+# (the default); MXFP8 and NVFP4 the column-wise copy the weight gradient reads, with its block scales
+# (layer.py's MXFP8_COPY, NVFP4_COPY).
+SAVED_INPUT_BYTES = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,7 @@ def _rank_load(r: ModelSpec, ep: int, tokens: int = 0) -> float:
     return M.moe_rank_load(r, ep, tokens)
 
 
-def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, float]:
+def _attention_terms(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, float]:
     """(replicated, sharded) stored bytes per token of the attention block's projections; ``g`` bytes per
     element of a saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its bf16
     output, which in fp8 is not the tensor the projection saves."""
@@ -148,7 +153,7 @@ def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, floa
     return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
 
 
-def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int, tokens: int = 0, width: int = 0) -> float:
+def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float, tokens: int = 0, width: int = 0) -> float:
     """Stored bytes per token of the MLP (or the experts): up output(s) in bf16, kept by the activation
     function, and the activation's output, the down GEMM's input (``g`` bytes); ``width``: a dense MLP
     of that width (0: ffn_hidden); ``tokens``: routed per rank and step (:func:`_rank_load`)."""
@@ -160,7 +165,7 @@ def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int, tokens: int = 0, width:
     return routed * mlp(M.expert_ffn(r)) + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
 
 
-def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: int,
+def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: float,
                 tokens: int = 0) -> tuple[float, float]:
     """(replicated, sharded) bytes per token that ``recompute_modules`` do not keep (workload/recompute.py):
     mla_up_proj the query, key and value of the up projections (2·a·d_qk twice and 2·a·d_v); layernorm
@@ -190,11 +195,11 @@ def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: i
 def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                            recompute: str = "none", flash: bool = False, dtype: int = 2,
                            ep: int = 1, moe: bool | None = None, fp8: bool = False,
-                           modules: tuple[str, ...] | None = None) -> float:
+                           modules: tuple[str, ...] | None = None, saved: float = 1.0) -> float:
     """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``moe``
     False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts);
-    ``fp8``: Transformer Engine saves the GEMM inputs in fp8; ``modules``: selective recompute of
-    those modules (:func:`freed_terms`)."""
+    ``fp8``: Transformer Engine saves the GEMM inputs quantised, ``saved`` bytes an element (1 in FP8;
+    SAVED_INPUT_BYTES); ``modules``: selective recompute of those modules (:func:`freed_terms`)."""
     r = M.resolve(m)
     h, a = r.hidden, r.heads
     dropout = M.has_dropout(r)
@@ -202,7 +207,7 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     if recompute == "full":
         return 2 * s * b * h * dtype / 2 / (t if sp else 1)
     mask = 1.0 if dropout else 0.0  # 1-byte dropout mask per element of h
-    g = 1 if fp8 else 2
+    g = saved if fp8 else 2
     attn_rep, attn_sharded = _attention_terms(r, g, keeps_out=flash and recompute == "none")
     replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
     is_moe = bool(r.experts) if moe is None else moe
@@ -292,6 +297,23 @@ def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) 
     moe_layer = (attn + (per_width * M.shared_ffn(r) if r.shared_experts else 0)) / par.tp
     experts = per_width * M.expert_ffn(r) * r.experts / par.ep / (par.etp or par.tp)
     return dense_layer * lead + moe_layer * (layers - lead), experts * (layers - lead)
+
+
+def quant_weight_bytes(linear: float, recipe: str, fp8_params: bool, non_tn: bool = False) -> float:
+    """Bytes that a quantised recipe (layer.py) adds to (or, negative, takes from) the bf16 weights of
+    ``linear`` GEMM weights. Per-tensor FP8 (delayed, tensorwise): :func:`fp8_weight_bytes`, less the
+    cached transpose on a GPU that makes none (``non_tn``: Blackwell, layer.py). MXFP8: TE caches a
+    row-wise and a column-wise copy, each with an E8M0 scale per 32 elements (transformer_engine/
+    pytorch/tensor/mxfp8_tensor.py @ d0067d0: both usages made from the high-precision weight),
+    2·(1 + 1/32) B; with ``fp8_params`` those copies are the parameters, in place of the 2-byte bf16
+    weight. NVFP4: both copies of 4-bit values with an E4M3 scale per 16×16 block, 2·(1/2 + 1/256) B."""
+    if recipe == "mxfp8":
+        return (2 * MXFP8_COPY - (2.0 if fp8_params else 0.0)) * linear
+    if recipe == "nvfp4":
+        return 2 * NVFP4_WEIGHT_COPY * linear
+    if non_tn:
+        return (-1.0 if fp8_params else 1.0) * linear
+    return fp8_weight_bytes(linear, fp8_params)
 
 
 def fp8_weight_bytes(linear: float, fp8_params: bool) -> float:
@@ -398,12 +420,15 @@ def memory_report(sc: Scenario) -> MemoryReport:
     with_mtp = stage_layers(tuple(n + (plan.mtp if k == plan.mtp_chunk else 0) for k, n in enumerate(plan.layers)),
                             par.pp)
     sp = par.sequence_parallel and par.tp > 1
-    fp8 = tr.precision == "fp8"
+    fp8 = tr.precision in QUANTISED
+    recipe = recipe_of(tr.precision, tr.fp8_recipe)
+    saved = SAVED_INPUT_BYTES.get(recipe, 1.0)
     modules = tr.recompute_modules
     per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                       fp8=fp8, modules=modules)
+                                       fp8=fp8, modules=modules, saved=saved)
     per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                        False, fp8, modules) if m.experts and m.first_dense_layers else per_layer)
+                                        False, fp8, modules, saved) if m.experts and m.first_dense_layers
+                 else per_layer)
     best: MemoryReport | None = None
     for stage in range(par.pp):
         mine = split[stage]  # layers of each of this stage's chunks
@@ -419,8 +444,9 @@ def memory_report(sc: Scenario) -> MemoryReport:
         if fp8:
             lin_dense, lin_expert = _stage_linear_params(m, sc, stage, sum(mine))
             z3 = par.zero >= 3  # ZeRO-3 shards the weights, and so their fp8 forms
-            states["params"] += fp8_weight_bytes(lin_dense / (d if z3 else 1)
-                                                 + lin_expert / (expert_dp(par) if z3 else 1), tr.fp8_params)
+            states["params"] += quant_weight_bytes(lin_dense / (d if z3 else 1)
+                                                   + lin_expert / (expert_dp(par) if z3 else 1), recipe,
+                                                   tr.fp8_params, non_tn_fp8(gpu))
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
         chunks = max_in_flight(tasks)
         worst = max(per_layer, per_dense) if _dense_layers_of(sc, stage) else per_layer
