@@ -225,6 +225,28 @@ def test_help_ends_with_an_example_and_the_guide_page(capsys):
         tail = capsys.readouterr().out.rstrip().splitlines()[-5:]
         assert any(line.strip().startswith("emulator ") for line in tail), (argv, tail)
         assert any(docs_url(page) in line for line in tail), (argv, tail)
+        if page:  # no public site: the guide is its path in the repository, a file the clone has
+            assert (ROOT / docs_url(page)).is_file(), docs_url(page)
+
+
+def test_every_guide_a_command_links_is_a_page_of_the_repository():
+    from emulator.outputs.docs_links import COMMANDS, docs_url
+
+    for page, _ in COMMANDS.values():
+        if not page.startswith("reference/"):  # the reference pages are generated at build time
+            assert (ROOT / docs_url(page)).is_file(), page
+
+
+def test_no_placeholder_host_anywhere():
+    import emulator.outputs.docs_links as links
+
+    assert not links.SITE_URL or not re.search(r"\.(invalid|example)\b|example\.(com|org)", links.SITE_URL)
+    texts = [ROOT / "README.md", ROOT / "mkdocs.yml", *sorted((ROOT / "docs").rglob("*.md")),
+             *sorted((ROOT / "emulator").rglob("*.py"))]
+    for path in texts:
+        assert not re.search(r"https?://[\w.-]*\.invalid\b|https?://example\.(com|org)\b",
+                             path.read_text(encoding="utf-8")), path
+    assert "$id" not in _schema() or "invalid" not in _schema()["$id"]
 
 
 def test_an_error_naming_a_key_links_to_its_entry_on_a_terminal(capsys, monkeypatch):
@@ -239,13 +261,19 @@ def test_an_error_naming_a_key_links_to_its_entry_on_a_terminal(capsys, monkeypa
     assert main(["run", "scenarios/quickstart.yaml", "--set", "training.recompute=sometimes"]) == 2
     first, link = capsys.readouterr().err.splitlines()
     assert first == piped.strip()
-    assert link == f"see {key_url('training.recompute')}" and link.endswith("/reference/scenario/#training-recompute")
+    assert link == f"see {key_url('training.recompute')}"
+    assert link == "see `training.recompute` in `emulator schema`"  # no site yet: the schema holds the entry
+    monkeypatch.setenv("EMULATOR_DOCS_URL", "file:///tmp/site/")  # a built site: the key's anchor on its page
+    assert main(["run", "scenarios/quickstart.yaml", "--set", "training.recompute=sometimes"]) == 2
+    assert capsys.readouterr().err.splitlines()[1] == "see file:///tmp/site/reference/scenario/#training-recompute"
 
 
-def test_a_key_link_falls_back_to_the_nearest_known_key():
+def test_a_key_link_falls_back_to_the_nearest_known_key(monkeypatch):
     from emulator.outputs.docs_links import docs_url, key_url
 
     known = {"parallel", "parallel.tp", "jobs", "jobs.placement"}
+    assert key_url("parallel.tpp", known) == "`parallel` in `emulator schema`"  # no site: the schema's entry
+    monkeypatch.setenv("EMULATOR_DOCS_URL", "https://docs.test/emulator/")
     page = docs_url("reference/scenario/")
     assert key_url("jobs[1].placement", known) == page + "#jobs-placement"  # the list index dropped
     assert key_url("parallel.tpp", known) == page + "#parallel"  # a misspelt key: its parent
