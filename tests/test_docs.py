@@ -25,7 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs"))
-PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md"] + sorted((ROOT / "docs" / "guides").glob("*.md"))
+PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md", ROOT / "docs" / "faq.md"] + sorted((ROOT / "docs" / "guides").glob("*.md"))
 INPUTS = ("scenarios", "examples", "traces", "benchmarks", "plots", "README.md")
 FENCE = re.compile(r"^(?P<marks>(?:[ ]*<!-- [^\n]*-->\n)*)[ ]*```(?P<lang>[\w-]*)\n(?P<body>.*?)^[ ]*```", re.M | re.S)
 RUN_LANGS = ("bash", "sh", "console", "shell")
@@ -301,3 +301,31 @@ def test_the_catalog_reference_cites_a_source_for_every_entry():
     assert all(v for v in reference_pages._model_sources().values())
     for name in catalog.model_names():
         assert f"| `{name}` |" in page and "](#model-sources) |" in page.split(f"| `{name}` |", 1)[1].split("\n")[0]
+
+
+def _nav_pages(node) -> set[str]:
+    """Every page path that mkdocs.yml's nav lists, at any depth."""
+    if isinstance(node, str):
+        return {node}
+    if isinstance(node, list):
+        return set().union(*(_nav_pages(n) for n in node)) if node else set()
+    if isinstance(node, dict):
+        return set().union(*(_nav_pages(v) for v in node.values())) if node else set()
+    return set()
+
+
+def test_every_docs_page_is_in_the_nav_and_every_guide_in_the_readme_and_the_index():
+    import yaml
+
+    nav = _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert pages - nav == set(), "pages missing from mkdocs.yml's nav"
+    assert {p for p in nav if not p.startswith("reference/")} - pages == set(), "nav entries with no page"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    for guide in sorted(p for p in pages if p.startswith("guides/")):
+        assert f"](docs/{guide})" in readme, f"README.md does not list {guide}"
+        assert f"]({guide})" in index, f"docs/index.md does not list {guide}"
+    for page in ("faq.md", "architecture.md"):
+        assert f"]({page})" in index and f"](docs/{page})" in readme, page
+    assert "](CHANGELOG.md)" in readme
