@@ -1,11 +1,12 @@
 """Docs that run: every ``emulator ...`` command that README.md and the guides show, and the generated reference.
 
-- Commands: each fenced ``bash``/``sh``/``console`` block of README.md and docs/guides/*.md gives its
+- Commands: each fenced ``bash``/``sh``/``console`` block of README.md, getting-started, the FAQ and
+  docs/guides/*.md gives its
   ``emulator ...`` lines (``$ emulator ...`` in console blocks, ``\\`` continuations joined, comments
   dropped). A page runs its commands in order in a fresh temporary folder that sees the repository's
-  inputs (scenarios/, examples/, traces/, benchmarks/, plots/, README.md; ``../shared``) but keeps
-  its outputs. Each must exit as the page says: 0, or the error the console block shows (exit 2 and
-  that line on stderr). A block after ``<!-- slow -->`` (over 30 s) or ``<!-- skip: why -->`` (needs
+  inputs (scenarios/, examples/, traces/, benchmarks/, plots/, tests/, README.md) but keeps its
+  outputs; never ``../shared``, so the pages' commands run as on a bare clone. Each must exit as
+  the page says: 0, or the error the console block shows (exit 2 and that line on stderr). A block after ``<!-- slow -->`` (over 30 s) or ``<!-- skip: why -->`` (needs
   files the reader brings) is not run; ``text`` blocks are synopses and never run.
 - The scenario-key reference lists every key that ``emulator schema`` has, each under the anchor
   that errors link to; the CLI reference lists every command and flag; the README's summary table
@@ -26,7 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs"))
 PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md", ROOT / "docs" / "faq.md"] + sorted((ROOT / "docs" / "guides").glob("*.md"))
-INPUTS = ("scenarios", "examples", "traces", "benchmarks", "plots", "README.md")
+INPUTS = ("scenarios", "examples", "traces", "benchmarks", "plots", "tests", "README.md")
 FENCE = re.compile(r"^(?P<marks>(?:[ ]*<!-- [^\n]*-->\n)*)[ ]*```(?P<lang>[\w-]*)\n(?P<body>.*?)^[ ]*```", re.M | re.S)
 RUN_LANGS = ("bash", "sh", "console", "shell")
 TIMEOUT_S = 30
@@ -71,14 +72,11 @@ def shown_outputs(text: str) -> list[tuple[list[str], list[str]]]:
 
 
 def _workdir(tmp_path: Path) -> Path:
-    """A fresh folder that sees the repository's inputs and ../shared, with ``emulator`` on PATH."""
+    """A fresh folder that sees the repository's inputs (not ../shared: a clone has none), with ``emulator`` on PATH."""
     work = tmp_path / "work"
     work.mkdir()
     for name in INPUTS:
         (work / name).symlink_to(ROOT / name)
-    shared = ROOT.parent / "shared"
-    if shared.exists():
-        (tmp_path / "shared").symlink_to(shared)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     exe = bin_dir / "emulator"
