@@ -1,12 +1,12 @@
 """Docs that run: every ``emulator ...`` command that README.md and the guides show, and the generated reference.
 
 - Commands: each fenced ``bash``/``sh``/``console`` block of README.md, getting-started, the FAQ and
-  docs/guides/*.md gives its
-  ``emulator ...`` lines (``$ emulator ...`` in console blocks, ``\\`` continuations joined, comments
-  dropped). A page runs its commands in order in a fresh temporary folder that sees the repository's
-  inputs (scenarios/, examples/, traces/, benchmarks/, plots/, tests/, README.md) but keeps its
-  outputs; never ``../shared``, so the pages' commands run as on a bare clone. Each must exit as
-  the page says: 0, or the error the console block shows (exit 2 and that line on stderr). A block after ``<!-- slow -->`` (over 30 s) or ``<!-- skip: why -->`` (needs
+  docs/guides/*.md gives its ``emulator ...`` lines (``$ emulator ...`` in console blocks, ``\\``
+  continuations joined, comments dropped). A page runs its commands in order in a fresh temporary
+  folder that sees the repository's inputs (scenarios/, examples/, traces/, benchmarks/, plots/,
+  tests/, README.md) but keeps its outputs; never ``../shared``, so the pages' commands run as on a
+  bare clone. Each must exit as the page says: 0, or the error the console block shows (exit 2 and
+  that line on stderr). A block after ``<!-- slow -->`` (over 30 s) or ``<!-- skip: why -->`` (needs
   files the reader brings) is not run; ``text`` blocks are synopses and never run.
 - The scenario-key reference lists every key that ``emulator schema`` has, each under the anchor
   that errors link to; the CLI reference lists every command and flag; the README's summary table
