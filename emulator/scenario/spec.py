@@ -500,7 +500,8 @@ class CollectivesSpec:
     algorithm: str = key(
         "Collective algorithm: ring (the default; all-to-all direct, broadcast a chain per ring channel), tree "
         "(NCCL's double binary tree), collnet (in-network reduction, needs cluster.fabric.sharp), hierarchical, "
-        "direct, nvls, or auto (NCCL 2.30's tuning model chooses per call by operation, size and layout).",
+        "direct, nvls, or auto (per call, the fastest of ring, tree, collnet and nvls by the emulator's own cost; "
+        "emulator collective shows the pick per size).",
         default="ring", choices=('auto', 'ring', 'tree', 'collnet', 'hierarchical', 'direct', 'nvls'))
 
 
