@@ -148,12 +148,32 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The package's version: its installed metadata, or in a checkout the ``version`` line of
+    setup.cfg, which is the one place the version is written."""
+    from importlib import metadata
+    try:
+        return metadata.version("emulator")
+    except metadata.PackageNotFoundError:
+        cfg = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.cfg")
+        try:
+            with open(cfg, encoding="utf-8") as f:
+                for line in f:
+                    key, _, value = line.partition("=")
+                    if key.strip() == "version":
+                        return value.strip()
+        except OSError:
+            pass
+        return "unknown"
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser of every command. A plugin's module (and what it imports: the outputs, matplotlib,
     the store) is imported only for the command ``argv`` names; with ``argv`` None, for all of them."""
     p = argparse.ArgumentParser(prog="emulator",
                                 description="Emulate distributed DNN training on a cluster you do not have.",
                                 **_docs())
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="emulate one training iteration of a scenario", **_docs("run"))
     run.add_argument("scenario", help="scenario YAML file")
