@@ -251,8 +251,8 @@ def check_destinations(args: argparse.Namespace) -> None:
     targets = [(flag, getattr(args, attr, None), kind) for attr, flag, kind in DESTINATIONS.get(args.command, ())]
     if args.command == "sweep" and args.export_csv:  # --db is only read
         targets = [t for t in targets if t[0] != "--db"]
-    if args.command == "search" and getattr(args, "scenario", None):  # search's defaults: SCENARIO-search.*
-        db = args.db or os.path.splitext(os.path.basename(args.scenario))[0] + "-search.sqlite"
+    if args.command == "search" and getattr(args, "scenario", None):  # search's defaults: out/SCENARIO-search.*
+        db = args.db or os.path.join("out", os.path.splitext(os.path.basename(args.scenario))[0] + "-search.sqlite")
         targets = [("--db", db, "file"), ("--csv", args.csv or os.path.splitext(db)[0] + ".csv", "file")]
     if args.command == "plot" and args.out:  # plot writes an SVG beside the PNG
         targets.append(("--out", os.path.splitext(args.out)[0] + ".svg", "file"))
