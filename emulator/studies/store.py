@@ -292,6 +292,11 @@ class ResultStore:
             self._lock = None
 
     def close(self) -> None:
+        if self._lock is not None:  # the writer: fold the WAL back, so no -wal/-shm stays, nor appears for readers
+            try:
+                self.db.execute("PRAGMA journal_mode=DELETE")
+            except sqlite3.Error:
+                pass  # another connection still reads it: SQLite keeps WAL, and the data is safe either way
         self.db.close()
         self._unlock()
 
