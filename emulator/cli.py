@@ -148,12 +148,32 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The package's version: its installed metadata, or in a checkout the ``version`` line of
+    setup.cfg, which is the one place the version is written."""
+    from importlib import metadata
+    try:
+        return metadata.version("emulator")
+    except metadata.PackageNotFoundError:
+        cfg = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.cfg")
+        try:
+            with open(cfg, encoding="utf-8") as f:
+                for line in f:
+                    key, _, value = line.partition("=")
+                    if key.strip() == "version":
+                        return value.strip()
+        except OSError:
+            pass
+        return "unknown"
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser of every command. A plugin's module (and what it imports: the outputs, matplotlib,
     the store) is imported only for the command ``argv`` names; with ``argv`` None, for all of them."""
     p = argparse.ArgumentParser(prog="emulator",
                                 description="Emulate distributed DNN training on a cluster you do not have.",
                                 **_docs())
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="emulate one training iteration of a scenario", **_docs("run"))
     run.add_argument("scenario", help="scenario YAML file")
@@ -231,8 +251,8 @@ def check_destinations(args: argparse.Namespace) -> None:
     targets = [(flag, getattr(args, attr, None), kind) for attr, flag, kind in DESTINATIONS.get(args.command, ())]
     if args.command == "sweep" and args.export_csv:  # --db is only read
         targets = [t for t in targets if t[0] != "--db"]
-    if args.command == "search" and getattr(args, "scenario", None):  # search's defaults: SCENARIO-search.*
-        db = args.db or os.path.splitext(os.path.basename(args.scenario))[0] + "-search.sqlite"
+    if args.command == "search" and getattr(args, "scenario", None):  # search's defaults: out/SCENARIO-search.*
+        db = args.db or os.path.join("out", os.path.splitext(os.path.basename(args.scenario))[0] + "-search.sqlite")
         targets = [("--db", db, "file"), ("--csv", args.csv or os.path.splitext(db)[0] + ".csv", "file")]
     if args.command == "plot" and args.out:  # plot writes an SVG beside the PNG
         targets.append(("--out", os.path.splitext(args.out)[0] + ".svg", "file"))
