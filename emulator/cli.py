@@ -101,13 +101,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out:
         from emulator.outputs import write_outputs
 
-        write_outputs(result, summary, args.out, gantt=not args.no_gantt)
+        from emulator.fingerprint import version
+        from emulator.scenario.reader import scenario_text
+
+        as_run = f"# run by {version()}\n" + scenario_text(args.scenario, args.set or [])
+        write_outputs(result, summary, args.out, gantt=not args.no_gantt, scenario_yaml=as_run)
     if args.json:
         sys.stdout.write(summary_json(summary))
     else:
         print(printable(human_table(summary), keep="\n\t"))
         if args.out:
-            files = "summary.json spans.csv trace.json ranks.csv" + ("" if args.no_gantt else " gantt.png")
+            files = "summary.json spans.csv trace.json ranks.csv" + ("" if args.no_gantt else " gantt.png") \
+                + " scenario.yaml"
             print(f"outputs in {printable(args.out)}/: {files}")
     return 0
 
@@ -154,7 +159,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="emulate one training iteration of a scenario", **_docs("run"))
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("--json", action="store_true", help="print exactly one JSON object")
-    run.add_argument("--out", metavar="DIR", help="write summary.json, spans.csv, trace.json, gantt.png here")
+    run.add_argument("--out", metavar="DIR", help="write summary.json, spans.csv, trace.json, gantt.png, scenario.yaml here")
     run.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a scenario field")
     run.add_argument("--estimate", action="store_true", help="print the expected events and wall time, do not run")
     run.add_argument("--no-gantt", action="store_true", help="skip gantt.png (faster for huge runs)")

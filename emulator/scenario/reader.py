@@ -88,6 +88,34 @@ def load_scenario(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -
     return load_scenario_text(decode(raw, source), source, overrides)
 
 
+def scenario_text(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> str:
+    """The scenario as run, as YAML text: the file as written when nothing overrides it; else its
+    tree with the ``--set`` overrides applied (anchors expanded, comments dropped), under a comment
+    that names the file and the overrides. Reads what :func:`load_scenario` read: call it after."""
+    source = os.fspath(path)
+    with open(source, "rb") as f:
+        text = decode(f.read(MAX_FILE_BYTES + 1), source)
+    if not overrides:
+        return text
+    import yaml
+
+    tree = apply_overrides(parse_tree(text, source), overrides)
+    from emulator.printable import printable
+
+    head = "".join(f"#   --set {printable(str(o))}\n" for o in overrides)
+    body = yaml.safe_dump(_plain(tree), sort_keys=False, allow_unicode=True, width=100) if tree else ""
+    return f"# {printable(source)}, as run with\n{head}{body}"
+
+
+def _plain(v: YamlValue) -> Any:
+    """A YamlValue tree as plain Python (dicts, lists and the scalars YAML reads)."""
+    if v.mapping is not None:
+        return {k: _plain(x) for k, x in v.mapping.items()}
+    if v.items is not None:
+        return [_plain(x) for x in v.items]
+    return python_value(v)
+
+
 # ------------------------------------------------------------------ --set overrides
 
 
