@@ -1,5 +1,5 @@
 """The command line: ``emulator COMMAND``, COMMAND one of run, collective, schema, sweep, search, plot,
-calibrate, live, validate, export.
+calibrate, live, validate, export, report, compare.
 
 The only module (with ``__main__``) that prints. Every path a command will write
 is checked before it runs (``check_destinations``). Bad input — any EmulatorError —
@@ -34,6 +34,10 @@ PLUGINS: dict[str, tuple[str, str, str, str]] = {
                  "compare predictions with your own measurements (a CSV of cases)"),
     "export": ("emulator.tools.export", "add_arguments", "export_command",
                "write a scenario's workload as Chakra ETs and an ASTRA-sim communicator-group file"),
+    "report": ("emulator.tools.report", "add_arguments", "report_command",
+               "write one self-contained HTML page of a run (a scenario, run first, or a run folder)"),
+    "compare": ("emulator.tools.compare", "add_arguments", "compare_command",
+                "runs side by side: step time, tokens/s, MFU, memory, breakdown, differences and ratios"),
 }
 
 
@@ -48,7 +52,7 @@ def _load(args: argparse.Namespace, need_workload: bool = True):
 
 
 # the commands whose work is the emulator's own (no PyTorch, no BLAS): numpy loaded by quiet_numpy
-SIMULATING = {"run", "collective", "sweep", "search", "validate"}
+SIMULATING = {"run", "collective", "sweep", "search", "validate", "report", "compare"}
 # read by numpy once, as it loads: OpenBLAS on one thread, and no huge pages asked for (see below)
 _NUMPY_ENV = {"OPENBLAS_NUM_THREADS": "1", "NUMPY_MADVISE_HUGEPAGE": "0"}
 
@@ -101,10 +105,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out:
         from emulator.outputs import write_outputs
 
-        from emulator.fingerprint import version
         from emulator.scenario.reader import scenario_text
+        from emulator.tools.report import as_run_header
 
-        as_run = f"# run by {version()}\n" + scenario_text(args.scenario, args.set or [])
+        as_run = as_run_header(args.scenario) + scenario_text(args.scenario, args.set or [])
         write_outputs(result, summary, args.out, gantt=not args.no_gantt, scenario_yaml=as_run)
     if args.json:
         sys.stdout.write(summary_json(summary))
@@ -224,6 +228,8 @@ DESTINATIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "calibrate": (("out", "--out", "file"),),
     "export": (("out", "--out", "folder"),),
     "validate": (("out", "--out", "folder"),),
+    "report": (("out", "--out", "file"),),
+    "compare": (("out", "--out", "file"),),
 }  # emulator live reads its own options after the scenario: it checks --out itself (live/launcher.py)
 
 
@@ -235,6 +241,10 @@ def check_destinations(args: argparse.Namespace) -> None:
     if args.command == "search" and getattr(args, "scenario", None):  # search's defaults: SCENARIO-search.*
         db = args.db or os.path.splitext(os.path.basename(args.scenario))[0] + "-search.sqlite"
         targets = [("--db", db, "file"), ("--csv", args.csv or os.path.splitext(db)[0] + ".csv", "file")]
+    if args.command == "report" and not args.out:  # report's default: DIR/report.html or NAME-report.html
+        from emulator.tools.report import default_out
+
+        targets = [("--out", default_out(args.source), "file")]
     if args.command == "plot" and args.out:  # plot writes an SVG beside the PNG
         targets.append(("--out", os.path.splitext(args.out)[0] + ".svg", "file"))
     found = [(flag, str(path), kind) for flag, path, kind in targets if path is not None]

@@ -46,7 +46,7 @@ def breakdown_png(runs: Sequence[tuple[str, Sequence[tuple[str, float]]]]) -> by
     named ``exposed comm: X`` are the exposed communication of lane X."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 1.2 + 0.55 * len(runs)))
+    fig = Figure(figsize=(11, 1.6 + 0.5 * len(runs)))
     ax = fig.add_subplot()
     lanes: list[str] = []
     seen: set[str] = set()
@@ -64,8 +64,7 @@ def breakdown_png(runs: Sequence[tuple[str, Sequence[tuple[str, float]]]]) -> by
     ax.set_yticklabels([figure_text(label) for label, _ in runs])
     ax.invert_yaxis()
     ax.set_xlabel("time per iteration (ms)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(runs) < 3 else -0.2), ncol=4, fontsize=8,
-              frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
     return _png(fig)
 
@@ -176,12 +175,12 @@ def topology_png(nodes: Mapping[str, str], edges: Sequence[tuple[str, str]], uti
             ax.annotate(figure_text(n), (x, y), textcoords="offset points", xytext=(0, 6), ha="center",
                         fontsize=7)
     ax.set_xlim(-0.02, 1.02)
-    ax.set_ylim(-0.6, max(rows, default=0) + 0.6)
+    ax.set_ylim(-0.6, max(rows, default=0) + 0.9)
     ax.set_yticks(sorted(rows))
     ax.set_yticklabels([f"tier {t}" for t in sorted(rows)], fontsize=8)
     ax.set_xticks([])
     ax.set_title(f"{figure_text(title)}\n{caption}", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.legend(fontsize=8, loc="upper left", ncol=3, framealpha=0.8)
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="utilisation % (busier direction)")
     fig.tight_layout()
     return _png(fig)
