@@ -30,7 +30,7 @@ def columns(items: Sequence[str], variants: Sequence[Sequence[str]]) -> list[tup
             out.append((item, item, []))
             continue
         for sets in variants:
-            label = item + "".join(f" --set {s}" for s in sets) if sets else f"{item} (as written)"
+            label = f"{item} --set {' '.join(sets)}" if sets else f"{item} (as written)"
             out.append((label, item, list(sets)))
     return out
 
