@@ -104,7 +104,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = summarize(result)
     if args.out:
         from emulator.outputs import write_outputs
-
         from emulator.scenario.reader import scenario_text
         from emulator.tools.report import as_run_header
 
@@ -163,7 +162,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="emulate one training iteration of a scenario", **_docs("run"))
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("--json", action="store_true", help="print exactly one JSON object")
-    run.add_argument("--out", metavar="DIR", help="write summary.json, spans.csv, trace.json, gantt.png, scenario.yaml here")
+    run.add_argument("--out", metavar="DIR",
+                     help="write summary.json, spans.csv, trace.json, gantt.png, scenario.yaml here")
     run.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a scenario field")
     run.add_argument("--estimate", action="store_true", help="print the expected events and wall time, do not run")
     run.add_argument("--no-gantt", action="store_true", help="skip gantt.png (faster for huge runs)")

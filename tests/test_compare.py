@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from htmlcheck import check_html
 
 from emulator.cli import main
 from emulator.outputs.comparison import comparison_rows, comparison_text
 from emulator.tools.compare import columns
-from htmlcheck import check_html
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "scenarios" / "quickstart.yaml")

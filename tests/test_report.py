@@ -12,13 +12,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from htmlcheck import check_html
 
 from emulator.cli import main
 from emulator.outputs.exposure import exposure_by_lane, rank_exposure
 from emulator.outputs.html import at, esc
 from emulator.outputs.report_figures import tiers
 from emulator.spans import Span
-from htmlcheck import check_html
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "scenarios" / "quickstart.yaml")

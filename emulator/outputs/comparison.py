@@ -108,6 +108,7 @@ def comparison_html(labels: Sequence[str], summaries: Sequence[Mapping[str, Any]
             + table(["", *_head(len(summaries))], body_rows)
             + "<p class=sub>Differences and ratios are each run's against A.</p>\n")
     if breakdown_png is not None:
-        body += "<h2>Where the step time goes</h2>\n<p>" + img(breakdown_png, "the breakdowns as stacked bars") + "</p>\n"
+        picture = img(breakdown_png, "the breakdowns as stacked bars")
+        body += f"<h2>Where the step time goes</h2>\n<p>{picture}</p>\n"
     body += f"<p class=sub>Written by {esc(version)}.</p>\n"
     return page("emulator compare", body)

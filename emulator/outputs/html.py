@@ -22,7 +22,7 @@ import base64
 import html
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from emulator.printable import printable
 from emulator.scenario.units import format_bytes, format_time
@@ -97,7 +97,8 @@ def fmt_pct(x: float | None) -> str:
 
 def _cards(s: Mapping[str, Any]) -> str:
     """The headline figures, large."""
-    items = [("iteration_time_s", "step time", format_time), ("tokens_per_s", "tokens/s", _count),
+    items: list[tuple[str, str, Callable[[Any], str]]] = [
+        ("iteration_time_s", "step time", format_time), ("tokens_per_s", "tokens/s", _count),
              ("mfu", "MFU", fmt_pct), ("gpus", "GPUs", str), ("memory.peak_bytes_per_gpu", "memory/GPU", format_bytes)]
     out = []
     for key, label, fmt in items:
@@ -123,7 +124,8 @@ def _count(x: float) -> str:
     return f"{x:,.0f}"
 
 
-SUMMARY_ROWS = (("GPUs", "gpus", str), ("iteration time", "iteration_time_s", format_time),
+SUMMARY_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+                ("GPUs", "gpus", str), ("iteration time", "iteration_time_s", format_time),
                 ("tokens/s", "tokens_per_s", _count), ("samples/s", "samples_per_s", lambda x: f"{x:,.2f}"),
                 ("model TFLOP/s per GPU", "model_tflops_per_gpu", lambda x: f"{x:.1f}"),
                 ("hardware TFLOP/s per GPU", "hardware_tflops_per_gpu", lambda x: f"{x:.1f}"),

@@ -24,7 +24,7 @@ from emulator.errors import EmulatorError
 def columns(items: Sequence[str], variants: Sequence[Sequence[str]]) -> list[tuple[str, str, list[str]]]:
     """(label, source, overrides) of every run to compare, in order: each item, and each scenario
     file once per variant."""
-    out = []
+    out: list[tuple[str, str, list[str]]] = []
     for item in items:
         if os.path.isdir(item) or not variants:
             out.append((item, item, []))

@@ -39,8 +39,9 @@ class RunFolder:
 
 def _read(path: str, binary: bool = False) -> Any:
     try:
-        with open(path, "rb" if binary else "r", **({} if binary else {"encoding": "utf-8"})) as fh:
-            return fh.read()
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        return raw if binary else raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise EmulatorError(f"{path}: cannot read it ({exc})") from None
 
