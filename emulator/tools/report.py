@@ -164,6 +164,8 @@ def report(source: str, out: str, overrides: list[str] | None = None) -> str:
     """Write the report of ``source`` (a scenario file or a run folder) to ``out``; return ``out``."""
     from emulator.outputs.atomic import write_text
 
+    if not os.path.exists(source):
+        raise EmulatorError(f"{source}: no such file or folder (a scenario file, or a folder of emulator run --out)")
     if is_run_folder(source):
         if overrides:
             raise EmulatorError(f"--set {overrides[0]}: a run folder is reported as it ran; --set needs a scenario")
