@@ -122,6 +122,9 @@ def test_report_of_the_scenario_equals_the_report_of_its_saved_run(tmp_path, cap
     summary = json.loads((run / "summary.json").read_text())
     _marked_values_equal_the_summary(out.read_text(encoding="utf-8"), summary)  # deterministic: the same numbers
     assert len(check_html(out.read_text(encoding="utf-8")).images) == 4
+    again = tmp_path / "again.html"  # no clock, no host time (sim.wall_s is not shown): the same bytes
+    assert main(["report", QUICKSTART, "--out", str(again)]) == 0
+    assert again.read_bytes() == out.read_bytes()
 
 
 def test_the_link_utilisation_read_back_from_trace_json_matches_the_summary(tmp_path):

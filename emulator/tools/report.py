@@ -106,7 +106,7 @@ def _links(sc: Any, run: RunFolder, summary: dict[str, Any]) -> tuple[bytes | No
     if sc is None:
         return None, "no scenario to draw the topology of"
     if not run.link_bytes:
-        return None, "trace.json recorded no link loads"
+        return None, "no link carried traffic in this run (trace.json has no link loads)"
     from emulator.network.topology import build_topology
     from emulator.outputs.report_figures import topology_png
 
