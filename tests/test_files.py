@@ -168,7 +168,10 @@ def test_no_gantt_removes_the_old_gantt_and_the_set_is_of_one_run(tmp_path, caps
     assert not (out / "gantt.png").exists()  # it was the 100 GB/s run's
     ends = [float(r.split(",")[6]) for r in (out / "spans.csv").read_text().splitlines()[1:]]
     assert max(ends) == pytest.approx(T_50, rel=1e-12)  # spans.csv is the 50 GB/s run's too
-    assert sorted(os.listdir(out)) == ["notes.txt", "ranks.csv", "spans.csv", "summary.json", "trace.json"]
+    assert sorted(os.listdir(out)) == ["notes.txt", "ranks.csv", "scenario.yaml", "spans.csv", "summary.json",
+                                       "trace.json"]
+    scenario = _tiny(tmp_path, 50e9)  # scenario.yaml is the 50 GB/s run's: its file, under two header lines
+    assert (out / "scenario.yaml").read_text().split("\n", 2)[2] == open(scenario).read()
     assert (out / "notes.txt").read_text() == "the user's own file"
 
 

@@ -40,6 +40,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                              "python examples/train_mlp.py"),
     "validate": ("guides/traces/", "emulator validate examples/validate/cases.csv --out validation"),
     "export": ("guides/traces/", "emulator export scenarios/quickstart.yaml --format chakra --out et/"),
+    "report": ("guides/report/", "emulator report scenarios/quickstart.yaml --out quickstart.html"),
+    "compare": ("guides/compare/", "emulator compare scenarios/quickstart.yaml --set parallel.tp=2 "
+                                   "--set parallel.tp=4 parallel.dp=1"),
 }
 
 

@@ -350,7 +350,22 @@ def _dense_layers_of(sc: Scenario, stage: int) -> int:
 
 
 def profiled_memory(sc: Scenario) -> MemoryReport | None:
-    """A profiled workload's peak memory, from the peak its profiled run measured
+    """A profiled workload's peak memory (:func:`profiled_stages`' worst stage; None when not given)."""
+    stages = profiled_stages(sc)
+    return _worst(stages) if stages is not None else None
+
+
+def _worst(stages: list[MemoryReport]) -> MemoryReport:
+    """The stage with the peak (the first on ties)."""
+    best = stages[0]
+    for r in stages[1:]:
+        if r.peak_bytes_per_gpu > best.peak_bytes_per_gpu:
+            best = r
+    return best
+
+
+def profiled_stages(sc: Scenario) -> list[MemoryReport] | None:
+    """A profiled workload's memory per pipeline stage, from the peak its profiled run measured
     (``workload.profiled.peak_memory``; None when not given).
 
     The measured peak M splits into the model states the script's optimizer keeps and the rest:
@@ -380,7 +395,7 @@ def profiled_memory(sc: Scenario) -> MemoryReport | None:
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     split = stage_layers(model_chunks(Q.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
                                       par.last_chunk_layers, par.pipeline_model_parallel_layout).layers, par.pp)
-    best: MemoryReport | None = None
+    out: list[MemoryReport] = []
     for stage in range(par.pp):
         psi = sum(split[stage]) * R.params(prof.block_params, Qg)
         psi += (R.params(prof.embed_params, Qg) if stage == 0 else 0) + (R.params(prof.head_params, Qg)
@@ -391,15 +406,19 @@ def profiled_memory(sc: Scenario) -> MemoryReport | None:
         held = max_in_flight(schedule(par.schedule, stage, par.pp, micro, par.virtual_stages), split[stage])
         breakdown = {**states, "activations": per_layer * held / par.tp}
         peak = sum(breakdown.values())
-        if best is None or peak > best.peak_bytes_per_gpu:
-            best = MemoryReport(peak, sc.cluster.node.gpu.memory_bytes, peak <= sc.cluster.node.gpu.memory_bytes,
-                                breakdown, stage)
-    return best
+        out.append(MemoryReport(peak, sc.cluster.node.gpu.memory_bytes, peak <= sc.cluster.node.gpu.memory_bytes,
+                                breakdown, stage))
+    return out
 
 
 def memory_report(sc: Scenario) -> MemoryReport:
     """Peak memory over the pipeline stages of ``sc`` (one GPU of the worst stage)."""
-    profiled = profiled_memory(sc)
+    return _worst(stage_memory(sc))
+
+
+def stage_memory(sc: Scenario) -> list[MemoryReport]:
+    """Memory of one GPU of each pipeline stage of ``sc``, stage 0 first."""
+    profiled = profiled_stages(sc)
     if profiled is not None:
         return profiled
     par, tr = sc.parallel, sc.training
@@ -429,7 +448,7 @@ def memory_report(sc: Scenario) -> MemoryReport:
     per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
                                         False, fp8, modules, saved) if m.experts and m.first_dense_layers
                  else per_layer)
-    best: MemoryReport | None = None
+    out: list[MemoryReport] = []
     for stage in range(par.pp):
         mine = split[stage]  # layers of each of this stage's chunks
         dense, expert = _stage_params(m, sc, stage, sum(mine))
@@ -460,7 +479,5 @@ def memory_report(sc: Scenario) -> MemoryReport:
             work += 4.0 * s * tr.micro_batch * m.vocab / par.tp * (1 + m.mtp_num_layers)  # the MTP heads' too
         breakdown = {**states, "activations": acts, "workspace": work}
         peak = sum(breakdown.values())
-        if best is None or peak > best.peak_bytes_per_gpu:
-            best = MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage)
-    assert best is not None  # pp >= 1: at least one stage
-    return best
+        out.append(MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage))
+    return out
