@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emulator.network.domain import network_node
 from emulator.scenario.spec import ClusterSpec
 
 # NCCL's indices (src/include/plugin/nccl_tuner.h)
@@ -117,9 +118,9 @@ def arch_of(gpu_name: str) -> int:
 
 def hardware(cluster: ClusterSpec) -> Hardware | None:
     """The tuning inputs of a catalog or inline node; None on a custom graph (no nodes to tune for)."""
-    node = cluster.node
-    if node is None or cluster.fabric.kind == "custom":
+    if cluster.node is None or cluster.fabric.kind == "custom":
         return None
+    node = network_node(cluster.node)  # NCCL's node with multi-node NVLink is the NVLink domain (domain.py)
     return Hardware(arch_of(node.gpu.name), node.intra == "nvswitch", node.nics,
                     node.nic_bandwidth * node.nic_efficiency, node.intra_bandwidth * node.intra_efficiency,
                     cluster.fabric.sharp, node.nvls_busbw > 0)

@@ -86,6 +86,8 @@ GPU_KEYS: dict[str, Key] = {
                            minimum=0),
     "peak_flops_fp8": Key("flops_rate", 'Dense FP8 tensor-core peak, e.g. "1978.9 TFLOP/s"; absent: none.',
                           minimum=0),
+    "peak_flops_fp4": Key("flops_rate", 'Dense FP4 (NVFP4/MXFP4) tensor-core peak, e.g. "10 PFLOP/s"; absent: '
+                                        "none.", minimum=0),
     "kernel_table": Key("enum", "Built-in table of measured kernels costed before the roofline "
                                 "(devices/kernels.py): h100, h200, b200, or none.",
                           enum=("none", "h100", "h200", "b200")),
@@ -120,6 +122,11 @@ NODE_KEYS: dict[str, Key] = {
     "nvls_busbw": _bandwidth("Bus bandwidth of an all-reduce by NVLink SHARP (in-switch reduction) "
                              "inside a node, large messages (nccl-tests); used by collectives.algorithm: "
                              "nvls. Absent: the node has no NVLS."),
+    "nvlink_domain": Key("int", "GPUs that share one NVLink switch domain, a multiple of gpus_per_node: 72 in a "
+                                "GB200/GB300 NVL72 rack of 18 nodes (compute trays) of 4, 64 for 16 trays; "
+                                "absent: gpus_per_node. The intra_* keys, step_latency_intra and nvls_busbw "
+                                "then hold for the whole domain, and the network treats it as one node.",
+                         minimum=0, maximum=4096),
 }
 
 FABRIC_KINDS = ("single_switch", "fat_tree", "fat_tree3", "rail", "multi_plane", "dragonfly", "ring", "torus",

@@ -49,6 +49,7 @@ class GpuSpec:
     peak_flops_fp32: float = 0.0  # FP32 (CUDA-core) FLOP/s; 0: unknown (training.precision fp32 is refused)
     peak_flops_tf32: float = 0.0  # dense TF32 tensor-core FLOP/s; 0: none (precision tf32 is refused)
     peak_flops_fp8: float = 0.0  # dense FP8 tensor-core FLOP/s; 0: none (precision fp8 is refused)
+    peak_flops_fp4: float = 0.0  # dense FP4 (NVFP4/MXFP4) tensor-core FLOP/s; 0: none
     # compute kernels run this many times longer while a communication kernel of the same GPU is
     # resident (NCCL's kernels hold SMs and HBM bandwidth); 1: no slowdown (engine.py)
     comm_overlap_slowdown: float = 1.0
@@ -74,7 +75,15 @@ class NodeSpec:
     step_latency_intra: float = 0.0  # s, per-step software latency of a collective inside a node
     step_latency_inter: float = 0.0  # s, per-step software latency across nodes
     collective_launch: float = 0.0  # s, fixed cost of one collective call
-    nvls_busbw: float = 0.0  # B/s, NVLink SHARP all-reduce bus bandwidth inside a node; 0: no NVLS
+    nvls_busbw: float = 0.0  # B/s, NVLink SHARP all-reduce bus bandwidth inside an NVLink domain; 0: no NVLS
+    # GPUs that share one NVLink switch domain (a GB200 NVL72 rack: 72 GPUs over 18 nodes of 4); 0: the node's
+    # own GPUs (gpus_per_node). The network treats each domain as one node (network/domain.py).
+    nvlink_domain: int = 0
+
+    @property
+    def domain(self) -> int:
+        """GPUs of one NVLink domain: ``nvlink_domain``, or ``gpus_per_node`` where it is not given."""
+        return self.nvlink_domain or self.gpus_per_node
 
 
 @dataclass(frozen=True)
