@@ -21,6 +21,17 @@ the node (``typeIntra <= PATH_NVB``). Candidates are the algorithms the emulator
 builds: Ring, Tree, CollNet Direct (with ``fabric.sharp``) and NVLS (one node
 with NVLink SHARP); NVLS Tree and PAT are left out. Only all-reduce has a choice;
 the other collectives are Ring in NCCL's table (all-to-all is not tuned: direct).
+
+Multi-node NVLink (a GB200/GB300 NVL72 rack, ``cluster.node.nvlink_domain``): NCCL's node is the
+NVLink domain. It fuses the topology of every rank of an MNNVL clique into one system
+(src/graph/topo.cc, ncclTopoGetSystem: "if (comm->MNNVL) { // MNNVL clique support nLocalRanks =
+comm->clique.size"), counts the domains as its nodes (src/init.cc, initNvlDomainInfo: ``nNvlDomains =
+comm->nNodes``), and so tunes with nNodes = domains: NVLS over one domain (its multicast objects
+span the rack's NVLink switches), ring and tree inside it over NVLink, the NICs between domains only;
+NVLS Tree only across domains ("Disable NVLS Tree on a single node", tuning.cc ncclTopoTuneModel's
+algoEnable loop) and NVLS itself across domains only with CollNet ("Collnet+NVLS", same loop). Here
+``hardware`` is that of the domain (network/domain.py, ``network_node``): its GPUs and all its
+trays' NICs.
 """
 from __future__ import annotations
 
