@@ -249,6 +249,16 @@ MODEL_KEYS: dict[str, Key] = {
                            "4096 and 64 heads; Megatron's kv_channels); 0 or absent: hidden/heads. With "
                            "multi-latent attention, the default of qk_nope_head_dim and v_head_dim.", minimum=0,
                     maximum=10**5),
+    "sliding_window": Key("int", "Sliding-window attention: each query attends its last N keys (itself included; "
+                                 "GPT-OSS: 128, HF's sliding_window); 0 or absent: full attention. Costed in fused "
+                                 "attention (training.attention: flash); the unfused path computes the full square.",
+                          minimum=0, maximum=10**7),
+    "window_attn_skip_freq": Key("int", "With sliding_window: every N-th layer attends fully, the others through the "
+                                        "window ((N-1):1, Megatron's window_attn_skip_freq; GPT-OSS: 2, alternating); "
+                                        "0 or absent: every layer windowed.", minimum=0, maximum=10**5),
+    "softmax_type": Key("enum", "Attention softmax (Megatron's softmax_type): vanilla; off-by-one (a fixed extra "
+                                "logit); learnable (attention sinks: one learned logit per head, GPT-OSS).",
+                        enum=("vanilla", "off-by-one", "learnable")),
     "tied_embeddings": Key("bool", "Input and output embeddings shared."),
     "causal": Key("bool", "A causal attention mask (decoders, the default); false: bidirectional (BERT)."),
 }

@@ -158,6 +158,11 @@ class ModelSpec:
     qk_rope_head_dim: int = 0  # per-head query/key dims with the decoupled rotary embedding
     v_head_dim: int = 0  # per-head value dims; 0: hidden / heads
     head_dim: int = 0  # per-head query, key and value dims of any attention (Qwen3: 128); 0: hidden / heads
+    # sliding-window attention (GPT-OSS: 128): each query attends its last sliding_window keys; 0: none
+    sliding_window: int = 0
+    # with a window: every N-th layer attends fully, (N-1):1 (Megatron's window_attn_skip_freq); 0: every layer windowed
+    window_attn_skip_freq: int = 0
+    softmax_type: str = "vanilla"  # vanilla | off-by-one | learnable (attention sinks: GPT-OSS; Megatron's softmax_type)
 
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,
