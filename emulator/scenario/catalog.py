@@ -300,8 +300,8 @@ MODELS: dict[str, dict[str, Any]] = {
     # gpt_oss/gpt_oss_bridge.py): biases on the linears (add_bias_linear, add_qkv_bias), a gated MLP
     # (costed as SwiGLU: two input projections), window_size = (sliding_window - 1, 0) so a query attends
     # 128 keys itself included, window_attn_skip_freq 2, softmax_type "learnable" (the attention sinks,
-    # "self_attn.sinks" -> "core_attention.softmax_offset"). 116.8B parameters and 5.7B activated by our count (5.1B without the
-    # input embedding, as OpenAI counts).
+    # "self_attn.sinks" -> "core_attention.softmax_offset"). 116.8B parameters and 5.7B activated by our
+    # count (5.1B without the input embedding, as OpenAI counts).
     "gpt-oss-120b": dict(_llama(36, 2880, 64, 8, 2880, 201088, 4096), head_dim=64, expert_ffn_hidden=2880,
                          experts=128, top_k=4, biases=True, dropout=False, norm="rmsnorm", sliding_window=128,
                          window_attn_skip_freq=2, softmax_type="learnable"),

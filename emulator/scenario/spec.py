@@ -162,7 +162,7 @@ class ModelSpec:
     sliding_window: int = 0
     # with a window: every N-th layer attends fully, (N-1):1 (Megatron's window_attn_skip_freq); 0: every layer windowed
     window_attn_skip_freq: int = 0
-    softmax_type: str = "vanilla"  # vanilla | off-by-one | learnable (attention sinks: GPT-OSS; Megatron's softmax_type)
+    softmax_type: str = "vanilla"  # vanilla | off-by-one | learnable (sinks: GPT-OSS; Megatron's softmax_type)
 
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,
