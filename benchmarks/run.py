@@ -61,6 +61,8 @@ CASES = {
     # MoE parallel folding (issue 28): the DeepSeek-V3 and Qwen3-235B recipes' layouts (EP over TP ranks)
     "qwen3-235b-256": ("scenarios/qwen3-235b-256-h100.yaml", []),
     "deepseek-v3-1024": ("scenarios/deepseek-v3-1024-h100.yaml", []),
+    # Blackwell at rack scale (issue 38): Llama-3 405B on 64 GB200 NVL72 racks, 4,608 GPUs in 1,152 trays
+    "llama3-405b-4608-gb200": ("benchmarks/scenarios/llama3-405b-4608-gb200.yaml", []),
 }
 UNFOLDED = {"gpt3-1024-unfolded": ("scenarios/gpt3-175b-1024-a100.yaml", ["simulation.fold=off"])}
 
