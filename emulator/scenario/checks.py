@@ -411,6 +411,7 @@ class ScenarioChecks:
                                                   or s.cluster.fabric.kind == "custom"):
             raise self.fail("collectives.algorithm", "nvls needs a catalog or inline node with NVLink SHARP "
                                                      "(nvls_busbw, e.g. dgx-h100, dgx-h200)")
+        self.check_domain(s)
         self.check_fabric(s)
         self.check_sharp(s)
         self.check_targets(s)
@@ -439,6 +440,19 @@ class ScenarioChecks:
         if s.jobs:
             s = dataclasses.replace(s, jobs=self.check_jobs(s))
         return s
+
+    def check_domain(self, s: Scenario) -> None:
+        """``cluster.node.nvlink_domain``: whole nodes of NVLink-switched GPUs (network/domain.py)."""
+        node = s.cluster.node
+        if node is None or not node.nvlink_domain or node.nvlink_domain == node.gpus_per_node:
+            return
+        g, d = node.gpus_per_node, node.nvlink_domain
+        if d < g or d % g:
+            raise self.fail("cluster.node.nvlink_domain", f"expected a multiple of gpus_per_node ({g}): an NVLink "
+                                                          f"domain is made of whole nodes, got {d}")
+        if node.intra != "nvswitch":
+            raise self.fail("cluster.node.nvlink_domain", f"an NVLink domain of {d} GPUs needs intra: nvswitch "
+                                                          f'(intra is "{node.intra}")')
 
     def check_no_top_workload(self, s: Scenario) -> None:
         """With jobs, the workload keys belong to each job: none at the top level."""

@@ -193,9 +193,21 @@ class NodeSpec:
         "Software latency per collective step across nodes.", default=0.0, unit="time", maximum=MAX_LATENCY)
     collective_launch: float = key("Fixed cost of one collective call.", default=0.0, unit="time", maximum=MAX_LATENCY)
     nvls_busbw: float = key(
-        "Bus bandwidth of an all-reduce by NVLink SHARP (in-switch reduction) inside a node, large messages "
-        "(nccl-tests); used by collectives.algorithm: nvls. Absent: the node has no NVLS.",
+        "Bus bandwidth of an all-reduce by NVLink SHARP (in-switch reduction) inside a node (an NVLink domain), "
+        "large messages (nccl-tests); used by collectives.algorithm: nvls. Absent: the node has no NVLS.",
         default=0.0, unit="bandwidth", minimum=MIN_BANDWIDTH)
+    # GPUs that share one NVLink switch domain (a GB200 NVL72 rack: 72 GPUs over 18 nodes of 4); 0: the node's
+    # own GPUs (gpus_per_node). The network treats each domain as one node (network/domain.py).
+    nvlink_domain: int = key(
+        "GPUs that share one NVLink switch domain, a multiple of gpus_per_node: 72 in a GB200/GB300 NVL72 rack of 18 "
+        "nodes (compute trays) of 4, 64 for 16 trays; absent: gpus_per_node. The intra_* keys, step_latency_intra "
+        "and nvls_busbw then hold for the whole domain, and the network treats it as one node.",
+        default=0, minimum=0, maximum=4096)
+
+    @property
+    def domain(self) -> int:
+        """GPUs of one NVLink domain: ``nvlink_domain``, or ``gpus_per_node`` where it is not given."""
+        return self.nvlink_domain or self.gpus_per_node
 
 
 @dataclass(frozen=True)
@@ -358,6 +370,22 @@ class ModelSpec:
         "transformer layer (an MoE layer in an MoE model), a 2h-to-h projection, norms of the hidden state and of "
         "the shared embedding, and one more pass of the output head with its cross-entropy. 0 or absent: none.",
         default=0, minimum=0, maximum=64)
+    # sliding-window attention (GPT-OSS: 128): each query attends its last sliding_window keys; 0: none
+    sliding_window: int = key(
+        "Sliding-window attention: each query attends its last N keys (itself included; GPT-OSS: 128, HF's "
+        "sliding_window); 0 or absent: full attention. Costed in fused attention (training.attention: flash); the "
+        "unfused path computes the full square.", default=0, minimum=0, maximum=10**7)
+    # with a window: every N-th layer attends fully, (N-1):1 (Megatron's window_attn_skip_freq); 0: every layer
+    # windowed
+    window_attn_skip_freq: int = key(
+        "With sliding_window: every N-th layer attends fully, the others through the window ((N-1):1, Megatron's "
+        "window_attn_skip_freq; GPT-OSS: 2, alternating); 0 or absent: every layer windowed.",
+        default=0, minimum=0, maximum=10**5)
+    # vanilla | off-by-one | learnable (sinks: GPT-OSS; Megatron's softmax_type)
+    softmax_type: str = key(
+        "Attention softmax (Megatron's softmax_type): vanilla; off-by-one (a fixed extra logit); learnable "
+        "(attention sinks: one learned logit per head, GPT-OSS).", default="vanilla",
+        choices=("vanilla", "off-by-one", "learnable"))
     tied_embeddings: bool = key("Input and output embeddings shared.", default=False)
     causal: bool = key("A causal attention mask (decoders, the default); false: bidirectional (BERT).", default=True)
 

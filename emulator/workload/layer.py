@@ -104,6 +104,7 @@ from emulator.workload.models import (
     moe_rank_load,
     resolve,
     shared_ffn,
+    window_share,
 )
 
 FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
@@ -203,6 +204,22 @@ class LayerShape:
     groups: int = 0  # moe_router_num_groups
     group_topk: int = 0  # moe_router_group_topk
     a2a_scale: float = 1.0  # the copies each rank sends over the mean: the capacity factor when padded
+    window: int = 0  # sliding-window attention: keys per query (model.sliding_window); 0: none
+    window_share: float = 0.0  # the fraction of layers that attend through the window (models.window_share)
+    sinks: bool = False  # a softmax with an extra logit per head (model.softmax_type off-by-one or learnable)
+
+    @property
+    def attended(self) -> float:
+        """The (query, key) pairs a fused kernel computes, over the full causal square's, averaged over
+        the layer pattern. A window of W keys over s_kv = S tokens: S·W − W²/2 pairs (query i attends
+        min(i + 1, W) keys), against S²/2 for the causal square (the same continuous count, so W = S
+        gives 1). Every layer is costed at the pattern's mean: exact for a stage of whole periods (GPT-OSS,
+        alternating: an even number of layers)."""
+        S, W = self.s_kv, self.window
+        if not W or W >= S or not self.causal or not self.window_share:
+            return 1.0
+        windowed = (S * W - W * W / 2) / (S * S / 2)
+        return self.window_share * windowed + (1.0 - self.window_share)
 
     @property
     def T(self) -> int:
@@ -306,7 +323,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       imbalance=m.moe_imbalance, fp8=fp8, recipe=recipe, non_tn=non_tn and fp8, fa2=fa2,
                       fp8_weight_bytes=wbytes, head=m.head_dim,
                       load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
-                      etp=etp if etp and etp != t else 0, **mla, **_dispatch_fields(m, parallel, sm_count))
+                      etp=etp if etp and etp != t else 0, window=m.sliding_window, window_share=window_share(m),
+                      sinks=m.softmax_type != "vanilla", **mla, **_dispatch_fields(m, parallel, sm_count))
 
 
 def _load(m: ModelSpec, ep: int, tokens: int, t: int, sp: bool, etp: int | None) -> float:
@@ -392,7 +410,12 @@ def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel
     """MLA (d_qk ≠ d_v) is costed at the mean head dim (d_qk + d_v)/2: exact in FLOPs, 2·s·sk·(d_qk + d_v)."""
     bh = L.b * L.a_l
     d = L.d if L.d_qk == L.d_v == L.d else (L.d_qk + L.d_v) / 2
-    flops = 4.0 * bh * L.s * sk * d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0)
+    # sliding-window layers (LayerShape.attended): the FLOPs of the pairs computed, as a causal kernel of
+    # that many fewer keys (the key count a measured table is looked up at)
+    r = L.attended
+    flops = 4.0 * bh * L.s * sk * d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0) * r
+    if r != 1.0:
+        sk = max(1, round(sk * r))
     nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * d * L.dtype
     return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, int(d), bh, L.causal, backward, int(d), dtype=L.dtype,
                   fa2=L.fa2)
@@ -537,6 +560,8 @@ def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
             if i < L.cp - 1:
                 steps.append(Comm(f"attn.kv_ring{i}", "cp", "ring", kv_block, 1, cat))
             steps.append(flash(f"attn.flash{i}" if L.cp > 1 else "attn.flash", L, L.s, False, cat))
+        if L.sinks:  # the sink's logit in each row's softmax: one exp and add per (query, head) over its stats
+            steps.append(elementwise("attn.sinks", L.b * L.a_l * L.s, 2.0, L, 2.0, cat))
         return steps
     bh = L.b * L.a_l
     scores = bh * L.s * L.s_kv
@@ -885,6 +910,8 @@ def attention_core_backward(L: LayerShape) -> list[Step]:
             if i < L.cp - 1:
                 steps.append(Comm(f"attn.kv_ring{i}_bwd", "cp", "ring", block, 1, BWD))
             steps.append(flash(f"attn.flash{i}_bwd" if L.cp > 1 else "attn.flash_bwd", L, L.s, True, BWD))
+        if L.sinks:  # the sink's gradient: a sum over the queries of each head
+            steps.append(elementwise("attn.sinks_bwd", L.b * L.a_l * L.s, 2.0, L, 2.0, BWD))
         return steps
     bh = L.b * L.a_l
     scores = bh * L.s * L.s_kv
