@@ -295,7 +295,8 @@ def profiled_memory(sc: Scenario) -> MemoryReport | None:
     prof = PW.profile_of(sc)
     P, Q = prof.shape, PW.target_shape(sc)
     par, tr = sc.parallel, sc.training
-    per = 4 * prof.param_bytes  # parameter, gradient and AdamW's two moments
+    per = 4 * prof.param_bytes  # the profiled run's: parameter, gradient and AdamW's two moments
+    w_b, g_b, o_b = profiled_state_bytes(prof.param_bytes, prof.dtype, tr.optimizer, tr.grad_reduce)
     psi_p = R.params(prof.embed_params + prof.head_params) + P.layers * R.params(prof.block_params)
     per_layer = max(0.0, pr.peak_memory - per * psi_p) / P.layers * (Q.b * Q.s * Q.h) / (P.b * P.s * P.h)
     Qg = Q.per_gpu(par.tp)
@@ -307,9 +308,9 @@ def profiled_memory(sc: Scenario) -> MemoryReport | None:
         psi = sum(split[stage]) * R.params(prof.block_params, Qg)
         psi += (R.params(prof.embed_params, Qg) if stage == 0 else 0) + (R.params(prof.head_params, Qg)
                                                                          if stage == par.pp - 1 else 0)
-        d, z, p = par.dp, par.zero, prof.param_bytes
-        states = {"params": p * psi / (d if z >= 3 else 1), "grads": p * psi / (d if z >= 2 else 1),
-                  "optimizer": 2 * p * psi / (d if z >= 1 else 1)}
+        d, z = par.dp, par.zero
+        states = {"params": w_b * psi / (d if z >= 3 else 1), "grads": g_b * psi / (d if z >= 2 else 1),
+                  "optimizer": o_b * psi / (d if z >= 1 else 1)}
         held = max_in_flight(schedule(par.schedule, stage, par.pp, micro, par.virtual_stages), split[stage])
         breakdown = {**states, "activations": per_layer * held / par.tp}
         peak = sum(breakdown.values())
@@ -317,6 +318,25 @@ def profiled_memory(sc: Scenario) -> MemoryReport | None:
             best = MemoryReport(peak, sc.cluster.node.gpu.memory_bytes, peak <= sc.cluster.node.gpu.memory_bytes,
                                 breakdown, stage)
     return best
+
+
+def profiled_state_bytes(p: int, dtype: str, optimizer: str, grad_reduce: str) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer state) bytes per parameter of a profiled script whose weights
+    are ``p``-byte elements and whose GEMMs ran in ``dtype``.
+
+    The script's own optimizer (``training.optimizer`` absent; checks.SCRIPT_OPTIMIZER):
+    torch.optim.AdamW keeps the gradient and its two moments in the weights' type: (p, p, 2p).
+    ``megatron`` or ``apex`` (given; over 16-bit weights only, the rule book refuses them over fp32
+    weights, which are their own main copy): the gradient in Megatron-Core's DDP buffer of the
+    reduction's type (``training.grad_reduce``; auto: fp32, Megatron-LM's default for bf16 and fp16
+    weights alike, plan.grad_reduce_bytes), and :func:`optimizer_state_bytes`' states: 12 B (an
+    fp32 main copy, two fp32 moments), 10 with apex over bf16 weights."""
+    if optimizer not in ("megatron", "apex"):
+        return float(p), float(p), 2.0 * p
+    grad = 4 if grad_reduce == "auto" else grad_reduce_bytes("bf16", grad_reduce)
+    bf16 = dtype == "bf16"
+    return float(p), float(grad), optimizer_state_bytes(TrainingSpec(precision="bf16" if bf16 else "fp16",
+                                                                     optimizer=optimizer))
 
 
 def memory_report(sc: Scenario) -> MemoryReport:

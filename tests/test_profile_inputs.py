@@ -159,3 +159,100 @@ def _with_trace(tmp_path, trace: str) -> str:
     path.write_text(f"name: p\ncluster: {{nodes: 1, node: {{preset: dgx-h200, gpus_per_node: 1}}}}\n"
                     f"workload:\n  profile: {trace}\n  profiled: {PROFILED}\n")
     return str(path)
+
+
+# ---------------------------------------------------------------------------- 2. keys refused or applied
+
+
+@pytest.mark.parametrize("extra,key,value", [
+    ("model: {experts: 8, top_k: 2}\n", "model.experts", "8"), ("model: {top_k: 2}\n", "model.top_k", "2"),
+    ("model: {activation: swiglu}\n", "model.activation", "swiglu"), ("model: {swiglu: true}\n", "model.swiglu", "true"),
+    ("model: {norm: rmsnorm}\n", "model.norm", "rmsnorm"), ("model: {biases: false}\n", "model.biases", "false"),
+    ("model: {dropout: false}\n", "model.dropout", "false"),
+    ("model: {kv_lora_rank: 512}\n", "model.kv_lora_rank", "512"),
+    ("model: {moe_imbalance: 1.5}\n", "model.moe_imbalance", "1.5"),
+    ("model: {tied_embeddings: false}\n", "model.tied_embeddings", "false"),  # the trace's head reuses wte
+    ("model: {causal: false}\n", "model.causal", "false"),  # the SDPA op's is_causal=True
+    ("training: {precision: fp8}\n", "training.precision", "fp8"),  # the GEMMs ran in bf16
+    ("training: {precision: fp32}\n", "training.precision", "fp32"),
+    ("training: {fp8_params: true}\n", "training.fp8_params", "true"),
+    ("training: {attention: fa2}\n", "training.attention", "fa2"),  # the trace's cuDNN flash kernel
+    ("training: {optimizer: apex}\n", "training.optimizer", "apex"),  # fp32 weights: their own main copy
+])
+def test_a_key_the_profile_fixes_is_refused_by_name(tmp_path, capsys, extra, key, value):
+    err = _exit2(capsys, _scenario(tmp_path, extra))
+    assert f"{key} is {value}" in err and "profile" in err
+
+
+@pytest.mark.parametrize("extra,profiled", [("model: {tied_embeddings: false}\n", "bf16"),
+                                            ("training: {precision: fp8}\n", "bf16"),
+                                            ("model: {causal: false}\n", "is_causal=True"),
+                                            ("training: {optimizer: megatron}\n", "32-bit")])
+def test_a_refusal_names_what_the_profile_has(tmp_path, capsys, extra, profiled):
+    err = _exit2(capsys, _scenario(tmp_path, extra))
+    want = {"bf16": "reuses the embedding table" if "tied" in extra else "ran in bf16"}.get(profiled, profiled)
+    assert want in err
+
+
+@pytest.mark.parametrize("extra", ["model: {tied_embeddings: true}\n", "model: {causal: true}\n",
+                                   "training: {precision: bf16}\n"])
+def test_a_key_given_as_the_profile_has_it_is_accepted(tmp_path, capsys, extra):
+    assert main(["run", _scenario(tmp_path, extra), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_time_s"] > 0
+
+
+def test_head_dim_is_applied_to_the_query_and_key_value_widths(tmp_path, capsys):
+    from emulator.scenario import load_scenario
+    from emulator.workload.profiled import target_shape
+
+    sc = load_scenario(_scenario(tmp_path, "model: {head_dim: 64}\n"))
+    # 16 heads of 64: the fused QKV 3 * 16 * 64 = 3072 wide, the attention's output 16 * 64 = 1024
+    Q = target_shape(sc)
+    assert (Q.value("hd"), Q.value("qkv"), Q.value("q"), Q.value("h")) == (64, 3072, 1024, 2048)
+    base = main(["run", _scenario(tmp_path), "--json"]) == 0 and json.loads(capsys.readouterr().out)
+    narrow = main(["run", _scenario(tmp_path, "model: {head_dim: 64}\n"), "--json"]) == 0 and \
+        json.loads(capsys.readouterr().out)
+    # half the attention's width: its GEMMs and kernels shrink, the MLP's stay
+    assert narrow["iteration_time_s"] < base["iteration_time_s"]
+    assert narrow["compute_source"]["interpolated"] > 0
+
+
+def test_grad_reduce_sets_the_bytes_data_parallel_reduces(tmp_path, capsys):
+    node = "dgx-h200"
+    fp32 = main(["run", _scenario(tmp_path, "parallel: {dp: 8}\n", node=node), "--json"]) == 0 and \
+        json.loads(capsys.readouterr().out)
+    bf16 = main(["run", _scenario(tmp_path, "parallel: {dp: 8}\ntraining: {grad_reduce: bf16}\n", node=node),
+                 "--json"]) == 0 and json.loads(capsys.readouterr().out)
+    # the ring all-reduce of 1,315,723,264 gradients sends 2 * 7/8 of them: fp32 (the script's) 4 B each,
+    # with grad_reduce bf16 (DDP's bf16_compress_hook) 2 B each
+    n = 1_315_723_264
+    assert fp32["links"]["busiest"][0]["bytes"] == pytest.approx(2 * 7 / 8 * n * 4, rel=1e-9)
+    assert bf16["links"]["busiest"][0]["bytes"] == pytest.approx(2 * 7 / 8 * n * 2, rel=1e-9)
+
+
+def test_the_optimizers_state_bytes_by_hand():
+    from emulator.memory import profiled_state_bytes
+
+    # the script's own AdamW: gradient and two moments in the weights' type
+    assert profiled_state_bytes(4, "bf16", "script", "auto") == (4, 4, 8)
+    assert profiled_state_bytes(2, "bf16", "script", "auto") == (2, 2, 4)
+    # Megatron's distributed optimizer over bf16 weights: an fp32 gradient buffer (auto), fp32 main copy and
+    # two moments 4 + 4 + 4 = 12; apex keeps the main copy as a 16-bit remainder: 2 + 4 + 4 = 10
+    assert profiled_state_bytes(2, "bf16", "megatron", "auto") == (2, 4, 12)
+    assert profiled_state_bytes(2, "bf16", "apex", "auto") == (2, 4, 10)
+    assert profiled_state_bytes(2, "bf16", "apex", "bf16") == (2, 2, 10)
+    # fp16 weights: apex keeps a full fp32 copy
+    assert profiled_state_bytes(2, "fp16", "apex", "auto") == (2, 4, 12)
+
+
+def test_format_beside_a_profile_is_refused_by_name(tmp_path, capsys):
+    err = _exit2(capsys, _scenario(tmp_path, workload="  format: kineto\n"))
+    assert "workload.format is 'kineto'" in err and "workload.profile" in err
+
+
+def test_a_profile_inside_jobs_is_refused_by_name(tmp_path, capsys):
+    path = tmp_path / "j.yaml"
+    path.write_text("name: j\ncluster: {nodes: 2, node: dgx-h200}\njobs:\n  - name: a\n    nodes: 1\n"
+                    f"    workload:\n      profile: {TRACE}\n      profiled: {PROFILED}\n    parallel: {{dp: 8}}\n")
+    err = _exit2(capsys, str(path))
+    assert "jobs[0].workload.profile" in err and "not as a job" in err

@@ -218,6 +218,28 @@ def _size_violations(t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     return [Violation(key, f"expected at least 1, got {x}") for key, x in sizes if x < 1]
 
 
+SCRIPT_OPTIMIZER = "script"  # training.optimizer of a profiled workload not given: the script's own (AdamW)
+# model keys a profile cannot honour: the profiled script's own kernels fix them (what each fixes)
+PROFILE_FIXES = {
+    "experts": "MLP (dense or experts)", "top_k": "MLP (dense or experts)", "expert_ffn_hidden": "MLP (dense or experts)",
+    "shared_experts": "MLP (dense or experts)", "shared_expert_ffn_hidden": "MLP (dense or experts)",
+    "first_dense_layers": "MLP (dense or experts)", "moe_imbalance": "MLP (dense or experts)",
+    "moe_expert_load": "MLP (dense or experts)", "swiglu": "MLP activation", "activation": "MLP activation",
+    "biases": "biases", "dropout": "dropout", "norm": "norms", "q_lora_rank": "attention projections",
+    "kv_lora_rank": "attention projections", "qk_nope_head_dim": "attention projections",
+    "qk_rope_head_dim": "attention projections", "v_head_dim": "attention projections",
+}
+
+
+def _shown(v: object) -> str:
+    """A key's value as the user wrote it."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, tuple):
+        return "[" + ", ".join(map(str, v)) + "]"
+    return str(v)
+
+
 def _schedule_violations(p: ParallelSpec) -> list[Violation]:
     out: list[Violation] = []
     if p.schedule not in SCHEDULES:
@@ -383,6 +405,11 @@ class ScenarioChecks:
         if self.given(f"{kp}.seed") and job.placement != "random":
             raise self.fail(f"{kp}.seed", f'seed is only read with placement: random (placement is "{job.placement}")')
         self.check_one_workload(f"{kp}.", job.workload.trace)
+        if job.workload.profile is not None or job.workload.profiled is not None:
+            key = f"{kp}.workload.{'profile' if job.workload.profile is not None else 'profiled'}"
+            raise self.fail(key, "a profiled workload runs as a scenario's one workload, not as a job: move "
+                                 "workload.profile and workload.profiled to the top level and leave jobs out "
+                                 "(a job takes a model or a workload.trace)")
         if job.model is None and job.workload.trace is None:
             raise self.fail(f"{kp}.model", "a job needs a workload: give a model (model.preset, or layers, hidden, "
                                            "heads, seq_len, vocab) or a workload.trace")
@@ -512,6 +539,22 @@ class ScenarioChecks:
                                                 "hidden, heads, vocab}, what the profiled step ran")
         if w.mirror:
             raise self.fail("workload.mirror", "mirror replays a trace; a profile runs data-parallel by parallel.dp")
+        for key in ("format", "comm_groups"):
+            if self.given(f"workload.{key}"):
+                raise self.fail(f"workload.{key}", f"workload.{key} is {getattr(w, key)!r}: it reads a "
+                                                   "workload.trace; a workload.profile is always a PyTorch profiler "
+                                                   f"(Kineto) trace: leave workload.{key} out")
+        for key in PROFILE_FIXES:
+            if self.given(f"model.{key}"):
+                value = getattr(s.model, key, None) if s.model is not None else None
+                raise self.fail(f"model.{key}", f"model.{key} is {_shown(value)}, but the profiled script fixes "
+                                                f"its {PROFILE_FIXES[key]}: its own kernels, in the trace, are "
+                                                f"what runs; leave model.{key} out (or profile a script with it)")
+        if self.given("training.fp8_params"):
+            raise self.fail("training.fp8_params", f"training.fp8_params is {_shown(s.training.fp8_params)}, but the profiled "
+                                                   "script fixes its weights' type (the trace's parameters); "
+                                                   "leave training.fp8_params out")
+        self.check_profile_kernels(s)
         p, t = s.parallel, s.training
         for key, value in (("cp", p.cp), ("ep", p.ep)):
             if value > 1:
@@ -527,7 +570,45 @@ class ScenarioChecks:
                                                   "training.recompute applies to generated workloads")
         mb = t.micro_batch if self.given("training.micro_batch") else w.profiled.micro_batch
         gb = t.global_batch if self.given("training.global_batch") else mb * p.dp
-        return dataclasses.replace(s, training=dataclasses.replace(t, micro_batch=mb, global_batch=gb))
+        # absent, the optimizer is the profiled script's own (memory.profiled_state_bytes)
+        opt = t.optimizer if self.given("training.optimizer") else SCRIPT_OPTIMIZER
+        return dataclasses.replace(s, training=dataclasses.replace(t, micro_batch=mb, global_batch=gb, optimizer=opt))
+
+    def check_profile_kernels(self, s: Scenario) -> None:
+        """Keys whose value the profile records (read here, once per process): the precision its GEMMs
+        ran in, its attention kernels and mask, a tied embedding, its weights' type for the
+        optimizer's states. Given as the profile has them they are accepted; else refused with both."""
+        from emulator.workload.profiled import load
+
+        w, t = s.workload, s.training
+        assert w.profile is not None and w.profiled is not None
+        prof = load(w.profile, w.profiled)
+        if self.given("training.precision") and t.precision != prof.dtype:
+            raise self.fail("training.precision", f"training.precision is {t.precision}, but the profiled script's "
+                                                  f"GEMMs ran in {prof.dtype}; the profile fixes the precision its "
+                                                  "kernels ran in: leave training.precision out")
+        if self.given("training.attention"):
+            att = next((k.name for k in prof.block_fwd if k.cls == "attention"), "")
+            kind = f"its own fused kernel ({att[:60]})" if att else "unfused (no fused attention kernel)"
+            raise self.fail("training.attention", f"training.attention is {t.attention}, but the profiled "
+                                                  f"script's attention is {kind}; the profile fixes it: leave "
+                                                  "training.attention out")
+        if s.model is not None and self.given("model.causal") and prof.causal is not None \
+                and s.model.causal != prof.causal:
+            raise self.fail("model.causal", f"model.causal is {_shown(s.model.causal)}, but the profiled "
+                                            f"attention has is_causal={prof.causal}; the profile fixes its mask: "
+                                            "leave model.causal out")
+        if s.model is not None and self.given("model.tied_embeddings") and s.model.tied_embeddings != prof.tied:
+            raise self.fail("model.tied_embeddings", f"model.tied_embeddings is {_shown(s.model.tied_embeddings)}, "
+                                                     f"but the profiled head {'reuses the' if prof.tied else 'has its own'}"
+                                                     " embedding table; the profile fixes it: leave "
+                                                     "model.tied_embeddings out")
+        if self.given("training.optimizer") and prof.param_bytes not in (2,):
+            raise self.fail("training.optimizer", f"training.optimizer is {t.optimizer}, which keeps an fp32 main "
+                                                  "copy of 16-bit weights, but the profiled script's weights are "
+                                                  f"{prof.param_bytes * 8}-bit ({prof.param_bytes} B): they are their "
+                                                  "own main copy and Adam's two moments are 8 B a parameter "
+                                                  "whichever optimizer; leave training.optimizer out")
 
     def check_mirror(self, s: Scenario) -> None:
         """A mirrored trace replays one rank as ``mirror`` ranks: at most one per GPU (checked here,

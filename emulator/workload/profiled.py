@@ -45,11 +45,13 @@ def profile_of(sc: Scenario) -> Profile:
 
 
 def target_shape(sc: Scenario) -> R.Shape:
-    """The sizes the scenario predicts the script at (its model and micro-batch)."""
+    """The sizes the scenario predicts the script at (its model and micro-batch). ``model.head_dim``
+    changes the query and key/value widths (heads x head_dim) and the attention's head dim; absent,
+    hidden/heads."""
     assert sc.model is not None  # the reader made it from workload.profiled
     m = sc.model
     return R.Shape(b=sc.training.micro_batch, s=m.seq_len, layers=m.layers, h=m.hidden, heads=m.heads,
-                   kvh=m.kv_heads or m.heads, ffn=m.ffn_hidden or 4 * m.hidden, V=m.vocab)
+                   kvh=m.kv_heads or m.heads, ffn=m.ffn_hidden or 4 * m.hidden, V=m.vocab, head_dim=m.head_dim)
 
 
 # ---------------------------------------------------------------------------- one kernel
@@ -234,5 +236,17 @@ def reshape_plan(plan: Plan, sc: Scenario) -> None:
     total = emb + head + Q.layers * block
     opt = sum(t.seconds for t in parts["optimizer"])
     plan.optimizer_s_per_param = opt / total if total else 0.0  # the step scales with the parameters it updates
-    plan.dtype = plan.grad_dtype = prof.param_bytes
+    plan.dtype = prof.param_bytes
+    plan.grad_dtype = grad_bytes(sc, prof)
     plan.model = replace(plan.model, tied_embeddings=prof.tied)
+
+
+def grad_bytes(sc: Scenario, prof: Profile) -> int:
+    """Bytes of a gradient element the data-parallel reduction sends: ``training.grad_reduce`` where
+    given (DDP's bf16_compress_hook, fp16_compress_hook: the fp32 gradients reduced in 16 bits), else
+    the script's own gradients' type, that of its weights (memory.profiled_state_bytes for those held)."""
+    from emulator.memory import profiled_state_bytes
+
+    if sc.training.grad_reduce != "auto":
+        return compute.DTYPE_BYTES[sc.training.grad_reduce]
+    return int(profiled_state_bytes(prof.param_bytes, prof.dtype, sc.training.optimizer, "auto")[1])
