@@ -220,14 +220,14 @@ def _size_violations(t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
 
 SCRIPT_OPTIMIZER = "script"  # training.optimizer of a profiled workload not given: the script's own (AdamW)
 # model keys a profile cannot honour: the profiled script's own kernels fix them (what each fixes)
+_MLP = "MLP (dense or experts)"
 PROFILE_FIXES = {
-    "experts": "MLP (dense or experts)", "top_k": "MLP (dense or experts)", "expert_ffn_hidden": "MLP (dense or experts)",
-    "shared_experts": "MLP (dense or experts)", "shared_expert_ffn_hidden": "MLP (dense or experts)",
-    "first_dense_layers": "MLP (dense or experts)", "moe_imbalance": "MLP (dense or experts)",
-    "moe_expert_load": "MLP (dense or experts)", "swiglu": "MLP activation", "activation": "MLP activation",
-    "biases": "biases", "dropout": "dropout", "norm": "norms", "q_lora_rank": "attention projections",
-    "kv_lora_rank": "attention projections", "qk_nope_head_dim": "attention projections",
-    "qk_rope_head_dim": "attention projections", "v_head_dim": "attention projections",
+    "experts": _MLP, "top_k": _MLP, "expert_ffn_hidden": _MLP, "shared_experts": _MLP, "shared_expert_ffn_hidden": _MLP,
+    "first_dense_layers": _MLP, "moe_imbalance": _MLP, "moe_expert_load": _MLP, "swiglu": "MLP activation",
+    "activation": "MLP activation", "biases": "biases", "dropout": "dropout", "norm": "norms",
+    "q_lora_rank": "attention projections", "kv_lora_rank": "attention projections",
+    "qk_nope_head_dim": "attention projections", "qk_rope_head_dim": "attention projections",
+    "v_head_dim": "attention projections",
 }
 
 
@@ -551,7 +551,8 @@ class ScenarioChecks:
                                                 f"its {PROFILE_FIXES[key]}: its own kernels, in the trace, are "
                                                 f"what runs; leave model.{key} out (or profile a script with it)")
         if self.given("training.fp8_params"):
-            raise self.fail("training.fp8_params", f"training.fp8_params is {_shown(s.training.fp8_params)}, but the profiled "
+            fp8 = _shown(s.training.fp8_params)
+            raise self.fail("training.fp8_params", f"training.fp8_params is {fp8}, but the profiled "
                                                    "script fixes its weights' type (the trace's parameters); "
                                                    "leave training.fp8_params out")
         self.check_profile_kernels(s)
@@ -599,9 +600,10 @@ class ScenarioChecks:
                                             f"attention has is_causal={prof.causal}; the profile fixes its mask: "
                                             "leave model.causal out")
         if s.model is not None and self.given("model.tied_embeddings") and s.model.tied_embeddings != prof.tied:
+            head = "reuses the" if prof.tied else "has its own"
             raise self.fail("model.tied_embeddings", f"model.tied_embeddings is {_shown(s.model.tied_embeddings)}, "
-                                                     f"but the profiled head {'reuses the' if prof.tied else 'has its own'}"
-                                                     " embedding table; the profile fixes it: leave "
+                                                     f"but the profiled head {head} embedding table; the profile "
+                                                     "fixes it: leave "
                                                      "model.tied_embeddings out")
         if self.given("training.optimizer") and prof.param_bytes not in (2,):
             raise self.fail("training.optimizer", f"training.optimizer is {t.optimizer}, which keeps an fp32 main "
