@@ -256,3 +256,43 @@ def test_a_profile_inside_jobs_is_refused_by_name(tmp_path, capsys):
                     f"    workload:\n      profile: {TRACE}\n      profiled: {PROFILED}\n    parallel: {{dp: 8}}\n")
     err = _exit2(capsys, str(path))
     assert "jobs[0].workload.profile" in err and "not as a job" in err
+
+
+# ---------------------------------------------------------------------------- 3. memory
+
+
+def test_tensor_parallel_keeps_the_replicated_activations():
+    from emulator.memory import memory_report
+    from emulator.scenario import load_scenario
+
+    one = os.path.join(ROOT, "scenarios", "profile-gpt-1.3b-1xh200.yaml")  # peak_memory: 53.4 GiB
+    peak, h, V = 53.4 * 2**30, 2048, 50257
+    states = 16 * 1_315_723_264
+    copies = 2 * (24 * (12 * h * h + 9 * h) + V * h)  # test_profile.py: autocast's weight copies
+    tp2 = memory_report(load_scenario(one, ["cluster.node=dgx-h200", "parallel.tp=2", "parallel.dp=4",
+                                            "training.global_batch=16"])).breakdown
+    # Korthikanti et al. without sequence parallelism, fused attention: of a GPT layer's 34 s*b*h bytes the
+    # norm inputs (4), dropout masks (2) and QKV and MLP inputs (2 + 2) stay whole on each TP rank, the
+    # other 24 split: (10 + 24/2)/34 = 22/34 of the activations, not 1/2
+    assert tp2["activations"] == pytest.approx((peak - states - copies) * 22 / 34, rel=1e-12)
+    # the copies are of the GPU's share: per block 12h^2/2 weights, biases qkv/2 + ffn/2 + 2h (the row-parallel
+    # biases whole) = 3h + 4h + 2h... = 3072 + 4096 + 4096; the head's vocab-parallel table ceil(V/2) x h
+    block = 12 * h * h // 2 + 6144 // 2 + 8192 // 2 + 2 * h
+    assert tp2["weight_copies"] == pytest.approx(2 * (24 * block + 25129 * h), rel=1e-12)
+
+
+def test_a_peak_below_the_optimizers_states_is_refused_with_both(tmp_path, capsys):
+    # 16 B x 1,315,723,264 parameters = 21,051,572,224 B = 19.6 GiB of states in the profiled run
+    err = _exit2(capsys, _scenario(tmp_path, profiled=PROFILED.replace("}", ", peak_memory: 10 GiB}")))
+    assert "workload.profiled.peak_memory is 10.0 GiB" in err and "1,315,723,264 parameters x 16 B" in err
+    assert "19.6 GiB" in err
+
+
+def test_a_cast_of_a_weight_scales_with_the_parameters():
+    # GPT-2's MLP down weight is [8192, 2048] and the step's tokens 4 x 2048 = 8192: autocast's copy of it
+    # (inside aten::addmm, its weight operand) is the weight [ffn, h], not an activation [T, h]
+    prof = read_profile(TRACE, SPEC)
+    casts = [k.tensors[0] for k in prof.block_fwd if k.op == "aten::copy_" and k.dtype == "bf16"]
+    assert (("ffn", 8192), ("h", 2048)) in casts and (("ffn", 8192),) in casts  # the weight and the c_fc bias
+    # the two activations cast to bf16 (the inputs of c_attn and c_fc) keep their tokens
+    assert casts.count((("T", 8192), ("h", 2048))) == 2

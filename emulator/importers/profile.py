@@ -330,7 +330,20 @@ def _kernel(g: GpuOp, phase: str, gap: float, ctx: "_Symbols") -> ProfiledKernel
         gd = _gemm_dims(op, dims, ctx, phase, g)
         if gd is not None:
             return replace(k, cls=GEMM, gemm=gd)
-    return replace(k, cls=ELEMENTWISE, tensors=tuple(ctx.tensor(d, g.node) for d in _tensor_dims(dims)))
+    weights = _weight_operands(g.cpu_op, ctx.P.h)
+    return replace(k, cls=ELEMENTWISE, tensors=tuple(ctx.tensor(d, g.node, weights) for d in _tensor_dims(dims)))
+
+
+def _weight_operands(cpu: dict | None, h: int) -> list[list[int]]:
+    """The shapes of the outer aten op's parameter operands that none of its other operands has: a
+    kernel inside it (autocast's cast of ``aten::addmm``'s weight) on a tensor of such a shape works on
+    the parameter, whatever its dimensions' values (the MLP down weight [ffn, h] of a step whose
+    b·s tokens equal ffn)."""
+    params = _op_params(cpu, h)
+    if not params or cpu is None:
+        return []
+    every = _tensor_dims((cpu.get("args") or {}).get("Input Dims"))
+    return [w for w in params if every.count(w) == params.count(w)]
 
 
 def _tensor_dims(dims: object) -> list[list[int]]:
@@ -435,10 +448,13 @@ class _Symbols:
             return cands[0]
         return next((side for side, v in (("M", M), ("K", K), ("N", N)) if v == T), "")
 
-    def tensor(self, d: list[int], node: str) -> Dims:
-        """An element-wise op's tensor: [b, s, ...], [b, heads, s, hd], [T, ...] or parameter-shaped."""
+    def tensor(self, d: list[int], node: str, weights: list[list[int]] | None = None) -> Dims:
+        """An element-wise op's tensor: [b, s, ...], [b, heads, s, hd], [T, ...] or parameter-shaped
+        (a parameter operand of the op it runs in, ``weights``, or a weight's gradient cast back)."""
         P = self.P
         n = len(d)
+        if weights and d in weights:
+            return tuple(self.width(x) for x in d)
         if n >= 2 and d[0] == P.b and P.s in d[1:]:
             # batch-first activations: [b, s, ...], [b, heads, s, hd], [b, kv heads, groups, s, hd]:
             # the first later dimension of the sequence's length is the sequence, the rest are widths

@@ -605,6 +605,19 @@ class ScenarioChecks:
                                                      f"but the profiled head {head} embedding table; the profile "
                                                      "fixes it: leave "
                                                      "model.tied_embeddings out")
+        peak = w.profiled.peak_memory
+        if peak:
+            from emulator.devices import reshape as R
+            from emulator.scenario.units import format_bytes
+
+            psi = R.params(prof.embed_params + prof.head_params) + prof.shape.layers * R.params(prof.block_params)
+            states = 4 * prof.param_bytes * psi  # the profiled run's AdamW: weight, gradient, two moments
+            if peak < states:
+                raise self.fail("workload.profiled.peak_memory",
+                                f"workload.profiled.peak_memory is {format_bytes(peak)}, below the optimizer's own "
+                                f"states in the profiled run: {psi:,} parameters x {4 * prof.param_bytes} B (weight, "
+                                f"gradient, AdamW's two moments) = {format_bytes(states)}; expected the peak "
+                                "torch.cuda.max_memory_allocated() printed after a step")
         if self.given("training.optimizer") and prof.param_bytes not in (2,):
             raise self.fail("training.optimizer", f"training.optimizer is {t.optimizer}, which keeps an fp32 main "
                                                   "copy of 16-bit weights, but the profiled script's weights are "
