@@ -333,3 +333,22 @@ def test_estimate_prints_the_profiles_closed_form(tmp_path, capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("iteration"))
     # one H200 as profiled: the measured kernels and the host's idle time, 260.5 ms, as the run
     assert f"{run * 1e3:.1f} ms" in line
+
+
+# ---------------------------------------------------------------------------- 6. MFU's convention
+
+
+def test_mfu_says_which_flops_it_counts(tmp_path, capsys):
+    path = _scenario(tmp_path)
+    assert main(["run", path, "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["mfu_convention"] == "megatron-full-attention" and 0 < s["mfu"] < 1
+    assert main(["run", path]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "MFU" in x)
+    assert f"MFU {s['mfu']:.1%}" in line and "attention's full s^2, causal or not" in line
+    # at a very long sequence the full square over the causal kernels' half nears 100 % (92.2 % at 131,072
+    # tokens): the convention is still said
+    assert main(["run", _scenario(tmp_path, "model: {seq_len: 131072}\ntraining: {micro_batch: 1}\n",
+                                  profiled=PROFILED), "--json"]) == 0
+    long = json.loads(capsys.readouterr().out)
+    assert long["mfu_convention"] == "megatron-full-attention"
