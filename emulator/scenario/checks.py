@@ -321,6 +321,34 @@ def _size_violations(t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     return [Violation(key, f"expected at least 1, got {x}") for key, x in sizes if x < 1]
 
 
+SCRIPT_OPTIMIZER = "script"  # training.optimizer of a profiled workload not given: the script's own (AdamW)
+# model keys a profile cannot honour: the profiled script's own kernels fix them (what each fixes)
+_MLP = "MLP (dense or experts)"
+PROFILE_FIXES = {
+    "experts": _MLP, "top_k": _MLP, "expert_ffn_hidden": _MLP, "shared_experts": _MLP, "shared_expert_ffn_hidden": _MLP,
+    "first_dense_layers": _MLP, "moe_imbalance": _MLP, "moe_expert_load": _MLP, "swiglu": "MLP activation",
+    "activation": "MLP activation", "biases": "biases", "dropout": "dropout", "norm": "norms",
+    "q_lora_rank": "attention projections", "kv_lora_rank": "attention projections",
+    "qk_nope_head_dim": "attention projections", "qk_rope_head_dim": "attention projections",
+    "v_head_dim": "attention projections",
+}
+
+
+# keys whose value the profile records (its GEMMs' precision, attention kernel and mask, a tied head, its
+# weights' type, its peak): given, each is checked against the profile once it is read (profiled.check_keys)
+PROFILE_RECORDS = ("training.precision", "training.attention", "model.causal", "model.tied_embeddings",
+                   "training.optimizer", "workload.profiled.peak_memory")
+
+
+def shown(v: object) -> str:
+    """A key's value as the user wrote it."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, tuple):
+        return "[" + ", ".join(map(str, v)) + "]"
+    return str(v)
+
+
 def _schedule_violations(p: ParallelSpec) -> list[Violation]:
     out: list[Violation] = []
     if p.schedule not in SCHEDULES:
@@ -508,6 +536,11 @@ class ScenarioChecks:
         if self.given(f"{kp}.seed") and job.placement != "random":
             raise self.fail(f"{kp}.seed", f'seed is only read with placement: random (placement is "{job.placement}")')
         self.check_one_workload(f"{kp}.", job.workload.trace)
+        if job.workload.profile is not None or job.workload.profiled is not None:
+            key = f"{kp}.workload.{'profile' if job.workload.profile is not None else 'profiled'}"
+            raise self.fail(key, "a profiled workload runs as a scenario's one workload, not as a job: move "
+                                 "workload.profile and workload.profiled to the top level and leave jobs out "
+                                 "(a job takes a model or a workload.trace)")
         if job.model is None and job.workload.trace is None:
             raise self.fail(f"{kp}.model", "a job needs a workload: give a model (model.preset, or layers, hidden, "
                                            "heads, seq_len, vocab) or a workload.trace")
@@ -662,6 +695,22 @@ class ScenarioChecks:
                                                 "hidden, heads, vocab}, what the profiled step ran")
         if w.mirror:
             raise self.fail("workload.mirror", "mirror replays a trace; a profile runs data-parallel by parallel.dp")
+        for key in ("format", "comm_groups"):
+            if self.given(f"workload.{key}"):
+                raise self.fail(f"workload.{key}", f"workload.{key} is {getattr(w, key)!r}: it reads a "
+                                                   "workload.trace; a workload.profile is always a PyTorch profiler "
+                                                   f"(Kineto) trace: leave workload.{key} out")
+        for key in PROFILE_FIXES:
+            if self.given(f"model.{key}"):
+                value = getattr(s.model, key, None) if s.model is not None else None
+                raise self.fail(f"model.{key}", f"model.{key} is {shown(value)}, but the profiled script fixes "
+                                                f"its {PROFILE_FIXES[key]}: its own kernels, in the trace, are "
+                                                f"what runs; leave model.{key} out (or profile a script with it)")
+        if self.given("training.fp8_params"):
+            fp8 = shown(s.training.fp8_params)
+            raise self.fail("training.fp8_params", f"training.fp8_params is {fp8}, but the profiled "
+                                                   "script fixes its weights' type (the trace's parameters); "
+                                                   "leave training.fp8_params out")
         p, t = s.parallel, s.training
         for key, value in (("cp", p.cp), ("ep", p.ep)):
             if value > 1:
@@ -677,7 +726,13 @@ class ScenarioChecks:
                                                   "training.recompute applies to generated workloads")
         mb = t.micro_batch if self.given("training.micro_batch") else w.profiled.micro_batch
         gb = t.global_batch if self.given("training.global_batch") else mb * p.dp
-        return dataclasses.replace(s, training=dataclasses.replace(t, micro_batch=mb, global_batch=gb))
+        # absent, the optimizer is the profiled script's own (memory.profiled_state_bytes)
+        opt = t.optimizer if self.given("training.optimizer") else SCRIPT_OPTIMIZER
+        # the keys the profile itself records, checked against it when it is read (workload/profiled.py
+        # ``check_keys``): where the file gave each, for the message
+        given = tuple((kp, self.where(kp)) for kp in PROFILE_RECORDS if self.given(kp))
+        return dataclasses.replace(s, training=dataclasses.replace(t, micro_batch=mb, global_batch=gb, optimizer=opt),
+                                   given=given)
 
     def check_mirror(self, s: Scenario) -> None:
         """A mirrored trace replays one rank as ``mirror`` ranks: at most one per GPU (checked here,

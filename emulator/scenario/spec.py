@@ -670,6 +670,9 @@ class Scenario:
         "Several jobs sharing the cluster's fabric, each with its own model, training, parallel (or workload.trace) "
         "and placement; replaces the top-level workload.", default=())
     path: str = internal("The file it was loaded from, for messages and relative paths.", default="")
+    given: tuple[tuple[str, str], ...] = internal(
+        "Keys a profiled workload's profile records, as the file gave them: (key path, FILE:LINE), for the "
+        "checks made once the profile is read (workload/profiled.py check_keys).", default=())
 
     @property
     def gpus(self) -> int:

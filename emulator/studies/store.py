@@ -119,9 +119,10 @@ def canonical_json(obj: Any) -> str:
 
 
 def resolved_dict(scenario: Scenario) -> dict:
-    """The loaded scenario as plain data, without ``path`` (where it was read from)."""
+    """The loaded scenario as plain data, without ``path`` and ``given`` (where it was read from)."""
     d = dataclasses.asdict(scenario)
     d.pop("path", None)
+    d.pop("given", None)
     return d
 
 

@@ -63,6 +63,7 @@ prefetched one), plus on the last stage the fp32 logits of one micro-batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import ChunkPlan, model_chunks, stage_layers
@@ -71,6 +72,10 @@ from emulator.workload import mtp as MTP
 from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY, NVFP4_WEIGHT_COPY, recipe_of
 from emulator.workload.plan import grad_reduce_bytes, non_tn_fp8
 from emulator.workload.schedules import max_in_flight, schedule
+
+if TYPE_CHECKING:
+    from emulator.devices.reshape import Shape
+    from emulator.importers.profile import Profile
 
 # ASSUMPTION: CUDA context (~0.5 GiB, no source on disk) + cuBLAS workspace (TE: 32 MiB on Hopper, 4 MiB
 # before, TransformerEngine 3b2a7b00 transformer_engine/pytorch/module/base.py lines 55-58, three of them
@@ -368,16 +373,25 @@ def profiled_stages(sc: Scenario) -> list[MemoryReport] | None:
     """A profiled workload's memory per pipeline stage, from the peak its profiled run measured
     (``workload.profiled.peak_memory``; None when not given).
 
-    The measured peak M splits into the model states the script's optimizer keeps and the rest:
-    torch.optim.AdamW holds the parameters, their gradients and two moments, all in the
-    parameters' dtype, so states = 4·p·Ψ (p bytes an element; 16 B a parameter for fp32
-    weights), and the rest R = M − 4·p·Ψ (activations, autocast's weight copies, the logits,
-    workspaces). At the scenario's shape and layout the states are the GPU's parameters (its
-    stage's blocks, one tensor-parallel share), sharded over dp as ZeRO / FSDP shards them; the
-    rest scales as activations do (Korthikanti et al. 2022: linear in b·s·h per layer, no s² term
-    with fused attention): R/L per layer × (b'·s'·h')/(b·s·h), times the layers the schedule
-    holds in flight, over tp. An estimate from one measurement: the rest's parts that do not
-    scale so (the logits with the vocabulary, weight copies with the parameters) are not split.
+    The measured peak M splits into the model states the script's optimizer keeps, the weight
+    copies its forward makes, and the rest. States: torch.optim.AdamW holds the parameters, their
+    gradients and two moments, all in the parameters' dtype, so states = 4·p·Ψ (p bytes an
+    element; 16 B a parameter for fp32 weights; ``training.optimizer``: :func:`profiled_state_bytes`).
+    Weight copies C: the forward's casts of parameter-shaped tensors (autocast's bf16 copy of each
+    weight and bias, saved for the backward), read off the profile's kernels. The rest R = M −
+    states − C (activations, the logits, workspaces). At the scenario's shape and layout:
+
+    - the states are the GPU's parameters (its stage's blocks, one tensor-parallel share), sharded
+      over dp as ZeRO / FSDP shard them;
+    - the weight copies scale with the parameters they copy: each in-flight layer's copies at the
+      GPU's share (:func:`weight_copy_bytes`), the embedding's and head's once on their stages;
+    - the rest scales as activations do (Korthikanti et al. 2022, no s² term with fused attention):
+      R/L per layer × (b'·s'·h')/(b·s·h), times the layers the schedule holds in flight, and
+      under tensor parallelism without sequence parallelism by the share of a layer's activations
+      one TP rank keeps, :func:`layer_activation_bytes` at tp over that at 1 (the norm inputs, dropout
+      masks and the QKV and MLP inputs replicated, the rest split: (10 + 24/t)/34 for a GPT).
+    An estimate from one measurement: the logits' share of the rest scales as activations do, not
+    with the vocabulary.
     """
     from emulator.devices import reshape as R
     from emulator.workload import profiled as PW
@@ -388,27 +402,76 @@ def profiled_stages(sc: Scenario) -> list[MemoryReport] | None:
     prof = PW.profile_of(sc)
     P, Q = prof.shape, PW.target_shape(sc)
     par, tr = sc.parallel, sc.training
-    per = 4 * prof.param_bytes  # parameter, gradient and AdamW's two moments
+    per = 4 * prof.param_bytes  # the profiled run's: parameter, gradient and AdamW's two moments
+    w_b, g_b, o_b = profiled_state_bytes(prof.param_bytes, prof.dtype, tr.optimizer, tr.grad_reduce)
     psi_p = R.params(prof.embed_params + prof.head_params) + P.layers * R.params(prof.block_params)
-    per_layer = max(0.0, pr.peak_memory - per * psi_p) / P.layers * (Q.b * Q.s * Q.h) / (P.b * P.s * P.h)
+    copies_p = sum(weight_copy_bytes(prof, part, P) * (P.layers if part.startswith("block") else 1)
+                   for part in ("embed_fwd", "block_fwd", "head_fwd"))
+    rest = max(0.0, pr.peak_memory - per * psi_p - copies_p)
+    tp_share = _tp_activation_share(sc.model, Q, par.tp) if sc.model is not None else 1.0 / par.tp
+    per_layer = rest / P.layers * (Q.b * Q.s * Q.h) / (P.b * P.s * P.h) * tp_share
     Qg = Q.per_gpu(par.tp)
+    copies = {part: weight_copy_bytes(prof, part, Qg) for part in ("embed_fwd", "block_fwd", "head_fwd")}
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     split = stage_layers(model_chunks(Q.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
                                       par.last_chunk_layers, par.pipeline_model_parallel_layout).layers, par.pp)
     out: list[MemoryReport] = []
     for stage in range(par.pp):
+        first, last = stage == 0, stage == par.pp - 1
         psi = sum(split[stage]) * R.params(prof.block_params, Qg)
-        psi += (R.params(prof.embed_params, Qg) if stage == 0 else 0) + (R.params(prof.head_params, Qg)
-                                                                         if stage == par.pp - 1 else 0)
-        d, z, p = par.dp, par.zero, prof.param_bytes
-        states = {"params": p * psi / (d if z >= 3 else 1), "grads": p * psi / (d if z >= 2 else 1),
-                  "optimizer": 2 * p * psi / (d if z >= 1 else 1)}
+        psi += (R.params(prof.embed_params, Qg) if first else 0) + (R.params(prof.head_params, Qg) if last else 0)
+        d, z = par.dp, par.zero
+        states = {"params": w_b * psi / (d if z >= 3 else 1), "grads": g_b * psi / (d if z >= 2 else 1),
+                  "optimizer": o_b * psi / (d if z >= 1 else 1)}
         held = max_in_flight(schedule(par.schedule, stage, par.pp, micro, par.virtual_stages), split[stage])
-        breakdown = {**states, "activations": per_layer * held / par.tp}
+        own = (copies["embed_fwd"] if first else 0.0) + (copies["head_fwd"] if last else 0.0)
+        breakdown = {**states, "activations": per_layer * held, "weight_copies": copies["block_fwd"] * held + own}
         peak = sum(breakdown.values())
         out.append(MemoryReport(peak, sc.cluster.node.gpu.memory_bytes, peak <= sc.cluster.node.gpu.memory_bytes,
                                 breakdown, stage))
     return out
+
+
+_PARAM_SYMBOLS = frozenset(("h", "ffn", "ffn2", "qkv", "kv", "q", "V", "hd", "heads", "kvh", ""))
+_CASTS = ("aten::copy_", "aten::_to_copy", "aten::to")
+
+
+def weight_copy_bytes(prof: "Profile", part: str, at: "Shape") -> float:
+    """Bytes of the copies that ``part``'s forward kernels make of parameter-shaped tensors (casts
+    whose every dimension is a model width, none the tokens), at shape ``at``, in the GEMMs' dtype."""
+    from emulator.devices import reshape as R
+    from emulator.devices.kernels import DTYPE_BYTES
+
+    n = sum(R.elements(k.tensors[0], at) for k in getattr(prof, part)
+            if k.op in _CASTS and k.tensors and all(d[0] in _PARAM_SYMBOLS for d in k.tensors[0]))
+    return float(n * DTYPE_BYTES.get(prof.dtype, 2))
+
+
+def _tp_activation_share(m: ModelSpec, Q: "Shape", tp: int) -> float:
+    """The share of a layer's activations one of ``tp`` ranks keeps without sequence parallelism
+    (fused attention, as a profiled script's SDPA runs)."""
+    if tp == 1:
+        return 1.0
+    return layer_activation_bytes(m, Q.b, Q.s, tp, flash=True) / layer_activation_bytes(m, Q.b, Q.s, 1, flash=True)
+
+
+def profiled_state_bytes(p: int, dtype: str, optimizer: str, grad_reduce: str) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer state) bytes per parameter of a profiled script whose weights
+    are ``p``-byte elements and whose GEMMs ran in ``dtype``.
+
+    The script's own optimizer (``training.optimizer`` absent; checks.SCRIPT_OPTIMIZER):
+    torch.optim.AdamW keeps the gradient and its two moments in the weights' type: (p, p, 2p).
+    ``megatron`` or ``apex`` (given; over 16-bit weights only, the rule book refuses them over fp32
+    weights, which are their own main copy): the gradient in Megatron-Core's DDP buffer of the
+    reduction's type (``training.grad_reduce``; auto: fp32, Megatron-LM's default for bf16 and fp16
+    weights alike, plan.grad_reduce_bytes), and :func:`optimizer_state_bytes`' states: 12 B (an
+    fp32 main copy, two fp32 moments), 10 with apex over bf16 weights."""
+    if optimizer not in ("megatron", "apex"):
+        return float(p), float(p), 2.0 * p
+    grad = 4 if grad_reduce == "auto" else grad_reduce_bytes("bf16", grad_reduce)
+    bf16 = dtype == "bf16"
+    return float(p), float(grad), optimizer_state_bytes(TrainingSpec(precision="bf16" if bf16 else "fp16",
+                                                                     optimizer=optimizer))
 
 
 def memory_report(sc: Scenario) -> MemoryReport:
