@@ -1,11 +1,12 @@
-"""The compute slowdown under communication (``comm_overlap_slowdown``) measured on the shared real
-traces, into benchmarks/results/overlap.json (rendered in the Traces and calibration guide).
+"""The compute slowdown under communication (``comm_overlap_slowdown``) measured on the real traces
+vendored in traces/, into benchmarks/results/overlap.json (rendered in the Traces and calibration guide).
 
     python benchmarks/overlap.py            # a few seconds
 
 Each row is ``emulator.importers.kineto_overlap.measure_files`` on one set of Kineto traces in
-../shared/traces/kineto/: the ResNet-50 DDP rank (A100, 3 steps), the DLRM step's 8 ranks pooled
-(V100) and each DLRM rank alone.
+traces/ (made from the team's ../shared/traces/kineto/, see their READMEs): the ResNet-50 DDP rank
+(A100, 3 steps, its GPU side: resnet-ddp-a100-all-steps), the DLRM step's 8 ranks pooled (V100) and
+each DLRM rank alone.
 """
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ sys.path[:0] = [ROOT, HERE]
 
 import results_file  # noqa: E402
 
-KINETO = os.path.join(ROOT, "..", "shared", "traces", "kineto")
+TRACES = os.path.join(ROOT, "traces")
 
 
 def sets() -> list[tuple[str, list[str]]]:
-    dlrm = sorted(glob.glob(os.path.join(KINETO, "dlrm-8rank-v100", "*.json.gz")))
+    dlrm = sorted(glob.glob(os.path.join(TRACES, "dlrm-8rank-v100", "*.json.gz")))
     return ([("ResNet-50 DDP, rank 0, A100, 3 steps (resnet-ddp-a100)",
-              [os.path.join(KINETO, "resnet-ddp-a100", "rank0.json.gz")]),
+              [os.path.join(TRACES, "resnet-ddp-a100-all-steps", "rank0-gpu.json.gz")]),
              ("DLRM, 8 ranks pooled, V100, 1 step (dlrm-8rank-v100)", dlrm)]
             + [(f"DLRM, rank {i} alone (dlrm-8rank-v100)", [p]) for i, p in enumerate(dlrm)])
 

@@ -69,6 +69,8 @@ CASES = {
     "qwen3-235b-256-skewed": ("scenarios/qwen3-235b-256-h100.yaml",
                               ["model.moe_expert_capacity_factor=null", "model.moe_pad_expert_input_to_capacity=false",
                                "model.moe_imbalance=3"]),
+    # Blackwell at rack scale (issue 38): Llama-3 405B on 64 GB200 NVL72 racks, 4,608 GPUs in 1,152 trays
+    "llama3-405b-4608-gb200": ("benchmarks/scenarios/llama3-405b-4608-gb200.yaml", []),
 }
 UNFOLDED = {"gpt3-1024-unfolded": ("scenarios/gpt3-175b-1024-a100.yaml", ["simulation.fold=off"])}
 

@@ -1,7 +1,7 @@
 """MkDocs hooks (mkdocs.yml ``hooks:``): the pages generated from the code and the results files.
 
-- ``on_config``: the site's URL is emulator/outputs/docs_links.py's ``DOCS_URL`` (one place for the CLI's
-  links and the site);
+- ``on_config``: the site's URL is emulator/outputs/docs_links.py's ``SITE_URL`` when there is one
+  (one place for the CLI's links and the site);
 - ``on_files``: the reference pages (docs/reference_pages.py) are added as generated files, built
   from this checkout's ``emulator`` package, never written into docs/; the figures of plots/ are
   added as ``plots/NAME``;
@@ -23,11 +23,12 @@ import reference_pages  # noqa: E402
 import results_tables  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
 
-from emulator.outputs.docs_links import docs_url  # noqa: E402
+from emulator.outputs.docs_links import site_url  # noqa: E402
 
 
 def on_config(config):
-    config["site_url"] = docs_url()
+    if site_url():  # none while the project has no public site
+        config["site_url"] = site_url()
     return config
 
 

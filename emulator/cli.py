@@ -1,5 +1,5 @@
 """The command line: ``emulator COMMAND``, COMMAND one of run, collective, schema, sweep, search, plot,
-calibrate, live, validate, export.
+calibrate, live, validate, export, report, compare.
 
 The only module (with ``__main__``) that prints. Every path a command will write
 is checked before it runs (``check_destinations``). Bad input — any EmulatorError —
@@ -38,6 +38,10 @@ PLUGINS: dict[str, tuple[str, str, str, str]] = {
                  "compare predictions with your own measurements (a CSV of cases)"),
     "export": ("emulator.tools.export", "add_arguments", "export_command",
                "write a scenario's workload as Chakra ETs and an ASTRA-sim communicator-group file"),
+    "report": ("emulator.tools.report", "add_arguments", "report_command",
+               "write one self-contained HTML page of a run (a scenario, run first, or a run folder)"),
+    "compare": ("emulator.tools.compare", "add_arguments", "compare_command",
+                "runs side by side: step time, tokens/s, MFU, memory, breakdown, differences and ratios"),
 }
 
 
@@ -52,7 +56,7 @@ def _load(args: argparse.Namespace, need_workload: bool = True):
 
 
 # the commands whose work is the emulator's own (no PyTorch, no BLAS): numpy loaded by quiet_numpy
-SIMULATING = {"run", "collective", "sweep", "search", "validate"}
+SIMULATING = {"run", "collective", "sweep", "search", "validate", "report", "compare"}
 # read by numpy once, as it loads: OpenBLAS on one thread, and no huge pages asked for (see below)
 _NUMPY_ENV = {"OPENBLAS_NUM_THREADS": "1", "NUMPY_MADVISE_HUGEPAGE": "0"}
 
@@ -104,14 +108,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = summarize(result)
     if args.out:
         from emulator.outputs.run_files import write_outputs
+        from emulator.tools.report import as_run_header, scenario_text
 
-        write_outputs(result, summary, args.out, gantt=not args.no_gantt)
+        as_run = as_run_header(args.scenario) + scenario_text(args.scenario, args.set or [])
+        write_outputs(result, summary, args.out, gantt=not args.no_gantt, scenario_yaml=as_run)
     if args.json:
         sys.stdout.write(summary_json(summary))
     else:
         print(printable(human_table(summary), keep="\n\t"))
         if args.out:
-            files = "summary.json spans.csv trace.json ranks.csv" + ("" if args.no_gantt else " gantt.png")
+            files = "summary.json spans.csv trace.json ranks.csv" + ("" if args.no_gantt else " gantt.png") \
+                + " scenario.yaml"
             print(f"outputs in {printable(args.out)}/: {files}")
     return 0
 
@@ -148,17 +155,38 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The package's version: its installed metadata, or in a checkout the ``version`` line of
+    setup.cfg, which is the one place the version is written."""
+    from importlib import metadata
+    try:
+        return metadata.version("emulator")
+    except metadata.PackageNotFoundError:
+        cfg = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.cfg")
+        try:
+            with open(cfg, encoding="utf-8") as f:
+                for line in f:
+                    key, _, value = line.partition("=")
+                    if key.strip() == "version":
+                        return value.strip()
+        except OSError:
+            pass
+        return "unknown"
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser of every command. A plugin's module (and what it imports: the outputs, matplotlib,
     the store) is imported only for the command ``argv`` names; with ``argv`` None, for all of them."""
     p = argparse.ArgumentParser(prog="emulator",
                                 description="Emulate distributed DNN training on a cluster you do not have.",
                                 **_docs())
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="emulate one training iteration of a scenario", **_docs("run"))
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("--json", action="store_true", help="print exactly one JSON object")
-    run.add_argument("--out", metavar="DIR", help="write summary.json, spans.csv, trace.json, gantt.png here")
+    run.add_argument("--out", metavar="DIR",
+                     help="write summary.json, spans.csv, trace.json, gantt.png, scenario.yaml here")
     run.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a scenario field")
     run.add_argument("--estimate", action="store_true", help="print the expected events and wall time, do not run")
     run.add_argument("--no-gantt", action="store_true", help="skip gantt.png (faster for huge runs)")
@@ -223,6 +251,8 @@ DESTINATIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "calibrate": (("out", "--out", "file"),),
     "export": (("out", "--out", "folder"),),
     "validate": (("out", "--out", "folder"),),
+    "report": (("out", "--out", "file"),),
+    "compare": (("out", "--out", "file"),),
 }  # emulator live reads its own options after the scenario: it checks --out itself (live/launcher.py)
 
 
@@ -231,9 +261,13 @@ def check_destinations(args: argparse.Namespace) -> None:
     targets = [(flag, getattr(args, attr, None), kind) for attr, flag, kind in DESTINATIONS.get(args.command, ())]
     if args.command == "sweep" and args.export_csv:  # --db is only read
         targets = [t for t in targets if t[0] != "--db"]
-    if args.command == "search" and getattr(args, "scenario", None):  # search's defaults: SCENARIO-search.*
-        db = args.db or os.path.splitext(os.path.basename(args.scenario))[0] + "-search.sqlite"
+    if args.command == "search" and getattr(args, "scenario", None):  # search's defaults: out/SCENARIO-search.*
+        db = args.db or os.path.join("out", os.path.splitext(os.path.basename(args.scenario))[0] + "-search.sqlite")
         targets = [("--db", db, "file"), ("--csv", args.csv or os.path.splitext(db)[0] + ".csv", "file")]
+    if args.command == "report" and not args.out:  # report's default: DIR/report.html or NAME-report.html
+        from emulator.tools.report import default_out
+
+        targets = [("--out", default_out(args.source), "file")]
     if args.command == "plot" and args.out:  # plot writes an SVG beside the PNG
         targets.append(("--out", os.path.splitext(args.out)[0] + ".svg", "file"))
     found = [(flag, str(path), kind) for flag, path, kind in targets if path is not None]

@@ -41,3 +41,15 @@ def fingerprint_of(root: str) -> str:
 def fingerprint() -> str:
     """The fingerprint of this emulator (computed once per process)."""
     return fingerprint_of(_PACKAGE)
+
+
+def version() -> str:
+    """The emulator's release (the installed distribution's, setup.cfg) and its fingerprint:
+    ``emulator 0.1.0 (sources 0123456789abcdef)``; a checkout that is not installed says so."""
+    from importlib import metadata
+
+    try:
+        release = metadata.version("emulator")
+    except metadata.PackageNotFoundError:
+        release = "(not installed)"
+    return f"emulator {release} (sources {fingerprint()})"

@@ -189,7 +189,7 @@ HEAD = "name: x\ncluster:\n  nodes: 2\n  node: dgx-a100\n"
                                         "(A catalog node (dgx-a100, dgx-h100, ...) or an inline node)"),
     ("name: x\ncluster:\n  nodes: 2\n  node: dgx-a10\n",
      'x.yaml:4: cluster.node: unknown node "dgx-a10"; did you mean "dgx-a100"? (known: dgx-a100, '
-     "dgx-h100, dgx-h200, h800-node, dgx-b200, pcie-l40s, dgx-v100)"),
+     "dgx-h100, dgx-h200, h800-node, dgx-b200, gb200-nvl72, gb300-nvl72, dgx-b300, pcie-l40s, dgx-v100)"),
     ("name: x\ncluster:\n  nodes: 1e400\n  node: dgx-a100\n",
      "x.yaml:3: cluster.nodes: expected an integer, got inf"),
     ("name: x\ncluster:\n  nodes: " + "1" + "0" * 100 + "\n  node: dgx-a100\n",

@@ -74,8 +74,8 @@ def test_pcie_and_v100_nodes():
 
 def test_names():
     assert catalog.node_names() == ["dgx-a100", "dgx-h100", "dgx-h200", "h800-node", "dgx-b200",
-                                    "pcie-l40s", "dgx-v100"]
-    assert len(catalog.gpu_names()) == 8
+                                    "gb200-nvl72", "gb300-nvl72", "dgx-b300", "pcie-l40s", "dgx-v100"]
+    assert len(catalog.gpu_names()) == 11
     for name in catalog.node_names():
         n = catalog.node(name)
         assert n.gpu.name in catalog.gpu_names()

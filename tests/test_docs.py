@@ -1,10 +1,11 @@
 """Docs that run: every ``emulator ...`` command that README.md and the guides show, and the generated reference.
 
-- Commands: each fenced ``bash``/``sh``/``console`` block of README.md and docs/guides/*.md gives its
-  ``emulator ...`` lines (``$ emulator ...`` in console blocks, ``\\`` continuations joined, comments
-  dropped). A page runs its commands in order in a fresh temporary folder that sees the repository's
-  inputs (scenarios/, examples/, traces/, benchmarks/, plots/, README.md; ``../shared``) but keeps
-  its outputs. Each must exit as the page says: 0, or the error the console block shows (exit 2 and
+- Commands: each fenced ``bash``/``sh``/``console`` block of README.md, getting-started, the FAQ and
+  docs/guides/*.md gives its ``emulator ...`` lines (``$ emulator ...`` in console blocks, ``\\``
+  continuations joined, comments dropped). A page runs its commands in order in a fresh temporary
+  folder that sees the repository's inputs (scenarios/, examples/, traces/, benchmarks/, plots/,
+  tests/, README.md) but keeps its outputs; never ``../shared``, so the pages' commands run as on a
+  bare clone. Each must exit as the page says: 0, or the error the console block shows (exit 2 and
   that line on stderr). A block after ``<!-- slow -->`` (over 30 s) or ``<!-- skip: why -->`` (needs
   files the reader brings) is not run; ``text`` blocks are synopses and never run.
 - The scenario-key reference lists every key that ``emulator schema`` has, each under the anchor
@@ -25,8 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs"))
-PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md"] + sorted((ROOT / "docs" / "guides").glob("*.md"))
-INPUTS = ("scenarios", "examples", "traces", "benchmarks", "plots", "README.md")
+PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md", ROOT / "docs" / "faq.md"] + sorted((ROOT / "docs" / "guides").glob("*.md"))
+INPUTS = ("scenarios", "examples", "traces", "benchmarks", "plots", "tests", "README.md")
 FENCE = re.compile(r"^(?P<marks>(?:[ ]*<!-- [^\n]*-->\n)*)[ ]*```(?P<lang>[\w-]*)\n(?P<body>.*?)^[ ]*```", re.M | re.S)
 RUN_LANGS = ("bash", "sh", "console", "shell")
 TIMEOUT_S = 30
@@ -71,14 +72,11 @@ def shown_outputs(text: str) -> list[tuple[list[str], list[str]]]:
 
 
 def _workdir(tmp_path: Path) -> Path:
-    """A fresh folder that sees the repository's inputs and ../shared, with ``emulator`` on PATH."""
+    """A fresh folder that sees the repository's inputs (not ../shared: a clone has none), with ``emulator`` on PATH."""
     work = tmp_path / "work"
     work.mkdir()
     for name in INPUTS:
         (work / name).symlink_to(ROOT / name)
-    shared = ROOT.parent / "shared"
-    if shared.exists():
-        (tmp_path / "shared").symlink_to(shared)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     exe = bin_dir / "emulator"
@@ -225,6 +223,28 @@ def test_help_ends_with_an_example_and_the_guide_page(capsys):
         tail = capsys.readouterr().out.rstrip().splitlines()[-5:]
         assert any(line.strip().startswith("emulator ") for line in tail), (argv, tail)
         assert any(docs_url(page) in line for line in tail), (argv, tail)
+        if page:  # no public site: the guide is its path in the repository, a file the clone has
+            assert (ROOT / docs_url(page)).is_file(), docs_url(page)
+
+
+def test_every_guide_a_command_links_is_a_page_of_the_repository():
+    from emulator.outputs.docs_links import COMMANDS, docs_url
+
+    for page, _ in COMMANDS.values():
+        if not page.startswith("reference/"):  # the reference pages are generated at build time
+            assert (ROOT / docs_url(page)).is_file(), page
+
+
+def test_no_placeholder_host_anywhere():
+    import emulator.outputs.docs_links as links
+
+    assert not links.SITE_URL or not re.search(r"\.(invalid|example)\b|example\.(com|org)", links.SITE_URL)
+    texts = [ROOT / "README.md", ROOT / "mkdocs.yml", *sorted((ROOT / "docs").rglob("*.md")),
+             *sorted((ROOT / "emulator").rglob("*.py"))]
+    for path in texts:
+        assert not re.search(r"https?://[\w.-]*\.invalid\b|https?://example\.(com|org)\b",
+                             path.read_text(encoding="utf-8")), path
+    assert "$id" not in _schema() or "invalid" not in _schema()["$id"]
 
 
 def test_an_error_naming_a_key_links_to_its_entry_on_a_terminal(capsys, monkeypatch):
@@ -239,13 +259,19 @@ def test_an_error_naming_a_key_links_to_its_entry_on_a_terminal(capsys, monkeypa
     assert main(["run", "scenarios/quickstart.yaml", "--set", "training.recompute=sometimes"]) == 2
     first, link = capsys.readouterr().err.splitlines()
     assert first == piped.strip()
-    assert link == f"see {key_url('training.recompute')}" and link.endswith("/reference/scenario/#training-recompute")
+    assert link == f"see {key_url('training.recompute')}"
+    assert link == "see `training.recompute` in `emulator schema`"  # no site yet: the schema holds the entry
+    monkeypatch.setenv("EMULATOR_DOCS_URL", "file:///tmp/site/")  # a built site: the key's anchor on its page
+    assert main(["run", "scenarios/quickstart.yaml", "--set", "training.recompute=sometimes"]) == 2
+    assert capsys.readouterr().err.splitlines()[1] == "see file:///tmp/site/reference/scenario/#training-recompute"
 
 
-def test_a_key_link_falls_back_to_the_nearest_known_key():
+def test_a_key_link_falls_back_to_the_nearest_known_key(monkeypatch):
     from emulator.outputs.docs_links import docs_url, key_url
 
     known = {"parallel", "parallel.tp", "jobs", "jobs.placement"}
+    assert key_url("parallel.tpp", known) == "`parallel` in `emulator schema`"  # no site: the schema's entry
+    monkeypatch.setenv("EMULATOR_DOCS_URL", "https://docs.test/emulator/")
     page = docs_url("reference/scenario/")
     assert key_url("jobs[1].placement", known) == page + "#jobs-placement"  # the list index dropped
     assert key_url("parallel.tpp", known) == page + "#parallel"  # a misspelt key: its parent
@@ -273,3 +299,31 @@ def test_the_catalog_reference_cites_a_source_for_every_entry():
     assert all(v for v in reference_pages._model_sources().values())
     for name in catalog.model_names():
         assert f"| `{name}` |" in page and "](#model-sources) |" in page.split(f"| `{name}` |", 1)[1].split("\n")[0]
+
+
+def _nav_pages(node) -> set[str]:
+    """Every page path that mkdocs.yml's nav lists, at any depth."""
+    if isinstance(node, str):
+        return {node}
+    if isinstance(node, list):
+        return set().union(*(_nav_pages(n) for n in node)) if node else set()
+    if isinstance(node, dict):
+        return set().union(*(_nav_pages(v) for v in node.values())) if node else set()
+    return set()
+
+
+def test_every_docs_page_is_in_the_nav_and_every_guide_in_the_readme_and_the_index():
+    import yaml
+
+    nav = _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert pages - nav == set(), "pages missing from mkdocs.yml's nav"
+    assert {p for p in nav if not p.startswith("reference/")} - pages == set(), "nav entries with no page"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    for guide in sorted(p for p in pages if p.startswith("guides/")):
+        assert f"](docs/{guide})" in readme, f"README.md does not list {guide}"
+        assert f"]({guide})" in index, f"docs/index.md does not list {guide}"
+    for page in ("faq.md", "architecture.md"):
+        assert f"]({page})" in index and f"](docs/{page})" in readme, page
+    assert "](CHANGELOG.md)" in readme

@@ -168,7 +168,10 @@ def test_no_gantt_removes_the_old_gantt_and_the_set_is_of_one_run(tmp_path, caps
     assert not (out / "gantt.png").exists()  # it was the 100 GB/s run's
     ends = [float(r.split(",")[6]) for r in (out / "spans.csv").read_text().splitlines()[1:]]
     assert max(ends) == pytest.approx(T_50, rel=1e-12)  # spans.csv is the 50 GB/s run's too
-    assert sorted(os.listdir(out)) == ["notes.txt", "ranks.csv", "spans.csv", "summary.json", "trace.json"]
+    assert sorted(os.listdir(out)) == ["notes.txt", "ranks.csv", "scenario.yaml", "spans.csv", "summary.json",
+                                       "trace.json"]
+    scenario = _tiny(tmp_path, 50e9)  # scenario.yaml is the 50 GB/s run's: its file, under two header lines
+    assert (out / "scenario.yaml").read_text().split("\n", 2)[2] == open(scenario).read()
     assert (out / "notes.txt").read_text() == "the user's own file"
 
 
@@ -287,8 +290,8 @@ def test_search_bad_paths_fail_before_running(tmp_path, capsys, readonly, no_sim
     _fails(capsys, ["search", quick, "--db", str(ro / "s.sqlite")], f"--db {ro / 's.sqlite'}: its folder")
     _fails(capsys, ["search", quick, "--db", str(tmp_path / "s.sqlite"), "--csv", str(tmp_path)], "--csv",
            "is a folder")
-    monkeypatch.chdir(ro)  # the defaults quickstart-search.sqlite and .csv land in the current folder
-    _fails(capsys, ["search", quick], "--db quickstart-search.sqlite: its folder", "is not writable")
+    monkeypatch.chdir(ro)  # the defaults out/quickstart-search.sqlite and .csv land under the current folder
+    _fails(capsys, ["search", quick], "--db out/quickstart-search.sqlite: cannot create it", "is not writable")
 
 
 def test_plot_and_calibrate_bad_paths_fail_before_any_work(tmp_path, capsys, readonly, no_simulation):
@@ -343,7 +346,7 @@ def test_a_read_only_results_database_is_called_read_only_and_still_reads(tmp_pa
     assert main(["sweep", sc, "--vary", "cluster.overrides=[],[{kind: link_degrade, target: g0->s, factor: 0.5}]",
                  "--db", str(db)]) == 0
     capsys.readouterr()
-    os.unlink(ro / "r.sqlite.lock")
+    assert not (ro / "r.sqlite.lock").exists()  # a normal close removes the lock file
     readonly("ro")
     before = db.read_bytes()
     err = _fails(capsys, ["sweep", sc, "--db", str(db)], f"--db {db}", "not writable")

@@ -45,9 +45,17 @@ def test_every_row_cites_a_non_suspect_row_of_the_same_value():
     import re
 
     gemm, g200, f200 = _shared_rows("h100/gemm.csv"), _shared_rows("h200/gemm.csv"), _shared_rows("h200/fp8_gemm.csv")
+    bw = _shared_rows("blackwell/gemm.csv")
     for name in K.BUILTIN:
         for op, dtype, dims, rate, source in K.builtin(name):
             if op != "gemm":
+                continue
+            b = re.match(r"blackwell/gemm\.csv row (\d+) \(GB200 cuBLASLt sustained; x 4500/5000 to the B200\)", source)
+            if b:  # a GB200 row carried to the B200 by the clock ratio: value x 4500/5000
+                row = bw[int(b.group(1)) - 1]
+                assert row["gpu"].startswith("NVIDIA GB200") and "cuBLASLt" in row["op"]
+                assert dims[1:] == tuple(int(x) for x in row["shape_or_size"].split(" ")[0].split("x"))
+                assert rate == pytest.approx(float(row["value"]) * 1e12 * 4500 / 5000, rel=1e-5)
                 continue
             m = re.match(r"(h100/gemm|h200/gemm|h200/fp8_gemm)\.csv row (\d+)(?: (\w+_us))?", source)
             assert m, source
@@ -190,7 +198,7 @@ def test_b200_gemm_row():
     b200 = catalog.gpu("B200")
     assert K.lookup(b200, "gemm", "fp8", (1, 15360, 4096, 3072)).rate == pytest.approx(3432.5e12)
     assert K.lookup(b200, "gemm", "bf16", (1, 4096, 4096, 4096)).source == K.MEASURED
-    assert K.lookup(b200, "attention_fwd_causal", "bf16", (128, 4096)) is None  # no B200 attention rows
+    assert K.lookup(b200, "attention_fwd_causal", "bf16", (128, 4096)) is None  # below the measured 8192 tokens
 
 
 def _h100_run(table: str):

@@ -15,9 +15,9 @@ from emulator.importers.native import TraceError
 from emulator.scenario import catalog
 from emulator.tools.calibrate import NothingToFit, add_arguments, calibrate_command, written_slowdown
 
-REAL = os.path.join(os.path.dirname(os.path.dirname(__file__)), "..", "shared", "traces", "kineto")
-RESNET = os.path.join(REAL, "resnet-ddp-a100", "rank0.json.gz")
-needs_real = pytest.mark.skipif(not os.path.isfile(RESNET), reason="the real traces ../shared/traces/kineto are absent")
+TRACES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "traces")  # vendored real traces (READMEs there)
+RESNET = os.path.join(TRACES, "resnet-ddp-a100-all-steps", "rank0-gpu.json.gz")  # every step, GPU side
+DLRM = os.path.join(TRACES, "dlrm-8rank-v100")  # the 8 rank files as recorded
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)"
 # group name → (durations under comm, durations alone), in us
@@ -178,7 +178,6 @@ def test_a_factor_below_one_is_written_as_one():
     assert written_slowdown(fit, base) == 1.0  # the catalog's range starts at 1 (none)
 
 
-@needs_real
 def test_resnet_ddp_trace_reproduces_the_readme_row():
     # the README's calibration table: ResNet-50 DDP rank 0 on A100, all 3 steps
     fit = measure_files([RESNET])
@@ -198,9 +197,8 @@ def test_a_catalog_value_out_of_range_is_one_clear_error(tmp_path, value, messag
         catalog.gpu("g", user=str(p))
 
 
-@needs_real
 def test_dlrm_ranks_pooled_reproduce_the_readme_rows():
-    files = sorted(os.path.join(REAL, "dlrm-8rank-v100", f) for f in os.listdir(os.path.join(REAL, "dlrm-8rank-v100")))
+    files = sorted(os.path.join(DLRM, f) for f in os.listdir(DLRM) if f.endswith(".json.gz"))
     assert all(not measure_files([f]).groups for f in files)  # no single rank has a usable group
     fit = measure_files(files)
     # linearize_index (12 under, 4 alone: 1.0, 289 us), split_embedding warp_per_row (5, 3: 1.0, 105 us),

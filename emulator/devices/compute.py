@@ -52,7 +52,7 @@ from typing import Callable
 
 from emulator.devices.kernels import DTYPE_BYTES, gemm_aligned
 from emulator.errors import ScenarioError
-from emulator.scenario.spec import PRECISION_PEAK, GpuSpec, precision_refusal
+from emulator.scenario.spec import PRECISION_PEAK, QUANTISED, GpuSpec, precision_refusal
 
 # Output tile edge of the tensor-core GEMM kernels (cuBLAS/CUTLASS 128×128 tiles are
 # the common choice for large bf16 GEMMs on A100/H100; NVIDIA "Matrix Multiplication
@@ -84,6 +84,17 @@ K_HALF = 64.0  # ASSUMPTION (half a tile edge): not identifiable from layers.csv
 # measurement (B200, L40S, V100: fraction 0) keep A100's: an ASSUMPTION.
 REFERENCE_FRACTION = 0.869  # A100 SXM, the GPU E_GEMM_MAX was fitted on
 
+# FP8 GEMMs (and MXFP8, NVFP4: the same law, an ASSUMPTION for FP4) on a GPU whose FP8 matmuls were
+# measured (catalog ``matmul_fraction_fp8``): the H100's FP8 roofline at its bf16 fraction (0.803) agrees
+# with its measured FP8 GEMMs (../shared/calibration/h200/fp8_gemm.csv row 18, 8192×57344×8192: 6267 us,
+# 1200 TFLOP/s, carried to the H100 as emulator/tools/kernel_tables.py explains; the roofline gives 1223),
+# while mamf-finder's best H100 FP8 shape reaches 1402.6 of 1978.9 TFLOP/s (h100/gemm.csv row 14: 0.709).
+# So an FP8 GEMM is costed at the matmul fraction 0.803 · f8 / 0.709 for a GPU whose mamf-finder FP8
+# fraction is f8: REFERENCE_FRACTION · f8 / FP8_REFERENCE_FRACTION, with FP8_REFERENCE_FRACTION =
+# 0.709 · 0.869 / 0.803. Hopper entries give no matmul_fraction_fp8 and keep their bf16 fraction, which
+# this law reproduces for them.
+FP8_REFERENCE_FRACTION = (1402.6 / 1978.9) * REFERENCE_FRACTION / 0.803
+
 # An unaligned GEMM's rate over the aligned rate, measured on one H200 (../shared/calibration/h200/
 # gemm.csv; tests/test_kernel_model.py recomputes it): each of the six N = 50257 rows (rows 18, 19, 37,
 # 38, 56, 57: 95.7 to 107.4 TFLOP/s) over the geometric mean of the aligned rows of the same M and K
@@ -107,17 +118,37 @@ def precision_peak(gpu: GpuSpec, precision: str) -> float:
 
 def at_precision(gpu: GpuSpec, precision: str) -> GpuSpec:
     """``gpu`` with ``peak_flops`` set to its dense rate at ``precision`` (every cost function
-    below reads ``peak_flops``). fp8 checks that the GPU has an FP8 rate and keeps the bf16 peak:
-    only FP8 GEMMs (:func:`fp8_gpu`) run at the FP8 rate (Transformer Engine's recipe)."""
+    below reads ``peak_flops``). fp8, mxfp8 and nvfp4 check that the GPU has the rate and keep the bf16
+    peak: only the quantised GEMMs (:func:`quant_gpu`) run at it (Transformer Engine's recipes)."""
     peak = precision_peak(gpu, precision)
-    if precision == "fp8":
+    if precision in QUANTISED:
         return gpu
     return gpu if peak == gpu.peak_flops else replace(gpu, peak_flops=peak)
 
 
 def fp8_gpu(gpu: GpuSpec) -> GpuSpec:
     """``gpu`` with ``peak_flops`` at its FP8 tensor-core rate (an FP8 GEMM's roofline)."""
-    return gpu if gpu.peak_flops == gpu.peak_flops_fp8 else replace(gpu, peak_flops=gpu.peak_flops_fp8)
+    return quant_gpu(gpu, "fp8")
+
+
+def quant_gpu(gpu: GpuSpec, precision: str) -> GpuSpec:
+    """``gpu`` as a quantised GEMM (fp8 | mxfp8 | nvfp4) sees it: ``peak_flops`` at the precision's
+    tensor-core rate and, where the GPU's FP8 matmuls were measured (``matmul_fraction_fp8``),
+    the matmul fraction that carries the model's GEMM efficiency to them (:func:`fp8_fraction`)."""
+    peak = gpu.peak_at(precision)
+    frac = fp8_fraction(gpu)
+    if peak == gpu.peak_flops and frac == gpu.matmul_fraction:
+        return gpu
+    return replace(gpu, peak_flops=peak, matmul_fraction=frac)
+
+
+def fp8_fraction(gpu: GpuSpec) -> float:
+    """The ``matmul_fraction`` a GPU's quantised GEMMs are costed with: REFERENCE_FRACTION ·
+    matmul_fraction_fp8 / FP8_REFERENCE_FRACTION when its FP8 matmuls were measured, else its
+    ``matmul_fraction`` (the bf16 one)."""
+    if not gpu.matmul_fraction_fp8:
+        return gpu.matmul_fraction
+    return REFERENCE_FRACTION * gpu.matmul_fraction_fp8 / FP8_REFERENCE_FRACTION
 
 
 def matmul_scale(gpu: GpuSpec) -> float:

@@ -81,6 +81,7 @@ class Profile:
     tied: bool  # the head reuses the embedding table
     param_bytes: int  # bytes of one parameter element (4: fp32 weights, autocast)
     dtype: str  # of the GEMMs (bf16 under autocast)
+    causal: bool | None = None  # the SDPA op's is_causal (None: not recorded)
 
     @property
     def kernel_seconds(self) -> float:
@@ -105,6 +106,7 @@ def read_profile(path: str, profiled: ProfiledSpec) -> Profile:
     if any(g.is_nccl for g in rt.gpu_ops):
         raise TraceError(f"{path}: the profile has NCCL kernels; a profile is one GPU of a script without "
                          "communication (replay a multi-GPU trace with workload.trace instead)")
+    _check_recorded(rt, path)
     P = shape_of(profiled)
     _check_shapes(rt, P, path)
     ctx = _Symbols(P, _param_shapes(rt.gpu_ops))
@@ -114,28 +116,32 @@ def read_profile(path: str, profiled: ProfiledSpec) -> Profile:
     fwd = [k for k in kernels if k.phase == FWD]
     bwd = [k for k in kernels if k.phase == BWD]
     opt = tuple(k for k in kernels if k.phase == OPT)
+    if not [k for k in bwd if k.cls != MEMORY]:
+        raise TraceError(f"{path}: the profiled step has no backward pass ({len(fwd)} forward kernels, none "
+                         "under autograd's backward); profile a training step: the forward, loss.backward() "
+                         "and optimizer.step()")
     fwd_ops = [g for g, ph in zip(rt.gpu_ops, phases) if ph == FWD]
-    try:
-        o_f, p_f = _repeats(fwd, P.layers, path, "forward")
-        o_b, p_b = _repeats(bwd, P.layers, path, "backward")
-    except TraceError:  # memsets (cuBLAS workspaces) need not repeat with the layers: without them
+    found = _repeats(fwd, P.layers), _repeats(bwd, P.layers)
+    if None in found:  # memsets (cuBLAS workspaces) need not repeat with the layers: without them
         keep = [k.cls != MEMORY for k in kernels]
         fwd_ops = [g for g, ph, kp in zip(rt.gpu_ops, phases, keep) if ph == FWD and kp]
         fwd, bwd = [k for k in fwd if k.cls != MEMORY], [k for k in bwd if k.cls != MEMORY]
-        o_f, p_f = _repeats(fwd, P.layers, path, "forward")
-        o_b, p_b = _repeats(bwd, P.layers, path, "backward")
-    _one_pass(fwd, o_f, p_f, P.layers, path)
+        found = _repeats(fwd, P.layers), _repeats(bwd, P.layers)
+    (o_f, p_f), (o_b, p_b) = (_blocks(ks, f, P.layers, path, what)
+                              for ks, f, what in ((fwd, found[0], "forward"), (bwd, found[1], "backward")))
+    _one_pass(fwd, o_f, p_f, P.layers, path, stepped=rt.step is not None)
     embed_params, block_params, head_params = _unit_params(fwd_ops, o_f, p_f, P.layers, ctx)
     tied = _tied(rt.gpu_ops, phases, P)
     if tied:
         head_params = tuple(p for p in head_params if {d[0] for d in p} != {"V", "h"})
     block_fwd = _queries(_mean_block(fwd[o_f:o_f + P.layers * p_f], p_f, P.layers), forward=True)
     block_bwd = _queries(_mean_block(bwd[o_b:o_b + P.layers * p_b], p_b, P.layers), forward=False)
+    _check_widths(block_fwd, block_params, P, profiled, path)
     return Profile(path=path, shape=P, step_s=rt.step_dur, embed_fwd=tuple(fwd[:o_f]), block_fwd=block_fwd,
                    head_fwd=tuple(fwd[o_f + P.layers * p_f:]), head_bwd=tuple(bwd[:o_b]), block_bwd=block_bwd,
                    embed_bwd=tuple(bwd[o_b + P.layers * p_b:]), optimizer=opt, embed_params=embed_params,
                    block_params=tuple(_square_q(p) for p in block_params), head_params=head_params, tied=tied,
-                   param_bytes=_param_bytes(fwd_ops), dtype=_gemm_dtype(kernels))
+                   param_bytes=_param_bytes(fwd_ops), dtype=_gemm_dtype(kernels), causal=_causal(rt.gpu_ops))
 
 
 def _phases(ops: list[GpuOp]) -> list[str]:
@@ -181,9 +187,9 @@ def _synced(calls: list[HostCall], t0: float, t1: float) -> float:
     return sum(max(0.0, min(c.end, t1) - max(c.ts, t0)) for c in calls if c.kind == "sync")
 
 
-def _repeats(ks: list[ProfiledKernel], layers: int, path: str, what: str) -> tuple[int, int]:
-    """(offset, period) of the ``layers`` repeats of one kernel sequence: the longest period, the
-    earliest start (the embedding's kernels come before the first block)."""
+def _repeats(ks: list[ProfiledKernel], layers: int) -> tuple[int, int] | None:
+    """(offset, period) of ``layers`` repeats of one kernel sequence: the longest period, the
+    earliest start (the embedding's kernels come before the first block); None if none repeats so."""
     names = [k.name for k in ks]
     n = len(names)
     for period in range(n // layers, 0, -1):
@@ -191,20 +197,77 @@ def _repeats(ks: list[ProfiledKernel], layers: int, path: str, what: str) -> tup
             first = names[off:off + period]
             if all(names[off + i * period:off + (i + 1) * period] == first for i in range(1, layers)):
                 return off, period
-    raise TraceError(f"{path}: no kernel sequence repeats {layers} times in the {what} pass "
-                     f"({n} kernels); is workload.profiled.layers ({layers}) the number of blocks the "
-                     "script ran?")
+    return None
 
 
-def _one_pass(ks: list[ProfiledKernel], off: int, period: int, layers: int, path: str) -> None:
-    """Refuse a step that runs the model more than once (gradient accumulation, several micro-batches):
-    the block's kernel sequence appears again after its ``layers`` repeats."""
+def _unit(names: list[str], off: int, period: int) -> int:
+    """The shortest sequence the found period is made of: ``period`` kernels that are k copies of one
+    block (workload.profiled.layers given as a k-th of the blocks) give that block's length."""
+    for p in range(1, period + 1):
+        if period % p == 0 and names[off:off + period] == names[off:off + p] * (period // p):
+            return p
+    return period
+
+
+def _run(names: list[str], off: int, p: int) -> int:
+    """How many times in a row the block of ``p`` kernels at ``off`` runs (before and after ``off`` too)."""
+    block = names[off:off + p]
+    start = off
+    while start - p >= 0 and names[start - p:start] == block:
+        start -= p
+    end = off + p
+    while names[end:end + p] == block:
+        end += p
+    return (end - start) // p
+
+
+def _blocks(ks: list[ProfiledKernel], found: tuple[int, int] | None, layers: int, path: str,
+            what: str) -> tuple[int, int]:
+    """(offset, period) of the block in a pass, checked: its kernel sequence runs exactly ``layers``
+    times in a row, else workload.profiled.layers is refused with the count the trace has."""
+    names = [k.name for k in ks]
+    if found is None:
+        for n in range(layers - 1, 1, -1):  # the most repeats there are, below what was given
+            f = _repeats(ks, n)
+            if f is not None:
+                p = _unit(names, *f)
+                _wrong_layers(path, layers, _run(names, f[0], p), p, what)
+        raise TraceError(f"{path}: no kernel sequence repeats {layers} times in the {what} pass "
+                         f"({len(ks)} kernels); is workload.profiled.layers ({layers}) the number of blocks the "
+                         "script ran?")
+    p = _unit(names, *found)
+    count = _run(names, found[0], p)
+    if layers == 1:  # the whole pass "repeats once": is there a block that runs over half of it?
+        two = _repeats(ks, 2)
+        if two is not None:
+            p2 = _unit(names, *two)
+            if p2 * _run(names, two[0], p2) * 2 > len(names):
+                p, count = p2, _run(names, two[0], p2)
+    if count != layers:
+        _wrong_layers(path, layers, count, p, what)
+    return found
+
+
+def _wrong_layers(path: str, layers: int, count: int, p: int, what: str) -> None:
+    raise TraceError(f"{path}: workload.profiled.layers is {layers}, but the trace's block ({p} kernels) runs "
+                     f"{count} times in a row in the {what} pass; expected them to agree (give layers: {count})")
+
+
+def _one_pass(ks: list[ProfiledKernel], off: int, period: int, layers: int, path: str, stepped: bool = True) -> None:
+    """Refuse a step that runs the model more than once (gradient accumulation, several micro-batches,
+    or a trace of several steps without ProfilerStep marks): the block's kernel sequence appears
+    again after its ``layers`` repeats."""
     names = [k.name for k in ks]
     block, rest = names[off:off + period], names[off + layers * period:]
-    if any(rest[i:i + period] == block for i in range(len(rest) - period + 1)):
-        raise TraceError(f"{path}: the profiled step runs the model's blocks more than {layers} times (gradient "
-                         "accumulation or several micro-batches a step?); profile a step of one forward and one "
-                         "backward, or give workload.profiled.layers as the blocks of one pass")
+    if not any(rest[i:i + period] == block for i in range(len(rest) - period + 1)):
+        return
+    if not stepped:
+        raise TraceError(f"{path}: the trace has no ProfilerStep, so it is read whole, and it runs the model's "
+                         f"blocks more than {layers} times (several steps); profile with a schedule and "
+                         "prof.step() after each step (torch.profiler.schedule), or profile exactly one step")
+    raise TraceError(f"{path}: the profiled step runs the model's blocks more than {layers} times (gradient "
+                     "accumulation or several micro-batches a step?); profile a step of one forward and one "
+                     "backward, or give workload.profiled.layers as the blocks of one pass")
 
 
 def _mean_block(ks: list[ProfiledKernel], period: int, layers: int) -> tuple[ProfiledKernel, ...]:
@@ -267,7 +330,20 @@ def _kernel(g: GpuOp, phase: str, gap: float, ctx: "_Symbols") -> ProfiledKernel
         gd = _gemm_dims(op, dims, ctx, phase, g)
         if gd is not None:
             return replace(k, cls=GEMM, gemm=gd)
-    return replace(k, cls=ELEMENTWISE, tensors=tuple(ctx.tensor(d, g.node) for d in _tensor_dims(dims)))
+    weights = _weight_operands(g.cpu_op, ctx.P.h)
+    return replace(k, cls=ELEMENTWISE, tensors=tuple(ctx.tensor(d, g.node, weights) for d in _tensor_dims(dims)))
+
+
+def _weight_operands(cpu: dict | None, h: int) -> list[list[int]]:
+    """The shapes of the outer aten op's parameter operands that none of its other operands has: a
+    kernel inside it (autocast's cast of ``aten::addmm``'s weight) on a tensor of such a shape works on
+    the parameter, whatever its dimensions' values (the MLP down weight [ffn, h] of a step whose
+    b·s tokens equal ffn)."""
+    params = _op_params(cpu, h)
+    if not params or cpu is None:
+        return []
+    every = _tensor_dims((cpu.get("args") or {}).get("Input Dims"))
+    return [w for w in params if every.count(w) == params.count(w)]
 
 
 def _tensor_dims(dims: object) -> list[list[int]]:
@@ -372,10 +448,13 @@ class _Symbols:
             return cands[0]
         return next((side for side, v in (("M", M), ("K", K), ("N", N)) if v == T), "")
 
-    def tensor(self, d: list[int], node: str) -> Dims:
-        """An element-wise op's tensor: [b, s, ...], [b, heads, s, hd], [T, ...] or parameter-shaped."""
+    def tensor(self, d: list[int], node: str, weights: list[list[int]] | None = None) -> Dims:
+        """An element-wise op's tensor: [b, s, ...], [b, heads, s, hd], [T, ...] or parameter-shaped
+        (a parameter operand of the op it runs in, ``weights``, or a weight's gradient cast back)."""
         P = self.P
         n = len(d)
+        if weights and d in weights:
+            return tuple(self.width(x) for x in d)
         if n >= 2 and d[0] == P.b and P.s in d[1:]:
             # batch-first activations: [b, s, ...], [b, heads, s, hd], [b, kv heads, groups, s, hd]:
             # the first later dimension of the sequence's length is the sequence, the rest are widths
@@ -466,24 +545,93 @@ def _param_bytes(fwd_ops: list[GpuOp]) -> int:
 # ---------------------------------------------------------------------------- checks
 
 
-def _check_shapes(rt: RankTrace, P: Shape, path: str) -> None:
-    """What the trace says against workload.profiled: the embedding table [vocab, hidden] and the
-    attention's q [micro_batch, heads, seq_len, hidden/heads]."""
+def _check_recorded(rt: RankTrace, path: str) -> None:
+    """The shapes are what lets a kernel be rescaled: refuse a trace recorded without them (as
+    ``emulator calibrate --kineto`` does)."""
+    ops = {g.cpu_instance: g.cpu_op for g in rt.gpu_ops if g.cpu_op is not None}
+    if not any((op.get("args") or {}).get("Input Dims") for op in ops.values()):
+        raise TraceError(f"{path}: the trace was recorded without shapes: none of its {len(ops)} aten ops that "
+                         "launch kernels has 'Input Dims', so no kernel can be rescaled; profile with "
+                         "record_shapes=True")
+
+
+def _sdpa(rt: RankTrace) -> tuple[list[int], list[int], dict] | None:
+    """q, k and the op of the first forward scaled-dot-product attention."""
     for g in rt.gpu_ops:
         cpu = g.cpu_op or {}
-        name = str(cpu.get("name", ""))
         ts = _tensor_dims((cpu.get("args") or {}).get("Input Dims"))
-        if name == "aten::embedding" and ts and ts[0][0] > P.s and ts[0][0] != P.V:
-            # a table longer than the sequence is the vocabulary's (a learned position table is not)
-            _contradict(path, "vocab", P.V, f"an embedding table of {ts[0][0]} rows", ts[0])
-        if name == "aten::embedding" and ts and ts[0][0] == P.V and ts[0][-1] != P.h:
-            _contradict(path, "hidden", P.h, f"an embedding width of {ts[0][-1]}", ts[0])
-        if "scaled_dot_product" in name and ts and len(ts[0]) == 4 and g.category == FWD:
-            q = ts[0]
-            for key, want, got in (("micro_batch", P.b, q[0]), ("heads", P.heads, q[1]), ("seq_len", P.s, q[2]),
-                                   ("hidden", P.h, q[1] * q[3])):
-                if want != got:
-                    _contradict(path, key, want, f"{got} in the attention's q", q)
+        if "scaled_dot_product" in str(cpu.get("name", "")) and len(ts) >= 2 and len(ts[0]) == 4 \
+                and len(ts[1]) == 4 and g.category == FWD:
+            return ts[0], ts[1], cpu
+    return None
+
+
+def _causal(ops: list[GpuOp]) -> bool | None:
+    """aten::scaled_dot_product_attention's is_causal (its sixth input, in 'Concrete Inputs')."""
+    for g in ops:
+        cpu = g.cpu_op or {}
+        if cpu.get("name") == "aten::scaled_dot_product_attention":
+            concrete = (cpu.get("args") or {}).get("Concrete Inputs") or []
+            if len(concrete) > 5 and concrete[5] in ("True", "False"):
+                return concrete[5] == "True"
+    return None
+
+
+def _check_shapes(rt: RankTrace, P: Shape, path: str) -> None:
+    """What the trace says against workload.profiled: the attention's q [micro_batch, heads, seq_len,
+    hidden/heads] and k [., kv heads, ., .], the token ids' length, then the embedding tables: one of
+    [vocab, hidden] (the others, a learned position table, have as many rows as the script's
+    maximum length)."""
+    att = _sdpa(rt)
+    tables: list[list[int]] = []
+    lengths: list[list[int]] = []
+    for g in rt.gpu_ops:
+        cpu = g.cpu_op or {}
+        ts = _tensor_dims((cpu.get("args") or {}).get("Input Dims"))
+        if cpu.get("name") == "aten::embedding" and len(ts) >= 2 and len(ts[0]) == 2 and g.category == FWD:
+            tables.append(ts[0])
+            lengths.append(ts[1])
+    if att is not None:
+        q, k, _ = att
+        for key, want, got in (("micro_batch", P.b, q[0]), ("seq_len", P.s, q[2]), ("heads", P.heads, q[1]),
+                               ("hidden", P.h, q[1] * q[3])):
+            if want != got:
+                _contradict(path, key, want, f"{got} in the attention's q", q)
+        if k[1] not in (P.kvh, P.heads):  # k with all the heads: repeated key/value heads (checked by width)
+            _contradict(path, "kv_heads", P.kvh, f"{k[1]} key heads in the attention's k", k)
+    elif lengths and lengths[0][-1] != P.s:
+        _contradict(path, "seq_len", P.s, f"token ids of length {lengths[0][-1]}", lengths[0])
+    vocab = [t for t in tables if t[0] == P.V]
+    if tables and not vocab:
+        big = max(tables, key=lambda t: t[0])
+        _contradict(path, "vocab", P.V, f"no embedding table of {P.V} rows (the largest has {big[0]})", big)
+    if vocab and vocab[0][-1] != P.h:
+        _contradict(path, "hidden", P.h, f"an embedding width of {vocab[0][-1]}", vocab[0])
+
+
+def _check_widths(block: tuple[ProfiledKernel, ...], params: tuple[Dims, ...], P: Shape, given: ProfiledSpec,
+                  path: str) -> None:
+    """The block's forward GEMMs against the MLP width and the key/value heads: the MLP's down
+    projection has ``ffn`` among its dimensions, a key/value or fused QKV projection the key/value
+    width."""
+    syms = {d[0] for k in block if k.gemm for d in k.gemm[1:]}
+
+    def widths(but: tuple[str, ...]) -> str:
+        ws = sorted({d[1] for w in params for d in w if d[0] not in but} - {1})
+        return ", ".join(map(str, ws)) or "none"
+    if "ffn" not in syms:  # the MLP's down projection reads ffn (a fused gate and up writes 2·ffn)
+        default = "" if given.ffn_hidden else " (absent: 4 x hidden)"
+        raise TraceError(f"{path}: workload.profiled.ffn_hidden is {P.ffn}{default}, but no GEMM of the block reads "
+                         f"the MLP width {P.ffn}: the block's weights have the widths "
+                         f"{widths(('h', 'qkv', 'kv', 'q'))} besides the hidden size and the attention's; expected "
+                         "the MLP's width among them")
+    if not syms & {"qkv", "kv"} and P.kvh != P.heads:
+        default = "" if given.kv_heads else " (absent: heads)"
+        raise TraceError(f"{path}: workload.profiled.kv_heads is {P.kvh}{default}, but no GEMM of the block has the "
+                         f"key/value width {P.kvh} x {P.hd} = {P.kvh * P.hd} (or the fused QKV "
+                         f"{(P.heads + 2 * P.kvh) * P.hd}): the block's weights have the widths "
+                         f"{widths(('h', 'ffn', 'ffn2'))} besides the hidden size and the MLP's; "
+                         "expected them to agree")
 
 
 def _contradict(path: str, key: str, want: int, got: str, dims: list[int]) -> None:

@@ -5,6 +5,9 @@ Edges are directed links with ``bandwidth`` (raw line rate, B/s), ``efficiency``
 (achieved fraction, calibrated per link class), ``latency`` (s) and ``cls``
 (nvlink | pcie | nic | fabric | custom). A full-duplex cable is two edges.
 
+A node of the network is an NVLink domain: one server, or the several servers of a rack whose
+GPUs share NVLink switches (``nvlink_domain``, an NVL72 rack; network/domain.py).
+
 Builders are small named plug-ins (``BUILDERS``): the node interior (NVSwitch or
 PCIe switch: every GPU has a port of the intra-node rate each way; GPU i uses NIC
 i·nics/g) and the fabric joining the NICs (single switch, two-level leaf/spine
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
+from emulator.network.domain import network_cluster
 from emulator.scenario.spec import ClusterSpec, NodeSpec
 
 if TYPE_CHECKING:  # imported where a graph is made (to_networkx, load_graph): it costs ~0.1 s
@@ -137,6 +141,9 @@ class Topology:
     group_size: int = 0  # routers per group (dragonfly)
     global_links: int = 0  # links between two groups (dragonfly)
     intra_switch: str = "nvsw"  # name prefix of a node's switch: nvsw (NVSwitch) or pcie
+    # GPUs of one server (a scenario's node: an NVL72 compute tray); 0: gpus_per_node. gpus_per_node is
+    # that of the network's node, the NVLink domain (network/domain.py)
+    server_gpus: int = 0
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -186,8 +193,9 @@ def _link(g: Layout, a: str, b: str, bw: float, lat: float, eff: float, cls: str
     g.add_cable(a, b, {"bandwidth": bw, "latency": lat, "efficiency": eff, "cls": cls})
 
 
-def build_nodes(g: Layout, nodes: int, spec: NodeSpec) -> list[str]:
-    """Servers: GPUs on an NVSwitch or PCIe switch, and their NICs. Returns GPU names."""
+def build_nodes(g: Layout, nodes: int, spec: NodeSpec, gpus_total: int = 0) -> list[str]:
+    """Servers: GPUs on an NVSwitch or PCIe switch, and their NICs. Returns GPU names.
+    With ``gpus_total`` the last node holds only the GPUs that remain (a partly filled NVLink domain)."""
     cls = "nvlink" if spec.intra == "nvswitch" else "pcie"
     # every GPU's cables have the same attributes (as _link gives them; each edge gets its own copy)
     intra = {"bandwidth": spec.intra_bandwidth, "latency": spec.intra_latency, "efficiency": spec.intra_efficiency,
@@ -204,6 +212,8 @@ def build_nodes(g: Layout, nodes: int, spec: NodeSpec) -> list[str]:
             g.add_node(f"nic{n}.{i}", kind="nic", node=n)
         for i in range(gpn):
             r = n * gpn + i
+            if gpus_total and r >= gpus_total:
+                break
             name = f"gpu{r}"
             g.add_node(name, kind="gpu", rank=r, node=n, local=i)
             gpus.append(name)
@@ -442,13 +452,17 @@ def build_topology(cluster: ClusterSpec) -> Topology:
     if spec is None:
         raise ValueError(f"fabric kind {cluster.fabric.kind!r} needs a node type (only a custom graph has none)")
     g = Layout()
-    gpus = build_nodes(g, cluster.nodes, spec)
-    topo = Topology(g, gpus, cluster.fabric.kind, spec.gpus_per_node, spec.nics,
+    # an NVLink domain of several nodes (an NVL72 rack) is one node of the network (network/domain.py)
+    net = network_cluster(cluster)
+    dom = net.node
+    assert dom is not None
+    gpus = build_nodes(g, net.nodes, dom, cluster.nodes * spec.gpus_per_node)
+    topo = Topology(g, gpus, cluster.fabric.kind, dom.gpus_per_node, dom.nics,
                     routing=cluster.fabric.routing, seed=cluster.fabric.seed,
-                    intra_switch="nvsw" if spec.intra == "nvswitch" else "pcie")
+                    intra_switch="nvsw" if spec.intra == "nvswitch" else "pcie", server_gpus=spec.gpus_per_node)
     if cluster.fabric.kind not in BUILDERS:
         raise ValueError(f"unknown fabric kind {cluster.fabric.kind!r}; known: {', '.join(sorted(BUILDERS))}, custom")
-    BUILDERS[cluster.fabric.kind](g, cluster, spec, topo)
+    BUILDERS[cluster.fabric.kind](g, net, dom, topo)
     topo.index()
     return topo
 

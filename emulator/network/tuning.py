@@ -21,11 +21,23 @@ the node (``typeIntra <= PATH_NVB``). Candidates are the algorithms the emulator
 builds: Ring, Tree, CollNet Direct (with ``fabric.sharp``) and NVLS (one node
 with NVLink SHARP); NVLS Tree and PAT are left out. Only all-reduce has a choice;
 the other collectives are Ring in NCCL's table (all-to-all is not tuned: direct).
+
+Multi-node NVLink (a GB200/GB300 NVL72 rack, ``cluster.node.nvlink_domain``): NCCL's node is the
+NVLink domain. It fuses the topology of every rank of an MNNVL clique into one system
+(src/graph/topo.cc, ncclTopoGetSystem: "if (comm->MNNVL) { // MNNVL clique support nLocalRanks =
+comm->clique.size"), counts the domains as its nodes (src/init.cc, initNvlDomainInfo: ``nNvlDomains =
+comm->nNodes``), and so tunes with nNodes = domains: NVLS over one domain (its multicast objects
+span the rack's NVLink switches), ring and tree inside it over NVLink, the NICs between domains only;
+NVLS Tree only across domains ("Disable NVLS Tree on a single node", tuning.cc ncclTopoTuneModel's
+algoEnable loop) and NVLS itself across domains only with CollNet ("Collnet+NVLS", same loop). Here
+``hardware`` is that of the domain (network/domain.py, ``network_node``): its GPUs and all its
+trays' NICs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emulator.network.domain import network_node
 from emulator.scenario.spec import ClusterSpec
 
 # NCCL's indices (src/include/plugin/nccl_tuner.h)
@@ -117,9 +129,9 @@ def arch_of(gpu_name: str) -> int:
 
 def hardware(cluster: ClusterSpec) -> Hardware | None:
     """The tuning inputs of a catalog or inline node; None on a custom graph (no nodes to tune for)."""
-    node = cluster.node
-    if node is None or cluster.fabric.kind == "custom":
+    if cluster.node is None or cluster.fabric.kind == "custom":
         return None
+    node = network_node(cluster.node)  # NCCL's node with multi-node NVLink is the NVLink domain (domain.py)
     return Hardware(arch_of(node.gpu.name), node.intra == "nvswitch", node.nics,
                     node.nic_bandwidth * node.nic_efficiency, node.intra_bandwidth * node.intra_efficiency,
                     cluster.fabric.sharp, node.nvls_busbw > 0)

@@ -91,6 +91,7 @@ def summarize(result: Result) -> dict[str, Any]:
         "model_tflops_per_gpu": per_gpu / 1e12,
         "hardware_tflops_per_gpu": hw_per_gpu / 1e12,
         "mfu": per_gpu / peak if peak else None,
+        "mfu_convention": MFU_CONVENTION if facts is not None or result.jobs else TRACE_MFU_CONVENTION,
         "hfu": hw_per_gpu / peak if peak else None,
         "breakdown_s": bd.as_dict(),
         "ranks": rank_rows(totals, iterations, result.program.fold),
@@ -127,6 +128,16 @@ def summarize(result: Result) -> dict[str, Any]:
     return out
 
 
+# How the model FLOPs behind MFU are counted (workload/flops.py), named beside the figure: Megatron-LM's
+# formula (Narayanan et al. SC21) counts attention's full s x s square whatever the mask, so a causal model,
+# whose fused kernels do half of it, can show an MFU above what its kernels ran (over 100 % at very long
+# sequences); a replayed trace's FLOPs are those its ops declare.
+MFU_CONVENTION = "megatron-full-attention"
+TRACE_MFU_CONVENTION = "trace-declared"
+CONVENTION_TEXT = {MFU_CONVENTION: "Megatron-LM model FLOPs: attention's full s^2, causal or not",
+                   TRACE_MFU_CONVENTION: "the FLOPs the trace's ops declare"}
+
+
 def summary_json(summary: dict) -> str:
     return json.dumps(summary, indent=2, sort_keys=True) + "\n"
 
@@ -152,7 +163,8 @@ def human_table(summary: dict) -> str:
         rows.append(("samples/s", f"{summary['samples_per_s']:,.2f}"))
     if summary["mfu"]:
         rows.append(("model TFLOP/s/GPU", f"{summary['model_tflops_per_gpu']:.1f}  (MFU {summary['mfu']:.1%}, "
-                                          f"HFU {summary['hfu']:.1%})"))
+                                          f"HFU {summary['hfu']:.1%}; "
+                                          f"{CONVENTION_TEXT.get(summary.get('mfu_convention', ''), 'FLOPs')})"))
     for key, label in (("compute", "compute"), ("exposed_comm", "exposed comm"), ("bubble", "pipeline bubble"),
                        ("other", "other")):
         share = bd[key] / T if T > 0 else 0.0

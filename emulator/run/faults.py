@@ -72,9 +72,9 @@ def _ranks(topo: Topology, target: str) -> list[int]:
     kind, _, num = target.partition(":")
     if kind in ("gpu", "rank") and num.isdigit() and int(num) < len(topo.gpus):
         return [int(num)]
-    if kind == "node" and num.isdigit() and topo.gpus_per_node and int(num) * topo.gpus_per_node < len(topo.gpus):
-        g = topo.gpus_per_node
-        return list(range(int(num) * g, (int(num) + 1) * g))
+    g = topo.server_gpus or topo.gpus_per_node  # a scenario's node: a server (an NVL72 tray), not its domain
+    if kind == "node" and num.isdigit() and g and int(num) * g < len(topo.gpus):
+        return list(range(int(num) * g, min(len(topo.gpus), (int(num) + 1) * g)))
     raise FaultError(f"cluster.overrides: target {target!r} is not 'gpu:R' (0..{len(topo.gpus) - 1}) or 'node:N'")
 
 

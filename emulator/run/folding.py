@@ -31,6 +31,9 @@ Each refusal comes with a note that the summary carries.
 """
 from __future__ import annotations
 
+import dataclasses
+
+from emulator.network.domain import network_cluster
 from emulator.program import Fold, Op, Program
 from emulator.scenario.spec import Scenario
 
@@ -114,6 +117,12 @@ def choose_fold(scenario: Scenario, in_effect: bool = True) -> tuple[Fold | None
     if p.order and tuple(p.order) != ("pp", "dp", "cp", "tp"):
         return None, "folding off: a rank placement other than Megatron's (parallel.order)"
     t, cp, d, pp = p.tp, p.cp, p.dp, p.pp
+    if c.nodes * c.node.gpus_per_node % c.node.domain:
+        return None, "folding off: the last NVLink domain is partly filled (cluster.node.nvlink_domain)"
+    # symmetric as the network sees it: a node is an NVLink domain (network/domain.py)
+    scenario = dataclasses.replace(scenario, cluster=network_cluster(c))
+    c = scenario.cluster
+    assert c.node is not None
     g, nics = c.node.gpus_per_node, c.node.nics
     in_node_ok = nics in (0, 1, g)
     tp_ok = in_node_ok and t <= g and g % t == 0

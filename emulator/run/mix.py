@@ -253,10 +253,14 @@ def job_fold(scenario: Scenario, job: JobSpec, gpus: tuple[int, ...]) -> Fold | 
     full = choose_fold(job_scenario(scenario, job, fold=scenario.simulation.fold))[0]
     if full is None:
         return None
-    if embeds_alike(scenario.cluster, job.nodes_assigned) and list(gpus) == sorted(gpus):
-        return full
+    from emulator.network.domain import network_cluster, spans_nodes
+
     node = scenario.cluster.node
     assert node is not None
+    if spans_nodes(node):  # jobs on trays of shared NVLink domains: the domains must map onto domains
+        return full if fold_holds(full, gpus, network_cluster(scenario.cluster), node.domain) else _tp_only(full)
+    if embeds_alike(scenario.cluster, job.nodes_assigned) and list(gpus) == sorted(gpus):
+        return full
     return full if fold_holds(full, gpus, scenario.cluster, node.gpus_per_node) else _tp_only(full)
 
 

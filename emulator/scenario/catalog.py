@@ -284,6 +284,29 @@ MODELS: dict[str, dict[str, Any]] = {
                            top_k=8, shared_experts=8),
     "qwen3-235b-a22b": dict(_llama(94, 4096, 64, 4, 12288, 151936, 4096), head_dim=128, expert_ffn_hidden=1536,
                             experts=128, top_k=8),
+    # Qwen3-30B-A3B: Hugging Face Qwen/Qwen3-30B-A3B config.json, which Megatron-Bridge loads
+    # (067f987df src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py, _QWEN3_30B_A3B_MODEL_ID =
+    # "Qwen/Qwen3-30B-A3B", AutoBridge.from_hf_pretrained(...).to_megatron_provider): num_hidden_layers 48,
+    # hidden_size 2048, num_attention_heads 32, num_key_value_heads 4, head_dim 128, intermediate_size 6144,
+    # moe_intermediate_size 768, num_experts 128, num_experts_per_tok 8, vocab_size 151936,
+    # tie_word_embeddings false, every layer MoE (decoder_sparse_step 1); trained at 4096 tokens as the
+    # Qwen3-235B preset. 30.5B parameters and 3.3B activated by our count.
+    "qwen3-30b-a3b": dict(_llama(48, 2048, 32, 4, 6144, 151936, 4096), head_dim=128, expert_ffn_hidden=768,
+                          experts=128, top_k=8),
+    # GPT-OSS-120B: Hugging Face openai/gpt-oss-120b config.json, which Megatron-Bridge loads (067f987df
+    # src/megatron/bridge/recipes/gpt_oss/h100/gpt_oss.py: AutoBridge.from_hf_pretrained("openai/gpt-oss-120b"),
+    # seq_length 4096): num_hidden_layers 36, hidden_size 2880, num_attention_heads 64, num_key_value_heads 8,
+    # head_dim 64, intermediate_size 2880 (each expert's), num_local_experts 128, num_experts_per_tok 4,
+    # vocab_size 201088, sliding_window 128 with layer_types alternating sliding and full attention,
+    # attention_bias true, untied embeddings, RMSNorm. As the bridge maps it (src/megatron/bridge/models/
+    # gpt_oss/gpt_oss_bridge.py): biases on the linears (add_bias_linear, add_qkv_bias), a gated MLP
+    # (costed as SwiGLU: two input projections), window_size = (sliding_window - 1, 0) so a query attends
+    # 128 keys itself included, window_attn_skip_freq 2, softmax_type "learnable" (the attention sinks,
+    # "self_attn.sinks" -> "core_attention.softmax_offset"). 116.8B parameters and 5.7B activated by our
+    # count (5.1B without the input embedding, as OpenAI counts).
+    "gpt-oss-120b": dict(_llama(36, 2880, 64, 8, 2880, 201088, 4096), head_dim=64, expert_ffn_hidden=2880,
+                         experts=128, top_k=4, biases=True, dropout=False, norm="rmsnorm", sliding_window=128,
+                         window_attn_skip_freq=2, softmax_type="learnable"),
     "bert-large": dict(layers=24, hidden=1024, heads=16, seq_len=512, vocab=30522, tied_embeddings=True,
                        causal=False),  # an encoder: bidirectional attention
 }

@@ -26,6 +26,7 @@ from emulator.errors import ScenarioError
 from emulator.scenario.allocation import LEAF_FABRICS, AllocationError, Request, allocate
 from emulator.scenario.spec import (
     PRECISION_PEAK,
+    QUANTISED,
     SCHEDULES,
     JobSpec,
     ModelSpec,
@@ -320,6 +321,34 @@ def _size_violations(t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     return [Violation(key, f"expected at least 1, got {x}") for key, x in sizes if x < 1]
 
 
+SCRIPT_OPTIMIZER = "script"  # training.optimizer of a profiled workload not given: the script's own (AdamW)
+# model keys a profile cannot honour: the profiled script's own kernels fix them (what each fixes)
+_MLP = "MLP (dense or experts)"
+PROFILE_FIXES = {
+    "experts": _MLP, "top_k": _MLP, "expert_ffn_hidden": _MLP, "shared_experts": _MLP, "shared_expert_ffn_hidden": _MLP,
+    "first_dense_layers": _MLP, "moe_imbalance": _MLP, "moe_expert_load": _MLP, "swiglu": "MLP activation",
+    "activation": "MLP activation", "biases": "biases", "dropout": "dropout", "norm": "norms",
+    "q_lora_rank": "attention projections", "kv_lora_rank": "attention projections",
+    "qk_nope_head_dim": "attention projections", "qk_rope_head_dim": "attention projections",
+    "v_head_dim": "attention projections",
+}
+
+
+# keys whose value the profile records (its GEMMs' precision, attention kernel and mask, a tied head, its
+# weights' type, its peak): given, each is checked against the profile once it is read (profiled.check_keys)
+PROFILE_RECORDS = ("training.precision", "training.attention", "model.causal", "model.tied_embeddings",
+                   "training.optimizer", "workload.profiled.peak_memory")
+
+
+def shown(v: object) -> str:
+    """A key's value as the user wrote it."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, tuple):
+        return "[" + ", ".join(map(str, v)) + "]"
+    return str(v)
+
+
 def _schedule_violations(p: ParallelSpec) -> list[Violation]:
     out: list[Violation] = []
     if p.schedule not in SCHEDULES:
@@ -410,6 +439,7 @@ class ScenarioChecks:
                                                   or s.cluster.fabric.kind == "custom"):
             raise self.fail("collectives.algorithm", "nvls needs a catalog or inline node with NVLink SHARP "
                                                      "(nvls_busbw, e.g. dgx-h100, dgx-h200)")
+        self.check_domain(s)
         self.check_fabric(s)
         self.check_sharp(s)
         self.check_targets(s)
@@ -425,12 +455,32 @@ class ScenarioChecks:
             precision = s.training.precision
             if node is not None and precision in PRECISION_PEAK and node.gpu.peak_at(precision) <= 0:
                 raise self.fail("training.precision", precision_refusal(node.gpu, precision))
-            if s.training.fp8_params and precision != "fp8":
+            if s.training.fp8_params and precision not in ("fp8", "mxfp8"):
                 raise self.fail("training.fp8_params", f"fp8 weights need training.precision: fp8 (it is "
                                                        f"{precision}); remove fp8_params or set the precision")
+            if s.training.fp8_recipe and precision != "fp8":
+                raise self.fail("training.fp8_recipe", f"an fp8 scaling recipe needs training.precision: fp8 (it "
+                                                       f"is {precision}); remove fp8_recipe or set the precision")
+            if s.training.first_last_layers_bf16 and precision not in QUANTISED:
+                raise self.fail("training.first_last_layers_bf16",
+                                f"BF16 first and last layers need a quantised training.precision (fp8, mxfp8 or "
+                                f"nvfp4; it is {precision}); remove first_last_layers_bf16 or set the precision")
         if s.jobs:
             s = dataclasses.replace(s, jobs=self.check_jobs(s))
         return s
+
+    def check_domain(self, s: Scenario) -> None:
+        """``cluster.node.nvlink_domain``: whole nodes of NVLink-switched GPUs (network/domain.py)."""
+        node = s.cluster.node
+        if node is None or not node.nvlink_domain or node.nvlink_domain == node.gpus_per_node:
+            return
+        g, d = node.gpus_per_node, node.nvlink_domain
+        if d < g or d % g:
+            raise self.fail("cluster.node.nvlink_domain", f"expected a multiple of gpus_per_node ({g}): an NVLink "
+                                                          f"domain is made of whole nodes, got {d}")
+        if node.intra != "nvswitch":
+            raise self.fail("cluster.node.nvlink_domain", f"an NVLink domain of {d} GPUs needs intra: nvswitch "
+                                                          f'(intra is "{node.intra}")')
 
     def check_no_top_workload(self, s: Scenario) -> None:
         """With jobs, the workload keys belong to each job: none at the top level."""
@@ -486,6 +536,11 @@ class ScenarioChecks:
         if self.given(f"{kp}.seed") and job.placement != "random":
             raise self.fail(f"{kp}.seed", f'seed is only read with placement: random (placement is "{job.placement}")')
         self.check_one_workload(f"{kp}.", job.workload.trace)
+        if job.workload.profile is not None or job.workload.profiled is not None:
+            key = f"{kp}.workload.{'profile' if job.workload.profile is not None else 'profiled'}"
+            raise self.fail(key, "a profiled workload runs as a scenario's one workload, not as a job: move "
+                                 "workload.profile and workload.profiled to the top level and leave jobs out "
+                                 "(a job takes a model or a workload.trace)")
         if job.model is None and job.workload.trace is None:
             raise self.fail(f"{kp}.model", "a job needs a workload: give a model (model.preset, or layers, hidden, "
                                            "heads, seq_len, vocab) or a workload.trace")
@@ -640,6 +695,22 @@ class ScenarioChecks:
                                                 "hidden, heads, vocab}, what the profiled step ran")
         if w.mirror:
             raise self.fail("workload.mirror", "mirror replays a trace; a profile runs data-parallel by parallel.dp")
+        for key in ("format", "comm_groups"):
+            if self.given(f"workload.{key}"):
+                raise self.fail(f"workload.{key}", f"workload.{key} is {getattr(w, key)!r}: it reads a "
+                                                   "workload.trace; a workload.profile is always a PyTorch profiler "
+                                                   f"(Kineto) trace: leave workload.{key} out")
+        for key in PROFILE_FIXES:
+            if self.given(f"model.{key}"):
+                value = getattr(s.model, key, None) if s.model is not None else None
+                raise self.fail(f"model.{key}", f"model.{key} is {shown(value)}, but the profiled script fixes "
+                                                f"its {PROFILE_FIXES[key]}: its own kernels, in the trace, are "
+                                                f"what runs; leave model.{key} out (or profile a script with it)")
+        if self.given("training.fp8_params"):
+            fp8 = shown(s.training.fp8_params)
+            raise self.fail("training.fp8_params", f"training.fp8_params is {fp8}, but the profiled "
+                                                   "script fixes its weights' type (the trace's parameters); "
+                                                   "leave training.fp8_params out")
         p, t = s.parallel, s.training
         for key, value in (("cp", p.cp), ("ep", p.ep)):
             if value > 1:
@@ -655,7 +726,13 @@ class ScenarioChecks:
                                                   "training.recompute applies to generated workloads")
         mb = t.micro_batch if self.given("training.micro_batch") else w.profiled.micro_batch
         gb = t.global_batch if self.given("training.global_batch") else mb * p.dp
-        return dataclasses.replace(s, training=dataclasses.replace(t, micro_batch=mb, global_batch=gb))
+        # absent, the optimizer is the profiled script's own (memory.profiled_state_bytes)
+        opt = t.optimizer if self.given("training.optimizer") else SCRIPT_OPTIMIZER
+        # the keys the profile itself records, checked against it when it is read (workload/profiled.py
+        # ``check_keys``): where the file gave each, for the message
+        given = tuple((kp, self.where(kp)) for kp in PROFILE_RECORDS if self.given(kp))
+        return dataclasses.replace(s, training=dataclasses.replace(t, micro_batch=mb, global_batch=gb, optimizer=opt),
+                                   given=given)
 
     def check_mirror(self, s: Scenario) -> None:
         """A mirrored trace replays one rank as ``mirror`` ranks: at most one per GPU (checked here,

@@ -513,9 +513,10 @@ class _Reader:
         hidden, heads = given.get("hidden", pr.hidden), given.get("heads", pr.heads)
         ffn = given.get("ffn_hidden") or (pr.ffn_hidden or 4 * pr.hidden) * hidden // pr.hidden
         kv = given.get("kv_heads") or max(1, (pr.kv_heads or pr.heads) * heads // pr.heads)
-        return ModelSpec(layers=given.get("layers", pr.layers), hidden=hidden, heads=heads, ffn_hidden=ffn,
-                         seq_len=given.get("seq_len", pr.seq_len), vocab=given.get("vocab", pr.vocab),
-                         kv_heads=kv, causal=given.get("causal", True))
+        sizes = dict(layers=given.get("layers", pr.layers), hidden=hidden, heads=heads, ffn_hidden=ffn,
+                     seq_len=given.get("seq_len", pr.seq_len), vocab=given.get("vocab", pr.vocab), kv_heads=kv,
+                     causal=given.get("causal", True))
+        return ModelSpec(**{**given, **sizes})  # the other keys as given: the rule book applies or refuses them
 
     def preset(self, v: YamlValue, given: dict[str, Any], kp: str = "model.preset") -> ModelSpec:
         name = self.read(v, MODEL_KEYS["preset"], kp)

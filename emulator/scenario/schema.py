@@ -206,7 +206,6 @@ def scenario_schema(names: Names | None = None) -> dict[str, Any]:
     body["patternProperties"] = {"^x-": {"description": "Ignored: a place for YAML &anchors."}}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://example.invalid/emulator/scenario.schema.json",
         "title": "Emulator scenario",
         "description": "A training job on a cluster. Quantities carry units as strings "
                        '("200 Gb/s", "2 us", "80 GiB"); a bare number where a unit is needed is an error.',

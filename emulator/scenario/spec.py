@@ -57,7 +57,19 @@ PRECISION_PEAK = {
     "fp32": ("peak_flops_fp32", "FP32 (CUDA-core, no TF32)"),
     "tf32": ("peak_flops_tf32", "TF32 tensor-core"),
     "fp8": ("peak_flops_fp8", "FP8 tensor-core"),
+    "mxfp8": ("peak_flops_fp8", "MXFP8 (block-scaled FP8) tensor-core"),
+    "nvfp4": ("peak_flops_fp4", "NVFP4 tensor-core"),
 }
+
+# Precisions whose GEMMs need block-scaled tensor cores (sm_100 and later: Megatron-LM
+# megatron/core/transformer/transformer_config.py, fp8_recipe "'mxfp8' for Blackwell architecture only",
+# fp4_recipe "NVFP4BlockScaling recipe for Blackwell+ architecture"). FP4 and the block-scaled formats
+# arrive together with Blackwell's tensor cores, so a GPU has them when its entry gives a peak_flops_fp4.
+BLOCK_SCALED = ("mxfp8", "nvfp4")
+# Quantised precisions (Transformer Engine recipes: emulator/workload/layer.py) and fp8's scaling recipes
+# (Megatron-LM's --fp8-recipe names): delayed (an amax history) | tensorwise (current scaling).
+QUANTISED = ("fp8", "mxfp8", "nvfp4")
+FP8_RECIPES = ("delayed", "tensorwise")
 
 # live.skew_base / live.skew_slope defaults: the fit σ(c) = a + b·c of the arrival spread of 4 gloo
 # processes on this project's 2-core machine, 2026-12-03 16:14 UTC, 150 rounds of 7 kernel lengths
@@ -82,6 +94,10 @@ MAX_MIRROR = 2**20
 def precision_refusal(gpu: "GpuSpec", precision: str) -> str:
     """Why ``gpu`` cannot run ``precision`` (its catalog entry gives no rate for it)."""
     field, words = PRECISION_PEAK[precision]
+    if precision in BLOCK_SCALED and gpu.peak_flops_fp4 <= 0:
+        return (f"{precision} for Blackwell only (Megatron-LM): it needs the GPU's {words} rate, block-scaled "
+                f"tensor cores (sm_100 and later), but GPU {gpu.name} has none (its catalog entry gives no "
+                f"peak_flops_fp4); choose fp8 or a Blackwell GPU")
     return (f"{precision} needs the GPU's {words} rate, but GPU {gpu.name} has none (its catalog entry gives "
             f"no {field}); choose another precision or GPU, or give the GPU a {field}")
 
@@ -118,6 +134,13 @@ class GpuSpec:
         'Dense TF32 tensor-core peak, e.g. "156 TFLOP/s"; absent: none.', default=0.0, unit="flops_rate", minimum=0)
     peak_flops_fp8: float = key(
         'Dense FP8 tensor-core peak, e.g. "1978.9 TFLOP/s"; absent: none.', default=0.0, unit="flops_rate", minimum=0)
+    peak_flops_fp4: float = key(
+        'Dense FP4 (NVFP4/MXFP4) tensor-core peak, e.g. "10 PFLOP/s"; absent: none.', default=0.0,
+        unit="flops_rate", minimum=0)
+    # measured max achievable FP8 matmul FLOP/s / the FP8 peak (mamf-finder); 0: unmeasured (matmul_fraction's)
+    matmul_fraction_fp8: float = key(
+        "Maximum achievable FP8 matmul FLOP/s as a fraction of the FP8 peak (a measurement, e.g. mamf-finder); 0 or "
+        "absent: matmul_fraction's (devices/compute.py).", default=0.0, kind="ratio", minimum=0, maximum=1)
     kernel_table: str = key(
         "Built-in table of measured kernels costed before the roofline (devices/kernels.py): h100, h200, b200, or "
         "none.", default="", choices=('none', 'h100', 'h200', 'b200'))
@@ -137,7 +160,10 @@ class GpuSpec:
         "costed before kernel_table and the roofline (devices/kernels.py).", default=())
 
     def peak_at(self, precision: str) -> float:
-        """Dense FLOP/s of GEMMs at ``training.precision`` (PRECISION_PEAK); 0 when the GPU has no such rate."""
+        """Dense FLOP/s of GEMMs at ``training.precision`` (PRECISION_PEAK); 0 when the GPU has no such rate
+        (mxfp8 and nvfp4 also need block-scaled tensor cores: BLOCK_SCALED)."""
+        if precision in BLOCK_SCALED and self.peak_flops_fp4 <= 0:
+            return 0.0
         return float(getattr(self, PRECISION_PEAK[precision][0]))
 
 
@@ -167,9 +193,21 @@ class NodeSpec:
         "Software latency per collective step across nodes.", default=0.0, unit="time", maximum=MAX_LATENCY)
     collective_launch: float = key("Fixed cost of one collective call.", default=0.0, unit="time", maximum=MAX_LATENCY)
     nvls_busbw: float = key(
-        "Bus bandwidth of an all-reduce by NVLink SHARP (in-switch reduction) inside a node, large messages "
-        "(nccl-tests); used by collectives.algorithm: nvls. Absent: the node has no NVLS.",
+        "Bus bandwidth of an all-reduce by NVLink SHARP (in-switch reduction) inside a node (an NVLink domain), "
+        "large messages (nccl-tests); used by collectives.algorithm: nvls. Absent: the node has no NVLS.",
         default=0.0, unit="bandwidth", minimum=MIN_BANDWIDTH)
+    # GPUs that share one NVLink switch domain (a GB200 NVL72 rack: 72 GPUs over 18 nodes of 4); 0: the node's
+    # own GPUs (gpus_per_node). The network treats each domain as one node (network/domain.py).
+    nvlink_domain: int = key(
+        "GPUs that share one NVLink switch domain, a multiple of gpus_per_node: 72 in a GB200/GB300 NVL72 rack of 18 "
+        "nodes (compute trays) of 4, 64 for 16 trays; absent: gpus_per_node. The intra_* keys, step_latency_intra "
+        "and nvls_busbw then hold for the whole domain, and the network treats it as one node.",
+        default=0, minimum=0, maximum=4096)
+
+    @property
+    def domain(self) -> int:
+        """GPUs of one NVLink domain: ``nvlink_domain``, or ``gpus_per_node`` where it is not given."""
+        return self.nvlink_domain or self.gpus_per_node
 
 
 @dataclass(frozen=True)
@@ -332,6 +370,22 @@ class ModelSpec:
         "transformer layer (an MoE layer in an MoE model), a 2h-to-h projection, norms of the hidden state and of "
         "the shared embedding, and one more pass of the output head with its cross-entropy. 0 or absent: none.",
         default=0, minimum=0, maximum=64)
+    # sliding-window attention (GPT-OSS: 128): each query attends its last sliding_window keys; 0: none
+    sliding_window: int = key(
+        "Sliding-window attention: each query attends its last N keys (itself included; GPT-OSS: 128, HF's "
+        "sliding_window); 0 or absent: full attention. Costed in fused attention (training.attention: flash); the "
+        "unfused path computes the full square.", default=0, minimum=0, maximum=10**7)
+    # with a window: every N-th layer attends fully, (N-1):1 (Megatron's window_attn_skip_freq); 0: every layer
+    # windowed
+    window_attn_skip_freq: int = key(
+        "With sliding_window: every N-th layer attends fully, the others through the window ((N-1):1, Megatron's "
+        "window_attn_skip_freq; GPT-OSS: 2, alternating); 0 or absent: every layer windowed.",
+        default=0, minimum=0, maximum=10**5)
+    # vanilla | off-by-one | learnable (sinks: GPT-OSS; Megatron's softmax_type)
+    softmax_type: str = key(
+        "Attention softmax (Megatron's softmax_type): vanilla; off-by-one (a fixed extra logit); learnable "
+        "(attention sinks: one learned logit per head, GPT-OSS).", default="vanilla",
+        choices=("vanilla", "off-by-one", "learnable"))
     tied_embeddings: bool = key("Input and output embeddings shared.", default=False)
     causal: bool = key("A causal attention mask (decoders, the default); false: bidirectional (BERT).", default=True)
 
@@ -356,10 +410,12 @@ RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "moe", 
 class TrainingSpec:
     global_batch: int = key("Sequences per iteration.", default=1, minimum=1)
     micro_batch: int = key("Sequences per micro-batch.", default=1, minimum=1)
-    # bf16 | fp16 | fp32 | tf32 | fp8 (devices/compute.py: the peak each runs at)
+    # bf16 | fp16 | fp32 | tf32 | fp8 | mxfp8 | nvfp4 (devices/compute.py: the peak each runs at)
     precision: str = key(
         "Compute precision: bf16/fp16 at the tensor-core peak; fp32 at the FP32 rate (PyTorch's default, no TF32); "
-        "tf32 (fp32 storage, TF32 matmuls) at the TF32 rate; fp8 at the FP8 rate (refused on a GPU without one).",
+        "tf32 (fp32 storage, TF32 matmuls) at the TF32 rate; fp8 at the FP8 rate (refused on a GPU without one); "
+        "mxfp8 (1x32 blocks, E8M0 scales) at the FP8 rate and nvfp4 (16-element blocks, E4M3 scales) at the FP4 "
+        "rate, both on Blackwell only (Transformer Engine recipes: docs/guides/precisions.md).",
         default="bf16", choices=tuple(PRECISION_PEAK))
     recompute: str = key("Activation recomputation.", default="none", choices=('none', 'selective', 'full'))
     attention: str = key(
@@ -373,7 +429,23 @@ class TrainingSpec:
     fp8_params: bool = key(
         "With precision fp8: the layers' GEMM weights are kept in fp8 (1 B; NeMo's fp8_params, Megatron's "
         "--fp8-param-gather); false: bf16 weights plus Transformer Engine's cached fp8 copy and its transpose "
-        "(memory only).", default=False)
+        "(memory only). Also with mxfp8 (MXFP8 weights).", default=False)
+    # precision fp8's scaling recipe (Megatron-LM --fp8-recipe): delayed | tensorwise; "": delayed (layer.py)
+    fp8_recipe: str = key(
+        "With precision fp8, the scaling recipe (Megatron-LM --fp8-recipe): delayed (Transformer Engine's "
+        "DelayedScaling: scales from an amax history) or tensorwise (Float8CurrentScaling: an amax pass before each "
+        "cast, no history). Absent: delayed.", default="", choices=FP8_RECIPES)
+    # Megatron-LM's BF16 layers of a quantised run (megatron/core/fp8_utils.py, is_first_last_bf16_layer)
+    first_last_layers_bf16: bool = key(
+        "With a quantised precision (fp8, mxfp8, nvfp4), keep the first num_layers_at_start_in_bf16 and the last "
+        "num_layers_at_end_in_bf16 transformer layers in BF16 (Megatron-LM --first-last-layers-bf16).",
+        default=False)
+    num_layers_at_start_in_bf16: int = key(
+        "Layers at the start kept in BF16 with first_last_layers_bf16 (Megatron-LM default 1).", default=1,
+        minimum=0)
+    num_layers_at_end_in_bf16: int = key(
+        "Layers at the end kept in BF16 with first_last_layers_bf16 (Megatron-LM default 1).", default=1,
+        minimum=0)
     # the distributed optimizer's implementation (memory.py, optimizer_state_bytes): megatron (Megatron-Core's
     # DistributedOptimizer, fp32 main weights) | apex (Apex DistributedFusedAdam as NeMo sets it up: bf16
     # weights' fp32 masters kept as their 16-bit remainders)
@@ -456,7 +528,8 @@ class CollectivesSpec:
     algorithm: str = key(
         "Collective algorithm: ring (the default; all-to-all direct, broadcast a chain per ring channel), tree "
         "(NCCL's double binary tree), collnet (in-network reduction, needs cluster.fabric.sharp), hierarchical, "
-        "direct, nvls, or auto (NCCL 2.30's tuning model chooses per call by operation, size and layout).",
+        "direct, nvls, or auto (per call, the fastest of ring, tree, collnet and nvls by the emulator's own cost; "
+        "emulator collective shows the pick per size).",
         default="ring", choices=('auto', 'ring', 'tree', 'collnet', 'hierarchical', 'direct', 'nvls'))
 
 
@@ -597,6 +670,9 @@ class Scenario:
         "Several jobs sharing the cluster's fabric, each with its own model, training, parallel (or workload.trace) "
         "and placement; replaces the top-level workload.", default=())
     path: str = internal("The file it was loaded from, for messages and relative paths.", default="")
+    given: tuple[tuple[str, str], ...] = internal(
+        "Keys a profiled workload's profile records, as the file gave them: (key path, FILE:LINE), for the "
+        "checks made once the profile is read (workload/profiled.py check_keys).", default=())
 
     @property
     def gpus(self) -> int:

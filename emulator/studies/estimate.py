@@ -61,7 +61,7 @@ def estimate(scenario: Scenario) -> str:
         ops, copies = program.template, len(program.translations)
     else:
         ops, copies = program.ops, 1
-    compute, comm = _counts(program, ops, copies, scenario.cluster.node.gpus_per_node if scenario.cluster.node else 0)
+    compute, comm = _counts(program, ops, copies, scenario.cluster.node.domain if scenario.cluster.node else 0)
     iterations = max(1, scenario.simulation.iterations)
     events = int(EVENTS_PER_COMM * comm * iterations * scale)
     ranks = int(len(program.simulated_ranks()) * scale)
@@ -136,7 +136,7 @@ def estimate_jobs(scenario: Scenario) -> str:
             program = build_workload(js)[0] if fold is None else build_program(js, fold)
             ops, copies = (program.template, len(program.translations)) if isinstance(program, Stamped) \
                 else (program.ops, 1)
-            _compute, comm = _counts(program, ops, copies, node.gpus_per_node)
+            _compute, comm = _counts(program, ops, copies, node.domain)
             built[key] = (len(ops) * copies * iterations, EVENTS_PER_COMM * comm * iterations,
                           float(len(program.simulated_ranks())), program.ranks)
         n_ops, n_events, simulated, _world = built[key]

@@ -52,7 +52,7 @@ from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.placement import ORDER
-from emulator.workload.plan import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, grad_reduce_bytes
+from emulator.workload.plan import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, grad_reduce_bytes, non_tn_fp8
 
 
 @dataclass(frozen=True)
@@ -161,13 +161,15 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     node = sc.cluster.node
     if sc.model is None or node is None:
         raise ValueError("an iteration estimate needs a model and a node type")
+    if sc.workload.profile is not None:
+        return _estimate_profiled(sc)
     gpu = node.gpu
     m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, par.tp))
     dtype = DTYPE_BYTES[tr.precision]
     flash = getattr(tr, "attention", "unfused") in ("flash", "fa2")
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash,
-                       fa2=tr.attention == "fa2", etp=par.etp,
-                       parallel=par, sm_count=sc.cluster.node.gpu.sm_count if sc.cluster.node else 0)
+                       fa2=tr.attention == "fa2", etp=par.etp, recipe=Ly.recipe_of(tr.precision, tr.fp8_recipe),
+                       non_tn=non_tn_fp8(gpu), parallel=par, sm_count=gpu.sm_count)
     st = strides(sc)
     links = {"tp": group_link(sc, st["tp"], par.tp), "cp": group_link(sc, st["cp"], par.cp)}
     links["ep"] = group_link(sc, st["cp"] if par.cp > 1 else st["dp"], par.ep)
@@ -246,15 +248,70 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return float(cov / (vx * vy) ** 0.5)
 
 
+def _estimate_profiled(sc: Scenario) -> Estimate:
+    """The closed form of a profiled workload (workload/profiled.py): its own kernels at the
+    scenario's per-GPU shape, the GPU's idle time waiting on the script's host (the ``host``
+    kernels of ``profiled._parts``) and Megatron's tensor-parallel all-reduces, priced per part as
+    generated layers are; the optimizer step at the profile's seconds per parameter; the DDP gradient
+    reduction in the script's gradient type (``profiled.grad_bytes``)."""
+    from emulator.devices import reshape as R
+    from emulator.workload import profiled as PW
+
+    par, tr = sc.parallel, sc.training
+    node = sc.cluster.node
+    assert node is not None and sc.model is not None
+    prof = PW.profile_of(sc)
+    Q = PW.target_shape(sc).per_gpu(par.tp)
+    parts: dict[str, list] = dict(PW._parts(prof, Q, node.gpu))
+    if par.tp > 1:
+        parts = PW._tp_comms(parts, Q, prof.param_bytes)
+    st = strides(sc)
+    tp_link = group_link(sc, st["tp"], par.tp)
+
+    def comm_time(c: Ly.Comm) -> float:
+        return ring_time(c.collective, par.tp, c.bytes, tp_link)
+
+    def both(fwd: str, bwd: str) -> float:
+        return KC.pass_time(parts[fwd], node.gpu, comm_time) + KC.pass_time(parts[bwd], node.gpu, comm_time)
+
+    per_layer, embed, head = both("block_fwd", "block_bwd"), both("embed_fwd", "embed_bwd"), \
+        both("head_fwd", "head_bwd")
+    p, v = par.pp, par.virtual_stages
+    split = stage_layers(model_chunks(Q.layers, p, v, par.first_chunk_layers, par.last_chunk_layers,
+                                      par.pipeline_model_parallel_layout).layers, p)
+    stage_t = [sum(split[s]) * per_layer + (embed if s == 0 else 0.0) + (head if s == p - 1 else 0.0)
+               for s in range(p)]
+    micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
+    slow = max(stage_t)
+    fill = (sum(stage_t) - slow) / (v if par.schedule == "interleaved-1f1b" else 1)
+    pp_bytes = float(Q.b * Q.s * Q.h * prof.param_bytes)
+    p2p = ring_time("p2p", 2, pp_bytes, group_link(sc, st["pp"], 2)) if p > 1 else 0.0
+    table = Q.V * Q.h if prof.tied and p > 1 else 0
+    params = Params(R.params(prof.block_params, Q), 0.0, R.params(prof.embed_params, Q),
+                    R.params(prof.head_params, Q) + table)
+    m = replace(sc.model, tied_embeddings=prof.tied, vocab=Q.V * par.tp)
+    grad = PW.grad_bytes(sc, prof)
+    dp_comm_s = _dp_exposed(sc, m, params, split, stage_t, micro, st, grad, prof.param_bytes)
+    total = params.stage(Q.layers, 0, 1)[0]  # every parameter of one GPU's tensor-parallel share
+    per_param = sum(t.seconds for t in parts["optimizer"]) / total if total else 0.0
+    d = par.dp * par.cp
+    optimizer_s = max(params.stage(sum(split[s]), s, p)[0] / (d if par.zero >= 1 else 1) for s in range(p)) \
+        * per_param
+    bubble_s = max(0.0, fill) + 2 * (p * v - 1) * p2p
+    compute_s = micro * slow
+    return Estimate(compute_s + bubble_s + dp_comm_s + optimizer_s, compute_s, bubble_s, dp_comm_s, optimizer_s)
+
+
 def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_t: list, micro: int,
-                st: dict[str, int]) -> float:
+                st: dict[str, int], grad: int | None = None, dtype: int | None = None) -> float:
     """Exposed data-parallel communication of the stage with the most parameters, plus the tied
-    embedding all-reduce between the first and last stage."""
+    embedding all-reduce between the first and last stage (``grad``, ``dtype``: bytes of a reduced
+    gradient and of a weight; absent, by the training precision)."""
     par, tr = sc.parallel, sc.training
     p = par.pp
     d = par.dp * par.cp
-    grad = grad_reduce_bytes(tr.precision, tr.grad_reduce)
-    dtype = DTYPE_BYTES[tr.precision]
+    grad = grad_reduce_bytes(tr.precision, tr.grad_reduce) if grad is None else grad
+    dtype = DTYPE_BYTES[tr.precision] if dtype is None else dtype
     dp_link = group_link(sc, min(st["dp"], st["cp"]) if par.cp > 1 else st["dp"], d)
     worst = 0.0
     for s in range(p):

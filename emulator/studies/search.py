@@ -459,14 +459,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_SIMULATE_TOP})")
     p.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS,
                    help=f"refuse to simulate more layouts than this (default {DEFAULT_MAX_POINTS})")
-    p.add_argument("--db", help="results database (default: SCENARIO-search.sqlite in this folder)")
+    p.add_argument("--db", help="results database (default: out/SCENARIO-search.sqlite)")
     p.add_argument("--csv", help="CSV of every simulated layout (default: next to --db)")
     p.add_argument("--dask", metavar="tcp://HOST:8786", help="simulate on a Dask cluster")
 
 
 def search_command(args: argparse.Namespace) -> str:
     stem = os.path.splitext(os.path.basename(args.scenario))[0]
-    db = args.db or f"{stem}-search.sqlite"
+    db = args.db or os.path.join("out", f"{stem}-search.sqlite")
+    if not args.db:
+        try:
+            os.makedirs("out", exist_ok=True)
+        except OSError:
+            pass  # the store names the unwritable folder in its own error
     csv_path = args.csv or os.path.splitext(db)[0] + ".csv"
     for name in ("max_tp", "max_pp", "max_cp", "gpus", "top", "max_points"):
         value = getattr(args, name)

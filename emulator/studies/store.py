@@ -82,8 +82,9 @@ class StoreError(EmulatorError):
 
 
 def _lock(path: str) -> int | None:
-    """Hold ``PATH.lock`` exclusively (the lock file stays; the lock dies with the process); StoreError if another
-    process holds it. None where flock is missing (not POSIX): no protection there."""
+    """Hold ``PATH.lock`` exclusively (the lock dies with the process; a normal close removes the file); StoreError
+    if another process holds it. None where flock is missing (not POSIX): no protection there. The holder unlinks
+    the file before it lets go, so a process that locked a file no longer at ``PATH.lock`` opens it again."""
     try:
         import fcntl
     except ImportError:
@@ -100,6 +101,13 @@ def _lock(path: str) -> int | None:
         os.close(fd)
         raise StoreError(f"{path}: another sweep or search (pid {holder}) is writing this results database; "
                          "wait for it to finish, or give another --db") from None
+    try:
+        same = os.path.samestat(os.fstat(fd), os.stat(lock_path))
+    except OSError:
+        same = False
+    if not same:  # the previous holder removed this file as it closed: lock the one now at the path
+        os.close(fd)
+        return _lock(path)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
@@ -111,9 +119,10 @@ def canonical_json(obj: Any) -> str:
 
 
 def resolved_dict(scenario: Scenario) -> dict:
-    """The loaded scenario as plain data, without ``path`` (where it was read from)."""
+    """The loaded scenario as plain data, without ``path`` and ``given`` (where it was read from)."""
     d = dataclasses.asdict(scenario)
     d.pop("path", None)
+    d.pop("given", None)
     return d
 
 
@@ -276,10 +285,19 @@ class ResultStore:
 
     def _unlock(self) -> None:
         if self._lock is not None:
+            try:
+                os.unlink(self.path + ".lock")  # while still held: no lock file is left after a normal exit
+            except OSError:
+                pass
             os.close(self._lock)  # releases the flock
             self._lock = None
 
     def close(self) -> None:
+        if self._lock is not None:  # the writer: fold the WAL back, so no -wal/-shm stays, nor appears for readers
+            try:
+                self.db.execute("PRAGMA journal_mode=DELETE")
+            except sqlite3.Error:
+                pass  # another connection still reads it: SQLite keeps WAL, and the data is safe either way
         self.db.close()
         self._unlock()
 

@@ -21,7 +21,9 @@ What is taken, per table:
   convention (backward = 2.5 × forward):
       t_fb / F = 3.5 / R_fb,  t_f / F = 1 / R_f  →  R_bwd = 2.5 / (3.5 / R_fb − 1 / R_f).
 - b200 ``gemm bf16`` and ``gemm fp8``: the OpenXLA sm_100_B200 grids [S3] and the
-  mamf-finder best shapes of "NVIDIA B200 SXM" [S1]. No B200 attention rows exist.
+  mamf-finder best shapes of "NVIDIA B200 SXM" [S1]; then the sustained GB200 cuBLASLt FP8 and
+  FP4 GEMMs of ``../shared/calibration/blackwell/gemm.csv`` (:func:`_b200_sustained_gemm_rows`);
+  ``attention_*`` and ``fa2_*`` from ``blackwell/attention.csv`` (:func:`_b200_attention_rows`).
 The A100 has no table (its model was fitted on it: compute.py).
 
 The H200 measurements (h200/sources.md) time each call alone with CUDA events, so a time holds
@@ -200,6 +202,73 @@ def _h200_attention_rows(rows: list[dict[str, str]], note: str = "") -> list[str
     return out
 
 
+def _field(text: str, key: str) -> str:
+    m = re.search(rf"{key}=(\w+)", text)
+    return m.group(1) if m else ""
+
+
+def _b200_attention_rows(rows: list[dict[str, str]]) -> list[str]:
+    """blackwell/attention.csv: what ``training.attention: flash`` and ``fa2`` run on sm_100.
+
+    Transformer Engine gives its FusedAttention (cuDNN) preference on Hopper and later
+    (transformer_engine/pytorch/attention/dot_product_attention/utils.py @ d0067d0, "Disabling
+    FlashAttention to give FusedAttention preference on Hopper+"), and FA3 is sm90 only (same file:
+    "Disabling FlashAttention 3 for compute capability != sm90"): ``flash`` is cuDNN's fused attention.
+    cuDNN's sm_100 forward is measured at head dim 64 [S11]; at head dim 128, and for every backward,
+    only FlashAttention-4 is [S8], so its rows stand in for cuDNN's (S11 measured cuDNN's forward within
+    -10% to +0.3% of FA4's at head dim 64, the only shapes measured for both). FA4's backward is the
+    2-CTA non-deterministic kernel, the default for head dim 128 since PR #2280. ``fa2``: FlashAttention-2
+    2.7.4 on a B200 [S10] (no sm_100 path: a legacy kernel). Rates in the FlashAttention convention, as
+    printed (ms-long kernels: no launch correction)."""
+    out = []
+    for i, r in enumerate(rows, start=1):
+        op, shape, src = r["op"], r["shape_or_size"], r["source"]
+        d, c, seq = _field(shape, "hdim"), _field(shape, "causal"), _field(shape, "seqlen")
+        if not (d and c and seq):
+            continue
+        causal = _causal(c)
+        if src.startswith("S11") and op.startswith("cuDNN SDPA forward"):
+            kind, note = "attention_fwd", "cuDNN"
+        elif src.startswith("S8") and "deterministic" not in op and op.endswith((" fwd", "bwd 2CTA")):
+            kind = f"attention_{'fwd' if op.endswith(' fwd') else 'bwd'}"
+            note = "FlashAttention-4 standing in for cuDNN"
+        elif src.startswith("S10") and r["gpu"] == "NVIDIA B200" and op.split(" (")[0].split()[-1] in ("fwd", "bwd"):
+            kind, note = f"fa2_{op.split(' (')[0][-3:]}", "FlashAttention-2"
+        else:
+            continue
+        out.append(f"{kind}{causal},bf16,{d}x{seq},{_fmt(float(r['value']))},"
+                   f"blackwell/attention.csv row {i} ({note})\n")
+    return out
+
+
+# GB200's FP8 and FP4 peaks over the B200's (NVIDIA GB200 NVL72 and HGX B200 datasheets: 5000 against 4500
+# TFLOP/s dense FP8, 10000 against 9000 FP4): a GB200 rate is carried to the B200 at the same fraction of peak.
+GB200_TO_B200 = 4500.0 / 5000.0
+
+
+def _b200_sustained_gemm_rows(rows: list[dict[str, str]]) -> list[str]:
+    """blackwell/gemm.csv, Azure's GB200 cuBLASLt GEMMs [S3] carried to the B200 (GB200_TO_B200): the only
+    Blackwell GEMMs timed at sustained clocks (10,000 warm-up and 1,000 timed iterations: a training step's
+    GEMMs run back to back at the power limit, where mamf-finder's 50 + 100 and XLA's profiles are bursts).
+    ``-t fp8e4m3`` rows as ``fp8``; ``-t fp4e2m1`` as ``nvfp4`` (cuBLASLt's FP4 GEMMs are block-scaled;
+    NVFP4 or MXFP4 is not stated). Rows of LAUNCH_BOUND or less are left out, as for the H200."""
+    out = []
+    for i, r in enumerate(rows, start=1):
+        if not r["source"].startswith("S3") or "cublaslt_gemm" not in r["op"]:
+            continue
+        dtype = "nvfp4" if r["precision"].startswith("FP4") else "fp8" if r["precision"].startswith("FP8") else ""
+        m = re.match(r"(\d+)x(\d+)x(\d+) \(MxNxK\), batch (\d+)", r["shape_or_size"])
+        if not dtype or not m:
+            continue
+        mm, n, k, b = (int(x) for x in m.groups())
+        rate = float(r["value"])
+        if 2.0 * b * mm * n * k / (rate * 1e12) <= LAUNCH_BOUND:
+            continue
+        out.append(f"gemm,{dtype},{b}x{mm}x{n}x{k},{_fmt(rate * GB200_TO_B200)},blackwell/gemm.csv row {i} "
+                   f"(GB200 cuBLASLt sustained; x 4500/5000 to the B200)\n")
+    return out
+
+
 def derive(h100_dir: str, h200_dir: str = "") -> dict[str, str]:
     """The shipped tables' text, by table name, from the shared ``h100`` and ``h200`` calibration
     folders (``h200_dir`` absent: the ``h200`` folder beside ``h100_dir``)."""
@@ -207,6 +276,8 @@ def derive(h100_dir: str, h200_dir: str = "") -> dict[str, str]:
     gemm = _rows(os.path.join(h100_dir, "gemm.csv"))
     attention = _rows(os.path.join(h100_dir, "attention.csv"))
     g200, f200, a200 = (_rows(os.path.join(h200_dir, f)) for f in ("gemm.csv", "fp8_gemm.csv", "attention.csv"))
+    blackwell = os.path.join(os.path.dirname(os.path.abspath(h100_dir)), "blackwell")
+    b200_gemm, b200_attention = (_rows(os.path.join(blackwell, f)) for f in ("gemm.csv", "attention.csv"))
     head = ("# Measured kernels (emulator/tools/kernel_tables.py derives this file from "
             "../shared/calibration/h100/ and h200/;\n# row N = the N-th data row of that file; sources in its "
             "sources.md).\n# tflops: FLOP/s / 1e12 (GEMM 2*b*m*n*k; attention 4*b*h*s^2*d, /2 causal, backward x2.5)\n")
@@ -219,7 +290,8 @@ def derive(h100_dir: str, h200_dir: str = "") -> dict[str, str]:
     return {"h100": head + HEADER + "".join(_gemm_rows(gemm, "h100") + fp8_carried + h100_attention),
             "h200": head + HEADER + "".join(_h200_gemm_rows(g200, f200, gemm) + _h200_attention_rows(a200)
                                             + _cudnn_h200_rows(attention)),
-            "b200": head + HEADER + "".join(_gemm_rows(gemm, "b200"))}
+            "b200": head + HEADER + "".join(_gemm_rows(gemm, "b200") + _b200_sustained_gemm_rows(b200_gemm)
+                                            + _b200_attention_rows(b200_attention))}
 
 
 def write(h100_dir: str, out_dir: str) -> list[str]:

@@ -6,10 +6,11 @@ else the roofline); an MoE grouped GEMM falls back to the batched GEMM's rooflin
 ``grouped_gemm_efficiency``; element-wise kernels always take the roofline. Every cost says
 which of the three it came from (``measured | interpolated | roofline``).
 
-FP8 (``training.precision: fp8``) is Transformer Engine's recipe: a GEMM kernel of 1-byte operands
-(the linear layers', layer.py) runs in FP8 (its table rows, else the roofline at the FP8 peak);
-every other kernel (attention, the unfused attention's batched GEMMs, the router and output
-layer, element-wise work) in BF16.
+FP8, MXFP8 and NVFP4 (``training.precision``) are Transformer Engine's recipes: a quantised GEMM
+kernel (the linear layers', layer.py) runs in its recipe's precision (the fp8 table rows for fp8
+and mxfp8, else the roofline at the FP8 or FP4 peak: compute.quant_gpu); every other kernel
+(attention, the unfused attention's batched GEMMs, the router and output layer, element-wise work)
+in BF16.
 
 The same costs for a single kernel, for callers outside the layer model (a profiled workload):
 :func:`emulator.devices.compute.gemm_cost` and :func:`emulator.devices.compute.attention_cost`.
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from emulator.devices import compute
-from emulator.scenario.spec import GpuSpec
+from emulator.scenario.spec import QUANTISED, GpuSpec
 from emulator.workload.layer import Comm, Kernel, Step
 
 # Grouped GEMM against the plain GEMM of one group's shape, measured by DeepSeek's DeepGEMM on
@@ -92,11 +93,18 @@ def kernel_time(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> float:
 
 
 def kernel_precision(kern: Kernel, precision: str) -> str:
-    """The dtype ``kern`` runs in under ``training.precision``: fp8 for a GEMM of 1-byte operands (layer.py's
-    FP8 linear layers), bf16 for the other kernels of an fp8 run; else the precision."""
+    """The dtype ``kern`` runs in under ``training.precision``: a quantised GEMM (dtype 1: layer.py's linear
+    layers) its recipe's (fp8 | mxfp8 | nvfp4), the other kernels of a quantised run bf16; else the precision."""
     if kern.kind == "gemm" and kern.dtype == 1:
-        return "fp8"
-    return "bf16" if precision == "fp8" else precision
+        return kern.quant or "fp8"
+    return "bf16" if precision in QUANTISED else precision
+
+
+def table_dtype(prec: str) -> str:
+    """The kernel-table rows a GEMM of ``prec`` is looked up in: an MXFP8 GEMM runs at the FP8 tensor rate on
+    sm_100 (tcgen05 block-scaled MMA: the FP8 rate, scale factors applied in the tensor core), so in the
+    fp8 rows; the others in their own."""
+    return "fp8" if prec == "mxfp8" else prec
 
 
 def kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str = "bf16") -> tuple[float, str]:
@@ -121,14 +129,14 @@ def _kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str) -> tuple[float, str]:
         return compute.gemm_time(kern.m, kern.n, kern.k, g32, 4, kern.batch, gemm_rows(kern)), "roofline"
     prec = kernel_precision(kern, dtype)
     if kern.kind == "gemm":
-        g = compute.fp8_gpu(gpu) if prec == "fp8" else gpu
+        g = compute.quant_gpu(gpu, prec) if prec in QUANTISED else gpu
         rows = gemm_rows(kern)
 
         def roofline() -> float:
             if kern.grouped:
                 return grouped_gemm_time(kern, g)
             return compute.gemm_time(kern.m, kern.n, kern.k, g, kern.dtype, kern.batch, rows)
-        return compute.measured_first(g, "gemm", prec, (kern.batch, kern.m, kern.n, kern.k), kern.flops,
+        return compute.measured_first(g, "gemm", table_dtype(prec), (kern.batch, kern.m, kern.n, kern.k), kern.flops,
                                       roofline, lambda d: compute.gemm_rate(d, g, kern.dtype, rows), rows)
     if kern.kind == "flash":
         kind = "fa2" if kern.fa2 else "attention"

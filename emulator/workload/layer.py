@@ -104,6 +104,7 @@ from emulator.workload.models import (
     moe_rank_load,
     resolve,
     shared_ffn,
+    window_share,
 )
 
 FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
@@ -130,6 +131,7 @@ class Kernel:
     fa2: bool = False  # flash: FlashAttention-2's kernel instead of cuDNN's (training.attention: fa2)
     slow: float = 1.0  # its time × this: fewer SMs while DeepEP's kernels hold some (dispatch.py)
     seconds: float = 0.0  # kind host: a fixed host-side stall of the stream (MoE host sync)
+    quant: str = ""  # a quantised GEMM's (dtype 1) precision: fp8 | mxfp8 | nvfp4; "": fp8
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,9 @@ class LayerShape:
     rope_dim: int = 0  # MLA decoupled rope dims per head
     qk_head: int = 0  # MLA query/key dims per head (d_n + d_r); 0: d
     v_head: int = 0  # MLA value dims per head; 0: d
-    fp8: bool = False  # Transformer Engine FP8: the linear layers' GEMMs in FP8, with their casts
+    fp8: bool = False  # Transformer Engine quantised GEMMs (fp8, mxfp8, nvfp4): the linear layers', with their casts
+    recipe: str = ""  # with fp8: delayed | tensorwise | mxfp8 | nvfp4 (recipe_of); "": delayed
+    non_tn: bool = False  # the GPU's FP8 GEMMs take every layout (Blackwell): per-tensor FP8 makes no transposes
     fp8_weight_bytes: float = 0.0  # bytes per weight element per micro-batch of the step's weight cast
     fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
     head: int = 0  # dims per head (model.head_dim); 0: h / heads
@@ -200,6 +204,22 @@ class LayerShape:
     groups: int = 0  # moe_router_num_groups
     group_topk: int = 0  # moe_router_group_topk
     a2a_scale: float = 1.0  # the copies each rank sends over the mean: the capacity factor when padded
+    window: int = 0  # sliding-window attention: keys per query (model.sliding_window); 0: none
+    window_share: float = 0.0  # the fraction of layers that attend through the window (models.window_share)
+    sinks: bool = False  # a softmax with an extra logit per head (model.softmax_type off-by-one or learnable)
+
+    @property
+    def attended(self) -> float:
+        """The (query, key) pairs a fused kernel computes, over the full causal square's, averaged over
+        the layer pattern. A window of W keys over s_kv = S tokens: S·W − W²/2 pairs (query i attends
+        min(i + 1, W) keys), against S²/2 for the causal square (the same continuous count, so W = S
+        gives 1). Every layer is costed at the pattern's mean: exact for a stage of whole periods (GPT-OSS,
+        alternating: an even number of layers)."""
+        S, W = self.s_kv, self.window
+        if not W or W >= S or not self.causal or not self.window_share:
+            return 1.0
+        windowed = (S * W - W * W / 2) / (S * S / 2)
+        return self.window_share * windowed + (1.0 - self.window_share)
 
     @property
     def T(self) -> int:
@@ -274,30 +294,37 @@ class LayerShape:
 
 def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False, cp: int = 1,
                 ep: int = 1, dtype: int = 2, flash: bool = False, micro_batches: int = 1,
-                fp8_params: bool = False, fa2: bool = False, etp: int | None = None,
-                parallel: ParallelSpec | None = None, sm_count: int = 0) -> LayerShape:
-    """The per-GPU layer shape of ``model`` under the given parallelism. ``dtype`` 1 is FP8 training
-    (Transformer Engine: FP8 GEMMs, BF16 activations); its weights are cast once per step of
-    ``micro_batches`` (4 bytes per element, 2 with ``fp8_params``). ``etp``: the experts' own tensor
-    parallelism (None or t: as the attention's). ``parallel``: its MoE dispatch keys; ``sm_count``: the GPU's
-    SMs (the flex dispatcher's kernels take moe_flex_dispatcher_num_sms of them)."""
+                fp8_params: bool = False, fa2: bool = False, etp: int | None = None, recipe: str = "",
+                non_tn: bool = False, parallel: ParallelSpec | None = None, sm_count: int = 0) -> LayerShape:
+    """The per-GPU layer shape of ``model`` under the given parallelism. ``dtype`` 1 is quantised training
+    (Transformer Engine: quantised GEMMs, BF16 activations) by ``recipe`` (delayed | tensorwise | mxfp8 |
+    nvfp4; "": delayed); its weights are quantised once per step of ``micro_batches``
+    (:func:`weight_quant_bytes`). ``non_tn``: the GPU runs FP8 GEMMs of every layout (Blackwell).
+    ``etp``: the experts' own tensor parallelism (None or t: as the attention's). ``parallel``: its MoE
+    dispatch keys; ``sm_count``: the GPU's SMs (the flex dispatcher's kernels take moe_flex_dispatcher_num_sms
+    of them)."""
     fp8 = dtype == 1
     if fp8:
         dtype = 2
+        recipe = recipe or "delayed"
+    else:
+        recipe = ""
     m = resolve(model)
     causal = m.causal
     d_qk, d_v = head_dims(m)
     mla: dict[str, Any] = dict(q_rank=m.q_lora_rank, kv_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim, qk_head=d_qk,
                v_head=d_v, kv_heads=m.heads) if is_mla(m) else dict(kv_heads=m.kv_heads)
+    wbytes = weight_quant_bytes(recipe, non_tn, fp8_params) / max(1, micro_batches) if fp8 else 0.0
     return LayerShape(b=micro_batch, s=m.seq_len // cp, s_kv=m.seq_len, h=m.hidden, heads=m.heads,
                       ffn=m.ffn_hidden, swiglu=m.swiglu, biases=has_biases(m),
                       dropout=has_dropout(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,
                       top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation,
                       expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
-                      imbalance=m.moe_imbalance, fp8=fp8, fa2=fa2,
-                      fp8_weight_bytes=(2.0 if fp8_params else 4.0) / max(1, micro_batches) if fp8 else 0.0,
-                      head=m.head_dim, load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
-                      etp=etp if etp and etp != t else 0, **mla, **_dispatch_fields(m, parallel, sm_count))
+                      imbalance=m.moe_imbalance, fp8=fp8, recipe=recipe, non_tn=non_tn and fp8, fa2=fa2,
+                      fp8_weight_bytes=wbytes, head=m.head_dim,
+                      load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
+                      etp=etp if etp and etp != t else 0, window=m.sliding_window, window_share=window_share(m),
+                      sinks=m.softmax_type != "vanilla", **mla, **_dispatch_fields(m, parallel, sm_count))
 
 
 def _load(m: ModelSpec, ep: int, tokens: int, t: int, sp: bool, etp: int | None) -> float:
@@ -327,6 +354,11 @@ def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> d
 ROUTER_BYTES = {"fp32": 4, "fp64": 8}  # moe_router_dtype
 
 
+def unquantised(L: LayerShape) -> LayerShape:
+    """The same layer in BF16 (Megatron's first and last BF16 layers of a quantised run)."""
+    return replace(L, fp8=False, recipe="", non_tn=False, fp8_weight_bytes=0.0)
+
+
 def dense_shape(L: LayerShape) -> LayerShape:
     """The same layer with a dense MLP (a leading dense layer of an MoE model)."""
     return replace(L, experts=0, top_k=0, expert_ffn=0, shared_ffn=0, imbalance=1.0)
@@ -334,14 +366,34 @@ def dense_shape(L: LayerShape) -> LayerShape:
 
 # --- kernel constructors -------------------------------------------------------------
 
+AMAX_HISTORY_BYTES = 2 * 4 * 1024  # read and write 1024 fp32 amaxes (TE's default amax_history_len)
+
+# Bytes per element of the quantised copies (Transformer Engine, transformer_engine/common/recipe/__init__.py
+# and pytorch/tensor/{mxfp8,nvfp4}_tensor.py @ d0067d0): MXFP8 one E8M0 scale byte per 32 elements of each
+# copy; NVFP4 two values per byte and one E4M3 scale per 16 elements (1-D blocks: activations and
+# gradients), or per 16×16 block (2-D: weights).
+MXFP8_COPY = 1.0 + 1.0 / 32
+NVFP4_COPY = 0.5 + 1.0 / 16
+NVFP4_WEIGHT_COPY = 0.5 + 1.0 / 256
+RHT_FLOPS = 32.0  # a 16×16 random Hadamard transform: 16 multiply-adds per element
+
 # GEMMs that stay in BF16 under FP8: the core attention's, the router's, the output layer's (above)
 BF16_GEMMS = ("attn.", "moe.router", "lm_head")
 
 
 def gemm(name: str, m: int, n: int, k: int, L: LayerShape, batch: int = 1, cat: str = FWD) -> Kernel:
-    dt = 1 if L.fp8 and not name.startswith(BF16_GEMMS) else L.dtype
-    return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), compute.gemm_bytes(m, n, k, dt, batch),
-                  cat, m, n, k, batch, dtype=dt)
+    """A GEMM; one of a quantised run's linear layers has dtype 1 and its recipe's precision (``quant``), its
+    operands read at the quantised size (MXFP8 and NVFP4 with their block scales)."""
+    if L.fp8 and not name.startswith(BF16_GEMMS):
+        quant = L.recipe if L.recipe in ("mxfp8", "nvfp4") else "fp8"
+        per = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}.get(quant, 1.0)
+        nbytes = float((m * k + k * n) * batch) * per + float(m * n * batch) * 2.0
+        if quant == "fp8":
+            nbytes = compute.gemm_bytes(m, n, k, 1, batch)
+        return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), nbytes, cat, m, n, k, batch, dtype=1,
+                      quant=quant)
+    return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), compute.gemm_bytes(m, n, k, L.dtype, batch),
+                  cat, m, n, k, batch, dtype=L.dtype)
 
 
 def grouped_gemm(name: str, m: int, n: int, k: int, L: LayerShape, groups: int, cat: str = FWD) -> Kernel:
@@ -358,7 +410,12 @@ def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel
     """MLA (d_qk ≠ d_v) is costed at the mean head dim (d_qk + d_v)/2: exact in FLOPs, 2·s·sk·(d_qk + d_v)."""
     bh = L.b * L.a_l
     d = L.d if L.d_qk == L.d_v == L.d else (L.d_qk + L.d_v) / 2
-    flops = 4.0 * bh * L.s * sk * d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0)
+    # sliding-window layers (LayerShape.attended): the FLOPs of the pairs computed, as a causal kernel of
+    # that many fewer keys (the key count a measured table is looked up at)
+    r = L.attended
+    flops = 4.0 * bh * L.s * sk * d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0) * r
+    if r != 1.0:
+        sk = max(1, round(sk * r))
     nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * d * L.dtype
     return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, int(d), bh, L.causal, backward, int(d), dtype=L.dtype,
                   fa2=L.fa2)
@@ -368,18 +425,58 @@ def _with_category(steps: list[Step], cat: str) -> list[Step]:
     return [replace(st, category=cat) for st in steps]
 
 
-AMAX_HISTORY_BYTES = 2 * 4 * 1024  # read and write 1024 fp32 amaxes (TE's default amax_history_len)
 
 
-def _fp8_cast(name: str, elements: float, tensors: int, cat: str, gathered_over: int = 1) -> Kernel:
-    """A Transformer Engine cast-transpose of ``elements`` (4 bytes each) with the amax-history
-    update of ``tensors`` quantized tensors; one max per element for the amax. A tensor that
-    sequence parallelism all-gathers (``gathered_over`` = t ranks) is cast on the local shard,
-    3 bytes per element (read 2, write 1), all-gathered in FP8, and transposed after the gather,
-    2 bytes per element (linear.py lines 378-398: "All-gather is not supported with FP8
-    column-wise data"; line 1177: the column-wise copy made from the gathered tensor)."""
-    per = 4.0 if gathered_over <= 1 else 3.0 / gathered_over + 2.0
-    return Kernel(name, "cast", elements, per * elements + tensors * AMAX_HISTORY_BYTES, cat)
+def recipe_of(precision: str, fp8_recipe: str = "") -> str:
+    """The quantisation recipe of ``training.precision`` (``training.fp8_recipe`` for fp8): delayed |
+    tensorwise | mxfp8 | nvfp4; "" for an unquantised precision."""
+    if precision == "fp8":
+        return fp8_recipe or "delayed"
+    return precision if precision in ("mxfp8", "nvfp4") else ""
+
+
+def weight_quant_bytes(recipe: str, non_tn: bool, fp8_params: bool) -> float:
+    """Bytes per weight element of the step's weight quantisation (made at the first micro-batch: TE's
+    ``update_ws = is_first_microbatch``). Per-tensor FP8: read 2, write 1 and, on Hopper, its transpose 1
+    (fp8 weights, ``fp8_params``: only the transpose, read 1 write 1; none on Blackwell); tensorwise adds
+    the amax pass (read 2). MXFP8: read 2, write both copies. NVFP4: an amax pass, then read 2 and write
+    both 16×16-block copies."""
+    if recipe == "mxfp8":
+        return 2.0 + 2 * MXFP8_COPY
+    if recipe == "nvfp4":
+        return 2.0 + 2.0 + 2 * NVFP4_WEIGHT_COPY
+    if fp8_params:
+        return 0.0 if non_tn else 2.0
+    return (3.0 if non_tn else 4.0) + (2.0 if recipe == "tensorwise" else 0.0)
+
+
+def _quant_kernels(name: str, elements: float, tensors: int, cat: str, L: LayerShape, gathered_over: int = 1,
+                   grad: bool = False) -> list[Step]:
+    """The kernels (and, with sequence parallelism, the amax all-reduce) that quantise one activation or
+    gradient of ``elements`` for its GEMMs, by ``L.recipe`` (see the module docstring, "Recipes"). A tensor
+    that sequence parallelism all-gathers (``gathered_over`` = t) is quantised on the local shard and
+    gathered quantised; only the per-tensor FP8 transpose of Hopper is made after the gather (linear.py
+    lines 378-398: "All-gather is not supported with FP8 column-wise data"). ``tensors``: the quantised
+    tensors whose amax histories the delayed recipe updates in this kernel."""
+    local = 1.0 / gathered_over
+    sp = gathered_over > 1
+    r = L.recipe
+    steps: list[Step] = []
+    if r in ("tensorwise", "nvfp4"):  # amax pass (nvte_compute_amax; NVFP4: of the input and its RHT)
+        steps.append(Kernel(f"{name}_amax", "cast", elements * (1 + (RHT_FLOPS if r == "nvfp4" else 0)),
+                            2.0 * elements * local, cat))
+        if sp:  # amax all-reduce (MAX) over the TP group: quantizer.cpp, amax_reduction_group
+            steps.append(Comm(f"{name}_amax_ar", "tp", "all_reduce", 8.0 if r == "nvfp4" else 4.0, 0, cat))
+    if r == "mxfp8":
+        steps.append(Kernel(name, "cast", elements, (2.0 + 2 * MXFP8_COPY) * elements * local, cat))
+    elif r == "nvfp4":  # rowwise; column-wise of the RHT'd tensor, stochastically rounded for gradients
+        steps.append(Kernel(name, "cast", elements * (1 + RHT_FLOPS + (1 if grad else 0)),
+                            (2.0 + 2 * NVFP4_COPY) * elements * local, cat))
+    else:
+        transpose = 0.0 if L.non_tn else 2.0 if sp else 1.0
+        history = tensors * AMAX_HISTORY_BYTES if r == "delayed" else 0.0
+        steps.append(Kernel(name, "cast", elements, 3.0 * elements * local + transpose * elements + history, cat))
+    return steps
 
 
 def _gathered(out: list[Step], L: LayerShape) -> int:
@@ -401,14 +498,14 @@ def _insert(out: list[Step], casts: list[Step]) -> None:
 
 
 def fp8_forward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
-    """Before each forward FP8 GEMM: its input's cast-transpose and (not in a recompute) its weight's,
+    """Before each forward quantised GEMM: its input's quantisation and (not in a recompute) its weight's,
     once per step (``L.fp8_weight_bytes`` per element per micro-batch)."""
     out: list[Step] = []
     for st in steps:
         if isinstance(st, Kernel) and st.kind == "gemm" and st.dtype == 1:
-            casts: list[Step] = [_fp8_cast(f"{st.name}.fp8_cast_x", float(st.m * st.k * st.batch), 3, st.category,
-                                           _gathered(out, L))]
-            if st.category != RECOMPUTE:
+            casts = _quant_kernels(f"{st.name}.fp8_cast_x", float(st.m * st.k * st.batch), 3, st.category, L,
+                                   _gathered(out, L))
+            if st.category != RECOMPUTE and L.fp8_weight_bytes > 0:
                 w = float(st.n * st.k * st.batch)
                 casts.append(Kernel(f"{st.name}.fp8_cast_w", "cast", w / 4.0 * L.fp8_weight_bytes,
                                     w * L.fp8_weight_bytes, st.category))
@@ -418,12 +515,12 @@ def fp8_forward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
 
 
 def fp8_backward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
-    """Before each FP8 dgrad GEMM: the cast-transpose of the output gradient (m × its k elements)."""
+    """Before each quantised dgrad GEMM: the quantisation of the output gradient (m × its k elements)."""
     out: list[Step] = []
     for st in steps:
         if isinstance(st, Kernel) and st.kind == "gemm" and st.dtype == 1 and st.name.endswith(".dgrad"):
-            _insert(out, [_fp8_cast(f"{st.name[:-6]}.fp8_cast_dy", float(st.m * st.k * st.batch), 2, BWD,
-                                    _gathered(out, L))])
+            _insert(out, _quant_kernels(f"{st.name[:-6]}.fp8_cast_dy", float(st.m * st.k * st.batch), 2, BWD, L,
+                                        _gathered(out, L), grad=True))
         out.append(st)
     return out
 
@@ -463,6 +560,8 @@ def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
             if i < L.cp - 1:
                 steps.append(Comm(f"attn.kv_ring{i}", "cp", "ring", kv_block, 1, cat))
             steps.append(flash(f"attn.flash{i}" if L.cp > 1 else "attn.flash", L, L.s, False, cat))
+        if L.sinks:  # the sink's logit in each row's softmax: one exp and add per (query, head) over its stats
+            steps.append(elementwise("attn.sinks", L.b * L.a_l * L.s, 2.0, L, 2.0, cat))
         return steps
     bh = L.b * L.a_l
     scores = bh * L.s * L.s_kv
@@ -811,6 +910,8 @@ def attention_core_backward(L: LayerShape) -> list[Step]:
             if i < L.cp - 1:
                 steps.append(Comm(f"attn.kv_ring{i}_bwd", "cp", "ring", block, 1, BWD))
             steps.append(flash(f"attn.flash{i}_bwd" if L.cp > 1 else "attn.flash_bwd", L, L.s, True, BWD))
+        if L.sinks:  # the sink's gradient: a sum over the queries of each head
+            steps.append(elementwise("attn.sinks_bwd", L.b * L.a_l * L.s, 2.0, L, 2.0, BWD))
         return steps
     bh = L.b * L.a_l
     scores = bh * L.s * L.s_kv

@@ -63,13 +63,19 @@ prefetched one), plus on the last stage the fp32 logits of one micro-batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario, TrainingSpec
+from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import ChunkPlan, model_chunks, stage_layers
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
-from emulator.workload.plan import grad_reduce_bytes
+from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY, NVFP4_WEIGHT_COPY, recipe_of
+from emulator.workload.plan import grad_reduce_bytes, non_tn_fp8
 from emulator.workload.schedules import max_in_flight, schedule
+
+if TYPE_CHECKING:
+    from emulator.devices.reshape import Shape
+    from emulator.importers.profile import Profile
 
 # ASSUMPTION: CUDA context (~0.5 GiB, no source on disk) + cuBLAS workspace (TE: 32 MiB on Hopper, 4 MiB
 # before, TransformerEngine 3b2a7b00 transformer_engine/pytorch/module/base.py lines 55-58, three of them
@@ -78,6 +84,10 @@ from emulator.workload.schedules import max_in_flight, schedule
 WORKSPACE_BYTES = 2**30
 ADAM_STATE_BYTES = 12  # fp32 master weight, momentum, variance
 WEIGHT_BYTES = 2  # bf16 weight
+# Bytes per element of a GEMM input saved for the backward pass, by quantised recipe: per-tensor FP8 1
+# (the default); MXFP8 and NVFP4 the column-wise copy the weight gradient reads, with its block scales
+# (layer.py's MXFP8_COPY, NVFP4_COPY).
+SAVED_INPUT_BYTES = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}
 
 
 @dataclass(frozen=True)
@@ -131,7 +141,7 @@ def _rank_load(r: ModelSpec, ep: int, tokens: int = 0) -> float:
     return M.moe_rank_load(r, ep, tokens)
 
 
-def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, float]:
+def _attention_terms(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, float]:
     """(replicated, sharded) stored bytes per token of the attention block's projections; ``g`` bytes per
     element of a saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its bf16
     output, which in fp8 is not the tensor the projection saves."""
@@ -148,7 +158,7 @@ def _attention_terms(r: ModelSpec, g: int, keeps_out: bool) -> tuple[float, floa
     return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
 
 
-def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int, tokens: int = 0, width: int = 0) -> float:
+def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float, tokens: int = 0, width: int = 0) -> float:
     """Stored bytes per token of the MLP (or the experts): up output(s) in bf16, kept by the activation
     function, and the activation's output, the down GEMM's input (``g`` bytes); ``width``: a dense MLP
     of that width (0: ffn_hidden); ``tokens``: routed per rank and step (:func:`_rank_load`)."""
@@ -160,7 +170,7 @@ def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: int, tokens: int = 0, width:
     return routed * mlp(M.expert_ffn(r)) + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
 
 
-def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: int,
+def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: float,
                 tokens: int = 0) -> tuple[float, float]:
     """(replicated, sharded) bytes per token that ``recompute_modules`` do not keep (workload/recompute.py):
     mla_up_proj the query, key and value of the up projections (2·a·d_qk twice and 2·a·d_v); layernorm
@@ -190,11 +200,11 @@ def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: i
 def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                            recompute: str = "none", flash: bool = False, dtype: int = 2,
                            ep: int = 1, moe: bool | None = None, fp8: bool = False,
-                           modules: tuple[str, ...] | None = None) -> float:
+                           modules: tuple[str, ...] | None = None, saved: float = 1.0) -> float:
     """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``moe``
     False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts);
-    ``fp8``: Transformer Engine saves the GEMM inputs in fp8; ``modules``: selective recompute of
-    those modules (:func:`freed_terms`)."""
+    ``fp8``: Transformer Engine saves the GEMM inputs quantised, ``saved`` bytes an element (1 in FP8;
+    SAVED_INPUT_BYTES); ``modules``: selective recompute of those modules (:func:`freed_terms`)."""
     r = M.resolve(m)
     h, a = r.hidden, r.heads
     dropout = M.has_dropout(r)
@@ -202,7 +212,7 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     if recompute == "full":
         return 2 * s * b * h * dtype / 2 / (t if sp else 1)
     mask = 1.0 if dropout else 0.0  # 1-byte dropout mask per element of h
-    g = 1 if fp8 else 2
+    g = saved if fp8 else 2
     attn_rep, attn_sharded = _attention_terms(r, g, keeps_out=flash and recompute == "none")
     replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
     is_moe = bool(r.experts) if moe is None else moe
@@ -294,6 +304,23 @@ def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) 
     return dense_layer * lead + moe_layer * (layers - lead), experts * (layers - lead)
 
 
+def quant_weight_bytes(linear: float, recipe: str, fp8_params: bool, non_tn: bool = False) -> float:
+    """Bytes that a quantised recipe (layer.py) adds to (or, negative, takes from) the bf16 weights of
+    ``linear`` GEMM weights. Per-tensor FP8 (delayed, tensorwise): :func:`fp8_weight_bytes`, less the
+    cached transpose on a GPU that makes none (``non_tn``: Blackwell, layer.py). MXFP8: TE caches a
+    row-wise and a column-wise copy, each with an E8M0 scale per 32 elements (transformer_engine/
+    pytorch/tensor/mxfp8_tensor.py @ d0067d0: both usages made from the high-precision weight),
+    2·(1 + 1/32) B; with ``fp8_params`` those copies are the parameters, in place of the 2-byte bf16
+    weight. NVFP4: both copies of 4-bit values with an E4M3 scale per 16×16 block, 2·(1/2 + 1/256) B."""
+    if recipe == "mxfp8":
+        return (2 * MXFP8_COPY - (2.0 if fp8_params else 0.0)) * linear
+    if recipe == "nvfp4":
+        return 2 * NVFP4_WEIGHT_COPY * linear
+    if non_tn:
+        return (-1.0 if fp8_params else 1.0) * linear
+    return fp8_weight_bytes(linear, fp8_params)
+
+
 def fp8_weight_bytes(linear: float, fp8_params: bool) -> float:
     """Bytes that fp8 adds to (or, negative, takes from) the bf16 weights of ``linear`` GEMM weights:
     -1 B each when they are stored in fp8 (NeMo's fp8_params: TE Float8Tensor parameters, which
@@ -328,19 +355,43 @@ def _dense_layers_of(sc: Scenario, stage: int) -> int:
 
 
 def profiled_memory(sc: Scenario) -> MemoryReport | None:
-    """A profiled workload's peak memory, from the peak its profiled run measured
+    """A profiled workload's peak memory (:func:`profiled_stages`' worst stage; None when not given)."""
+    stages = profiled_stages(sc)
+    return _worst(stages) if stages is not None else None
+
+
+def _worst(stages: list[MemoryReport]) -> MemoryReport:
+    """The stage with the peak (the first on ties)."""
+    best = stages[0]
+    for r in stages[1:]:
+        if r.peak_bytes_per_gpu > best.peak_bytes_per_gpu:
+            best = r
+    return best
+
+
+def profiled_stages(sc: Scenario) -> list[MemoryReport] | None:
+    """A profiled workload's memory per pipeline stage, from the peak its profiled run measured
     (``workload.profiled.peak_memory``; None when not given).
 
-    The measured peak M splits into the model states the script's optimizer keeps and the rest:
-    torch.optim.AdamW holds the parameters, their gradients and two moments, all in the
-    parameters' dtype, so states = 4·p·Ψ (p bytes an element; 16 B a parameter for fp32
-    weights), and the rest R = M − 4·p·Ψ (activations, autocast's weight copies, the logits,
-    workspaces). At the scenario's shape and layout the states are the GPU's parameters (its
-    stage's blocks, one tensor-parallel share), sharded over dp as ZeRO / FSDP shards them; the
-    rest scales as activations do (Korthikanti et al. 2022: linear in b·s·h per layer, no s² term
-    with fused attention): R/L per layer × (b'·s'·h')/(b·s·h), times the layers the schedule
-    holds in flight, over tp. An estimate from one measurement: the rest's parts that do not
-    scale so (the logits with the vocabulary, weight copies with the parameters) are not split.
+    The measured peak M splits into the model states the script's optimizer keeps, the weight
+    copies its forward makes, and the rest. States: torch.optim.AdamW holds the parameters, their
+    gradients and two moments, all in the parameters' dtype, so states = 4·p·Ψ (p bytes an
+    element; 16 B a parameter for fp32 weights; ``training.optimizer``: :func:`profiled_state_bytes`).
+    Weight copies C: the forward's casts of parameter-shaped tensors (autocast's bf16 copy of each
+    weight and bias, saved for the backward), read off the profile's kernels. The rest R = M −
+    states − C (activations, the logits, workspaces). At the scenario's shape and layout:
+
+    - the states are the GPU's parameters (its stage's blocks, one tensor-parallel share), sharded
+      over dp as ZeRO / FSDP shard them;
+    - the weight copies scale with the parameters they copy: each in-flight layer's copies at the
+      GPU's share (:func:`weight_copy_bytes`), the embedding's and head's once on their stages;
+    - the rest scales as activations do (Korthikanti et al. 2022, no s² term with fused attention):
+      R/L per layer × (b'·s'·h')/(b·s·h), times the layers the schedule holds in flight, and
+      under tensor parallelism without sequence parallelism by the share of a layer's activations
+      one TP rank keeps, :func:`layer_activation_bytes` at tp over that at 1 (the norm inputs, dropout
+      masks and the QKV and MLP inputs replicated, the rest split: (10 + 24/t)/34 for a GPT).
+    An estimate from one measurement: the logits' share of the rest scales as activations do, not
+    with the vocabulary.
     """
     from emulator.devices import reshape as R
     from emulator.workload import profiled as PW
@@ -351,33 +402,86 @@ def profiled_memory(sc: Scenario) -> MemoryReport | None:
     prof = PW.profile_of(sc)
     P, Q = prof.shape, PW.target_shape(sc)
     par, tr = sc.parallel, sc.training
-    per = 4 * prof.param_bytes  # parameter, gradient and AdamW's two moments
+    per = 4 * prof.param_bytes  # the profiled run's: parameter, gradient and AdamW's two moments
+    w_b, g_b, o_b = profiled_state_bytes(prof.param_bytes, prof.dtype, tr.optimizer, tr.grad_reduce)
     psi_p = R.params(prof.embed_params + prof.head_params) + P.layers * R.params(prof.block_params)
-    per_layer = max(0.0, pr.peak_memory - per * psi_p) / P.layers * (Q.b * Q.s * Q.h) / (P.b * P.s * P.h)
+    copies_p = sum(weight_copy_bytes(prof, part, P) * (P.layers if part.startswith("block") else 1)
+                   for part in ("embed_fwd", "block_fwd", "head_fwd"))
+    rest = max(0.0, pr.peak_memory - per * psi_p - copies_p)
+    tp_share = _tp_activation_share(sc.model, Q, par.tp) if sc.model is not None else 1.0 / par.tp
+    per_layer = rest / P.layers * (Q.b * Q.s * Q.h) / (P.b * P.s * P.h) * tp_share
     Qg = Q.per_gpu(par.tp)
+    copies = {part: weight_copy_bytes(prof, part, Qg) for part in ("embed_fwd", "block_fwd", "head_fwd")}
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     split = stage_layers(model_chunks(Q.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
                                       par.last_chunk_layers, par.pipeline_model_parallel_layout).layers, par.pp)
-    best: MemoryReport | None = None
+    out: list[MemoryReport] = []
     for stage in range(par.pp):
+        first, last = stage == 0, stage == par.pp - 1
         psi = sum(split[stage]) * R.params(prof.block_params, Qg)
-        psi += (R.params(prof.embed_params, Qg) if stage == 0 else 0) + (R.params(prof.head_params, Qg)
-                                                                         if stage == par.pp - 1 else 0)
-        d, z, p = par.dp, par.zero, prof.param_bytes
-        states = {"params": p * psi / (d if z >= 3 else 1), "grads": p * psi / (d if z >= 2 else 1),
-                  "optimizer": 2 * p * psi / (d if z >= 1 else 1)}
+        psi += (R.params(prof.embed_params, Qg) if first else 0) + (R.params(prof.head_params, Qg) if last else 0)
+        d, z = par.dp, par.zero
+        states = {"params": w_b * psi / (d if z >= 3 else 1), "grads": g_b * psi / (d if z >= 2 else 1),
+                  "optimizer": o_b * psi / (d if z >= 1 else 1)}
         held = max_in_flight(schedule(par.schedule, stage, par.pp, micro, par.virtual_stages), split[stage])
-        breakdown = {**states, "activations": per_layer * held / par.tp}
+        own = (copies["embed_fwd"] if first else 0.0) + (copies["head_fwd"] if last else 0.0)
+        breakdown = {**states, "activations": per_layer * held, "weight_copies": copies["block_fwd"] * held + own}
         peak = sum(breakdown.values())
-        if best is None or peak > best.peak_bytes_per_gpu:
-            best = MemoryReport(peak, sc.cluster.node.gpu.memory_bytes, peak <= sc.cluster.node.gpu.memory_bytes,
-                                breakdown, stage)
-    return best
+        out.append(MemoryReport(peak, sc.cluster.node.gpu.memory_bytes, peak <= sc.cluster.node.gpu.memory_bytes,
+                                breakdown, stage))
+    return out
+
+
+_PARAM_SYMBOLS = frozenset(("h", "ffn", "ffn2", "qkv", "kv", "q", "V", "hd", "heads", "kvh", ""))
+_CASTS = ("aten::copy_", "aten::_to_copy", "aten::to")
+
+
+def weight_copy_bytes(prof: "Profile", part: str, at: "Shape") -> float:
+    """Bytes of the copies that ``part``'s forward kernels make of parameter-shaped tensors (casts
+    whose every dimension is a model width, none the tokens), at shape ``at``, in the GEMMs' dtype."""
+    from emulator.devices import reshape as R
+    from emulator.devices.kernels import DTYPE_BYTES
+
+    n = sum(R.elements(k.tensors[0], at) for k in getattr(prof, part)
+            if k.op in _CASTS and k.tensors and all(d[0] in _PARAM_SYMBOLS for d in k.tensors[0]))
+    return float(n * DTYPE_BYTES.get(prof.dtype, 2))
+
+
+def _tp_activation_share(m: ModelSpec, Q: "Shape", tp: int) -> float:
+    """The share of a layer's activations one of ``tp`` ranks keeps without sequence parallelism
+    (fused attention, as a profiled script's SDPA runs)."""
+    if tp == 1:
+        return 1.0
+    return layer_activation_bytes(m, Q.b, Q.s, tp, flash=True) / layer_activation_bytes(m, Q.b, Q.s, 1, flash=True)
+
+
+def profiled_state_bytes(p: int, dtype: str, optimizer: str, grad_reduce: str) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer state) bytes per parameter of a profiled script whose weights
+    are ``p``-byte elements and whose GEMMs ran in ``dtype``.
+
+    The script's own optimizer (``training.optimizer`` absent; checks.SCRIPT_OPTIMIZER):
+    torch.optim.AdamW keeps the gradient and its two moments in the weights' type: (p, p, 2p).
+    ``megatron`` or ``apex`` (given; over 16-bit weights only, the rule book refuses them over fp32
+    weights, which are their own main copy): the gradient in Megatron-Core's DDP buffer of the
+    reduction's type (``training.grad_reduce``; auto: fp32, Megatron-LM's default for bf16 and fp16
+    weights alike, plan.grad_reduce_bytes), and :func:`optimizer_state_bytes`' states: 12 B (an
+    fp32 main copy, two fp32 moments), 10 with apex over bf16 weights."""
+    if optimizer not in ("megatron", "apex"):
+        return float(p), float(p), 2.0 * p
+    grad = 4 if grad_reduce == "auto" else grad_reduce_bytes("bf16", grad_reduce)
+    bf16 = dtype == "bf16"
+    return float(p), float(grad), optimizer_state_bytes(TrainingSpec(precision="bf16" if bf16 else "fp16",
+                                                                     optimizer=optimizer))
 
 
 def memory_report(sc: Scenario) -> MemoryReport:
     """Peak memory over the pipeline stages of ``sc`` (one GPU of the worst stage)."""
-    profiled = profiled_memory(sc)
+    return _worst(stage_memory(sc))
+
+
+def stage_memory(sc: Scenario) -> list[MemoryReport]:
+    """Memory of one GPU of each pipeline stage of ``sc``, stage 0 first."""
+    profiled = profiled_stages(sc)
     if profiled is not None:
         return profiled
     par, tr = sc.parallel, sc.training
@@ -398,13 +502,16 @@ def memory_report(sc: Scenario) -> MemoryReport:
     with_mtp = stage_layers(tuple(n + (plan.mtp if k == plan.mtp_chunk else 0) for k, n in enumerate(plan.layers)),
                             par.pp)
     sp = par.sequence_parallel and par.tp > 1
-    fp8 = tr.precision == "fp8"
+    fp8 = tr.precision in QUANTISED
+    recipe = recipe_of(tr.precision, tr.fp8_recipe)
+    saved = SAVED_INPUT_BYTES.get(recipe, 1.0)
     modules = tr.recompute_modules
     per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                       fp8=fp8, modules=modules)
+                                       fp8=fp8, modules=modules, saved=saved)
     per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                        False, fp8, modules) if m.experts and m.first_dense_layers else per_layer)
-    best: MemoryReport | None = None
+                                        False, fp8, modules, saved) if m.experts and m.first_dense_layers
+                 else per_layer)
+    out: list[MemoryReport] = []
     for stage in range(par.pp):
         mine = split[stage]  # layers of each of this stage's chunks
         dense, expert = _stage_params(m, sc, stage, sum(mine))
@@ -419,8 +526,9 @@ def memory_report(sc: Scenario) -> MemoryReport:
         if fp8:
             lin_dense, lin_expert = _stage_linear_params(m, sc, stage, sum(mine))
             z3 = par.zero >= 3  # ZeRO-3 shards the weights, and so their fp8 forms
-            states["params"] += fp8_weight_bytes(lin_dense / (d if z3 else 1)
-                                                 + lin_expert / (expert_dp(par) if z3 else 1), tr.fp8_params)
+            states["params"] += quant_weight_bytes(lin_dense / (d if z3 else 1)
+                                                   + lin_expert / (expert_dp(par) if z3 else 1), recipe,
+                                                   tr.fp8_params, non_tn_fp8(gpu))
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
         chunks = max_in_flight(tasks)
         worst = max(per_layer, per_dense) if _dense_layers_of(sc, stage) else per_layer
@@ -434,7 +542,5 @@ def memory_report(sc: Scenario) -> MemoryReport:
             work += 4.0 * s * tr.micro_batch * m.vocab / par.tp * (1 + m.mtp_num_layers)  # the MTP heads' too
         breakdown = {**states, "activations": acts, "workspace": work}
         peak = sum(breakdown.values())
-        if best is None or peak > best.peak_bytes_per_gpu:
-            best = MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage)
-    assert best is not None  # pp >= 1: at least one stage
-    return best
+        out.append(MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage))
+    return out

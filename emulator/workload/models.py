@@ -85,7 +85,19 @@ def attention_params(spec: ModelSpec) -> int:
     n = s.hidden * qkv_out + s.heads * d * s.hidden
     if has_biases(s):
         n += qkv_out + s.hidden
+    if s.softmax_type == "learnable":  # attention sinks: one learned logit per query head
+        n += s.heads
     return n
+
+
+def window_share(spec: ModelSpec) -> float:
+    """The fraction of layers that attend through ``sliding_window``: all of them, or, with
+    ``window_attn_skip_freq`` N, those but every N-th (layers N, 2N, ... attend fully; GPT-OSS: half)."""
+    s = resolve(spec)
+    if not s.sliding_window or not s.layers:
+        return 0.0
+    n = s.window_attn_skip_freq
+    return 1.0 if n <= 0 else (s.layers - s.layers // n) / s.layers
 
 
 def _mla_params(s: ModelSpec) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from emulator.devices.compute import precision_peak
 from emulator.errors import ScenarioError
 from emulator.scenario.checks import layout_violations
-from emulator.scenario.spec import ModelSpec, ParallelSpec, Scenario
+from emulator.scenario.spec import GpuSpec, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import ChunkPlan, model_chunks
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
@@ -20,7 +20,8 @@ from emulator.workload.placement import Layout
 from emulator.workload.recompute import backward_with_modules
 from emulator.workload.schedules import check_schedule
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4, "fp8": 1}  # tf32: fp32 storage, TF32 matmuls
+# tf32: fp32 storage, TF32 matmuls; 1: a quantised precision (its GEMMs' operands; layer.py's recipes)
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4, "fp8": 1, "mxfp8": 1, "nvfp4": 1}
 ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v (16) + write param, m, v (12) + bf16 copy (2)
 #                              + one grad-norm read (4): Megatron's clip_grad_norm + fused Adam step
 ADAM_FLOPS_PER_PARAM = 12.0
@@ -91,6 +92,10 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
         units.append(Unit("embed", -1, Ly.embedding_forward(L, learned_pos), Ly.embedding_backward(L), p))
     fwd = Ly.forward_steps(L)
     bwd = layer_backward(L, sc.training.recompute, sc.training.recompute_modules)
+    plain: tuple[list, list] | None = None  # a BF16 layer of a quantised run (first_last_layers_bf16)
+    if L.fp8 and sc.training.first_last_layers_bf16:
+        Lb = Ly.unquantised(L)
+        plain = (Ly.forward_steps(Lb), layer_backward(Lb, sc.training.recompute, sc.training.recompute_modules))
     dense = M.dense_layer_params(m, bool(m.experts)) / t
     expert = M.routed_params(m) / ((par.etp or t) * par.ep) if m.experts else 0.0  # etp: the experts' TP
     lead: tuple[list, list, float] | None = None  # a dense leading layer of an MoE model
@@ -99,8 +104,17 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
         lead = (Ly.forward_steps(Ld), layer_backward(Ld, sc.training.recompute, sc.training.recompute_modules),
                 M.dense_layer_params(m, False) / t)
     for i in range(first, first + per):
+        bf16 = plain is not None and bf16_layer(sc.training, m.layers, i)
         if lead is not None and not M.is_moe_layer(m, i):
-            units.append(Unit(f"layer{i}", i, lead[0], lead[1], lead[2], 0.0))
+            if bf16:
+                Lbd = Ly.unquantised(Ly.dense_shape(L))
+                units.append(Unit(f"layer{i}", i, Ly.forward_steps(Lbd),
+                                  layer_backward(Lbd, sc.training.recompute, sc.training.recompute_modules),
+                                  lead[2], 0.0))
+            else:
+                units.append(Unit(f"layer{i}", i, lead[0], lead[1], lead[2], 0.0))
+        elif bf16 and plain is not None:
+            units.append(Unit(f"layer{i}", i, plain[0], plain[1], dense, expert))
         else:
             units.append(Unit(f"layer{i}", i, fwd, bwd, dense, expert))
     chunks = plan.chunks
@@ -150,8 +164,25 @@ def grad_reduce_bytes(precision: str, grad_reduce: str) -> int:
     training, which runs with --bf16 (FP8 only in the GEMMs); fp16 and fp32 reduce in
     their own type."""
     if grad_reduce == "auto":  # fp8 training keeps bf16 weights and fp32 main gradients (Transformer Engine)
-        return 4 if precision in ("bf16", "fp8") else DTYPE_BYTES[precision]
+        return 4 if precision in ("bf16", "fp8", "mxfp8", "nvfp4") else DTYPE_BYTES[precision]
     return DTYPE_BYTES[grad_reduce]
+
+
+def non_tn_fp8(gpu: GpuSpec) -> bool:
+    """Whether the GPU runs FP8 GEMMs of every operand layout, so Transformer Engine's per-tensor FP8 makes
+    no transposes: sm_100 and later (transformer_engine/common/transformer_engine.cpp @ d0067d0,
+    ``nvte_is_non_tn_fp8_gemm_supported``: compute capability 10.x, and 13.0 on; Hopper takes only TN),
+    which in the catalog are the GPUs with block-scaled tensor cores (a ``peak_flops_fp4``)."""
+    return gpu.peak_flops_fp4 > 0
+
+
+def bf16_layer(tr: TrainingSpec, layers: int, i: int) -> bool:
+    """Whether global layer ``i`` runs in BF16 in a quantised run: Megatron-LM's is_first_last_bf16_layer
+    (megatron/core/fp8_utils.py @ d98e8a64dd): the first ``num_layers_at_start_in_bf16`` and the last
+    ``num_layers_at_end_in_bf16`` with ``first_last_layers_bf16``."""
+    if not tr.first_last_layers_bf16:
+        return False
+    return i < tr.num_layers_at_start_in_bf16 or i >= layers - tr.num_layers_at_end_in_bf16
 
 
 def make_plan(sc: Scenario) -> Plan:
@@ -164,9 +195,12 @@ def make_plan(sc: Scenario) -> Plan:
     m = replace(M.resolve(model), vocab=M.padded_vocab(M.resolve(model).vocab, par.tp))
     dtype = DTYPE_BYTES[tr.precision]
     flash = getattr(tr, "attention", "unfused") in ("flash", "fa2")
+    assert sc.cluster.node is not None  # _check: a model workload has a node type
+    gpu = sc.cluster.node.gpu
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash,
                        micro_batches=micro, fp8_params=tr.fp8_params, fa2=tr.attention == "fa2", etp=par.etp,
-                       parallel=par, sm_count=sc.cluster.node.gpu.sm_count if sc.cluster.node else 0)
+                       recipe=Ly.recipe_of(tr.precision, tr.fp8_recipe), non_tn=non_tn_fp8(gpu),
+                       parallel=par, sm_count=gpu.sm_count)
     # fp8 (Transformer Engine): GEMM operands in FP8, the activations and weights that move in BF16
     chunks = chunk_plan(m, par)
     plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=2 if dtype == 1 else dtype, flash=flash or par.cp > 1,

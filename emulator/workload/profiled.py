@@ -21,11 +21,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Callable
 
 from emulator.devices import compute
 from emulator.devices import reshape as R
+from emulator.errors import ScenarioError
 from emulator.importers.profile import ATTENTION, GEMM, MEMORY, OPTIMIZER, Profile, ProfiledKernel, read_profile
+from emulator.scenario.checks import shown
 from emulator.scenario.spec import GpuSpec, ProfiledSpec, Scenario
+from emulator.scenario.units import format_bytes
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload.plan import Plan, Unit
@@ -40,16 +44,76 @@ def load(path: str, profiled: ProfiledSpec) -> Profile:
 
 
 def profile_of(sc: Scenario) -> Profile:
+    """The scenario's profile, read once per process, with the keys it records checked against it."""
     assert sc.workload.profile is not None and sc.workload.profiled is not None  # the rule book checked it
-    return load(sc.workload.profile, sc.workload.profiled)
+    prof = load(sc.workload.profile, sc.workload.profiled)
+    check_keys(sc, prof)
+    return prof
+
+
+def check_keys(s: Scenario, prof: Profile) -> None:
+    """Keys whose value the profile records (``checks.PROFILE_RECORDS``, given in the file): the
+    precision its GEMMs ran in, its attention kernels and mask, a tied embedding, its weights' type for
+    the optimizer's states, a peak above its own states. Given as the profile has them they are
+    accepted; else refused with both values, at the key's place in the file."""
+    given = dict(s.given)
+    t = s.training
+
+    def fail(kp: str, message: str) -> ScenarioError:
+        return ScenarioError(message, given.get(kp, s.path), kp)
+
+    if "training.precision" in given and t.precision != prof.dtype:
+        raise fail("training.precision", f"training.precision is {t.precision}, but the profiled script's "
+                                         f"GEMMs ran in {prof.dtype}; the profile fixes the precision its "
+                                         "kernels ran in: leave training.precision out")
+    if "training.attention" in given:
+        att = next((k.name for k in prof.block_fwd if k.cls == "attention"), "")
+        kind = f"its own fused kernel ({att[:60]})" if att else "unfused (no fused attention kernel)"
+        raise fail("training.attention", f"training.attention is {t.attention}, but the profiled "
+                                         f"script's attention is {kind}; the profile fixes it: leave "
+                                         "training.attention out")
+    m = s.model
+    if m is not None and "model.causal" in given and prof.causal is not None and m.causal != prof.causal:
+        raise fail("model.causal", f"model.causal is {shown(m.causal)}, but the profiled attention has "
+                                   f"is_causal={prof.causal}; the profile fixes its mask: leave model.causal out")
+    if m is not None and "model.tied_embeddings" in given and m.tied_embeddings != prof.tied:
+        head = "reuses the" if prof.tied else "has its own"
+        raise fail("model.tied_embeddings", f"model.tied_embeddings is {shown(m.tied_embeddings)}, but the "
+                                            f"profiled head {head} embedding table; the profile fixes it: leave "
+                                            "model.tied_embeddings out")
+    _check_peak(s, prof, fail)
+    if "training.optimizer" in given and prof.param_bytes not in (2,):
+        raise fail("training.optimizer", f"training.optimizer is {t.optimizer}, which keeps an fp32 main copy "
+                                         "of 16-bit weights, but the profiled script's weights are "
+                                         f"{prof.param_bytes * 8}-bit ({prof.param_bytes} B): they are their own "
+                                         "main copy and Adam's two moments are 8 B a parameter whichever "
+                                         "optimizer; leave training.optimizer out")
+
+
+def _check_peak(s: Scenario, prof: Profile, fail: Callable[[str, str], ScenarioError]) -> None:
+    """A given peak below the profiled run's own optimizer states is refused with both."""
+    assert s.workload.profiled is not None
+    peak = s.workload.profiled.peak_memory
+    if not peak:
+        return
+    psi = R.params(prof.embed_params + prof.head_params) + prof.shape.layers * R.params(prof.block_params)
+    states = 4 * prof.param_bytes * psi  # the profiled run's AdamW: weight, gradient, two moments
+    if peak < states:
+        raise fail("workload.profiled.peak_memory",
+                   f"workload.profiled.peak_memory is {format_bytes(peak)}, below the optimizer's own states in "
+                   f"the profiled run: {psi:,} parameters x {4 * prof.param_bytes} B (weight, gradient, AdamW's "
+                   f"two moments) = {format_bytes(states)}; expected the peak torch.cuda.max_memory_allocated() "
+                   "printed after a step")
 
 
 def target_shape(sc: Scenario) -> R.Shape:
-    """The sizes the scenario predicts the script at (its model and micro-batch)."""
+    """The sizes the scenario predicts the script at (its model and micro-batch). ``model.head_dim``
+    changes the query and key/value widths (heads x head_dim) and the attention's head dim; absent,
+    hidden/heads."""
     assert sc.model is not None  # the reader made it from workload.profiled
     m = sc.model
     return R.Shape(b=sc.training.micro_batch, s=m.seq_len, layers=m.layers, h=m.hidden, heads=m.heads,
-                   kvh=m.kv_heads or m.heads, ffn=m.ffn_hidden or 4 * m.hidden, V=m.vocab)
+                   kvh=m.kv_heads or m.heads, ffn=m.ffn_hidden or 4 * m.hidden, V=m.vocab, head_dim=m.head_dim)
 
 
 # ---------------------------------------------------------------------------- one kernel
@@ -234,5 +298,17 @@ def reshape_plan(plan: Plan, sc: Scenario) -> None:
     total = emb + head + Q.layers * block
     opt = sum(t.seconds for t in parts["optimizer"])
     plan.optimizer_s_per_param = opt / total if total else 0.0  # the step scales with the parameters it updates
-    plan.dtype = plan.grad_dtype = prof.param_bytes
+    plan.dtype = prof.param_bytes
+    plan.grad_dtype = grad_bytes(sc, prof)
     plan.model = replace(plan.model, tied_embeddings=prof.tied)
+
+
+def grad_bytes(sc: Scenario, prof: Profile) -> int:
+    """Bytes of a gradient element the data-parallel reduction sends: ``training.grad_reduce`` where
+    given (DDP's bf16_compress_hook, fp16_compress_hook: the fp32 gradients reduced in 16 bits), else
+    the gradients' own type: fp32 in Megatron-Core's DDP buffer under its distributed optimizers
+    (``training.optimizer`` megatron or apex given), else the script's, that of its weights
+    (memory.profiled_state_bytes holds them at these sizes)."""
+    if sc.training.grad_reduce != "auto":
+        return compute.DTYPE_BYTES[sc.training.grad_reduce]
+    return 4 if sc.training.optimizer in ("megatron", "apex") else prof.param_bytes

@@ -69,7 +69,7 @@ def resnet_one_allreduce() -> None:
 
 
 def example_traces() -> None:
-    """traces/: the 8 DLRM rank files as they are, and ResNet rank 0 cut to ProfilerStep#6."""
+    """traces/: the 8 DLRM rank files as they are; ResNet rank 0 cut to ProfilerStep#6, and its GPU side whole."""
     out = os.path.join("traces", "dlrm-8rank-v100")
     os.makedirs(out, exist_ok=True)
     d = os.path.join(SRC, "dlrm-8rank-v100")
@@ -86,6 +86,15 @@ def example_traces() -> None:
     os.makedirs(out, exist_ok=True)
     with gzip.open(os.path.join(out, "rank0-step6.json.gz"), "wt", compresslevel=9) as f:
         json.dump(cut, f, separators=(",", ":"))
+    # every step, GPU-side events and their launches only (no cpu_op): what calibrate --kineto
+    # measures the node's NCCL figures and comm_overlap_slowdown from
+    whole = {k: v for k, v in data.items() if k not in ("traceEvents", "INFO")}
+    whole["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") in
+                            ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "user_annotation")]
+    out = os.path.join("traces", "resnet-ddp-a100-all-steps")
+    os.makedirs(out, exist_ok=True)
+    with gzip.open(os.path.join(out, "rank0-gpu.json.gz"), "wt", compresslevel=9) as f:
+        json.dump(whole, f, separators=(",", ":"))
 
 
 if __name__ == "__main__":
