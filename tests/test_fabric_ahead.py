@@ -1,0 +1,149 @@
+"""A MoE token dispatch's plan run ahead of the clock (``Fabric.run_plan(ahead=True)``): the same ends and
+bytes as on the clock, by hand on a tiny fabric, woken by a flow that meets it, and on whole MoE runs
+against the exact path (``PLANS_AHEAD = False``)."""
+import json
+import math
+
+import pytest
+import simpy
+
+import emulator.network.fabric as fabric_mod
+from emulator.cli import main
+from emulator.network.fabric import Fabric
+from emulator.network.flows import FlowSpec
+
+# Two links of 100 B/s. The plan, for a buffer of S = 100 B: A crosses link 0 with the whole buffer (volume 1,
+# no latency); B crosses links 0 and 1 with half of it (volume 0.5) after a latency of 0.25 s.
+PLAN = [[FlowSpec((0,), (1.0,), 1.0, 0.0), FlowSpec((0, 1), (1.0, 1.0), 0.5, 0.25)]]
+
+
+def run_tiny(ahead, joiner_at=None):
+    """Start PLAN at t = 2 s (and, at ``joiner_at``, a flow C of 100 B on link 1): the plan's end, C's end,
+    the bytes on each link, how many plans were woken, and whether the plan ran ahead."""
+    env = simpy.Environment()
+    fab = Fabric(env, [100.0, 100.0])
+    ends = {}
+    ran_ahead = []
+
+    def start_plan(_e):
+        fab.run_plan(PLAN, 100.0, lambda: ends.__setitem__("plan", env.now), ahead=ahead)
+        ran_ahead.append(fab._aheads == 1 and not fab.on_link[0] and not fab.on_link[1])
+
+    env.timeout(2.0).callbacks.append(start_plan)
+    if joiner_at is not None:
+        env.timeout(joiner_at).callbacks.append(
+            lambda _e: fab.transfer((1,), (1.0,), 100.0, 0.0, lambda: ends.__setitem__("C", env.now)))
+    env.run()
+    return ends, list(fab.bytes_on_link), fab.woken, ran_ahead[0]
+
+
+def test_a_plan_run_ahead_ends_at_its_hand_computed_time():
+    # From t = 2: A alone on link 0 until B's latency is over, 0.25 s at 100 B/s = 25 B. Then A and B share
+    # link 0, 50 B/s each (link 1 carries B alone: not tight). B's 50 B take 1 s: B ends at 2 + 0.25 + 1 =
+    # 3.25 s; A has moved 25 + 50 = 75 B, its last 25 B alone at 100 B/s take 0.25 s: the plan ends at 3.5 s.
+    # Bytes: link 0 carries A's 100 + B's 50 = 150 B, link 1 B's 50 B.
+    ends, moved, woken, ran_ahead = run_tiny(ahead=True)
+    assert ran_ahead  # one timeout for its end, no flow on the fabric's links
+    assert ends == {"plan": 3.5}
+    assert moved == [150.0, 50.0]
+    assert woken == 0
+    assert run_tiny(ahead=False)[:2] == (ends, moved)  # on the clock, flow by flow: the same
+
+
+def test_a_flow_meeting_a_plan_run_ahead_wakes_it():
+    # C (100 B on link 1) arrives at t = 2.75, 0.75 s into the plan: A has moved 25 B alone + 0.5 s · 50 B/s =
+    # 50 B (50 left), B 0.5 s · 50 = 25 B (25 left). Now link 0 carries A, B and link 1 carries B, C: every
+    # link splits 50/50, so A, B and C stream at 50 B/s. B's 25 B end at 2.75 + 0.5 = 3.25 s; A then has
+    # 50 − 25 = 25 B alone at 100 B/s: the plan ends at 3.25 + 0.25 = 3.5 s. C has 100 − 25 = 75 B at
+    # 3.25 s, alone at 100 B/s: it ends at 4.0 s. Bytes: link 0 150 B, link 1 B's 50 + C's 100 = 150 B.
+    ends, moved, woken, ran_ahead = run_tiny(ahead=True, joiner_at=2.75)
+    assert ran_ahead
+    assert woken == 1
+    assert ends == {"plan": 3.5, "C": 4.0}
+    assert moved == [150.0, 150.0]
+    assert run_tiny(ahead=False, joiner_at=2.75)[:2] == (ends, moved)
+
+
+def test_a_plan_on_a_busy_link_runs_on_the_clock():
+    # C starts on link 1 at t = 1 and streams alone until 1 + 100 B / 100 B/s = 2 s; the plan started at
+    # 1.5 s finds B's link 1 busy and runs flow by flow: nothing ahead, no plan to wake
+    env = simpy.Environment()
+    fab = Fabric(env, [100.0, 100.0])
+    env.timeout(1.0).callbacks.append(lambda _e: fab.transfer((1,), (1.0,), 100.0, 0.0, lambda: None))
+    env.timeout(1.5).callbacks.append(lambda _e: fab.run_plan(PLAN, 100.0, lambda: None, ahead=True))
+    env.run(until=1.75)
+    assert fab._aheads == 0 and fab.woken == 0
+
+
+# DeepSeek-V2-Lite with expert parallelism 16 over 2 DGX H100: each MoE layer's token dispatch and combine
+# cross both nodes' NICs.
+TWO_NODES = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep=16",
+             "--set", "training.global_batch=16"]
+# The same over 6 nodes with 3 pipeline stages and 4 micro-batches: a stage's activations to the next stage
+# cross the NICs its dispatches use, and meet one in flight.
+PIPELINE = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep=16", "--set", "parallel.pp=3",
+            "--set", "cluster.nodes=6", "--set", "training.global_batch=64"]
+
+
+def summary_and_counts(args, ahead, monkeypatch, capsys):
+    """The run's --json summary (wall time dropped), plans run ahead, plans woken."""
+    monkeypatch.setattr(fabric_mod, "PLANS_AHEAD", ahead)
+    counts = {"ahead": 0, "woken": 0}
+    run_ahead, wake_plan = Fabric._run_ahead, Fabric._wake_plan
+
+    def counted_run_ahead(self, *a):
+        went = run_ahead(self, *a)
+        counts["ahead"] += went
+        return went
+
+    def counted_wake(self, a):
+        counts["woken"] += 1
+        wake_plan(self, a)
+
+    monkeypatch.setattr(Fabric, "_run_ahead", counted_run_ahead)
+    monkeypatch.setattr(Fabric, "_wake_plan", counted_wake)
+    assert main(["run", *args, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    summary["sim"].pop("wall_s")
+    return summary, counts
+
+
+def split_busiest(summary):
+    """The busiest links without their names, and by name: links of the same bytes but for the last bits
+    (the NICs of one pipeline stage) may come in either order, and so differ at the list's cut."""
+    busiest = summary["links"].pop("busiest")
+    return [{k: v for k, v in b.items() if k != "link"} for b in busiest], {b["link"]: b for b in busiest}
+
+
+def assert_same(fast, exact, path="summary"):
+    """Every key and string the same, every number equal to within its last bits: the plan run ahead
+    adds the same rates and bytes in another order (its run alone shifted by its start)."""
+    if isinstance(exact, dict):
+        assert sorted(fast) == sorted(exact), path
+        for key in exact:
+            assert_same(fast[key], exact[key], f"{path}.{key}")
+    elif isinstance(exact, list):
+        assert len(fast) == len(exact), path
+        for i, (f, e) in enumerate(zip(fast, exact)):
+            assert_same(f, e, f"{path}[{i}]")
+    elif isinstance(exact, float):
+        assert math.isclose(fast, exact, rel_tol=1e-12, abs_tol=1e-300), (path, fast, exact)
+    else:
+        assert fast == exact, path
+
+
+@pytest.mark.parametrize("args", [TWO_NODES, PIPELINE], ids=["ep16-2-nodes", "ep16-pp3-6-nodes"])
+def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, monkeypatch, capsys):
+    fast, counts = summary_and_counts(args, True, monkeypatch, capsys)
+    exact, none = summary_and_counts(args, False, monkeypatch, capsys)
+    assert counts["ahead"] > 0 and none == {"ahead": 0, "woken": 0}
+    assert fast["sim"].pop("events") < exact["sim"].pop("events")  # what the fast path is for
+    fast_list, fast_named = split_busiest(fast)
+    exact_list, exact_named = split_busiest(exact)
+    assert_same(fast_list, exact_list)
+    both = sorted(set(fast_named) & set(exact_named))
+    assert len(both) >= len(exact_named) // 2
+    assert_same([fast_named[n] for n in both], [exact_named[n] for n in both])
+    assert_same(fast, exact)
+    if args is PIPELINE:
+        assert counts["woken"] > 0  # a pipeline transfer met a dispatch run ahead: woken onto the fabric
