@@ -82,6 +82,7 @@ class Profile:
     param_bytes: int  # bytes of one parameter element (4: fp32 weights, autocast)
     dtype: str  # of the GEMMs (bf16 under autocast)
     causal: bool | None = None  # the SDPA op's is_causal (None: not recorded)
+    device: str = ""  # the CUDA name of the GPU it ran on (deviceProperties); "": not recorded
 
     @property
     def kernel_seconds(self) -> float:
@@ -141,7 +142,8 @@ def read_profile(path: str, profiled: ProfiledSpec) -> Profile:
                    head_fwd=tuple(fwd[o_f + P.layers * p_f:]), head_bwd=tuple(bwd[:o_b]), block_bwd=block_bwd,
                    embed_bwd=tuple(bwd[o_b + P.layers * p_b:]), optimizer=opt, embed_params=embed_params,
                    block_params=tuple(_square_q(p) for p in block_params), head_params=head_params, tied=tied,
-                   param_bytes=_param_bytes(fwd_ops), dtype=_gemm_dtype(kernels), causal=_causal(rt.gpu_ops))
+                   param_bytes=_param_bytes(fwd_ops), dtype=_gemm_dtype(kernels), causal=_causal(rt.gpu_ops),
+                   device=rt.device)
 
 
 def _phases(ops: list[GpuOp]) -> list[str]:
