@@ -158,3 +158,12 @@ def test_translation_in_the_text_summary(tmp_path, capsys):
     assert "profile from H200-SXM (NVIDIA H200) to B200" in out
     assert "x 0.7143 (H200-SXM 4,320 GB/s / B200 6,048 GB/s achieved HBM)" in out
     assert "a Grace CPU" in out
+
+
+def test_closed_form_translates_as_the_run_does(tmp_path, capsys):
+    from emulator.studies.rank import estimate_iteration
+
+    path = _scenario(tmp_path, "dgx-b200")
+    s = _run(capsys, path)
+    # one GPU, no communication: the closed form and the simulation add the same translated kernels and host idle
+    assert estimate_iteration(load_scenario(path)).iteration_s == pytest.approx(s["iteration_time_s"], rel=1e-9)
