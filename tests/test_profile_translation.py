@@ -167,3 +167,53 @@ def test_closed_form_translates_as_the_run_does(tmp_path, capsys):
     s = _run(capsys, path)
     # one GPU, no communication: the closed form and the simulation add the same translated kernels and host idle
     assert estimate_iteration(load_scenario(path)).iteration_s == pytest.approx(s["iteration_time_s"], rel=1e-9)
+
+
+# ---------------------------------------------------------------------------- compiled (Inductor) kernels
+
+
+@pytest.fixture(scope="module")
+def compiled_trace(tmp_path_factory):
+    """The H200 trace with its GELU's tanh as torch.compile runs it: the kernel under Inductor's record
+    (named after the Triton kernel, its tensors' Input Dims, kernel_backend and kernel_num_gb), no aten op."""
+    import gzip
+
+    with gzip.open(TRACE, "rt") as f:
+        data = json.load(f)
+    renamed = 0
+    for e in data["traceEvents"]:
+        if e.get("name") == "aten::tanh" and e.get("cat") == "cpu_op":
+            e["name"] = "triton_poi_fused_tanh_0"
+            e["args"].update(kernel_file="/tmp/torchinductor/ab/cab.py", kernel_hash="cab", kernel_backend="triton",
+                             kernel_num_gb=0.1)
+            renamed += 1
+    assert renamed == 48  # one GELU a layer (24), forward, in each of the two profiled steps
+    path = tmp_path_factory.mktemp("compiled") / "trace.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_compiled_kernels_rescale_by_their_tensors(compiled_trace):
+    p = read_profile(compiled_trace, SPEC)
+    tanh = [k for k in p.block_fwd if k.compiled]
+    assert len(tanh) == 1 and tanh[0].op == "triton_poi_fused_tanh_0" and tanh[0].kernel_bytes == pytest.approx(1e8)
+    k = tanh[0]
+    assert k.tensors == ((("b", 4), ("s", 2048), ("ffn", 8192)),)  # its Input Dims, named
+    Q = replace(p.shape, b=8)
+    # micro-batch 4 -> 8: the first 1.2 us as measured, the rest doubles with the tensor's elements
+    assert PW.reshaped(k, p.shape, Q, H200).seconds == pytest.approx(1.2e-6 + 2 * (k.seconds - 1.2e-6), rel=1e-9)
+    # to an H100 by the rooflines of its declared 0.1 GB (no FLOPs): H200 1e8 / (4.8e12 x 0.9) + 4 us = 27.1481 us,
+    # H100 1e8 / (3.35e12 x 0.9) + 4 us = 37.1675 us: x 1.369062
+    assert PW.reshaped(k, p.shape, p.shape, H100, 1.0, H200).seconds == pytest.approx(k.seconds * 1.369062, rel=1e-6)
+
+
+def test_the_summary_names_the_compiled_share(tmp_path, capsys, compiled_trace):
+    p = read_profile(compiled_trace, SPEC)
+    k = next(k for k in p.block_fwd if k.compiled)
+    path = tmp_path / "c.yaml"
+    path.write_text(open(_scenario(tmp_path, "dgx-h200")).read().replace(TRACE, compiled_trace))
+    s = _run(capsys, str(path))
+    # 24 layers x the tanh kernel's mean time, over the step's GPU time (every kernel, the blocks 24 times)
+    share = 24 * k.seconds / p.kernel_seconds
+    assert s["profile_kernels"] == pytest.approx({"compiled_share": share, "compiled_declared_share": share,
+                                                  "unscaled_share": 0.0}, rel=1e-9)

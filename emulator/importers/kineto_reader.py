@@ -83,6 +83,7 @@ class GpuOp:
     node: str = ""  # innermost enclosing non-aten annotation (an autograd node such as "AddmmBackward0")
     node_instance: int = -1  # identity of that annotation instance
     comm: CommInfo | None = None
+    compiled: dict | None = None  # the Inductor record around a compiled (Triton) kernel's launch: its args
 
     @property
     def end(self) -> float:
@@ -365,6 +366,13 @@ def _classify(op: GpuOp, stack: list[dict], tid: object, rt: RankTrace) -> None:
         op.cpu_op = aten[0]
         op.cpu_instance = id(aten[0])
         op.cpu_inner = aten[-1]
+    # torch.compile: Inductor wraps each Triton launch in a record named after the kernel, whose args carry
+    # kernel_file, kernel_hash and kernel_backend (and kernel_flop, kernel_num_gb with its benchmark options;
+    # torch _inductor/runtime/triton_heuristics.py, CachingAutotuner.get_profiler_kwargs), with the kernel's
+    # tensor arguments' 'Input Dims' under record_shapes
+    inductor = [e for e in stack if isinstance(e.get("args"), dict) and "kernel_backend" in e["args"]]
+    if inductor:
+        op.compiled = inductor[-1]
     nodes = [e for e in stack if not str(e.get("name", "")).startswith("aten::")]
     if nodes:
         op.node = str(nodes[-1].get("name", ""))

@@ -122,11 +122,14 @@ def summarize(result: Result) -> dict[str, Any]:
         out["faults"] = [{"kind": f.kind, "target": f.target, "at_s": f.at_s, "until_s": f.until_s,
                           "flows_rerouted": f.rerouted, "flows_stalled": f.stalled} for f in result.faults]
     if sc.workload.profile and sc.model is not None:  # a profile from another GPU: how it was translated
-        from emulator.workload.profiled import translation_report
+        from emulator.workload.profiled import kernel_shares, translation_report
 
         report = translation_report(sc)
         if report is not None:
             out["translation"] = report
+        shares = kernel_shares(sc)
+        if shares is not None:
+            out["profile_kernels"] = shares
     if result.program.meta.measured and sc.simulation.iterations <= 1:  # a replayed real trace: measured vs emulated
         from emulator.importers.replay_report import compare
 
@@ -196,6 +199,11 @@ def human_table(summary: dict) -> str:
     if src:
         rows.append(("compute costed", f"measured {src['measured']:.0%}, interpolated {src['interpolated']:.0%}, "
                                        f"roofline {src['roofline']:.0%}"))
+    pk = summary.get("profile_kernels")
+    if pk:
+        rows.append(("profile kernels", f"compiled {pk['compiled_share']:.1%} of GPU time (declaring FLOPs or bytes "
+                                        f"{pk['compiled_declared_share']:.1%}); no shapes {pk['unscaled_share']:.1%} "
+                                        "(no aten op or Inductor record: kept as measured at any size)"))
     tr = summary.get("translation")
     if tr:
         rows += translation_rows(tr)

@@ -194,10 +194,15 @@ def host_copy(k: ProfiledKernel) -> bool:
 
 def translated(k: ProfiledKernel, source: GpuSpec | None, gpu: GpuSpec) -> float:
     """The measured time of a kernel that is no GEMM or attention, on ``gpu``: by the ratio of achieved
-    HBM bandwidths when the profile ran on another GPU ``source`` (translation.memory_time); a copy
-    to or from the host as measured."""
+    HBM bandwidths when the profile ran on another GPU ``source`` (translation.memory_time), or, for a
+    compiled kernel whose Inductor record declares its FLOPs and bytes, by the ratio of the two GPUs'
+    rooflines of them; a copy to or from the host as measured."""
     if source is None or host_copy(k):
         return k.seconds
+    if k.kernel_flop or k.kernel_bytes:  # a compiled kernel that declares its work: the rooflines' ratio
+        f, b = k.kernel_flop, k.kernel_bytes
+        return TR.modelled_time(k.seconds, compute.roofline_time(f, b, TR.roofline_gpu(source)),
+                                compute.roofline_time(f, b, TR.roofline_gpu(gpu)))
     return TR.memory_time(k.seconds, source, gpu)
 
 
@@ -460,3 +465,24 @@ def translation_report(sc: Scenario) -> dict | None:
                for name, (m, t) in sums.items()}
     return {"from": source.name, "device": prof.device, "to": target.name, "profiled_step_s": step,
             "bandwidth_ratio": TR.bandwidth_ratio(source, target), "capped_kernels": capped, "classes": classes}
+
+
+def kernel_shares(sc: Scenario) -> dict | None:
+    """Shares of the profiled step's GPU time in compiled (Inductor) kernels, those of them whose record
+    declares their FLOPs or bytes, and kernels with no shapes at all (under no aten op and no Inductor
+    record, such as a custom CUDA extension's: kept as measured at any size); None when the profile has
+    neither compiled nor unscaled kernels."""
+    prof = profile_of(sc)
+    P = prof.shape
+    total = compiled = declared = unscaled = 0.0
+    for part in PARTS:
+        n = P.layers if part.startswith("block") else 1
+        for k in getattr(prof, part):
+            total += n * k.seconds
+            compiled += n * k.seconds * k.compiled
+            declared += n * k.seconds * (k.compiled and bool(k.kernel_flop or k.kernel_bytes))
+            unscaled += n * k.seconds * k.unscaled
+    if not (compiled or unscaled) or total <= 0:
+        return None
+    return {"compiled_share": compiled / total, "compiled_declared_share": declared / total,
+            "unscaled_share": unscaled / total}
