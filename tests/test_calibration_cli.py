@@ -124,3 +124,17 @@ def test_calibrate_kineto_never_writes_an_efficiency_above_one(tmp_path):
                                                r"\(312.0 TFLOP/s\), above 1"):
         run("--kineto", str(p), "--base", "dgx-a100", "--out", str(tmp_path / "c.yaml"))
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_calibrate_kineto_from_another_part_of_the_same_chip(tmp_path):
+    from test_kineto import hand_trace
+
+    trace = hand_trace()
+    trace["deviceProperties"] = [{"id": 0, "name": "NVIDIA A100-SXM4-40GB"}]
+    p = tmp_path / "a100-40gb.json"
+    p.write_text(json.dumps(trace))
+    text = run("--kineto", str(p), "--base", "dgx-a100")
+    # the A100 40 GB computes as the 80 GB part (312 TFLOP/s, 108 SMs): its GEMM efficiency is a fraction of the
+    # same peak, 4194304 FLOP / 40 us / 312e12 = 3.3608e-4, carried over and said so
+    assert "the trace ran on A100-SXM4-40GB, the base GPU's chip with its own memory" in text
+    assert "GEMM efficiency 0.0003 of peak over 1 shapes" in text

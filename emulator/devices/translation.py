@@ -59,6 +59,14 @@ def catalog_name(device: str) -> str | None:
     return next((gpu for cuda, gpu in CUDA_NAMES.items() if cuda.lower() == want), None)
 
 
+def same_chip(a: GpuSpec, b: GpuSpec) -> bool:
+    """Whether two catalog GPUs compute alike (the same dense peaks, SMs and matmul fractions: the A100
+    40 GB and 80 GB parts, the H100 and H200), whatever their memory."""
+    fields = ("peak_flops", "peak_flops_fp32", "peak_flops_tf32", "peak_flops_fp8", "peak_flops_fp4", "sm_count",
+              "matmul_fraction", "matmul_fraction_fp8")
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
 def has_bf16(gpu: GpuSpec) -> bool:
     """Whether ``gpu`` has bf16 tensor cores. bf16 and TF32 tensor cores arrive together with
     Ampere (sm_80; NVIDIA A100 Tensor Core GPU Architecture whitepaper, "TF32 and BF16"), so a catalog

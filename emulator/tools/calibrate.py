@@ -251,6 +251,7 @@ class ComputeFit:
     kernels: int
     # per-shape GEMM times: ((batch, m, n, k), dtype, median seconds of the op's kernels), sorted
     gemm_times: tuple[tuple[tuple[int, int, int, int], str, float], ...] = ()
+    measured_on: str = ""  # the catalog GPU the trace ran on, when another part of the base GPU's chip
 
 
 def fit_compute(path: str, gpu: GpuSpec, base: str = "") -> ComputeFit:
@@ -263,7 +264,8 @@ def fit_compute(path: str, gpu: GpuSpec, base: str = "") -> ComputeFit:
         rt = read_rank(path)
     except EmulatorError as e:
         raise CalibrationError(str(e)) from None
-    check_device(path, rt.device, gpu, base)
+    ran_on = check_device(path, rt.device, gpu, base)
+    base_gpu, gpu = gpu, ran_on or gpu  # efficiencies are fractions of the peak and bandwidth it ran at
     # Kernels are grouped by their innermost aten op: under autocast an outer aten::addmm holds the
     # casts of its operands (fp32 -> bf16 copies) beside the GEMM, and only the inner op (the bf16
     # aten::addmm, an aten::copy_) says what each kernel computed and in which dtype.
@@ -304,26 +306,33 @@ def fit_compute(path: str, gpu: GpuSpec, base: str = "") -> ComputeFit:
     fit = ComputeFit(gemm_flops / gemm_time / gpu.peak_flops if gemm_time else None,
                      {k: statistics.median(v) for k, v in shapes.items()},
                      mem_bytes / mem_time / gpu.hbm_bandwidth if mem_time else None, len(rt.gpu_ops),
-                     tuple((d, ty, statistics.median(v)) for (d, ty), v in sorted(times.items())))
+                     tuple((d, ty, statistics.median(v)) for (d, ty), v in sorted(times.items())),
+                     measured_on=gpu.name if gpu is not base_gpu else "")
     _check_below_peak(path, fit, gpu)
     return fit
 
 
-def check_device(path: str, device: str, gpu: GpuSpec, base: str = "") -> None:
-    """A trace that names a catalog GPU other than ``gpu`` is refused, naming both: its kernel times
-    are another GPU's, and as efficiencies of ``gpu``'s peak they mean nothing (an H200 trace against
-    an A100's peak reads 1.86). A GPU the catalog does not know is the user's to pair with a base."""
-    from emulator.devices.translation import catalog_name
+def check_device(path: str, device: str, gpu: GpuSpec, base: str = "") -> GpuSpec | None:
+    """The catalog GPU a trace ran on when it is another part of ``gpu``'s chip (the A100 40 GB for an
+    A100 80 GB base: the same peaks, SMs and matmul fraction, other HBM), whose peak and bandwidth its
+    efficiencies are fractions of; None when it is ``gpu`` or one the catalog does not know (the user's to
+    pair with a base). A trace from another chip is refused, naming both: its kernel times are another
+    GPU's, and as efficiencies of ``gpu``'s peak they mean nothing (an H200 trace against an A100's
+    peak reads 1.86)."""
+    from emulator.devices.translation import catalog_name, same_chip
     from emulator.scenario import catalog
 
     name = catalog_name(device) if device else None
     if name is None or name == gpu.name:
-        return
+        return None
+    ran_on = catalog.gpu(name)
+    if same_chip(ran_on, gpu):
+        return ran_on
     nodes = [n for n in catalog.node_names() if catalog.node(n).gpu.name == name]
     hint = f" (--base {nodes[0]})" if nodes else ""
     of = f"--base {base}'s GPU" if base else "the base GPU"
-    raise CalibrationError(f"{path}: the trace ran on {device} (catalog GPU {name}), but {of} is {gpu.name}; "
-                           f"expected a trace from the base's own GPU: calibrate on a node with {name}{hint}")
+    raise CalibrationError(f"{path}: the trace ran on {device} (catalog GPU {name}), but {of} is {gpu.name}, another "
+                           f"chip; expected a trace from the base's own GPU: calibrate on a node with {name}{hint}")
 
 
 def _check_below_peak(path: str, fit: ComputeFit, gpu: GpuSpec) -> None:
@@ -531,6 +540,10 @@ def _report(node: NodeSpec, logs: list[NcclLog], intra: LinkFit | None, inter: L
             out.append(f"{label}: efficiency {fit.efficiency:.4f} ({rates}), "
                        f"launch {fit.launch * 1e6:.3f} us, per step {fit.per_step * 1e6:.3f} us")
     if compute:
+        if compute.measured_on:
+            out.append(f"the trace ran on {compute.measured_on}, the base GPU's chip with its own memory: its "
+                       f"efficiencies are fractions of {compute.measured_on}'s peak and HBM bandwidth, carried to "
+                       f"{node.gpu.name} as they are")
         if compute.gemm_efficiency is not None:
             shapes = len(compute.gemm_by_shape)
             out.append(f"GEMM efficiency {compute.gemm_efficiency:.4f} of peak over {shapes} shapes")
