@@ -96,3 +96,45 @@ def test_log_without_table_or_op(tmp_path):
     bad.write_text(text)  # a table, but neither a banner nor an operation in the file name
     with pytest.raises(CalibrationError, match="perf.log: cannot tell the operation"):
         parse_nccl_log(str(bad))
+
+
+H200_TRACE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "traces", "h200-hf-gpt-1.3b",
+                          "trace.json.gz")
+
+
+def test_calibrate_kineto_from_another_gpu_is_refused():
+    # the H200 trace against an A100's peak would read 0.5854 x 989.4 / 312 = 1.86 of it: refused, naming both
+    with pytest.raises(CalibrationError, match=r"ran on NVIDIA H200 \(catalog GPU H200-SXM\), but --base dgx-a100's "
+                                               r"GPU is A100-SXM4-80GB.*\(--base dgx-h200\)"):
+        run("--kineto", H200_TRACE, "--base", "dgx-a100")
+    text = run("--kineto", H200_TRACE, "--base", "dgx-h200")  # its own GPU: below 1
+    assert "GEMM efficiency 0.5854 of peak" in text
+
+
+def test_calibrate_kineto_never_writes_an_efficiency_above_one(tmp_path):
+    from test_kineto import hand_trace
+
+    trace = hand_trace()
+    for e in trace["traceEvents"]:
+        if e.get("name") == "aten::mm":  # 2 x 8192^3 = 1.09951e12 FLOP in the same 40 us: 2.74878e16 FLOP/s,
+            e["args"]["Input Dims"] = [[8192, 8192], [8192, 8192]]  # / an A100's 312 TFLOP/s = 88.10
+    p = tmp_path / "fast.json"
+    p.write_text(json.dumps(trace))
+    with pytest.raises(CalibrationError, match=r"GEMM kernels ran at 88.10 of GPU A100-SXM4-80GB's peak "
+                                               r"\(312.0 TFLOP/s\), above 1"):
+        run("--kineto", str(p), "--base", "dgx-a100", "--out", str(tmp_path / "c.yaml"))
+    assert not (tmp_path / "c.yaml").exists()
+
+
+def test_calibrate_kineto_from_another_part_of_the_same_chip(tmp_path):
+    from test_kineto import hand_trace
+
+    trace = hand_trace()
+    trace["deviceProperties"] = [{"id": 0, "name": "NVIDIA A100-SXM4-40GB"}]
+    p = tmp_path / "a100-40gb.json"
+    p.write_text(json.dumps(trace))
+    text = run("--kineto", str(p), "--base", "dgx-a100")
+    # the A100 40 GB computes as the 80 GB part (312 TFLOP/s, 108 SMs): its GEMM efficiency is a fraction of the
+    # same peak, 4194304 FLOP / 40 us / 312e12 = 3.3608e-4, carried over and said so
+    assert "the trace ran on A100-SXM4-40GB, the base GPU's chip with its own memory" in text
+    assert "GEMM efficiency 0.0003 of peak over 1 shapes" in text

@@ -83,6 +83,7 @@ class GpuOp:
     node: str = ""  # innermost enclosing non-aten annotation (an autograd node such as "AddmmBackward0")
     node_instance: int = -1  # identity of that annotation instance
     comm: CommInfo | None = None
+    compiled: dict | None = None  # the Inductor record around a compiled (Triton) kernel's launch: its args
 
     @property
     def end(self) -> float:
@@ -118,6 +119,7 @@ class RankTrace:
     host_calls: list[HostCall]
     warnings: list[str] = field(default_factory=list)
     host_op_ts: list[float] = field(default_factory=list)  # s, starts of the recorded aten ops (sorted)
+    device: str = ""  # the CUDA name of the GPU its kernels ran on (deviceProperties); "": not recorded
 
 
 # ---------------------------------------------------------------------------- reading
@@ -248,9 +250,24 @@ def read_rank(path: str, iteration: int | None = None, *, data: dict | None = No
             raise TraceError(f"{path}: no GPU activity and no CUDA runtime calls in the trace")
         win = (min(ts), max(ts) - min(ts))
     gpu_ops, calls = _collect(events, win, path)
-    rt = RankTrace(path, rank, world, pgs, iteration, win[0], win[1], gpu_ops, calls)
+    rt = RankTrace(path, rank, world, pgs, iteration, win[0], win[1], gpu_ops, calls, device=device_name(data, gpu_ops))
     _annotate(rt, events)
     return rt
+
+
+def device_name(data: dict, gpu_ops: list[GpuOp]) -> str:
+    """The name of the GPU the step's kernels ran on, as Kineto records it in ``deviceProperties``
+    (torch.cuda.get_device_name: "NVIDIA H200"): the entry whose ``id`` is the kernels' ``device``,
+    or the one name every entry has; "" when the trace records none or several GPUs it cannot tell apart."""
+    props = [p for p in data.get("deviceProperties") or [] if isinstance(p, dict) and p.get("name")]
+    used = {g.args.get("device") for g in gpu_ops if isinstance(g.args, dict) and g.args.get("device") is not None}
+    if len(used) == 1:
+        dev = used.pop()
+        named = [str(p["name"]) for p in props if p.get("id") == dev]
+        if named:
+            return named[0]
+    names = {str(p["name"]) for p in props}
+    return names.pop() if len(names) == 1 else ""
 
 
 def _collect(events: list[dict], win: tuple[float, float], path: str) -> tuple[list[GpuOp], list[HostCall]]:
@@ -349,6 +366,13 @@ def _classify(op: GpuOp, stack: list[dict], tid: object, rt: RankTrace) -> None:
         op.cpu_op = aten[0]
         op.cpu_instance = id(aten[0])
         op.cpu_inner = aten[-1]
+    # torch.compile: Inductor wraps each Triton launch in a record named after the kernel, whose args carry
+    # kernel_file, kernel_hash and kernel_backend (and kernel_flop, kernel_num_gb with its benchmark options;
+    # torch _inductor/runtime/triton_heuristics.py, CachingAutotuner.get_profiler_kwargs), with the kernel's
+    # tensor arguments' 'Input Dims' under record_shapes
+    inductor = [e for e in stack if isinstance(e.get("args"), dict) and "kernel_backend" in e["args"]]
+    if inductor:
+        op.compiled = inductor[-1]
     nodes = [e for e in stack if not str(e.get("name", "")).startswith("aten::")]
     if nodes:
         op.node = str(nodes[-1].get("name", ""))

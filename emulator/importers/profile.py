@@ -59,6 +59,15 @@ class ProfiledKernel:
     launch_gap: float = 0.0  # s of host time since the previous launch (syncs left out)
     sync: bool = False  # the host waits for this kernel (a device-to-host copy)
     dispatch: float = 0.0  # s the GPU idled before it though it was already queued (inter-kernel latency)
+    compiled: bool = False  # a torch.compile (Inductor) kernel: its record's tensors stand for its op's
+    kernel_flop: float = 0.0  # FLOPs its Inductor record declares (kernel_flop); 0: none declared
+    kernel_bytes: float = 0.0  # bytes its Inductor record declares (kernel_num_gb x 1e9); 0: none declared
+
+    @property
+    def unscaled(self) -> bool:
+        """A kernel under no aten op and no Inductor record (a custom CUDA extension's): no shapes, so
+        it keeps its measured time at any size."""
+        return self.cls == MEMORY and not self.name.startswith(("Memset", "Memcpy"))
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,7 @@ class Profile:
     param_bytes: int  # bytes of one parameter element (4: fp32 weights, autocast)
     dtype: str  # of the GEMMs (bf16 under autocast)
     causal: bool | None = None  # the SDPA op's is_causal (None: not recorded)
+    device: str = ""  # the CUDA name of the GPU it ran on (deviceProperties); "": not recorded
 
     @property
     def kernel_seconds(self) -> float:
@@ -141,7 +151,8 @@ def read_profile(path: str, profiled: ProfiledSpec) -> Profile:
                    head_fwd=tuple(fwd[o_f + P.layers * p_f:]), head_bwd=tuple(bwd[:o_b]), block_bwd=block_bwd,
                    embed_bwd=tuple(bwd[o_b + P.layers * p_b:]), optimizer=opt, embed_params=embed_params,
                    block_params=tuple(_square_q(p) for p in block_params), head_params=head_params, tied=tied,
-                   param_bytes=_param_bytes(fwd_ops), dtype=_gemm_dtype(kernels), causal=_causal(rt.gpu_ops))
+                   param_bytes=_param_bytes(fwd_ops), dtype=_gemm_dtype(kernels), causal=_causal(rt.gpu_ops),
+                   device=rt.device)
 
 
 def _phases(ops: list[GpuOp]) -> list[str]:
@@ -309,19 +320,26 @@ def _queries(block: tuple[ProfiledKernel, ...], forward: bool) -> tuple[Profiled
 
 
 def _kernel(g: GpuOp, phase: str, gap: float, ctx: "_Symbols") -> ProfiledKernel:
-    """One GPU op of the profiled step, classed by the innermost aten op it ran under."""
-    inner = g.cpu_inner or {}
+    """One GPU op of the profiled step, classed by the innermost aten op it ran under. A compiled
+    (Inductor) kernel under no aten op is element-wise by its record's tensors: it rescales by their
+    bytes, whatever it fuses (a Triton GEMM template too: an ASSUMPTION, stated in the guide)."""
+    inner = g.cpu_inner or g.compiled or {}
     op = str(inner.get("name", ""))
     args = inner.get("args", {}) if isinstance(inner.get("args"), dict) else {}
     dims, types = args.get("Input Dims") or [], args.get("Input type") or []
     dtype = next((_DTYPES[str(t).lower()] for t in types if str(t).lower() in _DTYPES), "")
     k = ProfiledKernel(g.name[:160], MEMORY, g.dur, phase, op, dtype, launch_gap=gap)
+    if g.cpu_inner is None and g.compiled is not None:
+        k = replace(k, compiled=True, kernel_flop=_number(args.get("kernel_flop")),
+                    kernel_bytes=_number(args.get("kernel_num_gb")) * 1e9)
     if g.cat != "kernel":
         return replace(k, sync="DtoH" in g.name)
     if phase == OPT:
         return replace(k, cls=OPTIMIZER)
     if not op:
         return k
+    if k.compiled:
+        return replace(k, cls=ELEMENTWISE, tensors=tuple(ctx.tensor(d, g.node, []) for d in _tensor_dims(dims)))
     if "attention" in op and any(a in g.name.lower() for a in _ATTENTION_KERNEL):
         att = _attention_dims(op, dims, ctx)
         if att is not None:
@@ -332,6 +350,11 @@ def _kernel(g: GpuOp, phase: str, gap: float, ctx: "_Symbols") -> ProfiledKernel
             return replace(k, cls=GEMM, gemm=gd)
     weights = _weight_operands(g.cpu_op, ctx.P.h)
     return replace(k, cls=ELEMENTWISE, tensors=tuple(ctx.tensor(d, g.node, weights) for d in _tensor_dims(dims)))
+
+
+def _number(v: object) -> float:
+    """A non-negative number an Inductor record declares; 0 when absent or not a number."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0.0
 
 
 def _weight_operands(cpu: dict | None, h: int) -> list[list[int]]:

@@ -121,6 +121,15 @@ def summarize(result: Result) -> dict[str, Any]:
     if result.faults:  # timed link faults: when, and what they did to the flows on those links
         out["faults"] = [{"kind": f.kind, "target": f.target, "at_s": f.at_s, "until_s": f.until_s,
                           "flows_rerouted": f.rerouted, "flows_stalled": f.stalled} for f in result.faults]
+    if sc.workload.profile and sc.model is not None:  # a profile from another GPU: how it was translated
+        from emulator.workload.profiled import kernel_shares, translation_report
+
+        report = translation_report(sc)
+        if report is not None:
+            out["translation"] = report
+        shares = kernel_shares(sc)
+        if shares is not None:
+            out["profile_kernels"] = shares
     if result.program.meta.measured and sc.simulation.iterations <= 1:  # a replayed real trace: measured vs emulated
         from emulator.importers.replay_report import compare
 
@@ -146,6 +155,19 @@ def _fmt_time(s: float) -> str:
     from emulator.scenario.units import format_time
 
     return format_time(s)
+
+
+def translation_rows(tr: dict) -> list[tuple[str, str]]:
+    """The translation report's lines: from which GPU to which, then per law its share of the
+    profiled step, its time as measured and on the target (at the profiled sizes), and the law."""
+    capped = f"; {tr['capped_kernels']} kernels held at the target's peak" if tr["capped_kernels"] else ""
+    rows = [("translated", f"profile from {tr['from']} ({printable(tr['device'])}) to {tr['to']}, per law "
+                           f"(share of the profiled {_fmt_time(tr['profiled_step_s'])} step{capped}):")]
+    for name, c in tr["classes"].items():
+        if c["measured_s"] > 0 or name == "host":
+            rows.append((f"  {name.replace('_', '-')}", f"{c['share']:6.1%}  {_fmt_time(c['measured_s']):>10} -> "
+                                                        f"{_fmt_time(c['translated_s']):>10}  {c['law']}"))
+    return rows
 
 
 def human_table(summary: dict) -> str:
@@ -177,6 +199,14 @@ def human_table(summary: dict) -> str:
     if src:
         rows.append(("compute costed", f"measured {src['measured']:.0%}, interpolated {src['interpolated']:.0%}, "
                                        f"roofline {src['roofline']:.0%}"))
+    pk = summary.get("profile_kernels")
+    if pk:
+        rows.append(("profile kernels", f"compiled {pk['compiled_share']:.1%} of GPU time (declaring FLOPs or bytes "
+                                        f"{pk['compiled_declared_share']:.1%}); no shapes {pk['unscaled_share']:.1%} "
+                                        "(no aten op or Inductor record: kept as measured at any size)"))
+    tr = summary.get("translation")
+    if tr:
+        rows += translation_rows(tr)
     if mem["peak_bytes_per_gpu"] is not None:
         verdict = "fits" if mem["fits"] else "DOES NOT FIT"
         rows.append(("memory/GPU", f"{format_bytes(mem['peak_bytes_per_gpu'])} of "

@@ -729,8 +729,8 @@ class ScenarioChecks:
         # absent, the optimizer is the profiled script's own (memory.profiled_state_bytes)
         opt = t.optimizer if self.given("training.optimizer") else SCRIPT_OPTIMIZER
         # the keys the profile itself records, checked against it when it is read (workload/profiled.py
-        # ``check_keys``): where the file gave each, for the message
-        given = tuple((kp, self.where(kp)) for kp in PROFILE_RECORDS if self.given(kp))
+        # ``check_keys``), and workload.profile itself (``check_gpu``): where the file gave each, for the message
+        given = tuple((kp, self.where(kp)) for kp in PROFILE_RECORDS + ("workload.profile",) if self.given(kp))
         return dataclasses.replace(s, training=dataclasses.replace(t, micro_batch=mb, global_batch=gb, optimizer=opt),
                                    given=given)
 

@@ -672,7 +672,7 @@ class Scenario:
     path: str = internal("The file it was loaded from, for messages and relative paths.", default="")
     given: tuple[tuple[str, str], ...] = internal(
         "Keys a profiled workload's profile records, as the file gave them: (key path, FILE:LINE), for the "
-        "checks made once the profile is read (workload/profiled.py check_keys).", default=())
+        "checks made once the profile is read (workload/profiled.py check_keys, check_gpu).", default=())
 
     @property
     def gpus(self) -> int:

@@ -262,7 +262,7 @@ def _estimate_profiled(sc: Scenario) -> Estimate:
     assert node is not None and sc.model is not None
     prof = PW.profile_of(sc)
     Q = PW.target_shape(sc).per_gpu(par.tp)
-    parts: dict[str, list] = dict(PW._parts(prof, Q, node.gpu))
+    parts: dict[str, list] = dict(PW._parts(prof, Q, node.gpu, PW.source_gpu(sc, prof)))
     if par.tp > 1:
         parts = PW._tp_comms(parts, Q, prof.param_bytes)
     st = strides(sc)

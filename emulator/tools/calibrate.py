@@ -251,16 +251,21 @@ class ComputeFit:
     kernels: int
     # per-shape GEMM times: ((batch, m, n, k), dtype, median seconds of the op's kernels), sorted
     gemm_times: tuple[tuple[tuple[int, int, int, int], str, float], ...] = ()
+    measured_on: str = ""  # the catalog GPU the trace ran on, when another part of the base GPU's chip
 
 
-def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
-    """GEMM and memory-bound efficiencies of a one-GPU Kineto profile against ``gpu``."""
+def fit_compute(path: str, gpu: GpuSpec, base: str = "") -> ComputeFit:
+    """GEMM and memory-bound efficiencies of a one-GPU Kineto profile against ``gpu`` (the GPU of
+    node ``base``): refused when the trace names another catalog GPU (:func:`check_device`), or
+    when an efficiency comes out above 1 of ``gpu``'s peak."""
     from emulator.importers.kineto_reader import DTYPE_BYTES, read_rank
 
     try:
         rt = read_rank(path)
     except EmulatorError as e:
         raise CalibrationError(str(e)) from None
+    ran_on = check_device(path, rt.device, gpu, base)
+    base_gpu, gpu = gpu, ran_on or gpu  # efficiencies are fractions of the peak and bandwidth it ran at
     # Kernels are grouped by their innermost aten op: under autocast an outer aten::addmm holds the
     # casts of its operands (fp32 -> bf16 copies) beside the GEMM, and only the inner op (the bf16
     # aten::addmm, an aten::copy_) says what each kernel computed and in which dtype.
@@ -298,10 +303,47 @@ def fit_compute(path: str, gpu: GpuSpec) -> ComputeFit:
                            "(profile with record_shapes=True)")
     if not gemm_time and not mem_time:
         raise NothingToFit(_nothing_fitted(path, groups))
-    return ComputeFit(gemm_flops / gemm_time / gpu.peak_flops if gemm_time else None,
-                      {k: statistics.median(v) for k, v in shapes.items()},
-                      mem_bytes / mem_time / gpu.hbm_bandwidth if mem_time else None, len(rt.gpu_ops),
-                      tuple((d, ty, statistics.median(v)) for (d, ty), v in sorted(times.items())))
+    fit = ComputeFit(gemm_flops / gemm_time / gpu.peak_flops if gemm_time else None,
+                     {k: statistics.median(v) for k, v in shapes.items()},
+                     mem_bytes / mem_time / gpu.hbm_bandwidth if mem_time else None, len(rt.gpu_ops),
+                     tuple((d, ty, statistics.median(v)) for (d, ty), v in sorted(times.items())),
+                     measured_on=gpu.name if gpu is not base_gpu else "")
+    _check_below_peak(path, fit, gpu)
+    return fit
+
+
+def check_device(path: str, device: str, gpu: GpuSpec, base: str = "") -> GpuSpec | None:
+    """The catalog GPU a trace ran on when it is another part of ``gpu``'s chip (the A100 40 GB for an
+    A100 80 GB base: the same peaks, SMs and matmul fraction, other HBM), whose peak and bandwidth its
+    efficiencies are fractions of; None when it is ``gpu`` or one the catalog does not know (the user's to
+    pair with a base). A trace from another chip is refused, naming both: its kernel times are another
+    GPU's, and as efficiencies of ``gpu``'s peak they mean nothing (an H200 trace against an A100's
+    peak reads 1.86)."""
+    from emulator.devices.translation import catalog_name, same_chip
+    from emulator.scenario import catalog
+
+    name = catalog_name(device) if device else None
+    if name is None or name == gpu.name:
+        return None
+    ran_on = catalog.gpu(name)
+    if same_chip(ran_on, gpu):
+        return ran_on
+    nodes = [n for n in catalog.node_names() if catalog.node(n).gpu.name == name]
+    hint = f" (--base {nodes[0]})" if nodes else ""
+    of = f"--base {base}'s GPU" if base else "the base GPU"
+    raise CalibrationError(f"{path}: the trace ran on {device} (catalog GPU {name}), but {of} is {gpu.name}, another "
+                           f"chip; expected a trace from the base's own GPU: calibrate on a node with {name}{hint}")
+
+
+def _check_below_peak(path: str, fit: ComputeFit, gpu: GpuSpec) -> None:
+    """No fitted efficiency above 1: a kernel cannot outrun the GPU's peak or its HBM bandwidth."""
+    for what, value, of in (("GEMM", fit.gemm_efficiency, f"peak ({gpu.peak_flops / 1e12:,.1f} TFLOP/s)"),
+                            ("memory-bound", fit.memory_efficiency,
+                             f"HBM bandwidth ({gpu.hbm_bandwidth / 1e9:,.0f} GB/s)")):
+        if value is not None and value > 1:
+            raise CalibrationError(f"{path}: its {what} kernels ran at {value:.2f} of GPU {gpu.name}'s {of}, above "
+                                   "1: the trace ran on a faster GPU than the base's, or its shapes are not what "
+                                   "the kernels computed; calibrate on a node with the GPU the trace ran on")
 
 
 def _nothing_fitted(path: str, groups: dict[int, list]) -> str:
@@ -448,7 +490,7 @@ def calibrate_command(args: argparse.Namespace) -> str:
     intra = fit_links(intra_logs, base, inter=False) if intra_logs else None
     inter = fit_links(inter_logs, base, inter=True) if inter_logs else None
     overlap = fit_overlap(args.kineto) if args.kineto else None
-    compute, no_compute = _compute_or_why(args.kineto, base.gpu, overlap)
+    compute, no_compute = _compute_or_why(args.kineto, base.gpu, overlap, args.base)
     node = calibrated_node(base, name, intra, inter)
     report = _report(node, logs, intra, inter, compute) + no_compute + _overlap_report(overlap)
     if args.out:
@@ -460,13 +502,14 @@ def calibrate_command(args: argparse.Namespace) -> str:
     return report
 
 
-def _compute_or_why(path: str | None, gpu: GpuSpec, overlap: OverlapFit | None) -> tuple[ComputeFit | None, str]:
+def _compute_or_why(path: str | None, gpu: GpuSpec, overlap: OverlapFit | None,
+                    base: str = "") -> tuple[ComputeFit | None, str]:
     """The compute fit; a trace that fits no efficiency is an error unless it measured the
     overlap slowdown (then the reason is a line of the report)."""
     if not path:
         return None, ""
     try:
-        return fit_compute(path, gpu), ""
+        return fit_compute(path, gpu, base), ""
     except NothingToFit as e:
         if overlap is None or not overlap.enough:
             raise
@@ -497,6 +540,10 @@ def _report(node: NodeSpec, logs: list[NcclLog], intra: LinkFit | None, inter: L
             out.append(f"{label}: efficiency {fit.efficiency:.4f} ({rates}), "
                        f"launch {fit.launch * 1e6:.3f} us, per step {fit.per_step * 1e6:.3f} us")
     if compute:
+        if compute.measured_on:
+            out.append(f"the trace ran on {compute.measured_on}, the base GPU's chip with its own memory: its "
+                       f"efficiencies are fractions of {compute.measured_on}'s peak and HBM bandwidth, carried to "
+                       f"{node.gpu.name} as they are")
         if compute.gemm_efficiency is not None:
             shapes = len(compute.gemm_by_shape)
             out.append(f"GEMM efficiency {compute.gemm_efficiency:.4f} of peak over {shapes} shapes")

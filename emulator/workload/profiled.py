@@ -25,8 +25,10 @@ from typing import Callable
 
 from emulator.devices import compute
 from emulator.devices import reshape as R
+from emulator.devices import translation as TR
 from emulator.errors import ScenarioError
 from emulator.importers.profile import ATTENTION, GEMM, MEMORY, OPTIMIZER, Profile, ProfiledKernel, read_profile
+from emulator.scenario import catalog
 from emulator.scenario.checks import shown
 from emulator.scenario.spec import GpuSpec, ProfiledSpec, Scenario
 from emulator.scenario.units import format_bytes
@@ -48,7 +50,50 @@ def profile_of(sc: Scenario) -> Profile:
     assert sc.workload.profile is not None and sc.workload.profiled is not None  # the rule book checked it
     prof = load(sc.workload.profile, sc.workload.profiled)
     check_keys(sc, prof)
+    check_gpu(sc, prof)
     return prof
+
+
+# ---------------------------------------------------------------------------- another GPU
+
+
+def source_gpu(sc: Scenario, prof: Profile) -> GpuSpec | None:
+    """The catalog GPU the profile ran on when it is not the scenario's node GPU: its kernels are
+    then translated (:mod:`emulator.devices.translation`). None when it is the node's GPU, or when the
+    trace names no GPU (its kernel times are taken as the node GPU's), or names one the catalog does
+    not know (:func:`check_gpu` refuses that unless it is the node GPU's own name)."""
+    assert sc.cluster.node is not None  # the builder checked it
+    target = sc.cluster.node.gpu
+    name = TR.catalog_name(prof.device) if prof.device else None
+    if name is None or name == target.name:
+        return None
+    return catalog.gpu(name)
+
+
+def kernel_dtypes(prof: Profile) -> set[str]:
+    """The dtypes the profile's GEMMs and attention kernels ran in."""
+    return {k.dtype for name in PARTS for k in getattr(prof, name) if k.cls in (GEMM, ATTENTION) and k.dtype}
+
+
+def check_gpu(sc: Scenario, prof: Profile) -> None:
+    """A profile from a GPU the catalog does not know, predicted on another GPU, is refused with its
+    name; so is one whose kernels' precision the node's GPU cannot run (translation.refusal)."""
+    assert sc.cluster.node is not None
+    target = sc.cluster.node.gpu
+    where = dict(sc.given).get("workload.profile", sc.path)
+    if prof.device and TR.catalog_name(prof.device) is None and prof.device != target.name:
+        known = ", ".join(sorted(TR.CUDA_NAMES))
+        raise ScenarioError(f"the profile ran on GPU {prof.device!r} (its deviceProperties), which no catalog GPU "
+                            f"is known by, so its kernels cannot be translated to {target.name}; expected one of "
+                            f"{known}, or predict it on a node whose GPU is named {prof.device!r}", where,
+                            "workload.profile")
+    source = source_gpu(sc, prof)
+    if source is None:
+        return
+    why = TR.refusal(target, kernel_dtypes(prof))
+    if why is not None:
+        raise ScenarioError(f"the profile ran on {source.name} ({prof.device}) and the node's GPU is {target.name}: "
+                            f"{why}", where, "workload.profile")
 
 
 def check_keys(s: Scenario, prof: Profile) -> None:
@@ -137,29 +182,68 @@ def _attention(dims: list[int], k: ProfiledKernel, gpu: GpuSpec) -> tuple[float,
     return t, compute.attention_flops(b, heads, s, s, hd, True, back)
 
 
-def reshaped(k: ProfiledKernel, P: R.Shape, Q: R.Shape, gpu: GpuSpec, params_ratio: float = 1.0) -> KC.Timed:
-    """Kernel ``k`` of a profile taken at ``P``, at shape ``Q``: measured where nothing changes,
-    else rescaled by its class's law (its source then "interpolated")."""
-    t, flops, nbytes = k.seconds, 0.0, 0.0
+def _dtype(k: ProfiledKernel) -> str:
+    """The dtype a GEMM or attention kernel is costed in: its own, else bf16."""
+    return k.dtype if k.dtype in compute.DTYPE_BYTES else "bf16"
+
+
+def host_copy(k: ProfiledKernel) -> bool:
+    """A copy between host and device: it runs at the host link's rate, not the GPU's."""
+    return k.cls == MEMORY and ("HtoD" in k.name or "DtoH" in k.name)
+
+
+def translated(k: ProfiledKernel, source: GpuSpec | None, gpu: GpuSpec) -> float:
+    """The measured time of a kernel that is no GEMM or attention, on ``gpu``: by the ratio of achieved
+    HBM bandwidths when the profile ran on another GPU ``source`` (translation.memory_time), or, for a
+    compiled kernel whose Inductor record declares its FLOPs and bytes, by the ratio of the two GPUs'
+    rooflines of them; a copy to or from the host as measured."""
+    if source is None or host_copy(k):
+        return k.seconds
+    if k.kernel_flop or k.kernel_bytes:  # a compiled kernel that declares its work: the rooflines' ratio
+        f, b = k.kernel_flop, k.kernel_bytes
+        return TR.modelled_time(k.seconds, compute.roofline_time(f, b, TR.roofline_gpu(source)),
+                                compute.roofline_time(f, b, TR.roofline_gpu(gpu)))
+    return TR.memory_time(k.seconds, source, gpu)
+
+
+def reshaped(k: ProfiledKernel, P: R.Shape, Q: R.Shape, gpu: GpuSpec, params_ratio: float = 1.0,
+             source: GpuSpec | None = None) -> "Reshaped":
+    """Kernel ``k`` of a profile taken at ``P`` (on GPU ``source``, when not ``gpu``), at shape ``Q`` on
+    ``gpu``: measured where nothing changes, else rescaled by its class's law (its source then
+    "interpolated"). Translated first (a GEMM or attention kernel by the ratio of the two GPUs'
+    rooflines at ``P``, any other by translation.memory_time), then reshaped on ``gpu`` (the kernel
+    model's ratio, ``Q`` over ``P``). Never faster than its FLOPs at ``gpu``'s peak (``capped``: an
+    efficiency above 1 held at 1)."""
+    t, flops, nbytes, capped = k.seconds, 0.0, 0.0, False
     if k.cls in (GEMM, ATTENTION):
         dims = k.gemm if k.cls == GEMM else k.attention
         assert dims is not None  # the importer gives every GEMM and attention kernel its dims
         before, after = [d[1] for d in dims], [R.size(d, Q) for d in dims]
         cost = _gemm if k.cls == GEMM else _attention
         model_after, flops = cost(after, k, gpu)
+        if source is not None:  # on the target at the profiled shape: the rooflines' ratio (translation.py)
+            t = TR.modelled_time(t, cost(before, k, TR.roofline_gpu(source))[0],
+                                 cost(before, k, TR.roofline_gpu(gpu))[0])
         if after != before:
-            t = R.ratio_time(k.seconds, cost(before, k, gpu)[0], model_after)
-    elif k.cls == OPTIMIZER and params_ratio != 1.0:
-        t = k.seconds * params_ratio
-    elif k.cls != MEMORY:
-        t = k.seconds if R.bytes_ratio(k.tensors, Q) == 1.0 else R.elementwise_time(k.seconds, k.tensors, Q)
-        nbytes = sum(R.elements(x, Q) for x in k.tensors) * compute.DTYPE_BYTES.get(k.dtype, 2)
-    source = "measured" if t == k.seconds else "interpolated"
+            t = R.ratio_time(t, cost(before, k, gpu)[0], model_after)
+        floor = TR.peak_floor(flops, gpu, _dtype(k) if k.cls == GEMM else "bf16")
+        capped = t < floor
+        t = max(t, floor)
+    else:
+        m = translated(k, source, gpu)
+        if k.cls == OPTIMIZER:
+            t = m * params_ratio
+        elif k.cls != MEMORY:
+            t = m if R.bytes_ratio(k.tensors, Q) == 1.0 else R.elementwise_time(m, k.tensors, Q)
+            nbytes = sum(R.elements(x, Q) for x in k.tensors) * compute.DTYPE_BYTES.get(k.dtype, 2)
+        else:
+            t = m
+    origin = "measured" if t == k.seconds and source is None else "interpolated"
     return Reshaped(_short(k.name), "elementwise" if k.cls not in (GEMM, ATTENTION) else "gemm", flops, nbytes,
                     category=k.phase if k.phase in ("fwd", "bwd") else "optimizer",
-                    dtype=compute.DTYPE_BYTES.get(k.dtype, 2), seconds=t, source=source,
+                    dtype=compute.DTYPE_BYTES.get(k.dtype, 2), seconds=t, source=origin,
                     sides=(k.gemm[1][0], k.gemm[2][0], k.gemm[3][0]) if k.gemm else ("", "", ""),
-                    attention=k.cls == ATTENTION)
+                    attention=k.cls == ATTENTION, capped=capped)
 
 
 @dataclass(frozen=True)
@@ -169,6 +253,7 @@ class Reshaped(KC.Timed):
 
     sides: tuple[str, str, str] = ("", "", "")
     attention: bool = False
+    capped: bool = False  # its translated or reshaped time was below its FLOPs at the GPU's peak, held there
 
 
 def _short(name: str) -> str:
@@ -204,12 +289,15 @@ def host_idle(seq: list[tuple[float, float, bool, float]]) -> list[float]:
 # ---------------------------------------------------------------------------- the plan
 
 
-def _parts(prof: Profile, Q: R.Shape, gpu: GpuSpec) -> dict[str, list[KC.Timed]]:
-    """Every part's kernels at ``Q``, each part led by the GPU's idle time waiting on the host."""
+def _parts(prof: Profile, Q: R.Shape, gpu: GpuSpec, source: GpuSpec | None = None) -> dict[str, list[KC.Timed]]:
+    """Every part's kernels at ``Q`` on ``gpu`` (translated from ``source``, the GPU the profile ran on,
+    when given), each part led by the GPU's idle time waiting on the host (its launch gaps as measured:
+    the host is assumed unchanged)."""
     P = prof.shape
     after = R.params(prof.embed_params + prof.head_params, Q) + Q.layers * R.params(prof.block_params, Q)
     ratio = after / (R.params(prof.embed_params + prof.head_params) + P.layers * R.params(prof.block_params))
-    parts = {name: [reshaped(k, P, Q, gpu, ratio) for k in getattr(prof, name)] for name in PARTS}
+    parts: dict[str, list[KC.Timed]] = {name: [reshaped(k, P, Q, gpu, ratio, source) for k in getattr(prof, name)]
+                                        for name in PARTS}
     order = [("embed_fwd", 1), ("block_fwd", Q.layers), ("head_fwd", 1), ("head_bwd", 1),
              ("block_bwd", Q.layers), ("embed_bwd", 1), ("optimizer", 1)]
     seq = [(t.seconds, k.launch_gap, k.sync, k.dispatch) for name, n in order for _ in range(n)
@@ -277,7 +365,7 @@ def reshape_plan(plan: Plan, sc: Scenario) -> None:
     prof = profile_of(sc)
     tp = sc.parallel.tp
     Q = target_shape(sc).per_gpu(tp)
-    parts: dict[str, list] = dict(_parts(prof, Q, sc.cluster.node.gpu))
+    parts: dict[str, list] = dict(_parts(prof, Q, sc.cluster.node.gpu, source_gpu(sc, prof)))
     if tp > 1:
         parts = _tp_comms(parts, Q, prof.param_bytes)
     emb, head = R.params(prof.embed_params, Q), R.params(prof.head_params, Q)
@@ -312,3 +400,89 @@ def grad_bytes(sc: Scenario, prof: Profile) -> int:
     if sc.training.grad_reduce != "auto":
         return compute.DTYPE_BYTES[sc.training.grad_reduce]
     return 4 if sc.training.optimizer in ("megatron", "apex") else prof.param_bytes
+
+
+# ---------------------------------------------------------------------------- the translation report
+
+
+HOST_ASSUMPTION = ("host time (launch gaps, synchronisations) as measured: the host is assumed unchanged; a Grace "
+                   "CPU (GB200, GB300) is not the x86 host the profile ran on, and its launch rate was not measured")
+
+
+def _law_class(k: ProfiledKernel) -> str:
+    """The translation law a kernel follows, as the report names it."""
+    if k.cls in (GEMM, ATTENTION):
+        return k.cls
+    if host_copy(k):
+        return "host_copies"
+    return "launch_bound" if k.seconds <= 2 * R.FIXED_S else "memory_bound"
+
+
+def _laws(source: GpuSpec, target: GpuSpec) -> dict[str, str]:
+    ratio = TR.bandwidth_ratio(source, target)
+    bw = f"{source.name} {TR.achieved_bandwidth(source) / 1e9:,.0f} GB/s / {target.name} " \
+         f"{TR.achieved_bandwidth(target) / 1e9:,.0f} GB/s achieved HBM"
+    fixed = f"{R.FIXED_S * 1e6:.1f} us"
+    return {
+        "gemm": "measured x the kernel model's time on the target / on the source (devices/compute.py gemm_cost, "
+                "the rooflines); never faster than its FLOPs at the target's peak",
+        "attention": "measured x the kernel model's time on the target / on the source (devices/compute.py "
+                     "attention_cost, the rooflines); never faster than its FLOPs at the target's peak",
+        "memory_bound": f"{fixed} as measured + the rest x {ratio:.4f} ({bw})",
+        "launch_bound": f"kernels of at most {2 * R.FIXED_S * 1e6:.1f} us: their first {fixed} as measured, "
+                        f"the rest x {ratio:.4f}",
+        "host_copies": "as measured (copies to and from the host: the host link is assumed unchanged)",
+        "host": HOST_ASSUMPTION,
+    }
+
+
+def translation_report(sc: Scenario) -> dict | None:
+    """How the profile's kernels were carried to the node's GPU, per law: each class's share of the
+    profiled step, its time as measured and on the target (both at the profiled sizes), and the law;
+    None when the profile ran on the node's GPU (nothing translated)."""
+    prof = profile_of(sc)
+    source = source_gpu(sc, prof)
+    if source is None:
+        return None
+    assert sc.cluster.node is not None
+    target = sc.cluster.node.gpu
+    P = prof.shape
+    laws = _laws(source, target)
+    sums = {name: [0.0, 0.0] for name in laws}
+    capped = 0
+    for part in PARTS:
+        n = P.layers if part.startswith("block") else 1
+        for k in getattr(prof, part):
+            r = reshaped(k, P, P, target, 1.0, source)
+            row = sums[_law_class(k)]
+            row[0] += n * k.seconds
+            row[1] += n * r.seconds
+            capped += n * r.capped
+    step = prof.step_s
+    idle = max(0.0, step - prof.kernel_seconds)
+    sums["host"] = [idle, idle]
+    classes = {name: {"share": m / step if step > 0 else 0.0, "measured_s": m, "translated_s": t, "law": laws[name]}
+               for name, (m, t) in sums.items()}
+    return {"from": source.name, "device": prof.device, "to": target.name, "profiled_step_s": step,
+            "bandwidth_ratio": TR.bandwidth_ratio(source, target), "capped_kernels": capped, "classes": classes}
+
+
+def kernel_shares(sc: Scenario) -> dict | None:
+    """Shares of the profiled step's GPU time in compiled (Inductor) kernels, those of them whose record
+    declares their FLOPs or bytes, and kernels with no shapes at all (under no aten op and no Inductor
+    record, such as a custom CUDA extension's: kept as measured at any size); None when the profile has
+    neither compiled nor unscaled kernels."""
+    prof = profile_of(sc)
+    P = prof.shape
+    total = compiled = declared = unscaled = 0.0
+    for part in PARTS:
+        n = P.layers if part.startswith("block") else 1
+        for k in getattr(prof, part):
+            total += n * k.seconds
+            compiled += n * k.seconds * k.compiled
+            declared += n * k.seconds * (k.compiled and bool(k.kernel_flop or k.kernel_bytes))
+            unscaled += n * k.seconds * k.unscaled
+    if not (compiled or unscaled) or total <= 0:
+        return None
+    return {"compiled_share": compiled / total, "compiled_declared_share": declared / total,
+            "unscaled_share": unscaled / total}
