@@ -93,6 +93,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from emulator.run.simulation import simulate
 
     sc = _load(args)
+    from emulator.studies.estimate import slow_warning
+
+    warning = slow_warning(sc, out=bool(args.out))
+    if warning:  # stderr: --json's stdout stays one object
+        print(f"emulator: {printable(warning)}", file=sys.stderr)
     if args.estimate:
         from emulator.studies.estimate import estimate
 
