@@ -51,8 +51,8 @@ def _options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
                    help="run K real processes, world ranks 0..K-1, talking for real (gloo; NCCL on GPUs)")
     p.add_argument("--clock", choices=("wall", "virtual"), default=d("wall"),
                    help="wall: sleep until emulated completions; virtual: only account (fast)")
-    p.add_argument("--out", metavar="DIR", default=d("emulator-live-out"),
-                   help="write summary.json, trace.json, record.json here (default: emulator-live-out)")
+    p.add_argument("--out", metavar="DIR", default=d(os.path.join("out", "live")),
+                   help="write summary.json, trace.json, record.json here (default: out/live)")
     p.add_argument("--profile", action="store_true", default=d(False),
                    help="record the script's ops with the PyTorch profiler")
     p.add_argument("--json", action="store_true", default=d(False), help="print the summary as one JSON object")
