@@ -32,14 +32,15 @@ def listing(sc: Scenario) -> dict[str, Any]:
     """The cluster's named nodes and links, as plain data (``--json`` prints it as it is)."""
     topo = build_topology(sc.cluster)
     nodes: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
+    rank_of = {name: r for r, name in enumerate(topo.gpus)}  # rank order (a custom graph: its file's order)
+    g = topo.server_gpus or topo.gpus_per_node  # GPUs of the server `node:N` names (faults._ranks)
     for name, data in topo.node_items():
         kind = str(data.get("kind", "switch"))
         entry: dict[str, Any] = {"name": name}
-        if kind == "gpu":
-            entry["rank"] = topo.gpus.index(name) if not topo.gpus_per_node else int(data.get("rank", 0))
-        g = topo.server_gpus or topo.gpus_per_node
-        if kind == "gpu" and g:
-            entry["node"] = entry["rank"] // g  # the server `node:N` names (faults._ranks)
+        if kind == "gpu" and name in rank_of:
+            entry["rank"] = rank_of[name]
+            if g:
+                entry["node"] = rank_of[name] // g
         nodes.setdefault(kind, []).append(entry)
     links = []
     # in the order the builders laid them out (gpu2 before gpu10); a custom graph: its file's order
@@ -105,7 +106,8 @@ def _rate(bps: float) -> str:
 def listing_text(data: dict[str, Any]) -> str:
     """The listing as a person reads it: nodes by kind with counts, then links by class and rate."""
     lines = [f"# {data['scenario']}: fabric {data['fabric']}, {len(data['gpus'])} GPUs, {len(data['nics'])} NICs, "
-             f"{len(data['switches'])} switches, {len(data['links'])} links (one direction each)",
+             f"{len(data['switches'])} switch{'es' * (len(data['switches']) != 1)}, {len(data['links'])} links "
+             "(one direction each)",
              "# cluster.overrides targets: 'gpu:R' or 'node:N' (gpu_slowdown); a link 'A->B', a cable 'A<->B' or a "
              "node name, every link touching it (link_degrade, link_fail)"]
     for title, key in (("GPUs", "gpus"), ("NICs", "nics"), ("switches", "switches"), ("other nodes", "other_nodes")):
