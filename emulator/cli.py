@@ -1,4 +1,4 @@
-"""The command line: ``emulator COMMAND``, COMMAND one of run, collective, schema, sweep, search, plot,
+"""The command line: ``emulator COMMAND``, COMMAND one of run, collective, topology, schema, sweep, search, plot,
 calibrate, live, validate, export, report, compare.
 
 The only module (with ``__main__``) that prints. Every path a command will write
@@ -93,6 +93,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from emulator.run.simulation import simulate
 
     sc = _load(args)
+    from emulator.studies.estimate import slow_warning
+
+    warning = slow_warning(sc, out=bool(args.out))
+    if warning:  # stderr: --json's stdout stays one object
+        print(f"emulator: {printable(warning)}", file=sys.stderr)
     if args.estimate:
         from emulator.studies.estimate import estimate
 
@@ -143,6 +148,17 @@ def cmd_collective(args: argparse.Namespace) -> int:
 
     for note in fault_notes(rows):
         print(f"# {printable(note)}")
+    return 0
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from emulator.tools.topology_listing import listing, listing_text
+
+    data = listing(_load(args, need_workload=False))
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        print(printable(listing_text(data), keep="\n\t"))
     return 0
 
 
@@ -201,6 +217,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     col.add_argument("--json", action="store_true")
     col.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")
     col.set_defaults(func=cmd_collective)
+    top = sub.add_parser("topology", help="list the cluster's GPUs, NICs, switches and links: the names "
+                         "cluster.overrides targets", **_docs("topology"))
+    top.add_argument("scenario", help="scenario YAML file (only name and cluster are read)")
+    top.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    top.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a scenario field")
+    top.set_defaults(func=cmd_topology)
     sch = sub.add_parser("schema", help="print the JSON Schema of scenario files", **_docs("schema"))
     sch.set_defaults(func=cmd_schema)
     wanted = _command(argv)

@@ -2,7 +2,8 @@
 
 Outputs (summary, spans.csv, Perfetto, Gantt, link plots) and studies read a ``Result``; none of
 them imports the run stage (``emulator.run``) that makes it. Beside it, the records a Result
-holds: one job of a multi-job run (``JobRun``) and what a timed fault did (``FaultRecord``).
+holds: one job of a multi-job run (``JobRun``), what a timed fault did (``FaultRecord``) and what a fault in force from
+the start reached (``OverrideRecord``).
 
 May import: emulator.program (the IR), emulator.spans (the records), and the types a Result
 carries: emulator.scenario (the scenario as run) and emulator.network (its topology).
@@ -33,6 +34,19 @@ class FaultRecord:
     @property
     def label(self) -> str:
         return f"{self.kind} {self.target}"
+
+
+@dataclass
+class OverrideRecord:
+    """A fault or straggler in force for the whole run (an override without ``at``/``until``) and
+    what it reached: the GPUs a slowdown slows, the directed links a degrade or failure changes."""
+
+    kind: str
+    target: str
+    factor: float
+    extra_latency_s: float
+    gpus: int = 0
+    links: int = 0
 
 
 @dataclass
@@ -67,6 +81,7 @@ class Result:
     link_bytes: list[float] = field(default_factory=list)
     jobs: list[JobRun] = field(default_factory=list)  # a multi-job scenario's jobs, in scenario order
     faults: list[FaultRecord] = field(default_factory=list)  # the timed faults and what they did
+    overrides: list[OverrideRecord] = field(default_factory=list)  # the faults in force from the start
     # a fold in effect over copies with other latencies: the iteration time with each transfer at the
     # least and at the greatest latency of its copies (``simulate``); None: exact
     fold_bounds_s: tuple[float, float] | None = None

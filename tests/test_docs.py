@@ -6,8 +6,10 @@
   folder that sees the repository's inputs (scenarios/, examples/, traces/, benchmarks/, plots/,
   tests/, README.md) but keeps its outputs; never ``../shared``, so the pages' commands run as on a
   bare clone. Each must exit as the page says: 0, or the error the console block shows (exit 2 and
-  that line on stderr). A block after ``<!-- slow -->`` (over 30 s) or ``<!-- skip: why -->`` (needs
-  files the reader brings) is not run; ``text`` blocks are synopses and never run.
+  that line on stderr). After a page's commands, nothing is left outside the paths they name and
+  ``out/``, and no database ``-wal``/``-shm`` file or lock anywhere (``left_behind``). A block after
+  ``<!-- slow -->`` (over 30 s) or ``<!-- skip: why -->`` (needs files the reader brings) is not run;
+  ``text`` blocks are synopses and never run.
 - The scenario-key reference lists every key that ``emulator schema`` has, each under the anchor
   that errors link to; the CLI reference lists every command and flag; the README's summary table
   is the one rendered from benchmarks/results/; ``--help`` ends with an example and a guide link.
@@ -106,11 +108,51 @@ def test_the_commands_a_page_shows_exit_as_it_says(page, tmp_path):
         if err:
             assert err in proc.stderr, f"{page.name}: `{cmd}` printed {proc.stderr!r}, the page shows {err!r}"
         printed[cmd] = proc.stdout + proc.stderr
+    assert not left_behind(work, [c[0] for c in runnable]), f"{page.name}: its commands left these behind"
     for cmds, lines in shown_outputs(page.read_text(encoding="utf-8")):  # the output a page quotes is current
         if all(c in printed for c in cmds):
             said = " ".join(" ".join(printed[c] for c in cmds).split())
             for line in lines:
                 assert " ".join(line.split()) in said, f"{page.name}: `{cmds}` no longer prints {line!r}"
+
+
+LEFTOVER = re.compile(r"(-wal|-shm|-journal|\.lock)$")
+
+
+def _named(cmds: list[str]) -> set[str]:
+    """The top-level names the commands name: each word's first path component (``--out out/x`` → ``out``,
+    ``--db=study.sqlite``, ``> schema.json``), and each such file's stem (a plot's SVG beside its PNG)."""
+    import shlex
+
+    names: set[str] = set()
+    for cmd in cmds:
+        for word in shlex.split(cmd.replace(">", " ")):
+            for part in word.split("=", 1)[-1:] + [word]:
+                first = os.path.normpath(part).split(os.sep)[0]
+                names.update((first, os.path.splitext(first)[0]))
+    return names
+
+
+def left_behind(work: Path, cmds: list[str]) -> list[str]:
+    """What the commands left in ``work`` that they should not have: an entry at the top outside the
+    paths they name and ``out/``, and anywhere a database's ``-wal``/``-shm``/journal or a lock file."""
+    named = _named(cmds) | {"out"}
+    bad = [p.name for p in work.iterdir() if p.name not in INPUTS
+           and p.name not in named and os.path.splitext(p.name)[0] not in named]
+    for folder, dirs, files in os.walk(work):  # the inputs are symbolic links: not followed
+        bad += [os.path.join(folder, f) for f in files if LEFTOVER.search(f)]
+    return bad
+
+
+def test_left_behind_names_strays_and_database_leftovers(tmp_path):
+    for name in ("out", "study.sqlite", "batch.png", "batch.svg", "stray.csv", "et"):
+        (tmp_path / name).mkdir() if name in ("out", "et") else (tmp_path / name).write_text("")
+    (tmp_path / "out" / "s.sqlite-wal").write_text("")
+    (tmp_path / "et" / "x.lock").write_text("")
+    cmds = ["emulator sweep a.yaml --db study.sqlite", "emulator plot --db study.sqlite --out batch.png",
+            "emulator export a.yaml --out et/"]
+    assert sorted(left_behind(tmp_path, cmds)) == sorted(
+        ["stray.csv", str(tmp_path / "out" / "s.sqlite-wal"), str(tmp_path / "et" / "x.lock")])
 
 
 def test_the_extractor_reads_console_errors_continuations_and_marks():

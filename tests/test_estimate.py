@@ -74,3 +74,41 @@ def test_estimate_sees_a_fold_the_run_will_refuse(capsys):
     estimated = int(re.search(r"events\s+~([\d,]+)", text).group(1).replace(",", ""))
     actual = simulate(sc, record_links=False).events
     assert 0.7 * actual <= estimated <= 1.3 * actual
+
+
+FAULT = "cluster.overrides=[{kind: gpu_slowdown, target: 'gpu:3', factor: 2}]"
+
+
+def test_a_slow_run_is_announced_from_its_keys_without_building_it():
+    from emulator.studies.estimate import pre_estimate, slow_warning
+
+    sc = load_scenario(os.path.join(ROOT, "scenarios", "gpt3-175b-1024-a100.yaml"), [FAULT])
+    pre = pre_estimate(sc)
+    # an override turns folding off: all 1,024 GPUs simulated; 1536 / (1 × dp 16) = 96 microbatches;
+    # 96 layers / pp 8 = 12 per rank: 1024 × 96 × 12 = 1,179,648 rank-layer-microbatches × 2.8 events
+    # = 3,303,014 events; at 100,000 events/s 33.0 s, over the 30 s that is announced
+    assert (pre.ranks, pre.simulated) == (1024, 1024)
+    assert int(pre.events) == 3_303_014
+    # --out: × 18.4 ops × 60 B = 1.302 GB
+    assert round(pre.out_bytes / 1e9, 3) == 1.302
+    text = slow_warning(sc, out=True)
+    assert "all 1,024 GPUs are simulated (folding off: overrides" in text
+    assert "~3,303,014 events" in text and "--out would write" in text and "leave out --out" in text
+    # folded, the same layout simulates 8 ranks (one per stage): 8 × 96 × 12 × 2.8 = 25,804 events, quiet
+    quiet = load_scenario(os.path.join(ROOT, "scenarios", "gpt3-175b-1024-a100.yaml"), [])
+    assert pre_estimate(quiet).simulated == 8 and slow_warning(quiet, out=True) is None
+
+
+def test_the_warning_goes_to_stderr_and_json_stdout_stays_one_object(capsys, monkeypatch):
+    import emulator.run.simulation as simulation
+
+    def stop(*args, **kwargs):  # the pre-estimate comes before the run: stop there, the big run is not the test
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simulation, "simulate", stop)
+    assert main(["run", os.path.join(ROOT, "scenarios", "gpt3-175b-1024-a100.yaml"), "--json", "--set", FAULT]) == 130
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("emulator: warning: this run may be slow (~3,303,014 events")
+    assert main(["run", os.path.join(ROOT, "scenarios", "quickstart.yaml"), "--json"]) == 130  # quick: no warning
+    assert capsys.readouterr().err == "emulator: interrupted\n"

@@ -96,3 +96,33 @@ def test_an_unknown_link_is_rejected(tmp_path):
     path = _scenario(str(tmp_path))
     with pytest.raises(EmulatorError, match="unknown link or node 'nic9.9'"):
         _run(path, [_ov("link_degrade", "nic9.9", 0.5)])
+
+
+def test_the_summary_text_names_each_fault_and_what_it_reached():
+    from emulator.outputs.summary import human_table, summarize
+
+    # 4 DGX A100 nodes (8 GPUs each), 2 per leaf, 8 spines (one per NIC)
+    sc = load_scenario("scenarios/spine-link-failure.yaml", [
+        "cluster.overrides=[{kind: gpu_slowdown, target: 'node:1', factor: 1.5}, "
+        "{kind: link_degrade, target: 'leaf0<->spine1', factor: 0.5, extra_latency: 2 us}, "
+        "{kind: link_fail, target: spine0}, {kind: link_fail, target: 'leaf1->spine2', at: 0.2 s, until: 0.5 s}]"])
+    summary = summarize(simulate(sc))
+    text = human_table(summary)
+    # node:1 is GPUs 8..15: 8 GPUs
+    assert "fault: gpu_slowdown node:1: compute 1.5x as long on 8 GPUs, the whole run" in text
+    # a cable is its 2 directed links
+    assert "fault: link_degrade leaf0<->spine1: 2 links at 50% of their bandwidth, +2.0 us latency" in text
+    # spine0 has a cable to each of the 2 leaves: 4 directed links
+    assert "fault: link_fail spine0: 4 links down the whole run" in text
+    timed = summary["faults"][0]
+    assert (f"fault: link_fail leaf1->spine2 at 200.0 ms, until 500.0 ms: {timed['flows_rerouted']} flows rerouted, "
+            f"{timed['flows_stalled']} stalled") in text
+    assert [o["links"] for o in summary["overrides"]] == [0, 2, 4] and summary["overrides"][0]["gpus"] == 8
+
+
+def test_a_run_without_faults_says_none():
+    from emulator.outputs.summary import human_table, summarize
+
+    summary = summarize(simulate(load_scenario("scenarios/spine-link-failure.yaml", ["cluster.overrides=[]"])))
+    assert "overrides" not in summary and "faults" not in summary
+    assert "fault:" not in human_table(summary)

@@ -124,3 +124,67 @@ def test_two_real_ranks_time_from_when_both_are_up(tmp_path):
 def test_world_zero_is_refused(tmp_path, capsys):
     assert cli.main(["live", _scenario(tmp_path), "--world", "0", "--", "python", HANG, "noinit"]) == 2
     assert "--world: expected 1..8 (the GPUs of small), got 0" in capsys.readouterr().err
+
+
+def test_the_rank_that_ended_the_run_is_named_not_one_the_launcher_stopped():
+    from emulator.live.launcher import _first_failed
+
+    # rank 1 exited with its own code 3; the launcher then stopped rank 0 (SIGTERM: -15)
+    assert _first_failed([-15, 3]) == 1
+    assert _first_failed([0, -15, 3, 4]) == 2  # the first own failure, in rank order
+    assert _first_failed([-9, -15]) == 0  # only stopped ranks (the launcher was terminated): the first
+    assert _first_failed([0, 0]) == 0
+
+
+def test_a_rank_exiting_before_init_is_reported_with_its_own_code(tmp_path):
+    pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
+    script = tmp_path / "exit3.py"
+    script.write_text("import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(3)\ntime.sleep(60)\n")
+    proc, wall = _live(tmp_path, ["--world", "4", "--real", "2"], [str(script)])
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "the script (real rank 1) exited with code 3 before the run was recorded" in last, last
+    assert wall < 50  # rank 0's 60 s sleep was stopped
+
+
+def _gone(pid):
+    """Whether a process has ended (a zombie, not yet reaped by whoever inherited it, has ended)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as fh:
+            return any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+@pytest.mark.parametrize("real", [1, 2])
+def test_a_killed_launcher_leaves_no_rank_behind(tmp_path, real):
+    pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
+    import signal
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = tmp_path / "sleep.py"
+    script.write_text(f"import os, time\nopen(os.path.join({str(pids)!r}, str(os.getpid())), 'w').close()\n"
+                      "time.sleep(120)\n")
+    cmd = [PY, "-m", "emulator", "live", _scenario(tmp_path), "--world", "4", "--real", str(real), "--clock",
+           "virtual", "--out", str(tmp_path / "out"), "--", "python", str(script)]
+    launcher = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 90
+        while len(os.listdir(pids)) < real and time.monotonic() < end:
+            time.sleep(0.1)
+        ranks = [int(p) for p in os.listdir(pids)]
+        assert len(ranks) == real, "the ranks never started"
+        launcher.kill()  # SIGKILL: the launcher cannot stop its ranks itself
+        launcher.wait()
+        end = time.monotonic() + 5
+        while not all(map(_gone, ranks)) and time.monotonic() < end:
+            time.sleep(0.05)
+        left = [r for r in ranks if not _gone(r)]
+        for r in left:  # do not leave them to the machine
+            os.kill(r, signal.SIGKILL)
+        assert not left, f"ranks {left} outlived the launcher by 5 s"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()

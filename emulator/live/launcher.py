@@ -51,8 +51,8 @@ def _options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
                    help="run K real processes, world ranks 0..K-1, talking for real (gloo; NCCL on GPUs)")
     p.add_argument("--clock", choices=("wall", "virtual"), default=d("wall"),
                    help="wall: sleep until emulated completions; virtual: only account (fast)")
-    p.add_argument("--out", metavar="DIR", default=d("emulator-live-out"),
-                   help="write summary.json, trace.json, record.json here (default: emulator-live-out)")
+    p.add_argument("--out", metavar="DIR", default=d(os.path.join("out", "live")),
+                   help="write summary.json, trace.json, record.json here (default: out/live)")
     p.add_argument("--profile", action="store_true", default=d(False),
                    help="record the script's ops with the PyTorch profiler")
     p.add_argument("--json", action="store_true", default=d(False), help="print the summary as one JSON object")
@@ -169,19 +169,23 @@ def live_command(args: argparse.Namespace) -> str | int:
     with tempfile.TemporaryDirectory(prefix="emulator-live-") as tmp:
         paths = [os.path.join(tmp, f"record-{k}.json") for k in range(real)]
         if real == 1:
-            rc = subprocess.call(cmd, env=_env(args, scenario, world, paths[0]))
-            codes = [rc]
+            codes = _run_all([(cmd, _env(args, scenario, world, paths[0]))], [])
+            rc = codes[0]
+            first = 0
         else:
             shared = {"EMULATOR_LIVE_REAL": str(real), "EMULATOR_LIVE_MASTER": f"127.0.0.1:{_free_port()}"}
             states = [os.path.join(tmp, f"state-{k}.json") for k in range(real)]
             codes = _run_all([(cmd, {**_env(args, scenario, world, paths[k], k, shared),
                                      "EMULATOR_LIVE_STATE": states[k]}) for k in range(real)], states)
-            rc = next((c for c in codes if c), 0)
+            first = _first_failed(codes)
+            rc = codes[first]
         records = []
         for k, path in enumerate(paths):
             if not os.path.exists(path):
+                k = first if codes[first] else k  # the rank that ended the run, not one stopped after it
+                stopped = " (the other ranks were stopped after it)" if real > 1 and codes[k] else ""
                 raise EmulatorError(f"emulator live: the script (real rank {k}) exited with code {codes[k]} "
-                                    "before the run was recorded")
+                                    f"before the run was recorded{stopped}")
             with open(path, encoding="utf-8") as fh:
                 records.append(json.load(fh))
     for rec in records:
@@ -218,15 +222,16 @@ def _run_all(jobs: list[tuple[list[str], dict[str, str]]], states: list[str]) ->
     stop the others (they would wait for it on the real group until its timeout). If the watchdog
     (``emulator.live.watchdog``, on the ranks' ``states`` files) finds a deadlock among the real
     ranks, stop every process of the run and raise it. Returns the exit codes."""
-    procs = [subprocess.Popen(cmd, env=env) for cmd, env in jobs]
-    watch = _Watch(states)
+    procs = [subprocess.Popen(cmd, env=env, preexec_fn=_die_with(os.getpid())) for cmd, env in jobs]
+    watch = _Watch(states) if states else None
     before = signal.signal(signal.SIGTERM, _terminated)  # a terminated launcher stops its processes too
     try:
         while [p.poll() for p in procs].count(None):  # poll each one: any() would stop at the first running
             if any(p.returncode not in (None, 0) for p in procs):
+                codes = [p.returncode for p in procs]  # before the others are stopped: who ended it, and how
                 _stop(procs)
-                break
-            why = watch.check([p.returncode for p in procs])
+                return [c if c is not None else p.wait() for c, p in zip(codes, procs)]
+            why = watch.check([p.returncode for p in procs]) if watch else None
             if why:
                 _stop(procs)
                 raise EmulatorError(f"emulator live: {why}; every process of the run was stopped")
@@ -238,6 +243,35 @@ def _run_all(jobs: list[tuple[list[str], dict[str, str]]], states: list[str]) ->
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def _first_failed(codes: list[int]) -> int:
+    """The real rank that ended the run: the first with its own failing exit code; a rank the launcher
+    stopped after it (SIGTERM, -15, or SIGKILL, -9) only where no rank failed on its own."""
+    own = [k for k, c in enumerate(codes) if c and c not in (-signal.SIGTERM, -signal.SIGKILL)]
+    return own[0] if own else next((k for k, c in enumerate(codes) if c), 0)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int):
+    """A ``preexec_fn`` for a rank's process: on Linux, ask the kernel for SIGKILL when the launcher
+    dies (``prctl(PR_SET_PDEATHSIG)``), so that a launcher killed outright (SIGKILL, which it cannot
+    catch to stop its ranks) leaves no rank behind; if the launcher is gone already (between fork
+    and prctl), end at once. Elsewhere, nothing (the launcher's SIGTERM handler and ``finally`` stop
+    the ranks on every exit it sees)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child between fork and exec only calls
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("guides/workloads/", "emulator run scenarios/quickstart.yaml --out out/quickstart"),
     "collective": ("guides/fabrics/", "emulator collective scenarios/dgx-a100-node.yaml --op all_reduce "
                                       "--sizes 8B:1GiB"),
+    "topology": ("guides/failures/", "emulator topology scenarios/spine-link-failure.yaml"),
     "schema": ("reference/scenario/", "emulator schema > scenario.schema.json"),
     "sweep": ("guides/studies/", "emulator sweep scenarios/quickstart.yaml --vary training.global_batch=16,32 "
                                  "--db study.sqlite"),

@@ -130,6 +130,10 @@ def summarize(result: Result) -> dict[str, Any]:
         shares = kernel_shares(sc)
         if shares is not None:
             out["profile_kernels"] = shares
+    if result.overrides:  # faults in force from the start: what each reached
+        out["overrides"] = [{"kind": o.kind, "target": o.target, "factor": o.factor,
+                             "extra_latency_s": o.extra_latency_s, "gpus": o.gpus, "links": o.links}
+                            for o in result.overrides]
     if result.program.meta.measured and sc.simulation.iterations <= 1:  # a replayed real trace: measured vs emulated
         from emulator.importers.replay_report import compare
 
@@ -145,6 +149,30 @@ MFU_CONVENTION = "megatron-full-attention"
 TRACE_MFU_CONVENTION = "trace-declared"
 CONVENTION_TEXT = {MFU_CONVENTION: "Megatron-LM model FLOPs: attention's full s^2, causal or not",
                    TRACE_MFU_CONVENTION: "the FLOPs the trace's ops declare"}
+
+
+def fault_lines(summary: dict) -> list[str]:
+    """The faults and stragglers of a run, one line each, and what each did: timed link faults with
+    their window and the flows they rerouted or stalled; faults in force from the start with the GPUs
+    or links they reached."""
+    lines = []
+    for o in summary.get("overrides", []):
+        what = f"fault: {printable(o['kind'])} {printable(o['target'])}"
+        if o["kind"] == "gpu_slowdown":
+            lines.append(f"{what}: compute {o['factor']:g}x as long on {o['gpus']} GPU{'s' * (o['gpus'] != 1)}, "
+                         "the whole run")
+        elif o["kind"] == "link_degrade":
+            extra = f", +{_fmt_time(o['extra_latency_s'])} latency" if o["extra_latency_s"] else ""
+            lines.append(f"{what}: {o['links']} link{'s' * (o['links'] != 1)} at {o['factor']:.0%} of their "
+                         f"bandwidth{extra}, the whole run")
+        else:
+            lines.append(f"{what}: {o['links']} link{'s' * (o['links'] != 1)} down the whole run; "
+                         "routing avoids them")
+    for f in summary.get("faults", []):
+        until = f"until {_fmt_time(f['until_s'])}" if f["until_s"] is not None else "never recovers"
+        lines.append(f"fault: {printable(f['kind'])} {printable(f['target'])} at {_fmt_time(f['at_s'])}, {until}: "
+                     f"{f['flows_rerouted']} flows rerouted, {f['flows_stalled']} stalled")
+    return lines
 
 
 def summary_json(summary: dict) -> str:
@@ -232,6 +260,7 @@ def human_table(summary: dict) -> str:
             lines.append(f"  rank {r['rank']:<13} {_fmt_time(r['measured_span_s']):>13}  "
                          f"{_fmt_time(r['emulated_span_s']):>13}  {r['span_error']:+6.1%}  {mw:>13}  "
                          f"{_fmt_time(r['emulated_wait_s']):>13}")
+    lines.extend(fault_lines(summary))
     for note in sim.get("notes", []):
         lines.append(f"note: {note}")
     if mem.get("fits") is False:

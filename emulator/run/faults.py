@@ -40,7 +40,7 @@ from emulator.errors import EmulatorError
 from emulator.network.fabric import Fabric, Flow
 from emulator.network.routing import around_switch, detour
 from emulator.network.topology import Layout, Topology
-from emulator.result import FaultRecord
+from emulator.result import FaultRecord, OverrideRecord
 from emulator.scenario.schema import MIN_BANDWIDTH
 from emulator.scenario.spec import Fault
 
@@ -132,6 +132,21 @@ def apply_faults(topo: Topology, overrides: tuple[Fault, ...]) -> dict[int, floa
                              "(gpu_slowdown | link_degrade | link_fail | node_fail)")
     topo.failed = frozenset(failed)
     return slowdown
+
+
+def applied_overrides(topo: Topology, overrides: tuple[Fault, ...]) -> list[OverrideRecord]:
+    """What each override in force from the start reached (``apply_faults`` resolved the same names)."""
+    out = []
+    for ov in overrides:
+        if is_timed(ov) or ov.kind not in ("gpu_slowdown", "link_degrade", "link_fail"):
+            continue
+        rec = OverrideRecord(ov.kind, ov.target, ov.factor, ov.extra_latency)
+        if ov.kind == "gpu_slowdown":
+            rec.gpus = len(_ranks(topo, ov.target))
+        else:
+            rec.links = len(_links(topo, ov.target))
+        out.append(rec)
+    return out
 
 
 def is_timed(ov: Fault) -> bool:

@@ -33,7 +33,7 @@ from emulator.network.tuning import hardware
 from emulator.program import Fold, FoldRefused, Program
 from emulator.result import Result
 from emulator.run.engine import DeadlockError, Engine
-from emulator.run.faults import FaultSchedule, TimedFault, apply_faults, timed_faults
+from emulator.run.faults import FaultSchedule, TimedFault, applied_overrides, apply_faults, timed_faults
 from emulator.run.mix import Runner, simulate_jobs
 from emulator.scenario.spec import GpuSpec, Scenario
 
@@ -256,7 +256,7 @@ def _run_program(program: Program, scenario: Scenario, progress: Progress | None
     alias = {} if cluster.timed else model.link_alias  # timed faults ran every flow on all its links
     return Result(scenario, program, topo, spans, makespan / iterations, events, time.perf_counter() - t0,
                   list(notes or []), *_alias_traffic(alias, series, engine.fabric.bytes_on_link),
-                  faults=schedule.records)
+                  faults=schedule.records, overrides=applied_overrides(topo, scenario.cluster.overrides))
 
 
 def _alias_traffic(alias: dict[int, int], series: dict[int, list], link_bytes: list[float]) -> tuple[dict, list]:

@@ -16,7 +16,9 @@ search`` ranks layouts by (studies/rank.py), so a user sees the answer's ballpar
 """
 from __future__ import annotations
 
+import math
 import time
+from dataclasses import dataclass
 
 from emulator.outputs.printable import printable
 from emulator.program import COLLECTIVE, COMPUTE, SEND, Op, Program
@@ -216,3 +218,77 @@ def closed_form(scenario: Scenario) -> float | None:
     if scenario.model is None or scenario.workload.trace or scenario.cluster.node is None or scenario.jobs:
         return None
     return estimate_iteration(scenario).iteration_s
+
+
+# ------------------------------------------------------------------ the warning before a slow run
+# A pre-estimate from the scenario's keys alone, without building the workload (an unfolded build
+# can itself take minutes: `emulator run --estimate` on gpt3-175b-1024-a100 with one override took 76
+# CPU seconds). Per simulated rank, per layer it holds, per microbatch, per iteration, fitted on that
+# scenario unfolded (`emulator run scenarios/gpt3-175b-1024-a100.yaml --estimate --set
+# "cluster.overrides=[{kind: gpu_slowdown, target: 'gpu:3', factor: 2}]"`, 2026-12-06: 3,301,152 events
+# and 21,702,144 ops for 1,024 ranks × 96 microbatches × 12 layers = 1,179,648 rank-layer-microbatches).
+EVENTS_PER_RANK_LAYER_MB = 2.8  # 3,301,152 / 1,179,648
+OPS_PER_RANK_LAYER_MB = 18.4  # 21,702,144 / 1,179,648
+# --out's files per op (spans.csv, trace.json): issue #42 measured 1.3 GB for a run of that size (~21.7M ops)
+OUT_BYTES_PER_OP = 60.0
+SLOW_S = 30.0  # a run expected to take longer is announced
+LARGE_OUT_BYTES = 1e9  # and so is an --out expected to write more
+
+
+@dataclass(frozen=True)
+class PreEstimate:
+    """What the scenario's keys predict of a run: ranks it simulates, events, wall time, --out bytes."""
+
+    ranks: int
+    simulated: int
+    events: float
+    wall_s: float
+    out_bytes: float
+    fold_note: str
+
+
+def pre_estimate(scenario: Scenario) -> PreEstimate | None:
+    """The run's size from its keys (``choose_fold`` and the layout; nothing is built); None where
+    the keys do not say it (a trace or profile workload, several jobs)."""
+    from emulator.run.folding import choose_fold
+
+    m, t, p = scenario.model, scenario.training, scenario.parallel
+    if scenario.jobs or scenario.workload.trace or scenario.workload.profile or m is None or not m.layers:
+        return None
+    ranks = p.tp * p.pp * p.dp * p.cp
+    fold, note = choose_fold(scenario)
+    simulated = ranks if fold is None else max(1, ranks // fold.copies)
+    microbatches = max(1, t.global_batch // max(1, t.micro_batch * p.dp))
+    units = simulated * microbatches * math.ceil(m.layers / p.pp) * max(1, scenario.simulation.iterations)
+    events = EVENTS_PER_RANK_LAYER_MB * units
+    out_bytes = OUT_BYTES_PER_OP * OPS_PER_RANK_LAYER_MB * units
+    return PreEstimate(ranks, simulated, events, events / EVENTS_PER_S, out_bytes, note)
+
+
+def slow_warning(scenario: Scenario, out: bool = False) -> str | None:
+    """One line for stderr when the run looks slow (over ``SLOW_S``) or, with ``out``, its files large:
+    what makes it so and what to do; None otherwise."""
+    from emulator.scenario.units import format_bytes, format_time
+
+    pre = pre_estimate(scenario)
+    if pre is None:
+        return None
+    slow, large = pre.wall_s > SLOW_S, out and pre.out_bytes > LARGE_OUT_BYTES
+    if not (slow or large):
+        return None
+    what = []
+    if slow:
+        what.append(f"~{pre.events:,.0f} events, ~{format_time(pre.wall_s)} at ~{EVENTS_PER_S:,.0f} events/s")
+    if large:
+        what.append(f"--out would write ~{format_bytes(pre.out_bytes)}")
+    if pre.simulated == pre.ranks and pre.ranks > 1:
+        why = f"all {pre.ranks:,} GPUs are simulated ({pre.fold_note})"
+        todo = ("to simulate a few ranks for all, remove what turns folding off (simulation.fold: auto; "
+                "study faults and stragglers on a smaller cluster)")
+    else:
+        why = f"{pre.simulated:,} of {pre.ranks:,} GPUs simulated, over every microbatch and layer"
+        todo = "fewer microbatches (training.global_batch) or iterations run faster"
+    if large:
+        todo += "; leave out --out (its spans.csv and trace.json hold every op)"
+    return (f"warning: this run may be slow ({'; '.join(what)}): {why}; {todo}; "
+            "`emulator run --estimate` builds the workload to count it closer")
