@@ -133,9 +133,23 @@ def traffic(tokens: int, hidden: int, group: EpGroup, dtype: str = "bf16", probs
     row = row_bytes(hidden, dtype)
     nvl_rows = tokens * N * (L - 1) * p_r
     rdma_rows = tokens * (N - 1) * p_d
-    nvl_row = row + (m * PROB_BYTES if probs else 0.0)
-    rdma_row = row + (m * L * PROB_BYTES if probs else 0.0)
-    return Traffic(nvl_rows * nvl_row, rdma_rows * rdma_row, tokens * group.ep * p_r * row)
+    nvl_scale, rdma_scale = row_scales(row, m, L, probs)
+    return Traffic(nvl_rows * row * nvl_scale, rdma_rows * row * rdma_scale, tokens * group.ep * p_r * row)
+
+
+def row_scales(row: float, local_experts: int, ranks_per_domain: int, probs: bool) -> tuple[float, float]:
+    """(NVLink, RDMA) bytes on the wire per byte of a token's ``row``: 1, or with ``probs`` the FP32
+    routing probabilities the row carries: a rank's m experts' over NVLink, the peer's domain's m·L over
+    RDMA (``rdma_prob_buffer``, Hybrid-EP_Implementation.md 4)."""
+    if not probs:
+        return 1.0, 1.0
+    return (1.0 + local_experts * PROB_BYTES / row,
+            1.0 + local_experts * ranks_per_domain * PROB_BYTES / row)
+
+
+def chunk_fraction(tokens: float) -> float:
+    """The share of a call one 64-token pipeline chunk carries (all of it under 64 tokens)."""
+    return min(1.0, CHUNK_TOKENS / tokens) if tokens > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -163,7 +177,7 @@ def time_of(load: Traffic, links: Links, tokens: int) -> float:
     if not load.rdma:
         return links.launch + links.alpha_nvlink + t_nvl if load.nvlink else 0.0
     t_rdma = load.rdma / links.rdma
-    fill = min(1.0, CHUNK_TOKENS / tokens) * min(t_nvl, t_rdma)
+    fill = chunk_fraction(tokens) * min(t_nvl, t_rdma)
     return links.launch + links.alpha_nvlink + links.alpha_rdma + max(t_nvl, t_rdma) + fill
 
 
