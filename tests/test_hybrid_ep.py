@@ -4,6 +4,9 @@ from itertools import combinations
 
 import pytest
 
+from emulator.network.collectives import CollectiveModel
+from emulator.network.dispatch import dispatch
+from emulator.network.fabric import alone
 from emulator.network.hybrid_ep import (
     EpGroup,
     Links,
@@ -15,9 +18,6 @@ from emulator.network.hybrid_ep import (
     time_of,
     traffic,
 )
-from emulator.network.collectives import CollectiveModel
-from emulator.network.dispatch import dispatch
-from emulator.network.fabric import alone
 from emulator.network.raw_plan import StepCosts
 from emulator.network.routing import Router
 from emulator.network.topology import build_topology
