@@ -461,10 +461,10 @@ class ScenarioChecks:
             if len(set(counts.values())) > 1:
                 split = " + ".join(str(c) for c in counts.values())
                 raise self.fail("parallel.moe_flex_dispatcher_backend",
-                                f"hybridep needs each EP group to hold as many ranks in each of its NVLink domains; "
-                                f"ranks {first}-{first + p.ep - 1} (ep {p.ep}) split {split} over domains of {d} "
-                                "GPUs (DeepEP hybrid-ep HybridEPBuffer); choose ep dividing the domain or a multiple "
-                                "of it, or use deepep")
+                                f"hybridep needs each EP group to hold the same number of ranks in each NVLink "
+                                f"domain it spans; ranks {first}-{first + p.ep - 1} (ep {p.ep}) split {split} over "
+                                f"domains of {d} GPUs (DeepEP hybrid-ep HybridEPBuffer); choose ep dividing the "
+                                "domain or a multiple of it, or use deepep")
 
     def check_domain(self, s: Scenario) -> None:
         """``cluster.node.nvlink_domain``: whole nodes of NVLink-switched GPUs (network/domain.py)."""
