@@ -143,25 +143,25 @@ def _routing(model: "PlanMaker", params: dict[str, float], group: tuple[int, ...
 
 
 def _relayed_legs(s: int, nodes: list[list[int]], node_of: dict[int, int], p_gpu: dict[int, float],
-                  p_node: list[float]) -> tuple[list["Hop"], list["Hop"], list[tuple[int, int, int]]]:
-    """Rank ``s``'s dispatch legs per byte of its tokens: (NVLink, RDMA, forwarded paths). NVLink to each
-    GPU of its own node with P(use GPU); RDMA once per other node with P(use node) to the GPU of its local
-    index there, which forwards to each other GPU of that node with P(use GPU)."""
+                  p_node: list[float]) -> tuple[list[tuple[int, int, float, bool]], list[tuple[int, int, int]]]:
+    """Rank ``s``'s dispatch legs per byte of its tokens, each marked True when it crosses RDMA, and its
+    forwarded paths: NVLink to each GPU of its own node with P(use GPU); RDMA once per other node with
+    P(use node) to the GPU of its local index there, which forwards to each other GPU of that node with
+    P(use GPU)."""
     home = node_of[s]
     j = nodes[home].index(s)
-    nvl: list["Hop"] = [(s, g, p_gpu[g]) for g in nodes[home] if g != s]
-    rdma: list["Hop"] = []
+    legs = [(s, g, p_gpu[g], False) for g in nodes[home] if g != s]
     two_hop: list[tuple[int, int, int]] = []
     for k, members in enumerate(nodes):
         if k == home:
             continue
         relay = members[j % len(members)]
-        rdma.append((s, relay, p_node[k]))
+        legs.append((s, relay, p_node[k], True))
         for g in members:
             if g != relay:
-                nvl.append((relay, g, p_gpu[g]))
+                legs.append((relay, g, p_gpu[g], False))
                 two_hop.append((s, relay, g))
-    return nvl, rdma, two_hop
+    return legs, two_hop
 
 
 def _reverse(legs: list["Hop"]) -> list["Hop"]:
@@ -176,8 +176,8 @@ def deepep(model: "PlanMaker", direction: str, params: dict[str, float], group: 
     rdma_f = rdma_fraction(len(nodes), direction)
     flows = []
     for s in group:
-        nvl, rdma, two_hop = _relayed_legs(s, nodes, node_of, p_gpu, p_node)
-        legs = [(a, b, x / nvl_f) for a, b, x in nvl] + [(a, b, x / rdma_f) for a, b, x in rdma]
+        marked, two_hop = _relayed_legs(s, nodes, node_of, p_gpu, p_node)
+        legs = [(a, b, x / (rdma_f if rdma else nvl_f)) for a, b, x, rdma in marked]
         if direction == "out":
             legs = _reverse(legs)
             two_hop = [(b, r, a) for a, r, b in two_hop]
@@ -199,22 +199,23 @@ def hybridep(model: "PlanMaker", direction: str, params: dict[str, float], group
     both: list["RawFlow"] = []
     last: list["RawFlow"] = []
     for s in group:
-        nvl, rdma, two_hop = _relayed_legs(s, nodes, node_of, p_gpu, p_node)
-        nvl = [(a, b, x * row_scales(row, local, len(nodes[node_of[b]]), probs)[0]) for a, b, x in nvl]
-        rdma = [(a, b, x * row_scales(row, local, len(nodes[node_of[b]]), probs)[1]) for a, b, x in rdma]
+        marked, two_hop = _relayed_legs(s, nodes, node_of, p_gpu, p_node)
+        nvl = [(a, b, x * row_scales(row, local, len(nodes[node_of[b]]), probs)[0])
+               for a, b, x, cross in marked if not cross]
+        rdma = [(a, b, x * row_scales(row, local, len(nodes[node_of[b]]), probs)[1])
+                for a, b, x, cross in marked if cross]
         if direction == "out":  # combine: NVLink to the peer (pre-reduced there), then RDMA home
             nvl, rdma = _reverse(nvl), _reverse(rdma)
             two_hop = [(b, r, a) for a, r, b in two_hop]
-        if not rdma:  # one NVLink domain: one stage
-            first.append(_flow(model, nvl, two_hop))
+        if not (rdma and nvl):  # one stage: one NVLink domain, or one rank in each
+            first.append(_flow(model, nvl + rdma, two_hop))
             continue
         stage1, stage2 = (rdma, nvl) if direction == "in" else (nvl, rdma)
         _hops, _vol, alpha, _merged = _flow(model, nvl + rdma, two_hop)
         first.append(([(a, b, x * f) for a, b, x in stage1], 1.0, alpha, []))
         if f < 1.0:
             both.append(([(a, b, x * (1.0 - f)) for a, b, x in stage1 + stage2], 1.0, 0.0, []))
-        if stage2:  # none with one rank a domain
-            last.append(([(a, b, x * f) for a, b, x in stage2], 1.0, 0.0, []))
+        last.append(([(a, b, x * f) for a, b, x in stage2], 1.0, 0.0, []))
     return [phase for phase in (first, both, last) if phase]
 
 
