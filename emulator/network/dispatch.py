@@ -41,12 +41,11 @@ routed on the links it really uses, where it shares them with TP, PP and DP traf
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from itertools import combinations
 from typing import TYPE_CHECKING, Callable
 
-from emulator.network.hybrid_ep import chunk_fraction, row_scales
+from emulator.network.hybrid_ep import chunk_fraction, miss_probability, row_scales
 from emulator.program import parse_dispatch_op
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ def _no_use(experts: int, top_k: int, groups: int, group_topk: int, members: tup
     total, subsets = 0.0, 0
     for chosen in combinations(range(groups), group_topk):
         a = sum(per_group[i] for i in chosen)
-        total += math.comb(m - a, top_k) / math.comb(m, top_k) if m - a >= top_k else 0.0
+        total += miss_probability(m, top_k, a)
         subsets += 1
     return total / subsets
 
