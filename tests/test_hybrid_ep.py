@@ -205,3 +205,6 @@ def test_hybridep_dispatch_time_on_two_dgx_h100():
     expected = 1.3e-6 + t_rdma + t_nvl / 64  # 1.3 us + 959.7 us + 4.3 us
     assert alone(plan, d.bytes, topo.capacity).duration == pytest.approx(expected, rel=1e-9)
     assert expected == pytest.approx(965.3e-6, rel=1e-3)
+    # hybrid_ep.py's closed form on the same links gives the same call
+    links = Links(nvlink=370e9, rdma=47e9, alpha_nvlink=0.3e-6, alpha_rdma=1e-6, launch=0.0)
+    assert dispatch_time(4096, 7168, EpGroup(16, 8, 16, 2), links) == pytest.approx(expected, rel=1e-9)
