@@ -447,11 +447,12 @@ class ScenarioChecks:
         """HybridEP splits the EP group into NVLink domains of equal rank counts (DeepEP hybrid-ep
         deep_ep/hybrid_ep_buffer.py ``HybridEPBuffer.__init__``: "The number of ranks ... should be divisible
         by the number of ranks per node", its NVLink domain's; one ``num_of_ranks_per_node`` for all). With
-        flex dispatch (expert tensor parallelism 1) an EP group is ep consecutive ranks from a multiple of
-        ep, rank r in NVLink domain r // domain (network/domain.py)."""
+        flex dispatch (expert tensor parallelism 1) and Megatron's rank order (TP fastest) an EP group is ep
+        consecutive ranks from a multiple of ep, rank r in NVLink domain r // domain (network/domain.py).
+        Another ``parallel.order`` is not checked: the plan relays within whatever domains its group has."""
         node = s.cluster.node
         if (p.moe_token_dispatcher_type != "flex" or p.moe_flex_dispatcher_backend != "hybridep" or node is None
-                or p.ep <= 1):
+                or p.ep <= 1 or p.order not in ((), ("pp", "dp", "cp", "tp"))):
             return
         d, world = node.domain, p.tp * p.pp * p.dp * p.cp
         for first in range(0, world, p.ep):

@@ -744,7 +744,9 @@ def _folded_moe_backward(L: LayerShape) -> list[Step]:
 # - flex (MoEFlexTokenDispatcher, fused_a2a.py): DeepEP's (or HybridEP's) dispatch and combine over TP×EP,
 #   each token once per destination (network/dispatch.py); the probabilities travel with the tokens; DeepEP's normal
 #   dispatch waits on the host for the received count (deep_ep/buffer.py ``dispatch``: "the CPU will wait
-#   for GPU's signal"); its kernels hold moe_flex_dispatcher_num_sms SMs, so compute under them is slower.
+#   for GPU's signal"), as HybridEP's does without moe_expert_rank_capacity_factor (token_dispatcher.py
+#   ``_HybridEPManager.setup_metadata``: "HybridEP sizes buffers dynamically (CPU sync in dispatch)");
+#   its kernels hold moe_flex_dispatcher_num_sms SMs, so compute under them is slower.
 # The EP group stands for TP×EP: they are one group with MoE parallel folding (etp 1).
 
 # The host sync: the stream drains, the host reads the splits and launches the next kernels; the GPU waits
