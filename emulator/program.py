@@ -76,8 +76,8 @@ COLLECTIVE_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "b
 
 # MoE token dispatch collectives whose traffic depends on the routing (emulator/network/dispatch.py builds
 # their flows): "<kind>:<direction>:<k=v,...>", kind all_to_all_v (NCCL all-to-all-v with per-pair sizes)
-# or a flex backend (deepep), direction in (dispatch: towards the experts) or out (combine: back).
-DISPATCH_KINDS = ("all_to_all_v", "deepep")
+# or a flex backend (deepep, hybridep), direction in (dispatch: towards the experts) or out (combine: back).
+DISPATCH_KINDS = ("all_to_all_v", "deepep", "hybridep")
 
 
 def is_collective(op: str) -> bool:

@@ -213,6 +213,14 @@ HEAD = "name: x\ncluster:\n  nodes: 2\n  node: dgx-a100\n"
     (HEAD + "model:\n  preset: gpt3-125m\ntraining:\n  global_batch: 16\n  fp8_params: true\n",
      "x.yaml:9: training.fp8_params: fp8 weights need training.precision: fp8 (it is bf16); remove "
      "fp8_params or set the precision"),
+    # HybridEP's NVLink domains must hold equal shares of an EP group (DeepEP hybrid-ep HybridEPBuffer): 32 trays
+    # = 128 GPUs, racks of 72: ranks 64-95 are 8 in the first rack (64-71) and 24 in the second (72-95)
+    ("name: x\ncluster:\n  nodes: 32\n  node: gb200-nvl72\nmodel:\n  preset: qwen3-30b-a3b\ntraining:\n"
+     "  global_batch: 128\nparallel:\n  ep: 32\n  moe_token_dispatcher_type: flex\n"
+     "  moe_flex_dispatcher_backend: hybridep\n",
+     "x.yaml:12: parallel.moe_flex_dispatcher_backend: hybridep needs each EP group to hold the same number of "
+     "ranks in each NVLink domain it spans; ranks 64-95 (ep 32) split 8 + 24 over domains of 72 GPUs (DeepEP "
+     "hybrid-ep HybridEPBuffer); choose ep dividing the domain or a multiple of it, or use deepep"),
 ])
 def test_message_shape(text, message):
     assert _error(text) == message

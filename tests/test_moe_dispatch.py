@@ -95,3 +95,22 @@ def test_small_grouped_gemms_lose_what_deepgemm_measured():
     assert small_m_efficiency(1024) == small_m_efficiency(8192) == 1.0
     # halfway in log M between 256 and 512 (M = 362.04): the mean of the two
     assert small_m_efficiency(362) == pytest.approx((0.85629 + 0.95909) / 2, rel=2e-3)
+
+
+def test_hybridep_runs_and_takes_padding_that_deepep_refuses(capsys):
+    # DeepSeek-V2-Lite, EP 16 over 2 DGX H100 (the EP group crosses the NICs): the flex dispatcher with each
+    # backend. Megatron-Core refuses padding to capacity with deepep only (transformer_config.py).
+    from emulator.cli import main
+
+    base = ["run", "scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--json", "--set", "parallel.ep=16",
+            "--set", "parallel.moe_token_dispatcher_type=flex"]
+    dispatch = {}
+    for backend in ("deepep", "hybridep"):
+        assert main([*base, "--set", f"parallel.moe_flex_dispatcher_backend={backend}"]) == 0
+        dispatch[backend] = json.loads(capsys.readouterr().out)["moe"]["dispatch_s"]
+    assert 0 < dispatch["hybridep"] != dispatch["deepep"] > 0
+    pad = ["--set", "model.moe_expert_capacity_factor=1.5", "--set", "model.moe_pad_expert_input_to_capacity=true"]
+    assert main([*base, *pad, "--set", "parallel.moe_flex_dispatcher_backend=hybridep"]) == 0
+    capsys.readouterr()
+    assert main([*base, *pad, "--set", "parallel.moe_flex_dispatcher_backend=deepep"]) == 2
+    assert "does not support model.moe_pad_expert_input_to_capacity" in capsys.readouterr().err

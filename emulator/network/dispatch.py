@@ -25,15 +25,27 @@ routed on the links it really uses, where it shares them with TP, PP and DP traf
   with ~160 GB/s NVLink and a ~50 GB/s CX7 NIC) enter as fractions of those link rates
   (``DEEPEP_NVLINK``, ``DEEPEP_RDMA``): each leg's bytes are scaled by 1/fraction on the emulator's links.
 
+- ``hybridep`` (NVIDIA's HybridEP, DeepEP branch ``hybrid-ep`` @ 94a9f8f6b146: deep_ep/hybrid_ep_buffer.py
+  ``HybridEPBuffer.dispatch_with_permute``/``combine_with_unpermute``, csrc/hybrid_ep/; Megatron-Core's flex
+  backend ``hybridep``: fused_a2a.py ``HybridEPDispatch``/``HybridEPCombine``, token_dispatcher.py
+  ``_HybridEPManager``). The legs of ``deepep`` grouped by **NVLink domain**, which is the network's node
+  (network/domain.py: 72 GPUs over the 18 trays of an NVL72 rack, one 8-GPU node elsewhere): RDMA once per
+  other domain holding one of the token's experts, to the peer of the same local rank, NVLink once per rank
+  of a domain holding its experts; combine the reverse, pre-reduced at the peer. Counts, row sizes and the
+  64-token pipeline are network/hybrid_ep.py's (``row_scales``, ``chunk_fraction``): the forward dispatch
+  and its backward carry the FP32 probabilities (``probs``), over the links at their calibrated rates (the
+  node's intra_efficiency and nic_efficiency, as hybrid_ep.py ``links_of``) with no DeepEP fraction. On one
+  NVLink domain (an NVL72 rack, EP ≤ 72) no byte crosses a NIC.
+
 ``BACKENDS`` maps a flex backend to its plan: the plug-in point for another backend.
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from itertools import combinations
 from typing import TYPE_CHECKING, Callable
 
+from emulator.network.hybrid_ep import chunk_fraction, miss_probability, row_scales
 from emulator.program import parse_dispatch_op
 
 if TYPE_CHECKING:
@@ -69,7 +81,7 @@ def _no_use(experts: int, top_k: int, groups: int, group_topk: int, members: tup
     total, subsets = 0.0, 0
     for chosen in combinations(range(groups), group_topk):
         a = sum(per_group[i] for i in chosen)
-        total += math.comb(m - a, top_k) / math.comb(m, top_k) if m - a >= top_k else 0.0
+        total += miss_probability(m, top_k, a)
         subsets += 1
     return total / subsets
 
@@ -109,9 +121,11 @@ def all_to_all_v(model: "PlanMaker", direction: str, params: dict[str, float],
     return [flows]
 
 
-def deepep(model: "PlanMaker", direction: str, params: dict[str, float], group: tuple[int, ...]) -> "RawPlan":
-    """DeepEP's normal dispatch (``in``) or combine (``out``): per token owner, RDMA once per remote node to
-    the relay of the owner's local index, NVLink forwarding inside each node (module docstring)."""
+def _routing(model: "PlanMaker", params: dict[str, float], group: tuple[int, ...]) -> tuple[
+        list[list[int]], dict[int, int], dict[int, float], list[float], int]:
+    """The group's nodes (the network's: NVLink domains on an NVL72 rack, network/domain.py), each rank's
+    node, P(a token uses the GPU) (the busiest receiver's scaled by ``load``), P(it uses the node), and
+    the experts per rank."""
     n = len(group)
     experts, top_k = int(params["experts"]), int(params["top_k"])
     groups, group_topk = int(params.get("groups", 1)), int(params.get("group_topk", 1))
@@ -124,32 +138,88 @@ def deepep(model: "PlanMaker", direction: str, params: dict[str, float], group: 
     p_gpu[group[0]] = min(1.0, p_gpu[group[0]] * load)  # the busiest receiver (all_to_all_v's convention)
     p_node = [use_probability(experts, top_k, groups, group_topk,
                               tuple(e for r in members for e in _local_experts(index[r], local))) for members in nodes]
-    nvl = DEEPEP_NVLINK[direction]
-    rdma = rdma_fraction(len(nodes), direction)
+    return nodes, node_of, p_gpu, p_node, local
+
+
+def _relayed_legs(s: int, nodes: list[list[int]], node_of: dict[int, int], p_gpu: dict[int, float],
+                  p_node: list[float]) -> tuple[list[tuple[int, int, float, bool]], list[tuple[int, int, int]]]:
+    """Rank ``s``'s dispatch legs per byte of its tokens, each marked True when it crosses RDMA, and its
+    forwarded paths: NVLink to each GPU of its own node with P(use GPU); RDMA once per other node with
+    P(use node) to the GPU of its local index there, which forwards to each other GPU of that node with
+    P(use GPU)."""
+    home = node_of[s]
+    j = nodes[home].index(s)
+    legs = [(s, g, p_gpu[g], False) for g in nodes[home] if g != s]
+    two_hop: list[tuple[int, int, int]] = []
+    for k, members in enumerate(nodes):
+        if k == home:
+            continue
+        relay = members[j % len(members)]
+        legs.append((s, relay, p_node[k], True))
+        for g in members:
+            if g != relay:
+                legs.append((relay, g, p_gpu[g], False))
+                two_hop.append((s, relay, g))
+    return legs, two_hop
+
+
+def _reverse(legs: list["Hop"]) -> list["Hop"]:
+    return [(b, a, x) for a, b, x in legs]
+
+
+def deepep(model: "PlanMaker", direction: str, params: dict[str, float], group: tuple[int, ...]) -> "RawPlan":
+    """DeepEP's normal dispatch (``in``) or combine (``out``): per token owner, RDMA once per remote node to
+    the relay of the owner's local index, NVLink forwarding inside each node (module docstring)."""
+    nodes, node_of, p_gpu, p_node, _local = _routing(model, params, group)
+    nvl_f = DEEPEP_NVLINK[direction]
+    rdma_f = rdma_fraction(len(nodes), direction)
     flows = []
     for s in group:
-        home = node_of[s]
-        j = nodes[home].index(s)
-        legs: list[tuple[int, int, float]] = [(s, g, p_gpu[g] / nvl) for g in nodes[home] if g != s]
-        two_hop: list[tuple[int, int, int]] = []
-        for k, members in enumerate(nodes):
-            if k == home:
-                continue
-            relay = members[j % len(members)]
-            legs.append((s, relay, p_node[k] / rdma))
-            for g in members:
-                if g != relay:
-                    legs.append((relay, g, p_gpu[g] / nvl))
-                    two_hop.append((s, relay, g))
+        marked, two_hop = _relayed_legs(s, nodes, node_of, p_gpu, p_node)
+        legs = [(a, b, x / (rdma_f if rdma else nvl_f)) for a, b, x, rdma in marked]
         if direction == "out":
-            legs = [(b, a, x) for a, b, x in legs]
+            legs = _reverse(legs)
             two_hop = [(b, r, a) for a, r, b in two_hop]
         flows.append(_flow(model, legs, two_hop))
     return [flows]
 
 
+def hybridep(model: "PlanMaker", direction: str, params: dict[str, float], group: tuple[int, ...]) -> "RawPlan":
+    """HybridEP's dispatch (``in``) or combine (``out``), grouped by NVLink domain (module docstring): the
+    legs of :func:`deepep` at the links' own calibrated rates, rows grown by the routing probabilities they
+    carry (``probs``), and the two stages pipelined in 64-token chunks of ``tokens``: a first chunk of the
+    first stage alone, the rest of both stages together, a last chunk of the second stage alone, so the
+    call takes the slower stage plus one chunk of the faster (network/hybrid_ep.py ``time_of``)."""
+    nodes, node_of, p_gpu, p_node, local = _routing(model, params, group)
+    probs = bool(params.get("probs", 0.0))
+    row = params.get("row", 0.0)
+    f = chunk_fraction(params.get("tokens", 0.0))
+    first: list["RawFlow"] = []
+    both: list["RawFlow"] = []
+    last: list["RawFlow"] = []
+    for s in group:
+        marked, two_hop = _relayed_legs(s, nodes, node_of, p_gpu, p_node)
+        nvl = [(a, b, x * row_scales(row, local, len(nodes[node_of[b]]), probs)[0])
+               for a, b, x, cross in marked if not cross]
+        rdma = [(a, b, x * row_scales(row, local, len(nodes[node_of[b]]), probs)[1])
+                for a, b, x, cross in marked if cross]
+        if direction == "out":  # combine: NVLink to the peer (pre-reduced there), then RDMA home
+            nvl, rdma = _reverse(nvl), _reverse(rdma)
+            two_hop = [(b, r, a) for a, r, b in two_hop]
+        if not (rdma and nvl):  # one stage: one NVLink domain, or one rank in each
+            first.append(_flow(model, nvl + rdma, two_hop))
+            continue
+        stage1, stage2 = (rdma, nvl) if direction == "in" else (nvl, rdma)
+        _hops, _vol, alpha, _merged = _flow(model, nvl + rdma, two_hop)
+        first.append(([(a, b, x * f) for a, b, x in stage1], 1.0, alpha, []))
+        if f < 1.0:
+            both.append(([(a, b, x * (1.0 - f)) for a, b, x in stage1 + stage2], 1.0, 0.0, []))
+        last.append(([(a, b, x * f) for a, b, x in stage2], 1.0, 0.0, []))
+    return [phase for phase in (first, both, last) if phase]
+
+
 Plan = Callable[["PlanMaker", str, dict[str, float], tuple[int, ...]], "RawPlan"]
-BACKENDS: dict[str, Plan] = {"deepep": deepep}  # moe_flex_dispatcher_backend → its plan
+BACKENDS: dict[str, Plan] = {"deepep": deepep, "hybridep": hybridep}  # moe_flex_dispatcher_backend → its plan
 KINDS: dict[str, Plan] = {"all_to_all_v": all_to_all_v, **BACKENDS}
 
 

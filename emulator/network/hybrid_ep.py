@@ -5,8 +5,10 @@ HybridEP is NVIDIA's expert-parallel all-to-all in DeepEP's ``hybrid-ep`` branch
 the ``hybridep`` backend of Megatron-Core's flex dispatcher (Megatron-LM d98e8a64dd
 megatron/core/transformer/moe/fused_a2a.py, ``HybridEPDispatch`` and ``HybridEPCombine`` over
 ``HybridEPBuffer.dispatch_with_permute`` / ``combine_with_unpermute``; token_dispatcher.py picks it
-with ``moe_flex_dispatcher_backend == "hybridep"``). Pure functions, no SimPy: the flex dispatcher
-costs a layer's dispatch and combine with them.
+with ``moe_flex_dispatcher_backend == "hybridep"``). Pure functions, no SimPy. In a run, the flex
+dispatcher's ``hybridep`` plan (network/dispatch.py) builds its flows from ``miss_probability``,
+``row_scales`` and ``chunk_fraction`` on the real links, shared with the other traffic; ``traffic`` and
+``time_of`` are the same call's closed form on links of its own (tests/test_hybrid_ep.py checks they agree).
 
 What moves (Hybrid-EP_Implementation.md, section 8, "RDMA communication pattern", and the kernel's
 maps in csrc/hybrid_ep/backend/hybrid_ep_backend.cuh):
@@ -60,14 +62,20 @@ FP8_SCALE_GROUP = 128  # elements per 32-bit FP8 scaling factor (Hybrid-EP_Imple
 PROB_BYTES = 4  # one FP32 routing probability
 
 
-def hit_probability(experts: int, top_k: int, held: int) -> float:
-    """Probability that a token's top_k distinct experts (uniform over ``experts``) include at least
-    one of ``held`` given experts: 1 − C(E − h, k) / C(E, k)."""
+def miss_probability(experts: int, top_k: int, held: int) -> float:
+    """Probability that a token's top_k distinct experts (uniform over ``experts``) include none of
+    ``held`` given experts: C(E − h, k) / C(E, k) (the flex dispatcher's plans use it too:
+    network/dispatch.py ``use_probability``)."""
     if held <= 0:
-        return 0.0
-    if held >= experts or top_k > experts - held:
         return 1.0
-    return 1.0 - comb(experts - held, top_k) / comb(experts, top_k)
+    if top_k > experts - held:
+        return 0.0
+    return comb(experts - held, top_k) / comb(experts, top_k)
+
+
+def hit_probability(experts: int, top_k: int, held: int) -> float:
+    """Probability that a token's top_k experts include at least one of ``held``: 1 − C(E − h, k) / C(E, k)."""
+    return 1.0 - miss_probability(experts, top_k, held)
 
 
 def row_bytes(hidden: int, dtype: str = "bf16") -> float:
@@ -133,9 +141,23 @@ def traffic(tokens: int, hidden: int, group: EpGroup, dtype: str = "bf16", probs
     row = row_bytes(hidden, dtype)
     nvl_rows = tokens * N * (L - 1) * p_r
     rdma_rows = tokens * (N - 1) * p_d
-    nvl_row = row + (m * PROB_BYTES if probs else 0.0)
-    rdma_row = row + (m * L * PROB_BYTES if probs else 0.0)
-    return Traffic(nvl_rows * nvl_row, rdma_rows * rdma_row, tokens * group.ep * p_r * row)
+    nvl_scale, rdma_scale = row_scales(row, m, L, probs)
+    return Traffic(nvl_rows * row * nvl_scale, rdma_rows * row * rdma_scale, tokens * group.ep * p_r * row)
+
+
+def row_scales(row: float, local_experts: int, ranks_per_domain: int, probs: bool) -> tuple[float, float]:
+    """(NVLink, RDMA) bytes on the wire per byte of a token's ``row``: 1, or with ``probs`` the FP32
+    routing probabilities the row carries: a rank's m experts' over NVLink, the peer's domain's m·L over
+    RDMA (``rdma_prob_buffer``, Hybrid-EP_Implementation.md 4)."""
+    if not probs:
+        return 1.0, 1.0
+    return (1.0 + local_experts * PROB_BYTES / row,
+            1.0 + local_experts * ranks_per_domain * PROB_BYTES / row)
+
+
+def chunk_fraction(tokens: float) -> float:
+    """The share of a call one 64-token pipeline chunk carries (all of it under 64 tokens)."""
+    return min(1.0, CHUNK_TOKENS / tokens) if tokens > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -163,7 +185,7 @@ def time_of(load: Traffic, links: Links, tokens: int) -> float:
     if not load.rdma:
         return links.launch + links.alpha_nvlink + t_nvl if load.nvlink else 0.0
     t_rdma = load.rdma / links.rdma
-    fill = min(1.0, CHUNK_TOKENS / tokens) * min(t_nvl, t_rdma)
+    fill = chunk_fraction(tokens) * min(t_nvl, t_rdma)
     return links.launch + links.alpha_nvlink + links.alpha_rdma + max(t_nvl, t_rdma) + fill
 
 

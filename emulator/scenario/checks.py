@@ -159,13 +159,14 @@ def _router_violations(m: ModelSpec) -> list[Violation]:
 
 
 def _dispatch_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
-    """The dispatcher keys: flex with DeepEP refuses padding to capacity (Megatron-Core transformer_config.py);
+    """The dispatcher keys: flex with DeepEP refuses padding to capacity (Megatron-Core transformer_config.py;
+    HybridEP takes it);
     the emulator's flex dispatch runs the experts without tensor parallelism (etp 1, or tp 1); shared expert
     overlap needs shared experts and the alltoall or flex dispatcher (transformer_config.py)."""
     out: list[Violation] = []
     etp = p.etp or p.tp
     if p.moe_token_dispatcher_type == "flex":
-        if m.moe_pad_expert_input_to_capacity:
+        if m.moe_pad_expert_input_to_capacity and p.moe_flex_dispatcher_backend == "deepep":
             out.append(Violation("parallel.moe_token_dispatcher_type", "the flex dispatcher with deepep does not "
                                                                        "support model.moe_pad_expert_input_to_"
                                                                        "capacity (Megatron-Core refuses it)"))
@@ -465,9 +466,34 @@ class ScenarioChecks:
                 raise self.fail("training.first_last_layers_bf16",
                                 f"BF16 first and last layers need a quantised training.precision (fp8, mxfp8 or "
                                 f"nvfp4; it is {precision}); remove first_last_layers_bf16 or set the precision")
+            self.check_hybridep(s, p)
         if s.jobs:
             s = dataclasses.replace(s, jobs=self.check_jobs(s))
         return s
+
+    def check_hybridep(self, s: Scenario, p: ParallelSpec) -> None:
+        """HybridEP splits the EP group into NVLink domains of equal rank counts (DeepEP hybrid-ep
+        deep_ep/hybrid_ep_buffer.py ``HybridEPBuffer.__init__``: "The number of ranks ... should be divisible
+        by the number of ranks per node", its NVLink domain's; one ``num_of_ranks_per_node`` for all). With
+        flex dispatch (expert tensor parallelism 1) and Megatron's rank order (TP fastest) an EP group is ep
+        consecutive ranks from a multiple of ep, rank r in NVLink domain r // domain (network/domain.py).
+        Another ``parallel.order`` is not checked: the plan relays within whatever domains its group has."""
+        node = s.cluster.node
+        if (p.moe_token_dispatcher_type != "flex" or p.moe_flex_dispatcher_backend != "hybridep" or node is None
+                or p.ep <= 1 or p.order not in ((), ("pp", "dp", "cp", "tp"))):
+            return
+        d, world = node.domain, p.tp * p.pp * p.dp * p.cp
+        for first in range(0, world, p.ep):
+            counts = {r // d: 0 for r in range(first, first + p.ep)}
+            for r in range(first, first + p.ep):
+                counts[r // d] += 1
+            if len(set(counts.values())) > 1:
+                split = " + ".join(str(c) for c in counts.values())
+                raise self.fail("parallel.moe_flex_dispatcher_backend",
+                                f"hybridep needs each EP group to hold the same number of ranks in each NVLink "
+                                f"domain it spans; ranks {first}-{first + p.ep - 1} (ep {p.ep}) split {split} over "
+                                f"domains of {d} GPUs (DeepEP hybrid-ep HybridEPBuffer); choose ep dividing the "
+                                "domain or a multiple of it, or use deepep")
 
     def check_domain(self, s: Scenario) -> None:
         """``cluster.node.nvlink_domain``: whole nodes of NVLink-switched GPUs (network/domain.py)."""

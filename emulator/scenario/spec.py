@@ -512,8 +512,12 @@ class ParallelSpec:
         "(moe_flex_dispatcher_backend's kernels). Default alltoall, the emulator's behaviour before the key; "
         "Megatron-Core's own default is allgather.", default="alltoall", choices=("alltoall", "allgather", "flex"))
     moe_flex_dispatcher_backend: str = key(
-        "The flex dispatcher's kernels: deepep (DeepEP's normal kernels: each token crosses the network once per "
-        "destination node, then NVLink inside it).", default="deepep", choices=("deepep",))
+        "The flex dispatcher's kernels (Megatron-Core's moe_flex_dispatcher_backend): deepep (DeepEP's normal "
+        "kernels: each token crosses the network once per destination node, then NVLink inside it) or hybridep "
+        "(NVIDIA's HybridEP, DeepEP's hybrid-ep branch: the same per NVLink domain, so on a GB200/GB300 NVL72 "
+        "rack an EP group of up to 72 GPUs sends nothing over its NICs; RDMA and NVLink stages pipelined in "
+        "64-token chunks; needs the EP group to fill its NVLink domains equally).", default="deepep",
+        choices=("deepep", "hybridep"))
     moe_flex_dispatcher_num_sms: int = key(
         "SMs the DeepEP kernels hold while they run (Megatron-Core's moe_flex_dispatcher_num_sms, DeepEP's historical "
         "default 20: Buffer.set_num_sms): compute under them runs on the rest.", default=20, minimum=1,

@@ -741,10 +741,12 @@ def _folded_moe_backward(L: LayerShape) -> list[Step]:
 #   ``linear_fc2_forward``): under them with moe_shared_expert_overlap.
 # - allgather (MoEAllGatherTokenDispatcher): the routing map, the probabilities and the hidden states are
 #   all-gathered over TP×EP; the combine reduce-scatters.
-# - flex (MoEFlexTokenDispatcher, fused_a2a.py): DeepEP's dispatch and combine over TP×EP, each token once
-#   per destination (network/dispatch.py); the probabilities travel with the tokens; DeepEP's normal
+# - flex (MoEFlexTokenDispatcher, fused_a2a.py): DeepEP's (or HybridEP's) dispatch and combine over TP×EP,
+#   each token once per destination (network/dispatch.py); the probabilities travel with the tokens; DeepEP's normal
 #   dispatch waits on the host for the received count (deep_ep/buffer.py ``dispatch``: "the CPU will wait
-#   for GPU's signal"); its kernels hold moe_flex_dispatcher_num_sms SMs, so compute under them is slower.
+#   for GPU's signal"), as HybridEP's does without moe_expert_rank_capacity_factor (token_dispatcher.py
+#   ``_HybridEPManager.setup_metadata``: "HybridEP sizes buffers dynamically (CPU sync in dispatch)");
+#   its kernels hold moe_flex_dispatcher_num_sms SMs, so compute under them is slower.
 # The EP group stands for TP×EP: they are one group with MoE parallel folding (etp 1).
 
 # The host sync: the stream drains, the host reads the splits and launches the next kernels; the GPU waits
@@ -785,13 +787,16 @@ def _probs_bytes(L: LayerShape) -> int:
     return L.router_bytes or 4  # Megatron-Core's probabilities are fp32 unless moe_router_dtype says fp64
 
 
-def _a2a_name(L: LayerShape, direction: str) -> str:
+def _a2a_name(L: LayerShape, direction: str, tokens: int = 0, probs: bool = False) -> str:
     """The token all-to-all's collective: plain all_to_all when every rank receives the mean, else the
-    routing-dependent plan (network/dispatch.py) with the busiest receiver's load over what is sent."""
+    routing-dependent plan (network/dispatch.py) with the busiest receiver's load over what is sent.
+    hybridep also takes each rank's ``tokens`` (its 64-token pipeline), their row bytes, and whether the
+    rows carry the routing probabilities (the dispatch and its gradient: fused_a2a.py ``HybridEPDispatch``)."""
     skew = L.rank_load / L.a2a_scale
     if L.dispatcher == "flex":
+        extra = dict(tokens=tokens, row=L.h * L.dtype, probs=float(probs)) if L.backend == "hybridep" else {}
         return dispatch_op(L.backend, direction, experts=L.experts, top_k=L.top_k, groups=L.groups or 1,
-                           group_topk=L.group_topk or 1, load=skew)
+                           group_topk=L.group_topk or 1, load=skew, **extra)
     if skew == 1.0:
         return "all_to_all"
     return dispatch_op("all_to_all_v", direction, load=skew)
@@ -811,8 +816,8 @@ def _dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: lis
                      0, cat),
                 Comm("moe.dispatch", "ep", "all_gather", tokens * L.h * L.dtype * L.ep, 0, cat), *under]
     if L.dispatcher == "flex":
-        return [_host_sync(cat), Comm("moe.dispatch", "ep", _a2a_name(L, "in"), tokens * L.h * L.dtype,
-                                      len(under), cat), *under]
+        name = _a2a_name(L, "in", tokens, True)
+        return [_host_sync(cat), Comm("moe.dispatch", "ep", name, tokens * L.h * L.dtype, len(under), cat), *under]
     probs = routed * _probs_bytes(L) * L.a2a_scale
     return [Comm("moe.token_counts", "ep", "all_gather", L.experts * COUNT_BYTES * L.ep, 0, cat), _host_sync(cat),
             Comm("moe.dispatch", "ep", _a2a_name(L, "in"), a2a + probs, len(under), cat), *under]
@@ -825,7 +830,7 @@ def _combine_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list
     if L.dispatcher == "allgather":
         return [Comm("moe.combine", "ep", "reduce_scatter", tokens * L.h * L.dtype * L.ep, 0, cat), *under]
     nbytes = tokens * L.h * L.dtype if L.dispatcher == "flex" else a2a
-    return [Comm("moe.combine", "ep", _a2a_name(L, "out"), nbytes, len(under), cat), *under]
+    return [Comm("moe.combine", "ep", _a2a_name(L, "out", tokens), nbytes, len(under), cat), *under]
 
 
 def _combine_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
@@ -835,7 +840,7 @@ def _combine_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
     if L.dispatcher == "allgather":
         return [Comm("moe.combine_bwd", "ep", "all_gather", tokens * L.h * L.dtype * L.ep, 0, BWD)]
     nbytes = tokens * L.h * L.dtype if L.dispatcher == "flex" else a2a
-    return [Comm("moe.combine_bwd", "ep", _a2a_name(L, "in"), nbytes, 0, BWD)]
+    return [Comm("moe.combine_bwd", "ep", _a2a_name(L, "in", tokens), nbytes, 0, BWD)]
 
 
 def _dispatch_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
@@ -845,7 +850,8 @@ def _dispatch_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
     if L.dispatcher == "allgather":
         return [Comm("moe.dispatch_bwd", "ep", "reduce_scatter", tokens * L.h * L.dtype * L.ep, 0, BWD)]
     if L.dispatcher == "flex":
-        return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out"), tokens * L.h * L.dtype, 0, BWD)]
+        return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out", tokens, True), tokens * L.h * L.dtype, 0,
+                     BWD)]
     probs = tokens * L.top_k * _probs_bytes(L) * L.a2a_scale
     return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out"), a2a + probs, 0, BWD)]
 
