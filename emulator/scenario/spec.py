@@ -83,7 +83,7 @@ FABRIC_KINDS = ("single_switch", "fat_tree", "fat_tree3", "rail", "multi_plane",
                 "custom")
 ROUTINGS = ("spray", "ecmp_hash")
 FAULT_KINDS = ("gpu_slowdown", "link_degrade", "link_fail", "node_fail")
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
 AXES = ("pp", "dp", "cp", "tp")  # the parallel axes a rank placement orders
 PLACEMENTS = ("contiguous", "spread", "random")  # job placement policies (emulator/scenario/allocation.py)
 # The largest world a mirrored trace may replay: 2**20 ranks, about ten times the largest

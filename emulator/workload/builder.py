@@ -98,6 +98,7 @@ class _RankBuilder:
         self._recipes: dict[int, tuple[list[Ly.Step], list[_Action], list[int]]] = {}
         self._carry: list[int] = []
         self._ring_step = 0  # CP ring exchanges emitted so far in the current unit (part of their tags)
+        self._halves: dict[int, tuple[list[Ly.Step], list[Ly.Step], list[Ly.Step]]] = {}
 
     # --- op emission -----------------------------------------------------------------
     def _emit(self, **kw: Any) -> int:
@@ -311,7 +312,47 @@ class _RankBuilder:
                           collective="all_gather", group=self.dpcp, bytes=nbytes, deps=tuple(deps),
                           category="comm", microbatch=mb, stage=vs, layer=unit.layer)
 
+    def _zero3_reduce(self, unit: Unit, vs: int, mb: int, after: int) -> None:
+        """ZeRO-3: the unit's gradient reduce-scatter once its weight gradient is done."""
+        self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.zero3_rs", collective="reduce_scatter",
+                   group=self.dpcp, bytes=(unit.params + unit.expert_params) * self.plan.grad_dtype,
+                   deps=(after,), category="comm", microbatch=mb, stage=vs, layer=unit.layer)
+
+    def _backward_part(self, steps: list[Ly.Step], phase: str) -> list[Ly.Step]:
+        """A split backward's I (input gradient) or W (weight gradient) part of a unit's backward steps:
+        W is its weight-gradient kernels (``*.wgrad``, layer.py), I the rest in their order; a comm
+        that overlapped a wgrad GEMM overlaps the next I kernel instead. Kept per list, so each part
+        keeps its identity (the recipe cache is by list)."""
+        hit = self._halves.get(id(steps))
+        if hit is None or hit[0] is not steps:
+            w: list[Ly.Step] = [st for st in steps if isinstance(st, Ly.Kernel) and st.name.endswith(".wgrad")]
+            b = [st for st in steps if not (isinstance(st, Ly.Kernel) and st.name.endswith(".wgrad"))]
+            hit = (steps, b, w)
+            self._halves[id(steps)] = hit
+        return hit[1] if phase == "I" else hit[2]
+
+    def _weight_task(self, mb: int, chunk: int) -> None:
+        """A split backward's W task: the wgrad kernels of the chunk's units, last unit first; no
+        pipeline traffic (the input gradient left with I). Each unit's gradient is ready after it."""
+        vs = self._vs(chunk)
+        for unit in reversed(self.plan.chunk_units[vs]):
+            steps = self._backward_part(unit.bwd, "W")
+            if not steps:
+                continue
+            where = _UnitTag(prefix=f"mb{mb}.{unit.name}.wgrad.", mb=mb, stage=vs, layer=unit.layer)
+            _first, last = self._emit_steps(steps, [], where)
+            assert last is not None  # a non-empty W part is kernels only
+            self.grad_ready[(vs, unit.name)] = last
+            if self.plan.sc.parallel.zero >= 3:
+                self._zero3_reduce(unit, vs, mb, last)
+
     def run_task(self, phase: str, mb: int, chunk: int) -> None:
+        if phase == "W":
+            self._weight_task(mb, chunk)
+            return
+        split = phase == "I"  # the input-gradient part of a split backward; its W task follows later
+        if split:
+            phase = "B"
         p = self.lo.sizes["pp"]
         vs = self._vs(chunk)
         V = p * self.plan.v
@@ -343,19 +384,18 @@ class _RankBuilder:
             where = _UnitTag(prefix=f"mb{mb}.{unit.name}.{'fwd' if fwd else 'bwd'}.", mb=mb, stage=vs,
                              layer=unit.layer, key=((mb * V + vs) * stride + unit.layer + 1) * 2 + (0 if fwd else 1))
             before = self.last_compute
-            first, last = self._emit_steps(unit.fwd if fwd else unit.bwd, udeps, where)
+            steps = unit.fwd if fwd else (self._backward_part(unit.bwd, "I") if split else unit.bwd)
+            first, last = self._emit_steps(steps, udeps, where)
             deps = []
             if zero3 and i + 1 < len(order):  # prefetch the next unit's weights during this one
                 prefetch[i + 1] = self._zero3_gather(order[i + 1], vs, mb, phase,
                                                      [before] if before is not None else [])
             if not fwd:
                 assert last is not None  # every unit's backward emits at least one kernel
-                self.grad_ready[(vs, unit.name)] = last
-                if zero3:
-                    self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.zero3_rs",
-                               collective="reduce_scatter", group=self.dpcp,
-                               bytes=(unit.params + unit.expert_params) * self.plan.grad_dtype,
-                               deps=(last,), category="comm", microbatch=mb, stage=vs, layer=unit.layer)
+                if not (split and self._backward_part(unit.bwd, "W")):  # else its W task does this
+                    self.grad_ready[(vs, unit.name)] = last
+                    if zero3:
+                        self._zero3_reduce(unit, vs, mb, last)
         if self._carry:  # an overlapped comm outlives the task: a zero-cost join keeps it on the path
             self._compute([Ly.Kernel("join", "elementwise", 0.0, 0.0, "bwd" if not fwd else "fwd")],
                           self._carry, _UnitTag(prefix=f"mb{mb}.", mb=mb, stage=vs, layer=units[-1].layer))

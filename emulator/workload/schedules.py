@@ -2,7 +2,10 @@
 
 A schedule is a small named plug-in (``SCHEDULES``: name → function). For stage ``s`` of
 ``p`` stages, ``m`` micro-batches and ``v`` model chunks per stage (virtual stages), it
-returns the ordered list of :class:`Task` (phase 'F' or 'B', micro-batch, chunk).
+returns the ordered list of :class:`Task` (phase, micro-batch, chunk). Phases: 'F' forward, 'B'
+the whole backward; a zero-bubble schedule splits some backwards in two, 'I' (the input gradient:
+the dgrad GEMMs and the rest of the backward, what the previous stage waits for; the paper's B)
+and, later, 'W' (the weight gradient: the wgrad GEMMs).
 Chunk c of stage s is virtual stage c·p + s; activations flow from virtual stage k to
 k + 1 (so from the last stage's chunk c to the first stage's chunk c + 1).
 
@@ -14,8 +17,23 @@ k + 1 (so from the last stage's chunk c to the first stage's chunk c + 1).
   micro-batch (k // (p·v))·p + k mod p; warm-up (p − s − 1)·2 + (v − 1)·p (all of
   them when m = p). Megatron requires m to be a multiple of p; so do we.
 
-Bubble fraction with equal stage costs: (p − 1)/m for gpipe and 1f1b, (p − 1)/(v·m)
-interleaved. 1f1b keeps at most p − s micro-batches in flight on stage s; gpipe m.
+- zb-h1 (Qi et al., ICLR'24, "Zero Bubble Pipeline Parallelism", ZB-H1): 1F1B's warm-up and
+  order; stage r > 0 splits the backwards of its first r steady-state micro-batches, its last
+  steady one and its cool-down ones into I and W, holds the W back, and runs one held W after
+  each of those backwards from the r-th on and the rest after its last backward: the input
+  gradients reach stage 0 without waiting for weight gradients. The order is the authors' own,
+  sail-sg/zero-bubble-pipeline-parallelism branch zb-h1-quick-start,
+  megatron/core/pipeline_parallel/schedules.py ``forward_backward_pipelining_without_interleaving``
+  (``WeightGradStore.split_bw = (i < rank or last_iteration) and rank > 0``; ``pop()`` after
+  the last steady backward when i ≥ rank and after each cool-down one when
+  num_microbatches_remaining + i ≥ rank; ``pop_all()`` at the end). The other backwards (all of
+  stage 0's) are whole, as there: their TP reduce-scatter of dx stays under the wgrad GEMM.
+
+Bubble with equal stage costs F, B (input gradient), W (weight gradient), the paper's Table 1:
+(p − 1)(F + B + W) for gpipe and 1f1b, (p − 1)(F + B + W)/v interleaved, (p − 1)(F + B − W) zb-h1
+(the step m(F + B + W) plus that). 1f1b keeps at most p − s micro-batches in flight on stage s;
+gpipe m; zb-h1 p on every stage (a micro-batch is held from its F to its W: the paper's p·M_B,
+1F1B's stage-0 peak, on every stage; an upper bound, as I frees what only dgrad needed).
 """
 from __future__ import annotations
 
@@ -25,7 +43,7 @@ from emulator.errors import ScenarioError
 
 
 class Task(NamedTuple):
-    phase: str  # 'F' | 'B'
+    phase: str  # 'F' | 'B' | 'I' | 'W'
     microbatch: int
     chunk: int = 0
 
@@ -72,7 +90,37 @@ def interleaved(stage: int, stages: int, microbatches: int, virtual: int = 1) ->
     return tasks
 
 
-SCHEDULES: dict[str, ScheduleFn] = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved-1f1b": interleaved}
+def zb_h1(stage: int, stages: int, microbatches: int, virtual: int = 1) -> list[Task]:
+    """ZB-H1: 1F1B's order, stage r > 0 splitting backwards into I and W and holding r W passes back."""
+    m, r = microbatches, stage
+    warm = min(stages - r - 1, m)
+    rest = m - warm
+    tasks = [Task("F", i) for i in range(warm)]
+    held: list[int] = []  # deferred W passes, oldest first (WeightGradStore.weight_grad_queue)
+    for i in range(rest):
+        last = i == rest - 1
+        tasks.append(Task("F", warm + i))
+        if r > 0 and (i < r or last):
+            tasks.append(Task("I", i))
+            held.append(i)
+            if last and i >= r:
+                tasks.append(Task("W", held.pop(0)))
+        else:
+            tasks.append(Task("B", i))
+    for i in range(warm):
+        j = rest + i
+        if r > 0:
+            tasks.append(Task("I", j))
+            held.append(j)
+            if j >= r:
+                tasks.append(Task("W", held.pop(0)))
+        else:
+            tasks.append(Task("B", j))
+    return tasks + [Task("W", j) for j in held]
+
+
+SCHEDULES: dict[str, ScheduleFn] = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved-1f1b": interleaved,
+                                    "zb-h1": zb_h1}
 
 
 def check_schedule(name: str, stages: int, microbatches: int, virtual: int) -> None:
@@ -100,10 +148,13 @@ def schedule(name: str, stage: int, stages: int, microbatches: int, virtual: int
 
 
 def max_in_flight(tasks: list[Task], weights: Sequence[float] | None = None) -> float:
-    """Most (micro-batch, chunk) forwards whose backward has not run yet, over the list; with
-    ``weights`` (one per chunk, e.g. its layers), the most of their summed weights."""
+    """Most (micro-batch, chunk) forwards whose whole backward (B) or weight gradient (W) has not run
+    yet, over the list; with ``weights`` (one per chunk, e.g. its layers), the most of their summed
+    weights. An input-gradient pass (I) frees nothing: its W still needs the layer inputs."""
     live = peak = 0.0
     for t in tasks:
+        if t.phase == "I":
+            continue
         w = 1.0 if weights is None else weights[t.chunk]
         live += w if t.phase == "F" else -w
         peak = max(peak, live)
