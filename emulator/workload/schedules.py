@@ -57,10 +57,10 @@ def gpipe(stage: int, stages: int, microbatches: int, virtual: int = 1) -> list[
     return [Task("F", i) for i in range(m)] + [Task("B", i) for i in reversed(range(m))]
 
 
-def one_f_one_b(stage: int, stages: int, microbatches: int, virtual: int = 1) -> list[Task]:
-    """Warm-up min(p−s−1, m) forwards, steady 1F1B, cool-down backwards."""
+def one_f_one_b(stage: int, stages: int, microbatches: int, virtual: int = 1, extra: int = 0) -> list[Task]:
+    """Warm-up min(p−s−1 + extra, m) forwards, steady 1F1B, cool-down backwards."""
     m = microbatches
-    warm = min(stages - stage - 1, m)
+    warm = min(stages - stage - 1 + extra, m)
     tasks = [Task("F", i) for i in range(warm)]
     for i in range(m - warm):
         tasks += [Task("F", warm + i), Task("B", i)]
@@ -76,13 +76,13 @@ def _interleaved_task(k: int, phase: str, stages: int, virtual: int) -> Task:
     return Task(phase, mb, chunk)
 
 
-def interleaved(stage: int, stages: int, microbatches: int, virtual: int = 1) -> list[Task]:
-    """Megatron's interleaved 1F1B over ``virtual`` chunks per stage."""
+def interleaved(stage: int, stages: int, microbatches: int, virtual: int = 1, extra: int = 0) -> list[Task]:
+    """Megatron's interleaved 1F1B over ``virtual`` chunks per stage (``extra`` more warm-up forwards)."""
     total = microbatches * virtual
     if microbatches == stages:
         warm = total
     else:
-        warm = min((stages - stage - 1) * 2 + (virtual - 1) * stages, total)
+        warm = min((stages - stage - 1) * 2 + (virtual - 1) * stages + extra, total)
     tasks = [_interleaved_task(k, "F", stages, virtual) for k in range(warm)]
     for k in range(total - warm):
         tasks += [_interleaved_task(warm + k, "F", stages, virtual), _interleaved_task(k, "B", stages, virtual)]
@@ -141,10 +141,37 @@ def check_schedule(name: str, stages: int, microbatches: int, virtual: int) -> N
                             f"multiple of pp ({stages}), as Megatron-LM does", key="training.global_batch")
 
 
-def schedule(name: str, stage: int, stages: int, microbatches: int, virtual: int = 1) -> list[Task]:
-    """The task order of ``stage`` under schedule ``name`` (validated)."""
+def schedule(name: str, stage: int, stages: int, microbatches: int, virtual: int = 1,
+             a2a_overlap: bool = False) -> list[Task]:
+    """The task order of ``stage`` under schedule ``name`` (validated). With ``a2a_overlap``
+    (Megatron-Core's overlap_moe_expert_parallel_comm), one more warm-up forward, so that each steady
+    forward and the backward after it are of different micro-batches and run as one combined step
+    (schedules.py get_pp_rank_microbatches @ d98e8a64dd: "we schedule one extra micro-batch forward
+    step before the 1f1b stages"; without pipelining, combined_1f1b.py
+    ``combined_1f1b_schedule_for_no_pipelining``: the first forward alone, then forward i + 1 with
+    backward i, then the last backward alone: 1F1B with one warm-up forward)."""
     check_schedule(name, stages, microbatches, virtual)
+    if a2a_overlap and name in ("1f1b", "interleaved-1f1b"):
+        fn = one_f_one_b if name == "1f1b" else interleaved
+        return fn(stage, stages, microbatches, virtual, 1)
     return SCHEDULES[name](stage, stages, microbatches, virtual)
+
+
+def combined_steps(tasks: list[Task]) -> list[tuple[Task, ...]]:
+    """The tasks grouped as the all-to-all overlap runs them: a forward followed by a backward of another
+    (micro-batch, chunk) is one combined step (a pair); every other task runs alone."""
+    out: list[tuple[Task, ...]] = []
+    i = 0
+    while i < len(tasks):
+        t = tasks[i]
+        if (i + 1 < len(tasks) and t.phase == "F" and tasks[i + 1].phase == "B"
+                and (tasks[i + 1].microbatch, tasks[i + 1].chunk) != (t.microbatch, t.chunk)):
+            out.append((t, tasks[i + 1]))
+            i += 2
+        else:
+            out.append((t,))
+            i += 1
+    return out
 
 
 def max_in_flight(tasks: list[Task], weights: Sequence[float] | None = None) -> float:
