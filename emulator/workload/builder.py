@@ -30,6 +30,13 @@ Streams (in-order lanes) and what runs on them:
   --overlap-param-gather: the previous step's gather overlaps this forward);
   ZeRO-3 before every layer's forward and backward, prefetched one layer ahead.
 
+Zero-bubble schedules (schedules.py) split some backwards into an input-gradient task, which
+sends the gradient on, and a later weight-gradient task of the ``*.wgrad`` kernels, after which the
+unit's gradient is ready for the data-parallel reduction. With Megatron-Core's all-to-all overlap
+(``parallel.overlap_moe_expert_parallel_comm``) each steady-state forward and the backward after it
+are one combined step (``run_pair``): layer by layer, each pass's token all-to-alls run on the
+``ep`` stream under the other pass's compute.
+
 Tags are unique per (src, dst): tag = 4·key + class, with key built from micro-batch,
 chunk, layer, ring step and direction, and class 0 for pipeline, 1 for CP.
 """

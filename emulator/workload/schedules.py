@@ -29,6 +29,10 @@ k + 1 (so from the last stage's chunk c to the first stage's chunk c + 1).
   num_microbatches_remaining + i ≥ rank; ``pop_all()`` at the end). The other backwards (all of
   stage 0's) are whole, as there: their TP reduce-scatter of dx stays under the wgrad GEMM.
 
+With Megatron-Core's all-to-all overlap (``schedule(..., a2a_overlap=True)``) 1f1b and
+interleaved-1f1b run one more warm-up forward, and ``combined_steps`` pairs each steady forward
+with the backward after it, the combined step that the builder runs layer by layer.
+
 Bubble with equal stage costs F, B (input gradient), W (weight gradient), the paper's Table 1:
 (p − 1)(F + B + W) for gpipe and 1f1b, (p − 1)(F + B + W)/v interleaved, (p − 1)(F + B − W) zb-h1
 (the step m(F + B + W) plus that). 1f1b keeps at most p − s micro-batches in flight on stage s;
