@@ -82,3 +82,21 @@ def test_the_overlap_hides_all_to_all_time():
     assert ov["breakdown_s"]["compute"] == pytest.approx(base["breakdown_s"]["compute"], rel=1e-9)  # same kernels
     assert ov["breakdown_s"]["exposed_comm"] < 0.9 * base["breakdown_s"]["exposed_comm"]
     assert ov["iteration_time_s"] < base["iteration_time_s"]
+
+
+def test_delay_wgrad_compute_starts_the_backward_dispatch_before_the_experts_wgrad():
+    # in a paired layer without it, the backward's dispatch waits for the whole experts' backward (dgrad and
+    # wgrad GEMMs); with it, for their dgrad GEMMs only, and the wgrad GEMMs follow it on the compute stream.
+    # A backward that runs alone (warm-up, cool-down) keeps Megatron's order: backward_dw before the dispatch.
+    for delay in (False, True):
+        sets = [ON] + (["parallel.delay_wgrad_compute=true"] if delay else [])
+        ops = [o for o in build_program(scenario(*sets)).ops if o.rank == 0]
+        byid = {o.id: o for o in ops}
+        early = [i for i, o in enumerate(ops) if o.name.endswith("bwd.moe.dispatch_bwd")
+                 and all("wgrad" not in byid[x].name for x in o.deps)]
+        assert bool(early) == delay
+        for i in early:
+            (waited,) = ops[i].deps
+            assert byid[waited].name.endswith("moe.up.dgrad")
+            nxt = next(x for x in ops[i + 1:] if x.stream == "compute")
+            assert nxt.name.endswith("moe.down.wgrad..moe.up.wgrad")
