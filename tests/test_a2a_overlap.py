@@ -29,6 +29,8 @@ def scenario(*sets: str):
 @pytest.mark.parametrize("sets,rule", [
     (["parallel.schedule=1f1b", "parallel.virtual_stages=1"], "with pp > 1 needs virtual pipeline stages"),
     (["parallel.ep=1"], "needs expert parallelism, ep > 1"),
+    (["parallel.pp=1", "parallel.dp=16", "parallel.schedule=zb-h1", "parallel.virtual_stages=1",
+      "training.global_batch=64"], "runs Megatron's combined 1F1B steps"),
     (["parallel.moe_token_dispatcher_type=allgather"], "needs the alltoall or flex dispatcher"),
     (["parallel.moe_shared_expert_overlap=true"], "refuses moe_shared_expert_overlap"),
     (["parallel.zero=3"], "not modelled with ZeRO-3"),

@@ -266,7 +266,8 @@ def _a2a_overlap_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> l
     lines 3002-3077), in its order: virtual pipeline stages when pp > 1, ep > 1, the alltoall or flex
     dispatcher, no full recompute (nor recompute of the moe module), a bf16 or fp16 model (fp8 runs are bf16
     models with fp8 GEMMs), no moe_shared_expert_overlap, at most one MTP layer; and delay_wgrad_compute only
-    with the overlap. The emulator's own limit: its pairing does not model ZeRO-3's per-layer gathers."""
+    with the overlap. The emulator's own limits: the combined steps are 1F1B's (schedule 1f1b or
+    interleaved-1f1b), and its pairing does not model ZeRO-3's per-layer gathers."""
     key, rule = "parallel.overlap_moe_expert_parallel_comm", "overlap_moe_expert_parallel_comm"
     out: list[Violation] = []
     if p.delay_wgrad_compute and not p.overlap_moe_expert_parallel_comm:
@@ -280,6 +281,9 @@ def _a2a_overlap_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> l
                                   f"with virtual_stages > 1, or a pipeline_model_parallel_layout of more than pp "
                                   f"stages); pp is {p.pp} with schedule {p.schedule} and {p.virtual_stages} "
                                   f"virtual stage(s) {cite}"))
+    elif p.schedule not in ("1f1b", "interleaved-1f1b"):
+        out.append(Violation(key, f"{rule} runs Megatron's combined 1F1B steps: schedule 1f1b (pp 1) or "
+                                  f"interleaved-1f1b, not {p.schedule}"))
     if p.ep < 2:
         out.append(Violation(key, f"{rule} needs expert parallelism, ep > 1 (ep is {p.ep}) {cite}"))
     if p.moe_token_dispatcher_type not in ("alltoall", "flex"):
