@@ -55,3 +55,41 @@ def test_bubble_fraction_is_exact(tmp_path, sched, p, m, v):
     ideal = m * (TF + TB)
     expected = (p - 1) / m if sched != "interleaved-1f1b" else (p - 1) / (v * m)
     assert t / ideal - 1 == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+TW = 1.0  # weight-gradient (W) time of one micro-batch on one stage; TB is then its input-gradient part
+
+
+def _deterministic_split(program: Program) -> Program:
+    """As _deterministic for split backwards: a (rank, micro-batch)'s forward ops share TF; a split
+    backward's I ops (the backward less the wgrad kernels) share TB and its W ops (names
+    ``mb<i>.<unit>.wgrad.``) TW; a whole backward's ops share TB + TW."""
+    groups = defaultdict(list)
+    for op in program.ops:
+        if op.kind == COMPUTE and op.category in ("fwd", "bwd"):
+            phase = "fwd" if op.category == "fwd" else ("W" if ".wgrad." in op.name else "B")
+            groups[(op.rank, op.microbatch, phase)].append(op.id)
+    share = {}
+    for (r, mb, ph), ids in groups.items():
+        cost = {"fwd": TF, "W": TW, "B": TB if (r, mb, "W") in groups else TB + TW}[ph]
+        share.update({i: cost / len(ids) for i in ids})
+    ops = [dataclasses.replace(op, duration=share.get(op.id, 0.0)) if op.kind == COMPUTE
+           else dataclasses.replace(op, bytes=0.0) for op in program.ops]
+    return Program(program.ranks, ops, program.fold, program.meta)
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (2, 6)])
+def test_zb_h1_step_is_the_closed_form(tmp_path, p, m):
+    # Qi et al. ICLR'24 Table 1 with F = 1, B = 2, W = 1 per stage: 1F1B (B and W one backward of 3)
+    # m·4 + (p−1)·4; ZB-H1 m·4 + (p−1)·(1 + 2 − 1). p 4, m 8: 44 and 38; p 2, m 6: 28 and 26.
+    nodes = [{"id": f"g{i}", "kind": "gpu"} for i in range(p)] + [{"id": "s", "kind": "switch"}]
+    links = [d for i in range(p) for d in ({"src": f"g{i}", "dst": "s", "bandwidth": 1e9, "latency": 0},
+                                           {"src": "s", "dst": f"g{i}", "bandwidth": 1e9, "latency": 0})]
+    net = custom_scenario(write_graph(tmp_path, nodes, links))
+    for sched, bubble in (("1f1b", TF + TB + TW), ("zb-h1", TF + TB - TW)):
+        sc = load_scenario_text(TEXT.format(p=p, m=m, sched=sched, v=1), "b.yaml")
+        program = build_program(sc, None)
+        assert any(".wgrad." in op.name for op in program.ops) == (sched == "zb-h1")
+        program = _deterministic_split(program)
+        t = run_program(program, net, record_links=False).iteration_time_s
+        assert t == pytest.approx(m * (TF + TB + TW) + (p - 1) * bubble, rel=1e-9)

@@ -82,4 +82,61 @@ def test_validation():
         schedule("zigzag", 0, 4, 8)
     with pytest.raises(ScenarioError, match="interleaved"):
         schedule("1f1b", 0, 4, 8, 2)
-    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved-1f1b"}
+    with pytest.raises(ScenarioError, match="interleaved"):
+        schedule("zb-h1", 0, 4, 8, 2)
+    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}
+
+
+def split_makespan(name: str, p: int, m: int, tf: float, tb: float, tw: float) -> float:
+    """As makespan, with split backwards: a whole backward B costs tb + tw and sends its input gradient
+    at its end, an input-gradient pass I costs tb and sends at its end, W(mb) costs tw and follows I(mb);
+    B or I (mb) needs the next stage's gradient ("G")."""
+    lists = {s: schedule(name, s, p, m) for s in range(p)}
+    cost = {"F": tf, "B": tb + tw, "I": tb, "W": tw}
+    pos, free, done = {s: 0 for s in range(p)}, {s: 0.0 for s in range(p)}, {}
+    while any(pos[s] < len(lists[s]) for s in range(p)):
+        moved = False
+        for s in range(p):
+            while pos[s] < len(lists[s]):
+                t = lists[s][pos[s]]
+                grad = [("G", t.microbatch, s + 1)] if s < p - 1 else [("F", t.microbatch, s)]
+                need = {"F": [("F", t.microbatch, s - 1)] if s else [], "B": grad, "I": grad,
+                        "W": [("G", t.microbatch, s)]}[t.phase]
+                if any(n not in done for n in need):
+                    break
+                free[s] = max([free[s]] + [done[n] for n in need]) + cost[t.phase]
+                done[(t.phase if t.phase in "FW" else "G", t.microbatch, s)] = free[s]
+                pos[s] += 1
+                moved = True
+        assert moved, "schedule deadlocks"
+    return max(free.values())
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 4), (8, 16), (2, 5), (3, 7)])
+@pytest.mark.parametrize("tf,tb,tw", [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (2.0, 2.0, 1.0)])
+def test_bubble_zb_h1(p, m, tf, tb, tw):
+    # Qi et al. ICLR'24 Table 1: 1F1B bubble (p−1)(F+B+W), ZB-H1 (p−1)(F+B−W), over the work m(F+B+W).
+    # e.g. p 4, m 8, F 1, B 2, W 1: 1F1B 8·4 + 3·4 = 44, ZB-H1 8·4 + 3·(1+2−1) = 38.
+    work = m * (tf + tb + tw)
+    assert split_makespan("1f1b", p, m, tf, tb, tw) == pytest.approx(work + (p - 1) * (tf + tb + tw))
+    assert split_makespan("zb-h1", p, m, tf, tb, tw) == pytest.approx(work + (p - 1) * (tf + tb - tw))
+
+
+def test_zb_h1_order_and_memory():
+    p, m = 4, 8
+    for s in range(p):  # every F once; each micro-batch's backward whole (B) or I then, later, W
+        tasks = schedule("zb-h1", s, p, m)
+        assert sorted(t for t in tasks if t.phase == "F") == [Task("F", mb) for mb in range(m)]
+        for mb in range(m):
+            whole, part, w = (sum(t == Task(ph, mb) for t in tasks) for ph in "BIW")
+            assert (whole, part, w) in ((1, 0, 0), (0, 1, 1))
+            assert not part or tasks.index(Task("W", mb)) > tasks.index(Task("I", mb))
+    assert schedule("zb-h1", 0, p, m) == schedule("1f1b", 0, p, m)  # stage 0 splits nothing
+    # stage 3 (r = 3, no warm-up) splits its first 3 backwards and holds their W back; the 4th to 7th are
+    # whole; the last (i = 7 ≥ r) is split and runs W0; W1, W2 and W7 run at the end (pop_all)
+    t3 = schedule("zb-h1", 3, p, m)
+    assert t3[:8] == [Task("F", 0), Task("I", 0), Task("F", 1), Task("I", 1), Task("F", 2), Task("I", 2),
+                      Task("F", 3), Task("B", 3)]
+    assert t3[-6:] == [Task("F", 7), Task("I", 7), Task("W", 0), Task("W", 1), Task("W", 2), Task("W", 7)]
+    # held from F to W: p = 4 micro-batches on every stage (the paper's p·M_B, 1F1B's stage-0 peak)
+    assert [max_in_flight(schedule("zb-h1", s, p, m)) for s in range(p)] == [4, 4, 4, 4]

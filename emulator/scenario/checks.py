@@ -252,11 +252,58 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
         out.append(Violation(err.key or "parallel.pp", err.message))
     out += _recompute_violations(m, t)
     out += _tensor_violations(m, p)
+    out += _a2a_overlap_violations(m, t, p)
     micro_batches = t.global_batch // per_step
     if p.schedule == "interleaved-1f1b" and p.pp > 1 and micro_batches % p.pp:
         out.append(Violation("training.global_batch",
                              f"interleaved-1f1b needs the micro-batches per pipeline (global_batch/(micro_batch*dp) "
                              f"= {micro_batches}) to be a multiple of pp ({p.pp})"))
+    return out
+
+
+def _a2a_overlap_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """Megatron-Core's preconditions of the 1F1B all-to-all overlap, each an assert of
+    ``TransformerConfig.__post_init__`` (megatron/core/transformer/transformer_config.py @ d98e8a64dd,
+    lines 3002-3077), in its order: virtual pipeline stages when pp > 1, ep > 1, the alltoall or flex
+    dispatcher, no full recompute (nor recompute of the moe module), a bf16 or fp16 model (fp8 runs are bf16
+    models with fp8 GEMMs), no moe_shared_expert_overlap, at most one MTP layer; and delay_wgrad_compute only
+    with the overlap. The emulator's own limits: the combined steps are 1F1B's (schedule 1f1b or
+    interleaved-1f1b), and its pairing does not model ZeRO-3's per-layer gathers."""
+    key, rule = "parallel.overlap_moe_expert_parallel_comm", "overlap_moe_expert_parallel_comm"
+    out: list[Violation] = []
+    if p.delay_wgrad_compute and not p.overlap_moe_expert_parallel_comm:
+        out.append(Violation("parallel.delay_wgrad_compute", "delay_wgrad_compute needs overlap_moe_expert_parallel_"
+                                                             "comm: true (Megatron-Core transformer_config.py)"))
+    if not p.overlap_moe_expert_parallel_comm:
+        return out
+    cite = "(Megatron-Core transformer_config.py)"
+    if p.pp > 1 and not (p.schedule == "interleaved-1f1b" and p.virtual_stages > 1):  # a layout sets them
+        out.append(Violation(key, f"{rule} with pp > 1 needs virtual pipeline stages (schedule: interleaved-1f1b "
+                                  f"with virtual_stages > 1, or a pipeline_model_parallel_layout of more than pp "
+                                  f"stages); pp is {p.pp} with schedule {p.schedule} and {p.virtual_stages} "
+                                  f"virtual stage(s) {cite}"))
+    elif p.schedule not in ("1f1b", "interleaved-1f1b"):
+        out.append(Violation(key, f"{rule} runs Megatron's combined 1F1B steps: schedule 1f1b (pp 1) or "
+                                  f"interleaved-1f1b, not {p.schedule}"))
+    if p.ep < 2:
+        out.append(Violation(key, f"{rule} needs expert parallelism, ep > 1 (ep is {p.ep}) {cite}"))
+    if p.moe_token_dispatcher_type not in ("alltoall", "flex"):
+        out.append(Violation(key, f"{rule} needs the alltoall or flex dispatcher (moe_token_dispatcher_type is "
+                                  f"{p.moe_token_dispatcher_type}) {cite}"))
+    if t.recompute == "full":
+        out.append(Violation(key, f"{rule} refuses full recompute (training.recompute is full) {cite}"))
+    if t.recompute_modules and "moe" in t.recompute_modules:
+        out.append(Violation(key, f"{rule} refuses recompute of the moe module (training.recompute_modules) {cite}"))
+    if t.precision in ("fp32", "tf32"):
+        out.append(Violation(key, f"{rule} needs a bf16 or fp16 model (training.precision is {t.precision}) {cite}"))
+    if p.moe_shared_expert_overlap:
+        out.append(Violation(key, f"{rule} refuses moe_shared_expert_overlap: true {cite}"))
+    if m.mtp_num_layers > 1:
+        out.append(Violation(key, f"{rule} supports at most one MTP layer (model.mtp_num_layers is "
+                                  f"{m.mtp_num_layers}) {cite}"))
+    if p.zero >= 3:
+        out.append(Violation(key, f"{rule} is not modelled with ZeRO-3's per-layer parameter gathers (zero is "
+                                  f"{p.zero}); use zero 0 to 2"))
     return out
 
 

@@ -83,7 +83,7 @@ FABRIC_KINDS = ("single_switch", "fat_tree", "fat_tree3", "rail", "multi_plane",
                 "custom")
 ROUTINGS = ("spray", "ecmp_hash")
 FAULT_KINDS = ("gpu_slowdown", "link_degrade", "link_fail", "node_fail")
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
 AXES = ("pp", "dp", "cp", "tp")  # the parallel axes a rank placement orders
 PLACEMENTS = ("contiguous", "spread", "random")  # job placement policies (emulator/scenario/allocation.py)
 # The largest world a mirrored trace may replay: 2**20 ranks, about ten times the largest
@@ -525,6 +525,17 @@ class ParallelSpec:
     moe_shared_expert_overlap: bool = key(
         "The shared experts' first GEMM runs under the dispatch and their second under the combine (Megatron-Core "
         "token_dispatcher.py).", default=False)
+    # Megatron-Core's 1F1B all-to-all overlap (workload/builder.py run_pair; checks.py _a2a_overlap_violations)
+    overlap_moe_expert_parallel_comm: bool = key(
+        "Megatron-Core's 1F1B all-to-all overlap: in the steady state the forward of one micro-batch runs beside the "
+        "backward of another, layer by layer, so each one's expert dispatch and combine all-to-all hide behind the "
+        "other's compute (model_chunk_schedule_plan.py). Needs ep > 1, the alltoall or flex dispatcher, virtual "
+        "pipeline stages when pp > 1, no full recompute, bf16 or fp16, at most one MTP layer and no "
+        "moe_shared_expert_overlap (transformer_config.py).", default=False)
+    delay_wgrad_compute: bool = key(
+        "With overlap_moe_expert_parallel_comm: the weight-gradient GEMMs of the experts and of the attention run "
+        "after their input gradients, so the backward dispatch starts sooner and the wgrad GEMMs run under it "
+        "(Megatron-Core's delay_wgrad_compute).", default=False)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,13 @@ Streams (in-order lanes) and what runs on them:
   --overlap-param-gather: the previous step's gather overlaps this forward);
   ZeRO-3 before every layer's forward and backward, prefetched one layer ahead.
 
+Zero-bubble schedules (schedules.py) split some backwards into an input-gradient task, which
+sends the gradient on, and a later weight-gradient task of the ``*.wgrad`` kernels, after which the
+unit's gradient is ready for the data-parallel reduction. With Megatron-Core's all-to-all overlap
+(``parallel.overlap_moe_expert_parallel_comm``) each steady-state forward and the backward after it
+are one combined step (``run_pair``): layer by layer, each pass's token all-to-alls run on the
+``ep`` stream under the other pass's compute.
+
 Tags are unique per (src, dst): tag = 4·key + class, with key built from micro-batch,
 chunk, layer, ring step and direction, and class 0 for pipeline, 1 for CP.
 """
@@ -48,7 +55,7 @@ from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.profiled import reshape_plan
-from emulator.workload.schedules import schedule
+from emulator.workload.schedules import Task, combined_steps, schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +105,8 @@ class _RankBuilder:
         self._recipes: dict[int, tuple[list[Ly.Step], list[_Action], list[int]]] = {}
         self._carry: list[int] = []
         self._ring_step = 0  # CP ring exchanges emitted so far in the current unit (part of their tags)
+        self._halves: dict[int, tuple[list[Ly.Step], list[Ly.Step], list[Ly.Step]]] = {}
+        self._segments: dict[int, tuple[list[Ly.Step], tuple[list[Ly.Step], ...] | None]] = {}
 
     # --- op emission -----------------------------------------------------------------
     def _emit(self, **kw: Any) -> int:
@@ -311,23 +320,103 @@ class _RankBuilder:
                           collective="all_gather", group=self.dpcp, bytes=nbytes, deps=tuple(deps),
                           category="comm", microbatch=mb, stage=vs, layer=unit.layer)
 
-    def run_task(self, phase: str, mb: int, chunk: int) -> None:
-        p = self.lo.sizes["pp"]
+    def _zero3_reduce(self, unit: Unit, vs: int, mb: int, after: int) -> None:
+        """ZeRO-3: the unit's gradient reduce-scatter once its weight gradient is done."""
+        self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.zero3_rs", collective="reduce_scatter",
+                   group=self.dpcp, bytes=(unit.params + unit.expert_params) * self.plan.grad_dtype,
+                   deps=(after,), category="comm", microbatch=mb, stage=vs, layer=unit.layer)
+
+    def _backward_part(self, steps: list[Ly.Step], phase: str) -> list[Ly.Step]:
+        """A split backward's I (input gradient) or W (weight gradient) part of a unit's backward steps:
+        W is its weight-gradient kernels (``*.wgrad``, layer.py), I the rest in their order; a comm
+        that overlapped a wgrad GEMM overlaps the next I kernel instead. Kept per list, so each part
+        keeps its identity (the recipe cache is by list)."""
+        hit = self._halves.get(id(steps))
+        if hit is None or hit[0] is not steps:
+            w: list[Ly.Step] = [st for st in steps if isinstance(st, Ly.Kernel) and st.name.endswith(".wgrad")]
+            b = [st for st in steps if not (isinstance(st, Ly.Kernel) and st.name.endswith(".wgrad"))]
+            hit = (steps, b, w)
+            self._halves[id(steps)] = hit
+        return hit[1] if phase == "I" else hit[2]
+
+    def _weight_task(self, mb: int, chunk: int) -> None:
+        """A split backward's W task: the wgrad kernels of the chunk's units, last unit first; no
+        pipeline traffic (the input gradient left with I). Each unit's gradient is ready after it."""
         vs = self._vs(chunk)
+        for unit in reversed(self.plan.chunk_units[vs]):
+            steps = self._backward_part(unit.bwd, "W")
+            if not steps:
+                continue
+            where = _UnitTag(prefix=f"mb{mb}.{unit.name}.wgrad.", mb=mb, stage=vs, layer=unit.layer)
+            _first, last = self._emit_steps(steps, [], where)
+            assert last is not None  # a non-empty W part is kernels only
+            self.grad_ready[(vs, unit.name)] = last
+            if self.plan.sc.parallel.zero >= 3:
+                self._zero3_reduce(unit, vs, mb, last)
+
+    def _recv(self, fwd: bool, mb: int, vs: int) -> list[int]:
+        """The pipeline receive a task's first unit waits for (activations, or the gradient), if any."""
+        p = self.lo.sizes["pp"]
         V = p * self.plan.v
+        if not (p > 1 and ((fwd and vs > 0) or (not fwd and vs < V - 1))):
+            return []
+        src_vs = vs - 1 if fwd else vs + 1
+        stream = "pp_recv_fwd" if fwd else "pp_recv_bwd"
+        tag = self._pp_tag(mb, src_vs if fwd else vs, 0 if fwd else 1)
+        L0 = self.plan.chunk_units[vs][0]
+        return [self._emit(kind=RECV, stream=stream, name=f"mb{mb}.recv_{'act' if fwd else 'grad'}",
+                           bytes=self._pp_bytes(vs - 1 if fwd else vs), peer=self._peer(src_vs), tag=tag,
+                           deps=() if self.last_compute is None else (self.last_compute,),
+                           category="comm", microbatch=mb, stage=vs, layer=L0.layer)]
+
+    def _send(self, fwd: bool, mb: int, vs: int) -> None:
+        """The pipeline send after a task's last unit (activations on, or the gradient back), if any."""
+        p = self.lo.sizes["pp"]
+        V = p * self.plan.v
+        if not (p > 1 and ((fwd and vs < V - 1) or (not fwd and vs > 0))):
+            return
+        dst_vs = vs + 1 if fwd else vs - 1
+        stream = "pp_send_fwd" if fwd else "pp_send_bwd"
+        tag = self._pp_tag(mb, vs if fwd else dst_vs, 0 if fwd else 1)
+        self.pp_sent[stream] = self._emit(
+            kind=SEND, stream=stream, name=f"mb{mb}.send_{'act' if fwd else 'grad'}",
+            bytes=self._pp_bytes(vs if fwd else vs - 1),
+            peer=self._peer(dst_vs), tag=tag, deps=(self.last_compute,), category="comm", microbatch=mb,
+            stage=vs, layer=self.plan.chunk_units[vs][-1].layer)
+
+    def _join(self, carry: list[int], fwd: bool, mb: int, vs: int) -> None:
+        """An overlapped comm that outlives the task: a zero-cost join keeps it on the path."""
+        if carry:
+            self._compute([Ly.Kernel("join", "elementwise", 0.0, 0.0, "bwd" if not fwd else "fwd")],
+                          carry, _UnitTag(prefix=f"mb{mb}.", mb=mb, stage=vs,
+                                          layer=self.plan.chunk_units[vs][-1].layer))
+
+    def _where(self, unit: Unit, fwd: bool, mb: int, vs: int) -> _UnitTag:
+        V = self.lo.sizes["pp"] * self.plan.v
+        stride = self.plan.model.layers + 2 + self.plan.model.mtp_num_layers  # unit.layer: -1 to layers + mtp
+        return _UnitTag(prefix=f"mb{mb}.{unit.name}.{'fwd' if fwd else 'bwd'}.", mb=mb, stage=vs,
+                        layer=unit.layer, key=((mb * V + vs) * stride + unit.layer + 1) * 2 + (0 if fwd else 1))
+
+    def _backward_done(self, unit: Unit, vs: int, mb: int, last: int | None, split: bool) -> None:
+        """A unit's backward has ended at op ``last``: its gradient is ready (unless a W task follows)."""
+        assert last is not None  # every unit's backward emits at least one kernel
+        if not (split and self._backward_part(unit.bwd, "W")):  # else its W task does this
+            self.grad_ready[(vs, unit.name)] = last
+            if self.plan.sc.parallel.zero >= 3:
+                self._zero3_reduce(unit, vs, mb, last)
+
+    def run_task(self, phase: str, mb: int, chunk: int) -> None:
+        if phase == "W":
+            self._weight_task(mb, chunk)
+            return
+        split = phase == "I"  # the input-gradient part of a split backward; its W task follows later
+        if split:
+            phase = "B"
+        vs = self._vs(chunk)
         units = self.plan.chunk_units[vs]
-        deps: list[int] = []
         self._carry = []
         fwd = phase == "F"
-        if p > 1 and ((fwd and vs > 0) or (not fwd and vs < V - 1)):
-            src_vs = vs - 1 if fwd else vs + 1
-            stream = "pp_recv_fwd" if fwd else "pp_recv_bwd"
-            tag = self._pp_tag(mb, src_vs if fwd else vs, 0 if fwd else 1)
-            L0 = units[0]
-            deps.append(self._emit(kind=RECV, stream=stream, name=f"mb{mb}.recv_{'act' if fwd else 'grad'}",
-                                   bytes=self._pp_bytes(vs - 1 if fwd else vs), peer=self._peer(src_vs), tag=tag,
-                                   deps=() if self.last_compute is None else (self.last_compute,),
-                                   category="comm", microbatch=mb, stage=vs, layer=L0.layer))
+        deps = self._recv(fwd, mb, vs)
         order = units if fwd else list(reversed(units))
         zero3 = self.plan.sc.parallel.zero >= 3
         prefetch: dict[int, int] = {}
@@ -339,36 +428,138 @@ class _RankBuilder:
                 udeps.append(prefetch[i])
             if fwd and (vs, unit.name) in self.zero_ag:
                 udeps.append(self.zero_ag[(vs, unit.name)])
-            stride = self.plan.model.layers + 2 + self.plan.model.mtp_num_layers  # unit.layer: -1 to layers + mtp
-            where = _UnitTag(prefix=f"mb{mb}.{unit.name}.{'fwd' if fwd else 'bwd'}.", mb=mb, stage=vs,
-                             layer=unit.layer, key=((mb * V + vs) * stride + unit.layer + 1) * 2 + (0 if fwd else 1))
             before = self.last_compute
-            first, last = self._emit_steps(unit.fwd if fwd else unit.bwd, udeps, where)
+            steps = unit.fwd if fwd else (self._backward_part(unit.bwd, "I") if split else unit.bwd)
+            _first, last = self._emit_steps(steps, udeps, self._where(unit, fwd, mb, vs))
             deps = []
             if zero3 and i + 1 < len(order):  # prefetch the next unit's weights during this one
                 prefetch[i + 1] = self._zero3_gather(order[i + 1], vs, mb, phase,
                                                      [before] if before is not None else [])
             if not fwd:
-                assert last is not None  # every unit's backward emits at least one kernel
-                self.grad_ready[(vs, unit.name)] = last
-                if zero3:
-                    self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.zero3_rs",
-                               collective="reduce_scatter", group=self.dpcp,
-                               bytes=(unit.params + unit.expert_params) * self.plan.grad_dtype,
-                               deps=(last,), category="comm", microbatch=mb, stage=vs, layer=unit.layer)
-        if self._carry:  # an overlapped comm outlives the task: a zero-cost join keeps it on the path
-            self._compute([Ly.Kernel("join", "elementwise", 0.0, 0.0, "bwd" if not fwd else "fwd")],
-                          self._carry, _UnitTag(prefix=f"mb{mb}.", mb=mb, stage=vs, layer=units[-1].layer))
-            self._carry = []
-        if p > 1 and ((fwd and vs < V - 1) or (not fwd and vs > 0)):
-            dst_vs = vs + 1 if fwd else vs - 1
-            stream = "pp_send_fwd" if fwd else "pp_send_bwd"
-            tag = self._pp_tag(mb, vs if fwd else dst_vs, 0 if fwd else 1)
-            self.pp_sent[stream] = self._emit(
-                kind=SEND, stream=stream, name=f"mb{mb}.send_{'act' if fwd else 'grad'}",
-                bytes=self._pp_bytes(vs if fwd else vs - 1),
-                peer=self._peer(dst_vs), tag=tag, deps=(self.last_compute,), category="comm", microbatch=mb,
-                stage=vs, layer=units[-1].layer)
+                self._backward_done(unit, vs, mb, last, split)
+        self._join(self._carry, fwd, mb, vs)
+        self._carry = []
+        self._send(fwd, mb, vs)
+
+    # --- Megatron-Core's 1F1B all-to-all overlap (overlap_moe_expert_parallel_comm) ----------------
+    def _plain(self, unit: Unit, fwd: bool, mb: int, vs: int, deps: list[int]) -> list[int]:
+        """One unit's forward or whole backward, alone; returns the comms it leaves running."""
+        if fwd and (vs, unit.name) in self.zero_ag:
+            deps = deps + [self.zero_ag[(vs, unit.name)]]
+        _first, last = self._emit_steps(unit.fwd if fwd else unit.bwd, deps, self._where(unit, fwd, mb, vs))
+        if not fwd:
+            self._backward_done(unit, vs, mb, last, False)
+        return self._carry
+
+    def _a2a_segments(self, steps: list[Ly.Step]) -> tuple[list[Ly.Step], ...] | None:
+        """A MoE layer pass cut at its two token all-to-alls: (before, first a2a, between, second a2a,
+        after), each a2a a one-step list; forward: dispatch then combine, backward: combine_bwd then
+        dispatch_bwd (layer.py). None for a pass without both (a dense layer, ep 1). Kept per list."""
+        hit = self._segments.get(id(steps))
+        if hit is not None and hit[0] is steps:
+            return hit[1]
+        cuts = [i for i, st in enumerate(steps) if isinstance(st, Ly.Comm) and st.group == "ep"
+                and st.name in ("moe.dispatch", "moe.combine", "moe.combine_bwd", "moe.dispatch_bwd")]
+        out: tuple[list[Ly.Step], ...] | None = None
+        if len(cuts) == 2:
+            a, b = cuts
+            out = (steps[:a], [steps[a]], steps[a + 1:b], [steps[b]], steps[b + 1:])
+        self._segments[id(steps)] = (steps, out)
+        return out
+
+    def _segment(self, steps: list[Ly.Step], deps: list[int], where: _UnitTag) -> list[int]:
+        """Emit one segment of a paired layer (nothing if empty); returns the comms it leaves running."""
+        if not steps:
+            return list(deps)  # nothing ran: what it would have waited for, the next segment waits for
+        self._emit_steps(steps, deps, where)
+        return self._carry
+
+    def _paired_layer(self, fu: Unit, bu: Unit, f: tuple[int, int], b: tuple[int, int],
+                      f_wait: list[int], b_wait: list[int]) -> tuple[list[int], list[int]] | None:
+        """Layer ``fu``'s forward beside layer ``bu``'s backward, in the order of Megatron-Core's
+        ``TransformerLayerSchedulePlan.run`` (models/common/model_chunk_schedule_plan.py @ d98e8a64dd):
+
+            comm (ep stream): combine_bwd      | dispatch_fwd -> dispatch_bwd     | combine_fwd
+            compute:          pre-dispatch fwd | mlp bwd -> mlp wgrad -> mlp fwd | pre-dispatch bwd
+
+        so each all-to-all runs under the other pass's compute; the forward's few kernels after its combine
+        (unpermute, residual add: Megatron's combine node) run last, where the combine has had the
+        attention's backward to hide under. With delay_wgrad_compute the backward's dispatch starts
+        after the experts' dgrad and runs under their wgrad (``mlp.backward_dw``); the attention's
+        delayed wgrad (``pre_dispatch_computation.backward_dw``) still runs before the next layer, so it
+        moves nothing here. ``f``/``b``: (micro-batch, virtual stage); ``*_wait``: what each pass's next
+        kernel waits for. Returns the two passes' new waits, or None where a layer has no two all-to-alls."""
+        fs, bs = self._a2a_segments(fu.fwd), self._a2a_segments(bu.bwd)
+        if fs is None or bs is None:
+            return None
+        delay = self.plan.sc.parallel.delay_wgrad_compute
+        fw, bw = self._where(fu, True, *f), self._where(bu, False, *b)
+        if (f[1], fu.name) in self.zero_ag:
+            f_wait = f_wait + [self.zero_ag[(f[1], fu.name)]]
+        b_wait = self._segment(bs[0], b_wait, bw)  # the combine's unpermute backward
+        combine_bwd = self._a2a(bs[1], bw)
+        f_wait = self._segment(fs[0], f_wait, fw)  # attention, router, permute
+        dispatch_fwd = self._a2a(fs[1], fw)
+        if delay:
+            b_wait = self._segment(self._backward_part(bs[2], "I"), b_wait + combine_bwd, bw)
+            dispatch_bwd = self._a2a(bs[3], bw)
+            b_wait = self._segment(self._backward_part(bs[2], "W"), b_wait, bw)
+        else:
+            b_wait = self._segment(bs[2], b_wait + combine_bwd, bw)  # the experts' backward
+            dispatch_bwd = self._a2a(bs[3], bw)
+        f_wait = self._segment(fs[2], f_wait + dispatch_fwd, fw)  # the experts' forward
+        combine_fwd = self._a2a(fs[3], fw)
+        b_wait = self._segment(bs[4], b_wait + dispatch_bwd, bw)  # permute, router, attention backward
+        b_last = self.last_compute
+        f_wait = self._segment(fs[4], f_wait + combine_fwd, fw)  # unpermute, residual: after, as in Megatron
+        self._backward_done(bu, b[1], b[0], b_last, False)
+        return f_wait, b_wait
+
+    def _a2a(self, segment: list[Ly.Step], where: _UnitTag) -> list[int]:
+        """Emit a segment that is one token all-to-all (``_a2a_segments``); returns its op ids."""
+        comm = segment[0]
+        assert isinstance(comm, Ly.Comm)
+        return self._comm(comm, where)
+
+    def run_pair(self, f: Task, b: Task) -> None:
+        """A combined 1F1B step (Megatron-Core combined_1f1b.py ``combined_forward_backward_step`` and
+        model_chunk_schedule_plan.py ``TransformerModelChunkSchedulePlan.run``): the forward's embedding
+        and the backward's head first, then layer i of the forward beside layer n − 1 − i of the
+        backward (``_paired_layer``), the unpaired layers alone, the forward's head, the backward's
+        embedding, and both tasks' pipeline sends."""
+        fvs, bvs = self._vs(f.chunk), self._vs(b.chunk)
+        self._carry = []
+        f_wait = self._recv(True, f.microbatch, fvs)
+        b_wait = self._recv(False, b.microbatch, bvs)
+        fu, bu = self.plan.chunk_units[fvs], list(reversed(self.plan.chunk_units[bvs]))
+
+        def body(units: list[Unit]) -> tuple[int, int]:
+            idx = [i for i, u in enumerate(units) if u.name.startswith(("layer", "mtp"))]
+            return (idx[0], idx[-1] + 1) if idx else (len(units), len(units))
+
+        (f0, f1), (b0, b1) = body(fu), body(bu)
+        fm, bm = (f.microbatch, fvs), (b.microbatch, bvs)
+        for u in bu[:b0]:  # the head's backward
+            b_wait = self._plain(u, False, *bm, b_wait)
+        for u in fu[:f0]:  # the embedding's forward
+            f_wait = self._plain(u, True, *fm, f_wait)
+        pairs = min(f1 - f0, b1 - b0)
+        for i in range(pairs):
+            both = self._paired_layer(fu[f0 + i], bu[b0 + i], fm, bm, f_wait, b_wait)
+            if both is None:  # a dense layer: the backward's then the forward's, one after the other
+                b_wait = self._plain(bu[b0 + i], False, *bm, b_wait)
+                f_wait = self._plain(fu[f0 + i], True, *fm, f_wait)
+            else:
+                f_wait, b_wait = both
+        for u in bu[b0 + pairs:]:  # the backward's unpaired layers and its embedding
+            b_wait = self._plain(u, False, *bm, b_wait)
+        for u in fu[f0 + pairs:]:  # the forward's unpaired layers and its head
+            f_wait = self._plain(u, True, *fm, f_wait)
+        self._join(f_wait, True, *fm)
+        self._send(True, *fm)
+        self._join(b_wait, False, *bm)
+        self._send(False, *bm)
+        self._carry = []
 
     def _pp_bytes(self, vs: int) -> float:
         """b·s·h activations (or gradients) of one micro-batch between virtual stages vs and vs + 1 (s/t
@@ -494,8 +685,17 @@ class _RankBuilder:
     def build(self) -> None:
         par = self.plan.sc.parallel
         self._param_gathers_first()
-        for task in schedule(par.schedule, self.c["pp"], par.pp, self.plan.micro, par.virtual_stages):
-            self.run_task(task.phase, task.microbatch, task.chunk)
+        tasks = schedule(par.schedule, self.c["pp"], par.pp, self.plan.micro, par.virtual_stages,
+                         par.overlap_moe_expert_parallel_comm)
+        if par.overlap_moe_expert_parallel_comm:
+            for step in combined_steps(tasks):
+                if len(step) == 2:
+                    self.run_pair(*step)
+                else:
+                    self.run_task(step[0].phase, step[0].microbatch, step[0].chunk)
+        else:
+            for task in tasks:
+                self.run_task(task.phase, task.microbatch, task.chunk)
         self.finish()
 
 

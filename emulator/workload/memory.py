@@ -423,7 +423,8 @@ def profiled_stages(sc: Scenario) -> list[MemoryReport] | None:
         d, z = par.dp, par.zero
         states = {"params": w_b * psi / (d if z >= 3 else 1), "grads": g_b * psi / (d if z >= 2 else 1),
                   "optimizer": o_b * psi / (d if z >= 1 else 1)}
-        held = max_in_flight(schedule(par.schedule, stage, par.pp, micro, par.virtual_stages), split[stage])
+        held = max_in_flight(schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
+                                      par.overlap_moe_expert_parallel_comm), split[stage])
         own = (copies["embed_fwd"] if first else 0.0) + (copies["head_fwd"] if last else 0.0)
         breakdown = {**states, "activations": per_layer * held, "weight_copies": copies["block_fwd"] * held + own}
         peak = sum(breakdown.values())
@@ -529,7 +530,8 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
             states["params"] += quant_weight_bytes(lin_dense / (d if z3 else 1)
                                                    + lin_expert / (expert_dp(par) if z3 else 1), recipe,
                                                    tr.fp8_params, non_tn_fp8(gpu))
-        tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages)
+        tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
+                         par.overlap_moe_expert_parallel_comm)  # its one more warm-up forward holds one more
         chunks = max_in_flight(tasks)
         worst = max(per_layer, per_dense) if _dense_layers_of(sc, stage) else per_layer
         acts = worst * max_in_flight(tasks, with_mtp[stage])  # layers of the (micro-batch, chunk)s in flight
