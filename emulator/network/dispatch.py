@@ -199,10 +199,11 @@ def hybridep(model: "PlanMaker", direction: str, params: dict[str, float], group
     last: list["RawFlow"] = []
     for s in group:
         marked, two_hop = _relayed_legs(s, nodes, node_of, p_gpu, p_node)
-        nvl = [(a, b, x * row_scales(row, local, len(nodes[node_of[b]]), probs)[0])
-               for a, b, x, cross in marked if not cross]
-        rdma = [(a, b, x * row_scales(row, local, len(nodes[node_of[b]]), probs)[1])
-                for a, b, x, cross in marked if cross]
+        nvl: list["Hop"] = []
+        rdma: list["Hop"] = []
+        for a, b, x, cross in marked:  # each leg at its stage's row size (probabilities of the receiver's domain)
+            scale = row_scales(row, local, len(nodes[node_of[b]]), probs)[1 if cross else 0]
+            (rdma if cross else nvl).append((a, b, x * scale))
         if direction == "out":  # combine: NVLink to the peer (pre-reduced there), then RDMA home
             nvl, rdma = _reverse(nvl), _reverse(rdma)
             two_hop = [(b, r, a) for a, r, b in two_hop]
