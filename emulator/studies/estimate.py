@@ -1,83 +1,269 @@
 """A run's cost, estimated before it runs (``emulator run --estimate``).
 
-It builds the workload (the cheap part) and counts what the engine will do: for
-each communication instance (a collective call shared by its members, or a
-send/recv pair) about two events — the start put off to its time, and the
-completion (the latency timer too where its links are busy as it is matched:
-``Fabric._ahead``) — or, for a direct all-to-all of n ranks, two per flow of
-its n(n−1) flows. Compute ops cost none (the engine's timed ops), and neither
-does a collective it runs as *private* (``emulator.run.engine``): here, one of a
-group inside a node with one simulated member whose GPUs no other group or
-transfer inside the node uses (tensor parallelism filling a node; the engine
-also checks the links). The wall time
-divides that by an event rate measured on the reference machine (2 cores).
+It builds the workload and prepares the engine as the run does (both timed: on a large layout
+they are seconds of the run), and counts, op by op, what the engine will put on SimPy's clock
+(``events_of``): nothing for a kernel on a GPU it has alone, a private collective or a block op
+(finished ahead of the clock); for a collective call or a transfer, one start and, per phase of
+its flow plan, one end for a flow alone or a latency timer and an end for each of several flows
+(a MoE dispatch, often one end only: run ahead of the clock); two for a kernel on a shared GPU.
+The copies of a stamped (unfolded) program start together, one timeout for all of them.
+
+The events do not all cost alike, which is why a rate of events per second is off by 5x from one
+scenario to the next (issue #42: an unfolded GPT-3 on 1,024 GPUs, 3.3M events counted, 73 s; Qwen3
+235B, 1.7M events, 25 s; the same 100,000 events/s said 33 s and 17 s). The wall time
+(``run_seconds``) is, on the reference machine (the team's 2-core machine, SimPy floor 0.69 µs
+a timeout of CPU):
+
+- ``STARTUP_S``: the interpreter, the imports and the summary (0.30 s, a trace of 4 ops);
+- the build and the preparation, as timed here;
+- ``SECONDS_PER_EVENT`` a SimPy event (5.7 µs: its callbacks, the engine's bookkeeping);
+- ``SECONDS_PER_SOLVE`` × log2(2 × simulated ranks) per communication instance: the max-min solves
+  of the fabric, over components that grow with the flows the simulated ranks keep in flight
+  (3.5 µs: from 1 rank to 1,024, 0 to 11 doublings);
+- ``SECONDS_PER_FLOW_EVENT`` × f² per flow event of a phase of several flows, f its flows per
+  simulated member (9.7 ns: each end solves a phase's flows anew, ~f rounds of f flows; an
+  all-to-all of 31 or 64 flows a rank).
+
+The three rates are a least-squares fit (relative error) of the engine's CPU time on 16 runs
+(``benchmarks/estimate_check.py``'s cases and the unfolded Llama-3 405B; 2026-12-06): folded and
+unfolded, MoE and dense, 1 to 1,024 simulated ranks; each within 0.7-1.3x but DeepSeek-V2-Lite's
+tiny run (0.4x, 36 ms). Scaled to this machine by a short SimPy floor timed here (``machine_factor``,
+20,000 timeouts, ~14 ms), they give the wall time of a run on a machine it has to itself (its CPU
+time). ``benchmarks/estimate_check.py`` measures every scenario against it.
+
 For a model workload it also gives the closed-form iteration time that ``emulator
 search`` ranks layouts by (studies/rank.py), so a user sees the answer's ballpark too.
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from emulator.outputs.printable import printable
 from emulator.program import COLLECTIVE, COMPUTE, SEND, Op, Program
 from emulator.run.folding import Stamped
 from emulator.scenario.spec import Scenario
 
-# start + completion, a flow alone started ahead of its latency (measured, 2026-12-04: 2.00 GPT 1T, 2.06
-# GPT-3 1024, 1.90 Llama-3 70B, 2.01 quickstart per shared communication instance; 3.00, 3.02, 2.94 and
-# 3.01 with a latency timer per flow)
+# a mix's (``count_jobs``) communication instances: start + completion, a flow alone started ahead of its
+# latency (measured, 2026-12-04: 2.00 GPT 1T, 2.06 GPT-3 1024, 1.90 Llama-3 70B, 2.01 quickstart per shared
+# communication instance; 3.00, 3.02, 2.94 and 3.01 with a latency timer per flow)
 EVENTS_PER_COMM = 2.0
-EVENTS_PER_S = 100_000.0  # engine throughput on the reference 2-core machine (benchmarks/run.py)
+# a kernel on a shared GPU (``emulator.run.shared_gpus``): its start put off to its time, its end
+# (Llama-3 70B on B200, whose compute slows under communication: 54,362 counted, 53,765 run)
+EVENTS_PER_SHARED_KERNEL = 2.0
+# the share of MoE dispatches that run ahead of the clock (``Fabric._run_ahead``): 22,611 of 30,208 on
+# DeepSeek-V3 1024 (0.75), 173 of 208 on DeepSeek-V2-Lite (0.83); the rest, flow by flow
+DISPATCH_AHEAD = 0.8
+# the costs on the reference machine (module docstring)
+REFERENCE_TIMEOUT_S = 0.69e-6  # its SimPy floor: CPU seconds a timeout (benchmarks/run.py, 1M timeouts)
+STARTUP_S = 0.30
+SECONDS_PER_EVENT = 5.7e-6
+SECONDS_PER_SOLVE = 3.5e-6
+SECONDS_PER_FLOW_EVENT = 9.7e-9
+FLOOR_TIMEOUTS = 20_000  # machine_factor's floor: ~14 ms
+
+
+@functools.cache
+def machine_factor() -> float:
+    """This machine's SimPy floor over the reference machine's: CPU seconds of one process waiting on
+    ``FLOOR_TIMEOUTS`` timeouts (``benchmarks/run.py``'s floor, shortened), once per process."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def wait(env: simpy.Environment) -> Any:
+        for _ in range(FLOOR_TIMEOUTS):
+            yield env.timeout(1)
+
+    env.process(wait(env))
+    c0 = time.process_time()
+    env.run()
+    return max(1e-3, (time.process_time() - c0) / FLOOR_TIMEOUTS / REFERENCE_TIMEOUT_S)
+
+
+def run_seconds(clocked: "Clocked") -> float:
+    """Seconds of the run on the clock (``clocked`` over every iteration), on this machine."""
+    solves = clocked.instances * math.log2(2 * max(1, clocked.simulated))
+    return (clocked.events * SECONDS_PER_EVENT + solves * SECONDS_PER_SOLVE +
+            clocked.flow_events * SECONDS_PER_FLOW_EVENT) * machine_factor()
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What ``--estimate`` predicts of a run (one scenario, or a mix of jobs)."""
+
+    gpus: int
+    simulated: int
+    ops: int  # ops run over every iteration
+    compute: int  # compute ops per iteration (a mix: 0)
+    events: int
+    build_s: float  # the workload built here, timed
+    prepare_s: float  # a mix: placing and preparing its runs (modelled)
+    wall_s: float
+    notes: tuple[str, ...]
+    shared_ops: int = 0  # a mix: ops of its shared run
+    memory_bytes: float = 0.0  # a mix: peak memory (modelled)
+
+
+def count(scenario: Scenario) -> Estimate:
+    """The run's size and wall time: its workload built and its engine prepared as the run does
+    both (``emulator.run.simulation``), its events counted op by op on the engine's own choice of
+    what runs on the clock (``events_of``); nothing is run."""
+    if scenario.jobs:
+        return count_jobs(scenario)
+    from emulator.program import FoldRefused
+    from emulator.run.folding import choose_fold, restamp
+    from emulator.run.simulation import build_workload
+
+    t0 = time.perf_counter()
+    program, notes = build_workload(scenario, blocks=True)  # as the run builds it (timed so)
+    build_s = time.perf_counter() - t0
+    runs = 1
+    try:
+        prepared = _prepared(scenario, program)
+    except FoldRefused as exc:  # the run's own refusal (a copy's transfer with other latencies)
+        refused = str(exc)
+        notes = [f"{choose_fold(scenario, in_effect=False)[1]}; replicas across leaves not folded: {refused}"]
+        if scenario.simulation.fold_tolerance > 0:  # run twice, at the least and greatest latencies
+            prepared, runs = _prepared(scenario, program, "least"), 2
+            notes = [notes[0] + f"; twice within simulation.fold_tolerance {scenario.simulation.fold_tolerance:g}, "
+                     "else once more unfolded"]
+        else:
+            stamped = restamp(program, scenario)  # every replica simulated, from the same ops
+            if stamped is None:  # built again, folding the automorphisms only
+                t1 = time.perf_counter()
+                program, _ = build_workload(scenario, refused=refused, blocks=True)
+                build_s += time.perf_counter() - t1
+            else:
+                program = stamped
+            prepared = _prepared(scenario, program)
+    engine, collectives, faulted, prepare_s = prepared
+    iterations = max(1, scenario.simulation.iterations)
+    clocked = events_of(engine, collectives, faulted)
+    events = int(round(clocked.events * iterations * runs))
+    wall = STARTUP_S * machine_factor() + build_s + prepare_s * runs + run_seconds(clocked) * iterations * runs
+    copies = engine.copies.count
+    ops = sum(len(op.parts) or 1 for op in engine.tops)
+    compute = sum(len(op.parts) or 1 for op in engine.tops if op.kind is COMPUTE and not op.parts) + \
+        sum(1 for op in engine.tops for p in op.parts if p.kind is COMPUTE)
+    return Estimate(program.ranks, len(engine.simulated), ops * copies * iterations * runs, compute * copies,
+                    events, build_s, prepare_s * runs, wall, tuple(notes))
+
+
+def _prepared(scenario: Scenario, program: Program, spread: str = "refuse") -> tuple[Any, Any, bool, float]:
+    """(engine, collective model, whether timed faults run, seconds) of the run's preparation: the
+    cluster and the engine as ``run_program`` makes them (the run's plans prepared, its private
+    collectives and block ops decided), not run. Raises FoldRefused as the run does."""
+    from emulator.errors import EmulatorError
+    from emulator.network.routing import NoRouteError
+    from emulator.run.engine import Engine
+    from emulator.run.simulation import build_cluster
+
+    t0 = time.perf_counter()
+    cluster = build_cluster(scenario, program.fold, spread)
+    try:
+        engine = Engine(program, cluster.collectives, cluster.topology.capacity,
+                        cluster.gpus(program.simulated_ranks()), blocks=not cluster.timed)
+    except NoRouteError as exc:
+        raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
+    return engine, cluster.collectives, bool(cluster.timed), time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class Clocked:
+    """What one iteration puts on the clock (``events_of``), by what it costs (``event_seconds``)."""
+
+    events: float
+    flow_events: float  # Σ events × flows of their phase, of phases of several flows (each end: a solve of them)
+    instances: float  # communication instances on the clock (a max-min solve of the fabric each)
+    simulated: int  # ranks simulated
+
+
+def events_of(engine: Any, collectives: Any, faulted: bool) -> Clocked:
+    """The events of one iteration of a prepared engine (``emulator.run.engine``), op by op:
+
+    - a *timed* op costs none: a compute op on a GPU it has alone, a private collective, a
+      block op (a layer's kernels and private collectives); with timed faults no collective is
+      private (``Engine.run``);
+    - a compute op on a shared GPU (several compute streams, or a GPU whose compute slows while
+      it communicates) is on the clock: its start, put off to its time, and its end;
+    - a collective call, or a send, is one *instance* shared by its group's simulated members:
+      its start (one timeout for every op due at that time: the copies of a stamped program start
+      together, so one start for all of them), then per phase of its flow plan
+      (``CollectiveModel.plans``; the mean over the algorithms ``auto`` may pick) a flow alone
+      its end (started ahead of its latency: ``Fabric._ahead``), or several flows a latency timer
+      and an end each;
+    - a MoE token dispatch (``parse_dispatch_op``) of one phase runs ahead of the clock where its
+      links are free as it starts, one event for its end (``Fabric._run_ahead``), else flow by flow:
+      ``DISPATCH_AHEAD`` of them ahead.
+    """
+    from emulator.program import RECV, parse_dispatch_op
+
+    copies = engine.copies.count
+    simulated = engine.simulated
+    per_key: dict[tuple[str, tuple[int, ...], int], tuple[float, float]] = {}
+    events = flow_events = instances = 0.0
+    for t, op in enumerate(engine.tops):
+        if engine.timed[t] or (engine.private[t] and not faulted) or op.kind is RECV:
+            continue
+        if op.kind is COMPUTE:
+            events += EVENTS_PER_SHARED_KERNEL * copies
+            continue
+        if op.kind is SEND:
+            key = ("p2p", (op.rank, op.peer), op.rank)
+            members = 1
+        else:
+            key = (op.collective, op.group, op.root)
+            members = max(1, sum(1 for r in op.group if r in simulated))
+        hit = per_key.get(key)
+        if hit is None:
+            hit = per_key[key] = _instance_events(collectives.plans(*key), key[0] != "p2p" and
+                                                  parse_dispatch_op(key[0]) is not None)
+        ends, weighted = hit
+        events += (1.0 + ends * copies) / members  # one start for the copies, their flows' ends each
+        flow_events += weighted / members ** 2 * copies / members
+        instances += copies / members
+    return Clocked(events, flow_events, instances, len(simulated))
+
+
+def _instance_events(plans: list[Any], dispatch: bool) -> tuple[float, float]:
+    """(events after its start, the same weighted by the flows of their phase) of one collective or
+    transfer instance on the clock (``events_of``)."""
+    if not plans:
+        return 0.0, 0.0
+    ends = weighted = 0.0
+    for plan in plans:
+        e = sum(1.0 if len(phase) == 1 else 2.0 * len(phase) for phase in plan)
+        w = sum(2.0 * len(phase) ** 3 for phase in plan if len(phase) > 1)
+        if dispatch and len(plan) == 1 and len(plan[0]) > 1:  # ahead: its end alone
+            e = DISPATCH_AHEAD * 1.0 + (1.0 - DISPATCH_AHEAD) * e
+            w = (1.0 - DISPATCH_AHEAD) * w
+        ends += e
+        weighted += w
+    return ends / len(plans), weighted / len(plans)
 
 
 def estimate(scenario: Scenario) -> str:
     """A few lines: ops, simulated ranks, expected events and wall time."""
-    from emulator.run.simulation import build_workload
     from emulator.scenario.units import format_time
 
     if scenario.jobs:
         return estimate_jobs(scenario)
-    t0 = time.perf_counter()
-    program, notes = build_workload(scenario, blocks=True)  # as the run builds it (timed so)
-    build_s = time.perf_counter() - t0
-    if any(op.parts for op in program.ops):
-        program = program.expanded()  # the ops one by one, to count
-    refused = _refusal(scenario, program)
-    scale = 1.0  # the run's simulated ranks over the program's: > 1 where the run will refuse the fold
-    if refused:  # the run then simulates every rank but the automorphisms' copies (not built here: slow)
-        from emulator.run.folding import choose_fold
-
-        fold, note = choose_fold(scenario, in_effect=False)
-        kept = program.ranks if fold is None else sum(map(fold.is_representative, range(program.ranks)))
-        scale = kept / len(program.simulated_ranks())
-        notes = [f"{note}; replicas across leaves not folded: {refused}"]
-        from emulator.run.folding import restamp
-
-        if restamp(program, scenario) is None:  # else its replicas are stamped from this program
-            build_s *= 1.0 + scale  # the folded program, then the run's (about ``scale`` times its size)
-    # an unfolded run given as templates: copies' compute ops end together (one event),
-    # each copy's collectives and sends are instances of their own
-    if isinstance(program, Stamped):
-        ops, copies = program.template, len(program.translations)
-    else:
-        ops, copies = program.ops, 1
-    compute, comm = _counts(program, ops, copies, scenario.cluster.node.domain if scenario.cluster.node else 0)
-    iterations = max(1, scenario.simulation.iterations)
-    events = int(EVENTS_PER_COMM * comm * iterations * scale)
-    ranks = int(len(program.simulated_ranks()) * scale)
-    wall = build_s + events / EVENTS_PER_S
+    e = count(scenario)
     lines = [f"scenario        {printable(scenario.name)}",
-             f"GPUs            {program.ranks} ({ranks} simulated)",
-             f"ops             {int(len(ops) * copies * iterations * scale):,} "
-             f"({int(compute * copies * scale):,} compute per iteration)",
-             f"events          ~{events:,}",
-             f"wall time       ~{format_time(wall)} (build {format_time(build_s)}, at ~{EVENTS_PER_S:,.0f} events/s)"]
+             f"GPUs            {e.gpus} ({e.simulated} simulated)",
+             f"ops             {e.ops:,} ({e.compute:,} compute per iteration)",
+             f"events          ~{e.events:,}",
+             f"wall time       ~{format_time(e.wall_s)} (build {format_time(e.build_s)}, prepare "
+             f"{format_time(e.prepare_s)}, start {format_time(STARTUP_S * machine_factor())}, run "
+             f"{format_time(e.wall_s - e.build_s - e.prepare_s - STARTUP_S * machine_factor())})"]
     closed = closed_form(scenario)
     if closed is not None:
         lines.append(f"iteration       ~{format_time(closed)} (closed form, no contention: studies/rank.py)")
-    return "\n".join(lines + [f"note: {n}" for n in notes])
+    return "\n".join(lines + [f"note: {n}" for n in e.notes])
 
 
 def _counts(program: Program, ops: list[Op], copies: int, gpus_per_node: int) -> tuple[float, float]:
@@ -112,13 +298,12 @@ BYTES_PER_MIX_OP = 700.0
 BASE_BYTES = 60e6  # an empty run: the interpreter, numpy, SimPy, the catalog (emulator run --json)
 
 
-def estimate_jobs(scenario: Scenario) -> str:
-    """``estimate`` of a scenario with jobs: each job's program under the fold the mix gives it
+def count_jobs(scenario: Scenario) -> Estimate:
+    """``count`` of a scenario with jobs: each job's program under the fold the mix gives it
     (``emulator.run.mix.job_fold``), counted once alone and once in the shared run (one run for a single
     job at t = 0 on nodes 0..n−1), summed."""
     from emulator.run.mix import job_fold
     from emulator.run.simulation import build_workload
-    from emulator.scenario.units import format_time
     from emulator.workload.builder import build_program
     from emulator.workload.jobs import gpu_map, job_scenario
 
@@ -148,20 +333,29 @@ def estimate_jobs(scenario: Scenario) -> str:
         shared_ops += n_ops
         ranks += int(simulated)
     build_s = time.perf_counter() - t0
-    prepare_s = ops_run * SECONDS_PER_MIX_OP + (1 if one else 1 + len(scenario.jobs)) * \
-        scenario.cluster.nodes * node.gpus_per_node * SECONDS_PER_RUN_GPU
-    wall = build_s + events / EVENTS_PER_S + prepare_s
-    memory = BASE_BYTES + shared_ops * BYTES_PER_MIX_OP
+    prepare_s = (ops_run * SECONDS_PER_MIX_OP + (1 if one else 1 + len(scenario.jobs)) *
+                 scenario.cluster.nodes * node.gpus_per_node * SECONDS_PER_RUN_GPU) * machine_factor()
+    clocked = Clocked(events, 0.0, events / EVENTS_PER_COMM, ranks)  # a solve an instance
+    wall = STARTUP_S * machine_factor() + build_s + prepare_s + run_seconds(clocked)
     gpus = sum(len(j.nodes_assigned) for j in scenario.jobs) * node.gpus_per_node
+    return Estimate(gpus, ranks, int(ops_run), 0, int(events), build_s, prepare_s, wall, (),
+                    shared_ops=int(shared_ops), memory_bytes=BASE_BYTES + shared_ops * BYTES_PER_MIX_OP)
+
+
+def estimate_jobs(scenario: Scenario) -> str:
+    """``estimate`` of a scenario with jobs (``count_jobs``)."""
+    from emulator.scenario.units import format_time
+
+    e = count_jobs(scenario)
     return "\n".join([
         f"scenario        {printable(scenario.name)}",
-        f"jobs            {len(scenario.jobs)} on {gpus} GPUs ({ranks} simulated, each job folded as the mix folds "
-        "it alone; the shared run may fold a job less)",
-        f"ops             {int(ops_run):,} run ({int(shared_ops):,} in the shared run)",
-        f"events          ~{int(events):,}",
-        f"memory          ~{memory / 1e9:.2f} GB (peak, about {BYTES_PER_MIX_OP:.0f} B per op of the shared run)",
-        f"wall time       ~{format_time(wall)} (build {format_time(build_s)}, placing and preparing "
-        f"{format_time(prepare_s)}, at ~{EVENTS_PER_S:,.0f} events/s)"])
+        f"jobs            {len(scenario.jobs)} on {e.gpus} GPUs ({e.simulated} simulated, each job folded as the mix "
+        "folds it alone; the shared run may fold a job less)",
+        f"ops             {e.ops:,} run ({e.shared_ops:,} in the shared run)",
+        f"events          ~{e.events:,}",
+        f"memory          ~{e.memory_bytes / 1e9:.2f} GB (peak, about {BYTES_PER_MIX_OP:.0f} B per op of the shared run)",
+        f"wall time       ~{format_time(e.wall_s)} (build {format_time(e.build_s)}, placing and preparing "
+        f"{format_time(e.prepare_s)}, start {format_time(STARTUP_S * machine_factor())})"])
 
 
 def _refusal(scenario: Scenario, program: Program) -> str:
@@ -221,13 +415,17 @@ def closed_form(scenario: Scenario) -> float | None:
 
 
 # ------------------------------------------------------------------ the warning before a slow run
-# A pre-estimate from the scenario's keys alone, without building the workload (an unfolded build
-# can itself take minutes: `emulator run --estimate` on gpt3-175b-1024-a100 with one override took 76
-# CPU seconds). Per simulated rank, per layer it holds, per microbatch, per iteration, fitted on that
-# scenario unfolded (`emulator run scenarios/gpt3-175b-1024-a100.yaml --estimate --set
-# "cluster.overrides=[{kind: gpu_slowdown, target: 'gpu:3', factor: 2}]"`, 2026-12-06: 3,301,152 events
-# and 21,702,144 ops for 1,024 ranks × 96 microbatches × 12 layers = 1,179,648 rank-layer-microbatches).
-EVENTS_PER_RANK_LAYER_MB = 2.8  # 3,301,152 / 1,179,648
+# A pre-estimate from the scenario's keys alone, without building the workload or preparing the engine
+# (seconds on an unfolded layout), with the costs of ``run_seconds`` on the reference machine (no floor
+# timed: every run asks). Per simulated rank, per layer it holds, per microbatch, per iteration, fitted
+# on that scenario unfolded (`emulator run scenarios/gpt3-175b-1024-a100.yaml --estimate --set
+# "cluster.overrides=[{kind: gpu_slowdown, target: 'gpu:3', factor: 2}]"`, 2026-12-06: 1,650,577 events,
+# 1,650,576 communication instances, 21,702,144 ops, a build of 0.77 s and a preparation of 1.70 s, for
+# 1,024 ranks × 96 microbatches × 12 layers = 1,179,648 rank-layer-microbatches; the run: 1,891,186 events).
+# Dense layers only: a MoE layer's dispatches cost more (``events_of``), which only --estimate counts.
+EVENTS_PER_RANK_LAYER_MB = 1.4  # 1,650,577 / 1,179,648
+INSTANCES_PER_RANK_LAYER_MB = 1.4  # 1,650,576 / 1,179,648
+BUILD_S_PER_RANK_LAYER_MB = 2.1e-6  # (0.77 + 1.70) s / 1,179,648
 OPS_PER_RANK_LAYER_MB = 18.4  # 21,702,144 / 1,179,648
 # --out's files per op (spans.csv, trace.json): issue #42 measured 1.3 GB for a run of that size (~21.7M ops)
 OUT_BYTES_PER_OP = 60.0
@@ -261,8 +459,10 @@ def pre_estimate(scenario: Scenario) -> PreEstimate | None:
     microbatches = max(1, t.global_batch // max(1, t.micro_batch * p.dp))
     units = simulated * microbatches * math.ceil(m.layers / p.pp) * max(1, scenario.simulation.iterations)
     events = EVENTS_PER_RANK_LAYER_MB * units
+    solves = INSTANCES_PER_RANK_LAYER_MB * units * math.log2(2 * simulated)
+    wall = STARTUP_S + BUILD_S_PER_RANK_LAYER_MB * units + events * SECONDS_PER_EVENT + solves * SECONDS_PER_SOLVE
     out_bytes = OUT_BYTES_PER_OP * OPS_PER_RANK_LAYER_MB * units
-    return PreEstimate(ranks, simulated, events, events / EVENTS_PER_S, out_bytes, note)
+    return PreEstimate(ranks, simulated, events, wall, out_bytes, note)
 
 
 def slow_warning(scenario: Scenario, out: bool = False) -> str | None:
@@ -278,7 +478,7 @@ def slow_warning(scenario: Scenario, out: bool = False) -> str | None:
         return None
     what = []
     if slow:
-        what.append(f"~{pre.events:,.0f} events, ~{format_time(pre.wall_s)} at ~{EVENTS_PER_S:,.0f} events/s")
+        what.append(f"~{pre.events:,.0f} events, ~{format_time(pre.wall_s)}")
     if large:
         what.append(f"--out would write ~{format_bytes(pre.out_bytes)}")
     if pre.simulated == pre.ranks and pre.ranks > 1:
