@@ -353,7 +353,8 @@ def estimate_jobs(scenario: Scenario) -> str:
         "folds it alone; the shared run may fold a job less)",
         f"ops             {e.ops:,} run ({e.shared_ops:,} in the shared run)",
         f"events          ~{e.events:,}",
-        f"memory          ~{e.memory_bytes / 1e9:.2f} GB (peak, about {BYTES_PER_MIX_OP:.0f} B per op of the shared run)",
+        f"memory          ~{e.memory_bytes / 1e9:.2f} GB (peak, about {BYTES_PER_MIX_OP:.0f} B per op of the shared "
+        "run)",
         f"wall time       ~{format_time(e.wall_s)} (build {format_time(e.build_s)}, placing and preparing "
         f"{format_time(e.prepare_s)}, start {format_time(STARTUP_S * machine_factor())})"])
 
