@@ -109,6 +109,29 @@ def speed() -> str:
                       "timeouts, measured in the same run.*"])
 
 
+def estimate_spread() -> tuple[float, float, int]:
+    """(least, greatest, cases) of benchmarks/estimate_check.py's estimated wall time over the run's CPU time."""
+    ratios = [r["cpu_ratio"] for r in load("estimate")["cases"].values()]
+    return min(ratios), max(ratios), len(ratios)
+
+
+def estimate() -> str:
+    """benchmarks/estimate_check.py: `emulator run --estimate` against the run, every scenario."""
+    doc = load("estimate")["cases"]
+    rows = []
+    for n in sorted(doc):
+        r = doc[n]
+        rows.append([f"`{n}`", f"{r['estimated_wall_s']:.2f} s", f"{r['wall_s']:.2f} s", f"{r['cpu_s']:.2f} s",
+                     f"{r['cpu_ratio']:.2f}", f"{r['wall_ratio']:.2f}", f"{r['estimated_events']:,}",
+                     f"{r['events']:,}", f"{r['cpu_over_floor']:.1f}", f"{r['measured_at']}, `{r['commit']}`"])
+    lo, hi, n = estimate_spread()
+    return "\n".join([_table(["case", "estimated wall", "wall", "CPU", "estimate / CPU", "estimate / wall",
+                              "estimated events", "events", "CPU / floor", "measured"], rows), "",
+                      f"*Written by `benchmarks/estimate_check.py --save`: over {n} cases the estimate is "
+                      f"{lo:.2f} to {hi:.2f} times the run's CPU time (wall time on a shared machine is longer). "
+                      "The floor is one SimPy process waiting on 1,000,000 timeouts, measured in the same run.*"])
+
+
 def live_runs() -> str:
     doc = load("live_runs")
     out = [f"*Carried over by `{doc['written_by']}` from {doc['converted_from']}: these runs cannot be "
@@ -223,6 +246,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "overlap": overlap,
     "ecmp": ecmp,
     "speed": speed,
+    "estimate": estimate,
     "live-runs": live_runs,
     "summary": lambda: summary("validation.md"),
 }

@@ -101,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.estimate:
         from emulator.studies.estimate import estimate
 
-        print(estimate(sc))
+        print(estimate(sc, out=bool(args.out)))
         return 0
     from emulator.outputs.progress import RunProgress
 

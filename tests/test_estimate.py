@@ -1,4 +1,8 @@
-"""`emulator run --estimate` counts the events before running, close to what the run does."""
+"""`emulator run --estimate` counts the events before running, close to what the run does.
+
+Its wall time is measured against the run's in benchmarks/estimate_check.py (no timed test here):
+what is tested is the event count, which is deterministic, and the formula, by hand."""
+import glob
 import os
 import re
 
@@ -9,6 +13,55 @@ from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the scenarios `emulator run` runs in under ~10 s (live and collective ones run elsewhere); the two
+# slow ones (Qwen3 235B, DeepSeek-V3: ~25 and ~45 s) are in benchmarks/estimate_check.py
+SLOW = {"qwen3-235b-256-h100.yaml", "deepseek-v3-1024-h100.yaml"}
+
+
+def _runnable() -> list[str]:
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "scenarios", "*.yaml"))):
+        name = os.path.basename(path)
+        if name.startswith("live-") or name in SLOW:
+            continue
+        sc = load_scenario(path)
+        if sc.model is not None or sc.workload.trace or sc.jobs:
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("name", _runnable())
+def test_the_estimated_events_are_within_2x_of_the_run(name):
+    """Every quick scenario: the events --estimate counts are within 2x of the run's (a run of fewer
+    than 20 events, which cost nothing, within 20). Both are deterministic."""
+    from emulator.studies.estimate import count
+
+    sc = load_scenario(os.path.join(ROOT, "scenarios", name))
+    estimated = count(sc).events
+    actual = simulate(sc, record_links=False).events
+    if actual < 20:
+        assert abs(estimated - actual) <= 20, (estimated, actual)
+    else:
+        assert actual / 2 <= estimated <= 2 * actual, (estimated, actual)
+
+
+def test_the_estimate_formula_by_hand(monkeypatch):
+    """A 2-stage GPipe trace, one stage per node: 16 kernels, each on a GPU it has alone (timed:
+    no event), and 8 sends (the recvs are their other ends), each one instance of one phase of one
+    flow: its start and its end, 2 events: 16 events, 8 instances, 2 ranks simulated, no phase of
+    several flows. On the reference machine (machine_factor 1): 16 × 5.7 µs + 8 × log2(2 × 2) × 3.5 µs
+    = 91.2 + 56 = 147.2 µs on the clock, plus 0.30 s of start-up and the build and preparation timed."""
+    import emulator.studies.estimate as est
+
+    monkeypatch.setattr(est, "machine_factor", lambda: 1.0)
+    sc = load_scenario(os.path.join(ROOT, "scenarios", "trace-pipeline-two-nodes.yaml"))
+    e = est.count(sc)
+    assert (e.events, e.simulated, e.gpus) == (16, 2, 2)
+    assert e.wall_s - e.build_s - e.prepare_s == pytest.approx(0.30 + 147.2e-6, rel=1e-9)
+    assert simulate(sc, record_links=False).events == 16
+    # with --out every load change is seen at its time: no flow runs ahead of its latency, each send
+    # has a latency timer too, 3 events: 24, as the run with its links recorded
+    assert est.count(sc, out=True).events == 24 == simulate(sc, record_links=True).events
 
 
 @pytest.mark.parametrize("name, sets, gpus", [
@@ -85,18 +138,23 @@ def test_a_slow_run_is_announced_from_its_keys_without_building_it():
     sc = load_scenario(os.path.join(ROOT, "scenarios", "gpt3-175b-1024-a100.yaml"), [FAULT])
     pre = pre_estimate(sc)
     # an override turns folding off: all 1,024 GPUs simulated; 1536 / (1 × dp 16) = 96 microbatches;
-    # 96 layers / pp 8 = 12 per rank: 1024 × 96 × 12 = 1,179,648 rank-layer-microbatches × 2.8 events
-    # = 3,303,014 events; at 100,000 events/s 33.0 s, over the 30 s that is announced
+    # 96 layers / pp 8 = 12 per rank: 1024 × 96 × 12 = 1,179,648 rank-layer-microbatches × 1.4 events
+    # = 1,651,507 events, and as many instances; 0.30 s + 1,179,648 × 2.1 µs (2.477 s) + 1,651,507.2 ×
+    # 5.7 µs (9.414 s) + 1,651,507.2 × log2(2 × 1024) = 11 × 3.5 µs (63.583 s) = 75.774 s, over the 30 s
     assert (pre.ranks, pre.simulated) == (1024, 1024)
-    assert int(pre.events) == 3_303_014
+    assert int(pre.events) == 1_651_507
+    assert round(pre.wall_s, 3) == 75.774
     # --out: × 18.4 ops × 60 B = 1.302 GB
     assert round(pre.out_bytes / 1e9, 3) == 1.302
     text = slow_warning(sc, out=True)
     assert "all 1,024 GPUs are simulated (folding off: overrides" in text
-    assert "~3,303,014 events" in text and "--out would write" in text and "leave out --out" in text
-    # folded, the same layout simulates 8 ranks (one per stage): 8 × 96 × 12 × 2.8 = 25,804 events, quiet
+    assert "~1,651,507 events, ~75.8 s" in text and "--out would write" in text and "leave out --out" in text
+    # folded, the same layout simulates 8 ranks (one per stage): 8 × 96 × 12 = 9,216 units × 1.4 = 12,902
+    # events (the run: 12,296): 0.30 + 9,216 × 2.1 µs (0.019) + 12,902.4 × 5.7 µs (0.074) + 12,902.4 ×
+    # log2(2 × 8) = 4 × 3.5 µs (0.181) = 0.574 s: quiet
     quiet = load_scenario(os.path.join(ROOT, "scenarios", "gpt3-175b-1024-a100.yaml"), [])
     assert pre_estimate(quiet).simulated == 8 and slow_warning(quiet, out=True) is None
+    assert round(pre_estimate(quiet).wall_s, 3) == 0.574
 
 
 def test_the_warning_goes_to_stderr_and_json_stdout_stays_one_object(capsys, monkeypatch):
@@ -109,6 +167,6 @@ def test_the_warning_goes_to_stderr_and_json_stdout_stays_one_object(capsys, mon
     assert main(["run", os.path.join(ROOT, "scenarios", "gpt3-175b-1024-a100.yaml"), "--json", "--set", FAULT]) == 130
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.startswith("emulator: warning: this run may be slow (~3,303,014 events")
+    assert err.startswith("emulator: warning: this run may be slow (~1,651,507 events")
     assert main(["run", os.path.join(ROOT, "scenarios", "quickstart.yaml"), "--json"]) == 130  # quick: no warning
     assert capsys.readouterr().err == "emulator: interrupted\n"

@@ -108,19 +108,21 @@ class Estimate:
     memory_bytes: float = 0.0  # a mix: peak memory (modelled)
 
 
-def count(scenario: Scenario) -> Estimate:
+def count(scenario: Scenario, out: bool = False) -> Estimate:
     """The run's size and wall time: its workload built and its engine prepared as the run does
     both (``emulator.run.simulation``), its events counted op by op on the engine's own choice of
-    what runs on the clock (``events_of``); nothing is run."""
+    what runs on the clock (``events_of``); nothing is run. ``out``: the run records every link's
+    load (``emulator run --out``), which runs nothing ahead of the clock. The build and the
+    preparation are timed in CPU seconds: the run's on a machine it has to itself."""
     if scenario.jobs:
         return count_jobs(scenario)
     from emulator.program import FoldRefused
     from emulator.run.folding import choose_fold, restamp
     from emulator.run.simulation import build_workload
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     program, notes = build_workload(scenario, blocks=True)  # as the run builds it (timed so)
-    build_s = time.perf_counter() - t0
+    build_s = time.process_time() - t0
     runs = 1
     try:
         prepared = _prepared(scenario, program)
@@ -134,15 +136,15 @@ def count(scenario: Scenario) -> Estimate:
         else:
             stamped = restamp(program, scenario)  # every replica simulated, from the same ops
             if stamped is None:  # built again, folding the automorphisms only
-                t1 = time.perf_counter()
+                t1 = time.process_time()
                 program, _ = build_workload(scenario, refused=refused, blocks=True)
-                build_s += time.perf_counter() - t1
+                build_s += time.process_time() - t1
             else:
                 program = stamped
             prepared = _prepared(scenario, program)
     engine, collectives, faulted, prepare_s = prepared
     iterations = max(1, scenario.simulation.iterations)
-    clocked = events_of(engine, collectives, faulted)
+    clocked = events_of(engine, collectives, faulted, on_clock=faulted or out)
     events = int(round(clocked.events * iterations * runs))
     wall = STARTUP_S * machine_factor() + build_s + prepare_s * runs + run_seconds(clocked) * iterations * runs
     copies = engine.copies.count
@@ -162,14 +164,14 @@ def _prepared(scenario: Scenario, program: Program, spread: str = "refuse") -> t
     from emulator.run.engine import Engine
     from emulator.run.simulation import build_cluster
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     cluster = build_cluster(scenario, program.fold, spread)
     try:
         engine = Engine(program, cluster.collectives, cluster.topology.capacity,
                         cluster.gpus(program.simulated_ranks()), blocks=not cluster.timed)
     except NoRouteError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
-    return engine, cluster.collectives, bool(cluster.timed), time.perf_counter() - t0
+    return engine, cluster.collectives, bool(cluster.timed), time.process_time() - t0
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ class Clocked:
     simulated: int  # ranks simulated
 
 
-def events_of(engine: Any, collectives: Any, faulted: bool) -> Clocked:
+def events_of(engine: Any, collectives: Any, faulted: bool, on_clock: bool = False) -> Clocked:
     """The events of one iteration of a prepared engine (``emulator.run.engine``), op by op:
 
     - a *timed* op costs none: a compute op on a GPU it has alone, a private collective, a
@@ -191,7 +193,7 @@ def events_of(engine: Any, collectives: Any, faulted: bool) -> Clocked:
     - a compute op on a shared GPU (several compute streams, or a GPU whose compute slows while
       it communicates) is on the clock: its start, put off to its time, and its end;
     - a collective call, or a send, is one *instance* shared by its group's simulated members:
-      its start (one timeout for every op due at that time: the copies of a stamped program start
+      its start (one timeout for every op due at that time: the copies of an unfolded program start
       together, so one start for all of them), then per phase of its flow plan
       (``CollectiveModel.plans``; the mean over the algorithms ``auto`` may pick) a flow alone
       its end (started ahead of its latency: ``Fabric._ahead``), or several flows a latency timer
@@ -199,11 +201,17 @@ def events_of(engine: Any, collectives: Any, faulted: bool) -> Clocked:
     - a MoE token dispatch (``parse_dispatch_op``) of one phase runs ahead of the clock where its
       links are free as it starts, one event for its end (``Fabric._run_ahead``), else flow by flow:
       ``DISPATCH_AHEAD`` of them ahead.
+
+    With ``on_clock`` (timed faults, which rewrite routes mid-run, or listeners of every load change:
+    ``--out``) nothing runs ahead: a flow alone has its latency timer too, a dispatch runs flow by flow.
     """
     from emulator.program import RECV, parse_dispatch_op
 
     copies = engine.copies.count
     simulated = engine.simulated
+    # one start for the copies of an unfolded program (alike but for stragglers); the replicas of a
+    # refused fold (``folding.restamp``: other latencies) start apart
+    starts = float(copies) if engine.fold is not None else 1.0
     per_key: dict[tuple[str, tuple[int, ...], int], tuple[float, float]] = {}
     events = flow_events = instances = 0.0
     for t, op in enumerate(engine.tops):
@@ -221,24 +229,25 @@ def events_of(engine: Any, collectives: Any, faulted: bool) -> Clocked:
         hit = per_key.get(key)
         if hit is None:
             hit = per_key[key] = _instance_events(collectives.plans(*key), key[0] != "p2p" and
-                                                  parse_dispatch_op(key[0]) is not None)
+                                                  parse_dispatch_op(key[0]) is not None, on_clock)
         ends, weighted = hit
-        events += (1.0 + ends * copies) / members  # one start for the copies, their flows' ends each
+        events += (starts + ends * copies) / members
         flow_events += weighted / members ** 2 * copies / members
         instances += copies / members
     return Clocked(events, flow_events, instances, len(simulated))
 
 
-def _instance_events(plans: list[Any], dispatch: bool) -> tuple[float, float]:
-    """(events after its start, the same weighted by the flows of their phase) of one collective or
-    transfer instance on the clock (``events_of``)."""
+def _instance_events(plans: list[Any], dispatch: bool, on_clock: bool = False) -> tuple[float, float]:
+    """(events after its start, the same weighted by f² where f is the flows of their phase: see
+    ``events_of`` for the members) of one collective or transfer instance on the clock (``events_of``)."""
     if not plans:
         return 0.0, 0.0
+    alone = 2.0 if on_clock else 1.0
     ends = weighted = 0.0
     for plan in plans:
-        e = sum(1.0 if len(phase) == 1 else 2.0 * len(phase) for phase in plan)
+        e = sum(alone if len(phase) == 1 else 2.0 * len(phase) for phase in plan)
         w = sum(2.0 * len(phase) ** 3 for phase in plan if len(phase) > 1)
-        if dispatch and len(plan) == 1 and len(plan[0]) > 1:  # ahead: its end alone
+        if dispatch and not on_clock and len(plan) == 1 and len(plan[0]) > 1:  # ahead: its end alone
             e = DISPATCH_AHEAD * 1.0 + (1.0 - DISPATCH_AHEAD) * e
             w = (1.0 - DISPATCH_AHEAD) * w
         ends += e
@@ -246,13 +255,13 @@ def _instance_events(plans: list[Any], dispatch: bool) -> tuple[float, float]:
     return ends / len(plans), weighted / len(plans)
 
 
-def estimate(scenario: Scenario) -> str:
-    """A few lines: ops, simulated ranks, expected events and wall time."""
+def estimate(scenario: Scenario, out: bool = False) -> str:
+    """A few lines: ops, simulated ranks, expected events and wall time (``out``: of a run with --out)."""
     from emulator.scenario.units import format_time
 
     if scenario.jobs:
         return estimate_jobs(scenario)
-    e = count(scenario)
+    e = count(scenario, out)
     lines = [f"scenario        {printable(scenario.name)}",
              f"GPUs            {e.gpus} ({e.simulated} simulated)",
              f"ops             {e.ops:,} ({e.compute:,} compute per iteration)",
@@ -311,7 +320,7 @@ def count_jobs(scenario: Scenario) -> Estimate:
     assert node is not None  # the loader requires a node for jobs
     iterations = max(1, scenario.simulation.iterations)
     one = len(scenario.jobs) == 1 and scenario.jobs[0].start == 0
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     built: dict[tuple[object, ...], tuple[float, float, float, int]] = {}
     ops_run = events = shared_ops = 0.0
     ranks = 0
@@ -332,7 +341,7 @@ def count_jobs(scenario: Scenario) -> Estimate:
         events += n_events * runs
         shared_ops += n_ops
         ranks += int(simulated)
-    build_s = time.perf_counter() - t0
+    build_s = time.process_time() - t0
     prepare_s = (ops_run * SECONDS_PER_MIX_OP + (1 if one else 1 + len(scenario.jobs)) *
                  scenario.cluster.nodes * node.gpus_per_node * SECONDS_PER_RUN_GPU) * machine_factor()
     clocked = Clocked(events, 0.0, events / EVENTS_PER_COMM, ranks)  # a solve an instance
