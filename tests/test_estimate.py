@@ -149,6 +149,10 @@ def test_a_slow_run_is_announced_from_its_keys_without_building_it():
     text = slow_warning(sc, out=True)
     assert "all 1,024 GPUs are simulated (folding off: overrides" in text
     assert "~1,651,507 events, ~75.8 s" in text and "--out would write" in text and "leave out --out" in text
+    # the speed guide quotes its start
+    with open(os.path.join(ROOT, "docs", "guides", "speed.md"), encoding="utf-8") as fh:
+        quoted = next(line for line in fh if line.startswith("emulator: warning: this run may be slow"))
+    assert f"emulator: {text}".startswith(quoted.rstrip().removesuffix("..."))
     # folded, the same layout simulates 8 ranks (one per stage): 8 × 96 × 12 = 9,216 units × 1.4 = 12,902
     # events (the run: 12,296): 0.30 + 9,216 × 2.1 µs (0.019) + 12,902.4 × 5.7 µs (0.074) + 12,902.4 ×
     # log2(2 × 8) = 4 × 3.5 µs (0.181) = 0.574 s: quiet
@@ -170,3 +174,19 @@ def test_the_warning_goes_to_stderr_and_json_stdout_stays_one_object(capsys, mon
     assert err.startswith("emulator: warning: this run may be slow (~1,651,507 events")
     assert main(["run", os.path.join(ROOT, "scenarios", "quickstart.yaml"), "--json"]) == 130  # quick: no warning
     assert capsys.readouterr().err == "emulator: interrupted\n"
+
+
+def test_the_faq_quotes_what_the_measured_table_holds():
+    """docs/faq.md says the wall time is within 2x of the run's CPU time on every scenario: the
+    table benchmarks/estimate_check.py --save wrote (benchmarks/results/estimate.json) holds a row for
+    every scenario `emulator run` runs, each within 2x."""
+    import json
+
+    with open(os.path.join(ROOT, "docs", "faq.md"), encoding="utf-8") as fh:
+        faq = " ".join(fh.read().split())
+    assert "within 2x of the run's CPU time on every scenario in `scenarios/`" in faq
+    with open(os.path.join(ROOT, "benchmarks", "results", "estimate.json"), encoding="utf-8") as fh:
+        cases = json.load(fh)["cases"]
+    for name in _runnable() + sorted(SLOW):
+        row = cases[name[:-len(".yaml")]]
+        assert 0.5 <= row["estimated_wall_s"] / row["cpu_s"] <= 2.0, (name, row)
