@@ -8,9 +8,10 @@ its flow plan, one end for a flow alone or a latency timer and an end for each o
 (a MoE dispatch, often one end only: run ahead of the clock); two for a kernel on a shared GPU.
 The copies of a stamped (unfolded) program start together, one timeout for all of them.
 
-The events do not all cost alike, which is why a rate of events per second is off by 5x from one
-scenario to the next (issue #42: an unfolded GPT-3 on 1,024 GPUs, 3.3M events counted, 73 s; Qwen3
-235B, 1.7M events, 25 s; the same 100,000 events/s said 33 s and 17 s). The wall time
+The events do not all cost alike, which is why one rate of events per second (100,000/s) was off
+by up to 4x (issue #42; CPU time, 2026-12-06): the unfolded GPT-3 on 1,024 GPUs (one straggler) runs
+1.89M events in 74 s (26,000/s: a max-min solve of many ranks' flows per transfer), Qwen3 235B 1.84M
+in 25 s (74,000/s), the quickstart 1,664 in 13 ms (128,000/s). The wall time
 (``run_seconds``) is, on the reference machine (the team's 2-core machine, SimPy floor 0.69 µs
 a timeout of CPU):
 
@@ -29,7 +30,9 @@ The three rates are a least-squares fit (relative error) of the engine's CPU tim
 unfolded, MoE and dense, 1 to 1,024 simulated ranks; each within 0.7-1.3x but DeepSeek-V2-Lite's
 tiny run (0.4x, 36 ms). Scaled to this machine by a short SimPy floor timed here (``machine_factor``,
 20,000 timeouts, ~14 ms), they give the wall time of a run on a machine it has to itself (its CPU
-time). ``benchmarks/estimate_check.py`` measures every scenario against it.
+time; a shared machine stretches a run's wall time by its load, which no estimate sees).
+``benchmarks/estimate_check.py`` measures every scenario against it: 0.65 to 1.17 times the run's CPU
+time over the 25 cases of benchmarks/results/estimate.json.
 
 For a model workload it also gives the closed-form iteration time that ``emulator
 search`` ranks layouts by (studies/rank.py), so a user sees the answer's ballpark too.
