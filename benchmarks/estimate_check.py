@@ -37,6 +37,10 @@ VARIANTS = {
     "quickstart-unfolded": ("scenarios/quickstart.yaml", ["simulation.fold=off"], False),
     "gpt3-175b-1024-a100-straggler": ("scenarios/gpt3-175b-1024-a100.yaml", [FAULT], True),
     "mixtral-8x7b-moe-32-h100-unfolded": ("scenarios/mixtral-8x7b-moe-32-h100.yaml", ["simulation.fold=off"], False),
+    # a link failing and coming back mid-run (timed faults: every flow on the clock) on 128 GPUs
+    "spine-link-failure-128": ("scenarios/spine-link-failure.yaml",
+                               ["cluster.nodes=16", "parallel.dp=32", "training.global_batch=256",
+                                "training.micro_batch=1"], False),
 }
 # scenarios whose run takes minutes on the reference machine (left out by --skip-slow)
 SLOW = {"qwen3-235b-256-h100", "deepseek-v3-1024-h100", "gpt3-175b-1024-a100-straggler"}

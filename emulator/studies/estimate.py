@@ -32,7 +32,7 @@ tiny run (0.4x, 36 ms). Scaled to this machine by a short SimPy floor timed here
 20,000 timeouts, ~14 ms), they give the wall time of a run on a machine it has to itself (its CPU
 time; a shared machine stretches a run's wall time by its load, which no estimate sees).
 ``benchmarks/estimate_check.py`` measures every scenario against it: 0.65 to 1.17 times the run's CPU
-time over the 25 cases of benchmarks/results/estimate.json.
+time over the 26 cases of benchmarks/results/estimate.json.
 
 For a model workload it also gives the closed-form iteration time that ``emulator
 search`` ranks layouts by (studies/rank.py), so a user sees the answer's ballpark too.
