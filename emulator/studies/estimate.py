@@ -40,15 +40,21 @@ search`` ranks layouts by (studies/rank.py), so a user sees the answer's ballpar
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emulator.outputs.printable import printable
 from emulator.program import COLLECTIVE, COMPUTE, SEND, Op, Program
 from emulator.run.folding import Stamped
 from emulator.scenario.spec import Scenario
+
+if TYPE_CHECKING:
+    from emulator.network.collectives import CollectiveModel
+    from emulator.network.flows import Plan
+    from emulator.run.engine import Engine
 
 # a mix's (``count_jobs``) communication instances: start + completion, a flow alone started ahead of its
 # latency (measured, 2026-12-04: 2.00 GPT 1T, 2.06 GPT-3 1024, 1.90 Llama-3 70B, 2.01 quickstart per shared
@@ -104,7 +110,7 @@ class Estimate:
     compute: int  # compute ops per iteration (a mix: 0)
     events: int
     build_s: float  # the workload built here, timed
-    prepare_s: float  # a mix: placing and preparing its runs (modelled)
+    prepare_s: float  # the engine prepared here, timed (a mix: placing and preparing its runs, modelled)
     wall_s: float
     notes: tuple[str, ...]
     shared_ops: int = 0  # a mix: ops of its shared run
@@ -158,7 +164,8 @@ def count(scenario: Scenario, out: bool = False) -> Estimate:
                     events, build_s, prepare_s * runs, wall, tuple(notes))
 
 
-def _prepared(scenario: Scenario, program: Program, spread: str = "refuse") -> tuple[Any, Any, bool, float]:
+def _prepared(scenario: Scenario, program: Program,
+              spread: str = "refuse") -> tuple[Engine, CollectiveModel, bool, float]:
     """(engine, collective model, whether timed faults run, seconds) of the run's preparation: the
     cluster and the engine as ``run_program`` makes them (the run's plans prepared, its private
     collectives and block ops decided), not run. Raises FoldRefused as the run does."""
@@ -168,12 +175,17 @@ def _prepared(scenario: Scenario, program: Program, spread: str = "refuse") -> t
     from emulator.run.simulation import build_cluster
 
     t0 = time.process_time()
-    cluster = build_cluster(scenario, program.fold, spread)
+    was = gc.isenabled()
+    gc.disable()  # as the run prepares it (``simulation._collector_paused``): no collection walks the new objects
     try:
+        cluster = build_cluster(scenario, program.fold, spread)
         engine = Engine(program, cluster.collectives, cluster.topology.capacity,
                         cluster.gpus(program.simulated_ranks()), blocks=not cluster.timed)
     except NoRouteError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
+    finally:
+        if was:
+            gc.enable()
     return engine, cluster.collectives, bool(cluster.timed), time.process_time() - t0
 
 
@@ -187,7 +199,7 @@ class Clocked:
     simulated: int  # ranks simulated
 
 
-def events_of(engine: Any, collectives: Any, faulted: bool, on_clock: bool = False) -> Clocked:
+def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_clock: bool = False) -> Clocked:
     """The events of one iteration of a prepared engine (``emulator.run.engine``), op by op:
 
     - a *timed* op costs none: a compute op on a GPU it has alone, a private collective, a
@@ -223,6 +235,7 @@ def events_of(engine: Any, collectives: Any, faulted: bool, on_clock: bool = Fal
         if op.kind is COMPUTE:
             events += EVENTS_PER_SHARED_KERNEL * copies
             continue
+        key: tuple[str, tuple[int, ...], int]
         if op.kind is SEND:
             key = ("p2p", (op.rank, op.peer), op.rank)
             members = 1
@@ -240,7 +253,7 @@ def events_of(engine: Any, collectives: Any, faulted: bool, on_clock: bool = Fal
     return Clocked(events, flow_events, instances, len(simulated))
 
 
-def _instance_events(plans: list[Any], dispatch: bool, on_clock: bool = False) -> tuple[float, float]:
+def _instance_events(plans: list[Plan], dispatch: bool, on_clock: bool = False) -> tuple[float, float]:
     """(events after its start, the same weighted by f² where f is the flows of their phase: see
     ``events_of`` for the members) of one collective or transfer instance on the clock (``events_of``)."""
     if not plans:
