@@ -31,7 +31,7 @@ unfolded, MoE and dense, 1 to 1,024 simulated ranks; each within 0.7-1.3x but De
 tiny run (0.4x, 36 ms). Scaled to this machine by a short SimPy floor timed here (``machine_factor``,
 20,000 timeouts, ~14 ms), they give the wall time of a run on a machine it has to itself (its CPU
 time; a shared machine stretches a run's wall time by its load, which no estimate sees).
-``benchmarks/estimate_check.py`` measures every scenario against it: 0.65 to 1.17 times the run's CPU
+``benchmarks/estimate_check.py`` measures every scenario against it: 0.73 to 1.12 times the run's CPU
 time over the 26 cases of benchmarks/results/estimate.json.
 
 For a model workload it also gives the closed-form iteration time that ``emulator
