@@ -222,12 +222,20 @@ def node_of(device: str) -> str | None:
 def cross_row(what: str, base: Config, c: Config, trace: str, peak: float, node: str, measured: float | None,
               folder: str) -> dict:
     """One prediction of ``c`` on ``node`` from ``trace``, beside the step measured there (None: not measured)."""
-    s = summary(base, c, trace, peak, folder, node, name=f"{c.name}-{node}-{what.replace(' ', '-')}")
+    shown = os.path.relpath(trace, ROOT) if os.path.abspath(trace).startswith(ROOT + os.sep) else trace
+    row = {"row": what, "trace": shown, "node": node, "micro_batch": c.micro_batch,
+           "measured_s": measured, "predicted_s": None, "error": None, "mfu": None, "compiled_share": None,
+           "translated_from": None, "host_bound": None, "refused": None}
+    try:
+        s = summary(base, c, trace, peak, folder, node, name=f"{c.name}-{node}-{what.replace(' ', '-')}")
+    except subprocess.CalledProcessError as e:  # a refusal (exit 2) is a result: the row keeps its message
+        row["refused"] = (e.stderr or "").strip() or f"exit {e.returncode}"
+        return row
     pred = float(s["iteration_time_s"])
-    return {"row": what, "trace": os.path.relpath(trace, ROOT), "node": node, "micro_batch": c.micro_batch,
-            "measured_s": measured, "predicted_s": pred, "error": pred / measured - 1 if measured else None,
-            "mfu": s.get("mfu"), "compiled_share": (s.get("profile_kernels") or {}).get("compiled_share"),
-            "translated_from": (s.get("translation") or {}).get("from"), "host_bound": s.get("host_bound")}
+    row.update(predicted_s=pred, error=pred / measured - 1 if measured else None, mfu=s.get("mfu"),
+               compiled_share=(s.get("profile_kernels") or {}).get("compiled_share"),
+               translated_from=(s.get("translation") or {}).get("from"), host_bound=s.get("host_bound"))
+    return row
 
 
 def h200_rows(lent_trace: str, lent_node: str, lent_measured: float | None, folder: str,
@@ -318,6 +326,9 @@ def cross(args: argparse.Namespace) -> None:
         e = f"{r['error']:+8.1%}" if r["error"] is not None else f"{'-':>8s}"
         mfu = f"{r['mfu']:6.1%}" if r["mfu"] is not None else f"{'-':>6s}"
         cs = f"{r['compiled_share']:8.1%}" if r["compiled_share"] is not None else f"{'-':>8s}"
+        if r["refused"]:
+            print(f"{r['row']:20s} {r['node']:9s} {r['micro_batch']:3d} {m} refused: {r['refused']}")
+            continue
         print(f"{r['row']:20s} {r['node']:9s} {r['micro_batch']:3d} {m} {r['predicted_s'] * 1e3:8.1f}ms {e} {mfu} {cs}")
     lc = costs["launch"]
     print(f"CUPTI per launch {lc['per_launch_s'] * 1e6:.2f} us, with the CPU profiler's op "

@@ -1,5 +1,6 @@
 """benchmarks/gpu_profile_check.py --cross without a GPU: it imports and explains itself, and its prediction
 rows (the part that needs no GPU) run on the shipped H200 trace, here standing in for a lent GPU's."""
+import json
 import os
 import sys
 
@@ -51,3 +52,38 @@ def test_cross_rows_run_on_the_shipped_trace(tmp_path):
     assert trip["translated_from"] == back["translated_from"] == "H200-SXM"
     assert trip["predicted_s"] > to_h200["predicted_s"] and trip["error"] is None
     assert all(0 < r["mfu"] < 1 for r in rows)
+
+
+def test_cross_prints_one_table_and_writes_its_json(tmp_path, monkeypatch, capsys):
+    # the GPU's parts stubbed (no CUDA here): every training "measures" 300 ms and leaves the shipped H200 trace as
+    # its profile, so the compiled rows (declared micro-batch 2, the trace's 4) are refused and kept as rows
+    torch = pytest.importorskip("torch")
+    import shutil
+
+    import benchmarks.profiler_overhead as PO
+
+    def train(c, steps, trace, compiled=False):
+        if trace:
+            shutil.copy(G.h200_trace(), trace)
+        return 0.3, 50 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: None)
+    monkeypatch.setattr(G, "train", train)
+    monkeypatch.setattr(G, "_free", lambda: None)
+    monkeypatch.setattr(G, "launch_cost", lambda n=G.LAUNCHES: {"launches": n, "plain_s": 0.1, "cuda_activity_s": 0.12,
+                                                                "cpu_cuda_activity_s": 0.15, "per_launch_s": 1e-6,
+                                                                "per_launch_and_op_s": 2.5e-6})
+    monkeypatch.setattr(PO, "measure", lambda rounds: {"overhead_per_op_s": 1e-6})
+    out = tmp_path / "cross.json"
+    monkeypatch.setattr(sys, "argv", ["gpu_profile_check.py", "--cross", "--json", str(out), "--out", str(tmp_path)])
+    G.main()
+    doc = json.loads(out.read_text())
+    rows = {r["row"]: r for r in doc["rows"]}
+    assert doc["device"] == "NVIDIA H100 80GB HBM3" and doc["node"] == "dgx-h100"
+    trip = rows["round trip"]
+    assert trip["measured_s"] == 0.3 and trip["error"] == pytest.approx(trip["predicted_s"] / 0.3 - 1)
+    assert rows["to H200"]["node"] == "dgx-h200" and rows["to H200"]["measured_s"] == G.H200_MEASURED_S
+    assert "micro_batch is 2" in rows["compiled at mb 4"]["refused"]
+    table = capsys.readouterr().out
+    assert table.count("refused:") == 2 and "CUPTI per launch 1.00 us" in table
