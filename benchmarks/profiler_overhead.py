@@ -12,12 +12,14 @@ them: the ``cpu_op`` events of the exported trace (emulator/importers/kineto_rea
 nested ones included, and autograd's backward nodes and engine records).
 
 Each round times the loop unprofiled, then in a fresh profiler session (its first step a warm-up
-outside the timing), each the fastest of ``REPEATS`` runs of ``STEPS`` steps; the rounds
-interleave so a busy moment of a shared machine hits both. The figure is the median over the
+outside the timing), each the fastest of ``REPEATS`` runs of ``STEPS`` steps, in the thread's own CPU
+time (``time.thread_time``: the profiler records on the thread that runs the op, and another process's
+turn on a shared core does not count, as it would in wall time); the rounds interleave so a busy
+moment hits both. The figure is the median over the
 rounds of (profiled - unprofiled) / ops, with the figure of the fastest steps of all rounds, the
-rounds' range and the load average beside it: one round on a busy 2-core machine can read
-1.5-3x the quiet figure, and one session that times every profiled step (its event buffer
-growing) reads high too. CUPTI's cost per CUDA
+rounds' range and the load average beside it. In wall time, one round on a busy 2-core machine
+read 1.5-3x the quiet figure, and one session timing every profiled step (its event buffer
+growing) read high too; sharing the caches and cores still lifts the CPU time a little. CUPTI's cost per CUDA
 launch needs a GPU and is not measured here (benchmarks/gpu_profile_check.py --cross measures it).
 Writes benchmarks/results/profiler_overhead.json (or --out).
 """
@@ -48,13 +50,13 @@ def _step(x: torch.Tensor, w: torch.Tensor) -> None:
 
 
 def _time(x: torch.Tensor, w: torch.Tensor) -> float:
-    """The fastest of REPEATS runs of STEPS steps, s a step."""
+    """The fastest of REPEATS runs of STEPS steps, s of this thread's CPU time a step."""
     best = float("inf")
     for _ in range(REPEATS):
-        t = time.perf_counter()
+        t = time.thread_time()
         for _ in range(STEPS):
             _step(x, w)
-        best = min(best, (time.perf_counter() - t) / STEPS)
+        best = min(best, (time.thread_time() - t) / STEPS)
     return best
 
 
@@ -95,7 +97,7 @@ def measure(rounds: int) -> dict:
             "step_s": statistics.median(b for b, _, _ in runs),
             "profiled_step_s": statistics.median(p for _, p, _ in runs), "ops_per_step": ops,
             "load_average_1min": [round(load, 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count(),
-            "conditions": "activities=[CPU], record_shapes=True, no with_stack/profile_memory; one thread; "
+            "conditions": "activities=[CPU], record_shapes=True, no with_stack/profile_memory; one thread, its CPU time; "
                           "ops: cpu_op events of the exported trace; median over interleaved rounds of "
                           "(profiled - unprofiled) / ops, each a fresh session after one warm-up step",
             "torch": torch.__version__, "machine": platform.processor() or platform.machine()}

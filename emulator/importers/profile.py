@@ -30,11 +30,12 @@ from emulator.importers.native import TraceError
 from emulator.scenario.spec import ProfiledSpec
 
 # s of host time the PyTorch profiler adds to each op it records (record_shapes=True, CPU activity, no
-# with_stack): benchmarks/profiler_overhead.py, the median of interleaved rounds on this project's 2-core x86
-# CPU machine (torch 2.13), ops counted as the importer counts them (every ``cpu_op`` event); conditions and
-# spread in benchmarks/results/profiler_overhead.json. The host that ran a profile is another CPU: the figure
-# stands for it.
-PROFILER_OP_S = 0.9e-6
+# with_stack): benchmarks/profiler_overhead.py, 1.43 us (rounded here), the median of 21 interleaved rounds
+# of the thread's CPU time on this project's shared 2-core x86 machine (torch 2.13), the ops counted as the
+# importer counts them (every ``cpu_op`` event); conditions, spread and load average in
+# benchmarks/results/profiler_overhead.json. The host that ran a profile is another CPU: the figure stands
+# for it (benchmarks/gpu_profile_check.py --cross measures it on a GPU's own host).
+PROFILER_OP_S = 1.4e-6
 # s of host time CUPTI adds to each CUDA launch it records (the profiler's CUDA activity): not measured
 # (it needs a GPU; benchmarks/gpu_profile_check.py --cross times it), and no public figure was found in
 # Kineto's source (libkineto/src/CuptiActivityApi.cpp records CUPTI's own overhead activities, buffer
