@@ -296,13 +296,25 @@ def cross(args: argparse.Namespace) -> None:
     if node is None:
         raise SystemExit(f"{device}: no catalog node has this GPU (emulator/devices/translation.py CUDA_NAMES)")
     base = CONFIGS[0]
+    rows: list[dict] = []
+    costs: dict = {}
+
+    def save() -> None:  # after each stage: a run stopped at its time limit keeps what it measured
+        doc = {"device": device, "node": node, "h200_measured_s": H200_MEASURED_S, "rows": rows, "profiler": costs,
+               "wall_s": time.perf_counter() - t0}
+        write_text(args.json, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+    def stage(what: str, new: list[dict]) -> None:
+        rows.extend(new)
+        save()
+        print(f"[{time.perf_counter() - t0:5.0f} s] {what}", *(_line(r) for r in new), sep="\n  ", flush=True)
+
     trace = os.path.join(args.out, "lent-gpt2-base.pt.trace.json.gz")
     step, peak = train(base, args.steps, trace)
     _free()
     print(f"[{time.perf_counter() - t0:5.0f} s] {device}: eager step {step * 1e3:.1f} ms", flush=True)
-    costs = {"launch": launch_cost()}
-    rows = h200_rows(trace, node, step, args.out, peak)
-    print(f"[{time.perf_counter() - t0:5.0f} s] eager rows done", flush=True)
+    costs["launch"] = launch_cost()
+    stage("eager rows", h200_rows(trace, node, step, args.out, peak))
     if not args.no_compile:
         small = Config("gpt2-mb2-compiled", "gpt2", True, 24, 2048, 16, 50257, 2, 2048)
         big = Config("gpt2-mb4-compiled", "gpt2", False, 24, 2048, 16, 50257, 4, 2048)
@@ -310,34 +322,37 @@ def cross(args: argparse.Namespace) -> None:
         c_step, c_peak = train(small, args.steps, ctrace, compiled=True)
         torch._dynamo.reset()  # its compiled graphs go (they hold the model), and no shape is marked dynamic
         _free()
-        print(f"[{time.perf_counter() - t0:5.0f} s] compiled mb 2: {c_step * 1e3:.1f} ms", flush=True)
+        stage(f"compiled mb 2: {c_step * 1e3:.1f} ms",
+              [cross_row("compiled round trip", small, small, ctrace, c_peak, node, c_step, args.out)])
         b_step, _ = train(big, args.steps, None, compiled=True)
         torch._dynamo.reset()
         _free()
-        rows += [cross_row("compiled round trip", small, small, ctrace, c_peak, node, c_step, args.out),
-                 cross_row("compiled at mb 4", small, big, ctrace, c_peak, node, b_step, args.out)]
-        print(f"[{time.perf_counter() - t0:5.0f} s] compiled rows done", flush=True)
+        stage(f"compiled mb 4: {b_step * 1e3:.1f} ms",
+              [cross_row("compiled at mb 4", small, big, ctrace, c_peak, node, b_step, args.out)])
     costs["cpu_profiler"] = measure(5)  # last: it sets torch to one thread
+    save()
     print(f"\n{device} ({node}); H200: {H200_NODE}, measured {H200_MEASURED_S * 1e3:.1f} ms")
     print(f"{'row':20s} {'node':9s} {'mb':>3s} {'measured':>10s} {'predicted':>10s} {'error':>8s} {'MFU':>6s} "
           f"{'compiled':>8s}")
     for r in rows:
-        m = f"{r['measured_s'] * 1e3:8.1f}ms" if r["measured_s"] else f"{'-':>10s}"
-        e = f"{r['error']:+8.1%}" if r["error"] is not None else f"{'-':>8s}"
-        mfu = f"{r['mfu']:6.1%}" if r["mfu"] is not None else f"{'-':>6s}"
-        cs = f"{r['compiled_share']:8.1%}" if r["compiled_share"] is not None else f"{'-':>8s}"
-        if r["refused"]:
-            print(f"{r['row']:20s} {r['node']:9s} {r['micro_batch']:3d} {m} refused: {r['refused']}")
-            continue
-        print(f"{r['row']:20s} {r['node']:9s} {r['micro_batch']:3d} {m} {r['predicted_s'] * 1e3:8.1f}ms {e} {mfu} {cs}")
+        print(_line(r))
     lc = costs["launch"]
     print(f"CUPTI per launch {lc['per_launch_s'] * 1e6:.2f} us, with the CPU profiler's op "
           f"{lc['per_launch_and_op_s'] * 1e6:.2f} us ({lc['launches']} launches, {lc['plain_s'] * 1e6 / lc['launches']:.2f} "
           f"us each unprofiled); CPU profiler per recorded op on this host "
           f"{costs['cpu_profiler']['overhead_per_op_s'] * 1e6:.2f} us")
-    doc = {"device": device, "node": node, "h200_measured_s": H200_MEASURED_S, "rows": rows, "profiler": costs,
-           "wall_s": time.perf_counter() - t0}
-    write_text(args.json, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def _line(r: dict) -> str:
+    """One row of the --cross table."""
+    m = f"{r['measured_s'] * 1e3:8.1f}ms" if r["measured_s"] else f"{'-':>10s}"
+    head = f"{r['row']:20s} {r['node']:9s} {r['micro_batch']:3d} {m}"
+    if r["refused"]:
+        return f"{head} refused: {r['refused']}"
+    e = f"{r['error']:+8.1%}" if r["error"] is not None else f"{'-':>8s}"
+    mfu = f"{r['mfu']:6.1%}" if r["mfu"] is not None else f"{'-':>6s}"
+    cs = f"{r['compiled_share']:8.1%}" if r["compiled_share"] is not None else f"{'-':>8s}"
+    return f"{head} {r['predicted_s'] * 1e3:8.1f}ms {e} {mfu} {cs}"
 
 
 def main() -> None:
