@@ -36,9 +36,9 @@ predicts, side by side with the measured steps:
   (emulator/importers/profile.py PROFILER_LAUNCH_S), the second per launch that and the recorded op's;
   the per-op cost of this host's CPU profiler (benchmarks/profiler_overhead.py) beside them.
 
-Prints one table and writes the JSON to ``--json FILE``. About 5 minutes on one H100 (two compilations of
-the 1.3B model take most of it); no MFU above 100 % or efficiency above 1 is printed by any prediction
-(each row carries its summary's MFU).
+Prints one table and writes the JSON to ``--json FILE`` (after each stage, so a run stopped at a time limit
+keeps what it measured). Not yet run on a GPU: estimated at about 5 minutes on one H100, the two
+compilations of the 1.3B model most of it. Each row carries its summary's MFU, to check none is above 100 %.
 """
 from __future__ import annotations
 
