@@ -29,11 +29,19 @@ from emulator.importers.kineto_reader import GpuOp, HostCall, RankTrace, read_ra
 from emulator.importers.native import TraceError
 from emulator.scenario.spec import ProfiledSpec
 
-# s of host time the PyTorch profiler adds to each aten op it records with record_shapes=True:
-# benchmarks/profiler_overhead.py, 0.9 us on this project's 2-core CPU machine (torch 2.13, CPU
-# activities only; results in benchmarks/results/profiler_overhead.json). CUPTI's cost per CUDA
-# launch is not removed (it needs a GPU to measure), so a host-bound prediction stays an upper bound.
-PROFILER_OP_S = 0.9e-6
+# s of host time the PyTorch profiler adds to each op it records (record_shapes=True, CPU activity, no
+# with_stack): benchmarks/profiler_overhead.py, 1.43 us (rounded here), the median of 21 interleaved rounds
+# of the thread's CPU time on this project's shared 2-core x86 machine (torch 2.13), the ops counted as the
+# importer counts them (every ``cpu_op`` event); conditions, spread and load average in
+# benchmarks/results/profiler_overhead.json. The host that ran a profile is another CPU: the figure stands
+# for it (benchmarks/gpu_profile_check.py --cross measures it on a GPU's own host).
+PROFILER_OP_S = 1.4e-6
+# s of host time CUPTI adds to each CUDA launch it records (the profiler's CUDA activity): not measured
+# (it needs a GPU; benchmarks/gpu_profile_check.py --cross times it), and no public figure was found in
+# Kineto's source (libkineto/src/CuptiActivityApi.cpp records CUPTI's own overhead activities, buffer
+# flushes and instrumentation, not a per-launch cost). 0: nothing is taken out, so a host-bound prediction
+# stays an upper bound by that cost.
+PROFILER_LAUNCH_S = 0.0
 GEMM, ATTENTION, ELEMENTWISE, OPTIMIZER, MEMORY = "gemm", "attention", "elementwise", "optimizer", "memory"
 FWD, BWD, OPT = "fwd", "bwd", "optimizer"
 _GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "aten::linear",
@@ -170,12 +178,14 @@ def _phases(ops: list[GpuOp]) -> list[str]:
 
 def _launch_gaps(rt: RankTrace) -> list[float]:
     """Host seconds between one launch and the next, less any time the host spent in a sync and
-    less the profiler's own cost of the aten ops it recorded in between (PROFILER_OP_S each)."""
+    less the profiler's own cost of the ops it recorded in between (PROFILER_OP_S each) and of the
+    launch (PROFILER_LAUNCH_S)."""
     out: list[float] = []
     prev = rt.step_start
     for g in rt.gpu_ops:
         ops = bisect.bisect_right(rt.host_op_ts, g.launch_ts) - bisect.bisect_right(rt.host_op_ts, prev)
-        gap = g.launch_ts - prev - _synced(rt.host_calls, prev, g.launch_ts) - ops * PROFILER_OP_S
+        gap = g.launch_ts - prev - _synced(rt.host_calls, prev, g.launch_ts) - ops * PROFILER_OP_S \
+            - PROFILER_LAUNCH_S
         out.append(max(0.0, gap))
         prev = g.launch_ts
     return out

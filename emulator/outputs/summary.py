@@ -122,7 +122,7 @@ def summarize(result: Result) -> dict[str, Any]:
         out["faults"] = [{"kind": f.kind, "target": f.target, "at_s": f.at_s, "until_s": f.until_s,
                           "flows_rerouted": f.rerouted, "flows_stalled": f.stalled} for f in result.faults]
     if sc.workload.profile and sc.model is not None:  # a profile from another GPU: how it was translated
-        from emulator.workload.profiled import kernel_shares, translation_report
+        from emulator.workload.profiled import host_bound, kernel_shares, translation_report
 
         report = translation_report(sc)
         if report is not None:
@@ -130,6 +130,9 @@ def summarize(result: Result) -> dict[str, Any]:
         shares = kernel_shares(sc)
         if shares is not None:
             out["profile_kernels"] = shares
+        bound = host_bound(sc)
+        if bound is not None:
+            out["host_bound"] = bound
     if result.overrides:  # faults in force from the start: what each reached
         out["overrides"] = [{"kind": o.kind, "target": o.target, "factor": o.factor,
                              "extra_latency_s": o.extra_latency_s, "gpus": o.gpus, "links": o.links}
@@ -198,6 +201,15 @@ def translation_rows(tr: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def host_bound_line(hb: dict) -> str:
+    """The host-bound step in one line, with the host floor and what the profiler's cost assumed."""
+    launch = f"{hb['profiler_launch_s'] * 1e6:.2f} us a launch" if hb["profiler_launch_s"] else \
+        "CUPTI's cost per launch not taken out (unmeasured)"
+    return (f"the host's launches take {_fmt_time(hb['host_floor_s'])} of the {_fmt_time(hb['step_s'])} step "
+            f"(GPU busy {_fmt_time(hb['gpu_busy_s'])}); a faster GPU will not shorten it  [host gaps as profiled, "
+            f"less the profiler's {hb['profiler_op_s'] * 1e6:.2f} us a recorded op; {launch}]")
+
+
 def human_table(summary: dict) -> str:
     """A short aligned table for people."""
     from emulator.scenario.units import format_bytes
@@ -232,6 +244,9 @@ def human_table(summary: dict) -> str:
         rows.append(("profile kernels", f"compiled {pk['compiled_share']:.1%} of GPU time (declaring FLOPs or bytes "
                                         f"{pk['compiled_declared_share']:.1%}); no shapes {pk['unscaled_share']:.1%} "
                                         "(no aten op or Inductor record: kept as measured at any size)"))
+    hb = summary.get("host_bound")
+    if hb:
+        rows.append(("host-bound", host_bound_line(hb)))
     tr = summary.get("translation")
     if tr:
         rows += translation_rows(tr)

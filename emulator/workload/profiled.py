@@ -27,6 +27,7 @@ from emulator.devices import compute
 from emulator.devices import reshape as R
 from emulator.devices import translation as TR
 from emulator.errors import ScenarioError
+from emulator.importers import profile as PI
 from emulator.importers.profile import ATTENTION, GEMM, MEMORY, OPTIMIZER, Profile, ProfiledKernel, read_profile
 from emulator.scenario import catalog
 from emulator.scenario.checks import shown
@@ -289,20 +290,21 @@ def host_idle(seq: list[tuple[float, float, bool, float]]) -> list[float]:
 # ---------------------------------------------------------------------------- the plan
 
 
-def _parts(prof: Profile, Q: R.Shape, gpu: GpuSpec, source: GpuSpec | None = None) -> dict[str, list[KC.Timed]]:
+def _kernels(prof: Profile, Q: R.Shape, gpu: GpuSpec, source: GpuSpec | None = None) -> dict[str, list[KC.Timed]]:
     """Every part's kernels at ``Q`` on ``gpu`` (translated from ``source``, the GPU the profile ran on,
-    when given), each part led by the GPU's idle time waiting on the host (its launch gaps as measured:
-    the host is assumed unchanged)."""
+    when given), one for one with the profile's."""
     P = prof.shape
     after = R.params(prof.embed_params + prof.head_params, Q) + Q.layers * R.params(prof.block_params, Q)
     ratio = after / (R.params(prof.embed_params + prof.head_params) + P.layers * R.params(prof.block_params))
-    parts: dict[str, list[KC.Timed]] = {name: [reshaped(k, P, Q, gpu, ratio, source) for k in getattr(prof, name)]
-                                        for name in PARTS}
-    order = [("embed_fwd", 1), ("block_fwd", Q.layers), ("head_fwd", 1), ("head_bwd", 1),
-             ("block_bwd", Q.layers), ("embed_bwd", 1), ("optimizer", 1)]
-    seq = [(t.seconds, k.launch_gap, k.sync, k.dispatch) for name, n in order for _ in range(n)
-           for t, k in zip(parts[name], getattr(prof, name))]
-    idle = host_idle(seq)
+    return {name: [reshaped(k, P, Q, gpu, ratio, source) for k in getattr(prof, name)] for name in PARTS}
+
+
+def _parts(prof: Profile, Q: R.Shape, gpu: GpuSpec, source: GpuSpec | None = None) -> dict[str, list[KC.Timed]]:
+    """:func:`_kernels`, each part led by the GPU's idle time waiting on the host (its launch gaps as
+    measured: the host is assumed unchanged)."""
+    parts = _kernels(prof, Q, gpu, source)
+    order = _order(Q)
+    idle = host_idle(_sequence(prof, parts, Q))
     i = 0
     for name, n in order:
         size = len(parts[name]) * n
@@ -312,6 +314,46 @@ def _parts(prof: Profile, Q: R.Shape, gpu: GpuSpec, source: GpuSpec | None = Non
             cat = "optimizer" if name == "optimizer" else name.split("_")[1]
             parts[name].insert(0, KC.Timed("host", "elementwise", 0.0, 0.0, category=cat, seconds=waited))
     return parts
+
+
+def _order(Q: R.Shape) -> list[tuple[str, int]]:
+    """The parts of one step in launch order, each with how many times it runs (the block ``layers`` times)."""
+    return [("embed_fwd", 1), ("block_fwd", Q.layers), ("head_fwd", 1), ("head_bwd", 1),
+            ("block_bwd", Q.layers), ("embed_bwd", 1), ("optimizer", 1)]
+
+
+def _sequence(prof: Profile, parts: dict[str, list[KC.Timed]], Q: R.Shape) -> list[tuple[float, float, bool, float]]:
+    """(GPU seconds at ``Q``, launch gap, sync, dispatch) of every kernel of one step, in launch order
+    (:func:`host_idle`'s input)."""
+    return [(t.seconds, k.launch_gap, k.sync, k.dispatch) for name, n in _order(Q) for _ in range(n)
+            for t, k in zip(parts[name], getattr(prof, name))]
+
+
+def host_load(seq: list[tuple[float, float, bool, float]]) -> tuple[float, float, float]:
+    """(host floor, GPU busy, step) of one replayed step, s: the host's own launch time (the sum of its
+    launch gaps, syncs left out), the GPU's kernel time, and the period of two back-to-back steps
+    (the kernels plus the GPU's idle time, :func:`host_idle`)."""
+    busy = sum(g for g, _, _, _ in seq)
+    return sum(gap for _, gap, _, _ in seq), busy, busy + sum(host_idle(seq))
+
+
+def host_bound(sc: Scenario) -> dict | None:
+    """The host floor of one GPU's step when it sets the step: one micro-batch's forward, backward and
+    optimizer at the scenario's sizes on the node's GPU (its tensor-parallel share, translated from the
+    profile's GPU), replayed host and GPU. Host-bound when the host's launches take at least the GPU's
+    kernel time: the GPU then waits on the host whatever its speed, and a faster GPU cannot shorten the
+    step. A step whose GPU idles after synchronisations but runs longer than the host's launches is not:
+    the waits follow the GPU's own work, which a faster GPU shortens. None when not host-bound. With
+    pipeline stages each GPU runs a share of the layers, host and kernels alike: the whole model's step
+    stands for the ratio."""
+    assert sc.cluster.node is not None  # the builder checked it
+    prof = profile_of(sc)
+    Q = target_shape(sc).per_gpu(sc.parallel.tp)
+    floor, busy, step = host_load(_sequence(prof, _kernels(prof, Q, sc.cluster.node.gpu, source_gpu(sc, prof)), Q))
+    if floor < busy:
+        return None
+    return {"host_floor_s": floor, "gpu_busy_s": busy, "step_s": step, "profiler_op_s": PI.PROFILER_OP_S,
+            "profiler_launch_s": PI.PROFILER_LAUNCH_S}
 
 
 _COLUMN_OUT = ("qkv", "q", "kv", "ffn", "ffn2")  # outputs of Megatron's column-parallel layers
