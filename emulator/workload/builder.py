@@ -55,7 +55,8 @@ from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.profiled import reshape_plan
-from emulator.workload.schedules import Task, combined_steps, schedule
+from emulator.scenario.stages import rank_of, virtual_stage
+from emulator.workload.schedules import Task, combined_steps, dualpipev_steps, schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,13 +303,13 @@ class _RankBuilder:
 
     # --- tasks ----------------------------------------------------------------------
     def _vs(self, chunk: int) -> int:
-        return chunk * self.lo.sizes["pp"] + self.c["pp"]
+        return virtual_stage(chunk, self.c["pp"], self.lo.sizes["pp"], self.plan.v_shape)
 
     def _peer(self, vs: int) -> int:
         peer = self._peers.get(vs)
         if peer is None:
-            p = self.lo.sizes["pp"]
-            peer = self._peers[vs] = self.lo.rank(pp=vs % p, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
+            stage = rank_of(vs, self.lo.sizes["pp"], self.plan.v_shape)
+            peer = self._peers[vs] = self.lo.rank(pp=stage, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
         return peer
 
     def _pp_tag(self, mb: int, vs: int, direction: int) -> int:
@@ -361,6 +362,8 @@ class _RankBuilder:
         if not (p > 1 and ((fwd and vs > 0) or (not fwd and vs < V - 1))):
             return []
         src_vs = vs - 1 if fwd else vs + 1
+        if self._peer(src_vs) == self.rank:  # the V's tip: both chunks here, in order on the compute stream
+            return []
         stream = "pp_recv_fwd" if fwd else "pp_recv_bwd"
         tag = self._pp_tag(mb, src_vs if fwd else vs, 0 if fwd else 1)
         L0 = self.plan.chunk_units[vs][0]
@@ -376,6 +379,8 @@ class _RankBuilder:
         if not (p > 1 and ((fwd and vs < V - 1) or (not fwd and vs > 0))):
             return
         dst_vs = vs + 1 if fwd else vs - 1
+        if self._peer(dst_vs) == self.rank:
+            return
         stream = "pp_send_fwd" if fwd else "pp_send_bwd"
         tag = self._pp_tag(mb, vs if fwd else dst_vs, 0 if fwd else 1)
         self.pp_sent[stream] = self._emit(
@@ -670,8 +675,9 @@ class _RankBuilder:
         chunks = self.plan.chunks
         if chunks is not None and chunks.mtp_chunk >= 0:
             holders += [(chunks.mtp_chunk, f"mtp{d}") for d in range(chunks.mtp)]
-        stages = {vs % p for vs, _ in holders}
-        mine = [(vs, u) for vs, u in holders if vs % p == self.c["pp"]]
+        v_shape = self.plan.v_shape  # a V: the first and last chunk on rank 0, one embedding, no all-reduce
+        stages = {rank_of(vs, p, v_shape) for vs, _ in holders}
+        mine = [(vs, u) for vs, u in holders if rank_of(vs, p, v_shape) == self.c["pp"]]
         if p == 1 or len(stages) < 2 or not mine:
             return []
         vs = mine[0][0]
@@ -682,12 +688,26 @@ class _RankBuilder:
                            group=group, bytes=m.vocab * m.hidden / par.tp * self.plan.grad_dtype,
                            deps=tuple(sorted(flush)), category="comm", stage=vs)]
 
+    def _run_steps(self, steps: list[tuple[Task, ...]]) -> None:
+        """A schedule given as steps: a pair (a forward, a backward of another chunk) runs as one overlapped
+        step (``run_pair``: DualPipe's ``_forward_backward_compute_chunk``, whose MoE overlap, DeepSeek-V3
+        report §3.2.1, hides each pass's all-to-alls under the other's compute, as Megatron's combined step
+        does); ZeRO-3's per-layer gathers are not paired, so there the pair runs one task after the other."""
+        for step in steps:
+            if len(step) == 2 and self.plan.sc.parallel.zero < 3:
+                self.run_pair(*step)
+            else:
+                for t in step:
+                    self.run_task(t.phase, t.microbatch, t.chunk)
+
     def build(self) -> None:
         par = self.plan.sc.parallel
         self._param_gathers_first()
         tasks = schedule(par.schedule, self.c["pp"], par.pp, self.plan.micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)
-        if par.overlap_moe_expert_parallel_comm:
+        if par.schedule == "dualpipev":
+            self._run_steps(dualpipev_steps(self.c["pp"], par.pp, self.plan.micro, par.virtual_stages))
+        elif par.overlap_moe_expert_parallel_comm:
             for step in combined_steps(tasks):
                 if len(step) == 2:
                     self.run_pair(*step)

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
-from emulator.scenario.stages import ChunkPlan, model_chunks, stage_layers
+from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of, stage_layers
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
 from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY, NVFP4_WEIGHT_COPY, recipe_of
@@ -252,9 +252,10 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
         dense *= layers
     if stage == 0:
         dense += r.vocab * r.hidden / t + (r.seq_len * r.hidden if biases else 0)
-    if stage == p - 1:
+    head = head_stage(par)
+    if stage == head:
         dense += M.head_params(r) - r.vocab * r.hidden * (0 if r.tied_embeddings else 1)
-        if not r.tied_embeddings or p > 1:
+        if not r.tied_embeddings or head != 0:  # tied on the embedding's rank: one shared weight
             dense += r.vocab * r.hidden / t
     return dense, expert
 
@@ -268,6 +269,11 @@ def _mtp_stage_params(r: ModelSpec, par: ParallelSpec, mtp: int, embedding_copy:
     dense = M.dense_layer_params(r, moe) / par.tp + 2 * r.hidden * r.hidden / par.tp + norms
     expert = M.routed_params(r) / ((par.etp or par.tp) * par.ep) if moe else 0.0
     return mtp * dense + (r.vocab * r.hidden / par.tp if mtp and embedding_copy else 0.0), mtp * expert
+
+
+def head_stage(par: ParallelSpec) -> int:
+    """The pipeline stage that holds the LM head: the last, or under a V-shaped schedule the first."""
+    return rank_of(par.pp * par.virtual_stages - 1, par.pp, par.schedule in V_SHAPED)
 
 
 def chunk_plan_of(sc: Scenario, m: ModelSpec) -> ChunkPlan:
@@ -348,7 +354,7 @@ def _dense_layers_of(sc: Scenario, stage: int) -> int:
     chunks = chunk_plan_of(sc, m).layers
     n, start = 0, 0
     for vs, count in enumerate(chunks):
-        if vs % par.pp == stage:
+        if rank_of(vs, par.pp, par.schedule in V_SHAPED) == stage:
             n += max(0, min(start + count, m.first_dense_layers) - start)
         start += count
     return n
@@ -414,10 +420,11 @@ def profiled_stages(sc: Scenario) -> list[MemoryReport] | None:
     copies = {part: weight_copy_bytes(prof, part, Qg) for part in ("embed_fwd", "block_fwd", "head_fwd")}
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     split = stage_layers(model_chunks(Q.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
-                                      par.last_chunk_layers, par.pipeline_model_parallel_layout).layers, par.pp)
+                                      par.last_chunk_layers, par.pipeline_model_parallel_layout).layers, par.pp,
+                         par.schedule in V_SHAPED)
     out: list[MemoryReport] = []
     for stage in range(par.pp):
-        first, last = stage == 0, stage == par.pp - 1
+        first, last = stage == 0, stage == head_stage(par)
         psi = sum(split[stage]) * R.params(prof.block_params, Qg)
         psi += (R.params(prof.embed_params, Qg) if first else 0) + (R.params(prof.head_params, Qg) if last else 0)
         d, z = par.dp, par.zero
@@ -497,11 +504,12 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
     s = m.seq_len // par.cp
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     plan = chunk_plan_of(sc, m)
-    split = stage_layers(plan.layers, par.pp)
+    v_shape = par.schedule in V_SHAPED
+    split = stage_layers(plan.layers, par.pp, v_shape)
     # the MTP layers' activations count as layers of their chunk (the module's norms and eh_proj input, 5h
     # per token, are left out)
     with_mtp = stage_layers(tuple(n + (plan.mtp if k == plan.mtp_chunk else 0) for k, n in enumerate(plan.layers)),
-                            par.pp)
+                            par.pp, v_shape)
     sp = par.sequence_parallel and par.tp > 1
     fp8 = tr.precision in QUANTISED
     recipe = recipe_of(tr.precision, tr.fp8_recipe)
@@ -516,8 +524,8 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
     for stage in range(par.pp):
         mine = split[stage]  # layers of each of this stage's chunks
         dense, expert = _stage_params(m, sc, stage, sum(mine))
-        if plan.mtp_chunk >= 0 and plan.mtp_chunk % par.pp == stage:
-            d_mtp, e_mtp = _mtp_stage_params(m, par, plan.mtp, plan.mtp_chunk != 0)
+        if plan.mtp_chunk >= 0 and rank_of(plan.mtp_chunk, par.pp, v_shape) == stage:
+            d_mtp, e_mtp = _mtp_stage_params(m, par, plan.mtp, rank_of(plan.mtp_chunk, par.pp, v_shape) != 0)
             dense, expert = dense + d_mtp, expert + e_mtp
         d = par.dp * par.cp
         states = model_state_bytes(dense, d, par.zero, grad_bytes, state_bytes)
@@ -540,7 +548,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         work = float(WORKSPACE_BYTES)
         if par.zero >= 3:
             work += 2 * WEIGHT_BYTES * (dense + expert) / max(sum(mine), 1)
-        if stage == par.pp - 1:
+        if stage == head_stage(par):
             work += 4.0 * s * tr.micro_batch * m.vocab / par.tp * (1 + m.mtp_num_layers)  # the MTP heads' too
         breakdown = {**states, "activations": acts, "workspace": work}
         peak = sum(breakdown.values())

@@ -12,7 +12,7 @@ from emulator.devices.compute import precision_peak
 from emulator.errors import ScenarioError
 from emulator.scenario.checks import layout_violations
 from emulator.scenario.spec import GpuSpec, ModelSpec, ParallelSpec, Scenario, TrainingSpec
-from emulator.scenario.stages import ChunkPlan, model_chunks
+from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
@@ -55,6 +55,7 @@ class Plan:
     flash: bool = False
     grad_dtype: int = 2  # bytes per gradient element in the data-parallel reduction
     optimizer_s_per_param: float | None = None  # a profiled optimizer step's seconds per parameter (profiled.py)
+    v_shape: bool = False  # chunks placed in a V (zb-v, dualpipev: scenario/stages.py rank_of)
 
 
 def _check(sc: Scenario) -> ModelSpec:
@@ -121,7 +122,9 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     if chunks is not None and chunks.mtp_chunk == vs:
         units += _mtp_units(plan, L, fwd, bwd, dense, expert, learned_pos, vs)
     if vs == V - 1:
-        p = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or par.pp > 1) else 0)
+        # tied embeddings share the word embedding's weight where the head is on the embedding's rank (pp 1, or a V)
+        apart = rank_of(V - 1, par.pp, plan.v_shape) != 0
+        p = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or apart) else 0)
         if not m.tied_embeddings:
             p -= m.vocab * m.hidden * (1 - 1 / t)
         mtp = m.mtp_num_layers
@@ -145,7 +148,8 @@ def _mtp_units(plan: Plan, L: Ly.LayerShape, fwd: list, bwd: list, dense: float,
         dense, expert = M.dense_layer_params(m, False) / t, 0.0
     f, b = MTP.mtp_forward(L, fwd, learned_pos), MTP.mtp_backward(L, bwd)
     norm = MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden
-    own = dense + 2 * m.hidden * m.hidden / t + norm + (m.vocab * m.hidden / t if vs else 0)
+    copy = rank_of(vs, plan.sc.parallel.pp, plan.v_shape) != 0  # not on the embedding's rank
+    own = dense + 2 * m.hidden * m.hidden / t + norm + (m.vocab * m.hidden / t if copy else 0)
     return [Unit(f"mtp{d}", m.layers + 1 + d, f, b, own, expert) for d in range(m.mtp_num_layers)]
 
 
@@ -205,7 +209,7 @@ def make_plan(sc: Scenario) -> Plan:
     chunks = chunk_plan(m, par)
     plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=2 if dtype == 1 else dtype, flash=flash or par.cp > 1,
                 grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce), chunk_layers=chunks.layers,
-                chunks=chunks)
+                chunks=chunks, v_shape=par.schedule in V_SHAPED)
     for vs in range(par.pp * par.virtual_stages):
         plan.chunk_units[vs] = _units_of(plan, vs, L)
     return plan
