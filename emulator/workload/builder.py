@@ -16,7 +16,9 @@ Streams (in-order lanes) and what runs on them:
   experts' own tensor-parallel all-gather and reduce-scatter around their GEMMs;
 - ``pp_send_fwd`` / ``pp_recv_fwd`` (activations) and ``pp_send_bwd`` / ``pp_recv_bwd``
   (gradients): one stream per direction, so each carries messages in the order both
-  ends use them (no head-of-line deadlock). A receive is posted when the compute
+  ends use them (no head-of-line deadlock; a V-shaped schedule's second leg, whose messages go to the
+  previous rank, has its own ``pp_*_v`` streams, and its tip, both chunks on the last rank, sends
+  nothing). A receive is posted when the compute
   stream reaches the task before the one that consumes it (like Megatron's batched
   send-and-receive calls);
 - ``dp``: gradient all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2, Megatron's
@@ -312,6 +314,12 @@ class _RankBuilder:
             peer = self._peers[vs] = self.lo.rank(pp=stage, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
         return peer
 
+    def _leg(self, a: int, b: int) -> str:
+        """The stream suffix of a message between virtual stages a and b: a V's second leg (both past the
+        tip) has its own streams, so that each pipeline stream talks to one peer, in the order both ends
+        use it (rank r sends the first leg's activations to r + 1 and the second leg's to r − 1)."""
+        return "_v" if self.plan.v_shape and min(a, b) >= self.lo.sizes["pp"] else ""
+
     def _pp_tag(self, mb: int, vs: int, direction: int) -> int:
         return ((mb * self.lo.sizes["pp"] * self.plan.v + vs) * 2 + direction) * 4
 
@@ -364,7 +372,7 @@ class _RankBuilder:
         src_vs = vs - 1 if fwd else vs + 1
         if self._peer(src_vs) == self.rank:  # the V's tip: both chunks here, in order on the compute stream
             return []
-        stream = "pp_recv_fwd" if fwd else "pp_recv_bwd"
+        stream = ("pp_recv_fwd" if fwd else "pp_recv_bwd") + self._leg(vs, src_vs)
         tag = self._pp_tag(mb, src_vs if fwd else vs, 0 if fwd else 1)
         L0 = self.plan.chunk_units[vs][0]
         return [self._emit(kind=RECV, stream=stream, name=f"mb{mb}.recv_{'act' if fwd else 'grad'}",
@@ -381,7 +389,7 @@ class _RankBuilder:
         dst_vs = vs + 1 if fwd else vs - 1
         if self._peer(dst_vs) == self.rank:
             return
-        stream = "pp_send_fwd" if fwd else "pp_send_bwd"
+        stream = ("pp_send_fwd" if fwd else "pp_send_bwd") + self._leg(vs, dst_vs)
         tag = self._pp_tag(mb, vs if fwd else dst_vs, 0 if fwd else 1)
         self.pp_sent[stream] = self._emit(
             kind=SEND, stream=stream, name=f"mb{mb}.send_{'act' if fwd else 'grad'}",
