@@ -282,7 +282,7 @@ def _a2a_overlap_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> l
     if not p.overlap_moe_expert_parallel_comm:
         return out
     cite = "(Megatron-Core transformer_config.py)"
-    if p.pp > 1 and not (p.schedule == "interleaved-1f1b" and p.virtual_stages > 1):  # a layout sets them
+    if p.pp > 1 and p.virtual_stages == 1:  # a layout sets them
         out.append(Violation(key, f"{rule} with pp > 1 needs virtual pipeline stages (schedule: interleaved-1f1b "
                                   f"with virtual_stages > 1, or a pipeline_model_parallel_layout of more than pp "
                                   f"stages); pp is {p.pp} with schedule {p.schedule} and {p.virtual_stages} "
@@ -406,10 +406,13 @@ def _schedule_violations(p: ParallelSpec) -> list[Violation]:
     out: list[Violation] = []
     if p.schedule not in SCHEDULES:
         out.append(Violation("parallel.schedule", f"expected one of {', '.join(SCHEDULES)}, got {p.schedule!r}"))
-    if p.schedule in V_SHAPED and p.virtual_stages != 2:
+    if p.schedule in V_SHAPED and p.virtual_stages != 2 and p.pipeline_model_parallel_layout:
+        out.append(Violation(LAYOUT_KEY, f"{p.schedule} places two chunks on each pipeline rank in a V: the layout "
+                                         f"needs 2*pp = {2 * p.pp} stages in model order, got "
+                                         f"{p.pp * p.virtual_stages}"))
+    elif p.schedule in V_SHAPED and p.virtual_stages != 2:
         out.append(Violation("parallel.virtual_stages", f"{p.schedule} places two chunks on each pipeline rank in a "
-                                                        f"V: virtual_stages must be 2 (or unset; a "
-                                                        f"pipeline_model_parallel_layout: 2*pp stages), got "
+                                                        f"V: virtual_stages must be 2 (or unset), got "
                                                         f"{p.virtual_stages}"))
     elif p.virtual_stages > 1 and p.schedule not in ("interleaved-1f1b", *V_SHAPED):
         out.append(Violation("parallel.virtual_stages", f"virtual_stages > 1 needs schedule: interleaved-1f1b "
@@ -487,10 +490,11 @@ class ScenarioChecks:
             self.check_no_top_workload(s)
         self.check_one_workload("", s.workload.trace)
         p = self.derive_virtual_stages(p)
-        if p.schedule in V_SHAPED and not p.pipeline_model_parallel_layout and not self.given("parallel.virtual_stages"):
+        if (p.schedule in V_SHAPED and not p.pipeline_model_parallel_layout
+                and not self.given("parallel.virtual_stages")):
             p = dataclasses.replace(p, virtual_stages=2)  # a V: two chunks per rank (scenario/stages.py)
         for v in _schedule_violations(p):
-            if v.key in ("parallel.virtual_stages", "parallel.schedule") and (p.virtual_stages > 1
+            if v.key in ("parallel.virtual_stages", "parallel.schedule", LAYOUT_KEY) and (p.virtual_stages > 1
                                                                                or p.schedule in V_SHAPED):
                 raise self.fail(v.key, v.message)
         p = self.derive_dp(p)

@@ -51,13 +51,13 @@ from emulator.devices import compute
 from emulator.meta import ProgramMeta, WorkloadFacts
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Part, Program
 from emulator.scenario.spec import ParallelSpec, Scenario
+from emulator.scenario.stages import rank_of, virtual_stage
 from emulator.workload import flops as F
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.profiled import reshape_plan
-from emulator.scenario.stages import rank_of, virtual_stage
 from emulator.workload.schedules import Task, combined_steps, dualpipev_steps, schedule
 
 

@@ -232,7 +232,7 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
     """(dense, expert) parameters held by one GPU of pipeline stage ``stage``, which holds ``layers``."""
     r = M.resolve(m)
     par = sc.parallel
-    t, p = par.tp, par.pp
+    t = par.tp
     biases = M.has_biases(r)
     attn = M.attention_params(r) - (r.hidden if biases else 0)
     dense = attn / t + (r.hidden if biases else 0) + M.norm_params(r)

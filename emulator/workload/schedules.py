@@ -149,7 +149,8 @@ class _ZBVGraph:
         self.max_mem = _ZBV_MEM[0] * n_stage * 2
 
     def get_id(self, cat: int, chunk: int, stage: int, micro: int) -> int:
-        return cat * 2 * self.n_stage * self.n_micro + chunk * self.n_stage * self.n_micro + stage * self.n_micro + micro
+        n, m = self.n_stage, self.n_micro
+        return cat * 2 * n * m + chunk * n * m + stage * m + micro
 
     def try_v_schedule(self, fill_f: bool = True, fill_b: bool = True,
                        approved_bubble: list[int] | None = None) -> tuple[list[list[tuple[int, int, int]]], int]:
