@@ -151,3 +151,19 @@ def test_dualpipev_step_is_the_closed_form(tmp_path, p, m, tf, tb, tw):
     t = run_program(program, _free_net(tmp_path, p), record_links=False).iteration_time_s
     fb, b = tf + tb + tw, tb + tw
     assert t == pytest.approx(2 * m * (tf + tb + tw) + (p - 1) * (fb + b - 3 * tw), rel=1e-9)
+
+
+@pytest.mark.parametrize("p,m,tf,tb,tw", [(4, 8, 1.0, 1.0, 1.0), (4, 12, 2.0, 2.0, 1.0), (2, 4, 1.0, 1.0, 1.0)])
+def test_dualpipe_step_is_the_closed_form(tmp_path, p, m, tf, tb, tw):
+    # DualPipe README over PP = p stages: bubble (PP/2 − 1)(F&B + B − 3W), B the whole backward tb + tw, F&B
+    # tf + tb + tw (a dense model's pair, sends at its end). Each rank runs m micro-batches of one stage each
+    # (m/2 a direction): work m(F + B). p 4, m 8, (1, 1, 1): 1·(3 + 2 − 3) = 2, step 24 + 2 = 26; p 4, m 12,
+    # (2, 2, 1): 1·(5 + 3 − 3) = 5, step 60 + 5 = 65; p 2: no bubble, step 4·3 = 12. The gradient all-reduce
+    # of rank i and pp − 1 − i moves 0 bytes here (free communication).
+    sc = load_scenario_text(TEXT.format(p=p, m=m, sched="dualpipe", v=1), "b.yaml")
+    program = build_program(sc, None)
+    assert len([op for op in program.ops if op.name == "dualpipe_grad_all_reduce"]) == p
+    program = _deterministic_chunks(program, tf, tb, tw)
+    t = run_program(program, _free_net(tmp_path, p), record_links=False).iteration_time_s
+    fb, b = tf + tb + tw, tb + tw
+    assert t == pytest.approx(m * (tf + tb + tw) + (p // 2 - 1) * (fb + b - 3 * tw), rel=1e-9)

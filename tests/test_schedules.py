@@ -3,7 +3,7 @@ import pytest
 
 from emulator.errors import ScenarioError
 from emulator.scenario.stages import rank_of, stage_layers, virtual_stage
-from emulator.workload.schedules import SCHEDULES, Task, dualpipev_steps, max_in_flight, schedule
+from emulator.workload.schedules import SCHEDULES, Task, dualpipe_steps, dualpipev_steps, max_in_flight, schedule
 
 
 def makespan(name: str, p: int, m: int, v: int, tf: float, tb: float) -> float:
@@ -85,7 +85,15 @@ def test_validation():
         schedule("1f1b", 0, 4, 8, 2)
     with pytest.raises(ScenarioError, match="interleaved"):
         schedule("zb-h1", 0, 4, 8, 2)
-    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev"}
+    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev", "dualpipe"}
+    with pytest.raises(ScenarioError, match="dualpipe needs an even pp"):
+        schedule("dualpipe", 0, 3, 12, 1)
+    with pytest.raises(ScenarioError, match="dualpipe needs an even number of micro-batches"):
+        schedule("dualpipe", 0, 4, 9, 1)
+    with pytest.raises(ScenarioError, match=r"at least 2\*pp = 8, got 6"):
+        schedule("dualpipe", 0, 4, 6, 1)
+    with pytest.raises(ScenarioError, match="interleaved"):
+        schedule("dualpipe", 0, 4, 8, 2)
     with pytest.raises(ScenarioError, match="virtual_stages must be 2"):
         schedule("zb-v", 0, 4, 8, 1)
     with pytest.raises(ScenarioError, match="virtual_stages must be 2"):
@@ -153,15 +161,17 @@ def v_makespan(name: str, p: int, m: int, tf: float, tb: float, tw: float) -> fl
     """As split_makespan over a V's 2p chunks (rank s holds chunks s and 2p − 1 − s); costs are per chunk.
     DualPipeV's steps run as its source runs them: a pair (F of one chunk, B of the other) costs both, and
     both passes' outputs leave at its end (``_forward_backward_chunk`` sends after the compute)."""
-    steps = {s: (dualpipev_steps(s, p, m) if name == "dualpipev" else [(t,) for t in schedule(name, s, p, m, 2)])
-             for s in range(p)}
+    steps = {s: {"dualpipev": dualpipev_steps, "dualpipe": dualpipe_steps}[name](s, p, m) if "dual" in name
+             else [(t,) for t in schedule(name, s, p, m, 2)] for s in range(p)}
+    # dualpipe: chunk c of rank s runs as the V's, but each direction is a pipeline of its own p stages
+    first = {vs for vs in range(2 * p) if vs % p == 0} if name == "dualpipe" else {0}
+    last = {vs for vs in range(2 * p) if vs % p == p - 1} if name == "dualpipe" else {2 * p - 1}
     cost = {"F": tf, "B": tb + tw, "I": tb, "W": tw}
-    V = 2 * p
     pos, free, done = {s: 0 for s in range(p)}, {s: 0.0 for s in range(p)}, {}
 
     def needs(t: Task, vs: int) -> list:
-        grad = [("G", t.microbatch, vs + 1)] if vs < V - 1 else [("F", t.microbatch, vs)]
-        return {"F": [("F", t.microbatch, vs - 1)] if vs else [], "B": grad, "I": grad,
+        grad = [("G", t.microbatch, vs + 1)] if vs not in last else [("F", t.microbatch, vs)]
+        return {"F": [("F", t.microbatch, vs - 1)] if vs not in first else [], "B": grad, "I": grad,
                 "W": [("G", t.microbatch, vs)]}[t.phase]
 
     while any(pos[s] < len(steps[s]) for s in range(p)):
@@ -236,3 +246,30 @@ def test_dualpipev_order_and_memory():
     # ZB-V the paper's p·M_B, 1F1B's first-stage peak: 2p chunks of half a stage (8)
     assert [max_in_flight(schedule("dualpipev", s, 4, 8, 2)) for s in range(4)] == [9, 9, 9, 9]
     assert [max_in_flight(schedule("zb-v", s, 4, 8, 2)) for s in range(4)] == [8, 8, 8, 8]
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 12), (8, 16), (8, 20), (2, 4), (6, 12)])
+@pytest.mark.parametrize("tf,tb,tw", [(1.0, 1.0, 1.0), (2.0, 2.0, 1.0), (1.0, 1.0, 0.5)])
+def test_bubble_dualpipe(p, m, tf, tb, tw):
+    # DualPipe README over PP = p stages: (PP/2 − 1)(F&B + B − 3W), B = tb + tw, F&B = tf + tb + tw, over the
+    # work m(F + B) (m/2 micro-batches a direction, one stage each). p 8, (1, 1, 1): 3·(3 + 2 − 3) = 6.
+    fb, b = tf + tb + tw, tb + tw
+    assert v_makespan("dualpipe", p, m, tf, tb, tw) == pytest.approx(m * (tf + tb + tw)
+                                                                     + (p // 2 - 1) * (fb + b - 3 * tw))
+
+
+def test_dualpipe_order_and_memory():
+    # the README's figure, 8 ranks and 20 micro-batches, device 0: F0 … F6 of its own direction, then the
+    # reverse direction's F, I, W three times, its F, and F7 beside a reverse backward; micro-batches
+    # 10 … 19 are the reverse direction's (entering at rank 7), on module 1 of rank 0
+    d0 = dualpipe_steps(0, 8, 20)
+    assert d0[:7] == [(Task("F", i, 0),) for i in range(7)]
+    assert d0[7:17] == [(Task("F", 10, 1),), (Task("I", 10, 1),), (Task("W", 10, 1),), (Task("F", 11, 1),),
+                        (Task("I", 11, 1),), (Task("W", 11, 1),), (Task("F", 12, 1),), (Task("I", 12, 1),),
+                        (Task("W", 12, 1),), (Task("F", 13, 1),)]
+    assert d0[17] == (Task("F", 7, 0), Task("B", 13, 1))
+    # device 7 mirrors it: its module 0 is stage 7 of the forward direction, module 1 stage 0 of the reverse
+    d7 = dualpipe_steps(7, 8, 20)
+    assert d7[:7] == [(Task("F", 10 + i, 1),) for i in range(7)] and d7[7] == (Task("F", 0, 0),)
+    # activations per device: the README's PP + 1 stage micro-batches
+    assert [max_in_flight(schedule("dualpipe", s, 8, 16)) for s in range(8)] == [9] * 8

@@ -103,6 +103,11 @@ def test_each_schedule_prices_its_own_bubble(tmp_path):
                                 ("dualpipev", 8, ["model.layers=16"]))}
     assert fill["1f1b"] > 0 and fill["zb-h1"] == pytest.approx(fill["1f1b"] / 3, rel=1e-9)
     assert fill["zb-v"] > 0 and fill["zb-v"] == pytest.approx(fill["dualpipev"] / 2, rel=1e-9)
+    # dualpipe (pp 4, 4 stages of 3 layers; 16 micro-batches, at least 2·pp and even): (p/2 − 1)·2T/3 over
+    # 1F1B's (p − 1)·T, 2/9 here, with T_s the mean of a rank's two stages (ranks 0 and 3 both hold the
+    # embedding's stage and the head's): Σ T_s − max T_s no smaller than 1F1B's (the mean evens the ranks)
+    dual = estimate_iteration(load_scenario(path, base + ["parallel.schedule=dualpipe"])).bubble_s - 6 * p2p
+    assert fill["1f1b"] * 2 / 9 <= dual < fill["1f1b"] / 2
 
 
 def test_estimate_is_close_to_the_emulator_on_small_layouts(tmp_path):

@@ -14,6 +14,7 @@ from emulator.run.simulation import simulate
 from emulator.scenario import load_scenario, load_scenario_text
 from emulator.workload.builder import build_program
 from emulator.workload.memory import stage_memory
+from emulator.workload.plan import make_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DSV3 = os.path.join(ROOT, "scenarios", "deepseek-v3-1024-h100.yaml")
@@ -31,7 +32,7 @@ parallel: {tp: 2, pp: 4, dp: 1}
 V3_SETS = ["cluster.nodes=4", "model.layers=7", "parallel.pp=4", "parallel.dp=4", "parallel.ep=8",
            "training.global_batch=64"]
 V3_LAYOUT = {"1f1b": "Et*2|t*2|t*2|t,mL", "zb-h1": "Et*2|t*2|t*2|t,mL", "zb-v": "Et|t|t|t|t|t|t|mL",
-             "dualpipev": "Et|t|t|t|t|t|t|mL"}
+             "dualpipev": "Et|t|t|t|t|t|t|mL", "dualpipe": "Et*2|t*2|t*2|t,mL"}
 
 
 def dense(*sets: str):
@@ -53,6 +54,15 @@ def v3(schedule: str):
      "dualpipev needs at least 2*pp = 8 micro-batches per pipeline (global_batch/(micro_batch*dp) = 7"),
     (["parallel.schedule=zb-v", "parallel.pipeline_model_parallel_layout=Et*6|t*6|t*6|t*6L"],
      "parallel.pipeline_model_parallel_layout", "the layout needs 2*pp = 8 stages in model order, got 4"),
+    # pp 3 on 6 GPUs with tp 2 (24 layers split in 3)
+    (["parallel.schedule=dualpipe", "parallel.pp=3", "cluster.node.gpus_per_node=6"], "parallel.pp",
+     "dualpipe needs an even pp (rank i and pp-1-i hold the same two stages), got 3"),
+    (["parallel.schedule=dualpipe", "training.global_batch=18"], "training.global_batch",
+     "dualpipe needs an even number of micro-batches per pipeline, at least 2*pp = 8 (global_batch/"
+     "(micro_batch*dp) = 9"),
+    (["parallel.schedule=dualpipe", "training.global_batch=12"], "training.global_batch", "= 6; deepseek-ai"),
+    (["parallel.schedule=dualpipe", "parallel.virtual_stages=2"], "parallel.virtual_stages",
+     "virtual_stages > 1 needs schedule: interleaved-1f1b"),
 ])
 def test_rules_refused_by_name(sets, key, needle):
     with pytest.raises(ScenarioError) as err:
@@ -119,3 +129,37 @@ def test_the_bubble_shrinks_on_the_deepseek_v3_layout():
     bubble = {s: summarize(simulate(v3(s), record_links=False))["breakdown_s"]["bubble"]
               for s in ("1f1b", "zb-v", "dualpipev")}
     assert bubble["zb-v"] < 0.9 * bubble["1f1b"] and bubble["dualpipev"] < 0.9 * bubble["1f1b"]
+
+
+def test_dualpipe_program_and_memory():
+    sc = dense("parallel.schedule=dualpipe")
+    assert sc.parallel.virtual_stages == 1  # the model's 4 stages; each rank holds two of them
+    ops = build_program(sc).ops
+    # rank 0 (stage 0) runs stage 0 forward-bound (virtual stage 0) and stage 3 reverse-bound (virtual stage 7)
+    assert {o.stage for o in ops if o.rank == 0 and o.stage >= 0} == {0, 7}
+    # the pair's gradient all-reduce: ranks 0 and 6 (stages 0 and 3, tp rank 0), each with both its stages'
+    # gradients: 2 · (6 layers + the embedding or the head) of this GPU's TP share, in fp32 (bf16 training)
+    pair = [o for o in ops if o.name == "dualpipe_grad_all_reduce" and o.rank == 0]
+    assert len(pair) == 1 and pair[0].group == (0, 6)
+    assert not [o for o in ops if o.name == "embedding_grad_all_reduce"]
+    mem = {s: stage_memory(dense(f"parallel.schedule={s}")) for s in ("1f1b", "dualpipe")}
+    # parameters x2 (the README's 2x): rank 0 holds stage 0 and stage 3, as 1F1B's stage 0 plus its stage 3,
+    # less the head's copy of the tied word embedding (vocab 50,257 padded to 50,432 x 2048 / tp 2, 2 bytes): the rank's
+    # embedding serves it
+    assert mem["dualpipe"][0].breakdown["params"] == pytest.approx(
+        mem["1f1b"][0].breakdown["params"] + mem["1f1b"][3].breakdown["params"] - 2 * 50432 * 2048 / 2, rel=1e-12)
+    assert mem["dualpipe"][0].breakdown["params"] == mem["dualpipe"][3].breakdown["params"]
+    plan = make_plan(sc)  # the gradients of rank 0's units, fp32 (bf16 training reduces in fp32)
+    assert pair[0].bytes == pytest.approx(4 * sum(u.params for vs in (0, 7) for u in plan.chunk_units[vs]))
+    assert [u.name for u in plan.chunk_units[7]][-1] == "head" and plan.chunk_units[7][0].name == "layer18"
+    # activations: PP + 1 = 5 stage micro-batches of 6 layers on every rank (stage 3 of 1F1B: 1 of 6)
+    one = mem["1f1b"][3].breakdown["activations"] / 6
+    assert [r.breakdown["activations"] for r in mem["dualpipe"]][1:3] == pytest.approx([30 * one] * 2)
+
+
+def test_dualpipe_bubble_shrinks():
+    base = summarize(simulate(dense(), record_links=False))
+    got = summarize(simulate(dense("parallel.schedule=dualpipe"), record_links=False))
+    assert got["breakdown_s"]["bubble"] < 0.6 * base["breakdown_s"]["bubble"]
+    v3_base = summarize(simulate(v3("1f1b"), record_links=False))["breakdown_s"]["bubble"]
+    assert summarize(simulate(v3("dualpipe"), record_links=False))["breakdown_s"]["bubble"] < 0.9 * v3_base

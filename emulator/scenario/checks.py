@@ -259,6 +259,14 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
                              f"dualpipev needs at least 2*pp = {2 * p.pp} micro-batches per pipeline (global_batch/"
                              f"(micro_batch*dp) = {micro_batches}; deepseek-ai/DualPipe dualpipev.py: num_chunks >= "
                              f"num_ranks * 2)"))
+    if p.schedule == "dualpipe" and p.pp % 2:
+        out.append(Violation("parallel.pp", f"dualpipe needs an even pp (rank i and pp-1-i hold the same two stages), "
+                                            f"got {p.pp} (deepseek-ai/DualPipe dualpipe.py: num_ranks % 2 == 0)"))
+    if p.schedule == "dualpipe" and (micro_batches < 2 * p.pp or micro_batches % 2):
+        out.append(Violation("training.global_batch",
+                             f"dualpipe needs an even number of micro-batches per pipeline, at least 2*pp = "
+                             f"{2 * p.pp} (global_batch/(micro_batch*dp) = {micro_batches}; deepseek-ai/DualPipe "
+                             f"dualpipe.py: num_chunks % 2 == 0 and num_chunks >= num_ranks * 2)"))
     if p.schedule == "interleaved-1f1b" and p.pp > 1 and micro_batches % p.pp:
         out.append(Violation("training.global_batch",
                              f"interleaved-1f1b needs the micro-batches per pipeline (global_batch/(micro_batch*dp) "
@@ -282,7 +290,11 @@ def _a2a_overlap_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> l
     if not p.overlap_moe_expert_parallel_comm:
         return out
     cite = "(Megatron-Core transformer_config.py)"
-    if p.pp > 1 and p.virtual_stages == 1:  # a layout sets them
+    if p.schedule in (*V_SHAPED, "dualpipe"):  # their own pairs of a forward and a backward
+        out.append(Violation(key, f"{rule} runs Megatron's combined 1F1B steps: schedule 1f1b (pp 1) or "
+                                  f"interleaved-1f1b, not {p.schedule} (which pairs its own forward and backward "
+                                  f"chunks)"))
+    elif p.pp > 1 and p.virtual_stages == 1:  # a layout sets them
         out.append(Violation(key, f"{rule} with pp > 1 needs virtual pipeline stages (schedule: interleaved-1f1b "
                                   f"with virtual_stages > 1, or a pipeline_model_parallel_layout of more than pp "
                                   f"stages); pp is {p.pp} with schedule {p.schedule} and {p.virtual_stages} "

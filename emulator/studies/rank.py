@@ -29,7 +29,8 @@ stage s, m micro-batches, p stages and v chunks per stage,
                       zb-h1 (F + B − W)/(F + B + W) = 1/3 (Qi et al. ICLR'24 Table 1);
                       zb-v 1/6 (F/2 a chunk: the V's fill, tests/test_schedules.py test_bubble_zb_v);
                       dualpipev 1/3 (DualPipe README: (PP/2 − 1)(F&B + B − 3W) over 2p chunks of T/6
-                      each, F&B = F + B: (p − 1)·T/3)
+                      each, F&B = F + B: (p − 1)·T/3); dualpipe (p/2 − 1)·2T/3 over (p − 1)·T,
+                      with T_s the mean of the rank's two stages
 
 plus 2(p·v − 1) activation/gradient transfers on the fill and drain. Then the data-parallel
 gradient reduction of the stage with the most parameters (all-reduce with ZeRO 0,
@@ -165,8 +166,19 @@ def params_of(m: ModelSpec, sc: Scenario) -> Params:
 BUBBLE_VS_1F1B = {"gpipe": 1.0, "1f1b": 1.0, "zb-h1": 1 / 3, "zb-v": 1 / 6, "dualpipev": 1 / 3}
 
 
-def _fill_share(schedule: str, v: int) -> float:
+def _fill_share(schedule: str, v: int, p: int) -> float:
+    if schedule == "dualpipe":  # README: (p/2 − 1)(F&B + B − 3W) = (p/2 − 1)·2T/3 over (p − 1)·T
+        return (p // 2 - 1) * 2 / 3 / (p - 1) if p > 1 else 0.0
     return 1 / v if schedule == "interleaved-1f1b" else BUBBLE_VS_1F1B[schedule]
+
+
+def _per_rank(schedule: str, stage_t: list[float]) -> list[float]:
+    """A micro-batch's time on each rank: its stage's, or with dualpipe the mean of its two stages'
+    (half the micro-batches run stage r, half stage p − 1 − r)."""
+    if schedule != "dualpipe":
+        return stage_t
+    p = len(stage_t)
+    return [(stage_t[s] + stage_t[p - 1 - s]) / 2 for s in range(p)]
 
 
 def estimate_iteration(sc: Scenario) -> Estimate:
@@ -195,12 +207,12 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     last = rank_of(p * v - 1, p, vee)
     split = stage_layers(model_chunks(m.layers, p, v, par.first_chunk_layers, par.last_chunk_layers,
                                       par.pipeline_model_parallel_layout, m.mtp_num_layers).layers, p, vee)
-    stage_t = [sum(split[s]) * per_layer + (embed if s == 0 else 0.0) + (head if s == last else 0.0)
-               for s in range(p)]
+    stage_t = _per_rank(par.schedule, [sum(split[s]) * per_layer + (embed if s == 0 else 0.0)
+                                       + (head if s == last else 0.0) for s in range(p)])
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     slow = max(stage_t)
     compute_s = micro * slow
-    fill = (sum(stage_t) - slow) * _fill_share(par.schedule, v)
+    fill = (sum(stage_t) - slow) * _fill_share(par.schedule, v, p)
     pp_bytes = float(tr.micro_batch * (m.seq_len // par.cp) * m.hidden * dtype)
     if par.sequence_parallel and par.tp > 1:
         pp_bytes /= par.tp
@@ -297,11 +309,11 @@ def _estimate_profiled(sc: Scenario) -> Estimate:
     last = rank_of(p * v - 1, p, vee)
     split = stage_layers(model_chunks(Q.layers, p, v, par.first_chunk_layers, par.last_chunk_layers,
                                       par.pipeline_model_parallel_layout).layers, p, vee)
-    stage_t = [sum(split[s]) * per_layer + (embed if s == 0 else 0.0) + (head if s == last else 0.0)
-               for s in range(p)]
+    stage_t = _per_rank(par.schedule, [sum(split[s]) * per_layer + (embed if s == 0 else 0.0)
+                                       + (head if s == last else 0.0) for s in range(p)])
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     slow = max(stage_t)
-    fill = (sum(stage_t) - slow) * _fill_share(par.schedule, v)
+    fill = (sum(stage_t) - slow) * _fill_share(par.schedule, v, p)
     pp_bytes = float(Q.b * Q.s * Q.h * prof.param_bytes)
     p2p = ring_time("p2p", 2, pp_bytes, group_link(sc, st["pp"], 2)) if p > 1 else 0.0
     table = Q.V * Q.h if prof.tied and p > 1 else 0

@@ -58,7 +58,7 @@ from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.profiled import reshape_plan
-from emulator.workload.schedules import Task, combined_steps, dualpipev_steps, schedule
+from emulator.workload.schedules import Task, combined_steps, dualpipe_steps, dualpipev_steps, schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,8 +366,7 @@ class _RankBuilder:
     def _recv(self, fwd: bool, mb: int, vs: int) -> list[int]:
         """The pipeline receive a task's first unit waits for (activations, or the gradient), if any."""
         p = self.lo.sizes["pp"]
-        V = p * self.plan.v
-        if not (p > 1 and ((fwd and vs > 0) or (not fwd and vs < V - 1))):
+        if not (p > 1 and ((fwd and not self.plan.starts(vs)) or (not fwd and not self.plan.ends(vs)))):
             return []
         src_vs = vs - 1 if fwd else vs + 1
         if self._peer(src_vs) == self.rank:  # the V's tip: both chunks here, in order on the compute stream
@@ -383,8 +382,7 @@ class _RankBuilder:
     def _send(self, fwd: bool, mb: int, vs: int) -> None:
         """The pipeline send after a task's last unit (activations on, or the gradient back), if any."""
         p = self.lo.sizes["pp"]
-        V = p * self.plan.v
-        if not (p > 1 and ((fwd and vs < V - 1) or (not fwd and vs > 0))):
+        if not (p > 1 and ((fwd and not self.plan.ends(vs)) or (not fwd and not self.plan.starts(vs)))):
             return
         dst_vs = vs + 1 if fwd else vs - 1
         if self._peer(dst_vs) == self.rank:
@@ -582,7 +580,7 @@ class _RankBuilder:
         m, tr, par = self.plan.model, self.plan.sc.training, self.plan.sc.parallel
         n = tr.micro_batch * (m.seq_len // par.cp) * m.hidden * self.plan.dtype
         chunks = self.plan.chunks
-        if chunks is not None and 0 <= chunks.mtp_chunk <= vs:
+        if chunks is not None and 0 <= chunks.mtp_chunk <= self.plan.model_stage(vs):
             n *= 1 + chunks.mtp
         return n / par.tp if par.sequence_parallel and par.tp > 1 else n
 
@@ -631,10 +629,12 @@ class _RankBuilder:
         end_bwd = self.last_compute
         reduce_ops: list[int] = []
         d_dense, d_exp = len(self.dpcp), len(self.edp)
+        mirror = self._mirror_allreduce(par.zero >= 3)
         if par.zero < 3:
             for units, dense, expert in self._buckets(par.grad_bucket, self.plan.grad_dtype):
                 vs, last_u = units[-1]
                 dep = self.grad_ready[(vs, last_u.name)] if par.overlap_grad_reduce else end_bwd
+                dep = mirror if mirror is not None else dep
                 op = "all_reduce" if par.zero == 0 else "reduce_scatter"
                 if d_dense > 1 and dense:
                     reduce_ops.append(self._emit(kind=COLLECTIVE, stream="dp", name=f"grad_{op}.{last_u.name}",
@@ -645,6 +645,8 @@ class _RankBuilder:
                                                  collective=op, group=self.edp, bytes=expert, deps=(dep,),
                                                  category="comm", stage=vs, layer=last_u.layer))
         reduce_ops += self._tied_embedding_allreduce()
+        if mirror is not None:
+            reduce_ops.append(mirror)
         psi = sum(u.params / (d_dense if par.zero >= 1 else 1) + u.expert_params / (d_exp if par.zero >= 1 else 1)
                   for vs in self._my_chunks() for u in self.plan.chunk_units[vs])
         nbytes = psi * ADAM_BYTES_PER_PARAM
@@ -661,6 +663,27 @@ class _RankBuilder:
                            group=self.dpcp, bytes=dense + expert, deps=(opt,), category="comm", stage=vs,
                            layer=u.layer)
 
+    def _mirror_allreduce(self, sharded: bool) -> int | None:
+        """DualPipe: rank r and rank pp − 1 − r hold the same two stages (r's module 0 is the other's
+        module 1), and each copy's gradient is the sum of both: one all-reduce of the rank's gradients
+        over the pair, once the pipeline has flushed, before the data-parallel reduction (or, ZeRO-3, of the
+        shards it left). DualPipe sums them itself outside the schedule (deepseek-ai/DualPipe
+        examples/example_dualpipe.py, "Check grads": ``p0.grad += p1all[pp_size - 1 - rank]`` and
+        ``p1.grad += p0all[pp_size - 1 - rank]``, from an all-gather of each module's gradients over the
+        pipeline group); the pair's all-reduce moves the same sums with the least traffic. None otherwise."""
+        par = self.plan.sc.parallel
+        if not self.plan.dual or par.pp < 2:
+            return None
+        units = [u for vs in self._my_chunks() for u in self.plan.chunk_units[vs]]
+        d_dense, d_exp = (len(self.dpcp), len(self.edp)) if sharded else (1, 1)
+        nbytes = sum(u.params / d_dense + u.expert_params / d_exp for u in units) * self.plan.grad_dtype
+        other = self.lo.rank(pp=par.pp - 1 - self.c["pp"], dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
+        last = [self.last_compute] if self.last_compute is not None else []
+        flush = {*self.grad_ready.values(), *last, *self.pp_sent.values()}
+        return self._emit(kind=COLLECTIVE, stream="dp", name="dualpipe_grad_all_reduce", collective="all_reduce",
+                          group=tuple(sorted((self.rank, other))), bytes=nbytes, deps=tuple(sorted(flush)),
+                          category="comm", stage=self._vs(0))
+
     def _tied_embedding_allreduce(self) -> list[int]:
         """Tied input/output embeddings on different stages: all-reduce their gradients (Megatron).
 
@@ -675,6 +698,8 @@ class _RankBuilder:
         It reduces ``main_grad`` (``_get_main_grad_attr``), which lives in the DP grad buffer, of the
         DP reduction's dtype (fp32 for bf16: ``grad_reduce_bytes``), not the parameter's."""
         m, par = self.plan.model, self.plan.sc.parallel
+        if self.plan.dual:  # each end rank holds an embedding and a head; the pair's all-reduce sums them
+            return []
         p = par.pp
         V = p * self.plan.v
         # the units that hold the word embedding (pretrain_gpt.py ``get_embedding_ranks``: the first stage,
@@ -713,8 +738,9 @@ class _RankBuilder:
         self._param_gathers_first()
         tasks = schedule(par.schedule, self.c["pp"], par.pp, self.plan.micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)
-        if par.schedule == "dualpipev":
-            self._run_steps(dualpipev_steps(self.c["pp"], par.pp, self.plan.micro, par.virtual_stages))
+        if par.schedule in ("dualpipev", "dualpipe"):
+            steps_of = dualpipev_steps if par.schedule == "dualpipev" else dualpipe_steps
+            self._run_steps(steps_of(self.c["pp"], par.pp, self.plan.micro, par.virtual_stages))
         elif par.overlap_moe_expert_parallel_comm:
             for step in combined_steps(tasks):
                 if len(step) == 2:

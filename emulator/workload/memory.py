@@ -255,7 +255,9 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
     head = head_stage(par)
     if stage == head:
         dense += M.head_params(r) - r.vocab * r.hidden * (0 if r.tied_embeddings else 1)
-        if not r.tied_embeddings or head != 0:  # tied on the embedding's rank: one shared weight
+        # tied on the embedding's rank (pp 1, a V; dualpipe's end ranks hold an embedding and a head, of the
+        # two copies, which the pair's all-reduce keeps equal): one shared weight
+        if not r.tied_embeddings or (head != 0 and par.schedule != "dualpipe"):
             dense += r.vocab * r.hidden / t
     return dense, expert
 
@@ -269,6 +271,13 @@ def _mtp_stage_params(r: ModelSpec, par: ParallelSpec, mtp: int, embedding_copy:
     dense = M.dense_layer_params(r, moe) / par.tp + 2 * r.hidden * r.hidden / par.tp + norms
     expert = M.routed_params(r) / ((par.etp or par.tp) * par.ep) if moe else 0.0
     return mtp * dense + (r.vocab * r.hidden / par.tp if mtp and embedding_copy else 0.0), mtp * expert
+
+
+def held_stages(par: ParallelSpec, stage: int) -> list[int]:
+    """The pipeline stages (of the model's split) whose parameters pipeline rank ``stage`` holds: its own,
+    or with dualpipe its own and pp − 1 − stage's (deepseek-ai/DualPipe examples/example_dualpipe.py:
+    ``local_full_modules = nn.Sequential(full_modules[rank], full_modules[pp_size - 1 - rank])``)."""
+    return [stage, par.pp - 1 - stage] if par.schedule == "dualpipe" else [stage]
 
 
 def head_stage(par: ParallelSpec) -> int:
@@ -522,10 +531,14 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
                  else per_layer)
     out: list[MemoryReport] = []
     for stage in range(par.pp):
-        mine = split[stage]  # layers of each of this stage's chunks
-        dense, expert = _stage_params(m, sc, stage, sum(mine))
-        if plan.mtp_chunk >= 0 and rank_of(plan.mtp_chunk, par.pp, v_shape) == stage:
-            d_mtp, e_mtp = _mtp_stage_params(m, par, plan.mtp, rank_of(plan.mtp_chunk, par.pp, v_shape) != 0)
+        held = held_stages(par, stage)
+        mine = tuple(n for k in held for n in split[k])  # layers of each of this stage's chunks
+        dense = expert = 0.0
+        for k in held:
+            d_k, e_k = _stage_params(m, sc, k, sum(split[k]))
+            dense, expert = dense + d_k, expert + e_k
+        if plan.mtp_chunk >= 0 and rank_of(plan.mtp_chunk, par.pp, v_shape) in held:
+            d_mtp, e_mtp = _mtp_stage_params(m, par, plan.mtp, 0 not in held)
             dense, expert = dense + d_mtp, expert + e_mtp
         d = par.dp * par.cp
         states = model_state_bytes(dense, d, par.zero, grad_bytes, state_bytes)
@@ -533,7 +546,8 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
             ex = model_state_bytes(expert, expert_dp(par), par.zero, grad_bytes, state_bytes)
             states = {k: states[k] + ex[k] for k in states}
         if fp8:
-            lin_dense, lin_expert = _stage_linear_params(m, sc, stage, sum(mine))
+            lin = [_stage_linear_params(m, sc, k, sum(split[k])) for k in held]
+            lin_dense, lin_expert = sum(x for x, _ in lin), sum(y for _, y in lin)
             z3 = par.zero >= 3  # ZeRO-3 shards the weights, and so their fp8 forms
             states["params"] += quant_weight_bytes(lin_dense / (d if z3 else 1)
                                                    + lin_expert / (expert_dp(par) if z3 else 1), recipe,
@@ -541,14 +555,15 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)  # its one more warm-up forward holds one more
         chunks = max_in_flight(tasks)
-        worst = max(per_layer, per_dense) if _dense_layers_of(sc, stage) else per_layer
-        acts = worst * max_in_flight(tasks, with_mtp[stage])  # layers of the (micro-batch, chunk)s in flight
-        if stage == 0 and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
+        worst = max(per_layer, per_dense) if any(_dense_layers_of(sc, k) for k in held) else per_layer
+        weights = tuple(n for k in held for n in with_mtp[k])
+        acts = worst * max_in_flight(tasks, weights)  # layers of the (micro-batch, chunk)s in flight
+        if 0 in held and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
         work = float(WORKSPACE_BYTES)
         if par.zero >= 3:
             work += 2 * WEIGHT_BYTES * (dense + expert) / max(sum(mine), 1)
-        if stage == head_stage(par):
+        if head_stage(par) in held:
             work += 4.0 * s * tr.micro_batch * m.vocab / par.tp * (1 + m.mtp_num_layers)  # the MTP heads' too
         breakdown = {**states, "activations": acts, "workspace": work}
         peak = sum(breakdown.values())

@@ -360,8 +360,32 @@ def dualpipev(stage: int, stages: int, microbatches: int, virtual: int = 2) -> l
     return [t for step in dualpipev_steps(stage, stages, microbatches, virtual) for t in step]
 
 
+# --- DualPipe --------------------------------------------------------------------------------------
+def dualpipe_steps(stage: int, stages: int, microbatches: int, virtual: int = 1) -> list[tuple[Task, ...]]:
+    """DualPipe's order on ``stage``, as steps (pairs: overlapped forward-backward chunks).
+
+    deepseek-ai/DualPipe dualpipe/dualpipe.py ``DualPipe.step`` runs DualPipeV's eight steps with
+    half_rank = min(r, p − 1 − r) of p/2 and m/2 micro-batches a direction, the middle ranks (p/2 − 1,
+    p/2) as DualPipeV's last; its phases are the rank's modules, swapped on the second half of the ranks
+    (``phase ^= self.is_in_second_half``). Chunk 0 is module 0, the rank's own stage r in the forward
+    direction (micro-batches 0 … m/2 − 1 enter at rank 0); chunk 1 is module 1, stage p − 1 − r in the
+    reverse direction (micro-batches m/2 … m − 1 enter at rank p − 1)."""
+    p, r, half = stages, stage, microbatches // 2
+    second = int(r >= p // 2)
+    out: list[tuple[Task, ...]] = []
+    for step in dualpipev_steps(min(r, p - 1 - r), p // 2, half):
+        out.append(tuple(Task(t.phase, t.microbatch + half * (t.chunk ^ second), t.chunk ^ second) for t in step))
+    return out
+
+
+def dualpipe(stage: int, stages: int, microbatches: int, virtual: int = 1) -> list[Task]:
+    """DualPipe's order (:func:`dualpipe_steps`), one task after another."""
+    return [t for step in dualpipe_steps(stage, stages, microbatches, virtual) for t in step]
+
+
 SCHEDULES: dict[str, ScheduleFn] = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved-1f1b": interleaved,
-                                    "zb-h1": zb_h1, "zb-v": zb_v, "dualpipev": dualpipev}
+                                    "zb-h1": zb_h1, "zb-v": zb_v, "dualpipev": dualpipev,
+                                    "dualpipe": dualpipe}
 
 
 def check_schedule(name: str, stages: int, microbatches: int, virtual: int) -> None:
@@ -377,6 +401,13 @@ def check_schedule(name: str, stages: int, microbatches: int, virtual: int) -> N
     if name in V_SHAPED and virtual != 2:
         raise ScenarioError(f"{name} places two chunks on each pipeline rank in a V: virtual_stages must be 2 "
                             f"(or unset), got {virtual}", key="parallel.virtual_stages")
+    if name == "dualpipe" and stages % 2:
+        raise ScenarioError(f"dualpipe needs an even pp (rank i and pp-1-i hold the same two stages), got {stages} "
+                            f"(deepseek-ai/DualPipe dualpipe.py: num_ranks % 2 == 0)", key="parallel.pp")
+    if name == "dualpipe" and (microbatches < 2 * stages or microbatches % 2):
+        raise ScenarioError(f"dualpipe needs an even number of micro-batches per pipeline, at least 2*pp = "
+                            f"{2 * stages}, got {microbatches} (deepseek-ai/DualPipe dualpipe.py: num_chunks % 2 "
+                            f"== 0 and num_chunks >= num_ranks * 2)", key="training.global_batch")
     if name not in V_SHAPED and name != "interleaved-1f1b" and virtual != 1:
         raise ScenarioError(f"virtual_stages {virtual} needs schedule interleaved-1f1b (schedule is {name})",
                             key="parallel.virtual_stages")
