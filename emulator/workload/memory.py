@@ -433,14 +433,16 @@ def profiled_stages(sc: Scenario) -> list[MemoryReport] | None:
                          par.schedule in V_SHAPED)
     out: list[MemoryReport] = []
     for stage in range(par.pp):
-        first, last = stage == 0, stage == head_stage(par)
-        psi = sum(split[stage]) * R.params(prof.block_params, Qg)
+        stages = held_stages(par, stage)  # dualpipe: two of them
+        first, last = 0 in stages, head_stage(par) in stages
+        mine = tuple(n for k in stages for n in split[k])
+        psi = sum(mine) * R.params(prof.block_params, Qg)
         psi += (R.params(prof.embed_params, Qg) if first else 0) + (R.params(prof.head_params, Qg) if last else 0)
         d, z = par.dp, par.zero
         states = {"params": w_b * psi / (d if z >= 3 else 1), "grads": g_b * psi / (d if z >= 2 else 1),
                   "optimizer": o_b * psi / (d if z >= 1 else 1)}
         held = max_in_flight(schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
-                                      par.overlap_moe_expert_parallel_comm), split[stage])
+                                      par.overlap_moe_expert_parallel_comm), mine)
         own = (copies["embed_fwd"] if first else 0.0) + (copies["head_fwd"] if last else 0.0)
         breakdown = {**states, "activations": per_layer * held, "weight_copies": copies["block_fwd"] * held + own}
         peak = sum(breakdown.values())

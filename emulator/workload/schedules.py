@@ -29,15 +29,32 @@ k + 1 (so from the last stage's chunk c to the first stage's chunk c + 1).
   num_microbatches_remaining + i ≥ rank; ``pop_all()`` at the end). The other backwards (all of
   stage 0's) are whole, as there: their TP reduce-scatter of dx stays under the wgrad GEMM.
 
+- zb-v (Qi et al., "Zero Bubble Pipeline Parallelism" ZB-V / "Pipeline Parallelism with Controllable
+  Memory"): two chunks per stage in a V (stage r holds virtual stages r and 2p − 1 − r:
+  scenario/stages.py ``virtual_stage``), every backward split into I and W, in the order of the authors'
+  greedy V scheduler (zbv.py, run with equal F, B, W: :func:`_zbv_orders`).
+- dualpipev (deepseek-ai/DualPipe dualpipev.py, Sea AI Lab's "cut-in-half" DualPipe): the same V, DualPipe's
+  eight steps; a forward of one chunk and a backward of the other run as one overlapped pair
+  (:func:`dualpipev_steps`), some backwards split. Needs m ≥ 2p.
+- dualpipe (deepseek-ai/DualPipe dualpipe.py): two directions, m/2 micro-batches each; stage r runs its own
+  stage for the forward direction (chunk 0) and stage p − 1 − r for the reverse one (chunk 1), so every rank
+  holds two stages' parameters. DualPipeV's steps on the half ranks (:func:`dualpipe_steps`). Needs an even
+  p and an even m ≥ 2p.
+
 With Megatron-Core's all-to-all overlap (``schedule(..., a2a_overlap=True)``) 1f1b and
 interleaved-1f1b run one more warm-up forward, and ``combined_steps`` pairs each steady forward
 with the backward after it, the combined step that the builder runs layer by layer.
 
 Bubble with equal stage costs F, B (input gradient), W (weight gradient), the paper's Table 1:
 (p − 1)(F + B + W) for gpipe and 1f1b, (p − 1)(F + B + W)/v interleaved, (p − 1)(F + B − W) zb-h1
-(the step m(F + B + W) plus that). 1f1b keeps at most p − s micro-batches in flight on stage s;
+(the step m(F + B + W) plus that). Per chunk of a V (F, B, W a chunk's, 2m of each a stage): zb-v with
+F = B = W leaves only the V's fill, (p − 1)F; dualpipev (p − 1)(F&B + B + W − 3W) with F&B a pair and B + W
+a whole backward (DualPipe README, (PP/2 − 1)(F&B + B − 3W) over PP = 2p chunks), dualpipe (p/2 − 1)(F&B +
+B + W − 3W) over p stages. 1f1b keeps at most p − s micro-batches in flight on stage s;
 gpipe m; zb-h1 p on every stage (a micro-batch is held from its F to its W: the paper's p·M_B,
-1F1B's stage-0 peak, on every stage; an upper bound, as I frees what only dgrad needed).
+1F1B's stage-0 peak, on every stage; an upper bound, as I frees what only dgrad needed); zb-v 2p chunks (p
+stages' worth, the paper's p·M_B); dualpipev and dualpipe PP + 1 (the DualPipe README: 2p + 1 chunks, p + 1
+stages).
 """
 from __future__ import annotations
 
