@@ -178,7 +178,7 @@ HEAD = "name: x\ncluster:\n  nodes: 2\n  node: dgx-a100\n"
     (HEAD + "parallel:\n  sequence_parallel: 1\n",
      "x.yaml:6: parallel.sequence_parallel: expected true or false, got 1"),
     (HEAD + "parallel:\n  schedule: 1f1bb\n",
-     'x.yaml:6: parallel.schedule: expected one of gpipe, 1f1b, interleaved-1f1b, zb-h1, got "1f1bb"; '
+     'x.yaml:6: parallel.schedule: expected one of gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, dualpipev, dualpipe, got "1f1bb"; '
      'did you mean "1f1b"?'),
     (HEAD + "parallel:\n  grad_bucket: 25\n",
      'x.yaml:6: parallel.grad_bucket: expected a size with a unit such as "80 GiB" or "25 MB", '

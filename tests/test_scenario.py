@@ -378,7 +378,7 @@ def test_schema_shape():
     assert schema["additionalProperties"] is False
     for path in all_key_paths():  # every key of the table is in the schema, with a description
         assert _schema_of(path, schema)["description"]
-    assert _schema_of("parallel.schedule", schema)["enum"] == ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]
+    assert _schema_of("parallel.schedule", schema)["enum"] == ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev", "dualpipe"]
     assert _schema_of("parallel.zero", schema)["maximum"] == 3
     assert _schema_of("simulation.iterations", schema)["default"] == 1
     assert _schema_of("parallel.grad_bucket", schema)["default"] == "1e+08 B"  # ParallelSpec default

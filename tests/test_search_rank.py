@@ -87,6 +87,29 @@ def test_interleaving_divides_the_fill_by_the_virtual_stages(tmp_path):
     assert one.compute_s == pytest.approx(three.compute_s, rel=1e-12)  # the same work per stage
 
 
+
+def test_each_schedule_prices_its_own_bubble(tmp_path):
+    # as above (gpt3-125m, pp 4, 12 layers): the fill over 1F1B's is the schedule's paper bubble with
+    # F = B = W: zb-h1 (F + B − W)/(F + B + W) = 1/3; zb-v 1/6 and dualpipev 1/3 over 8 chunks (2(8 − 1)
+    # sends). The V's 8 chunks need 16 layers (2 each, rank 0 with the embedding and the head), so its T_s
+    # are not 1F1B's: zb-v is checked against dualpipev on the same split, 1/6 against 1/3.
+    path = _scenario(str(tmp_path), "gpt3-125m", 32)
+    base = ["parallel.tp=1", "parallel.pp=4", "parallel.dp=2"]
+    sc = load_scenario(path, base)
+    p2p = ring_time("p2p", 2, 2048 * 768 * 2, group_link(sc, 2, 2))
+    fill = {s: estimate_iteration(load_scenario(path, base + [f"parallel.schedule={s}"] + extra)).bubble_s
+            - 2 * (n - 1) * p2p
+            for s, n, extra in (("1f1b", 4, []), ("zb-h1", 4, []), ("zb-v", 8, ["model.layers=16"]),
+                                ("dualpipev", 8, ["model.layers=16"]))}
+    assert fill["1f1b"] > 0 and fill["zb-h1"] == pytest.approx(fill["1f1b"] / 3, rel=1e-9)
+    assert fill["zb-v"] > 0 and fill["zb-v"] == pytest.approx(fill["dualpipev"] / 2, rel=1e-9)
+    # dualpipe (pp 4, 4 stages of 3 layers; 16 micro-batches, at least 2·pp and even): (p/2 − 1)·2T/3 over
+    # 1F1B's (p − 1)·T, 2/9 here, with T_s the mean of a rank's two stages (ranks 0 and 3 both hold the
+    # embedding's stage and the head's): Σ T_s − max T_s no smaller than 1F1B's (the mean evens the ranks)
+    dual = estimate_iteration(load_scenario(path, base + ["parallel.schedule=dualpipe"])).bubble_s - 6 * p2p
+    assert fill["1f1b"] * 2 / 9 <= dual < fill["1f1b"] / 2
+
+
 def test_estimate_is_close_to_the_emulator_on_small_layouts(tmp_path):
     # a closed form, not a simulation: within 6 % of the emulator on these 8-GPU layouts
     path = _scenario(str(tmp_path), "gpt3-125m", 16)

@@ -35,7 +35,7 @@ from emulator.scenario.spec import (
     TrainingSpec,
     precision_refusal,
 )
-from emulator.scenario.stages import LAYOUT_KEY, model_chunks, parse_layout
+from emulator.scenario.stages import LAYOUT_KEY, V_SHAPED, model_chunks, parse_layout
 from emulator.scenario.yamltree import show
 
 TARGET = re.compile(r"^(gpu|node):(\d+)$")  # an override target that names a GPU or a node
@@ -254,6 +254,19 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     out += _tensor_violations(m, p)
     out += _a2a_overlap_violations(m, t, p)
     micro_batches = t.global_batch // per_step
+    if p.schedule == "dualpipev" and micro_batches < 2 * p.pp:
+        out.append(Violation("training.global_batch",
+                             f"dualpipev needs at least 2*pp = {2 * p.pp} micro-batches per pipeline (global_batch/"
+                             f"(micro_batch*dp) = {micro_batches}; deepseek-ai/DualPipe dualpipev.py: num_chunks >= "
+                             f"num_ranks * 2)"))
+    if p.schedule == "dualpipe" and p.pp % 2:
+        out.append(Violation("parallel.pp", f"dualpipe needs an even pp (rank i and pp-1-i hold the same two stages), "
+                                            f"got {p.pp} (deepseek-ai/DualPipe dualpipe.py: num_ranks % 2 == 0)"))
+    if p.schedule == "dualpipe" and (micro_batches < 2 * p.pp or micro_batches % 2):
+        out.append(Violation("training.global_batch",
+                             f"dualpipe needs an even number of micro-batches per pipeline, at least 2*pp = "
+                             f"{2 * p.pp} (global_batch/(micro_batch*dp) = {micro_batches}; deepseek-ai/DualPipe "
+                             f"dualpipe.py: num_chunks % 2 == 0 and num_chunks >= num_ranks * 2)"))
     if p.schedule == "interleaved-1f1b" and p.pp > 1 and micro_batches % p.pp:
         out.append(Violation("training.global_batch",
                              f"interleaved-1f1b needs the micro-batches per pipeline (global_batch/(micro_batch*dp) "
@@ -277,7 +290,11 @@ def _a2a_overlap_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> l
     if not p.overlap_moe_expert_parallel_comm:
         return out
     cite = "(Megatron-Core transformer_config.py)"
-    if p.pp > 1 and not (p.schedule == "interleaved-1f1b" and p.virtual_stages > 1):  # a layout sets them
+    if p.schedule in (*V_SHAPED, "dualpipe"):  # their own pairs of a forward and a backward
+        out.append(Violation(key, f"{rule} runs Megatron's combined 1F1B steps: schedule 1f1b (pp 1) or "
+                                  f"interleaved-1f1b, not {p.schedule} (which pairs its own forward and backward "
+                                  f"chunks)"))
+    elif p.pp > 1 and p.virtual_stages == 1:  # a layout sets them
         out.append(Violation(key, f"{rule} with pp > 1 needs virtual pipeline stages (schedule: interleaved-1f1b "
                                   f"with virtual_stages > 1, or a pipeline_model_parallel_layout of more than pp "
                                   f"stages); pp is {p.pp} with schedule {p.schedule} and {p.virtual_stages} "
@@ -401,7 +418,15 @@ def _schedule_violations(p: ParallelSpec) -> list[Violation]:
     out: list[Violation] = []
     if p.schedule not in SCHEDULES:
         out.append(Violation("parallel.schedule", f"expected one of {', '.join(SCHEDULES)}, got {p.schedule!r}"))
-    if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
+    if p.schedule in V_SHAPED and p.virtual_stages != 2 and p.pipeline_model_parallel_layout:
+        out.append(Violation(LAYOUT_KEY, f"{p.schedule} places two chunks on each pipeline rank in a V: the layout "
+                                         f"needs 2*pp = {2 * p.pp} stages in model order, got "
+                                         f"{p.pp * p.virtual_stages}"))
+    elif p.schedule in V_SHAPED and p.virtual_stages != 2:
+        out.append(Violation("parallel.virtual_stages", f"{p.schedule} places two chunks on each pipeline rank in a "
+                                                        f"V: virtual_stages must be 2 (or unset), got "
+                                                        f"{p.virtual_stages}"))
+    elif p.virtual_stages > 1 and p.schedule not in ("interleaved-1f1b", *V_SHAPED):
         out.append(Violation("parallel.virtual_stages", f"virtual_stages > 1 needs schedule: interleaved-1f1b "
                                                         f'(schedule is "{p.schedule}")'))
     if not 0 <= p.zero <= 3:
@@ -477,9 +502,13 @@ class ScenarioChecks:
             self.check_no_top_workload(s)
         self.check_one_workload("", s.workload.trace)
         p = self.derive_virtual_stages(p)
-        if p.virtual_stages > 1 and p.schedule != "interleaved-1f1b":
-            v = _schedule_violations(p)[0]
-            raise self.fail(v.key, v.message)
+        if (p.schedule in V_SHAPED and not p.pipeline_model_parallel_layout
+                and not self.given("parallel.virtual_stages")):
+            p = dataclasses.replace(p, virtual_stages=2)  # a V: two chunks per rank (scenario/stages.py)
+        for v in _schedule_violations(p):
+            if v.key in ("parallel.virtual_stages", "parallel.schedule", LAYOUT_KEY) and (p.virtual_stages > 1
+                                                                               or p.schedule in V_SHAPED):
+                raise self.fail(v.key, v.message)
         p = self.derive_dp(p)
         s = dataclasses.replace(s, parallel=p)
         node = s.cluster.node

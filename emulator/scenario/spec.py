@@ -83,7 +83,7 @@ FABRIC_KINDS = ("single_switch", "fat_tree", "fat_tree3", "rail", "multi_plane",
                 "custom")
 ROUTINGS = ("spray", "ecmp_hash")
 FAULT_KINDS = ("gpu_slowdown", "link_degrade", "link_fail", "node_fail")
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipev", "dualpipe")
 AXES = ("pp", "dp", "cp", "tp")  # the parallel axes a rank placement orders
 PLACEMENTS = ("contiguous", "spread", "random")  # job placement policies (emulator/scenario/allocation.py)
 # The largest world a mirrored trace may replay: 2**20 ranks, about ten times the largest
@@ -479,8 +479,15 @@ class ParallelSpec:
         "groups take in the attention's TP ranks).", default=None, minimum=1, maximum=10**6)
     sequence_parallel: bool = key("Megatron sequence parallelism.", default=False)
     zero: int = key("ZeRO stage, 0 to 3.", default=0, minimum=0, maximum=3)
-    schedule: str = key("Pipeline schedule.", default="1f1b", choices=SCHEDULES)
-    virtual_stages: int = key("Model chunks per stage (interleaved-1f1b).", default=1, minimum=1, maximum=10**4)
+    schedule: str = key("Pipeline schedule (docs/guides/pipeline-schedules.md). zb-v and dualpipev place two "
+                        "chunks on each rank in a V (rank i holds chunks i and 2*pp-1-i): virtual_stages is 2 "
+                        "(unset: 2), a pipeline_model_parallel_layout has 2*pp stages in model order; dualpipev "
+                        "needs at least 2*pp micro-batches. dualpipe runs two directions: rank i holds stages i "
+                        "and pp-1-i (two copies of the parameters, their gradients all-reduced over the pair); it "
+                        "needs an even pp and an even number of micro-batches, at least 2*pp.", default="1f1b",
+                        choices=SCHEDULES)
+    virtual_stages: int = key("Model chunks per stage (interleaved-1f1b; 2 for zb-v and dualpipev, which set it "
+                              "when unset).", default=1, minimum=1, maximum=10**4)
     # layers of model chunk 0; None: an even split (scenario/stages.py)
     first_chunk_layers: int | None = key(
         "Layers of the first model chunk (with virtual_stages 1: the first pipeline stage; 0: the embedding alone); "

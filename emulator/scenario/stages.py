@@ -1,7 +1,8 @@
 """The split of a model's layers over its pipeline chunks (virtual stages).
 
 A model of L layers on pp stages of v chunks each has V = pp·v chunks; chunk k (in
-model order) is chunk k // pp of stage k % pp (schedules.py). Chunk 0 also holds the
+model order) is chunk k // pp of stage k % pp (schedules.py), or, under a V-shaped schedule
+(v = 2), on stage k for k < pp and 2·pp − 1 − k after (:func:`rank_of`). Chunk 0 also holds the
 embedding and chunk V − 1 the LM head and loss, so an even split leaves the first
 and last stages heavier. Megatron-LM lightens them with
 ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``,
@@ -56,9 +57,33 @@ def chunk_layers(layers: int, pp: int, virtual: int = 1, first: int | None = Non
     return tuple(out)
 
 
-def stage_layers(chunks: tuple[int, ...], pp: int) -> list[tuple[int, ...]]:
-    """The layers of each chunk of each stage: ``[stage][c]`` = layers of chunk c·pp + stage."""
-    return [tuple(chunks[c * pp + s] for c in range(len(chunks) // pp)) for s in range(pp)]
+# V-shaped schedules (ZB-V, DualPipeV): two chunks per pipeline rank, rank i holding chunks i and
+# 2·pp − 1 − i, so the first and the last chunk sit on rank 0 and chunks pp − 1 and pp on rank pp − 1
+# (sail-sg/zero-bubble-pipeline-parallelism megatron/core/pipeline_parallel/zerobubble/scheduler/zbv.py
+# ``create_schedule``: layer_group_idx = n_stages·chunk + (stage, or n_stages − 1 − stage for chunk 1);
+# deepseek-ai/DualPipe dualpipe/dualpipev.py: phase 1 on the first rank is the last stage).
+V_SHAPED = ("zb-v", "dualpipev")
+
+
+def virtual_stage(chunk: int, stage: int, pp: int, v_shape: bool = False) -> int:
+    """The virtual stage (chunk in model order) that is chunk ``chunk`` of pipeline rank ``stage``:
+    c·pp + stage, or in a V 2·pp − 1 − stage for the second chunk."""
+    if v_shape and chunk == 1:
+        return 2 * pp - 1 - stage
+    return chunk * pp + stage
+
+
+def rank_of(vs: int, pp: int, v_shape: bool = False) -> int:
+    """The pipeline rank that holds virtual stage ``vs`` (the inverse of :func:`virtual_stage`)."""
+    if v_shape and vs >= pp:
+        return 2 * pp - 1 - vs
+    return vs % pp
+
+
+def stage_layers(chunks: tuple[int, ...], pp: int, v_shape: bool = False) -> list[tuple[int, ...]]:
+    """The layers of each chunk of each stage: ``[stage][c]`` = layers of the stage's chunk c
+    (:func:`virtual_stage`: chunk c·pp + stage, or the V's)."""
+    return [tuple(chunks[virtual_stage(c, s, pp, v_shape)] for c in range(len(chunks) // pp)) for s in range(pp)]
 
 
 def balanced_ends(layers: int, chunks: int) -> int | None:

@@ -24,6 +24,13 @@ stage s, m micro-batches, p stages and v chunks per stage,
 
     1f1b, gpipe:      m·max T_s + (Σ T_s − max T_s)       (bubble (p − 1)/m when equal)
     interleaved-1f1b: m·max T_s + (Σ T_s − max T_s)/v   (bubble (p − 1)/(v·m))
+    others:           m·max T_s + (Σ T_s − max T_s)·k, k the schedule's bubble over 1F1B's with
+                      F = B = W (a third of T each, the zero-bubble paper's assumption):
+                      zb-h1 (F + B − W)/(F + B + W) = 1/3 (Qi et al. ICLR'24 Table 1);
+                      zb-v 1/6 (F/2 a chunk: the V's fill, tests/test_schedules.py test_bubble_zb_v);
+                      dualpipev 1/3 (DualPipe README: (PP/2 − 1)(F&B + B − 3W) over 2p chunks of T/6
+                      each, F&B = F + B: (p − 1)·T/3); dualpipe (p/2 − 1)·2T/3 over (p − 1)·T,
+                      with T_s the mean of the rank's two stages
 
 plus 2(p·v − 1) activation/gradient transfers on the fill and drain. Then the data-parallel
 gradient reduction of the stage with the most parameters (all-reduce with ZeRO 0,
@@ -47,7 +54,7 @@ from typing import Sequence
 from emulator.devices import compute
 from emulator.network.collectives import ring_factors
 from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec, Scenario
-from emulator.scenario.stages import model_chunks, stage_layers
+from emulator.scenario.stages import V_SHAPED, model_chunks, rank_of, stage_layers
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
@@ -155,6 +162,25 @@ def params_of(m: ModelSpec, sc: Scenario) -> Params:
     return Params(dense, expert, first, last)
 
 
+# each schedule's bubble over 1F1B's, with F = B = W (module docstring); interleaved-1f1b: 1/v
+BUBBLE_VS_1F1B = {"gpipe": 1.0, "1f1b": 1.0, "zb-h1": 1 / 3, "zb-v": 1 / 6, "dualpipev": 1 / 3}
+
+
+def _fill_share(schedule: str, v: int, p: int) -> float:
+    if schedule == "dualpipe":  # README: (p/2 − 1)(F&B + B − 3W) = (p/2 − 1)·2T/3 over (p − 1)·T
+        return (p // 2 - 1) * 2 / 3 / (p - 1) if p > 1 else 0.0
+    return 1 / v if schedule == "interleaved-1f1b" else BUBBLE_VS_1F1B[schedule]
+
+
+def _per_rank(schedule: str, stage_t: list[float]) -> list[float]:
+    """A micro-batch's time on each rank: its stage's, or with dualpipe the mean of its two stages'
+    (half the micro-batches run stage r, half stage p − 1 − r)."""
+    if schedule != "dualpipe":
+        return stage_t
+    p = len(stage_t)
+    return [(stage_t[s] + stage_t[p - 1 - s]) / 2 for s in range(p)]
+
+
 def estimate_iteration(sc: Scenario) -> Estimate:
     """The closed-form iteration time of ``sc`` (a model workload whose layout passes the rule book)."""
     par, tr = sc.parallel, sc.training
@@ -177,14 +203,16 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     comm = tuple((name, sizes[name], links[name]) for name in ("tp", "cp", "ep"))
     per_layer, embed, head = pass_times(L, tr.recompute, M.has_biases(m), m.vocab, gpu, comm)
     p, v = par.pp, par.virtual_stages
+    vee = par.schedule in V_SHAPED  # a V: the head on the first stage (scenario/stages.py)
+    last = rank_of(p * v - 1, p, vee)
     split = stage_layers(model_chunks(m.layers, p, v, par.first_chunk_layers, par.last_chunk_layers,
-                                      par.pipeline_model_parallel_layout, m.mtp_num_layers).layers, p)
-    stage_t = [sum(split[s]) * per_layer + (embed if s == 0 else 0.0) + (head if s == p - 1 else 0.0)
-               for s in range(p)]
+                                      par.pipeline_model_parallel_layout, m.mtp_num_layers).layers, p, vee)
+    stage_t = _per_rank(par.schedule, [sum(split[s]) * per_layer + (embed if s == 0 else 0.0)
+                                       + (head if s == last else 0.0) for s in range(p)])
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     slow = max(stage_t)
     compute_s = micro * slow
-    fill = (sum(stage_t) - slow) / (v if par.schedule == "interleaved-1f1b" else 1)
+    fill = (sum(stage_t) - slow) * _fill_share(par.schedule, v, p)
     pp_bytes = float(tr.micro_batch * (m.seq_len // par.cp) * m.hidden * dtype)
     if par.sequence_parallel and par.tp > 1:
         pp_bytes /= par.tp
@@ -277,13 +305,15 @@ def _estimate_profiled(sc: Scenario) -> Estimate:
     per_layer, embed, head = both("block_fwd", "block_bwd"), both("embed_fwd", "embed_bwd"), \
         both("head_fwd", "head_bwd")
     p, v = par.pp, par.virtual_stages
+    vee = par.schedule in V_SHAPED  # a V: the head on the first stage (scenario/stages.py)
+    last = rank_of(p * v - 1, p, vee)
     split = stage_layers(model_chunks(Q.layers, p, v, par.first_chunk_layers, par.last_chunk_layers,
-                                      par.pipeline_model_parallel_layout).layers, p)
-    stage_t = [sum(split[s]) * per_layer + (embed if s == 0 else 0.0) + (head if s == p - 1 else 0.0)
-               for s in range(p)]
+                                      par.pipeline_model_parallel_layout).layers, p, vee)
+    stage_t = _per_rank(par.schedule, [sum(split[s]) * per_layer + (embed if s == 0 else 0.0)
+                                       + (head if s == last else 0.0) for s in range(p)])
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     slow = max(stage_t)
-    fill = (sum(stage_t) - slow) / (v if par.schedule == "interleaved-1f1b" else 1)
+    fill = (sum(stage_t) - slow) * _fill_share(par.schedule, v, p)
     pp_bytes = float(Q.b * Q.s * Q.h * prof.param_bytes)
     p2p = ring_time("p2p", 2, pp_bytes, group_link(sc, st["pp"], 2)) if p > 1 else 0.0
     table = Q.V * Q.h if prof.tied and p > 1 else 0

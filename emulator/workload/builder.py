@@ -16,7 +16,9 @@ Streams (in-order lanes) and what runs on them:
   experts' own tensor-parallel all-gather and reduce-scatter around their GEMMs;
 - ``pp_send_fwd`` / ``pp_recv_fwd`` (activations) and ``pp_send_bwd`` / ``pp_recv_bwd``
   (gradients): one stream per direction, so each carries messages in the order both
-  ends use them (no head-of-line deadlock). A receive is posted when the compute
+  ends use them (no head-of-line deadlock; a V-shaped schedule's second leg, whose messages go to the
+  previous rank, has its own ``pp_*_v`` streams, and its tip, both chunks on the last rank, sends
+  nothing). A receive is posted when the compute
   stream reaches the task before the one that consumes it (like Megatron's batched
   send-and-receive calls);
 - ``dp``: gradient all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2, Megatron's
@@ -49,13 +51,14 @@ from emulator.devices import compute
 from emulator.meta import ProgramMeta, WorkloadFacts
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Part, Program
 from emulator.scenario.spec import ParallelSpec, Scenario
+from emulator.scenario.stages import rank_of, virtual_stage
 from emulator.workload import flops as F
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.profiled import reshape_plan
-from emulator.workload.schedules import Task, combined_steps, schedule
+from emulator.workload.schedules import Task, combined_steps, dualpipe_steps, dualpipev_steps, schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,14 +305,20 @@ class _RankBuilder:
 
     # --- tasks ----------------------------------------------------------------------
     def _vs(self, chunk: int) -> int:
-        return chunk * self.lo.sizes["pp"] + self.c["pp"]
+        return virtual_stage(chunk, self.c["pp"], self.lo.sizes["pp"], self.plan.v_shape)
 
     def _peer(self, vs: int) -> int:
         peer = self._peers.get(vs)
         if peer is None:
-            p = self.lo.sizes["pp"]
-            peer = self._peers[vs] = self.lo.rank(pp=vs % p, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
+            stage = rank_of(vs, self.lo.sizes["pp"], self.plan.v_shape)
+            peer = self._peers[vs] = self.lo.rank(pp=stage, dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
         return peer
+
+    def _leg(self, a: int, b: int) -> str:
+        """The stream suffix of a message between virtual stages a and b: a V's second leg (both past the
+        tip) has its own streams, so that each pipeline stream talks to one peer, in the order both ends
+        use it (rank r sends the first leg's activations to r + 1 and the second leg's to r − 1)."""
+        return "_v" if self.plan.v_shape and min(a, b) >= self.lo.sizes["pp"] else ""
 
     def _pp_tag(self, mb: int, vs: int, direction: int) -> int:
         return ((mb * self.lo.sizes["pp"] * self.plan.v + vs) * 2 + direction) * 4
@@ -357,11 +366,12 @@ class _RankBuilder:
     def _recv(self, fwd: bool, mb: int, vs: int) -> list[int]:
         """The pipeline receive a task's first unit waits for (activations, or the gradient), if any."""
         p = self.lo.sizes["pp"]
-        V = p * self.plan.v
-        if not (p > 1 and ((fwd and vs > 0) or (not fwd and vs < V - 1))):
+        if not (p > 1 and ((fwd and not self.plan.starts(vs)) or (not fwd and not self.plan.ends(vs)))):
             return []
         src_vs = vs - 1 if fwd else vs + 1
-        stream = "pp_recv_fwd" if fwd else "pp_recv_bwd"
+        if self._peer(src_vs) == self.rank:  # the V's tip: both chunks here, in order on the compute stream
+            return []
+        stream = ("pp_recv_fwd" if fwd else "pp_recv_bwd") + self._leg(vs, src_vs)
         tag = self._pp_tag(mb, src_vs if fwd else vs, 0 if fwd else 1)
         L0 = self.plan.chunk_units[vs][0]
         return [self._emit(kind=RECV, stream=stream, name=f"mb{mb}.recv_{'act' if fwd else 'grad'}",
@@ -372,11 +382,12 @@ class _RankBuilder:
     def _send(self, fwd: bool, mb: int, vs: int) -> None:
         """The pipeline send after a task's last unit (activations on, or the gradient back), if any."""
         p = self.lo.sizes["pp"]
-        V = p * self.plan.v
-        if not (p > 1 and ((fwd and vs < V - 1) or (not fwd and vs > 0))):
+        if not (p > 1 and ((fwd and not self.plan.ends(vs)) or (not fwd and not self.plan.starts(vs)))):
             return
         dst_vs = vs + 1 if fwd else vs - 1
-        stream = "pp_send_fwd" if fwd else "pp_send_bwd"
+        if self._peer(dst_vs) == self.rank:
+            return
+        stream = ("pp_send_fwd" if fwd else "pp_send_bwd") + self._leg(vs, dst_vs)
         tag = self._pp_tag(mb, vs if fwd else dst_vs, 0 if fwd else 1)
         self.pp_sent[stream] = self._emit(
             kind=SEND, stream=stream, name=f"mb{mb}.send_{'act' if fwd else 'grad'}",
@@ -569,7 +580,7 @@ class _RankBuilder:
         m, tr, par = self.plan.model, self.plan.sc.training, self.plan.sc.parallel
         n = tr.micro_batch * (m.seq_len // par.cp) * m.hidden * self.plan.dtype
         chunks = self.plan.chunks
-        if chunks is not None and 0 <= chunks.mtp_chunk <= vs:
+        if chunks is not None and 0 <= chunks.mtp_chunk <= self.plan.model_stage(vs):
             n *= 1 + chunks.mtp
         return n / par.tp if par.sequence_parallel and par.tp > 1 else n
 
@@ -618,10 +629,12 @@ class _RankBuilder:
         end_bwd = self.last_compute
         reduce_ops: list[int] = []
         d_dense, d_exp = len(self.dpcp), len(self.edp)
+        mirror = self._mirror_allreduce(par.zero >= 3)
         if par.zero < 3:
             for units, dense, expert in self._buckets(par.grad_bucket, self.plan.grad_dtype):
                 vs, last_u = units[-1]
                 dep = self.grad_ready[(vs, last_u.name)] if par.overlap_grad_reduce else end_bwd
+                dep = mirror if mirror is not None else dep
                 op = "all_reduce" if par.zero == 0 else "reduce_scatter"
                 if d_dense > 1 and dense:
                     reduce_ops.append(self._emit(kind=COLLECTIVE, stream="dp", name=f"grad_{op}.{last_u.name}",
@@ -632,6 +645,8 @@ class _RankBuilder:
                                                  collective=op, group=self.edp, bytes=expert, deps=(dep,),
                                                  category="comm", stage=vs, layer=last_u.layer))
         reduce_ops += self._tied_embedding_allreduce()
+        if mirror is not None:
+            reduce_ops.append(mirror)
         psi = sum(u.params / (d_dense if par.zero >= 1 else 1) + u.expert_params / (d_exp if par.zero >= 1 else 1)
                   for vs in self._my_chunks() for u in self.plan.chunk_units[vs])
         nbytes = psi * ADAM_BYTES_PER_PARAM
@@ -648,6 +663,27 @@ class _RankBuilder:
                            group=self.dpcp, bytes=dense + expert, deps=(opt,), category="comm", stage=vs,
                            layer=u.layer)
 
+    def _mirror_allreduce(self, sharded: bool) -> int | None:
+        """DualPipe: rank r and rank pp − 1 − r hold the same two stages (r's module 0 is the other's
+        module 1), and each copy's gradient is the sum of both: one all-reduce of the rank's gradients
+        over the pair, once the pipeline has flushed, before the data-parallel reduction (or, ZeRO-3, of the
+        shards it left). DualPipe sums them itself outside the schedule (deepseek-ai/DualPipe
+        examples/example_dualpipe.py, "Check grads": ``p0.grad += p1all[pp_size - 1 - rank]`` and
+        ``p1.grad += p0all[pp_size - 1 - rank]``, from an all-gather of each module's gradients over the
+        pipeline group); the pair's all-reduce moves the same sums with the least traffic. None otherwise."""
+        par = self.plan.sc.parallel
+        if not self.plan.dual or par.pp < 2:
+            return None
+        units = [u for vs in self._my_chunks() for u in self.plan.chunk_units[vs]]
+        d_dense, d_exp = (len(self.dpcp), len(self.edp)) if sharded else (1, 1)
+        nbytes = sum(u.params / d_dense + u.expert_params / d_exp for u in units) * self.plan.grad_dtype
+        other = self.lo.rank(pp=par.pp - 1 - self.c["pp"], dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
+        last = [self.last_compute] if self.last_compute is not None else []
+        flush = {*self.grad_ready.values(), *last, *self.pp_sent.values()}
+        return self._emit(kind=COLLECTIVE, stream="dp", name="dualpipe_grad_all_reduce", collective="all_reduce",
+                          group=tuple(sorted((self.rank, other))), bytes=nbytes, deps=tuple(sorted(flush)),
+                          category="comm", stage=self._vs(0))
+
     def _tied_embedding_allreduce(self) -> list[int]:
         """Tied input/output embeddings on different stages: all-reduce their gradients (Megatron).
 
@@ -662,6 +698,8 @@ class _RankBuilder:
         It reduces ``main_grad`` (``_get_main_grad_attr``), which lives in the DP grad buffer, of the
         DP reduction's dtype (fp32 for bf16: ``grad_reduce_bytes``), not the parameter's."""
         m, par = self.plan.model, self.plan.sc.parallel
+        if self.plan.dual:  # each end rank holds an embedding and a head; the pair's all-reduce sums them
+            return []
         p = par.pp
         V = p * self.plan.v
         # the units that hold the word embedding (pretrain_gpt.py ``get_embedding_ranks``: the first stage,
@@ -670,8 +708,9 @@ class _RankBuilder:
         chunks = self.plan.chunks
         if chunks is not None and chunks.mtp_chunk >= 0:
             holders += [(chunks.mtp_chunk, f"mtp{d}") for d in range(chunks.mtp)]
-        stages = {vs % p for vs, _ in holders}
-        mine = [(vs, u) for vs, u in holders if vs % p == self.c["pp"]]
+        v_shape = self.plan.v_shape  # a V: the first and last chunk on rank 0, one embedding, no all-reduce
+        stages = {rank_of(vs, p, v_shape) for vs, _ in holders}
+        mine = [(vs, u) for vs, u in holders if rank_of(vs, p, v_shape) == self.c["pp"]]
         if p == 1 or len(stages) < 2 or not mine:
             return []
         vs = mine[0][0]
@@ -682,12 +721,27 @@ class _RankBuilder:
                            group=group, bytes=m.vocab * m.hidden / par.tp * self.plan.grad_dtype,
                            deps=tuple(sorted(flush)), category="comm", stage=vs)]
 
+    def _run_steps(self, steps: list[tuple[Task, ...]]) -> None:
+        """A schedule given as steps: a pair (a forward, a backward of another chunk) runs as one overlapped
+        step (``run_pair``: DualPipe's ``_forward_backward_compute_chunk``, whose MoE overlap, DeepSeek-V3
+        report §3.2.1, hides each pass's all-to-alls under the other's compute, as Megatron's combined step
+        does); ZeRO-3's per-layer gathers are not paired, so there the pair runs one task after the other."""
+        for step in steps:
+            if len(step) == 2 and self.plan.sc.parallel.zero < 3:
+                self.run_pair(*step)
+            else:
+                for t in step:
+                    self.run_task(t.phase, t.microbatch, t.chunk)
+
     def build(self) -> None:
         par = self.plan.sc.parallel
         self._param_gathers_first()
         tasks = schedule(par.schedule, self.c["pp"], par.pp, self.plan.micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)
-        if par.overlap_moe_expert_parallel_comm:
+        if par.schedule in ("dualpipev", "dualpipe"):
+            steps_of = dualpipev_steps if par.schedule == "dualpipev" else dualpipe_steps
+            self._run_steps(steps_of(self.c["pp"], par.pp, self.plan.micro, par.virtual_stages))
+        elif par.overlap_moe_expert_parallel_comm:
             for step in combined_steps(tasks):
                 if len(step) == 2:
                     self.run_pair(*step)

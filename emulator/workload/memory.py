@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
-from emulator.scenario.stages import ChunkPlan, model_chunks, stage_layers
+from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of, stage_layers
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
 from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY, NVFP4_WEIGHT_COPY, recipe_of
@@ -232,7 +232,7 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
     """(dense, expert) parameters held by one GPU of pipeline stage ``stage``, which holds ``layers``."""
     r = M.resolve(m)
     par = sc.parallel
-    t, p = par.tp, par.pp
+    t = par.tp
     biases = M.has_biases(r)
     attn = M.attention_params(r) - (r.hidden if biases else 0)
     dense = attn / t + (r.hidden if biases else 0) + M.norm_params(r)
@@ -252,9 +252,12 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
         dense *= layers
     if stage == 0:
         dense += r.vocab * r.hidden / t + (r.seq_len * r.hidden if biases else 0)
-    if stage == p - 1:
+    head = head_stage(par)
+    if stage == head:
         dense += M.head_params(r) - r.vocab * r.hidden * (0 if r.tied_embeddings else 1)
-        if not r.tied_embeddings or p > 1:
+        # tied on the embedding's rank (pp 1, a V; dualpipe's end ranks hold an embedding and a head, of the
+        # two copies, which the pair's all-reduce keeps equal): one shared weight
+        if not r.tied_embeddings or (head != 0 and par.schedule != "dualpipe"):
             dense += r.vocab * r.hidden / t
     return dense, expert
 
@@ -268,6 +271,18 @@ def _mtp_stage_params(r: ModelSpec, par: ParallelSpec, mtp: int, embedding_copy:
     dense = M.dense_layer_params(r, moe) / par.tp + 2 * r.hidden * r.hidden / par.tp + norms
     expert = M.routed_params(r) / ((par.etp or par.tp) * par.ep) if moe else 0.0
     return mtp * dense + (r.vocab * r.hidden / par.tp if mtp and embedding_copy else 0.0), mtp * expert
+
+
+def held_stages(par: ParallelSpec, stage: int) -> list[int]:
+    """The pipeline stages (of the model's split) whose parameters pipeline rank ``stage`` holds: its own,
+    or with dualpipe its own and pp − 1 − stage's (deepseek-ai/DualPipe examples/example_dualpipe.py:
+    ``local_full_modules = nn.Sequential(full_modules[rank], full_modules[pp_size - 1 - rank])``)."""
+    return [stage, par.pp - 1 - stage] if par.schedule == "dualpipe" else [stage]
+
+
+def head_stage(par: ParallelSpec) -> int:
+    """The pipeline stage that holds the LM head: the last, or under a V-shaped schedule the first."""
+    return rank_of(par.pp * par.virtual_stages - 1, par.pp, par.schedule in V_SHAPED)
 
 
 def chunk_plan_of(sc: Scenario, m: ModelSpec) -> ChunkPlan:
@@ -348,7 +363,7 @@ def _dense_layers_of(sc: Scenario, stage: int) -> int:
     chunks = chunk_plan_of(sc, m).layers
     n, start = 0, 0
     for vs, count in enumerate(chunks):
-        if vs % par.pp == stage:
+        if rank_of(vs, par.pp, par.schedule in V_SHAPED) == stage:
             n += max(0, min(start + count, m.first_dense_layers) - start)
         start += count
     return n
@@ -414,17 +429,20 @@ def profiled_stages(sc: Scenario) -> list[MemoryReport] | None:
     copies = {part: weight_copy_bytes(prof, part, Qg) for part in ("embed_fwd", "block_fwd", "head_fwd")}
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     split = stage_layers(model_chunks(Q.layers, par.pp, par.virtual_stages, par.first_chunk_layers,
-                                      par.last_chunk_layers, par.pipeline_model_parallel_layout).layers, par.pp)
+                                      par.last_chunk_layers, par.pipeline_model_parallel_layout).layers, par.pp,
+                         par.schedule in V_SHAPED)
     out: list[MemoryReport] = []
     for stage in range(par.pp):
-        first, last = stage == 0, stage == par.pp - 1
-        psi = sum(split[stage]) * R.params(prof.block_params, Qg)
+        stages = held_stages(par, stage)  # dualpipe: two of them
+        first, last = 0 in stages, head_stage(par) in stages
+        mine = tuple(n for k in stages for n in split[k])
+        psi = sum(mine) * R.params(prof.block_params, Qg)
         psi += (R.params(prof.embed_params, Qg) if first else 0) + (R.params(prof.head_params, Qg) if last else 0)
         d, z = par.dp, par.zero
         states = {"params": w_b * psi / (d if z >= 3 else 1), "grads": g_b * psi / (d if z >= 2 else 1),
                   "optimizer": o_b * psi / (d if z >= 1 else 1)}
         held = max_in_flight(schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
-                                      par.overlap_moe_expert_parallel_comm), split[stage])
+                                      par.overlap_moe_expert_parallel_comm), mine)
         own = (copies["embed_fwd"] if first else 0.0) + (copies["head_fwd"] if last else 0.0)
         breakdown = {**states, "activations": per_layer * held, "weight_copies": copies["block_fwd"] * held + own}
         peak = sum(breakdown.values())
@@ -497,11 +515,12 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
     s = m.seq_len // par.cp
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     plan = chunk_plan_of(sc, m)
-    split = stage_layers(plan.layers, par.pp)
+    v_shape = par.schedule in V_SHAPED
+    split = stage_layers(plan.layers, par.pp, v_shape)
     # the MTP layers' activations count as layers of their chunk (the module's norms and eh_proj input, 5h
     # per token, are left out)
     with_mtp = stage_layers(tuple(n + (plan.mtp if k == plan.mtp_chunk else 0) for k, n in enumerate(plan.layers)),
-                            par.pp)
+                            par.pp, v_shape)
     sp = par.sequence_parallel and par.tp > 1
     fp8 = tr.precision in QUANTISED
     recipe = recipe_of(tr.precision, tr.fp8_recipe)
@@ -514,10 +533,14 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
                  else per_layer)
     out: list[MemoryReport] = []
     for stage in range(par.pp):
-        mine = split[stage]  # layers of each of this stage's chunks
-        dense, expert = _stage_params(m, sc, stage, sum(mine))
-        if plan.mtp_chunk >= 0 and plan.mtp_chunk % par.pp == stage:
-            d_mtp, e_mtp = _mtp_stage_params(m, par, plan.mtp, plan.mtp_chunk != 0)
+        held = held_stages(par, stage)
+        mine = tuple(n for k in held for n in split[k])  # layers of each of this stage's chunks
+        dense = expert = 0.0
+        for k in held:
+            d_k, e_k = _stage_params(m, sc, k, sum(split[k]))
+            dense, expert = dense + d_k, expert + e_k
+        if plan.mtp_chunk >= 0 and rank_of(plan.mtp_chunk, par.pp, v_shape) in held:
+            d_mtp, e_mtp = _mtp_stage_params(m, par, plan.mtp, 0 not in held)
             dense, expert = dense + d_mtp, expert + e_mtp
         d = par.dp * par.cp
         states = model_state_bytes(dense, d, par.zero, grad_bytes, state_bytes)
@@ -525,7 +548,8 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
             ex = model_state_bytes(expert, expert_dp(par), par.zero, grad_bytes, state_bytes)
             states = {k: states[k] + ex[k] for k in states}
         if fp8:
-            lin_dense, lin_expert = _stage_linear_params(m, sc, stage, sum(mine))
+            lin = [_stage_linear_params(m, sc, k, sum(split[k])) for k in held]
+            lin_dense, lin_expert = sum(x for x, _ in lin), sum(y for _, y in lin)
             z3 = par.zero >= 3  # ZeRO-3 shards the weights, and so their fp8 forms
             states["params"] += quant_weight_bytes(lin_dense / (d if z3 else 1)
                                                    + lin_expert / (expert_dp(par) if z3 else 1), recipe,
@@ -533,14 +557,15 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)  # its one more warm-up forward holds one more
         chunks = max_in_flight(tasks)
-        worst = max(per_layer, per_dense) if _dense_layers_of(sc, stage) else per_layer
-        acts = worst * max_in_flight(tasks, with_mtp[stage])  # layers of the (micro-batch, chunk)s in flight
-        if stage == 0 and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
+        worst = max(per_layer, per_dense) if any(_dense_layers_of(sc, k) for k in held) else per_layer
+        weights = tuple(n for k in held for n in with_mtp[k])
+        acts = worst * max_in_flight(tasks, weights)  # layers of the (micro-batch, chunk)s in flight
+        if 0 in held and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
         work = float(WORKSPACE_BYTES)
         if par.zero >= 3:
             work += 2 * WEIGHT_BYTES * (dense + expert) / max(sum(mine), 1)
-        if stage == par.pp - 1:
+        if head_stage(par) in held:
             work += 4.0 * s * tr.micro_batch * m.vocab / par.tp * (1 + m.mtp_num_layers)  # the MTP heads' too
         breakdown = {**states, "activations": acts, "workspace": work}
         peak = sum(breakdown.values())

@@ -12,7 +12,7 @@ from emulator.devices.compute import precision_peak
 from emulator.errors import ScenarioError
 from emulator.scenario.checks import layout_violations
 from emulator.scenario.spec import GpuSpec, ModelSpec, ParallelSpec, Scenario, TrainingSpec
-from emulator.scenario.stages import ChunkPlan, model_chunks
+from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
@@ -55,6 +55,21 @@ class Plan:
     flash: bool = False
     grad_dtype: int = 2  # bytes per gradient element in the data-parallel reduction
     optimizer_s_per_param: float | None = None  # a profiled optimizer step's seconds per parameter (profiled.py)
+    v_shape: bool = False  # chunks placed in a V (zb-v, dualpipev, dualpipe: scenario/stages.py rank_of)
+    dual: bool = False  # dualpipe: virtual stage vs holds model stage vs mod pp (two directions, two copies)
+
+    def model_stage(self, vs: int) -> int:
+        """The model chunk (of ``chunk_layers``) that virtual stage ``vs`` runs: itself, or with dualpipe
+        vs mod pp (virtual stages 0 … pp − 1 carry the forward direction, pp … 2·pp − 1 the reverse)."""
+        return vs % len(self.chunk_layers) if self.dual else vs
+
+    def starts(self, vs: int) -> bool:
+        """Whether ``vs`` is where a micro-batch enters (no activations come in)."""
+        return self.model_stage(vs) == 0
+
+    def ends(self, vs: int) -> bool:
+        """Whether ``vs`` is where a micro-batch's forward ends (the loss; no gradient comes in)."""
+        return self.model_stage(vs) == len(self.chunk_layers) - 1
 
 
 def _check(sc: Scenario) -> ModelSpec:
@@ -82,12 +97,13 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     ``first_dense_layers`` get the dense layer's steps and hold no experts."""
     sc, m = plan.sc, plan.model
     par = sc.parallel
-    V = par.pp * plan.v
-    per, first = plan.chunk_layers[vs], sum(plan.chunk_layers[:vs])
+    k = plan.model_stage(vs)
+    V = len(plan.chunk_layers)  # model chunks (pp·v; pp with dualpipe, whose 2·pp chunks hold two copies)
+    per, first = plan.chunk_layers[k], sum(plan.chunk_layers[:k])
     t = par.tp
     units: list[Unit] = []
     learned_pos = M.has_biases(m)
-    if vs == 0:
+    if k == 0:
         p = m.vocab * m.hidden / t + (m.seq_len * m.hidden if learned_pos else 0)
         units.append(Unit("embed", -1, Ly.embedding_forward(L, learned_pos), Ly.embedding_backward(L), p))
     fwd = Ly.forward_steps(L)
@@ -118,10 +134,13 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
         else:
             units.append(Unit(f"layer{i}", i, fwd, bwd, dense, expert))
     chunks = plan.chunks
-    if chunks is not None and chunks.mtp_chunk == vs:
+    if chunks is not None and chunks.mtp_chunk == k:
         units += _mtp_units(plan, L, fwd, bwd, dense, expert, learned_pos, vs)
-    if vs == V - 1:
-        p = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or par.pp > 1) else 0)
+    if k == V - 1:
+        # tied embeddings share the word embedding's weight where the head is on the embedding's rank (pp 1, a V,
+        # or DualPipe's, each end rank holding an embedding and a head)
+        apart = not plan.dual and rank_of(V - 1, par.pp, plan.v_shape) != 0
+        p = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or apart) else 0)
         if not m.tied_embeddings:
             p -= m.vocab * m.hidden * (1 - 1 / t)
         mtp = m.mtp_num_layers
@@ -145,7 +164,8 @@ def _mtp_units(plan: Plan, L: Ly.LayerShape, fwd: list, bwd: list, dense: float,
         dense, expert = M.dense_layer_params(m, False) / t, 0.0
     f, b = MTP.mtp_forward(L, fwd, learned_pos), MTP.mtp_backward(L, bwd)
     norm = MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden
-    own = dense + 2 * m.hidden * m.hidden / t + norm + (m.vocab * m.hidden / t if vs else 0)
+    copy = not plan.dual and rank_of(vs, plan.sc.parallel.pp, plan.v_shape) != 0  # not on an embedding's rank
+    own = dense + 2 * m.hidden * m.hidden / t + norm + (m.vocab * m.hidden / t if copy else 0)
     return [Unit(f"mtp{d}", m.layers + 1 + d, f, b, own, expert) for d in range(m.mtp_num_layers)]
 
 
@@ -203,10 +223,11 @@ def make_plan(sc: Scenario) -> Plan:
                        parallel=par, sm_count=gpu.sm_count)
     # fp8 (Transformer Engine): GEMM operands in FP8, the activations and weights that move in BF16
     chunks = chunk_plan(m, par)
-    plan = Plan(sc, layout, m, micro, par.virtual_stages, dtype=2 if dtype == 1 else dtype, flash=flash or par.cp > 1,
-                grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce), chunk_layers=chunks.layers,
-                chunks=chunks)
-    for vs in range(par.pp * par.virtual_stages):
+    dual = par.schedule == "dualpipe"  # two copies of the pp stages, one a direction, placed as a V
+    plan = Plan(sc, layout, m, micro, 2 if dual else par.virtual_stages, dtype=2 if dtype == 1 else dtype,
+                flash=flash or par.cp > 1, grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
+                chunk_layers=chunks.layers, chunks=chunks, v_shape=par.schedule in V_SHAPED or dual, dual=dual)
+    for vs in range(par.pp * plan.v):
         plan.chunk_units[vs] = _units_of(plan, vs, L)
     return plan
 
