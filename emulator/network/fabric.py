@@ -123,6 +123,7 @@ class Fabric:
         self._solo: dict[tuple[object, ...], tuple[Plan, Alone]] = {}
         self._hard: dict[int, tuple[Plan, tuple[int, ...]]] = {}  # id(plan) → the links of it that can bind
         self.woken = 0  # plans run ahead that a flow met before their end (run on the clock from then)
+        self.joined = 0  # flows started ahead that a plan run ahead took in (``_run_ahead``)
 
     def set_slack(self, links: set[int]) -> None:
         """Leave ``links`` out of components and solves (``emulator.network.slack``: they never
@@ -493,6 +494,7 @@ class Fabric:
                 self._unmark(f)
                 f.version += 1
             hard = tuple(sorted(marked))
+            self.joined += len(extras)
         a = _Ahead(plan, nbytes, done, now, solo, hard, extras)
         for link in hard:
             plans[link] = a
