@@ -75,6 +75,39 @@ def test_a_plan_on_a_busy_link_runs_on_the_clock():
     assert fab._aheads == 0 and fab.woken == 0
 
 
+# A plan of two phases on two links of 100 B/s, for S = 100 B: X crosses link 0 with the whole buffer; then Y
+# crosses links 0 and 1 with half of it after a latency of 0.25 s (HybridEP's plans have phases).
+PHASES = [[FlowSpec((0,), (1.0,), 1.0, 0.0)], [FlowSpec((0, 1), (1.0, 1.0), 0.5, 0.25)]]
+
+
+def run_phases(ahead, joiner_at=None):
+    """PHASES from t = 2 s (and at ``joiner_at`` a flow C of 100 B on link 1): ends, bytes, plans woken."""
+    env = simpy.Environment()
+    fab = Fabric(env, [100.0, 100.0])
+    ends = {}
+    env.timeout(2.0).callbacks.append(
+        lambda _e: fab.run_plan(PHASES, 100.0, lambda: ends.__setitem__("plan", env.now), ahead=ahead))
+    if joiner_at is not None:
+        env.timeout(joiner_at).callbacks.append(
+            lambda _e: fab.transfer((1,), (1.0,), 100.0, 0.0, lambda: ends.__setitem__("C", env.now)))
+    env.run()
+    return ends, list(fab.bytes_on_link), fab.woken
+
+
+# X alone ends at 2 + 100/100 = 3 s; Y streams from 3.25 s, 50 B alone at 100 B/s: the plan ends at 3.75 s.
+# C at 3.5 s (second phase, streaming): Y has 25 B left and shares link 1 with C at 50 B/s: it ends at 4.0 s; C
+# has moved 25 B, its 75 B alone end at 4.75 s. C at 3.125 s (Y's latency): C alone moves 12.5 B until 3.25 s,
+# then Y and C at 50 B/s: Y's 50 B end at 4.25 s; C's last 100 − 12.5 − 50 = 37.5 B alone at 4.625 s.
+@pytest.mark.parametrize("joiner_at, ends, moved", [
+    (None, {"plan": 3.75}, [150.0, 50.0]),
+    (3.5, {"plan": 4.0, "C": 4.75}, [150.0, 150.0]),
+    (3.125, {"plan": 4.25, "C": 4.625}, [150.0, 150.0]),
+], ids=["alone", "woken-streaming", "woken-in-latency"])
+def test_a_plan_of_phases_runs_ahead_and_wakes_in_its_later_phase(joiner_at, ends, moved):
+    assert run_phases(True, joiner_at) == (ends, moved, 0 if joiner_at is None else 1)
+    assert run_phases(False, joiner_at)[:2] == (ends, moved)
+
+
 def run_joined(ahead, joiner_at=None, lazy_at=2.0, lazy_latency=0.5):
     """Three links of 100 B/s. At ``lazy_at`` a flow L of 50 B over links 1 and 2 is started with a latency of
     ``lazy_latency`` (the fabric idle: started ahead, its end scheduled), at t = 2 s PLAN (S = 100 B); at
@@ -155,6 +188,8 @@ EP_OVER_TP = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.
               "--set", "parallel.etp=1", "--set", "parallel.dp=8", "--set", "training.global_batch=16",
               "--set", "parallel.sequence_parallel=true", "--set", "parallel.moe_token_dispatcher_type=flex",
               "--set", "parallel.moe_flex_dispatcher_backend=deepep"]
+# The same with HybridEP, whose plans have three phases (its 64-token pipeline)
+HYBRID_EP = EP_OVER_TP[:-1] + ["parallel.moe_flex_dispatcher_backend=hybridep"]
 
 
 def summary_and_counts(args, ahead, monkeypatch, capsys):
@@ -205,8 +240,8 @@ def assert_same(fast, exact, path="summary"):
         assert fast == exact, path
 
 
-@pytest.mark.parametrize("args", [TWO_NODES, PIPELINE, EP_OVER_TP],
-                         ids=["ep16-2-nodes", "ep16-pp3-6-nodes", "ep16-over-tp2-deepep"])
+@pytest.mark.parametrize("args", [TWO_NODES, PIPELINE, EP_OVER_TP, HYBRID_EP],
+                         ids=["ep16-2-nodes", "ep16-pp3-6-nodes", "ep16-over-tp2-deepep", "ep16-over-tp2-hybridep"])
 def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, monkeypatch, capsys):
     fast, counts = summary_and_counts(args, True, monkeypatch, capsys)
     exact, none = summary_and_counts(args, False, monkeypatch, capsys)
@@ -221,5 +256,5 @@ def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, monkeypatch,
     assert_same(fast, exact)
     if args is PIPELINE:
         assert counts["woken"] > 0  # a pipeline transfer met a dispatch run ahead: woken onto the fabric
-    if args is EP_OVER_TP:
+    if args is EP_OVER_TP or args is HYBRID_EP:
         assert counts["joined"] > 0 and counts["woken"] > 0  # all-gathers run with dispatches; some met

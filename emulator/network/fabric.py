@@ -51,7 +51,7 @@ from typing import Callable, Sequence
 
 import simpy
 
-from emulator.network.flows import Plan
+from emulator.network.flows import FlowSpec, Plan
 from emulator.network.maxmin import INF, alone_rate, max_min_rates
 
 __all__ = ["PLANS_AHEAD", "Alone", "Fabric", "Flow", "alone", "delay_to", "max_min_rates"]
@@ -438,12 +438,12 @@ class Fabric:
         phases one after the other, each flow of a phase started together (``transfer``); call
         ``done()`` when the last flow of the last phase is done (an empty plan: at once).
 
-        With ``ahead``, a one-phase plan of several flows whose links carry nothing now is run ahead of
-        the clock (``_run_ahead``): one event for its end instead of two per flow and a solve per change."""
+        With ``ahead``, a plan of several flows whose links carry nothing now is run ahead of the clock
+        (``_run_ahead``): one event for its end instead of two per flow and a solve per change."""
         if not plan:
             done()
             return
-        if ahead and PLANS_AHEAD and len(plan) == 1 and len(plan[0]) > 1 and self.rewrite is None \
+        if ahead and PLANS_AHEAD and (len(plan) > 1 or len(plan[0]) > 1) and self.rewrite is None \
                 and not self.listeners and self._run_ahead(plan, nbytes, done):
             return
         self._phase(plan, 0, nbytes, done)
@@ -466,7 +466,7 @@ class Fabric:
         hit_hard = self._hard.get(id(plan))
         if hit_hard is None:
             slack = self.slack
-            bind = tuple(sorted({l for f in plan[0] for l in f.links if not slack[l]}))
+            bind = tuple(sorted({l for phase in plan for f in phase for l in f.links if not slack[l]}))
             hit_hard = self._hard[id(plan)] = (plan, bind)
         hard = hit_hard[1]
         now = self.env.now
@@ -544,51 +544,36 @@ class Fabric:
 
     def _wake_plan(self, a: "_Ahead") -> None:
         """Plan ``a``, run ahead, meets a flow now: its run alone is replayed to now (on a fresh fabric,
-        as ``alone``), and each of its flows, and of the flows joined to it, goes on this fabric as it
-        stands there: ended, waiting out its latency, or streaming with its bytes left (``_run_ahead``)."""
+        as ``alone``), and each flow of its phase then, and each flow joined to it, goes on this fabric as
+        it stands there: ended, waiting out its latency, or streaming with its bytes left; the plan's
+        later phases follow on the clock (``_run_ahead``)."""
         self._unmark_plan(a)
         a.woken = True
         self.woken += 1
         now = self.env.now
-        env = simpy.Environment()
-        solo = Fabric(env, self.capacity)
-        solo.listeners.append(lambda _t, _l: None)  # as ``alone``: no flow started ahead there
-        n = len(a.plan[0])
-        ended = [False] * (n + len(a.extras))
-
-        def mark(i: int) -> Callable[[], None]:
-            def one() -> None:
-                ended[i] = True
-            return one
-
-        twins = [solo.transfer(f.links, f.weights, a.nbytes * f.volume, f.latency, mark(i))
-                 for i, f in enumerate(a.plan[0])]
-        twins += [solo.transfer(f.links, f.weights, f.remaining, f.last - a.start, mark(n + i))
-                  for i, f in enumerate(a.extras)]
-        tau = now - a.start
-        if tau > 0.0:
-            env.run(until=tau)
-        plan_done = all(ended[:n]) and not a.ended_plan
-        left = [n - sum(ended[:n])]
+        replay = _Replay(a, self.capacity, now - a.start)
+        n = len(replay.specs)
+        left = [n - sum(replay.ended[:n])]
+        p = replay.phase
 
         def one_done() -> None:
             left[0] -= 1
             if left[0] == 0:
-                a.done()
+                self._next_phase(a.plan, p, a.nbytes, a.done)
 
         on_link = self.on_link
-        specs = [(f.links, f.weights) for f in a.plan[0]] + [(f.links, f.weights) for f in a.extras]
-        for i, ((links, weights), twin, end) in enumerate(zip(specs, twins, ended)):
+        specs = [(f.links, f.weights) for f in replay.specs] + [(f.links, f.weights) for f in a.extras]
+        for i, ((links, weights), twin, end) in enumerate(zip(specs, replay.twins, replay.ended)):
             joined = a.extras[i - n] if i >= n else None
-            if (a.ended[i - n] if joined is not None else a.ended_plan):
-                continue  # its end came on the clock already
+            if (a.ended[i - n] if joined is not None else a.ended_plan or replay.done):
+                continue  # its end came on the clock already, or the plan's last phase is over
             if end:
                 if joined is not None:  # ends now: as on the clock, at this time
                     self._ended_later(joined)
                 continue
-            started = bool(twin.links) and twin in (solo.on_link[twin.links[0]] or {})
+            started = bool(twin.links) and twin in (replay.fabric.on_link[twin.links[0]] or {})
             if started:
-                solo._settle(twin, env.now)
+                replay.fabric._settle(twin, replay.env.now)
             if joined is None:
                 flow = Flow(links, weights, twin.remaining, one_done)
             else:
@@ -597,7 +582,7 @@ class Fabric:
                 flow.version += 1  # its end in the run together is stale
             if not started:
                 flow.rate = 0.0
-                at = a.start + a.plan[0][i].latency if joined is None else joined.last
+                at = a.start + replay.began + replay.specs[i].latency if joined is None else joined.last
                 self.env.timeout(delay_to(now, at), flow).callbacks.append(self._started)
                 continue
             flow.last, flow.rate = now, twin.rate
@@ -611,10 +596,11 @@ class Fabric:
             if twin.rate > 0.0:
                 self.env.timeout(flow.remaining / twin.rate, (flow, flow.version)).callbacks.append(self._finished)
             self._dirty.update(flow.links)
-        moved = self.bytes_on_link
-        for link in {link for links, _w in specs for link in links}:
-            moved[link] += solo.bytes_on_link[link]
-        if plan_done:
+        moved, replayed = self.bytes_on_link, replay.fabric.bytes_on_link
+        for link in {link for phase in a.plan for f in phase for link in f.links} | \
+                {link for f in a.extras for link in f.links}:
+            moved[link] += replayed[link]
+        if replay.done and not a.ended_plan:
             self.env.timeout(0.0).callbacks.append(lambda _e: a.done())
         self._request_solve()
 
@@ -658,6 +644,65 @@ class Fabric:
                 if l2 == link:
                     total += w * f.rate
         return total
+
+
+class _Replay:
+    """A plan run ahead (``_Ahead``) and its joined flows replayed on a fresh fabric to ``tau`` seconds after its
+    start, as ``alone`` ran them (the same flows started in the same order): the phase it is in, when that
+    phase began, the phase's flows and their twins there, then the joined flows' twins, which of them have
+    ended, and whether the plan is done."""
+
+    def __init__(self, a: "_Ahead", capacity: Sequence[float], tau: float) -> None:  # noqa: D107
+        self.env = env = simpy.Environment()
+        self.fabric = Fabric(env, capacity)
+        self.fabric.listeners.append(lambda _t, _l: None)  # as ``alone``: no flow started ahead there
+        self.plan, self.nbytes = a.plan, a.nbytes
+        self.phase, self.began, self.done = -1, 0.0, False
+        self.specs: list[FlowSpec] = []
+        self._twins: list[Flow] = []
+        self._ended: list[bool] = []
+        self._extra_ended = [False] * len(a.extras)
+        self._start(0)
+        self._extra_twins = [self.fabric.transfer(f.links, f.weights, f.remaining, f.last - a.start, self._mark(i))
+                             for i, f in enumerate(a.extras)]  # after the plan's first phase: as ``alone``
+        if tau > 0.0:
+            env.run(until=tau)
+
+    @property
+    def twins(self) -> list[Flow]:
+        return self._twins + self._extra_twins
+
+    @property
+    def ended(self) -> list[bool]:
+        return self._ended + self._extra_ended
+
+    def _mark(self, i: int) -> Callable[[], None]:
+        def one() -> None:
+            self._extra_ended[i] = True
+        return one
+
+    def _start(self, p: int) -> None:
+        """Phase ``p`` begins (empty ones are passed over, as ``Fabric._phase`` does)."""
+        plan = self.plan
+        while p < len(plan) and not plan[p]:
+            p += 1
+        if p == len(plan):
+            self.done = True
+            return
+        ended = [False] * len(plan[p])
+        self.phase, self.began, self.specs, self._ended = p, self.env.now, list(plan[p]), ended
+        left = [len(ended)]
+
+        def one_done(i: int) -> Callable[[], None]:
+            def one() -> None:
+                ended[i] = True
+                left[0] -= 1
+                if left[0] == 0:
+                    self._start(p + 1)
+            return one
+
+        self._twins = [self.fabric.transfer(f.links, f.weights, self.nbytes * f.volume, f.latency, one_done(i))
+                       for i, f in enumerate(plan[p])]
 
 
 class _Ahead:
