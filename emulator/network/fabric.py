@@ -19,12 +19,15 @@ Life of a flow (DESIGN.md, "Network model"):
    scheduled at once, as a lone flow's, with no event for its start, and a flow
    placed on one of its links before that end makes it an ordinary flow, on the
    clock or streaming since its start (``_wake``) — the same times and bytes, one
-   event fewer per transfer (GPT 530B: 1.18M → 0.66M events); a MoE token dispatch's one-phase
-   plan whose links carry nothing is *run ahead* as a whole (``run_plan(ahead=True)``): its run
+   event fewer per transfer (GPT 530B: 1.18M → 0.66M events); a MoE token dispatch's plan (its
+   phases) whose links carry nothing is *run ahead* as a whole (``run_plan(ahead=True)``): its run
    alone on an idle fabric (kept per plan and size) gives its end, a flow that meets it before
-   then puts its flows on the fabric as they stand (``_wake_plan``); the same times but for the
-   rounding of a shifted sum (``PLANS_AHEAD`` False runs it flow by flow; DeepSeek-V3 1024: 4.17M →
-   1.25M events, its iteration time the same to 13 digits);
+   then puts the flows of its phase then on the fabric as they stand, its later phases following
+   on the clock (``_wake_plan``); flows started ahead on its links that have not begun to stream
+   are *joined* to it and run with it (their run together kept per plan, size and joined flows);
+   the same times but for the rounding of a shifted sum (``PLANS_AHEAD`` False runs it flow by
+   flow; DeepSeek-V3 1024: 4.17M → 1.25M events alone, 0.27M with joined flows, its iteration time
+   the same to 13 digits);
 4. completions are scheduled lazily; one whose flow version is stale is ignored.
 
 Timeouts carry their flow as the event value to one shared callback (no closure
