@@ -147,18 +147,41 @@ def test_a_plan_run_ahead_takes_in_a_flow_started_ahead_on_its_links():
     assert run_joined(ahead=False)[:2] == (ends, moved)  # on the clock, flow by flow: the same
 
 
-def test_a_flow_meeting_a_joined_flow_wakes_the_plan():
-    # C (100 B on link 2, L's link the plan does not use) comes at t = 3.0. As above until then: A has
-    # 62.5 − 0.5·50 = 37.5 B left, B 37.5 − 25 = 12.5 B, L 50 − 25 = 25 B. Link 2 now splits L and C, link 1 B
-    # and L, link 0 A and B: all at 50 B/s. B ends at 3.0 + 12.5/50 = 3.25 s; then A alone at 100 B/s with
-    # 37.5 − 12.5 = 25 B ends at 3.5 s, L (12.5 B left, still sharing link 2 with C at 50 B/s) at 3.5 s. C has
-    # moved 25 B by then; its 75 B alone at 100 B/s end at 4.25 s. Bytes: link 2 L's 50 + C's 100 = 150 B.
-    ends, moved, woken, ran_ahead = run_joined(ahead=True, joiner_at=3.0)
+# C (100 B on link 2, L's link the plan does not use) comes at t = 3.0. As above until then: A has
+# 62.5 − 0.5·50 = 37.5 B left, B 37.5 − 25 = 12.5 B, L 50 − 25 = 25 B. Link 2 now splits L and C, link 1 B and
+# L, link 0 A and B: all at 50 B/s. B ends at 3.0 + 12.5/50 = 3.25 s; then A alone at 100 B/s with 37.5 − 12.5
+# = 25 B ends at 3.5 s, L (12.5 B left, still sharing link 2 with C at 50 B/s) at 3.5 s. C has moved 25 B by
+# then; its 75 B alone at 100 B/s end at 4.25 s. Bytes: link 2 L's 50 + C's 100 = 150 B.
+# C at 2.25 s, as B's latency ends and before L's: B starts on the clock at 2.25 s, L at 2.5 s. C streams alone
+# on link 2 until 2.5 s (75 B left), then links 0, 1, 2 each split two flows: all at 50 B/s; left at 2.5: A 62.5,
+# B 37.5, C 75, L 50 B. B ends at 3.25 s; A's last 25 B alone at 100 B/s end at 3.5 s, L's 12.5 B at 50 B/s
+# (beside C) at 3.5 s, C's last 37.5 − 12.5 = 25 B alone at 3.75 s.
+@pytest.mark.parametrize("joiner_at, ends, moved", [
+    (3.0, {"plan": 3.5, "L": 3.5, "C": 4.25}, [150.0, 100.0, 150.0]),
+    (2.25, {"plan": 3.5, "L": 3.5, "C": 3.75}, [150.0, 100.0, 150.0]),
+], ids=["all-streaming", "in-latency"])
+def test_a_flow_meeting_a_joined_flow_wakes_the_plan(joiner_at, ends, moved):
+    got, got_moved, woken, ran_ahead = run_joined(ahead=True, joiner_at=joiner_at)
     assert ran_ahead
     assert woken == 1
-    assert ends == {"plan": 3.5, "L": 3.5, "C": 4.25}
-    assert moved == [150.0, 100.0, 150.0]
-    assert run_joined(ahead=False, joiner_at=3.0)[:2] == (ends, moved)
+    assert (got, got_moved) == (ends, moved)
+    assert run_joined(ahead=False, joiner_at=joiner_at)[:2] == (ends, moved)
+
+
+def test_a_capacity_change_wakes_a_plan_and_its_joined_flow():
+    # set_capacity (a timed fault) puts every flow run ahead on the fabric first; at the same capacity the
+    # rates and ends are those of the run together (test_a_plan_run_ahead_takes_in_...: 3.5 s and 3.375 s)
+    env = simpy.Environment()
+    fab = Fabric(env, [100.0, 100.0, 100.0])
+    ends = {}
+    env.timeout(2.0).callbacks.append(lambda _e: (
+        fab.transfer((1, 2), (1.0, 1.0), 50.0, 0.5, lambda: ends.__setitem__("L", env.now)),
+        fab.run_plan(PLAN, 100.0, lambda: ends.__setitem__("plan", env.now), ahead=True)))
+    env.timeout(3.0).callbacks.append(lambda _e: fab.set_capacity(2, 100.0))
+    env.run()
+    assert fab.joined == 1 and fab.woken == 1
+    assert ends == {"L": 3.375, "plan": 3.5}
+    assert fab.bytes_on_link == [150.0, 100.0, 50.0]
 
 
 def test_a_flow_started_ahead_that_streams_already_keeps_the_plan_on_the_clock():
