@@ -494,7 +494,8 @@ class Fabric:
         hit = self._solo.get(key)
         if hit is None:
             hit = self._solo[key] = (plan, alone(plan, nbytes, self.capacity,
-                                                 [(f.links, f.weights, f.remaining, f.last - now) for f in extras]))
+                                                 [(f.links, f.weights, f.remaining, f.last - now) for f in extras],
+                                                 record=False))
         solo = hit[1]
         if extras:
             marked = set(hard)
@@ -748,9 +749,11 @@ class Alone:
 Extra = tuple[tuple[int, ...], tuple[float, ...], float, float]  # a flow's links, weights, bytes, start (s)
 
 
-def alone(plan: Plan, nbytes: float, capacity: Sequence[float], extras: Sequence[Extra] = ()) -> Alone:
+def alone(plan: Plan, nbytes: float, capacity: Sequence[float], extras: Sequence[Extra] = (),
+          record: bool = True) -> Alone:
     """Run ``plan`` for ``nbytes`` by itself on a fresh fabric of ``capacity`` (with ``extras``: and
-    those flows, each started at its time; their ends are ``Alone.ends``).
+    those flows, each started at its time; their ends are ``Alone.ends``; without ``record``, no load
+    changes are kept: a fabric's runs ahead keep none, and are kept per plan, size and joined flows).
 
     Where nothing else ever uses a plan's links (the engine's private collectives), this is
     exactly what the plan does in the full run, shifted by its start: max-min sharing happens
@@ -758,7 +761,10 @@ def alone(plan: Plan, nbytes: float, capacity: Sequence[float], extras: Sequence
     env = simpy.Environment()
     fabric = Fabric(env, capacity)
     loads: list[tuple[float, dict[int, float]]] = []
-    fabric.listeners.append(lambda now, load: loads.append((now, dict(load))))
+    if record:
+        fabric.listeners.append(lambda now, load: loads.append((now, dict(load))))
+    else:  # a listener all the same: no flow is started ahead there (``_Replay`` replays it so)
+        fabric.listeners.append(lambda _t, _l: None)
     end = [-1.0]
     ends = [-1.0] * len(extras)
 
