@@ -452,8 +452,12 @@ class Fabric:
         if not plan:
             done()
             return
-        if ahead and PLANS_AHEAD and (len(plan) > 1 or len(plan[0]) > 1) and self.rewrite is None \
-                and not self.listeners and self._run_ahead(plan, nbytes, done):
+        if len(plan) == 1 and len(plan[0]) == 1:  # one flow (a TP pair's ring, mostly): ``_phase``'s, without its count
+            f = plan[0][0]
+            self.transfer(f.links, f.weights, nbytes * f.volume, f.latency, done)
+            return
+        if ahead and PLANS_AHEAD and self.rewrite is None and not self.listeners \
+                and self._run_ahead(plan, nbytes, done):
             return
         self._phase(plan, 0, nbytes, done)
 
