@@ -52,7 +52,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import add, mul
+from operator import add
 from typing import Any, Callable, Sequence
 
 import simpy
@@ -402,9 +402,8 @@ class Fabric:
         if f.rate:
             moved = f.rate * (now - f.last)
             f.remaining = max(0.0, f.remaining - moved)
-            b, links = self.bytes_on_link, f.links  # b[l] += w·moved for each link in turn, in C loops
-            deque(map(b.__setitem__, links, map(add, map(b.__getitem__, links), map(mul, f.weights, repeat(moved)))),
-                  maxlen=0)
+            for link, w in zip(f.links, f.weights):
+                self.bytes_on_link[link] += w * moved
         f.last = now
 
     def _finished(self, event: simpy.Event) -> None:
