@@ -51,9 +51,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import add
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import simpy
 
@@ -77,11 +76,6 @@ def delay_to(now: float, at: float) -> float:
             break
         d = math.nextafter(d, math.inf if t < at else -math.inf)
     return d
-
-
-def _fill(marks: "list[Any]", links: tuple[int, ...], value: object) -> None:
-    """``marks[l] = value`` for each of ``links`` (in a C loop)."""
-    deque(map(marks.__setitem__, links, repeat(value)), maxlen=0)
 
 
 class Flow:
@@ -173,17 +167,17 @@ class Fabric:
             return False
         r, hard = self._alone_on(f)
         on_link, lazy, plans = self.on_link, self._lazy, self._plans
-        # any link carrying a flow, a flow started ahead or a plan run ahead (each truthy), in C loops
-        if any(map(on_link.__getitem__, hard)) or any(map(lazy.__getitem__, hard)) \
-                or any(map(plans.__getitem__, hard)):
-            return False
+        for link in hard:
+            if on_link[link] or lazy[link] is not None or plans[link] is not None:
+                return False
         if not r > 0.0:
             return False
         delay = f.remaining / r
         if delay == INF:
             return False
         f.rate, f.last, f.version, f.lazy = r, at, 1, True
-        _fill(lazy, hard, f)
+        for link in hard:
+            lazy[link] = f
         self._lazies += 1
         self.env.timeout(delay_to(self.env.now, at + delay), (f, 1)).callbacks.append(self._finished)
         return True
@@ -207,7 +201,10 @@ class Fabric:
 
     def _unmark(self, f: Flow) -> None:
         """Lazy flow ``f`` is lazy no more (woken, or ended)."""
-        _fill(self._lazy, f.links, None)  # its links that can bind were its alone; the others never marked
+        lazy = self._lazy
+        for link in f.links:
+            if lazy[link] is f:
+                lazy[link] = None
         f.lazy = False
         self._lazies -= 1
 
@@ -483,15 +480,14 @@ class Fabric:
         hard = hit_hard[1]
         now = self.env.now
         joined: dict[int, Flow] = {}
-        if any(map(on_link.__getitem__, hard)) or any(map(plans.__getitem__, hard)):
-            return False
-        if any(map(lazy.__getitem__, hard)):
-            for link in hard:
-                f = lazy[link]
-                if f is not None:
-                    if f.last < now:  # streaming already: its bytes so far are the clock's to settle
-                        return False
-                    joined[id(f)] = f
+        for link in hard:
+            if on_link[link] or plans[link] is not None:
+                return False
+            f = lazy[link]
+            if f is not None:
+                if f.last < now:  # streaming already: its bytes so far are the clock's to settle
+                    return False
+                joined[id(f)] = f
         extras = tuple(joined.values())
         key: tuple[object, ...] = (id(plan), nbytes, *((f.links, f.weights, f.remaining, f.last - now)
                                                        for f in extras))
@@ -510,7 +506,8 @@ class Fabric:
             hard = tuple(sorted(marked))
             self.joined += len(extras)
         a = _Ahead(plan, nbytes, done, now, solo, hard, extras)
-        _fill(plans, hard, a)
+        for link in hard:
+            plans[link] = a
         self._aheads += 1
         self.env.timeout(solo.duration, a).callbacks.append(self._ahead_ended)
         for i, end in enumerate(solo.ends):
@@ -518,7 +515,10 @@ class Fabric:
         return True
 
     def _unmark_plan(self, a: "_Ahead") -> None:
-        _fill(self._plans, a.links, None)  # every one of them was its alone
+        plans = self._plans
+        for link in a.links:
+            if plans[link] is a:
+                plans[link] = None
         self._aheads -= 1
 
     def _ahead_ended(self, event: simpy.Event) -> None:
