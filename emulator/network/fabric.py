@@ -49,9 +49,7 @@ The rates are max-min fair (``emulator.network.maxmin``, pure: progressive filli
 from __future__ import annotations
 
 import math
-from collections import deque
-from dataclasses import dataclass, field
-from operator import add
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import simpy
@@ -549,8 +547,8 @@ class Fabric:
             return
         self._unmark_plan(a)
         moved = self.bytes_on_link
-        links, amounts = a.solo.links, a.solo.amounts  # moved[l] += b for each, in C loops (no link twice)
-        deque(map(moved.__setitem__, links, map(add, map(moved.__getitem__, links), amounts)), maxlen=0)
+        for link, b in a.solo.link_bytes:
+            moved[link] += b
 
     def _wake_plan(self, a: "_Ahead") -> None:
         """Plan ``a``, run ahead, meets a flow now: its run alone is replayed to now (on a fresh fabric,
@@ -742,12 +740,6 @@ class Alone:
     link_bytes: tuple[tuple[int, float], ...]
     loads: tuple[tuple[float, dict[int, float]], ...]
     ends: tuple[float, ...] = ()
-    links: tuple[int, ...] = field(init=False, repr=False, compare=False)  # link_bytes' links
-    amounts: tuple[float, ...] = field(init=False, repr=False, compare=False)  # and their bytes
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "links", tuple(l for l, _b in self.link_bytes))
-        object.__setattr__(self, "amounts", tuple(b for _l, b in self.link_bytes))
 
 
 Extra = tuple[tuple[int, ...], tuple[float, ...], float, float]  # a flow's links, weights, bytes, start (s)
