@@ -75,6 +75,127 @@ def test_a_plan_on_a_busy_link_runs_on_the_clock():
     assert fab._aheads == 0 and fab.woken == 0
 
 
+# A plan of two phases on two links of 100 B/s, for S = 100 B: X crosses link 0 with the whole buffer; then Y
+# crosses links 0 and 1 with half of it after a latency of 0.25 s (HybridEP's plans have phases).
+PHASES = [[FlowSpec((0,), (1.0,), 1.0, 0.0)], [FlowSpec((0, 1), (1.0, 1.0), 0.5, 0.25)]]
+
+
+def run_phases(ahead, joiner_at=None):
+    """PHASES from t = 2 s (and at ``joiner_at`` a flow C of 100 B on link 1): ends, bytes, plans woken."""
+    env = simpy.Environment()
+    fab = Fabric(env, [100.0, 100.0])
+    ends = {}
+    env.timeout(2.0).callbacks.append(
+        lambda _e: fab.run_plan(PHASES, 100.0, lambda: ends.__setitem__("plan", env.now), ahead=ahead))
+    if joiner_at is not None:
+        env.timeout(joiner_at).callbacks.append(
+            lambda _e: fab.transfer((1,), (1.0,), 100.0, 0.0, lambda: ends.__setitem__("C", env.now)))
+    env.run()
+    return ends, list(fab.bytes_on_link), fab.woken
+
+
+# X alone ends at 2 + 100/100 = 3 s; Y streams from 3.25 s, 50 B alone at 100 B/s: the plan ends at 3.75 s.
+# C at 3.5 s (second phase, streaming): Y has 25 B left and shares link 1 with C at 50 B/s: it ends at 4.0 s; C
+# has moved 25 B, its 75 B alone end at 4.75 s. C at 3.125 s (Y's latency): C alone moves 12.5 B until 3.25 s,
+# then Y and C at 50 B/s: Y's 50 B end at 4.25 s; C's last 100 − 12.5 − 50 = 37.5 B alone at 4.625 s.
+@pytest.mark.parametrize("joiner_at, ends, moved", [
+    (None, {"plan": 3.75}, [150.0, 50.0]),
+    (3.5, {"plan": 4.0, "C": 4.75}, [150.0, 150.0]),
+    (3.125, {"plan": 4.25, "C": 4.625}, [150.0, 150.0]),
+], ids=["alone", "woken-streaming", "woken-in-latency"])
+def test_a_plan_of_phases_runs_ahead_and_wakes_in_its_later_phase(joiner_at, ends, moved):
+    assert run_phases(True, joiner_at) == (ends, moved, 0 if joiner_at is None else 1)
+    assert run_phases(False, joiner_at)[:2] == (ends, moved)
+
+
+def run_joined(ahead, joiner_at=None, lazy_at=2.0, lazy_latency=0.5):
+    """Three links of 100 B/s. At ``lazy_at`` a flow L of 50 B over links 1 and 2 is started with a latency of
+    ``lazy_latency`` (the fabric idle: started ahead, its end scheduled), at t = 2 s PLAN (S = 100 B); at
+    ``joiner_at`` a flow C of 100 B on link 2. Ends, bytes per link, plans woken, whether the plan ran ahead."""
+    env = simpy.Environment()
+    fab = Fabric(env, [100.0, 100.0, 100.0])
+    ends = {}
+    ran_ahead = []
+
+    def start(_e):
+        fab.run_plan(PLAN, 100.0, lambda: ends.__setitem__("plan", env.now), ahead=ahead)
+        ran_ahead.append(fab._aheads == 1 and fab._lazies == 0 and not any(fab.on_link))
+
+    env.timeout(lazy_at).callbacks.append(
+        lambda _e: fab.transfer((1, 2), (1.0, 1.0), 50.0, lazy_latency, lambda: ends.__setitem__("L", env.now)))
+    env.timeout(2.0).callbacks.append(start)
+    if joiner_at is not None:
+        env.timeout(joiner_at).callbacks.append(
+            lambda _e: fab.transfer((2,), (1.0,), 100.0, 0.0, lambda: ends.__setitem__("C", env.now)))
+    env.run()
+    return ends, list(fab.bytes_on_link), fab.woken, ran_ahead[0]
+
+
+def test_a_plan_run_ahead_takes_in_a_flow_started_ahead_on_its_links():
+    # L is started ahead (alone: its end scheduled for 2.5 + 50/100 = 3.0 s) and shares link 1 with B, so the
+    # plan and L run together. From t = 2: A alone on link 0 at 100 B/s; at 2.25 B starts (A has 75 B left):
+    # link 0 splits A, B at 50 B/s. At 2.5 L starts: link 1 splits B, L at 50 B/s (link 2: L alone, not tight),
+    # every flow at 50 B/s. Left at 2.5: A 75 − 12.5 = 62.5 B, B 50 − 12.5 = 37.5 B, L 50 B. B ends at
+    # 2.5 + 37.5/50 = 3.25 s; A then has 62.5 − 37.5 = 25 B alone at 100 B/s: the plan ends at 3.5 s. L has
+    # 50 − 37.5 = 12.5 B alone at 100 B/s: it ends at 3.375 s (not its 3.0 s alone). Bytes: link 0 A's 100 +
+    # B's 50 = 150 B, link 1 B's 50 + L's 50 = 100 B, link 2 L's 50 B.
+    ends, moved, woken, ran_ahead = run_joined(ahead=True)
+    assert ran_ahead  # L joined to the plan: nothing started ahead alone, nothing on the links
+    assert ends == {"plan": 3.5, "L": 3.375}
+    assert moved == [150.0, 100.0, 50.0]
+    assert woken == 0
+    assert run_joined(ahead=False)[:2] == (ends, moved)  # on the clock, flow by flow: the same
+
+
+# C (100 B on link 2, L's link the plan does not use) comes at t = 3.0. As above until then: A has
+# 62.5 − 0.5·50 = 37.5 B left, B 37.5 − 25 = 12.5 B, L 50 − 25 = 25 B. Link 2 now splits L and C, link 1 B and
+# L, link 0 A and B: all at 50 B/s. B ends at 3.0 + 12.5/50 = 3.25 s; then A alone at 100 B/s with 37.5 − 12.5
+# = 25 B ends at 3.5 s, L (12.5 B left, still sharing link 2 with C at 50 B/s) at 3.5 s. C has moved 25 B by
+# then; its 75 B alone at 100 B/s end at 4.25 s. Bytes: link 2 L's 50 + C's 100 = 150 B.
+# C at 2.25 s, as B's latency ends and before L's: B starts on the clock at 2.25 s, L at 2.5 s. C streams alone
+# on link 2 until 2.5 s (75 B left), then links 0, 1, 2 each split two flows: all at 50 B/s; left at 2.5: A 62.5,
+# B 37.5, C 75, L 50 B. B ends at 3.25 s; A's last 25 B alone at 100 B/s end at 3.5 s, L's 12.5 B at 50 B/s
+# (beside C) at 3.5 s, C's last 37.5 − 12.5 = 25 B alone at 3.75 s.
+@pytest.mark.parametrize("joiner_at, ends, moved", [
+    (3.0, {"plan": 3.5, "L": 3.5, "C": 4.25}, [150.0, 100.0, 150.0]),
+    (2.25, {"plan": 3.5, "L": 3.5, "C": 3.75}, [150.0, 100.0, 150.0]),
+], ids=["all-streaming", "in-latency"])
+def test_a_flow_meeting_a_joined_flow_wakes_the_plan(joiner_at, ends, moved):
+    got, got_moved, woken, ran_ahead = run_joined(ahead=True, joiner_at=joiner_at)
+    assert ran_ahead
+    assert woken == 1
+    assert (got, got_moved) == (ends, moved)
+    assert run_joined(ahead=False, joiner_at=joiner_at)[:2] == (ends, moved)
+
+
+def test_a_capacity_change_wakes_a_plan_and_its_joined_flow():
+    # set_capacity (a timed fault) puts every flow run ahead on the fabric first; at the same capacity the
+    # rates and ends are those of the run together (test_a_plan_run_ahead_takes_in_...: 3.5 s and 3.375 s)
+    env = simpy.Environment()
+    fab = Fabric(env, [100.0, 100.0, 100.0])
+    ends = {}
+    env.timeout(2.0).callbacks.append(lambda _e: (
+        fab.transfer((1, 2), (1.0, 1.0), 50.0, 0.5, lambda: ends.__setitem__("L", env.now)),
+        fab.run_plan(PLAN, 100.0, lambda: ends.__setitem__("plan", env.now), ahead=True)))
+    env.timeout(3.0).callbacks.append(lambda _e: fab.set_capacity(2, 100.0))
+    env.run()
+    assert fab.joined == 1 and fab.woken == 1
+    assert ends == {"L": 3.375, "plan": 3.5}
+    assert fab.bytes_on_link == [150.0, 100.0, 50.0]
+
+
+def test_a_flow_started_ahead_that_streams_already_keeps_the_plan_on_the_clock():
+    # L, started at 1.75 s with a latency of 0.125 s, streams alone from 1.875 s: the bytes it has moved by the
+    # plan's start are the clock's to settle, so the plan runs flow by flow. L alone on link 1 at 100 B/s has
+    # 50 − 37.5 = 12.5 B left when B starts at 2.25; B and L then share link 1 at 50 B/s, A and B link 0: L ends
+    # at 2.25 + 12.5/50 = 2.5 s. A (75 − 12.5 = 62.5 B left) and B (37.5 B) go on sharing link 0 at 50 B/s: B
+    # ends at 2.5 + 0.75 = 3.25 s, A's last 25 B alone at 100 B/s at 3.5 s.
+    ends, moved, woken, ran_ahead = run_joined(ahead=True, lazy_at=1.75, lazy_latency=0.125)
+    assert not ran_ahead and woken == 0
+    assert ends == {"L": 2.5, "plan": 3.5}
+    assert run_joined(ahead=False, lazy_at=1.75, lazy_latency=0.125)[:2] == (ends, moved)
+
+
 # DeepSeek-V2-Lite with expert parallelism 16 over 2 DGX H100: each MoE layer's token dispatch and combine
 # cross both nodes' NICs.
 TWO_NODES = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep=16",
@@ -83,17 +204,27 @@ TWO_NODES = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.e
 # cross the NICs its dispatches use, and meet one in flight.
 PIPELINE = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep=16", "--set", "parallel.pp=3",
             "--set", "cluster.nodes=6", "--set", "training.global_batch=64"]
+# EP 16 over the attention's TP 2 × DP 8 (MoE parallel folding, etp 1, as the DeepSeek-V3 layout) with DeepEP:
+# a tensor-parallel all-gather started ahead on the NVLink its dispatch uses, about to stream as it begins,
+# is run with it (``Fabric._run_ahead``'s joined flows).
+EP_OVER_TP = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep=16", "--set", "parallel.tp=2",
+              "--set", "parallel.etp=1", "--set", "parallel.dp=8", "--set", "training.global_batch=16",
+              "--set", "parallel.sequence_parallel=true", "--set", "parallel.moe_token_dispatcher_type=flex",
+              "--set", "parallel.moe_flex_dispatcher_backend=deepep"]
+# The same with HybridEP, whose plans have three phases (its 64-token pipeline)
+HYBRID_EP = EP_OVER_TP[:-1] + ["parallel.moe_flex_dispatcher_backend=hybridep"]
 
 
 def summary_and_counts(args, ahead, monkeypatch, capsys):
     """The run's --json summary (wall time dropped), plans run ahead, plans woken."""
     monkeypatch.setattr(fabric_mod, "PLANS_AHEAD", ahead)
-    counts = {"ahead": 0, "woken": 0}
+    counts = {"ahead": 0, "woken": 0, "joined": 0}
     run_ahead, wake_plan = Fabric._run_ahead, Fabric._wake_plan
 
     def counted_run_ahead(self, *a):
         went = run_ahead(self, *a)
         counts["ahead"] += went
+        counts["joined"] = self.joined
         return went
 
     def counted_wake(self, a):
@@ -132,11 +263,12 @@ def assert_same(fast, exact, path="summary"):
         assert fast == exact, path
 
 
-@pytest.mark.parametrize("args", [TWO_NODES, PIPELINE], ids=["ep16-2-nodes", "ep16-pp3-6-nodes"])
+@pytest.mark.parametrize("args", [TWO_NODES, PIPELINE, EP_OVER_TP, HYBRID_EP],
+                         ids=["ep16-2-nodes", "ep16-pp3-6-nodes", "ep16-over-tp2-deepep", "ep16-over-tp2-hybridep"])
 def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, monkeypatch, capsys):
     fast, counts = summary_and_counts(args, True, monkeypatch, capsys)
     exact, none = summary_and_counts(args, False, monkeypatch, capsys)
-    assert counts["ahead"] > 0 and none == {"ahead": 0, "woken": 0}
+    assert counts["ahead"] > 0 and none == {"ahead": 0, "woken": 0, "joined": 0}
     assert fast["sim"].pop("events") < exact["sim"].pop("events")  # what the fast path is for
     fast_list, fast_named = split_busiest(fast)
     exact_list, exact_named = split_busiest(exact)
@@ -147,3 +279,5 @@ def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, monkeypatch,
     assert_same(fast, exact)
     if args is PIPELINE:
         assert counts["woken"] > 0  # a pipeline transfer met a dispatch run ahead: woken onto the fabric
+    if args is EP_OVER_TP or args is HYBRID_EP:
+        assert counts["joined"] > 0 and counts["woken"] > 0  # all-gathers run with dispatches; some met

@@ -19,12 +19,15 @@ Life of a flow (DESIGN.md, "Network model"):
    scheduled at once, as a lone flow's, with no event for its start, and a flow
    placed on one of its links before that end makes it an ordinary flow, on the
    clock or streaming since its start (``_wake``) — the same times and bytes, one
-   event fewer per transfer (GPT 530B: 1.18M → 0.66M events); a MoE token dispatch's one-phase
-   plan whose links carry nothing is *run ahead* as a whole (``run_plan(ahead=True)``): its run
+   event fewer per transfer (GPT 530B: 1.18M → 0.66M events); a MoE token dispatch's plan (its
+   phases) whose links carry nothing is *run ahead* as a whole (``run_plan(ahead=True)``): its run
    alone on an idle fabric (kept per plan and size) gives its end, a flow that meets it before
-   then puts its flows on the fabric as they stand (``_wake_plan``); the same times but for the
-   rounding of a shifted sum (``PLANS_AHEAD`` False runs it flow by flow; DeepSeek-V3 1024: 4.17M →
-   1.25M events, its iteration time the same to 13 digits);
+   then puts the flows of its phase then on the fabric as they stand, its later phases following
+   on the clock (``_wake_plan``); flows started ahead on its links that have not begun to stream
+   are *joined* to it and run with it (their run together kept per plan, size and joined flows);
+   the same times but for the rounding of a shifted sum (``PLANS_AHEAD`` False runs it flow by
+   flow; DeepSeek-V3 1024: 4.17M → 1.25M events alone, 0.27M with joined flows, its iteration time
+   the same to 13 digits);
 4. completions are scheduled lazily; one whose flow version is stale is ignored.
 
 Timeouts carry their flow as the event value to one shared callback (no closure
@@ -51,7 +54,7 @@ from typing import Callable, Sequence
 
 import simpy
 
-from emulator.network.flows import Plan
+from emulator.network.flows import FlowSpec, Plan
 from emulator.network.maxmin import INF, alone_rate, max_min_rates
 
 __all__ = ["PLANS_AHEAD", "Alone", "Fabric", "Flow", "alone", "delay_to", "max_min_rates"]
@@ -119,8 +122,11 @@ class Fabric:
         # per link, the plan run ahead of the clock on it (``run_plan(ahead=True)``), if any; how many
         self._plans: list[_Ahead | None] = [None] * len(self.capacity)
         self._aheads = 0
-        self._solo: dict[tuple[int, float], tuple[Plan, Alone]] = {}  # (id(plan), bytes) → its run alone
+        # (id(plan), bytes, the lazy flows it meets) → its run alone (with them)
+        self._solo: dict[tuple[object, ...], tuple[Plan, Alone]] = {}
+        self._hard: dict[int, tuple[Plan, tuple[int, ...]]] = {}  # id(plan) → the links of it that can bind
         self.woken = 0  # plans run ahead that a flow met before their end (run on the clock from then)
+        self.joined = 0  # flows started ahead that a plan run ahead took in (``_run_ahead``)
 
     def set_slack(self, links: set[int]) -> None:
         """Leave ``links`` out of components and solves (``emulator.network.slack``: they never
@@ -130,6 +136,7 @@ class Fabric:
             self.slack[link] = 1
         self.bind = [INF if sl else c for c, sl in zip(self.capacity, self.slack)] if links else self.capacity
         self._alone.clear()
+        self._hard.clear()
 
     # -- the narrow interface -------------------------------------------------
     def transfer(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
@@ -223,6 +230,8 @@ class Fabric:
         self._wake_all()
         self.capacity[link] = capacity
         self._alone.clear()
+        self._hard.clear()
+        self._solo.clear()
         if self.bind is not self.capacity:
             self.slack = bytearray(len(self.capacity))
             self.bind = self.capacity
@@ -432,13 +441,17 @@ class Fabric:
         phases one after the other, each flow of a phase started together (``transfer``); call
         ``done()`` when the last flow of the last phase is done (an empty plan: at once).
 
-        With ``ahead``, a one-phase plan of several flows whose links carry nothing now is run ahead of
-        the clock (``_run_ahead``): one event for its end instead of two per flow and a solve per change."""
+        With ``ahead``, a plan of several flows whose links carry nothing now is run ahead of the clock
+        (``_run_ahead``): one event for its end instead of two per flow and a solve per change."""
         if not plan:
             done()
             return
-        if ahead and PLANS_AHEAD and len(plan) == 1 and len(plan[0]) > 1 and self.rewrite is None \
-                and not self.listeners and self._run_ahead(plan, nbytes, done):
+        if len(plan) == 1 and len(plan[0]) == 1:  # one flow (a TP pair's ring, mostly): ``_phase``'s, without its count
+            f = plan[0][0]
+            self.transfer(f.links, f.weights, nbytes * f.volume, f.latency, done)
+            return
+        if ahead and PLANS_AHEAD and self.rewrite is None and not self.listeners \
+                and self._run_ahead(plan, nbytes, done):
             return
         self._phase(plan, 0, nbytes, done)
 
@@ -448,22 +461,55 @@ class Fabric:
         flow placed on one of them before that end wakes it (``_wake_plan``): its flows are put on
         the fabric as the run alone has them then, and run on the clock from there. Until then its
         links carry nothing else, so max-min sharing is among its own flows, as alone: the same
-        rates, phases of latency and ends (shifted by the start; the last bits of a sum may differ)."""
-        on_link, lazy, plans, slack = self.on_link, self._lazy, self._plans, self.slack
-        hard = sorted({link for f in plan[0] for link in f.links if not slack[link]})
+        rates, phases of latency and ends (shifted by the start; the last bits of a sum may differ).
+
+        Links that carry flows started ahead (``_ahead``) that have not begun to stream yet do not stop
+        it: those flows are alone on their links, so the plan and they are a component of their own
+        until another flow meets one of them; they are *joined* to the plan and run with it (``alone``
+        with ``extras``, kept per plan, size and the joined flows' links, bytes and offsets: the same
+        recur every micro-batch), each ending at its time there. A flow that meets any of them wakes
+        all of them (``_wake_plan``)."""
+        on_link, lazy, plans = self.on_link, self._lazy, self._plans
+        hit_hard = self._hard.get(id(plan))
+        if hit_hard is None:
+            slack = self.slack
+            bind = tuple(sorted({l for phase in plan for f in phase for l in f.links if not slack[l]}))
+            hit_hard = self._hard[id(plan)] = (plan, bind)
+        hard = hit_hard[1]
+        now = self.env.now
+        joined: dict[int, Flow] = {}
         for link in hard:
-            if on_link[link] or lazy[link] is not None or plans[link] is not None:
+            if on_link[link] or plans[link] is not None:
                 return False
-        key = (id(plan), nbytes)
+            f = lazy[link]
+            if f is not None:
+                if f.last < now:  # streaming already: its bytes so far are the clock's to settle
+                    return False
+                joined[id(f)] = f
+        extras = tuple(joined.values())
+        key: tuple[object, ...] = (id(plan), nbytes, *((f.links, f.weights, f.remaining, f.last - now)
+                                                       for f in extras))
         hit = self._solo.get(key)
         if hit is None:
-            hit = self._solo[key] = (plan, alone(plan, nbytes, self.capacity))
+            hit = self._solo[key] = (plan, alone(plan, nbytes, self.capacity,
+                                                 [(f.links, f.weights, f.remaining, f.last - now) for f in extras],
+                                                 record=False))
         solo = hit[1]
-        a = _Ahead(plan, nbytes, done, self.env.now, solo, tuple(hard))
+        if extras:
+            marked = set(hard)
+            for f in extras:  # on no link's list: ended by the group from now on (its own end is stale)
+                marked.update(self._alone_on(f)[1])
+                self._unmark(f)
+                f.version += 1
+            hard = tuple(sorted(marked))
+            self.joined += len(extras)
+        a = _Ahead(plan, nbytes, done, now, solo, hard, extras)
         for link in hard:
             plans[link] = a
         self._aheads += 1
         self.env.timeout(solo.duration, a).callbacks.append(self._ahead_ended)
+        for i, end in enumerate(solo.ends):
+            self.env.timeout(end, (a, i)).callbacks.append(self._joined_ended)
         return True
 
     def _unmark_plan(self, a: "_Ahead") -> None:
@@ -477,68 +523,102 @@ class Fabric:
         a: _Ahead = event.value  # type: ignore[assignment]  # simpy types every value Optional[Any]
         if a.woken:
             return
+        a.ended_plan = True
+        self._member_ended(a)
+        a.done()
+
+    def _joined_ended(self, event: simpy.Event) -> None:
+        """A flow joined to a plan run ahead ends at its time in their run together."""
+        a, i = event.value  # type: ignore[misc]  # simpy types every value Optional[Any]
+        if a.woken:
+            return
+        a.ended[i] = True
+        f = a.extras[i]
+        f.remaining = 0.0
+        f.rate = 0.0
+        f.version += 1
+        self._member_ended(a)
+        f.done()
+
+    def _member_ended(self, a: "_Ahead") -> None:
+        """One of a plan run ahead and its joined flows has ended; after the last, its links are free."""
+        a.left -= 1
+        if a.left:
+            return
         self._unmark_plan(a)
         moved = self.bytes_on_link
         for link, b in a.solo.link_bytes:
             moved[link] += b
-        a.done()
 
     def _wake_plan(self, a: "_Ahead") -> None:
         """Plan ``a``, run ahead, meets a flow now: its run alone is replayed to now (on a fresh fabric,
-        as ``alone``), and each of its flows goes on this fabric as it stands there: ended, waiting
-        out its latency, or streaming with its bytes left (``_run_ahead``)."""
+        as ``alone``), and each flow of its phase then, and each flow joined to it, goes on this fabric as
+        it stands there: ended, waiting out its latency, or streaming with its bytes left; the plan's
+        later phases follow on the clock (``_run_ahead``)."""
         self._unmark_plan(a)
         a.woken = True
         self.woken += 1
         now = self.env.now
-        env = simpy.Environment()
-        solo = Fabric(env, self.capacity)
-        solo.listeners.append(lambda _t, _l: None)  # as ``alone``: no flow started ahead there
-        ended = [False] * len(a.plan[0])
-
-        def mark(i: int) -> Callable[[], None]:
-            def one() -> None:
-                ended[i] = True
-            return one
-
-        twins = [solo.transfer(f.links, f.weights, a.nbytes * f.volume, f.latency, mark(i))
-                 for i, f in enumerate(a.plan[0])]
-        tau = now - a.start
-        if tau > 0.0:
-            env.run(until=tau)
-        left = [len(twins) - sum(ended)]
+        replay = _Replay(a, self.capacity, now - a.start)
+        n = len(replay.specs)
+        left = [n - sum(replay.ended[:n])]
+        p = replay.phase
 
         def one_done() -> None:
             left[0] -= 1
             if left[0] == 0:
-                a.done()
+                self._next_phase(a.plan, p, a.nbytes, a.done)
 
         on_link = self.on_link
-        for spec, twin, end in zip(a.plan[0], twins, ended):
+        specs = [(f.links, f.weights) for f in replay.specs] + [(f.links, f.weights) for f in a.extras]
+        for i, ((links, weights), twin, end) in enumerate(zip(specs, replay.twins, replay.ended)):
+            joined = a.extras[i - n] if i >= n else None
+            if (a.ended[i - n] if joined is not None else a.ended_plan or replay.done):
+                continue  # its end came on the clock already, or the plan's last phase is over
             if end:
+                if joined is not None:  # ends now: as on the clock, at this time
+                    self._ended_later(joined)
                 continue
-            started = bool(twin.links) and twin in (solo.on_link[twin.links[0]] or {})
+            started = bool(twin.links) and twin in (replay.fabric.on_link[twin.links[0]] or {})
             if started:
-                solo._settle(twin, env.now)
-            flow = Flow(spec.links, spec.weights, twin.remaining, one_done)
+                replay.fabric._settle(twin, replay.env.now)
+            if joined is None:
+                flow = Flow(links, weights, twin.remaining, one_done)
+            else:
+                flow = joined
+                flow.remaining = twin.remaining
+                flow.version += 1  # its end in the run together is stale
             if not started:
-                self.env.timeout(delay_to(now, a.start + spec.latency), flow).callbacks.append(self._started)
+                flow.rate = 0.0
+                at = a.start + replay.began + replay.specs[i].latency if joined is None else joined.last
+                self.env.timeout(delay_to(now, at), flow).callbacks.append(self._started)
                 continue
-            flow.last, flow.rate, flow.version = now, twin.rate, 1
+            flow.last, flow.rate = now, twin.rate
+            if joined is None:
+                flow.version = 1
             for link in flow.links:
                 s = on_link[link]
                 if s is None:
                     s = on_link[link] = {}
                 s[flow] = None
             if twin.rate > 0.0:
-                self.env.timeout(flow.remaining / twin.rate, (flow, 1)).callbacks.append(self._finished)
+                self.env.timeout(flow.remaining / twin.rate, (flow, flow.version)).callbacks.append(self._finished)
             self._dirty.update(flow.links)
-        moved = self.bytes_on_link
-        for link in {link for f in a.plan[0] for link in f.links}:
-            moved[link] += solo.bytes_on_link[link]
-        if left[0] == 0:
+        moved, replayed = self.bytes_on_link, replay.fabric.bytes_on_link
+        for link in {link for phase in a.plan for f in phase for link in f.links} | \
+                {link for f in a.extras for link in f.links}:
+            moved[link] += replayed[link]
+        if replay.done and not a.ended_plan:
             self.env.timeout(0.0).callbacks.append(lambda _e: a.done())
         self._request_solve()
+
+    def _ended_later(self, f: Flow) -> None:
+        """A flow joined to a plan ends now, in the replay of their run together: its ``done`` is called
+        by an event at this time, as its end on the clock would be."""
+        f.remaining = 0.0
+        f.rate = 0.0
+        f.version += 1
+        self.env.timeout(0.0).callbacks.append(lambda _e: f.done())
 
     def _phase(self, plan: Plan, p: int, nbytes: float, done: Callable[[], None]) -> None:
         flows = plan[p]
@@ -574,29 +654,102 @@ class Fabric:
         return total
 
 
-class _Ahead:
-    """A plan run ahead of the clock (``Fabric._run_ahead``): what it is, when it began, its run alone."""
+class _Replay:
+    """A plan run ahead (``_Ahead``) and its joined flows replayed on a fresh fabric to ``tau`` seconds after its
+    start, as ``alone`` ran them (the same flows started in the same order): the phase it is in, when that
+    phase began, the phase's flows and their twins there, then the joined flows' twins, which of them have
+    ended, and whether the plan is done."""
 
-    __slots__ = ("plan", "nbytes", "done", "start", "solo", "links", "woken")
+    def __init__(self, a: "_Ahead", capacity: Sequence[float], tau: float) -> None:  # noqa: D107
+        self.env = env = simpy.Environment()
+        self.fabric = Fabric(env, capacity)
+        self.fabric.listeners.append(lambda _t, _l: None)  # as ``alone``: no flow started ahead there
+        self.plan, self.nbytes = a.plan, a.nbytes
+        self.phase, self.began, self.done = -1, 0.0, False
+        self.specs: list[FlowSpec] = []
+        self._twins: list[Flow] = []
+        self._ended: list[bool] = []
+        self._extra_ended = [False] * len(a.extras)
+        self._start(0)
+        self._extra_twins = [self.fabric.transfer(f.links, f.weights, f.remaining, f.last - a.start, self._mark(i))
+                             for i, f in enumerate(a.extras)]  # after the plan's first phase: as ``alone``
+        if tau > 0.0:
+            env.run(until=tau)
+
+    @property
+    def twins(self) -> list[Flow]:
+        return self._twins + self._extra_twins
+
+    @property
+    def ended(self) -> list[bool]:
+        return self._ended + self._extra_ended
+
+    def _mark(self, i: int) -> Callable[[], None]:
+        def one() -> None:
+            self._extra_ended[i] = True
+        return one
+
+    def _start(self, p: int) -> None:
+        """Phase ``p`` begins (empty ones are passed over, as ``Fabric._phase`` does)."""
+        plan = self.plan
+        while p < len(plan) and not plan[p]:
+            p += 1
+        if p == len(plan):
+            self.done = True
+            return
+        ended = [False] * len(plan[p])
+        self.phase, self.began, self.specs, self._ended = p, self.env.now, list(plan[p]), ended
+        left = [len(ended)]
+
+        def one_done(i: int) -> Callable[[], None]:
+            def one() -> None:
+                ended[i] = True
+                left[0] -= 1
+                if left[0] == 0:
+                    self._start(p + 1)
+            return one
+
+        self._twins = [self.fabric.transfer(f.links, f.weights, self.nbytes * f.volume, f.latency, one_done(i))
+                       for i, f in enumerate(plan[p])]
+
+
+class _Ahead:
+    """A plan run ahead of the clock (``Fabric._run_ahead``): what it is, when it began, its run alone, the
+    flows joined to it, which of them and whether the plan have ended, and how many of those are left."""
+
+    __slots__ = ("plan", "nbytes", "done", "start", "solo", "links", "woken", "extras", "ended", "ended_plan",
+                 "left")
 
     def __init__(self, plan: Plan, nbytes: float, done: Callable[[], None], start: float, solo: "Alone",
-                 links: tuple[int, ...]) -> None:  # noqa: D107
+                 links: tuple[int, ...], extras: tuple[Flow, ...] = ()) -> None:  # noqa: D107
         self.plan, self.nbytes, self.done, self.start, self.solo, self.links = plan, nbytes, done, start, solo, links
         self.woken = False
+        self.extras = extras
+        self.ended = [False] * len(extras)
+        self.ended_plan = False
+        self.left = 1 + len(extras)
 
 
 @dataclass(frozen=True)
 class Alone:
     """A plan run alone on an idle fabric from time 0: how long it takes, the bytes it leaves on
-    each link, and the load changes a listener of the fabric saw, as (time, {link: B/s})."""
+    each link, the load changes a listener of the fabric saw, as (time, {link: B/s}), and when each
+    flow run with it (``alone``'s ``extras``) ended."""
 
     duration: float
     link_bytes: tuple[tuple[int, float], ...]
     loads: tuple[tuple[float, dict[int, float]], ...]
+    ends: tuple[float, ...] = ()
 
 
-def alone(plan: Plan, nbytes: float, capacity: Sequence[float]) -> Alone:
-    """Run ``plan`` for ``nbytes`` by itself on a fresh fabric of ``capacity``.
+Extra = tuple[tuple[int, ...], tuple[float, ...], float, float]  # a flow's links, weights, bytes, start (s)
+
+
+def alone(plan: Plan, nbytes: float, capacity: Sequence[float], extras: Sequence[Extra] = (),
+          record: bool = True) -> Alone:
+    """Run ``plan`` for ``nbytes`` by itself on a fresh fabric of ``capacity`` (with ``extras``: and
+    those flows, each started at its time; their ends are ``Alone.ends``; without ``record``, no load
+    changes are kept: a fabric's runs ahead keep none, and are kept per plan, size and joined flows).
 
     Where nothing else ever uses a plan's links (the engine's private collectives), this is
     exactly what the plan does in the full run, shifted by its start: max-min sharing happens
@@ -604,16 +757,28 @@ def alone(plan: Plan, nbytes: float, capacity: Sequence[float]) -> Alone:
     env = simpy.Environment()
     fabric = Fabric(env, capacity)
     loads: list[tuple[float, dict[int, float]]] = []
-    fabric.listeners.append(lambda now, load: loads.append((now, dict(load))))
+    if record:
+        fabric.listeners.append(lambda now, load: loads.append((now, dict(load))))
+    else:  # a listener all the same: no flow is started ahead there (``_Replay`` replays it so)
+        fabric.listeners.append(lambda _t, _l: None)
     end = [-1.0]
+    ends = [-1.0] * len(extras)
 
     def done() -> None:
         end[0] = env.now
 
+    def ended(i: int) -> Callable[[], None]:
+        def one() -> None:
+            ends[i] = env.now
+        return one
+
     fabric.run_plan(plan, nbytes, done)
+    for i, (links, weights, size, start) in enumerate(extras):  # after the plan's: as ``_wake_plan`` replays
+        fabric.transfer(links, weights, size, start, ended(i))
     env.run()
-    if end[0] < 0.0:
+    if end[0] < 0.0 or min(ends, default=0.0) < 0.0:
         raise ValueError("a plan run alone never finished (a link of no capacity?)")
     on = fabric.bytes_on_link  # only the plan's links carry bytes (no scan of the whole fabric's)
-    moved = tuple((l, on[l]) for l in sorted({l for phase in plan for f in phase for l in f.links}) if on[l])
-    return Alone(end[0], moved, tuple(loads))
+    used = {l for phase in plan for f in phase for l in f.links} | {l for x in extras for l in x[0]}
+    moved = tuple((l, on[l]) for l in sorted(used) if on[l])
+    return Alone(end[0], moved, tuple(loads), tuple(ends))
