@@ -648,7 +648,11 @@ class Fabric:
             return 0.0
         total = 0.0
         for f in s:
-            for l2, w in zip(f.links, f.weights):
+            links = f.links
+            if links.count(link) == 1:  # a link once on a path (as routes give it): found in C
+                total += f.weights[links.index(link)] * f.rate
+                continue
+            for l2, w in zip(links, f.weights):
                 if l2 == link:
                     total += w * f.rate
         return total
