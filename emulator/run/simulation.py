@@ -71,6 +71,24 @@ def _refused_note(note: str, refused: str) -> str:
     return f"{note}; replicas across leaves not folded: {refused}"
 
 
+# how many gen-1 collections make a full one while the engine runs (Python's default: 10)
+RUN_FULL_COLLECTION_EVERY = 1000
+
+
+@contextmanager
+def _full_collections_rare() -> Iterator[None]:
+    """Full collections 100 times rarer while the engine runs; the young generations are collected as
+    before. A run keeps what it records (spans, link loads: 10⁶-10⁷ tuples with ``--out``), and each
+    full collection walks all of it again: a third of DeepSeek-V3's run at global batch 1024 with
+    ``--out`` (48.0 -> 33.6 s of CPU, the same peak memory; the run's garbage cycles are young ones)."""
+    g0, g1, g2 = gc.get_threshold()
+    gc.set_threshold(g0, g1, RUN_FULL_COLLECTION_EVERY)
+    try:
+        yield
+    finally:
+        gc.set_threshold(g0, g1, g2)
+
+
 @contextmanager
 def _collector_paused(set_aside: bool = False) -> Iterator[None]:
     """Python's cyclic garbage collector off while a program, a cluster or an engine is built;
@@ -242,7 +260,8 @@ def _run_program(program: Program, scenario: Scenario, progress: Progress | None
                 engine.fabric.listeners.append(record)
             schedule = FaultSchedule(engine.env, engine.fabric, topo, cluster.timed, model.link_alias)
             schedule.start()
-        spans, events = engine.run()
+        with _full_collections_rare():
+            spans, events = engine.run()
     except NoRouteError as exc:
         raise EmulatorError(f"{scenario.path or scenario.name}: {exc} (failed links leave no path)") from None
     except DeadlockError as exc:
