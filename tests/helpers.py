@@ -79,3 +79,11 @@ def uplink_mix(folder, name: str, jobs: list[str]) -> str:
     with open(path, "w") as fh:
         fh.write(f"name: {name}\n" + UPLINK_MIX + "".join(f"  - {j}\n" for j in jobs))
     return path
+
+
+def free_net(tmp_path, p):
+    """A scenario of p GPUs on one switch, 1 GB/s links with no latency: pipelines whose messages cost ~nothing."""
+    nodes = [{"id": f"g{i}", "kind": "gpu"} for i in range(p)] + [{"id": "s", "kind": "switch"}]
+    links = [d for i in range(p) for d in ({"src": f"g{i}", "dst": "s", "bandwidth": 1e9, "latency": 0},
+                                           {"src": "s", "dst": f"g{i}", "bandwidth": 1e9, "latency": 0})]
+    return custom_scenario(write_graph(tmp_path, nodes, links))

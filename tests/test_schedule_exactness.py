@@ -4,7 +4,7 @@ import dataclasses
 from collections import defaultdict
 
 import pytest
-from helpers import custom_scenario, write_graph
+from helpers import free_net
 
 from emulator.program import COMPUTE, Program
 from emulator.run.simulation import run_program
@@ -47,10 +47,7 @@ def test_bubble_fraction_is_exact(tmp_path, sched, p, m, v):
     sc = load_scenario_text(TEXT.format(p=p, m=m, sched=sched, v=v), "b.yaml")
     program = _deterministic(build_program(sc, None), v)
     # free communication: a star with zero latency (custom graphs add no launch or step costs)
-    nodes = [{"id": f"g{i}", "kind": "gpu"} for i in range(p)] + [{"id": "s", "kind": "switch"}]
-    links = [d for i in range(p) for d in ({"src": f"g{i}", "dst": "s", "bandwidth": 1e9, "latency": 0},
-                                           {"src": "s", "dst": f"g{i}", "bandwidth": 1e9, "latency": 0})]
-    net = custom_scenario(write_graph(tmp_path, nodes, links))
+    net = free_net(tmp_path, p)
     t = run_program(program, net, record_links=False).iteration_time_s
     ideal = m * (TF + TB)
     expected = (p - 1) / m if sched != "interleaved-1f1b" else (p - 1) / (v * m)
@@ -82,10 +79,7 @@ def _deterministic_split(program: Program) -> Program:
 def test_zb_h1_step_is_the_closed_form(tmp_path, p, m):
     # Qi et al. ICLR'24 Table 1 with F = 1, B = 2, W = 1 per stage: 1F1B (B and W one backward of 3)
     # m·4 + (p−1)·4; ZB-H1 m·4 + (p−1)·(1 + 2 − 1). p 4, m 8: 44 and 38; p 2, m 6: 28 and 26.
-    nodes = [{"id": f"g{i}", "kind": "gpu"} for i in range(p)] + [{"id": "s", "kind": "switch"}]
-    links = [d for i in range(p) for d in ({"src": f"g{i}", "dst": "s", "bandwidth": 1e9, "latency": 0},
-                                           {"src": "s", "dst": f"g{i}", "bandwidth": 1e9, "latency": 0})]
-    net = custom_scenario(write_graph(tmp_path, nodes, links))
+    net = free_net(tmp_path, p)
     for sched, bubble in (("1f1b", TF + TB + TW), ("zb-h1", TF + TB - TW)):
         sc = load_scenario_text(TEXT.format(p=p, m=m, sched=sched, v=1), "b.yaml")
         program = build_program(sc, None)
@@ -112,12 +106,6 @@ def _deterministic_chunks(program: Program, tf: float, tb: float, tw: float) -> 
     return Program(program.ranks, ops, program.fold, program.meta)
 
 
-def _free_net(tmp_path, p):
-    nodes = [{"id": f"g{i}", "kind": "gpu"} for i in range(p)] + [{"id": "s", "kind": "switch"}]
-    links = [d for i in range(p) for d in ({"src": f"g{i}", "dst": "s", "bandwidth": 1e9, "latency": 0},
-                                           {"src": "s", "dst": f"g{i}", "bandwidth": 1e9, "latency": 0})]
-    return custom_scenario(write_graph(tmp_path, nodes, links))
-
 
 @pytest.mark.parametrize("p,m", [(4, 8), (2, 4)])
 def test_zb_v_step_is_the_closed_form(tmp_path, p, m):
@@ -126,7 +114,7 @@ def test_zb_v_step_is_the_closed_form(tmp_path, p, m):
     # after the p − 1 chunk forwards upstream of it, and the order leaves no other idle time (the
     # zero-bubble README: ZBV's bubble rate 0): step 6m + (p − 1). p 4, m 8: 48 + 3 = 51; p 2, m 4: 25.
     # 1F1B on the same stages (a stage = the rank's 2 chunks: F 2, B + W 4): 6m + 6(p − 1): 66 and 30.
-    net = _free_net(tmp_path, p)
+    net = free_net(tmp_path, p)
     for sched, v, step in (("zb-v", 2, 6 * m + (p - 1)), ("1f1b", 1, 6 * m + 6 * (p - 1))):
         sc = load_scenario_text(TEXT.format(p=p, m=m, sched=sched, v=v), "b.yaml")
         program = build_program(sc, None)
@@ -148,7 +136,7 @@ def test_dualpipev_step_is_the_closed_form(tmp_path, p, m, tf, tb, tw):
     # p 2, m 4, (1, 1, 1): 1·2 = 2, step 24 + 2 = 26 (the README's figure: F one cell, B two, W one).
     sc = load_scenario_text(TEXT.format(p=p, m=m, sched="dualpipev", v=2), "b.yaml")
     program = _deterministic_chunks(build_program(sc, None), tf, tb, tw)
-    t = run_program(program, _free_net(tmp_path, p), record_links=False).iteration_time_s
+    t = run_program(program, free_net(tmp_path, p), record_links=False).iteration_time_s
     fb, b = tf + tb + tw, tb + tw
     assert t == pytest.approx(2 * m * (tf + tb + tw) + (p - 1) * (fb + b - 3 * tw), rel=1e-9)
 
@@ -164,6 +152,6 @@ def test_dualpipe_step_is_the_closed_form(tmp_path, p, m, tf, tb, tw):
     program = build_program(sc, None)
     assert len([op for op in program.ops if op.name == "dualpipe_grad_all_reduce"]) == p
     program = _deterministic_chunks(program, tf, tb, tw)
-    t = run_program(program, _free_net(tmp_path, p), record_links=False).iteration_time_s
+    t = run_program(program, free_net(tmp_path, p), record_links=False).iteration_time_s
     fb, b = tf + tb + tw, tb + tw
     assert t == pytest.approx(m * (tf + tb + tw) + (p // 2 - 1) * (fb + b - 3 * tw), rel=1e-9)

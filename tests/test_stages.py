@@ -3,7 +3,7 @@ import dataclasses
 from collections import defaultdict
 
 import pytest
-from helpers import custom_scenario, write_graph
+from helpers import free_net
 
 from emulator.errors import ScenarioError
 from emulator.program import COMPUTE, Program
@@ -87,12 +87,6 @@ def _per_layer_costs(program: Program, split) -> Program:
     return Program(program.ranks, ops, program.fold, program.meta)
 
 
-def _free_net(tmp_path, p):
-    nodes = [{"id": f"g{i}", "kind": "gpu"} for i in range(p)] + [{"id": "s", "kind": "switch"}]
-    links = [d for i in range(p) for d in ({"src": f"g{i}", "dst": "s", "bandwidth": 1e9, "latency": 0},
-                                           {"src": "s", "dst": f"g{i}", "bandwidth": 1e9, "latency": 0})]
-    return custom_scenario(write_graph(tmp_path, nodes, links))
-
 
 @pytest.mark.parametrize("extra, split, expected", [
     # GPipe with free communication is a flow shop of identical jobs: sum of the stage times + (m - 1) x the
@@ -104,7 +98,7 @@ def _free_net(tmp_path, p):
 def test_gpipe_makespan_of_an_uneven_split(tmp_path, extra, split, expected):
     sc = _scenario(m=4, extra=extra)
     assert make_plan(sc).chunk_layers == split
-    result = run_program(_per_layer_costs(build_program(sc, None), split), _free_net(tmp_path, 4), record_links=False)
+    result = run_program(_per_layer_costs(build_program(sc, None), split), free_net(tmp_path, 4), record_links=False)
     assert result.iteration_time_s == pytest.approx(expected, rel=1e-12)
 
 
@@ -115,7 +109,7 @@ def test_uneven_1f1b_and_interleaved_run_to_the_end(tmp_path, sched, v):
                    extra=", first_chunk_layers: 0, last_chunk_layers: 0")
     split = make_plan(sc).chunk_layers
     assert split == ((0, 7, 7, 0) if v == 1 else (0, 2, 2, 2, 2, 2, 2, 0))
-    result = run_program(_per_layer_costs(build_program(sc, None), split), _free_net(tmp_path, 4), record_links=False)
+    result = run_program(_per_layer_costs(build_program(sc, None), split), free_net(tmp_path, 4), record_links=False)
     # no stall, and at least the busiest stage's own work: stage 1 (1f1b) holds 7 layers x 8 micro-batches x 3
     busiest = max(sum(s) for s in stage_layers(split, 4)) * 8 * (TF + TB)
     assert result.iteration_time_s >= busiest
