@@ -365,31 +365,14 @@ class Program:
     ops: list[Op]
     fold: Fold | None = None
     meta: ProgramMeta = field(default_factory=ProgramMeta)
+    iterations: int = 1  # iterations the ops already hold (each step built with its own drawn MoE loads)
 
     def repeated(self, n: int) -> "Program":
         """``n`` back-to-back iterations: each rank's iteration k+1 starts on every
-        stream only after all its streams finished iteration k."""
-        if n <= 1:
+        stream only after all its streams finished iteration k; itself where it holds its iterations."""
+        if n <= 1 or self.iterations > 1:
             return self
-        stride = max((op.id for op in self.ops), default=0) + 1
-        last: dict[tuple[int, str], int] = {}
-        first: dict[tuple[int, str], int] = {}
-        for op in self.ops:
-            last[(op.rank, op.stream)] = op.id
-            first.setdefault((op.rank, op.stream), op.id)
-        tails: dict[int, list[int]] = {}
-        for (rank, _s), oid in last.items():
-            tails.setdefault(rank, []).append(oid)
-        heads = set(first.values())
-        out: list[Op] = []
-        for k in range(n):
-            off = k * stride
-            for op in self.ops:
-                deps = tuple(d + off for d in op.deps)
-                if k and op.id in heads:
-                    deps += tuple(t + off - stride for t in tails[op.rank])
-                out.append(replace(op, id=op.id + off, deps=deps))
-        return Program(self.ranks, out, self.fold, self.meta)
+        return chained([self] * n)
 
     def expanded(self) -> "Program":
         """The same program with every block op (``Op.parts``) replaced by the ops it stands for;
@@ -449,3 +432,36 @@ class Program:
             if op.parts and (op.kind is not COMPUTE or (id(op.parts), op.rank) not in blocks):
                 _check_block(op)
                 blocks.add((id(op.parts), op.rank))
+
+
+def chained(steps: Sequence[Program]) -> Program:
+    """Programs of one scenario's iterations back to back (the same ranks, streams and op ids in each, as
+    its steps are built): each rank's step k+1 starts on every stream only after all its streams finished
+    step k. Step k's ids and deps are shifted by k·stride."""
+    first = steps[0]
+    stride = max(max((op.id for op in p.ops), default=0) for p in steps) + 1
+    out: list[Op] = []
+    tails: dict[int, list[int]] = {}
+    for k, step in enumerate(steps):
+        heads, ends = _ends(step.ops)
+        off = k * stride
+        for op in step.ops:
+            deps = tuple(d + off for d in op.deps)
+            if k and op.id in heads:
+                deps += tuple(t + off - stride for t in tails[op.rank])
+            out.append(replace(op, id=op.id + off, deps=deps))
+        tails = ends
+    return Program(first.ranks, out, first.fold, first.meta, len(steps))
+
+
+def _ends(ops: Sequence[Op]) -> tuple[set[int], dict[int, list[int]]]:
+    """(the first op of each (rank, stream), each rank's last ops of its streams)."""
+    last: dict[tuple[int, str], int] = {}
+    first: dict[tuple[int, str], int] = {}
+    for op in ops:
+        last[(op.rank, op.stream)] = op.id
+        first.setdefault((op.rank, op.stream), op.id)
+    tails: dict[int, list[int]] = {}
+    for (rank, _s), oid in last.items():
+        tails.setdefault(rank, []).append(oid)
+    return set(first.values()), tails

@@ -17,7 +17,7 @@ MIXTRAL = model_preset("mixtral-8x7b")  # 8 experts, top-2, hidden 4096
 def test_rank_load_from_a_distribution():
     # 8 experts over ep 4 (2 each, contiguous as Megatron-Core's local_expert_indices): per rank
     # [4+1, 1+1, 1+1, 1+2] = [5, 2, 2, 3] of 12, the mean rank 3 → the busiest carries 5/3
-    m = dataclasses.replace(MIXTRAL, moe_expert_load=(4, 1, 1, 1, 1, 1, 1, 2))
+    m = dataclasses.replace(MIXTRAL, moe_expert_load=((4, 1, 1, 1, 1, 1, 1, 2),))
     assert M.moe_rank_load(m, 4) == pytest.approx(5 / 3)
     assert M.moe_rank_load(m, 8) == pytest.approx(4 / 1.5)  # one expert each: 4 over the mean 12/8
     assert M.moe_rank_load(m, 1) == 1.0  # every rank holds every expert
@@ -34,7 +34,7 @@ def test_distribution_scales_the_all_to_all_and_the_experts():
     # b 1, s 4096, ep 4: 4096·2 = 8192 routed copies; all-to-all S = 8192·4096·2 = 67 108 864 B (the dispatch
     # with the copies' fp32 probabilities, 8192·4 B more); the busiest rank at 5/3 receives 5/3 of the mean
     # (the plan's load), and its 2 local experts get 8192·5/3 = 13 653 tokens (rounded), 6826 each
-    m = dataclasses.replace(MIXTRAL, moe_expert_load=(4, 1, 1, 1, 1, 1, 1, 2))
+    m = dataclasses.replace(MIXTRAL, moe_expert_load=((4, 1, 1, 1, 1, 1, 1, 2),))
     L = Ly.layer_shape(m, 1, ep=4, flash=True)
     steps = Ly.forward_steps(L)
     a2a = [c for c in Ly.comms(steps) if c.group == "ep" and c.collective != "all_gather"]
@@ -60,7 +60,7 @@ parallel: {dp: 8, ep: 4}
 
 def test_read_from_a_scenario():
     sc = load_scenario_text(SCENARIO % "[4, 1, 1, 1, 1, 1, 1, 2]", "m.yaml")
-    assert sc.model.moe_expert_load == (4.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0)
+    assert sc.model.moe_expert_load == ((4.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0),)  # one row: every MoE layer
 
 
 @pytest.mark.parametrize("value, needle", [

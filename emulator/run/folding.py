@@ -236,6 +236,7 @@ class Stamped(Program):
         self.ranks = template.ranks
         self.fold = fold  # what each copy still folds (automorphisms), or None: every rank simulated
         self.meta = template.meta  # immutable: shared
+        self.iterations = template.iterations
         self.template = template.ops
         self.stamp = stamp
         self.checked = False  # the template validated already (``validate`` then skips it)
@@ -263,7 +264,9 @@ class Stamped(Program):
             self.checked = True
 
     def repeated(self, n: int) -> Program:
-        return self if n <= 1 else Program(self.ranks, self.ops, self.fold, self.meta).repeated(n)
+        if n <= 1 or self.iterations > 1:
+            return self
+        return Program(self.ranks, self.ops, self.fold, self.meta).repeated(n)
 
 
 def unfold(program: Program, fold: Fold) -> Stamped:

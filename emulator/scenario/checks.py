@@ -106,8 +106,9 @@ def _moe_violations(m: ModelSpec) -> list[Violation]:
         if m.moe_imbalance != 1.0:
             out.append(Violation("model.moe_imbalance", f"moe_imbalance ({m.moe_imbalance:g}) needs experts > 0 "
                                                         "(an MoE model)"))
-        if m.moe_expert_load:
-            out.append(Violation("model.moe_expert_load", "moe_expert_load needs experts > 0 (an MoE model)"))
+        for name in ("moe_expert_load", "moe_load_seed", "moe_load_concentration"):
+            if getattr(m, name) not in ((), None):
+                out.append(Violation(f"model.{name}", f"{name} needs experts > 0 (an MoE model)"))
         for name in ("moe_router_force_load_balancing", "moe_expert_capacity_factor",
                      "moe_pad_expert_input_to_capacity", "moe_router_num_groups", "moe_router_group_topk"):
             if getattr(m, name):
@@ -186,26 +187,50 @@ def _dispatch_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
 
 
 def _expert_load_violations(m: ModelSpec) -> list[Violation]:
-    """A measured distribution: one number per expert, not all zero, no expert above every token, and
-    not together with moe_imbalance (it says the same thing, measured)."""
-    load = m.moe_expert_load
-    if not load:
-        return []
-    if len(load) != m.experts:
-        return [Violation("model.moe_expert_load", f"moe_expert_load has {len(load)} numbers; expected one per "
-                                                   f"expert ({m.experts})")]
-    total = sum(load)
-    if total <= 0:
-        return [Violation("model.moe_expert_load", "moe_expert_load must not be all zero")]
-    out: list[Violation] = []
-    top_k = m.top_k or 1
-    if max(load) / (total / len(load)) > m.experts / top_k:
-        out.append(Violation("model.moe_expert_load", f"the busiest expert ({max(load):g} of {total:g}) gets more "
-                                                      f"than every token: at most experts/top_k = "
-                                                      f"{m.experts / top_k:g} times the mean"))
+    """A measured distribution: one row for every MoE layer or one per MoE layer, each one number per expert,
+    not all zero, no expert above every token; not together with moe_imbalance (it says the same thing,
+    measured). A drawn load (moe_load_seed) excludes both; its concentration needs the seed."""
+    out = _seed_violations(m)
+    rows = m.moe_expert_load
+    if not rows:
+        return out
+    moe_layers = m.layers - m.first_dense_layers
+    if len(rows) not in (1, moe_layers):
+        return out + [Violation("model.moe_expert_load", f"moe_expert_load has {len(rows)} rows; expected one (every "
+                                                         f"MoE layer) or one per MoE layer ({moe_layers}: layers "
+                                                         f"{m.layers} − first_dense_layers {m.first_dense_layers})")]
+    for i, load in enumerate(rows):
+        broken = _load_row_violation(m, load, "model.moe_expert_load" + (f"[{i}]" if len(rows) > 1 else ""))
+        if broken is not None:
+            return out + [broken]
     if m.moe_imbalance != 1.0:
         out.append(Violation("model.moe_imbalance", "give moe_imbalance or moe_expert_load, not both"))
     return out
+
+
+def _load_row_violation(m: ModelSpec, load: tuple[float, ...], where: str) -> Violation | None:
+    if len(load) != m.experts:
+        return Violation(where, f"moe_expert_load has {len(load)} numbers; expected one per expert ({m.experts})")
+    total = sum(load)
+    if total <= 0:
+        return Violation(where, "moe_expert_load must not be all zero")
+    top_k = m.top_k or 1
+    if max(load) / (total / len(load)) > m.experts / top_k:
+        return Violation(where, f"the busiest expert ({max(load):g} of {total:g}) gets more than every token: at "
+                                f"most experts/top_k = {m.experts / top_k:g} times the mean")
+    return None
+
+
+def _seed_violations(m: ModelSpec) -> list[Violation]:
+    """moe_load_seed draws the load, so it excludes every key that gives it; the concentration needs it."""
+    if m.moe_load_seed is None:
+        if m.moe_load_concentration is not None:
+            return [Violation("model.moe_load_concentration", "moe_load_concentration needs model.moe_load_seed")]
+        return []
+    given = [name for name, unset in (("moe_imbalance", 1.0), ("moe_expert_load", ()),
+                                      ("moe_router_force_load_balancing", False)) if getattr(m, name) != unset]
+    return [Violation(f"model.{name}", f"moe_load_seed draws the load; give {name} or moe_load_seed, not both")
+            for name in given]
 
 
 def _mla_violations(m: ModelSpec) -> list[Violation]:
@@ -391,7 +416,8 @@ SCRIPT_OPTIMIZER = "script"  # training.optimizer of a profiled workload not giv
 _MLP = "MLP (dense or experts)"
 PROFILE_FIXES = {
     "experts": _MLP, "top_k": _MLP, "expert_ffn_hidden": _MLP, "shared_experts": _MLP, "shared_expert_ffn_hidden": _MLP,
-    "first_dense_layers": _MLP, "moe_imbalance": _MLP, "moe_expert_load": _MLP, "swiglu": "MLP activation",
+    "first_dense_layers": _MLP, "moe_imbalance": _MLP, "moe_expert_load": _MLP, "moe_load_seed": _MLP,
+    "moe_load_concentration": _MLP, "swiglu": "MLP activation",
     "activation": "MLP activation", "biases": "biases", "dropout": "dropout", "norm": "norms",
     "q_lora_rank": "attention projections", "kv_lora_rank": "attention projections",
     "qk_nope_head_dim": "attention projections", "qk_rope_head_dim": "attention projections",

@@ -19,7 +19,8 @@ keys, in field order, with the types filled in from the annotations:
   with ``choices`` → ``name_list`` (names from the choices, none twice);
 - a spec dataclass → ``section`` (a mapping of its own keys); ``tuple[Spec, ...]`` → ``sections``;
 - ``kind=`` names the kinds an annotation cannot tell: ``ratio`` (0.8, "230/300", "2:1"),
-  ``path`` (a file, relative to the scenario), ``axis_order`` and ``placement``.
+  ``path`` (a file, relative to the scenario), ``axis_order``, ``placement`` and ``expert_load`` (numbers
+  per expert: one list, a list per layer, or a file of them).
 
 Every table the reader, the catalog, the JSON Schema (schema.py) and the reference page
 use is this walk's result; nothing else describes a key.
@@ -49,7 +50,8 @@ MAX_LATENCY = 1.0  # s
 
 KEY = "scenario_key"  # the field-metadata entry that holds a field's Key
 INTERNAL = "internal"  # the field-metadata entry of a field that is not a key: why it is kept
-_KINDS = {"ratio": float, "path": str, "axis_order": tuple, "placement": str}  # kind= → the annotation it needs
+# kind= → the annotation it needs
+_KINDS = {"ratio": float, "path": str, "axis_order": tuple, "placement": str, "expert_load": tuple}
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def key(doc: str, *, default: Any = MISSING, factory: Callable[[], Any] | None =
 
     ``doc``: the help text (the JSON Schema's description and the reference page's entry).
     ``default`` / ``factory``: the field's default (none: the dataclass needs it). ``unit``: a unit
-    kind of units.py. ``kind``: ratio, path, axis_order or placement. ``choices``: the allowed
+    kind of units.py. ``kind``: ratio, path, axis_order, placement or expert_load. ``choices``: the allowed
     values of a string. ``minimum`` / ``maximum`` / ``positive``: bounds (inclusive; positive: > 0).
     ``required``: the file must give it (``required_unless``: (sibling key path, value) that
     waives it). ``catalog``: gpu, node or model, whose names may stand in for it. ``name``: the

@@ -18,6 +18,7 @@ from emulator.errors import CatalogError, EmulatorError, ScenarioError, UnitErro
 from emulator.scenario import catalog, paths, spec, units
 from emulator.scenario.assignments import apply_assignments
 from emulator.scenario.checks import FABRIC_KEY_KINDS, ScenarioChecks, graph_gpus
+from emulator.scenario.expert_load import MAX_LOAD_FILE_BYTES, LoadFileError, parse_loads
 from emulator.scenario.schema import (
     AXES,
     CLUSTER_KEYS,
@@ -180,6 +181,8 @@ class _Reader:
             return self.axis_order(v, kp)
         if t == "placement":
             return self.placement(v, kp)
+        if t == "expert_load":
+            return self.expert_load(v, key, kp)
         if v.mapping is not None or v.items is not None:
             raise self.fail(v.where, kp, f"expected {self.expected(key)}, got {describe(v)}")
         if t in ("str", "path", "enum"):
@@ -262,6 +265,34 @@ class _Reader:
             raise self.fail(v.where, kp, f"expected {EXPECTED['number_list']}, got {describe(v)}")
         item = Key("number", "", minimum=0.0, maximum=1e18)
         return tuple(float(self.read(x, item, f"{kp}[{i}]")) for i, x in enumerate(v.items))
+
+    def expert_load(self, v: YamlValue, key: Key, kp: str) -> tuple[tuple[float, ...], ...]:
+        """model.moe_expert_load: one list of numbers (every MoE layer), a list of lists (one per MoE
+        layer), or a file of rows (scenario/expert_load.py), read relative to the scenario."""
+        if v.items is None and v.mapping is None:
+            if not isinstance(python_value(v), str):
+                raise self.fail(v.where, kp, f"expected {EXPECTED['expert_load']}, got {describe(v)}")
+            return self.load_file(self.read_path(v, key, kp), v, kp)
+        if v.items and all(x.items is not None for x in v.items):
+            for i, row in enumerate(v.items):
+                self.seen[f"{kp}[{i}]"] = row.where
+            return tuple(self.number_list(row, f"{kp}[{i}]") for i, row in enumerate(v.items))
+        return (self.number_list(v, kp),)
+
+    def load_file(self, path: str, v: YamlValue, kp: str) -> tuple[tuple[float, ...], ...]:
+        """The rows of a load file; a problem names the file's line."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read(MAX_LOAD_FILE_BYTES + 1)
+        except (OSError, UnicodeDecodeError) as err:
+            raise self.fail(v.where, kp, f'cannot read "{path}": {err}') from None
+        if len(text) > MAX_LOAD_FILE_BYTES:
+            raise self.fail(v.where, kp, f'"{path}" is over {MAX_LOAD_FILE_BYTES} bytes')
+        try:
+            return parse_loads(text)
+        except LoadFileError as err:
+            at = f"{path}:{err.line}" if err.line else path
+            raise self.fail(v.where, kp, f"{at}: {err}") from None
 
     def name_list(self, v: YamlValue, key: Key, kp: str) -> tuple[str, ...]:
         """A list of names, each one of ``key.enum``, none twice (training.recompute_modules); [] is allowed."""

@@ -318,10 +318,22 @@ class ModelSpec:
         "expert GEMMs and all-to-all. Default 1: what Megatron-Core's token drop with capacity factor 1 padded to "
         "capacity (NeMo's MegatronTokenDropCallback) makes exact; a lower bound for dropless routing.",
         default=1.0, minimum=1.0, maximum=1e6)
-    moe_expert_load: tuple[float, ...] = key(
+    moe_expert_load: tuple[tuple[float, ...], ...] = key(
         "A measured routing distribution: tokens (or shares) of each expert, one number per expert in expert order; "
-        "the busiest expert-parallel rank's load is read from it (Megatron's contiguous local experts). Instead of "
-        "moe_imbalance.", default=())
+        "the busiest expert-parallel rank's load is read from it (Megatron's contiguous local experts). One list: "
+        "every MoE layer; a list of lists: one per MoE layer, in layer order; a file name (read relative to the "
+        "scenario): a text file of one line per MoE layer, numbers separated by commas or spaces, # comments. "
+        "Instead of moe_imbalance.", default=(), kind="expert_load")
+    moe_load_seed: int | None = key(
+        "Draw each MoE layer's per-expert load, per step, from this seed (workload/routing.py drawn_load): the "
+        "routed copies of one micro-batch over the EP group fall on the experts multinomially, with expert shares "
+        "from a Dirichlet of moe_load_concentration (absent: equal shares, Megatron's random router). Step k of "
+        "simulation.iterations takes the draw of step k. Instead of moe_imbalance, moe_expert_load and "
+        "moe_router_force_load_balancing; absent: no draw.", default=None, minimum=0, maximum=2**32 - 1)
+    moe_load_concentration: float | None = key(
+        "With moe_load_seed: the Dirichlet concentration per expert of the experts' shares of a layer; one "
+        "expert's share spreads about the mean by about 1/sqrt(concentration) of it (10: 32%, 100: 10%); absent: "
+        "equal shares (only the tokens' random draw).", default=None, minimum=0.0, maximum=1e12, positive=True)
     # Megatron-Core's router and capacity keys (transformer_config.py; workload/routing.py)
     moe_router_force_load_balancing: bool = key(
         "Megatron-Core's benchmark mode (router.py: random logits): each token picks top_k experts uniformly, so each "

@@ -239,7 +239,9 @@ EXPECTED = {"int": "an integer", "number": "a number", "bool": "true or false", 
              "number_list": "a list of numbers of at least 0, such as [1.3, 0.9, 1.0, 0.8]",
              "name_list": "a list of names, such as [mla_up_proj, layernorm]",
              "axis_order": "the four axes pp, dp, cp, tp in some order, such as [pp, dp, cp, tp]",
-             "placement": "contiguous, spread, random, or a list of node indices such as [0, 2, 4]"}
+             "placement": "contiguous, spread, random, or a list of node indices such as [0, 2, 4]",
+             "expert_load": "a list of numbers of at least 0 (one per expert), a list of such lists (one per MoE "
+                            "layer), or a file of them, such as [1.3, 0.9, 1.0, 0.8]"}
 
 
 def _maximum(key: Key) -> float | None:

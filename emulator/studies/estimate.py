@@ -155,7 +155,7 @@ def count(scenario: Scenario, out: bool = False) -> Estimate:
                 program = stamped
             prepared = _prepared(scenario, program)
     engine, collectives, faulted, prepare_s = prepared
-    iterations = max(1, scenario.simulation.iterations)
+    iterations = max(1, scenario.simulation.iterations) // program.iterations  # drawn steps: built in already
     clocked = events_of(engine, collectives, faulted, on_clock=faulted or out)
     events = int(round(clocked.events * iterations * runs))
     wall = STARTUP_S * machine_factor() + build_s + prepare_s * runs + run_seconds(clocked) * iterations * runs
@@ -357,7 +357,8 @@ def count_jobs(scenario: Scenario) -> Estimate:
             ops, copies = (program.template, len(program.translations)) if isinstance(program, Stamped) \
                 else (program.ops, 1)
             _compute, comm = _counts(program, ops, copies, node.domain)
-            built[key] = (len(ops) * copies * iterations, EVENTS_PER_COMM * comm * iterations,
+            repeats = iterations // program.iterations  # drawn MoE steps are built in already
+            built[key] = (len(ops) * copies * repeats, EVENTS_PER_COMM * comm * repeats,
                           float(len(program.simulated_ranks())), program.ranks)
         n_ops, n_events, simulated, _world = built[key]
         runs = 1 if one else 2

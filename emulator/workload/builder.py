@@ -49,7 +49,7 @@ from typing import Any
 
 from emulator.devices import compute
 from emulator.meta import ProgramMeta, WorkloadFacts
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Part, Program
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Part, Program, chained
 from emulator.scenario.spec import ParallelSpec, Scenario
 from emulator.scenario.stages import rank_of, virtual_stage
 from emulator.workload import flops as F
@@ -760,8 +760,18 @@ def _overlap_param_gather(par: ParallelSpec) -> bool:
 
 def build_program(sc: Scenario, fold: Fold | None = None, blocks: bool = False) -> Program:
     """The Program of one training iteration of ``sc`` (ops for the simulated ranks only; with
-    ``blocks``, a unit whose ops can run as one is one block op: ``Op.parts``)."""
-    plan = make_plan(sc)
+    ``blocks``, a unit whose ops can run as one is one block op: ``Op.parts``). With MoE loads drawn from
+    ``model.moe_load_seed`` and several ``simulation.iterations``, each step is built with its own draw
+    and the program holds them all, back to back (``Program.iterations``)."""
+    steps = max(1, sc.simulation.iterations)
+    if sc.model is None or sc.model.moe_load_seed is None or steps == 1:
+        return _step_program(sc, fold, blocks, 0)
+    return chained([_step_program(sc, fold, blocks, k) for k in range(steps)])
+
+
+def _step_program(sc: Scenario, fold: Fold | None, blocks: bool, step: int) -> Program:
+    """The Program of training step ``step`` of ``sc`` (its drawn MoE loads: make_plan)."""
+    plan = make_plan(sc, step)
     if sc.workload.profile is not None:  # the user's own script: its profiled parts replace the generated layers
         reshape_plan(plan, sc)
     ops: list[Op] = []

@@ -101,6 +101,7 @@ from emulator.workload.models import (
     has_dropout,
     head_dims,
     is_mla,
+    loads_vary,
     moe_rank_load,
     resolve,
     shared_ffn,
@@ -327,14 +328,25 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       sinks=m.softmax_type != "vanilla", **mla, **_dispatch_fields(m, parallel, sm_count))
 
 
-def _load(m: ModelSpec, ep: int, tokens: int, t: int, sp: bool, etp: int | None) -> float:
-    """The busiest EP rank's load (models.moe_rank_load) where the routing keys say more than moe_imbalance;
-    0: LayerShape.rank_load's reading of moe_imbalance. The router sees each rank's sequence shard when
-    the experts are folded (etp other than t), else the TP group's whole micro-batch."""
-    if not (m.moe_expert_load or m.moe_router_force_load_balancing or m.moe_expert_capacity_factor is not None):
+def _load(m: ModelSpec, ep: int, tokens: int, t: int, sp: bool, etp: int | None, layer: int | None = None,
+          step: int = 0) -> float:
+    """The busiest EP rank's load (models.moe_rank_load) in MoE layer ``layer`` at step ``step`` (None: the
+    busiest layer) where the routing keys say more than moe_imbalance; 0: LayerShape.rank_load's reading of
+    moe_imbalance. The router sees each rank's sequence shard when the experts are folded (etp other than
+    t), else the TP group's whole micro-batch."""
+    if not (m.moe_expert_load or m.moe_router_force_load_balancing or m.moe_expert_capacity_factor is not None
+            or m.moe_load_seed is not None):
         return 0.0
     folded = bool(etp) and etp != t and sp and t > 1
-    return moe_rank_load(m, ep, tokens // t if folded else tokens)
+    return moe_rank_load(m, ep, tokens // t if folded else tokens, layer, step)
+
+
+def layer_load_shape(L: LayerShape, m: ModelSpec, layer: int, step: int = 0) -> LayerShape:
+    """``L`` with MoE layer ``layer``'s own load at step ``step`` (models.loads_vary: a row each, or drawn);
+    ``L`` itself where every layer has the same load."""
+    if not (L.experts and loads_vary(m)):
+        return L
+    return replace(L, load=_load(m, L.ep, L.b * L.s, L.t, L.sp, L.etp or None, layer, step))
 
 
 def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> dict[str, Any]:

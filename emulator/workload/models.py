@@ -138,24 +138,57 @@ def expert_params(spec: ModelSpec) -> int:
     return mlp_of_width(s, expert_ffn(s))
 
 
-def moe_rank_load(spec: ModelSpec, ep: int, tokens: int = 0) -> float:
-    """Routed tokens of the busiest expert-parallel rank over the mean rank's.
+def moe_rank_load(spec: ModelSpec, ep: int, tokens: int = 0, layer: int | None = None, step: int = 0) -> float:
+    """Routed tokens of the busiest expert-parallel rank over the mean rank's, in MoE layer ``layer`` (the
+    global index; MTP module d: layers + 1 + d) at step ``step``; ``layer`` None: the busiest MoE layer's
+    (memory's peak).
 
-    From ``moe_expert_load`` (measured tokens per expert): EP rank r holds experts r·E/ep … (r+1)·E/ep − 1
+    From ``moe_expert_load`` (measured tokens per expert; one row for every layer or one per MoE layer,
+    an MTP module taking the last): EP rank r holds experts r·E/ep … (r+1)·E/ep − 1
     (Megatron-Core moe_layer.py @ d98e8a64dd, lines 188-194: ``local_expert_indices_offset = ep_rank *
     num_local_experts``), so its load is their sum, and the busiest is max over r of that sum over
-    total/ep. Under ``moe_router_force_load_balancing``, the expected maximum of binomial loads over
-    ``tokens`` tokens per EP rank (workload/routing.py). Else from ``moe_imbalance`` f: the busiest expert and
-    local − 1 experts of mean load, (f + local − 1)/local. 1 without EP (every rank holds every expert: the
-    total is the mean). A capacity factor then caps it, or sets it with padding (routing.capped_load)."""
-    return routing.capped_load(_routed_load(spec, ep, tokens), spec)
+    total/ep. From ``moe_load_seed``: the same, of the layer's drawn copies (routing.drawn_load) of
+    ``tokens`` tokens per EP rank. Under ``moe_router_force_load_balancing``, the expected maximum of
+    binomial loads over ``tokens`` tokens per EP rank (workload/routing.py). Else from ``moe_imbalance`` f:
+    the busiest expert and local − 1 experts of mean load, (f + local − 1)/local. 1 without EP (every rank
+    holds every expert: the total is the mean). A capacity factor then caps it, or sets it with padding
+    (routing.capped_load)."""
+    if layer is None and loads_vary(spec):
+        return max(moe_rank_load(spec, ep, tokens, i, step) for i in moe_layer_indices(spec))
+    return routing.capped_load(_routed_load(spec, ep, tokens, layer, step), spec)
 
 
-def _routed_load(spec: ModelSpec, ep: int, tokens: int) -> float:
+def loads_vary(spec: ModelSpec) -> bool:
+    """Whether the MoE layers have loads of their own: drawn (moe_load_seed) or one row each."""
+    return spec.moe_load_seed is not None or len(spec.moe_expert_load) > 1
+
+
+def moe_layer_indices(spec: ModelSpec) -> list[int]:
+    """The global indices of the MoE layers: the decoder's past first_dense_layers, then the MTP modules'
+    (layers + 1 + d, after the head's index layers: workload/plan.py's units)."""
+    return [*range(spec.first_dense_layers, spec.layers), *(spec.layers + 1 + d for d in range(spec.mtp_num_layers))]
+
+
+def expert_loads(spec: ModelSpec, ep: int, tokens: int, layer: int | None, step: int) -> tuple[float, ...]:
+    """Layer ``layer``'s copies (or shares) per expert where a row or a draw gives them; () otherwise."""
+    if spec.moe_load_seed is not None:
+        at = spec.layers - 1 if layer is None else layer
+        copies = tokens * ep * (spec.top_k or 1)
+        return routing.drawn_load(spec.moe_load_seed, step, at, spec.experts, copies, spec.moe_load_concentration)
+    rows = spec.moe_expert_load
+    if not rows:
+        return ()
+    if len(rows) == 1:
+        return rows[0]
+    j = (spec.layers - 1 if layer is None else layer) - spec.first_dense_layers
+    return rows[min(max(j, 0), len(rows) - 1)]
+
+
+def _routed_load(spec: ModelSpec, ep: int, tokens: int, layer: int | None, step: int) -> float:
     if ep <= 1:
         return 1.0
     local = max(1, spec.experts // ep)
-    load = spec.moe_expert_load
+    load = expert_loads(spec, ep, tokens, layer, step)
     if load:
         per_rank = [sum(load[r * local:(r + 1) * local]) for r in range(ep)]
         return max(per_rank) / (sum(load) / ep)

@@ -57,6 +57,7 @@ class Plan:
     optimizer_s_per_param: float | None = None  # a profiled optimizer step's seconds per parameter (profiled.py)
     v_shape: bool = False  # chunks placed in a V (zb-v, dualpipev, dualpipe: scenario/stages.py rank_of)
     dual: bool = False  # dualpipe: virtual stage vs holds model stage vs mod pp (two directions, two copies)
+    step: int = 0  # the training step whose drawn MoE loads the units carry (model.moe_load_seed)
 
     def model_stage(self, vs: int) -> int:
         """The model chunk (of ``chunk_layers``) that virtual stage ``vs`` runs: itself, or with dualpipe
@@ -119,9 +120,12 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
         Ld = Ly.dense_shape(L)
         lead = (Ly.forward_steps(Ld), layer_backward(Ld, sc.training.recompute, sc.training.recompute_modules),
                 M.dense_layer_params(m, False) / t)
+    own = _LayerSteps(plan, L)  # MoE layers with loads of their own (models.loads_vary)
     for i in range(first, first + per):
         bf16 = plain is not None and bf16_layer(sc.training, m.layers, i)
-        if lead is not None and not M.is_moe_layer(m, i):
+        if M.loads_vary(m) and M.is_moe_layer(m, i):
+            units.append(Unit(f"layer{i}", i, *own.of(i, bf16), dense, expert))
+        elif lead is not None and not M.is_moe_layer(m, i):
             if bf16:
                 Lbd = Ly.unquantised(Ly.dense_shape(L))
                 units.append(Unit(f"layer{i}", i, Ly.forward_steps(Lbd),
@@ -135,7 +139,7 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
             units.append(Unit(f"layer{i}", i, fwd, bwd, dense, expert))
     chunks = plan.chunks
     if chunks is not None and chunks.mtp_chunk == k:
-        units += _mtp_units(plan, L, fwd, bwd, dense, expert, learned_pos, vs)
+        units += _mtp_units(plan, L, fwd, bwd, dense, expert, learned_pos, vs, own)
     if k == V - 1:
         # tied embeddings share the word embedding's weight where the head is on the embedding's rank (pp 1, a V,
         # or DualPipe's, each end rank holding an embedding and a head)
@@ -151,22 +155,50 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     return units
 
 
+class _LayerSteps:
+    """The forward and backward steps of MoE layers whose loads differ by layer (a row of moe_expert_load
+    each, or drawn from moe_load_seed at the plan's step), built once per distinct (load, BF16)."""
+
+    def __init__(self, plan: Plan, L: Ly.LayerShape) -> None:  # noqa: D107
+        self.plan, self.L = plan, L
+        self.built: dict[tuple[float, bool], tuple[list, list]] = {}
+
+    def of(self, layer: int, bf16: bool = False) -> tuple[list, list]:
+        tr = self.plan.sc.training
+        Li = Ly.layer_load_shape(self.L, self.plan.model, layer, self.plan.step)
+        key = (Li.load, bf16)
+        if key not in self.built:
+            Lb = Ly.unquantised(Li) if bf16 else Li
+            self.built[key] = (Ly.forward_steps(Lb), layer_backward(Lb, tr.recompute, tr.recompute_modules))
+        return self.built[key]
+
+
 def _mtp_units(plan: Plan, L: Ly.LayerShape, fwd: list, bwd: list, dense: float, expert: float,
-               learned_pos: bool, vs: int) -> list[Unit]:
+               learned_pos: bool, vs: int, own: _LayerSteps) -> list[Unit]:
     """The MTP modules of virtual stage ``vs``: each one more (MoE) layer with eh_proj and its norms, and
     a copy of the word embedding when the stage is not the embedding's (Megatron's GPTModel builds an
-    embedding where ``pre_process or mtp_process``; its gradient is all-reduced with the first stage's)."""
+    embedding where ``pre_process or mtp_process``; its gradient is all-reduced with the first stage's).
+    An MTP module's MoE layer has its own load where the layers' loads differ (index layers + 1 + d)."""
     m, t = plan.model, plan.sc.parallel.tp
-    if not M.is_moe_layer(m, m.layers - 1):  # the MTP layer is the decoder's last layer's kind
+    moe = M.is_moe_layer(m, m.layers - 1)  # the MTP layer is the decoder's last layer's kind
+    if not moe:
         L = Ly.dense_shape(L)
         fwd = Ly.forward_steps(L)
         bwd = layer_backward(L, plan.sc.training.recompute, plan.sc.training.recompute_modules)
         dense, expert = M.dense_layer_params(m, False) / t, 0.0
-    f, b = MTP.mtp_forward(L, fwd, learned_pos), MTP.mtp_backward(L, bwd)
     norm = MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden
     copy = not plan.dual and rank_of(vs, plan.sc.parallel.pp, plan.v_shape) != 0  # not on an embedding's rank
-    own = dense + 2 * m.hidden * m.hidden / t + norm + (m.vocab * m.hidden / t if copy else 0)
-    return [Unit(f"mtp{d}", m.layers + 1 + d, f, b, own, expert) for d in range(m.mtp_num_layers)]
+    params = dense + 2 * m.hidden * m.hidden / t + norm + (m.vocab * m.hidden / t if copy else 0)
+    each = moe and M.loads_vary(m)
+    f, b = MTP.mtp_forward(L, fwd, learned_pos), MTP.mtp_backward(L, bwd)
+    units = []
+    for d in range(m.mtp_num_layers):
+        i = m.layers + 1 + d
+        if each:
+            fi, bi = own.of(i)
+            f, b = MTP.mtp_forward(L, fi, learned_pos), MTP.mtp_backward(L, bi)
+        units.append(Unit(f"mtp{d}", i, f, b, params, expert))
+    return units
 
 
 def layer_backward(L: Ly.LayerShape, recompute: str, modules: tuple[str, ...] | None) -> list:
@@ -205,8 +237,8 @@ def bf16_layer(tr: TrainingSpec, layers: int, i: int) -> bool:
     return i < tr.num_layers_at_start_in_bf16 or i >= layers - tr.num_layers_at_end_in_bf16
 
 
-def make_plan(sc: Scenario) -> Plan:
-    """Validate ``sc`` and precompute its per-chunk units."""
+def make_plan(sc: Scenario, step: int = 0) -> Plan:
+    """Validate ``sc`` and precompute its per-chunk units (``step``: whose drawn MoE loads they carry)."""
     model = _check(sc)
     par, tr = sc.parallel, sc.training
     layout = Layout.from_parallel(par, sc.gpus, par.order or None)
@@ -226,7 +258,8 @@ def make_plan(sc: Scenario) -> Plan:
     dual = par.schedule == "dualpipe"  # two copies of the pp stages, one a direction, placed as a V
     plan = Plan(sc, layout, m, micro, 2 if dual else par.virtual_stages, dtype=2 if dtype == 1 else dtype,
                 flash=flash or par.cp > 1, grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
-                chunk_layers=chunks.layers, chunks=chunks, v_shape=par.schedule in V_SHAPED or dual, dual=dual)
+                chunk_layers=chunks.layers, chunks=chunks, v_shape=par.schedule in V_SHAPED or dual, dual=dual,
+                step=step)
     for vs in range(par.pp * plan.v):
         plan.chunk_units[vs] = _units_of(plan, vs, L)
     return plan

@@ -24,7 +24,10 @@ moe_utils.py @ d98e8a64dd) decides three things the cost depends on:
 """
 from __future__ import annotations
 
+import functools
 import math
+
+import numpy as np
 
 from emulator.scenario.spec import ModelSpec
 
@@ -66,6 +69,24 @@ def force_balance_load(tokens: int, top_k: int, experts: int, ep: int) -> float:
     n = tokens * top_k
     p = local / experts
     return binomial_max_mean(n, p, ep) / (n * p)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def drawn_load(seed: int, step: int, layer: int, experts: int, copies: int,
+               concentration: float | None) -> tuple[float, ...]:
+    """Layer ``layer``'s routed copies per expert at step ``step`` of ``model.moe_load_seed`` ``seed``: the
+    experts' shares from a symmetric Dirichlet of ``concentration`` (None: equal shares), then the
+    ``copies`` (tokens × top_k of one micro-batch over the EP group) fall on them multinomially. Each
+    (seed, step, layer) has its own stream (numpy's SeedSequence of the three), so a layer's draw does
+    not depend on how many others are drawn. Equal shares give Megatron-Core's random router
+    (``moe_router_force_load_balancing``) sampled once, where :func:`force_balance_load` takes the
+    expectation of its maximum; one expert's share spreads by about 1/sqrt(concentration) of the mean
+    (the Dirichlet's coefficient of variation, sqrt((E − 1)/(E·α + 1)))."""
+    rng = np.random.default_rng([seed, step, layer])
+    shares = rng.dirichlet(np.full(experts, concentration)) if concentration else np.full(experts, 1.0 / experts)
+    if copies <= 0:  # no token count known (a memory estimate without one): the shares themselves
+        return tuple(float(x) for x in shares)
+    return tuple(float(x) for x in rng.multinomial(copies, shares))
 
 
 def capped_load(load: float, spec: ModelSpec) -> float:
