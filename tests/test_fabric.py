@@ -7,6 +7,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from emulator.network import fabric as fabric_module
 from emulator.network.fabric import Fabric, Flow, max_min_rates
 
 
@@ -273,3 +274,30 @@ def test_flows_started_ahead_end_as_on_the_clock_on_random_graphs():
         ahead, clock = run(caps, flows, False), run(caps, flows, True)
         assert ahead[0] == pytest.approx(clock[0], rel=1e-12, abs=1e-12), (caps, flows)
         assert ahead[1] == pytest.approx(clock[1], rel=1e-12, abs=1e-9), (caps, flows)
+
+
+def test_a_recurring_mix_is_solved_once_and_forgotten_when_a_capacity_changes(monkeypatch):
+    # four flows of 100 B on one 100 B/s link, twice (the second batch at t 10): 25 B/s each, all end 4 s
+    # after they start. The second batch is the same mix: its rates come from the memo. Then the link drops
+    # to 50 B/s at t 20 and a third batch starts: 12.5 B/s each, 8 s; a stale memo would say 4 s.
+    env = simpy.Environment()
+    fab = Fabric(env, [100.0])
+    ends: list[float] = []
+    solved: list[int] = []
+    real = fabric_module.max_min_rates
+    monkeypatch.setattr(fabric_module, "max_min_rates", lambda flows, cap: solved.append(len(flows)) or
+                        real(flows, cap))
+
+    def batch(_e: object = None) -> None:
+        for _ in range(4):
+            fab.transfer((0,), (1.0,), 100.0, 0.0, lambda: ends.append(env.now))
+
+    batch()
+    env.timeout(10.0).callbacks.append(batch)
+    env.timeout(20.0).callbacks.append(lambda _e: fab.set_capacity(0, 50.0))
+    env.timeout(20.0).callbacks.append(batch)
+    env.run()
+    assert ends == pytest.approx([4.0] * 4 + [14.0] * 4 + [28.0] * 4, rel=1e-12)
+    # the mix of four was solved at t 0 and again after the capacity changed, not at t 10 (the four of a
+    # batch end together, so no smaller mix is solved between)
+    assert solved == [4, 4]

@@ -62,6 +62,12 @@ __all__ = ["PLANS_AHEAD", "Alone", "Fabric", "Flow", "alone", "delay_to", "max_m
 # Whether ``run_plan(ahead=True)`` may run a plan ahead of the clock (``Fabric._run_ahead``). False runs
 # every plan on the clock, flow by flow: the exact path the fast one is checked against (tests/test_fabric_ahead.py).
 PLANS_AHEAD = True
+# A component of at least this many flows has its rates remembered (``Fabric._rates_of``). Measured on
+# Qwen3-235B with the 1F1B all-to-all overlap: 32-flow dispatch mixes take 1.4 ms to solve and 60 µs to
+# look up, 4-flow ones 0.44 ms to solve; 12,792 solves held 300 distinct mixes. The run's CPU went
+# 22.1 → 10.9 s from 8 flows up, 9.9 s from 4.
+RATE_MEMO_FLOWS = 4
+RATE_MEMO_SIZE = 4096  # mixes remembered: a key holds references to its flows' tuples, ~2 kB at 32 flows
 
 
 def delay_to(now: float, at: float) -> float:
@@ -125,6 +131,8 @@ class Fabric:
         # (id(plan), bytes, the lazy flows it meets) → its run alone (with them)
         self._solo: dict[tuple[object, ...], tuple[Plan, Alone]] = {}
         self._hard: dict[int, tuple[Plan, tuple[int, ...]]] = {}  # id(plan) → the links of it that can bind
+        # a component's flows' (links, weights), in order → their max-min rates (``_rates_of``)
+        self._rates: dict[tuple[tuple[tuple[int, ...], tuple[float, ...]], ...], list[float]] = {}
         self.woken = 0  # plans run ahead that a flow met before their end (run on the clock from then)
         self.joined = 0  # flows started ahead that a plan run ahead took in (``_run_ahead``)
 
@@ -137,6 +145,7 @@ class Fabric:
         self.bind = [INF if sl else c for c, sl in zip(self.capacity, self.slack)] if links else self.capacity
         self._alone.clear()
         self._hard.clear()
+        self._rates.clear()
 
     # -- the narrow interface -------------------------------------------------
     def transfer(self, links: tuple[int, ...], weights: tuple[float, ...], nbytes: float,
@@ -231,6 +240,7 @@ class Fabric:
         self.capacity[link] = capacity
         self._alone.clear()
         self._hard.clear()
+        self._rates.clear()
         self._solo.clear()
         if self.bind is not self.capacity:
             self.slack = bytearray(len(self.capacity))
@@ -366,7 +376,7 @@ class Fabric:
             self._assign_alone(flows[0])
             return
         now = self.env.now
-        for f, r in zip(flows, max_min_rates(flows, self.bind)):
+        for f, r in zip(flows, self._rates_of(flows)):
             if f.rate == r and f.version:
                 continue
             self._settle(f, now)
@@ -378,6 +388,21 @@ class Fabric:
             self.env.timeout(delay, (f, f.version)).callbacks.append(self._finished)
         if self.listeners:
             self._report(flows)
+
+    def _rates_of(self, flows: list[Flow]) -> list[float]:
+        """The max-min rates of a component, remembered by its flows' (links, weights) in order where it has
+        at least RATE_MEMO_FLOWS flows: the same mix recurs (an EP group's dispatch, micro-batch after
+        micro-batch), and its rates depend on nothing else while the capacities stand (set_capacity and
+        set_slack forget them). The memo starts again past RATE_MEMO_SIZE mixes."""
+        if len(flows) < RATE_MEMO_FLOWS:
+            return max_min_rates(flows, self.bind)
+        key = tuple([(f.links, f.weights) for f in flows])
+        hit = self._rates.get(key)
+        if hit is None:
+            if len(self._rates) >= RATE_MEMO_SIZE:
+                self._rates.clear()
+            hit = self._rates[key] = max_min_rates(flows, self.bind)
+        return hit
 
     def _report(self, flows: list[Flow]) -> None:
         """Tell the listeners the load the re-solved ``flows`` put on their links now."""
