@@ -30,9 +30,11 @@ way; contiguous copies 2.
 Heads have d = ``head_dim`` dims (h/a by default): QKV is T×h → T×(a_l + 2·kv_l)·d, the core
 works on d, and the projection is T×a_l·d → T×h.
 
-Mixture-of-Experts (a layer with ``experts``): router GEMM · permute · [EP all-to-all
-dispatch] · the local experts' up GEMM, activation and down GEMM as one grouped GEMM each
-(Megatron-Core's --moe-grouped-gemm) · [EP all-to-all combine] · unpermute; shared experts
+Mixture-of-Experts (a layer with ``experts``): router GEMM · routing and aux-loss kernels · the
+dispatcher's counts and the permutation's row-id map · permute · [EP all-to-all dispatch] · [chunk sort]
+· the local experts' up GEMM, activation and down GEMM as one grouped GEMM each (Megatron-Core's
+--moe-grouped-gemm) · [chunk unsort] · [EP all-to-all combine] · unpermute (the small kernels: see
+"the router's and the permutation's small kernels" below); shared experts
 (one MLP of their summed width, TP-sharded) run on every token before the routed ones.
 With routing imbalance f (busiest expert / mean) the busiest EP rank holds that expert and
 local − 1 experts of mean load, so it computes (f + local − 1)/local times the mean tokens
