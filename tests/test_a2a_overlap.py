@@ -90,15 +90,19 @@ def test_delay_wgrad_compute_starts_the_backward_dispatch_before_the_experts_wgr
     # in a paired layer without it, the backward's dispatch waits for the whole experts' backward (dgrad and
     # wgrad GEMMs); with it, for their dgrad GEMMs only, and the wgrad GEMMs follow it on the compute stream.
     # A backward that runs alone (warm-up, cool-down) keeps Megatron's order: backward_dw before the dispatch.
+    # The experts' backward ends with the chunk sort's gradient (layer.chunk_sort), so the op the dispatch
+    # waits for is named ..moe.sort_chunks_bwd either way: with the wgrad GEMMs in it, it lasts longer.
+    waited_s = {}
     for delay in (False, True):
         sets = [ON] + (["parallel.delay_wgrad_compute=true"] if delay else [])
         ops = [o for o in build_program(scenario(*sets)).ops if o.rank == 0]
         byid = {o.id: o for o in ops}
-        early = [i for i, o in enumerate(ops) if o.name.endswith("bwd.moe.dispatch_bwd")
-                 and all("wgrad" not in byid[x].name for x in o.deps)]
+        dispatch = [i for i, o in enumerate(ops) if o.name.endswith("bwd.moe.dispatch_bwd")]
+        early = [i for i in dispatch
+                 if next(x for x in ops[i + 1:] if x.stream == "compute").name.endswith("moe.down.wgrad..moe.up.wgrad")]
         assert bool(early) == delay
         for i in early:
             (waited,) = ops[i].deps
-            assert byid[waited].name.endswith("moe.up.dgrad")
-            nxt = next(x for x in ops[i + 1:] if x.stream == "compute")
-            assert nxt.name.endswith("moe.down.wgrad..moe.up.wgrad")
+            assert byid[waited].name.endswith("moe.sort_chunks_bwd") and "wgrad" not in byid[waited].name
+        waited_s[delay] = min(byid[ops[i].deps[0]].duration for i in dispatch)
+    assert waited_s[True] < waited_s[False]

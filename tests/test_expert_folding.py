@@ -75,8 +75,10 @@ def test_folded_moe_layer_steps():
     mlp = fwd[[s.name for s in fwd].index("ln2"):]
     comms = [(c.name, c.group, c.collective, c.bytes) for c in Ly.comms(mlp)]
     # the token counts (128 experts × 8 B × ep 32), all-to-all of 2048·8 = 16 384 copies × 4096 × 2 B =
-    # 134 217 728 B each way (the dispatch with 16 384 fp32 probabilities); no TP or ETP collective
-    assert comms == [("moe.token_counts", "ep", "all_gather", 128 * 8 * 32),
+    # 134 217 728 B each way (the dispatch with 16 384 fp32 probabilities); no TP or ETP collective on the
+    # tokens, only the aux loss's all-reduce of the tokens per expert over TP (128 experts × 8 B)
+    assert comms == [("moe.aux_counts", "tp", "all_reduce", 128 * 8),
+                     ("moe.token_counts", "ep", "all_gather", 128 * 8 * 32),
                      ("moe.dispatch", "ep", "all_to_all", 134_217_728 + 16_384 * 4),
                      ("moe.combine", "ep", "all_to_all", 134_217_728)]
     k = {s.name: s for s in Ly.kernels(mlp)}
@@ -87,11 +89,12 @@ def test_folded_moe_layer_steps():
     # etp 2 under tp 4: Te = 1024 tokens, 8192 copies; the ETP all-gather doubles the experts' rows
     # (8192·2/4 = 4096 each) and halves their width (768); its buffer 4096·4·4096·2 = 134 217 728 B,
     # the all-to-all's 8192·4096·2 = 67 108 864 B (the dispatch with 8192 fp32 probabilities), after the
-    # token counts (128 × 8 B × ep 32)
+    # aux loss's all-reduce over TP (128 × 8 B) and the token counts (128 × 8 B × ep 32)
     L2 = Ly.layer_shape(MOE, 1, t=4, sp=True, ep=32, flash=True, etp=2)
     mlp2 = Ly.forward_steps(L2)[[s.name for s in Ly.forward_steps(L2)].index("ln2"):]
     assert [(c.group, c.collective, c.bytes) for c in Ly.comms(mlp2)] == [
-        ("ep", "all_gather", 128 * 8 * 32), ("ep", "all_to_all", 67_108_864 + 8192 * 4), ("etp", "all_gather", 134_217_728),
+        ("tp", "all_reduce", 128 * 8), ("ep", "all_gather", 128 * 8 * 32), ("ep", "all_to_all", 67_108_864 + 8192 * 4),
+        ("etp", "all_gather", 134_217_728),
         ("etp", "reduce_scatter", 134_217_728), ("ep", "all_to_all", 67_108_864)]
     up = next(s for s in Ly.kernels(mlp2) if s.name == "moe.up")
     assert (up.m, up.n) == (4096, 1536)

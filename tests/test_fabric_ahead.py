@@ -206,13 +206,14 @@ PIPELINE = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep
             "--set", "cluster.nodes=6", "--set", "training.global_batch=64"]
 # EP 16 over the attention's TP 2 × DP 8 (MoE parallel folding, etp 1, as the DeepSeek-V3 layout) with DeepEP:
 # a tensor-parallel all-gather started ahead on the NVLink its dispatch uses, about to stream as it begins,
-# is run with it (``Fabric._run_ahead``'s joined flows).
+# is run with it (``Fabric._run_ahead``'s joined flows). Micro-batches of 2: a flow then meets a dispatch run
+# ahead (woken), which at 1 the router's small kernels (layer.py) now keep apart.
 EP_OVER_TP = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep=16", "--set", "parallel.tp=2",
               "--set", "parallel.etp=1", "--set", "parallel.dp=8", "--set", "training.global_batch=16",
               "--set", "parallel.sequence_parallel=true", "--set", "parallel.moe_token_dispatcher_type=flex",
-              "--set", "parallel.moe_flex_dispatcher_backend=deepep"]
-# The same with HybridEP, whose plans have three phases (its 64-token pipeline)
-HYBRID_EP = EP_OVER_TP[:-1] + ["parallel.moe_flex_dispatcher_backend=hybridep"]
+              "--set", "training.micro_batch=2", "--set", "parallel.moe_flex_dispatcher_backend=deepep"]
+# The same with HybridEP, whose plans have three phases (its 64-token pipeline), at micro-batches of 1
+HYBRID_EP = EP_OVER_TP[:-3] + ["parallel.moe_flex_dispatcher_backend=hybridep"]
 
 
 def summary_and_counts(args, ahead, monkeypatch, capsys):
@@ -246,6 +247,16 @@ def split_busiest(summary):
     return [{k: v for k, v in b.items() if k != "link"} for b in busiest], {b["link"]: b for b in busiest}
 
 
+def tied_nic_directions(fast, exact):
+    """The busiest NIC's direction left out where both runs name the same NIC at the same utilisation: its
+    two directions carry the same bytes (an all-to-all's), and the last bits of their sums, added in
+    another order by the fast path, pick which of them is named (outputs/nic.py busiest_nic)."""
+    f, e = fast["links"]["busiest_nic"], exact["links"]["busiest_nic"]
+    if f["nic"] == e["nic"] and math.isclose(f["utilisation"], e["utilisation"], rel_tol=1e-12):
+        f.pop("direction")
+        e.pop("direction")
+
+
 def assert_same(fast, exact, path="summary"):
     """Every key and string the same, every number equal to within its last bits: the plan run ahead
     adds the same rates and bytes in another order (its run alone shifted by its start)."""
@@ -272,6 +283,7 @@ def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, monkeypatch,
     assert fast["sim"].pop("events") < exact["sim"].pop("events")  # what the fast path is for
     fast_list, fast_named = split_busiest(fast)
     exact_list, exact_named = split_busiest(exact)
+    tied_nic_directions(fast, exact)
     assert_same(fast_list, exact_list)
     both = sorted(set(fast_named) & set(exact_named))
     assert len(both) >= len(exact_named) // 2

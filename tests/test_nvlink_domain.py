@@ -86,5 +86,7 @@ def test_one_rack_all_reduce_by_nvls_and_ring():
 def test_all_to_all_over_a_whole_rack_uses_nvlink_only():
     sc = rack()
     row = collective_table(sc, "all_to_all", [2**30])[0]
-    # every GPU sends 71/72 of 1 GiB over its own 680 GB/s port, all at once: 6.05 + 1.69 us + 71/72 GiB / 680 GB/s
-    assert row["time_s"] == pytest.approx(6.05e-6 + 1.69e-6 + 71 / 72 * 2**30 / 680e9, rel=1e-9)
+    # every GPU sends 71/72 of 1 GiB over its own 680 GB/s port, all at once: 6.05 + 1.69 us, 70 more peers at
+    # (28.20 − 11.75)/24 = 0.685 us (NCCL's cost per peer, collectives.ALLTOALL_PEER_S), + 71/72 GiB / 680 GB/s
+    peer = (28.20e-6 - 11.75e-6) / 24
+    assert row["time_s"] == pytest.approx(6.05e-6 + 1.69e-6 + 70 * peer + 71 / 72 * 2**30 / 680e9, rel=1e-9)

@@ -289,6 +289,13 @@ def attention_cost(batch: int, heads: int, kv_heads: int, seq: int, head_dim: in
 # fraction on the H100, an ASSUMPTION).
 CAST_MEM_EFFICIENCY = 3672.0 / 4800.0
 
+# The fraction of HBM bandwidth a copy reaches, measured on the same H200 (../shared/calibration/h200/
+# elementwise.csv row 11: x.clone() of a bf16 [16384, 4096], 268.4 MB in 75.2 us, 3570 GB/s of 4800): 0.744.
+# MoE token copies (Transformer Engine's permute, unpermute and chunk sort: row gathers of whole token rows,
+# each a contiguous h·2 bytes) are costed at this fraction (an ASSUMPTION: a gather of rows of several kB
+# moves as a copy does; the same fraction on other GPUs, as the cast's).
+COPY_MEM_EFFICIENCY = 3570.0 / 4800.0
+
 
 def elementwise_time(nbytes: float, gpu: GpuSpec, efficiency: float = 0.0) -> float:
     """time = nbytes / (hbm · e) + launch: a memory-bound kernel moving nbytes; e = ``efficiency``,

@@ -10,7 +10,8 @@ latency of its class) and a launch cost L:
 - ring all-reduce:       L + 2(n−1)·α + 2(n−1)/n · S/B
 - ring reduce-scatter / all-gather: L + (n−1)·α + (n−1)/n · S/B
 - ring broadcast:        L + (n−1)·α + S/B   (pipelined from the root along each ring channel)
-- direct all-to-all:     one flow per ordered pair, S/n bytes each
+- direct all-to-all:     one flow per ordered pair, S/n bytes each, each of latency
+                         L + α + (n − 2)·p: p per peer beyond the first (``ALLTOALL_PEER_S``)
 - send/recv:             L + α + S/B
 - MoE dispatch (all-to-all-v with per-pair sizes, DeepEP): one flow per rank over its legs (dispatch.py)
 - tree all-reduce (NCCL's double binary tree, tree.py): per channel two trees over the
@@ -59,6 +60,16 @@ from emulator.network.raw_plan import Hop, RawFlow, RawPlan, StepCosts
 from emulator.network.routing import Route, Router
 from emulator.network.slack import slack_links
 from emulator.program import Fold, FoldRefused, parse_dispatch_op
+
+# An NCCL all-to-all is n send/recv pairs (NVIDIA/nccl @ 5067397c, src/enqueue.cc: ncclAlltoAll appends a
+# send and a recv per rank, lines 3070-3079), and its latency grows with the peers. NCCL's own baseline
+# in contrib/custom_algos/alltoall/README.md (same commit, "Performance", NCCL_baseline column, 16 B per
+# pair, CUDA graph, 4 CTAs): 8 GB200 11.75 us, 32 GB200 28.20 us: (28.20 − 11.75)/(32 − 8) = 0.685 us per
+# added peer. With gb200-nvl72's launch (6.05 us) and step (1.69 us) a flow's latency L + α + (n − 2)·p
+# gives 11.85 and 28.29 us. ASSUMPTION: the same cost per peer on other GPUs and for peers across nodes
+# (the rows are one NVLink domain); the XLA table's sm_90 all-to-alls (../shared/calibration/h100/nccl.csv,
+# 2 KB to 1 MB, 8 GPUs) are slower still (median 37.3 us, executable overhead included).
+ALLTOALL_PEER_S = (28.20e-6 - 11.75e-6) / (32 - 8)
 
 PlanKey = tuple[str, tuple[int, ...], int]  # (op, group, root); op "p2p" with group (src, dst) for a transfer
 CacheKey = tuple[str, tuple[int, ...], int, str]  # a PlanKey and the algorithm that builds it
@@ -507,12 +518,18 @@ def direct(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -
     if op != "all_to_all":
         return ring(model, op, group, root)
     n = len(group)
+    peers = peer_latency(model.steps, n)
     flows: list[RawFlow] = []
     for a in group:
         for b in group:
             if a != b:
-                flows.append(([(a, b, 1.0)], 1.0 / n, model.steps.launch + model.alpha(a, b), []))
+                flows.append(([(a, b, 1.0)], 1.0 / n, model.steps.launch + model.alpha(a, b) + peers, []))
     return [flows]
+
+
+def peer_latency(steps: StepCosts, n: int) -> float:
+    """An NCCL all-to-all's latency for its peers beyond the first, (n − 2)·p (``ALLTOALL_PEER_S``)."""
+    return max(0, n - 2) * steps.peer
 
 
 def double_tree(model: CollectiveModel, op: str, group: tuple[int, ...], root: int) -> RawPlan:

@@ -12,7 +12,8 @@ routed on the links it really uses, where it shares them with TP, PP and DP traf
   routed copies. Rank b receives the share q_b of every rank's copies: the busiest receiver (the group's
   first member) load/n, every other (1 − load/n)/(n − 1), so the sizes add up to the routed copies and only
   the busiest receiver gets the large volume. ``in`` (dispatch): rank a sends S·q_b to each b; ``out``
-  (combine): rank b sends S·q_b back to each a.
+  (combine): rank b sends S·q_b back to each a. Its latency adds NCCL's cost per peer beyond the first,
+  as the plain all-to-all's (collectives.ALLTOALL_PEER_S).
 - ``deepep`` (DeepEP's normal kernels, V1 ``Buffer.internode_dispatch``/``internode_combine`` as
   Megatron-Core drives them: fused_a2a.py, token_dispatcher.py ``MoEFlexTokenDispatcher``; DeepEP
   csrc/kernels/internode.cu). S is one rank's tokens, each sent once. A token crosses the network once per
@@ -96,11 +97,13 @@ def _local_experts(i: int, local: int) -> tuple[int, ...]:
     return tuple(range(i * local, (i + 1) * local))
 
 
-def _flow(model: "PlanMaker", hops: list["Hop"], two_hop: list[tuple[int, int, int]]) -> "RawFlow":
-    """One rank's flow over ``hops``; its latency: launch + the slowest leg's α (a forwarded leg's two)."""
+def _flow(model: "PlanMaker", hops: list["Hop"], two_hop: list[tuple[int, int, int]],
+          extra: float = 0.0) -> "RawFlow":
+    """One rank's flow over ``hops``; its latency: launch + the slowest leg's α (a forwarded leg's two)
+    + ``extra``."""
     alphas = [model.alpha(a, b) for a, b, _s in hops]
     alphas += [model.alpha(a, r) + model.alpha(r, b) for a, r, b in two_hop]
-    return hops, 1.0, model.steps.launch + max(alphas, default=0.0), []
+    return hops, 1.0, model.steps.launch + max(alphas, default=0.0) + extra, []
 
 
 def all_to_all_v(model: "PlanMaker", direction: str, params: dict[str, float],
@@ -111,13 +114,14 @@ def all_to_all_v(model: "PlanMaker", direction: str, params: dict[str, float],
     busiest = load / n
     rest = (1.0 - busiest) / (n - 1)
     share = {b: (busiest if i == 0 else rest) for i, b in enumerate(group)}
+    peers = max(0, n - 2) * model.steps.peer  # NCCL's send/recv pairs (collectives.ALLTOALL_PEER_S)
     flows = []
     for a in group:
         if direction == "in":
             hops = [(a, b, share[b]) for b in group if b != a]
         else:  # rank a returns to each b what b sent it
             hops = [(a, b, share[a]) for b in group if b != a]
-        flows.append(_flow(model, hops, []))
+        flows.append(_flow(model, hops, [], peers))
     return [flows]
 
 

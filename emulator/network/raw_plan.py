@@ -26,6 +26,7 @@ class StepCosts:
     intra: float = 0.0
     inter: float = 0.0
     nvls: float = 0.0  # NVLS: (intra link capacity) / (NVLS all-reduce bus bandwidth); 0: none
+    peer: float = 0.0  # an NCCL all-to-all's latency per peer beyond the first (collectives.ALLTOALL_PEER_S)
 
 
 class PlanMaker(Protocol):

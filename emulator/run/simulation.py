@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from emulator.devices.gpu import Gpu
 from emulator.errors import EmulatorError
-from emulator.network.collectives import CollectiveModel
+from emulator.network.collectives import ALLTOALL_PEER_S, CollectiveModel
 from emulator.network.placed import PlacedRouter, placed_node_of
 from emulator.network.raw_plan import StepCosts
 from emulator.network.routing import NoRouteError, Router
@@ -119,7 +119,7 @@ def step_costs(scenario: Scenario) -> StepCosts:
     if scenario.cluster.fabric.kind == "custom" or node is None:
         return StepCosts()
     nvls = node.intra_bandwidth * node.intra_efficiency / node.nvls_busbw if node.nvls_busbw else 0.0
-    return StepCosts(node.collective_launch, node.step_latency_intra, node.step_latency_inter, nvls)
+    return StepCosts(node.collective_launch, node.step_latency_intra, node.step_latency_inter, nvls, ALLTOALL_PEER_S)
 
 
 def simulate(scenario: Scenario, progress: Progress | None = None, record_links: bool = True) -> Result:

@@ -3,7 +3,8 @@
 A GEMM or fused-attention kernel is looked up in the GPU's measured kernels first
 (:func:`emulator.devices.compute.measured_first`: exact shape, else log-shape interpolation,
 else the roofline); an MoE grouped GEMM falls back to the batched GEMM's roofline scaled by
-``grouped_gemm_efficiency``; element-wise kernels always take the roofline. Every cost says
+``grouped_gemm_efficiency``; element-wise kernels always take the roofline (an FP8 cast and an MoE
+token copy at the bandwidth measured for a cast and a copy). Every cost says
 which of the three it came from (``measured | interpolated | roofline``).
 
 FP8, MXFP8 and NVFP4 (``training.precision``) are Transformer Engine's recipes: a quantised GEMM
@@ -147,6 +148,8 @@ def _kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str) -> tuple[float, str]:
                                                                            kern.backward, kern.dtype))
     if kern.kind == "cast":  # a Transformer Engine FP8 cast: at the measured bandwidth of a cast
         return compute.elementwise_time(kern.bytes, gpu, compute.CAST_MEM_EFFICIENCY), "roofline"
+    if kern.kind == "copy":  # an MoE token copy (permute, unpermute, chunk sort): at the measured bandwidth of a copy
+        return compute.elementwise_time(kern.bytes, gpu, compute.COPY_MEM_EFFICIENCY), "roofline"
     return compute.elementwise_time(kern.bytes, gpu), "roofline"
 
 

@@ -30,9 +30,11 @@ way; contiguous copies 2.
 Heads have d = ``head_dim`` dims (h/a by default): QKV is T×h → T×(a_l + 2·kv_l)·d, the core
 works on d, and the projection is T×a_l·d → T×h.
 
-Mixture-of-Experts (a layer with ``experts``): router GEMM · permute · [EP all-to-all
-dispatch] · the local experts' up GEMM, activation and down GEMM as one grouped GEMM each
-(Megatron-Core's --moe-grouped-gemm) · [EP all-to-all combine] · unpermute; shared experts
+Mixture-of-Experts (a layer with ``experts``): router GEMM · routing and aux-loss kernels · the
+dispatcher's counts and the permutation's row-id map · permute · [EP all-to-all dispatch] · [chunk sort]
+· the local experts' up GEMM, activation and down GEMM as one grouped GEMM each (Megatron-Core's
+--moe-grouped-gemm) · [chunk unsort] · [EP all-to-all combine] · unpermute (the small kernels: see
+"the router's and the permutation's small kernels" below); shared experts
 (one MLP of their summed width, TP-sharded) run on every token before the routed ones.
 With routing imbalance f (busiest expert / mean) the busiest EP rank holds that expert and
 local − 1 experts of mean load, so it computes (f + local − 1)/local times the mean tokens
@@ -113,7 +115,8 @@ FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
 
 @dataclass(frozen=True)
 class Kernel:
-    """One compute kernel. kind: gemm | elementwise | flash | cast (an FP8 cast, memory-bound)."""
+    """One compute kernel. kind: gemm | elementwise | flash | cast (an FP8 cast, memory-bound) | copy (an MoE token
+    copy, memory-bound) | host."""
 
     name: str
     kind: str
@@ -657,14 +660,15 @@ def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
     up = 2 * fe if L.swiglu else fe
     shared = _shared_forward(L, cat)
     first, second = _shared_split(L, shared)
-    steps: list[Step] = [_router(L, L.T, cat), elementwise("moe.permute", routed * L.h, 2.0, L, 0.0, cat),
-                         *(shared if not first else [])]
+    steps: list[Step] = [*route_and_permute(L, L.T, routed, cat), *(shared if not first else [])]
     steps += _dispatch_steps(L, L.T, a2a, cat, first)
     act = _act_forward(L, cat, m_e * local if L.rank_load != 1.0 else routed, fe)
+    steps += chunk_sort(L, "moe.sort_chunks", m_e * local, cat)
     steps += [grouped_gemm("moe.up", m_e, up, L.h, L, local, cat), act,
               grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
+    steps += chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
     steps += _combine_steps(L, L.T, a2a, cat, second)
-    steps.append(elementwise("moe.unpermute", routed * L.h, 2.0, L, 1.0, cat))
+    steps.append(unpermute(L, routed, cat))
     return steps
 
 
@@ -707,18 +711,19 @@ def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
     gathered = m_e * local * L.h * L.dtype  # the ETP all-gather's output (nccl-tests S)
     shared = _shared_forward(L, cat) if L.shared_ffn else []
     first, second = _shared_split(L, shared)
-    steps: list[Step] = [_router(L, L.Te, cat), elementwise("moe.permute", routed * L.h, 2.0, L, 0.0, cat)]
+    steps: list[Step] = route_and_permute(L, L.Te, routed, cat)
     if L.shared_ffn:
         steps += _tp_in(L, "shared", cat) + (shared + _tp_out(L, "shared", cat) if not first else [])
     steps += _dispatch_steps(L, L.Te, a2a, cat, first)
-    steps += _etp(L, "moe.etp_ag", "all_gather", gathered, cat)
+    steps += _etp(L, "moe.etp_ag", "all_gather", gathered, cat) + chunk_sort(L, "moe.sort_chunks", m_e * local, cat)
     steps += [grouped_gemm("moe.up", m_e, up, L.h, L, local, cat), _act_forward(L, cat, m_e * local, fe),
               grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
+    steps += chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
     steps += _etp(L, "moe.etp_rs", "reduce_scatter", gathered, cat)
     steps += _combine_steps(L, L.Te, a2a, cat, second)
     if first and L.shared_ffn:
         steps += _tp_out(L, "shared", cat)
-    steps.append(elementwise("moe.unpermute", routed * L.h, 2.0, L, 1.0, cat))
+    steps.append(unpermute(L, routed, cat))
     return steps
 
 
@@ -727,16 +732,18 @@ def _folded_moe_backward(L: LayerShape) -> list[Step]:
     fe = L.fe_l
     up = 2 * fe if L.swiglu else fe
     gathered = m_e * local * L.h * L.dtype
-    steps: list[Step] = [elementwise("moe.unpermute_bwd", routed * L.h, 2.0, L, 1.0, BWD)]
+    steps: list[Step] = [unpermute_backward(L, routed)]
     steps += _combine_backward(L, L.Te, a2a)
-    steps += _etp(L, "moe.etp_ag_bwd", "all_gather", gathered, BWD)
+    steps += _etp(L, "moe.etp_ag_bwd", "all_gather", gathered, BWD) + chunk_sort(L, "moe.unsort_chunks_bwd",
+                                                                                  m_e * local, BWD)
     steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local), _act_backward(L, m_e * local, fe),
               *_grouped_backward(L, "moe.up", m_e, up, L.h, local)]
+    steps += chunk_sort(L, "moe.sort_chunks_bwd", m_e * local, BWD)
     steps += _etp(L, "moe.etp_rs_bwd", "reduce_scatter", gathered, BWD)
     steps += _dispatch_backward(L, L.Te, a2a)
     if L.shared_ffn:
         steps += [*_grad_gather(L, "shared.down"), *_shared_backward(L), *_tp_out(L, "shared_bwd", BWD)]
-    steps += [elementwise("moe.permute_bwd", routed * L.h, 2.0, L, 1.0, BWD), *_router_backward(L, L.Te)]
+    steps += permute_and_router_backward(L, L.Te, routed)
     return steps
 
 
@@ -783,6 +790,209 @@ def _in_router_dtype(L: LayerShape, k: Kernel) -> Kernel:
 def _router_backward(L: LayerShape, tokens: int) -> list[Step]:
     return [_in_router_dtype(L, st) if isinstance(st, Kernel) else st
             for st in _linear_backward(L, "moe.router", tokens, L.experts, L.h)]
+
+
+# --- the router's and the permutation's small kernels -------------------------------------------------
+# What Megatron-Core runs around the router GEMM and the token copies, per MoE layer and micro-batch
+# (NVIDIA/Megatron-LM @ d98e8a64dd, megatron/core/transformer/moe/router.py TopKRouter.routing,
+# moe_utils.py, token_dispatcher.py; NVIDIA/TransformerEngine @ d0067d0, transformer_engine/pytorch/
+# permutation.py and triton/permutation.py), in the configuration of Megatron-LM's MoE examples
+# (examples/gptoss/02_train.sh, examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh,
+# examples/post_training/modelopt/conf/Qwen/Qwen3-30B-A3B.sh): the softmax score function after top-k
+# (moe_router_pre_softmax off), an auxiliary load-balancing loss (moe_aux_loss_coeff > 0; every example
+# sets one), TE's fused permutation (--moe-permute-fusion), and the router unfused (moe_router_fusion
+# off, the default): every PyTorch op is its own kernel. ASSUMPTION: one kernel per PyTorch op (a lower
+# bound: a sorted torch.topk may add a sort kernel, an out-of-place scatter a copy). N tokens seen by the
+# router, E experts, k = top_k, r the logits' bytes (moe_router_dtype, else the training dtype):
+# - routing (moe_utils.topk_routing_with_score_function): topk of the logits; softmax of the k scores
+#   (fp32); the probabilities cast back to the logits' dtype (none when r = 4); routing_probs =
+#   zeros_like(logits).scatter(...) (2); routing_map = zeros_like(logits).int().scatter(...).bool() (4):
+#   8 kernels (9 with the cast). Group-limited routing (moe_router_num_groups, group_limited_topk)
+#   replaces the one topk by ten: the per-group topk, its sum, the group topk, the group mask's zeros
+#   and scatter, its expand to the experts, bool, not, masked_fill and the final topk.
+# - aux loss (compute_routing_scores_for_aux_loss, get_tokens_per_expert_and_token_count,
+#   switch_load_balancing_loss_func, attach_and_log_load_balancing_loss): softmax over all E, topk, the
+#   routing map's zeros, int, scatter and bool (6); the map's column sum (the tokens per expert), all-
+#   reduced over the TP×CP group (reduce_from_tensor_model_parallel_region: a Comm with TP > 1); the
+#   probabilities' column sum; the loss's product, sum and scale; the tracker's division and add (5):
+#   13 kernels. Backward (autograd of the same ops): MoEAuxLossAutoScaler's ones_like and scale, the
+#   scale's and the product's gradients, the full softmax's backward on its materialised gradient
+#   (contiguous), and the add of the two paths' logit gradients: 7; the routing's: the scatter's gather,
+#   the softmax's backward, topk's zeros and scatter (4; 5 with the cast).
+# - the alltoall dispatcher's counts (MoEAlltoAllTokenDispatcher.preprocess): routing_map.sum(dim=0),
+#   and with EP or TP the input splits' sum, the local experts' slice (contiguous) and three sums: 1 or 6.
+# - TE's fused permutation (moe_permute_mask_map_forward): make_row_id_map's three Triton passes over
+#   the N×E map (int32 N×(2E+1) out) before the permute kernel (``moe.permute``); nothing backward (the
+#   map is saved).
+# - the alltoall dispatcher's chunk sort with EP and more than one local expert (dispatch_postprocess
+#   and combine_preprocess: sort_chunks_by_idxs, TE's moe_chunk_sort_forward): make_chunk_sort_map and
+#   sort_chunks_by_map, a copy of every received token (and its probability), after the dispatch and
+#   again before the combine; backward one copy each.
+# Pricing: every kernel at the elementwise roofline (compute.elementwise_time: its bytes at E_MEM plus
+# the GPU's launch_overhead). The small ones are launch-bound: N·E·4 bytes are 2 MB for N 4096, E 128,
+# 0.7 us on an H100 against the 4 us floor. ASSUMPTION: that floor is the catalog's launch_overhead; no
+# calibration row measures a small kernel alone (../shared/calibration/h200/elementwise.csv rows are 30 us
+# or more, and h200/sources.md says their per-call times below 60 us hold the host's dispatch; h100/
+# other.csv's torch_small_matmul_time_per_call_us, 11.3 us, is host-bound: an upper bound). The token
+# copies (permute, unpermute, chunk sort and their gradients) are ``copy`` kernels, at the bandwidth a
+# copy reached (compute.COPY_MEM_EFFICIENCY).
+IDX_BYTES = 8  # an int64 index (torch.topk's indices, a token count)
+SCORE_BYTES = 4  # the router's scores and probabilities are fp32 (topk_routing_with_score_function)
+MAP_PASSES = 3  # make_row_id_map's three Triton kernels (TE triton/permutation.py, _row_id_map_pass_1..3)
+
+
+def _small(name: str, nbytes: float, cat: str) -> Kernel:
+    """One of the router's or the permutation's small kernels, moving ``nbytes`` (no FLOPs counted)."""
+    return Kernel(name, "elementwise", 0.0, float(nbytes), cat)
+
+
+def _copy(name: str, nbytes: float, cat: str, flops: float = 0.0) -> Kernel:
+    """A token copy (permute, unpermute, chunk sort): a memory-bound row gather of ``nbytes`` read and written."""
+    return Kernel(name, "copy", flops, float(nbytes), cat)
+
+
+def _logit_bytes(L: LayerShape) -> int:
+    return L.router_bytes or L.dtype
+
+
+def _topk(L: LayerShape, n: int, cat: str) -> list[Kernel]:
+    """The routing's top-k of the N×E logits: one torch.topk, or group_limited_topk's ten kernels."""
+    e, k, r = L.experts, L.top_k, _logit_bytes(L)
+    ne, nk = n * e, n * k
+    if not (L.groups and L.group_topk):
+        return [_small("moe.router.topk", ne * r + nk * (r + IDX_BYTES), cat)]
+    g = n * L.groups  # one score per token and group
+    return [_small("moe.router.group_topk_in", ne * r + g * (r + IDX_BYTES), cat),
+            _small("moe.router.group_sum", 2 * g * r, cat),
+            _small("moe.router.group_topk", g * r + n * L.group_topk * (r + IDX_BYTES), cat),
+            _small("moe.router.group_zeros", g * r, cat),
+            _small("moe.router.group_scatter", g * r + n * L.group_topk * IDX_BYTES, cat),
+            _small("moe.router.group_expand", g * r + ne * r, cat),
+            _small("moe.router.group_bool", ne * (r + 1), cat),
+            _small("moe.router.group_not", ne * 2, cat),
+            _small("moe.router.masked_fill", ne * (2 * r + 1), cat),
+            _small("moe.router.topk", ne * r + nk * (r + IDX_BYTES), cat)]
+
+
+def _routing_map(prefix: str, n: int, L: LayerShape, cat: str) -> list[Kernel]:
+    """zeros_like(logits).int().scatter(1, top_indices, 1).bool(): four kernels over N×E."""
+    ne, r = n * L.experts, _logit_bytes(L)
+    return [_small(f"{prefix}.map_zeros", ne * r, cat), _small(f"{prefix}.map_int", ne * (r + 4), cat),
+            _small(f"{prefix}.map_scatter", 2 * ne * 4 + n * L.top_k * IDX_BYTES, cat),
+            _small(f"{prefix}.map_bool", ne * (4 + 1), cat)]
+
+
+def _routing_kernels(L: LayerShape, n: int, cat: str) -> list[Kernel]:
+    """topk_routing_with_score_function (softmax after top-k) on N tokens, after the router GEMM."""
+    e, k, r = L.experts, L.top_k, _logit_bytes(L)
+    ne, nk = n * e, n * k
+    out = _topk(L, n, cat) + [_small("moe.router.softmax", nk * (r + SCORE_BYTES), cat)]
+    if r != SCORE_BYTES:  # probs.type_as(logits)
+        out.append(_small("moe.router.probs_cast", nk * (SCORE_BYTES + r), cat))
+    out += [_small("moe.router.probs_zeros", ne * r, cat),
+            _small("moe.router.probs_scatter", 2 * ne * r + nk * (IDX_BYTES + r), cat)]
+    return out + _routing_map("moe.router", n, L, cat)
+
+
+AUX_LOSS_TINY = ("moe.aux.loss_mul", "moe.aux.loss_sum", "moe.aux.loss_scale", "moe.aux.log_div",
+                 "moe.aux.log_add")
+
+
+def _aux_loss_steps(L: LayerShape, n: int, cat: str) -> list[Step]:
+    """The auxiliary load-balancing loss on N tokens: 13 kernels and, with TP, the all-reduce of the
+    tokens per expert (its TP×CP group taken as TP)."""
+    e, k, r = L.experts, L.top_k, _logit_bytes(L)
+    ne = n * e
+    out: list[Step] = [_small("moe.aux.softmax", ne * (r + SCORE_BYTES), cat),
+                       _small("moe.aux.topk", ne * SCORE_BYTES + n * k * (SCORE_BYTES + IDX_BYTES), cat)]
+    out += _routing_map("moe.aux", n, L, cat)
+    out.append(_small("moe.aux.tokens_per_expert", ne + e * IDX_BYTES, cat))
+    if L.t > 1:
+        out.append(Comm("moe.aux_counts", "tp", "all_reduce", e * IDX_BYTES, 0, cat))
+    out.append(_small("moe.aux.probs_sum", ne * SCORE_BYTES + e * SCORE_BYTES, cat))
+    out += [_small(name, e * (SCORE_BYTES + IDX_BYTES), cat) for name in AUX_LOSS_TINY]
+    return out
+
+
+def _router_small_backward(L: LayerShape, n: int) -> list[Kernel]:
+    """The routing's and the aux loss's gradients back to the logits (autograd of the ops above)."""
+    e, k, r = L.experts, L.top_k, _logit_bytes(L)
+    ne, nk = n * e, n * k
+    out = [_small("moe.aux.scaler_bwd", SCORE_BYTES, BWD), _small("moe.aux.scale_bwd", SCORE_BYTES, BWD),
+           _small("moe.aux.loss_scale_bwd", e * SCORE_BYTES, BWD),
+           _small("moe.aux.loss_mul_bwd", e * (2 * SCORE_BYTES + IDX_BYTES), BWD),
+           _small("moe.aux.grad_contiguous", e * SCORE_BYTES + ne * SCORE_BYTES, BWD),
+           _small("moe.aux.softmax_bwd", 3 * ne * SCORE_BYTES, BWD),
+           _small("moe.router.probs_gather_bwd", ne * r + nk * (IDX_BYTES + r), BWD)]
+    if r != SCORE_BYTES:
+        out.append(_small("moe.router.probs_cast_bwd", nk * (r + SCORE_BYTES), BWD))
+    out += [_small("moe.router.softmax_bwd", 3 * nk * SCORE_BYTES, BWD),
+            _small("moe.router.topk_zeros_bwd", ne * r, BWD),
+            _small("moe.router.topk_scatter_bwd", 2 * ne * r + nk * (IDX_BYTES + r), BWD),
+            _small("moe.router.grad_add", 3 * ne * r, BWD)]
+    return out
+
+
+def _count_kernels(L: LayerShape, n: int, cat: str) -> list[Kernel]:
+    """The alltoall dispatcher's token counts (preprocess): routing_map.sum(dim=0), and with EP or TP
+    the input splits, the local experts' slice and three sums."""
+    if L.dispatcher != "alltoall":
+        return []
+    e = L.experts
+    out = [_small("moe.counts", n * e + e * IDX_BYTES, cat)]
+    if L.ep > 1 or L.t > 1:
+        out += [_small(name, 2 * e * IDX_BYTES * max(L.t, 1), cat)
+                for name in ("moe.counts.splits", "moe.counts.local", "moe.counts.per_rank",
+                             "moe.counts.per_tp", "moe.counts.per_expert")]
+    return out
+
+
+def _row_id_map(L: LayerShape, n: int, cat: str) -> list[Kernel]:
+    """TE's make_row_id_map: three Triton passes over the N×E routing map into an int32 N×(2E+1) map."""
+    ne = n * L.experts
+    return [_small("moe.permute.map1", ne * (1 + 4), cat), _small("moe.permute.map2", 2 * ne * 4, cat),
+            _small("moe.permute.map3", ne * 4 + n * (2 * L.experts + 1) * 4, cat)]
+
+
+def route_and_permute(L: LayerShape, tokens: int, routed: int, cat: str) -> list[Step]:
+    """The router GEMM, the routing, the aux loss, the dispatcher's counts, TE's row-id map and the
+    permute of ``routed`` token copies: everything of the MoE layer before the dispatch."""
+    return [_router(L, tokens, cat), *_routing_kernels(L, tokens, cat), *_aux_loss_steps(L, tokens, cat),
+            *_count_kernels(L, tokens, cat), *_row_id_map(L, tokens, cat),
+            _copy("moe.permute", routed * L.h * L.dtype * 2.0, cat)]
+
+
+def permute_and_router_backward(L: LayerShape, tokens: int, routed: int) -> list[Step]:
+    """The permute's gradient (TE's unpermute of the gradient), the routing's and aux loss's, the router GEMM's."""
+    return [_copy("moe.permute_bwd", routed * L.h * L.dtype * 2.0, BWD, routed * L.h),
+            *_router_small_backward(L, tokens),
+            *_router_backward(L, tokens)]
+
+
+def _sorted(L: LayerShape) -> bool:
+    """Whether the alltoall dispatcher sorts the received chunks by local expert (EP, several local experts)."""
+    return L.dispatcher == "alltoall" and L.ep > 1 and L.experts // L.ep > 1
+
+
+def chunk_sort(L: LayerShape, name: str, received: int, cat: str) -> list[Step]:
+    """sort_chunks_by_idxs (fused): make_chunk_sort_map and the copy of ``received`` tokens with their
+    probabilities; backward (cat bwd) the copy alone. None without the sort."""
+    if not _sorted(L):
+        return []
+    copy = _copy(name, received * (L.h * L.dtype + SCORE_BYTES) * 2.0, cat)
+    if cat == BWD:
+        return [copy]
+    chunks = L.ep * (L.experts // L.ep) * max(L.t, 1)
+    return [_small(f"{name}_map", chunks * 4 * 3, cat), copy]
+
+
+def unpermute(L: LayerShape, routed: int, cat: str) -> Kernel:
+    """TE's unpermute with the merging probabilities: the token copies back, summed per token."""
+    return _copy("moe.unpermute", routed * L.h * L.dtype * 2.0, cat, routed * L.h)
+
+
+def unpermute_backward(L: LayerShape, routed: int) -> Kernel:
+    return _copy("moe.unpermute_bwd", routed * L.h * L.dtype * 2.0, BWD, routed * L.h)
 
 
 def _shared_split(L: LayerShape, shared: list[Step]) -> tuple[list[Step], list[Step]]:
@@ -987,14 +1197,15 @@ def _mlp_core_backward(L: LayerShape) -> list[Step]:
     routed, local, m_e, a2a = _moe_sizes(L)
     fe = L.fe_l
     up = 2 * fe if L.swiglu else fe
-    steps: list[Step] = [elementwise("moe.unpermute_bwd", routed * L.h, 2.0, L, 1.0, BWD)]
+    steps: list[Step] = [unpermute_backward(L, routed)]
     steps += _combine_backward(L, L.T, a2a)
+    steps += chunk_sort(L, "moe.unsort_chunks_bwd", m_e * local, BWD)
     steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local),
               _act_backward(L, m_e * local if L.rank_load != 1.0 else routed, fe),
               *_grouped_backward(L, "moe.up", m_e, up, L.h, local)]
+    steps += chunk_sort(L, "moe.sort_chunks_bwd", m_e * local, BWD)
     steps += _dispatch_backward(L, L.T, a2a)
-    steps += [*_shared_backward(L), elementwise("moe.permute_bwd", routed * L.h, 2.0, L, 1.0, BWD),
-              *_router_backward(L, L.T)]
+    steps += [*_shared_backward(L), *permute_and_router_backward(L, L.T, routed)]
     return steps
 
 
