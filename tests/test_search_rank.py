@@ -210,6 +210,12 @@ def test_dualpipe_reduces_and_steps_both_copies_of_its_parameters(tmp_path):
     est = estimate_iteration(sc)
     assert est.dp_comm_s == pytest.approx(2 * ar, rel=1e-12)
     assert est.optimizer_s == pytest.approx(elementwise_time(711_520_256 * ADAM_BYTES_PER_PARAM, node.gpu), rel=1e-12)
+    # overlapped (the default), the pair's all-reduce and the DP buckets run per chunk (workload/builder.py):
+    # rank 0's stage 3 finishes first, and only stage 0's (409,366,528 parameters) pair and DP all-reduces
+    # are exposed: 2 · (L + 2α + 4 · 409,366,528 / B); rank 1's last chunk, stage 1, is 302,149,632
+    over = estimate_iteration(load_scenario(path, base[:-1] + ["parallel.schedule=dualpipe"]))
+    ar0 = inside.launch + 2 * inside.alpha + 4 * 409_366_528 / (node.intra_bandwidth * node.intra_efficiency)
+    assert over.dp_comm_s == pytest.approx(2 * ar0, rel=1e-12)
     # 1F1B: the widest stage is stage 0 (409,366,528 parameters), and the head's stage 3 holds a copy of the
     # tied word embedding (50,304·2048 = 103,022,592), all-reduced with stage 0's over ranks 0 and 6
     one = estimate_iteration(load_scenario(path, base))

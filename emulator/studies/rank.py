@@ -42,9 +42,12 @@ optimizer step (ADAM_BYTES_PER_PARAM per local parameter at streaming speed, as 
 A rank's parameters are its stage's, or with dualpipe its two stages' (s and p − 1 − s,
 workload/memory.py ``held_stages``: DualPipe's two copies), so dualpipe reduces and steps twice
 a stage's parameters, and adds the pair's gradient all-reduce over ranks s and p − 1 − s
-(workload/builder.py). The head holds its own copy of a tied word embedding only on another
-rank than the embedding's (not under a V, whose head sits on rank 0, nor dualpipe, whose end ranks hold both:
-no copy and no tied-embedding all-reduce, as workload/plan.py).
+(workload/builder.py), which the DP reduction follows: with ``overlap_grad_reduce`` per chunk, so
+the chunk that finishes last (stage min(s, p − 1 − s)) has its pair all-reduce and its whole DP
+reduction exposed; without, both chunks' after the flush. The head holds its own copy of a tied
+word embedding only on another rank than the embedding's (not under a V, whose head sits on rank 0,
+nor dualpipe, whose end ranks hold both: no copy and no tied-embedding all-reduce, as
+workload/plan.py).
 
 What it leaves out, and why the search still simulates its best layouts: contention between
 flows, the schedule's exact dependencies (p2p waits inside the steady state), hierarchical
@@ -372,6 +375,7 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_
         dense, expert = params_.rank(split, s, par)
         params = dense + expert  # experts reduce over d/ep ranks: priced as dense (an upper bound)
         held = len(held_stages(par, s))
+        pair = group_link(sc, st["pp"] * abs(p - 1 - 2 * s), 2)  # dualpipe: ranks s and p − 1 − s
         if par.zero >= 3:
             one = params / held  # a task runs one of the held stages: their mean (ring_time is affine in bytes)
             per_mb = (2 * ring_time("all_gather", d, one * dtype, dp_link)
@@ -379,20 +383,27 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_
             # each task's first unit waits for its own gather (the next ones are prefetched)
             first = ring_time("all_gather", d, params_.layer_dense * dtype, dp_link)
             t = micro * (max(0.0, per_mb - stage_t[s]) + 2 * par.virtual_stages * first)
+            if held > 1:  # dualpipe: the pair's all-reduce of the shards, after the flush
+                t += ring_time("all_reduce", 2, params * grad / d, pair)
+        elif held > 1:
+            # dualpipe: the pair's all-reduce, then the DP buckets after it; overlapped, per chunk from the
+            # chunk's last backward (workload/builder.py ``_mirror_per_chunk``): the chunk that finishes last,
+            # stage min(s, p − 1 − s) (DualPipeV's phase 0 on both ranks of the pair), exposed whole; else both
+            k = min(s, p - 1 - s)
+            tail = sum(params_.stage(sum(split[k]), k, p)) if par.overlap_grad_reduce else params
+            op = "all_reduce" if par.zero == 0 else "reduce_scatter"
+            t = ring_time("all_reduce", 2, tail * grad, pair) + ring_time(op, d, tail * grad, dp_link)
         else:
             op = "all_reduce" if par.zero == 0 else "reduce_scatter"
             t = ring_time(op, d, params * grad, dp_link)
             if par.overlap_grad_reduce and params * grad > par.grad_bucket:
                 t *= par.grad_bucket / (params * grad)  # only the last bucket is exposed
-            if par.zero in (1, 2):
-                gather = ring_time("all_gather", d, params * dtype, dp_link)
-                overlap = par.overlap_grad_reduce if par.overlap_param_gather is None else par.overlap_param_gather
-                if overlap and params * dtype > par.grad_bucket:
-                    gather *= par.grad_bucket / (params * dtype)  # under the next forward but its first bucket
-                t += gather
-        if held > 1:  # dualpipe: the pair's all-reduce of both copies' gradients (ZeRO-3: of its shards)
-            t += ring_time("all_reduce", 2, params * grad / (d if par.zero >= 3 else 1),
-                           group_link(sc, st["pp"] * abs(p - 1 - 2 * s), 2))
+        if par.zero in (1, 2):
+            gather = ring_time("all_gather", d, params * dtype, dp_link)
+            overlap = par.overlap_grad_reduce if par.overlap_param_gather is None else par.overlap_param_gather
+            if overlap and params * dtype > par.grad_bucket:
+                gather *= par.grad_bucket / (params * dtype)  # under the next forward but its first bucket
+            t += gather
         worst = max(worst, t)
     if m.tied_embeddings and head_apart(par):
         worst += ring_time("all_reduce", 2, m.vocab * m.hidden / par.tp * dtype,
