@@ -25,9 +25,10 @@ dualpipe two copies of the parameters (workload/memory.py).
 The default schedules stay 1f1b and interleaved-1f1b (``DEFAULT_SCHEDULES``): the V and
 DualPipe schedules are asked for with ``schedules`` (``--schedules 1f1b,interleaved-1f1b,zb-v,
 dualpipev,dualpipe`` or ``all``). Widening the default would add up to three shapes to each
-pp > 1 shape's three, so up to twice the layouts to check, fit and estimate, and it changes
-what existing searches propose: their closed-form bubble (studies/rank.py: a sixth or a third
-of 1F1B's) puts them ahead of 1F1B wherever they fit, so the top ``simulate_top`` and the
+pp > 1 shape's three, so up to twice the layouts to check, fit and estimate (Llama-3 70B on 64
+H100: 4,512 instead of 2,352, 4.5 s of CPU instead of 2.3 s), and it changes what existing
+searches propose: their closed-form bubble (studies/rank.py: a sixth or a third of 1F1B's) puts
+them ahead of 1F1B wherever they fit, so the top ``simulate_top`` (there 12 of 24) and the
 answer move.
 
 Recompute only adds work, so for each (layout, ZeRO stage) only the least recompute
