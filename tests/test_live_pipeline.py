@@ -281,3 +281,37 @@ def test_live_stages_keep_emulator_runs_rules(name, virtual):
     run = check.run_pipeline(fwd, bwd, 8, nbytes, name=name, stage0=stretches)
     assert s.clock.t == pytest.approx(run, abs=1e-9)
     assert s.blocked_s > 0.01  # a bubble: the check is not trivially met
+
+
+@pytest.mark.parametrize("name,why", [
+    ("zb-v", "zb-v places two chunks a rank in a V (stage 0 holds the first and the last virtual stage) and "
+             "splits backwards into input- and weight-gradient passes"),
+    ("dualpipev", "dualpipev places two chunks a rank in a V (stage 0 holds the first and the last virtual "
+                  "stage) and runs a forward and a backward as one overlapped pair"),
+    ("dualpipe", "dualpipe runs two directions (every rank holds two stages: stage 0 is also the reverse "
+                 "direction's last, fed by stage 1)"),
+])
+def test_v_and_dualpipe_schedules_are_refused_by_name(name, why):
+    from emulator.live.pipeline import Pipeline, refusal
+
+    head = f"parallel.schedule: a live pipeline supports gpipe, 1f1b, interleaved-1f1b, got '{name}': "
+    got = refusal(4, name, 4, 1, 0)
+    assert got is not None and got.startswith(head + why) and got.endswith("`emulator run` simulates it")
+    with pytest.raises(ValueError, match="a live pipeline supports"):
+        Pipeline(name, 4, 2 if name != "dualpipe" else 1)
+    assert refusal(1, name, 1, 1, 0) is None  # no pipeline: nothing to refuse
+
+
+def test_the_launcher_refuses_a_dualpipe_pipeline_before_it_starts(tmp_path, capsys):
+    pytest.importorskip("torch", reason="emulator live needs PyTorch (pip install '.[live]')")
+    from emulator import cli
+
+    scen = os.path.join(ROOT, "scenarios", "live-pipeline-4stage.yaml")
+    script = os.path.join(ROOT, "examples", "train_pipeline.py")
+    for name in ("zb-v", "dualpipev", "dualpipe"):
+        assert cli.main(["live", scen, "--set", f"parallel.schedule={name}", "--clock", "virtual", "--out",
+                         str(tmp_path / name), "--", "python", script, "--iters", "1"]) == 2
+        err = capsys.readouterr().err
+        assert f"live-pipeline-4stage.yaml: parallel.schedule: a live pipeline supports gpipe, 1f1b, " \
+               f"interleaved-1f1b, got '{name}': {name} " in err
+        assert not (tmp_path / name).exists()  # refused before any output

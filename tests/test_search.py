@@ -137,3 +137,70 @@ def test_prune_reasons_are_grouped_by_rule():
     assert prune_rules(pruned) == Counter({"model.layers (N) must be divisible by pp*virtual_stages = N*N = N": 12,
                                            "ZeRO-2 where ZeRO-1 fits with the same recompute (the same communication)": 4,
                                            "out of memory": 3})
+
+
+def test_v_and_dualpipe_schedules_are_offered_when_asked(tmp_path, capsys):
+    from emulator.studies.search import SEARCH_SCHEDULES, shapes
+
+    path = _scenario(str(tmp_path), "gpt3-125m", 16)
+    sc = load_scenario(path)
+    # the default space is unchanged: 1f1b, and interleaved-1f1b v 2 and 4, at pp 2
+    assert {(s.schedule, s.virtual_stages) for s in shapes(sc, 8, Limits(max_tp=1, max_pp=2, micro_batches=(1,)))
+            if s.pp == 2} == {("1f1b", 1), ("interleaved-1f1b", 2), ("interleaved-1f1b", 4)}
+    # all five on 8 GPUs, tp 1, pp <= 4, mb 1, ZeRO 0: pp 1 (dp 8, m = 16/8 = 2) 1f1b only; pp 2 (dp 4, m = 4)
+    # 1f1b, interleaved v 2 and 4, zb-v, dualpipev (m = 4 >= 2*2), dualpipe (pp 2 even, m = 4 even >= 4);
+    # pp 4 (dp 2, m = 8) the same six, of which interleaved v 4 has 16 chunks for 12 layers and no lighter ends
+    # (12 - 2x over 14 chunks never divides): 13 shapes x 3 recompute = 39 considered, 1 shape x 3 pruned by
+    # the rule; the other 12 fit without recompute (125M params), so 2 x 12 more recompute pruned; 12 run
+    with ResultStore(str(tmp_path / "s.sqlite")) as store:
+        res = search(path, [], None, Limits(max_tp=1, max_pp=4, micro_batches=(1,), zero=(0,),
+                                            schedules=SEARCH_SCHEDULES), store, LocalExecutor(1))
+    assert res.plan.considered == 39 and len(res.plan.layouts) == 12
+    assert dict(res.plan.pruned) == {
+        "model.layers (12) must be divisible by pp*virtual_stages = 4*4 = 16, or set parallel.first_chunk_layers"
+        " / last_chunk_layers for an uneven split": 3, "more recompute than needed to fit": 24}
+    got = sorted((lay.pp, lay.schedule, lay.virtual_stages) for lay in res.plan.layouts)
+    assert [x for x in got if x[1] in ("zb-v", "dualpipev", "dualpipe")] == [
+        (2, "dualpipe", 1), (2, "dualpipev", 2), (2, "zb-v", 2), (4, "dualpipe", 1), (4, "dualpipev", 2),
+        (4, "zb-v", 2)]
+    assert len(res.ranked) == 12 and all(r.status == "ok" for r in res.rows)
+    # the simulated runs are the schedules asked for, and the table names them
+    assert {r.resolved["parallel"]["schedule"] for r in res.rows} == set(SEARCH_SCHEDULES)
+    # fewer micro-batches: pp 2 with dp 4 and global batch 8 has m = 2 < 2*2, refused in the loader's words
+    small = load_scenario(_scenario(str(tmp_path), "gpt3-125m", 8))
+    assert rule_violation(small, Layout(tp=1, pp=2, dp=4, schedule="dualpipev", virtual_stages=2)) == (
+        "dualpipev needs at least 2*pp = 4 micro-batches per pipeline (global_batch/(micro_batch*dp) = 2; "
+        "deepseek-ai/DualPipe dualpipev.py: num_chunks >= num_ranks * 2)")
+
+
+def test_dualpipe_is_pruned_by_its_own_memory(tmp_path):
+    # gpt3-6.7b on 8 A100 80 GB, tp 1, ZeRO 0: 18 B of model state a parameter (bf16 weight 2, fp32 gradient 4,
+    # Adam 12). 1F1B at pp 2 holds half the model (stage 0, 16 layers + the embedding: 3.44e9 params, 61.9 GB
+    # of states) and fits with selective recompute; dualpipe at pp 2 holds both stages on every rank, the whole
+    # model (6,658,404,352 params, the padded vocabulary's 47 x 4096 more): 18 x 6.6586e9 = 119.9 GB > 80 GiB =
+    # 85.9 GB whatever the recompute. Shapes: pp 1 1f1b, pp 2 1f1b, pp 2 dualpipe (m = 16/4 = 4 = 2*pp): 3 x 3 = 9
+    # considered; out of memory: pp 1 (3), dualpipe (3), 1f1b without recompute (1); 1f1b full is more than needed
+    path = _scenario(str(tmp_path), "gpt3-6.7b", 16)
+    sc = load_scenario(path)
+    p = plan(sc, 8, Limits(max_tp=1, max_pp=2, micro_batches=(1,), zero=(0,), schedules=("1f1b", "dualpipe")))
+    assert p.considered == 9 and dict(p.pruned) == {"out of memory": 7, "more recompute than needed to fit": 1}
+    assert [lay.short() for lay in p.layouts] == ["tp=1 pp=2 dp=4 mb=1 1f1b zero=0 recompute=selective"]
+    rep = memory_report(Layout(1, 2, 4, schedule="dualpipe", recompute="full").apply(sc))
+    states = sum(rep.breakdown[k] for k in ("params", "grads", "optimizer"))
+    assert states == pytest.approx(18 * (6_658_404_352 + 47 * 4096), rel=1e-12) and not rep.fits
+
+
+def test_schedules_flag(tmp_path, capsys):
+    from emulator.studies.search import DEFAULT_SCHEDULES, SEARCH_SCHEDULES, _schedules
+
+    assert _schedules("all") == SEARCH_SCHEDULES and _schedules("dualpipe, 1f1b") == ("1f1b", "dualpipe")
+    assert DEFAULT_SCHEDULES == ("1f1b", "interleaved-1f1b")
+    path = _scenario(str(tmp_path), "gpt3-125m", 16)
+    assert main(["search", path, "--schedules", "1f1b,zb-h1", "--db", str(tmp_path / "x.sqlite")]) == 2
+    assert "--schedules: expected a comma-separated list of 1f1b, interleaved-1f1b, zb-v, dualpipev, dualpipe, " \
+           "or 'all'; got 'zb-h1'" in capsys.readouterr().err
+    db = str(tmp_path / "s.sqlite")
+    assert main(["search", path, "--max-tp", "1", "--max-pp", "2", "--micro-batches", "1", "--zero", "0",
+                 "--schedules", "zb-v", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "zb-v v=2" in out and "1f1b" not in out.split("\n", 1)[1]  # pp 1 needs 1f1b listed: only pp 2 zb-v

@@ -186,3 +186,45 @@ def test_the_estimate_ranks_the_small_search_like_the_emulator(tmp_path):
     assert rho([res.estimates[r.key] for r in ok], [r.metric("iteration_time_s") for r in ok]) > 0.8
     best = res.ranked[0].varied
     assert Layout(best["parallel.tp"], best["parallel.pp"], best["parallel.dp"]).pp == 1
+
+
+def test_dualpipe_reduces_and_steps_both_copies_of_its_parameters(tmp_path):
+    from emulator.devices.compute import elementwise_time
+    from emulator.workload.plan import ADAM_BYTES_PER_PARAM
+
+    # gpt3-1.3b (24 layers, h 2048, tied embeddings, vocabulary 50,257 padded to 50,304), tp 1, pp 4, dp 2 on
+    # one DGX A100, no overlapped reduction. A layer: 12h² + 13h = 50,358,272 parameters; the embedding:
+    # 50,304·2048 + 2048·2048 (learned positions) = 107,216,896; the head: its final norm, 2h = 4096.
+    # dualpipe: rank 0 holds stage 0 (6 layers + the embedding: 409,366,528) and stage 3 (6 layers + the head,
+    # which shares rank 0's embedding: 302,153,728): 711,520,256 parameters, fp32 gradients (bf16 training)
+    # S = 4 · 711,520,256 = 2,846,081,024 B. Its DP all-reduce (2 ranks, 1 apart) and the pair's all-reduce
+    # (ranks 0 and 6: stages 0 and 3, pp stride 2 · 3) are both inside the node: each L + 2α + S/B, and no
+    # tied-embedding all-reduce (each end rank holds the embedding and the head).
+    path = _scenario(str(tmp_path), "gpt3-1.3b", 32)
+    base = ["parallel.tp=1", "parallel.pp=4", "parallel.dp=2", "parallel.overlap_grad_reduce=false"]
+    sc = load_scenario(path, base + ["parallel.schedule=dualpipe"])
+    node = sc.cluster.node
+    inside = group_link(sc, 1, 2)
+    S = 4 * 711_520_256
+    ar = inside.launch + 2 * inside.alpha + S / (node.intra_bandwidth * node.intra_efficiency)
+    est = estimate_iteration(sc)
+    assert est.dp_comm_s == pytest.approx(2 * ar, rel=1e-12)
+    assert est.optimizer_s == pytest.approx(elementwise_time(711_520_256 * ADAM_BYTES_PER_PARAM, node.gpu), rel=1e-12)
+    # overlapped (the default), the pair's all-reduce and the DP buckets run per chunk (workload/builder.py):
+    # rank 0's stage 3 finishes first, and only stage 0's (409,366,528 parameters) pair and DP all-reduces
+    # are exposed: 2 · (L + 2α + 4 · 409,366,528 / B); rank 1's last chunk, stage 1, is 302,149,632
+    over = estimate_iteration(load_scenario(path, base[:-1] + ["parallel.schedule=dualpipe"]))
+    ar0 = inside.launch + 2 * inside.alpha + 4 * 409_366_528 / (node.intra_bandwidth * node.intra_efficiency)
+    assert over.dp_comm_s == pytest.approx(2 * ar0, rel=1e-12)
+    # 1F1B: the widest stage is stage 0 (409,366,528 parameters), and the head's stage 3 holds a copy of the
+    # tied word embedding (50,304·2048 = 103,022,592), all-reduced with stage 0's over ranks 0 and 6
+    one = estimate_iteration(load_scenario(path, base))
+    table = ring_time("all_reduce", 2, 103_022_592 * 2, group_link(sc, 6, 2))  # in the weights' bf16
+    assert one.dp_comm_s == pytest.approx(
+        ring_time("all_reduce", 2, 4 * 409_366_528, inside) + table, rel=1e-12)
+    assert one.optimizer_s == pytest.approx(elementwise_time(409_366_528 * ADAM_BYTES_PER_PARAM, node.gpu),
+                                            rel=1e-12)
+    # zb-v (8 chunks of 3 layers): rank 0 holds chunks 0 and 7, 6 layers + the embedding + the head with no
+    # copy of the table (302,149,632 + 107,216,896 + 4096 = 409,370,624), and no tied all-reduce
+    vee = estimate_iteration(load_scenario(path, base + ["parallel.schedule=zb-v"]))
+    assert vee.dp_comm_s == pytest.approx(ring_time("all_reduce", 2, 4 * 409_370_624, inside), rel=1e-12)

@@ -137,10 +137,12 @@ def test_dualpipe_program_and_memory():
     ops = build_program(sc).ops
     # rank 0 (stage 0) runs stage 0 forward-bound (virtual stage 0) and stage 3 reverse-bound (virtual stage 7)
     assert {o.stage for o in ops if o.rank == 0 and o.stage >= 0} == {0, 7}
-    # the pair's gradient all-reduce: ranks 0 and 6 (stages 0 and 3, tp rank 0), each with both its stages'
-    # gradients: 2 · (6 layers + the embedding or the head) of this GPU's TP share, in fp32 (bf16 training)
-    pair = [o for o in ops if o.name == "dualpipe_grad_all_reduce" and o.rank == 0]
-    assert len(pair) == 1 and pair[0].group == (0, 6)
+    # the pair's gradient all-reduces: ranks 0 and 6 (stages 0 and 3, tp rank 0), one a chunk (the gradients
+    # are reduced overlapped), stage 3 first (it finishes first on both), together both its stages' gradients:
+    # 2 · (6 layers + the embedding or the head) of this GPU's TP share, in fp32 (bf16 training)
+    pair = [o for o in ops if o.name.startswith("dualpipe_grad_all_reduce") and o.rank == 0]
+    assert [o.name for o in pair] == ["dualpipe_grad_all_reduce.stage3", "dualpipe_grad_all_reduce.stage0"]
+    assert {o.group for o in pair} == {(0, 6)}
     assert not [o for o in ops if o.name == "embedding_grad_all_reduce"]
     mem = {s: stage_memory(dense(f"parallel.schedule={s}")) for s in ("1f1b", "dualpipe")}
     # parameters x2 (the README's 2x): rank 0 holds stage 0 and stage 3, as 1F1B's stage 0 plus its stage 3,
@@ -150,7 +152,7 @@ def test_dualpipe_program_and_memory():
         mem["1f1b"][0].breakdown["params"] + mem["1f1b"][3].breakdown["params"] - 2 * 50432 * 2048 / 2, rel=1e-12)
     assert mem["dualpipe"][0].breakdown["params"] == mem["dualpipe"][3].breakdown["params"]
     plan = make_plan(sc)  # the gradients of rank 0's units, fp32 (bf16 training reduces in fp32)
-    assert pair[0].bytes == pytest.approx(4 * sum(u.params for vs in (0, 7) for u in plan.chunk_units[vs]))
+    assert [o.bytes for o in pair] == pytest.approx([4 * sum(u.params for u in plan.chunk_units[vs]) for vs in (7, 0)])
     assert [u.name for u in plan.chunk_units[7]][-1] == "head" and plan.chunk_units[7][0].name == "layer18"
     # activations: PP + 1 = 5 stage micro-batches of 6 layers on every rank (stage 3 of 1F1B: 1 of 6)
     one = mem["1f1b"][3].breakdown["activations"] / 6
@@ -163,3 +165,38 @@ def test_dualpipe_bubble_shrinks():
     assert got["breakdown_s"]["bubble"] < 0.6 * base["breakdown_s"]["bubble"]
     v3_base = summarize(simulate(v3("1f1b"), record_links=False))["breakdown_s"]["bubble"]
     assert summarize(simulate(v3("dualpipe"), record_links=False))["breakdown_s"]["bubble"] < 0.9 * v3_base
+
+
+def test_dualpipe_pair_all_reduce_starts_per_chunk():
+    # gpt3-1.3b, tp 1, pp 4, dp 2 (ranks 2 apart on the pipeline: rank 0's pair is rank 6): rank 0 holds stage 0
+    # (6 layers + the embedding, 50,304·2048 + 2048·2048: 302,149,632 + 107,216,896 = 409,366,528 parameters)
+    # and stage 3 (6 layers + the final norm 2·2048: 302,153,728); fp32 gradients
+    sets = ["parallel.schedule=dualpipe", "parallel.tp=1", "parallel.dp=2"]
+    sc = dense(*sets)
+    ops = build_program(sc).ops
+    by_id = {o.id: o for o in ops}
+    mine = [o for o in ops if o.rank == 0]
+    pair = [o for o in mine if o.name.startswith("dualpipe_grad_all_reduce")]
+    assert [(o.name, o.group, o.bytes) for o in pair] == [
+        ("dualpipe_grad_all_reduce.stage3", (0, 6), 4 * 302_153_728),
+        ("dualpipe_grad_all_reduce.stage0", (0, 6), 4 * 409_366_528)]
+    # rank 6 holds the same two stages and finishes stage 3 (its own) first too: the same calls in the same order
+    assert [(o.name, o.bytes) for o in ops if o.rank == 6 and o.name.startswith("dualpipe_grad")] == \
+        [(o.name, o.bytes) for o in pair]
+    # stage 3's all-reduce waits only for its chunk's backwards, which end before rank 0's last compute
+    last = max(o.id for o in mine if o.stream == "compute" and o.category != "optimizer")
+    assert max(pair[0].deps) < last and all(by_id[d].stage == 7 for d in pair[0].deps)
+    # on the dp stream: stage 3's pair all-reduce, its DP buckets (after it), then stage 0's and its buckets
+    dp = [o for o in mine if o.stream == "dp"]
+    first = [o for o in dp if o.id < pair[1].id and o.name.startswith("grad_")]
+    assert dp[0] is pair[0] and first and all(pair[0].id in o.deps for o in first)
+    # summed over both, the DP all-reduces move both chunks' gradients, as before
+    assert sum(o.bytes for o in dp if o.name.startswith("grad_")) == 4 * (302_153_728 + 409_366_528)
+    # without the overlap, one pair all-reduce of both chunks after the flush, as DualPipe's example sums them
+    # after its step (examples/example_dualpipe.py)
+    flush = build_program(dense(*sets, "parallel.overlap_grad_reduce=false")).ops
+    one = [o for o in flush if o.rank == 0 and o.name.startswith("dualpipe_grad")]
+    assert [(o.name, o.bytes) for o in one] == [("dualpipe_grad_all_reduce", 4 * 711_520_256)]
+    got = {k: summarize(simulate(x, record_links=False))["breakdown_s"]["exposed_comm"]
+           for k, x in (("per chunk", sc), ("flush", dense(*sets, "parallel.overlap_grad_reduce=false")))}
+    assert got["per chunk"] < 0.7 * got["flush"]

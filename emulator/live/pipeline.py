@@ -4,7 +4,8 @@ Pure Python (no torch). A live pipeline has the real rank as stage 0 and the oth
 stages emulated (``parallel.pp`` = the live world, one rank per stage, rank s =
 stage s). An emulated stage runs its own program: the schedule's order of forward
 and backward tasks for its stage (``emulator.workload.schedules``: gpipe, 1f1b,
-interleaved-1f1b), each forward taking F and each backward B, the script's measured
+interleaved-1f1b; the others are refused by name, ``UNSUPPORTED``), each forward taking F and each
+backward B, the script's measured
 compute per micro-batch and model chunk on the real stage (the same layers on every
 stage and chunk). A forward receives its activation from the virtual stage before,
 a backward its gradient from the virtual stage after; a receive blocks until the
@@ -35,6 +36,25 @@ from functools import lru_cache
 from emulator.workload.schedules import schedule
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+# The schedules of emulator/workload/schedules.py that a live pipeline refuses, and why: its emulated stages
+# run whole forwards and backwards (F and B, the real stage's measured medians) along one direction, with
+# chunk c of stage s as virtual stage c·p + s; these need what a real script's one backward and that
+# placement do not give.
+_SPLIT = "splits backwards into input- and weight-gradient passes (a real backward is measured whole)"
+UNSUPPORTED = {
+    "zb-h1": _SPLIT,
+    "zb-v": f"places two chunks a rank in a V (stage 0 holds the first and the last virtual stage) and {_SPLIT}",
+    "dualpipev": "places two chunks a rank in a V (stage 0 holds the first and the last virtual stage) and runs "
+                 "a forward and a backward as one overlapped pair",
+    "dualpipe": "runs two directions (every rank holds two stages: stage 0 is also the reverse direction's last, "
+                "fed by stage 1) with a forward and a backward as one overlapped pair",
+}
+
+
+def unsupported(name: str) -> str:
+    """The refusal of schedule ``name`` by a live pipeline, naming it (and why, for a known one)."""
+    why = f": {name} {UNSUPPORTED[name]}; `emulator run` simulates it" if name in UNSUPPORTED else ""
+    return f"parallel.schedule: a live pipeline supports {', '.join(SCHEDULES)}, got {name!r}{why}"
 
 Key = tuple[str, int, int, int]  # (phase F | B, the receiving stage, micro-batch, the receiving chunk)
 Step = tuple[str, object]  # ("recv", Key) | ("compute", "F" | "B") | ("send", Key)
@@ -182,7 +202,7 @@ def refusal(pp: int, schedule_name: str, world: int, real: int, rank: int) -> st
                 f"rank per stage) and one real rank, stage 0 (--real 1, --rank 0); got --world {world} --real {real} "
                 f"--rank {rank}")
     if schedule_name not in SCHEDULES:
-        return f"parallel.schedule: a live pipeline supports {', '.join(SCHEDULES)}, got {schedule_name!r}"
+        return unsupported(schedule_name)
     return None
 
 
@@ -193,7 +213,7 @@ class Pipeline:
 
     def __init__(self, name: str, stages: int, virtual: int = 1, slow: dict[int, float] | None = None) -> None:
         if name not in SCHEDULES:
-            raise ValueError(f"parallel.schedule {name!r}: a live pipeline supports {', '.join(SCHEDULES)}")
+            raise ValueError(unsupported(name))
         self.name = name
         self.stages = stages
         self.virtual = virtual

@@ -33,12 +33,21 @@ stage s, m micro-batches, p stages and v chunks per stage,
                       with T_s the mean of the rank's two stages
 
 plus 2(p·v − 1) activation/gradient transfers on the fill and drain. Then the data-parallel
-gradient reduction of the stage with the most parameters (all-reduce with ZeRO 0,
+gradient reduction of the rank with the most parameters (all-reduce with ZeRO 0,
 reduce-scatter and the parameter all-gather with ZeRO 1–2, exposed whole unless
 ``overlap_grad_reduce`` / ``overlap_param_gather``, then one bucket each; ZeRO 3's
 per-micro-batch gathers and reduce-scatters count where they exceed that micro-batch's
 compute, plus the gather of each task's first layer, which nothing hides), the tied-embedding all-reduce, and the
 optimizer step (ADAM_BYTES_PER_PARAM per local parameter at streaming speed, as the builder).
+A rank's parameters are its stage's, or with dualpipe its two stages' (s and p − 1 − s,
+workload/memory.py ``held_stages``: DualPipe's two copies), so dualpipe reduces and steps twice
+a stage's parameters, and adds the pair's gradient all-reduce over ranks s and p − 1 − s
+(workload/builder.py), which the DP reduction follows: with ``overlap_grad_reduce`` per chunk, so
+the chunk that finishes last (stage min(s, p − 1 − s)) has its pair all-reduce and its whole DP
+reduction exposed; without, both chunks' after the flush. The head holds its own copy of a tied
+word embedding only on another rank than the embedding's (not under a V, whose head sits on rank 0,
+nor dualpipe, whose end ranks hold both: no copy and no tied-embedding all-reduce, as
+workload/plan.py).
 
 What it leaves out, and why the search still simulates its best layouts: contention between
 flows, the schedule's exact dependencies (p2p waits inside the steady state), hierarchical
@@ -53,11 +62,12 @@ from typing import Sequence
 
 from emulator.devices import compute
 from emulator.network.collectives import ring_factors
-from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec, Scenario
+from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario
 from emulator.scenario.stages import V_SHAPED, model_chunks, rank_of, stage_layers
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload.memory import held_stages
 from emulator.workload.placement import ORDER
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, grad_reduce_bytes, non_tn_fp8
 
@@ -149,6 +159,23 @@ class Params:
         dense = self.layer_dense * layers + (self.first if s == 0 else 0.0) + (self.last if s == p - 1 else 0.0)
         return dense, self.layer_expert * layers
 
+    def rank(self, split: list, r: int, par: ParallelSpec) -> tuple[float, float]:
+        """(dense, expert) parameters pipeline rank r holds: its stage's, or with dualpipe its two stages'
+        (``held_stages``), with the embedding on rank 0 and the head on the last virtual stage's rank (rank 0
+        under a V); ``split``: the layers of each rank's chunks (``stage_layers``)."""
+        held = held_stages(par, r)
+        layers = sum(sum(split[s]) for s in held)
+        head = rank_of(par.pp * par.virtual_stages - 1, par.pp, par.schedule in V_SHAPED)  # a V: rank 0
+        dense = self.layer_dense * layers + (self.first if 0 in held else 0.0) + (self.last if head in held else 0.0)
+        return dense, self.layer_expert * layers
+
+
+def head_apart(par: ParallelSpec) -> bool:
+    """The LM head on another rank than the embedding (then it holds a copy of a tied word embedding, and
+    the two are all-reduced): pp > 1, and neither a V (the head on rank 0) nor dualpipe (each end rank holds
+    an embedding and a head; workload/plan.py)."""
+    return par.pp > 1 and par.schedule not in (*V_SHAPED, "dualpipe")
+
 
 def params_of(m: ModelSpec, sc: Scenario) -> Params:
     par = sc.parallel
@@ -156,7 +183,7 @@ def params_of(m: ModelSpec, sc: Scenario) -> Params:
     dense = (M.layer_params(m) - (m.experts * M.mlp_params(m) if m.experts else 0)) / t
     expert = m.experts * M.mlp_params(m) / (t * par.ep) if m.experts else 0.0
     first = m.vocab * m.hidden / t + (m.seq_len * m.hidden if M.has_biases(m) else 0)
-    last = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or par.pp > 1) else 0)
+    last = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or head_apart(par)) else 0)
     if not m.tied_embeddings:
         last -= m.vocab * m.hidden * (1 - 1 / t)
     return Params(dense, expert, first, last)
@@ -316,7 +343,7 @@ def _estimate_profiled(sc: Scenario) -> Estimate:
     fill = (sum(stage_t) - slow) * _fill_share(par.schedule, v, p)
     pp_bytes = float(Q.b * Q.s * Q.h * prof.param_bytes)
     p2p = ring_time("p2p", 2, pp_bytes, group_link(sc, st["pp"], 2)) if p > 1 else 0.0
-    table = Q.V * Q.h if prof.tied and p > 1 else 0
+    table = Q.V * Q.h if prof.tied and head_apart(par) else 0
     params = Params(R.params(prof.block_params, Q), 0.0, R.params(prof.embed_params, Q),
                     R.params(prof.head_params, Q) + table)
     m = replace(sc.model, tied_embeddings=prof.tied, vocab=Q.V * par.tp)
@@ -325,8 +352,7 @@ def _estimate_profiled(sc: Scenario) -> Estimate:
     total = params.stage(Q.layers, 0, 1)[0]  # every parameter of one GPU's tensor-parallel share
     per_param = sum(t.seconds for t in parts["optimizer"]) / total if total else 0.0
     d = par.dp * par.cp
-    optimizer_s = max(params.stage(sum(split[s]), s, p)[0] / (d if par.zero >= 1 else 1) for s in range(p)) \
-        * per_param
+    optimizer_s = max(params.rank(split, s, par)[0] / (d if par.zero >= 1 else 1) for s in range(p)) * per_param
     bubble_s = max(0.0, fill) + 2 * (p * v - 1) * p2p
     compute_s = micro * slow
     return Estimate(compute_s + bubble_s + dp_comm_s + optimizer_s, compute_s, bubble_s, dp_comm_s, optimizer_s)
@@ -334,9 +360,10 @@ def _estimate_profiled(sc: Scenario) -> Estimate:
 
 def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_t: list, micro: int,
                 st: dict[str, int], grad: int | None = None, dtype: int | None = None) -> float:
-    """Exposed data-parallel communication of the stage with the most parameters, plus the tied
-    embedding all-reduce between the first and last stage (``grad``, ``dtype``: bytes of a reduced
-    gradient and of a weight; absent, by the training precision)."""
+    """Exposed data-parallel communication of the rank with the most parameters (with dualpipe its two
+    stages', and the pair's gradient all-reduce), plus the tied embedding all-reduce between the first and
+    last stage (``grad``, ``dtype``: bytes of a reduced gradient and of a weight; absent, by the training
+    precision)."""
     par, tr = sc.parallel, sc.training
     p = par.pp
     d = par.dp * par.cp
@@ -345,39 +372,52 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_
     dp_link = group_link(sc, min(st["dp"], st["cp"]) if par.cp > 1 else st["dp"], d)
     worst = 0.0
     for s in range(p):
-        dense, expert = params_.stage(sum(split[s]), s, p)
+        dense, expert = params_.rank(split, s, par)
         params = dense + expert  # experts reduce over d/ep ranks: priced as dense (an upper bound)
+        held = len(held_stages(par, s))
+        pair = group_link(sc, st["pp"] * abs(p - 1 - 2 * s), 2)  # dualpipe: ranks s and p − 1 − s
         if par.zero >= 3:
-            per_mb = (2 * ring_time("all_gather", d, params * dtype, dp_link)
-                      + ring_time("reduce_scatter", d, params * grad, dp_link))
+            one = params / held  # a task runs one of the held stages: their mean (ring_time is affine in bytes)
+            per_mb = (2 * ring_time("all_gather", d, one * dtype, dp_link)
+                      + ring_time("reduce_scatter", d, one * grad, dp_link))
             # each task's first unit waits for its own gather (the next ones are prefetched)
             first = ring_time("all_gather", d, params_.layer_dense * dtype, dp_link)
             t = micro * (max(0.0, per_mb - stage_t[s]) + 2 * par.virtual_stages * first)
+            if held > 1:  # dualpipe: the pair's all-reduce of the shards, after the flush
+                t += ring_time("all_reduce", 2, params * grad / d, pair)
+        elif held > 1:
+            # dualpipe: the pair's all-reduce, then the DP buckets after it; overlapped, per chunk from the
+            # chunk's last backward (workload/builder.py ``_mirror_per_chunk``): the chunk that finishes last,
+            # stage min(s, p − 1 − s) (DualPipeV's phase 0 on both ranks of the pair), exposed whole; else both
+            k = min(s, p - 1 - s)
+            tail = sum(params_.stage(sum(split[k]), k, p)) if par.overlap_grad_reduce else params
+            op = "all_reduce" if par.zero == 0 else "reduce_scatter"
+            t = ring_time("all_reduce", 2, tail * grad, pair) + ring_time(op, d, tail * grad, dp_link)
         else:
             op = "all_reduce" if par.zero == 0 else "reduce_scatter"
             t = ring_time(op, d, params * grad, dp_link)
             if par.overlap_grad_reduce and params * grad > par.grad_bucket:
                 t *= par.grad_bucket / (params * grad)  # only the last bucket is exposed
-            if par.zero in (1, 2):
-                gather = ring_time("all_gather", d, params * dtype, dp_link)
-                overlap = par.overlap_grad_reduce if par.overlap_param_gather is None else par.overlap_param_gather
-                if overlap and params * dtype > par.grad_bucket:
-                    gather *= par.grad_bucket / (params * dtype)  # under the next forward but its first bucket
-                t += gather
+        if par.zero in (1, 2):
+            gather = ring_time("all_gather", d, params * dtype, dp_link)
+            overlap = par.overlap_grad_reduce if par.overlap_param_gather is None else par.overlap_param_gather
+            if overlap and params * dtype > par.grad_bucket:
+                gather *= par.grad_bucket / (params * dtype)  # under the next forward but its first bucket
+            t += gather
         worst = max(worst, t)
-    if m.tied_embeddings and p > 1:
+    if m.tied_embeddings and head_apart(par):
         worst += ring_time("all_reduce", 2, m.vocab * m.hidden / par.tp * dtype,
                            group_link(sc, st["pp"] * (p - 1), 2))
     return worst
 
 
 def _optimizer(sc: Scenario, params: Params, split: list, gpu: GpuSpec) -> float:
-    """The Adam step of the stage with the most local parameters (workload/builder.py's cost)."""
+    """The Adam step of the rank with the most local parameters (workload/builder.py's cost)."""
     par = sc.parallel
     d = par.dp * par.cp
     best = 0.0
     for s in range(par.pp):
-        dense, expert = params.stage(sum(split[s]), s, par.pp)
+        dense, expert = params.rank(split, s, par)
         psi = dense / (d if par.zero >= 1 else 1) + expert / (max(1, d // par.ep) if par.zero >= 1 else 1)
         best = max(best, compute.elementwise_time(psi * ADAM_BYTES_PER_PARAM, gpu))
     return best

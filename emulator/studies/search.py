@@ -4,7 +4,9 @@ The search space (all sizes powers of two):
 - tp ≤ ``max_tp`` (default: GPUs per node), pp ≤ ``max_pp``, cp ≤ ``max_cp``
   (default 1), dp = N/(tp·pp·cp); ep | dp·cp and ep | experts, for MoE models only;
 - micro-batch in ``micro_batches`` (1, 2, 4, 8);
-- schedule 1f1b, and interleaved-1f1b with v = 2 or 4 virtual stages when pp > 1;
+- schedule 1f1b, and interleaved-1f1b with v = 2 or 4 virtual stages when pp > 1; with
+  ``schedules`` (``--schedules``) also the V and DualPipe schedules when pp > 1: zb-v and
+  dualpipev (v = 2, the two chunks of a V) and dualpipe (v = 1, two copies of the pp stages);
 - ZeRO stage 0..3 (0 only when dp·cp = 1);
 - recompute none, selective, full.
 
@@ -12,10 +14,22 @@ Rules: the loader's rule book (scenario/checks.py, ``layout_violations``): heads
 KV heads over tp, layers over the pp·v chunks (evenly, or else with lighter first and
 last chunks: scenario/stages.py), global_batch over micro_batch·dp, the sequence over
 cp (·tp with sequence parallelism), experts over ep, and the interleaved schedule's
-micro-batches. A layout breaking one is pruned with the loader's message, so the
-search keeps exactly the layouts the loader accepts; a layout whose memory_report
-does not fit is pruned before it is simulated (the search never proposes a layout its
-own memory model rejects).
+micro-batches, the V's two chunks, dualpipev's 2·pp micro-batches, dualpipe's even pp and even
+2·pp micro-batches, and none of the three with the all-to-all overlap). A layout breaking one
+is pruned with the loader's message, so the search keeps exactly the layouts the loader
+accepts; a layout whose memory_report does not fit is pruned before it is simulated (the
+search never proposes a layout its own memory model rejects). memory_report is each
+schedule's own: zb-v holds 2p chunks' activations, dualpipev and dualpipe p + 1 stages',
+dualpipe two copies of the parameters (workload/memory.py).
+
+The default schedules stay 1f1b and interleaved-1f1b (``DEFAULT_SCHEDULES``): the V and
+DualPipe schedules are asked for with ``schedules`` (``--schedules 1f1b,interleaved-1f1b,zb-v,
+dualpipev,dualpipe`` or ``all``). Widening the default would add up to three shapes to each
+pp > 1 shape's three, so up to twice the layouts to check, fit and estimate (Llama-3 70B on 64
+H100: 4,512 instead of 2,352, 4.5 s of CPU instead of 2.3 s), and it changes what existing
+searches propose: their closed-form bubble (studies/rank.py: a sixth or a third of 1F1B's) puts
+them ahead of 1F1B wherever they fit, so the top ``simulate_top`` (there 12 of 24) and the
+answer move.
 
 Recompute only adds work, so for each (layout, ZeRO stage) only the least recompute
 that fits is kept (none, else selective, else full; activations shrink with more
@@ -62,6 +76,10 @@ SPLIT_RESET = ("parallel.first_chunk_layers=null", "parallel.last_chunk_layers=n
 SAME_AS_ZERO1 = "ZeRO-2 where ZeRO-1 fits with the same recompute (the same communication)"
 DEFAULT_MAX_POINTS = 400  # a guard on the layouts simulated
 DEFAULT_SIMULATE_TOP = 24  # the best of the closed-form ranking that the emulator runs
+DEFAULT_SCHEDULES = ("1f1b", "interleaved-1f1b")
+SEARCH_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-v", "dualpipev", "dualpipe")  # what ``schedules`` may name
+# (schedule, virtual stages) tried when pp > 1; at pp = 1 only 1f1b (there is no pipeline to schedule)
+PIPELINE_VARIANTS = {"1f1b": (1,), "interleaved-1f1b": (2, 4), "zb-v": (2,), "dualpipev": (2,), "dualpipe": (1,)}
 
 
 class SearchError(EmulatorError):
@@ -116,6 +134,15 @@ class Limits:
     micro_batches: tuple[int, ...] = (1, 2, 4, 8)
     zero: tuple[int, ...] = (0, 1, 2, 3)
     exhaustive: bool = False
+    schedules: tuple[str, ...] = DEFAULT_SCHEDULES  # of SEARCH_SCHEDULES
+
+
+def schedule_variants(schedules: Sequence[str], pp: int) -> list[tuple[str, int]]:
+    """(schedule, virtual stages) to try at ``pp``, in SEARCH_SCHEDULES order: every listed schedule's
+    variants when pp > 1, and at pp = 1 1f1b alone (when listed)."""
+    if pp == 1:
+        return [("1f1b", 1)] if "1f1b" in schedules else []
+    return [(name, v) for name in SEARCH_SCHEDULES if name in schedules for v in PIPELINE_VARIANTS[name]]
 
 
 def powers_of_two(limit: int) -> list[int]:
@@ -165,7 +192,7 @@ def shapes(sc: Scenario, gpus: int, lim: Limits) -> list[Layout]:
                     continue
                 dp = gpus // (tp * pp * cp)
                 eps = powers_of_two(dp * cp) if (sc.model and sc.model.experts) else [1]
-                scheds = [("1f1b", 1)] + ([("interleaved-1f1b", 2), ("interleaved-1f1b", 4)] if pp > 1 else [])
+                scheds = schedule_variants(lim.schedules, pp)
                 for ep in eps:
                     for mb in lim.micro_batches:
                         for sched, v in scheds:
@@ -429,6 +456,18 @@ def _ints(text: str, flag: str, lo: int, hi: int | None = None) -> tuple[int, ..
     return vals
 
 
+def _schedules(text: str) -> tuple[str, ...]:
+    """--schedules: a comma-separated list of SEARCH_SCHEDULES, or ``all``."""
+    if text.strip().lower() == "all":
+        return SEARCH_SCHEDULES
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in names if x not in SEARCH_SCHEDULES]
+    if not names or bad:
+        raise SearchError(f"--schedules: expected a comma-separated list of {', '.join(SEARCH_SCHEDULES)}, or 'all'; "
+                          f"got {bad[0] if bad else text!r}")
+    return tuple(x for x in SEARCH_SCHEDULES if x in names)
+
+
 def _top(text: str) -> int | None:
     """--simulate-top: a positive integer, or ``all`` (None)."""
     if text.strip().lower() == "all":
@@ -453,6 +492,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cp", type=int, default=1, help="largest CP (default 1: no context parallelism)")
     p.add_argument("--micro-batches", default="1,2,4,8", help="micro-batch sizes to try (default 1,2,4,8)")
     p.add_argument("--zero", default="0,1,2,3", help="ZeRO stages to try (default 0,1,2,3)")
+    p.add_argument("--schedules", default=",".join(DEFAULT_SCHEDULES), metavar="NAMES",
+                   help=f"pipeline schedules to try when pp > 1, of {', '.join(SEARCH_SCHEDULES)}, or 'all' "
+                        f"(default {','.join(DEFAULT_SCHEDULES)}; pp 1 runs 1f1b when it is listed)")
     p.add_argument("--exhaustive", action="store_true", help="also simulate more recompute than needed to fit")
     p.add_argument("--simulate-top", default=str(DEFAULT_SIMULATE_TOP), metavar="K",
                    help=f"simulate the K layouts the closed-form estimate ranks best, or 'all' "
@@ -479,7 +521,7 @@ def search_command(args: argparse.Namespace) -> str:
             raise SearchError(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
     top = _top(args.simulate_top)
     lim = Limits(args.max_tp, args.max_pp, args.max_cp, _ints(args.micro_batches, "--micro-batches", 1),
-                 _ints(args.zero, "--zero", 0, 3), args.exhaustive)
+                 _ints(args.zero, "--zero", 0, 3), args.exhaustive, _schedules(args.schedules))
     executor = make_executor(args.jobs, args.dask)
     try:
         with ResultStore(db) as store:

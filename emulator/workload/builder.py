@@ -629,24 +629,29 @@ class _RankBuilder:
         end_bwd = self.last_compute
         reduce_ops: list[int] = []
         d_dense, d_exp = len(self.dpcp), len(self.edp)
-        mirror = self._mirror_allreduce(par.zero >= 3)
+        per_chunk = self._mirror_per_chunk()
+        mirror = None if per_chunk else self._mirror_allreduce(par.zero >= 3)
+        mirrors: dict[int, int] = {}  # per_chunk: virtual stage → its pair all-reduce, emitted before its buckets
         if par.zero < 3:
             for units, dense, expert in self._buckets(par.grad_bucket, self.plan.grad_dtype):
                 vs, last_u = units[-1]
                 dep = self.grad_ready[(vs, last_u.name)] if par.overlap_grad_reduce else end_bwd
-                dep = mirror if mirror is not None else dep
+                deps: tuple[int | None, ...] = (dep,) if mirror is None else (mirror,)
+                if per_chunk:
+                    deps = tuple(sorted({self._chunk_mirror(c, mirrors) for c in dict.fromkeys(c for c, _ in units)}))
                 op = "all_reduce" if par.zero == 0 else "reduce_scatter"
                 if d_dense > 1 and dense:
                     reduce_ops.append(self._emit(kind=COLLECTIVE, stream="dp", name=f"grad_{op}.{last_u.name}",
-                                                 collective=op, group=self.dpcp, bytes=dense, deps=(dep,),
+                                                 collective=op, group=self.dpcp, bytes=dense, deps=deps,
                                                  category="comm", stage=vs, layer=last_u.layer))
                 if d_exp > 1 and expert:
                     reduce_ops.append(self._emit(kind=COLLECTIVE, stream="dp", name=f"expert_grad_{op}.{last_u.name}",
-                                                 collective=op, group=self.edp, bytes=expert, deps=(dep,),
+                                                 collective=op, group=self.edp, bytes=expert, deps=deps,
                                                  category="comm", stage=vs, layer=last_u.layer))
         reduce_ops += self._tied_embedding_allreduce()
         if mirror is not None:
             reduce_ops.append(mirror)
+        reduce_ops += sorted(mirrors.values())
         psi = sum(u.params / (d_dense if par.zero >= 1 else 1) + u.expert_params / (d_exp if par.zero >= 1 else 1)
                   for vs in self._my_chunks() for u in self.plan.chunk_units[vs])
         nbytes = psi * ADAM_BYTES_PER_PARAM
@@ -667,7 +672,8 @@ class _RankBuilder:
         """DualPipe: rank r and rank pp − 1 − r hold the same two stages (r's module 0 is the other's
         module 1), and each copy's gradient is the sum of both: one all-reduce of the rank's gradients
         over the pair, once the pipeline has flushed, before the data-parallel reduction (or, ZeRO-3, of the
-        shards it left). DualPipe sums them itself outside the schedule (deepseek-ai/DualPipe
+        shards it left); with the overlapped reduction one a chunk instead (``_mirror_per_chunk``). DualPipe
+        sums them itself outside the schedule (deepseek-ai/DualPipe
         examples/example_dualpipe.py, "Check grads": ``p0.grad += p1all[pp_size - 1 - rank]`` and
         ``p1.grad += p0all[pp_size - 1 - rank]``, from an all-gather of each module's gradients over the
         pipeline group); the pair's all-reduce moves the same sums with the least traffic. None otherwise."""
@@ -683,6 +689,36 @@ class _RankBuilder:
         return self._emit(kind=COLLECTIVE, stream="dp", name="dualpipe_grad_all_reduce", collective="all_reduce",
                           group=tuple(sorted((self.rank, other))), bytes=nbytes, deps=tuple(sorted(flush)),
                           category="comm", stage=self._vs(0))
+
+    def _mirror_per_chunk(self) -> bool:
+        """DualPipe with overlapped gradient reduction (ZeRO 0-2): the pair's all-reduce runs per chunk, as soon
+        as the chunk's last backward (or weight-gradient pass) is done on both ranks of the pair, and that
+        chunk's data-parallel buckets follow it while the other chunk still runs, as DDP's overlapped buckets
+        start at their last backward. DualPipe leaves the sum to its caller: deepseek-ai/DualPipe
+        examples/example_dualpipe.py sums after ``DualPipe.step`` returns (the flush), parameter by parameter;
+        a module's gradient is final at its last weight-gradient pass (``WeightGradStore.pop`` in steps 6-8 of
+        dualpipe/dualpipe.py), so its sum may start there. Without the overlap (or with ZeRO-3, whose shards the
+        per-layer reduce-scatters leave on the same stream) the pair's all-reduce waits for the flush."""
+        par = self.plan.sc.parallel
+        return self.plan.dual and par.pp > 1 and par.zero < 3 and par.overlap_grad_reduce
+
+    def _chunk_mirror(self, vs: int, done: dict[int, int]) -> int:
+        """The pair's all-reduce of virtual stage ``vs``'s gradients (model stage s on this rank, the same
+        stage's other copy on rank pp − 1 − s), emitted once, after the chunk's last backward; ``done``: the
+        ones emitted so far. Both ranks of the pair finish the same model stage first (dualpipe_steps runs
+        DualPipeV's order for the same half rank on both, the phases swapped with the modules), so each
+        emits its two in the same order, as the pair's communicator matches them."""
+        if vs not in done:
+            par = self.plan.sc.parallel
+            units = self.plan.chunk_units[vs]
+            nbytes = sum(u.params + u.expert_params for u in units) * self.plan.grad_dtype
+            other = self.lo.rank(pp=par.pp - 1 - self.c["pp"], dp=self.c["dp"], cp=self.c["cp"], tp=self.c["tp"])
+            stage = self.plan.model_stage(vs)
+            done[vs] = self._emit(kind=COLLECTIVE, stream="dp", name=f"dualpipe_grad_all_reduce.stage{stage}",
+                                  collective="all_reduce", group=tuple(sorted((self.rank, other))), bytes=nbytes,
+                                  deps=tuple(sorted(self.grad_ready[(vs, u.name)] for u in units)),
+                                  category="comm", stage=vs, layer=units[-1].layer)
+        return done[vs]
 
     def _tied_embedding_allreduce(self) -> list[int]:
         """Tied input/output embeddings on different stages: all-reduce their gradients (Megatron).
