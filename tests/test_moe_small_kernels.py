@@ -121,3 +121,21 @@ def test_small_all_to_all_pays_per_peer():
     (row,) = collective_table(sc, "all_to_all", [262_144])
     peer = (28.20e-6 - 11.75e-6) / 24
     assert row["time_s"] == pytest.approx(6.05e-6 + 1.975e-6 + 6 * peer + 7 / 8 * 262_144 / 370e9, rel=1e-9)
+
+
+def test_an_fp32_router_runs_its_forward_at_the_bf16_rate_and_its_backward_in_fp32():
+    # moe_router_dtype fp32 through TE's general_gemm (Megatron-Core RouterGatingLinearFunction): forward on the
+    # bf16 input (512 × 1024) and weight (1024 × 16), fp32 logits (512 × 16): (524 288 + 16 384)·2 + 8192·4
+    # = 1 114 112 B at the bf16 rate (the kernel's dtype 2); backward both GEMMs on fp32 copies (dtype 4), the
+    # weight cast before them (1024·16·(2 + 4) = 98 304 B), the dgrad cast back and the saved input's cast to
+    # fp32 (512·1024·6 = 3 145 728 B each)
+    m = ModelSpec(**{**MOE.__dict__, "moe_router_dtype": "fp32"})
+    L = Ly.layer_shape(m, 1, ep=4, flash=True)
+    (router,) = [k for k in Ly.kernels(Ly.forward_steps(L)) if k.name == "moe.router"]
+    assert (router.dtype, router.bytes) == (2, 1_114_112)
+    back = [k for k in Ly.kernels(Ly.backward_steps(L)) if k.name.startswith(("moe.router.dgrad", "moe.router.wgrad",
+                                                                                "moe.router.weight_cast",
+                                                                                "moe.router.input_cast"))]
+    assert [(k.name, k.bytes if "cast" in k.name else k.dtype) for k in back] == [
+        ("moe.router.weight_cast_bwd", 98_304), ("moe.router.dgrad", 4), ("moe.router.dgrad_cast_bwd", 3_145_728),
+        ("moe.router.input_cast_bwd", 3_145_728), ("moe.router.wgrad", 4)]

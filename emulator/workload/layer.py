@@ -775,9 +775,19 @@ HOST_SYNC_S = 11.3e-6
 COUNT_BYTES = 8  # num_local_tokens_per_expert: one int64 per expert
 
 
+# moe_router_dtype fp32 runs through Transformer Engine's general_gemm (Megatron-Core moe_utils.py @ d98e8a64dd,
+# RouterGatingLinearFunction, lines 1389-1394 and 1424-1432): forward on the BF16 input and weight with an
+# fp32 output (the BF16 rate; 4-byte logits); backward on fp32 copies (weight.to, inp.to) of both GEMMs'
+# operands, the input gradient cast back. fp64 has no TE GEMM: torch.mm in fp64, as priced by the dtype.
+TE_ROUTER_BYTES = 4
+
+
 def _router(L: LayerShape, tokens: int, cat: str) -> Kernel:
-    """The router GEMM tokens × h → E, in moe_router_dtype (fp32: 4-byte operands at the FP32 rate)."""
+    """The router GEMM tokens × h → E: fp32 logits from BF16 operands with moe_router_dtype fp32 (TE), else
+    in moe_router_dtype (fp64: 8-byte operands at the FP64 rate) or the training dtype."""
     k = gemm("moe.router", tokens, L.experts, L.h, L, 1, cat)
+    if L.router_bytes == TE_ROUTER_BYTES:
+        return replace(k, bytes=float((tokens * L.h + L.h * L.experts) * L.dtype + tokens * L.experts * 4))
     return _in_router_dtype(L, k)
 
 
@@ -788,8 +798,15 @@ def _in_router_dtype(L: LayerShape, k: Kernel) -> Kernel:
 
 
 def _router_backward(L: LayerShape, tokens: int) -> list[Step]:
-    return [_in_router_dtype(L, st) if isinstance(st, Kernel) else st
-            for st in _linear_backward(L, "moe.router", tokens, L.experts, L.h)]
+    """The router GEMM's dgrad and wgrad in moe_router_dtype; with fp32 (TE, :data:`TE_ROUTER_BYTES`) also the
+    casts: the weight and the saved input to fp32 before them, the input gradient back to the input's dtype."""
+    dgrad, wgrad = (_in_router_dtype(L, st) for st in _linear_backward(L, "moe.router", tokens, L.experts, L.h))
+    if L.router_bytes != TE_ROUTER_BYTES:
+        return [dgrad, wgrad]
+    h, e, d, r = L.h, L.experts, L.dtype, TE_ROUTER_BYTES
+    return [_small("moe.router.weight_cast_bwd", h * e * (d + r), BWD), dgrad,
+            _small("moe.router.dgrad_cast_bwd", tokens * h * (r + d), BWD),
+            _small("moe.router.input_cast_bwd", tokens * h * (d + r), BWD), wgrad]
 
 
 # --- the router's and the permutation's small kernels -------------------------------------------------
