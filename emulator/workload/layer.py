@@ -800,7 +800,8 @@ def _in_router_dtype(L: LayerShape, k: Kernel) -> Kernel:
 def _router_backward(L: LayerShape, tokens: int) -> list[Step]:
     """The router GEMM's dgrad and wgrad in moe_router_dtype; with fp32 (TE, :data:`TE_ROUTER_BYTES`) also the
     casts: the weight and the saved input to fp32 before them, the input gradient back to the input's dtype."""
-    dgrad, wgrad = (_in_router_dtype(L, st) for st in _linear_backward(L, "moe.router", tokens, L.experts, L.h))
+    dgrad, wgrad = (_in_router_dtype(L, st) for st in kernels(_linear_backward(L, "moe.router", tokens, L.experts,
+                                                                               L.h)))
     if L.router_bytes != TE_ROUTER_BYTES:
         return [dgrad, wgrad]
     h, e, d, r = L.h, L.experts, L.dtype, TE_ROUTER_BYTES
