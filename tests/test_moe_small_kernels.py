@@ -139,3 +139,27 @@ def test_an_fp32_router_runs_its_forward_at_the_bf16_rate_and_its_backward_in_fp
     assert [(k.name, k.bytes if "cast" in k.name else k.dtype) for k in back] == [
         ("moe.router.weight_cast_bwd", 98_304), ("moe.router.dgrad", 4), ("moe.router.dgrad_cast_bwd", 3_145_728),
         ("moe.router.input_cast_bwd", 3_145_728), ("moe.router.wgrad", 4)]
+
+
+def test_router_fusion_runs_the_routing_and_the_aux_loss_as_te_kernels():
+    # moe_router_fusion: TE's fused_topk_with_score_function, fused_compute_score_for_moe_aux_loss and
+    # fused_moe_aux_loss, one kernel each way. N 512 tokens × E 16 experts = 8192 logits in bf16 (2 B):
+    # the fused top-k reads them and writes the probabilities (2 B) and the bool map (1 B): 8192·5 = 40 960 B;
+    # the aux scores read them and write fp32 scores and the map: 8192·(2 + 4 + 1) = 57 344 B
+    m = ModelSpec(**{**MOE.__dict__, "moe_router_fusion": True})
+    L = Ly.layer_shape(m, 1, ep=4, flash=True)
+    fwd = _moe_part(Ly.forward_steps(L))
+    names = [st.name for st in fwd]
+    route = names[names.index("moe.router") + 1:names.index("moe.counts")]
+    assert route == ["moe.router.fused_topk", "moe.aux.fused_scores", "moe.aux.tokens_per_expert",
+                     "moe.aux.fused_loss", "moe.aux.log_div", "moe.aux.log_add"]
+    size = {st.name: st.bytes for st in fwd}
+    assert (size["moe.router.fused_topk"], size["moe.aux.fused_scores"]) == (40_960, 57_344)
+    bwd = [st.name for st in Ly.backward_steps(L) if st.name.startswith(("moe.aux", "moe.router."))]
+    assert bwd == ["moe.aux.scaler_bwd", "moe.aux.scale_bwd", "moe.aux.fused_loss_bwd", "moe.aux.fused_scores_bwd",
+                   "moe.router.fused_topk_bwd", "moe.router.grad_add", "moe.router.dgrad", "moe.router.wgrad"]
+    # 9 + 13 = 22 small kernels forward and 12 backward unfused, 6 and 6 fused
+    plain = Ly.layer_shape(MOE, 1, ep=4, flash=True)
+    count = [len([n for n in (st.name for st in steps) if n.startswith(("moe.aux", "moe.router."))])
+             for steps in (Ly.forward_steps(plain), Ly.backward_steps(plain), Ly.forward_steps(L))]
+    assert count == [22, 14, 6]  # backward unfused: 12 small and the router GEMM's dgrad and wgrad

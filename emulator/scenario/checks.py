@@ -110,7 +110,8 @@ def _moe_violations(m: ModelSpec) -> list[Violation]:
             if getattr(m, name) not in ((), None):
                 out.append(Violation(f"model.{name}", f"{name} needs experts > 0 (an MoE model)"))
         for name in ("moe_router_force_load_balancing", "moe_expert_capacity_factor",
-                     "moe_pad_expert_input_to_capacity", "moe_router_num_groups", "moe_router_group_topk"):
+                     "moe_pad_expert_input_to_capacity", "moe_router_num_groups", "moe_router_group_topk",
+                     "moe_router_fusion"):
             if getattr(m, name):
                 out.append(Violation(f"model.{name}", f"{name} needs experts > 0 (an MoE model)"))
         return out

@@ -357,6 +357,11 @@ class ModelSpec:
     moe_router_dtype: str = key(
         "The router's GEMM and softmax/top-k in fp32 or fp64 (Megatron-Core's moe_router_dtype; DeepSeek-V3 sets "
         "fp32); absent: the training precision.", default="", choices=("fp32", "fp64"))
+    moe_router_fusion: bool = key(
+        "Megatron-Core's moe_router_fusion: the routing's score function and top-k, the aux loss's scores and the "
+        "aux loss each run as one Transformer Engine kernel (router.py fused_topk_with_score_function, "
+        "fused_compute_score_for_moe_aux_loss, fused_moe_aux_loss) instead of a kernel per PyTorch op. Megatron's "
+        "default, false; its performance recipes set it.", default=False)
     # Multi-latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0
     q_lora_rank: int = key(
         "Multi-latent attention: rank of the query down-projection; 0: a full query projection.",

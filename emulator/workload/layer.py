@@ -206,6 +206,7 @@ class LayerShape:
     shared_overlap: bool = False  # parallel.moe_shared_expert_overlap
     router_bytes: int = 0  # bytes per element of the router GEMM and its probabilities (moe_router_dtype); 0: dtype
     groups: int = 0  # moe_router_num_groups
+    router_fusion: bool = False  # moe_router_fusion: TE's fused routing and aux-loss kernels
     group_topk: int = 0  # moe_router_group_topk
     a2a_scale: float = 1.0  # the copies each rank sends over the mean: the capacity factor when padded
     window: int = 0  # sliding-window attention: keys per query (model.sliding_window); 0: none
@@ -355,6 +356,7 @@ def layer_load_shape(L: LayerShape, m: ModelSpec, layer: int, step: int = 0) -> 
 def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> dict[str, Any]:
     """LayerShape's dispatch and router fields from the parallel and model keys."""
     out: dict[str, Any] = dict(router_bytes=ROUTER_BYTES.get(m.moe_router_dtype, 0), groups=m.moe_router_num_groups,
+                               router_fusion=m.moe_router_fusion,
                      group_topk=m.moe_router_group_topk,
                      a2a_scale=m.moe_expert_capacity_factor if routing.padded(m) else 1.0)
     if par is None:
@@ -900,8 +902,23 @@ def _routing_map(prefix: str, n: int, L: LayerShape, cat: str) -> list[Kernel]:
             _small(f"{prefix}.map_bool", ne * (4 + 1), cat)]
 
 
+# moe_router_fusion (Megatron-Core moe_utils.py @ d98e8a64dd, ``fused=``; TransformerEngine @ d0067d0,
+# transformer_engine/pytorch/router.py): the routing is one kernel each way (FusedTopkScoreFunction:
+# tex.fused_topk_with_score_function_fwd/_bwd, group-limited top-k included), the aux loss's scores one
+# each way (FusedComputeScoresForMoEAuxLoss), the aux loss one each way (FusedAuxLoss); the tokens per
+# expert (routing_map.sum), their all-reduce and the tracker's two ops stay. Each kernel reads the N×E
+# logits (or its gradient) and writes its N×E outputs: probabilities and the bool map.
+
+
+def _fused_routing(L: LayerShape, n: int, cat: str) -> list[Kernel]:
+    ne, r = n * L.experts, _logit_bytes(L)
+    return [_small("moe.router.fused_topk", ne * (r + r + 1), cat)]
+
+
 def _routing_kernels(L: LayerShape, n: int, cat: str) -> list[Kernel]:
     """topk_routing_with_score_function (softmax after top-k) on N tokens, after the router GEMM."""
+    if L.router_fusion:
+        return _fused_routing(L, n, cat)
     e, k, r = L.experts, L.top_k, _logit_bytes(L)
     ne, nk = n * e, n * k
     out = _topk(L, n, cat) + [_small("moe.router.softmax", nk * (r + SCORE_BYTES), cat)]
@@ -919,6 +936,8 @@ AUX_LOSS_TINY = ("moe.aux.loss_mul", "moe.aux.loss_sum", "moe.aux.loss_scale", "
 def _aux_loss_steps(L: LayerShape, n: int, cat: str) -> list[Step]:
     """The auxiliary load-balancing loss on N tokens: 13 kernels and, with TP, the all-reduce of the
     tokens per expert (its TP×CP group taken as TP)."""
+    if L.router_fusion:
+        return _fused_aux_loss_steps(L, n, cat)
     e, k, r = L.experts, L.top_k, _logit_bytes(L)
     ne = n * e
     out: list[Step] = [_small("moe.aux.softmax", ne * (r + SCORE_BYTES), cat),
@@ -932,8 +951,34 @@ def _aux_loss_steps(L: LayerShape, n: int, cat: str) -> list[Step]:
     return out
 
 
+def _fused_aux_loss_steps(L: LayerShape, n: int, cat: str) -> list[Step]:
+    """The aux loss with moe_router_fusion: the fused scores, the tokens per expert and their all-reduce (TP),
+    the fused loss, the tracker's two ops: 5 kernels."""
+    e, r = L.experts, _logit_bytes(L)
+    ne = n * e
+    out: list[Step] = [_small("moe.aux.fused_scores", ne * (r + SCORE_BYTES + 1), cat),
+                       _small("moe.aux.tokens_per_expert", ne + e * IDX_BYTES, cat)]
+    if L.t > 1:
+        out.append(Comm("moe.aux_counts", "tp", "all_reduce", e * IDX_BYTES, 0, cat))
+    out.append(_small("moe.aux.fused_loss", ne * SCORE_BYTES + e * (IDX_BYTES + SCORE_BYTES), cat))
+    return out + [_small(name, e * (SCORE_BYTES + IDX_BYTES), cat) for name in ("moe.aux.log_div", "moe.aux.log_add")]
+
+
+def _fused_router_backward(L: LayerShape, n: int) -> list[Kernel]:
+    """The gradients with moe_router_fusion: the scaler's two, the fused loss's, the fused scores', the fused
+    routing's (each reading and writing N×E), and the add of the two paths' logit gradients: 6 kernels."""
+    ne, r = n * L.experts, _logit_bytes(L)
+    return [_small("moe.aux.scaler_bwd", SCORE_BYTES, BWD), _small("moe.aux.scale_bwd", SCORE_BYTES, BWD),
+            _small("moe.aux.fused_loss_bwd", ne * SCORE_BYTES, BWD),
+            _small("moe.aux.fused_scores_bwd", ne * (2 * SCORE_BYTES + r), BWD),
+            _small("moe.router.fused_topk_bwd", ne * (2 * r + 1), BWD),
+            _small("moe.router.grad_add", 3 * ne * r, BWD)]
+
+
 def _router_small_backward(L: LayerShape, n: int) -> list[Kernel]:
     """The routing's and the aux loss's gradients back to the logits (autograd of the ops above)."""
+    if L.router_fusion:
+        return _fused_router_backward(L, n)
     e, k, r = L.experts, L.top_k, _logit_bytes(L)
     ne, nk = n * e, n * k
     out = [_small("moe.aux.scaler_bwd", SCORE_BYTES, BWD), _small("moe.aux.scale_bwd", SCORE_BYTES, BWD),
