@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import simpy
 
@@ -112,7 +112,9 @@ class Fabric:
         self._pending = False
         self._mark = 0
         self.solves = 0
-        self.bytes_on_link = [0.0] * len(self.capacity)
+        self._bytes = [0.0] * len(self.capacity)
+        # bytes a run alone moved, owed to the links (``owe``): (link, bytes) pairs and how many times
+        self._owed: dict[int, list[Any]] = {}
         # called after every re-solve with (time, {link: load in B/s}) of the component
         self.listeners: list[Callable[[float, dict[int, float]], None]] = []
         # called on every flow as it starts; may change its links and weights (emulator.run.faults)
@@ -423,7 +425,7 @@ class Fabric:
             moved = f.rate * (now - f.last)
             f.remaining = max(0.0, f.remaining - moved)
             for link, w in zip(f.links, f.weights):
-                self.bytes_on_link[link] += w * moved
+                self._bytes[link] += w * moved
         f.last = now
 
     def _finished(self, event: simpy.Event) -> None:
@@ -571,9 +573,7 @@ class Fabric:
         if a.left:
             return
         self._unmark_plan(a)
-        moved = self.bytes_on_link
-        for link, b in a.solo.link_bytes:
-            moved[link] += b
+        self.owe(a.solo.link_bytes)
 
     def _wake_plan(self, a: "_Ahead") -> None:
         """Plan ``a``, run ahead, meets a flow now: its run alone is replayed to now (on a fresh fabric,
@@ -629,7 +629,7 @@ class Fabric:
             if twin.rate > 0.0:
                 self.env.timeout(flow.remaining / twin.rate, (flow, flow.version)).callbacks.append(self._finished)
             self._dirty.update(flow.links)
-        moved, replayed = self.bytes_on_link, replay.fabric.bytes_on_link
+        moved, replayed = self._bytes, replay.fabric.bytes_on_link
         for link in {link for phase in a.plan for f in phase for link in f.links} | \
                 {link for f in a.extras for link in f.links}:
             moved[link] += replayed[link]
@@ -665,6 +665,28 @@ class Fabric:
             self._phase(plan, p + 1, nbytes, done)
         else:
             done()
+
+    @property
+    def bytes_on_link(self) -> list[float]:
+        """Bytes each link has carried so far: what the clock settled, and what runs alone owe (``owe``)."""
+        owed = self._owed
+        if owed:
+            moved = self._bytes
+            for pairs, times in owed.values():
+                for link, b in pairs:
+                    moved[link] += b * times
+            owed.clear()
+        return self._bytes
+
+    def owe(self, pairs: Sequence[tuple[int, float]]) -> None:
+        """A run alone (a plan run ahead, a private collective, a block's collectives) moved ``pairs``,
+        (link, bytes), once more: counted here, added to ``bytes_on_link`` when it is read, as bytes × times
+        (each distinct run's pairs are walked once, not once per run: they recur every micro-batch)."""
+        hit = self._owed.get(id(pairs))
+        if hit is None:
+            self._owed[id(pairs)] = [pairs, 1]
+        else:
+            hit[1] += 1
 
     def link_load(self, link: int) -> float:
         """Current load Σ w·r on a link (B/s)."""

@@ -224,7 +224,7 @@ class Engine:
         now = self.env.now
         T, timed, start, xfer, end, durs = self.T, self.timed, self.start, self.xfer, self.end, self.durs
         succ, waiting, ready_at, kind = self.succ, self.waiting, self.ready_at, self.kind
-        listening, moved = bool(self.fabric.listeners), self.fabric.bytes_on_link
+        listening, owe = bool(self.fabric.listeners), self.fabric.owe
         runs = self.runs
         while ready:
             i = ready.pop()
@@ -251,8 +251,7 @@ class Engine:
                     flat = runs.moved[k][runs.shape[t]]
                     if flat is None:
                         flat = runs.moved_of(k, t)
-                    for link, b in flat:
-                        moved[link] += b
+                    owe(flat)
             end[i] = e
             base = i - t  # copy k's ops are the template's, shifted by k·T
             for j in succ[t]:

@@ -212,9 +212,7 @@ class PrivateRuns:
         """A private collective's bytes go on its links, and the fabric's listeners see the load
         changes it makes, at their times (it started at ``at``)."""
         fabric = self.fabric
-        moved = fabric.bytes_on_link
-        for link, b in solo.link_bytes:
-            moved[link] += b
+        fabric.owe(solo.link_bytes)
         if fabric.listeners:
             for dt, loads in solo.loads:
                 for cb in fabric.listeners:
