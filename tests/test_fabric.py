@@ -301,3 +301,18 @@ def test_a_recurring_mix_is_solved_once_and_forgotten_when_a_capacity_changes(mo
     # the mix of four was solved at t 0 and again after the capacity changed, not at t 10 (the four of a
     # batch end together, so no smaller mix is solved between)
     assert solved == [4, 4]
+
+
+def test_owed_bytes_are_added_times_their_count_when_read():
+    """A run alone's (link, bytes) list owed three times, another once, and a flow settled on the clock:
+    link 0 gets 3 × 2 B + the flow's 40 B, link 1 5 B, link 2 3 × 1 B; a later owe is added at the next read."""
+    env = simpy.Environment()
+    fab = Fabric(env, [10.0, 10.0, 10.0])
+    a, b = ((0, 2.0), (2, 1.0)), ((1, 5.0),)
+    for pairs in (a, b, a, a):
+        fab.owe(pairs)
+    fab.transfer((0,), (1.0,), 40.0, 0.0, lambda: None)  # 40 B at 10 B/s over link 0: 4 s
+    env.run()
+    assert fab.bytes_on_link == pytest.approx([6.0 + 40.0, 5.0, 3.0], rel=1e-12)
+    fab.owe(a)  # one more run: 2 B and 1 B, added once at the next read (the three before are not added again)
+    assert fab.bytes_on_link == pytest.approx([48.0, 5.0, 4.0], rel=1e-12)

@@ -247,7 +247,7 @@ class Engine:
                 if listening:
                     for dt, solo in (runs.replays[t] if not k else runs.replays_of(k, t)):
                         runs.replay(solo, at + dt)
-                else:  # only the bytes: the same sums, in the same order, from one flat list
+                else:  # only the bytes: one flat list per copy and block shape, owed to the fabric (``Fabric.owe``)
                     flat = runs.moved[k][runs.shape[t]]
                     if flat is None:
                         flat = runs.moved_of(k, t)

@@ -202,8 +202,8 @@ class PrivateRuns:
         return hit
 
     def moved_of(self, k: int, t: int) -> list[tuple[int, float]]:
-        """The (link, bytes) that block ``t``'s collectives leave in copy ``k``, in the order
-        ``replay`` adds them (kept per copy and block shape)."""
+        """The (link, bytes) that block ``t``'s collectives leave in copy ``k`` (kept per copy and
+        block shape: one list, which the fabric counts each time it recurs, ``Fabric.owe``)."""
         flat = [lb for _, solo in (self.replays[t] if not k else self.replays_of(k, t)) for lb in solo.link_bytes]
         self.moved[k][self.shape[t]] = flat
         return flat
