@@ -210,16 +210,36 @@ _fast_init.__qualname__ = "Op.__init__"
 setattr(Op, "__init__", _fast_init)
 
 
-def block_ops(block: Op) -> list[Op]:
-    """The ops block op ``block`` stands for (``Part``), with their ids, deps and full names."""
+_PartRow = tuple[OpKind, str, str, "float | None", float, float, str, str, tuple[int, ...], tuple[float, ...],
+                 tuple[int, ...]]
+
+
+def block_ops(block: Op, memo: dict[int, tuple[tuple[Part, ...], list[_PartRow]]] | None = None) -> list[Op]:
+    """The ops block op ``block`` stands for (``Part``), with their ids, deps and full names.
+
+    ``memo`` keeps each distinct parts tuple's fields as rows (blocks of one shape share their parts:
+    a deep pipeline's 0.85M parts come from a few hundred), so that an op is made from one row."""
     parts = block.parts
+    hit = None if memo is None else memo.get(id(parts))
+    if hit is None:
+        rows = [(q.kind, q.stream, q.name, q.duration, q.flops, q.bytes, q.category, q.collective, q.group, q.costed,
+                 q.deps) for q in parts]
+        if memo is not None:
+            memo[id(parts)] = (parts, rows)  # the entry holds its parts: their id stays theirs
+    else:
+        rows = hit[1]
     base = block.id - len(parts) + 1
-    out = []
-    for p, part in enumerate(parts):
-        deps = block.deps if p == 0 else tuple(base + d for d in part.deps)
-        out.append(Op(base + p, block.rank, part.kind, part.stream, deps, block.name + part.name, part.duration,
-                      part.flops, part.bytes, part.category, part.collective, part.group, -1, -1, 0,
-                      block.microbatch, block.stage, block.layer, part.costed))
+    rank, name, mb, stage, layer = block.rank, block.name, block.microbatch, block.stage, block.layer
+    out: list[Op] = []
+    add = out.append
+    i = base
+    deps = block.deps  # the first part's
+    for kind, stream, pname, duration, flops, nbytes, category, collective, group, costed, rel in rows:
+        if i != base:
+            deps = (base + rel[0],) if len(rel) == 1 else tuple([base + d for d in rel])
+        add(Op(i, rank, kind, stream, deps, name + pname, duration, flops, nbytes, category, collective, group, -1,
+               -1, 0, mb, stage, layer, costed))
+        i += 1
     return out
 
 
@@ -380,9 +400,10 @@ class Program:
         if not any(op.parts for op in self.ops):
             return self
         out: list[Op] = []
+        memo: dict[int, tuple[tuple[Part, ...], list[_PartRow]]] = {}
         for op in self.ops:
             if op.parts:
-                out.extend(block_ops(op))
+                out.extend(block_ops(op, memo))
             else:
                 out.append(op)
         return Program(self.ranks, out, self.fold, self.meta)

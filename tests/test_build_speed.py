@@ -184,3 +184,29 @@ parallel: {tp: 2, pp: 2, dp: 2}
         simulation.simulate(sc)
     # no run follows to give anything back: nothing was set aside
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_links_that_differ_in_their_last_bits_tie_and_the_name_decides():
+    from types import SimpleNamespace
+
+    from emulator.outputs.nic import busiest_links, busiest_nic, nics
+
+    # the same 1.5e10 B summed in two orders: 15060287487.999386 and 15060287487.999374 (quickstart's
+    # NVLink up and down), 8e-16 apart; to 12 digits both are 1.50602874880e10, so the name decides:
+    # "a" before "b", though b carried the larger float. Each keeps its own utilisation.
+    topo = SimpleNamespace(links=[("b", "x"), ("a", "x")], capacity=[1.0, 1.0], cls=["nvlink"] * 2)
+    top = busiest_links(topo, [15060287487.999386, 15060287487.999374], 1.0, top=1)  # type: ignore[arg-type]
+    assert [(t["link"], t["utilisation"]) for t in top] == [("a->x", 15060287487.999374)]
+    # a real difference (1e-9 relative, 15 B) still ranks first
+    top = busiest_links(topo, [15060287503.0, 15060287488.0], 1.0, top=1)  # type: ignore[arg-type]
+    assert top[0]["link"] == "b->x"
+
+    text = "name: n\ncluster: {nodes: 2, node: dgx-a100}\n"
+    topo2 = build_topology(load_scenario_text(text, "n.yaml").cluster)
+    all_nics = nics(topo2)
+    first, later = all_nics[1], all_nics[3]  # by name
+    load = [0.0] * len(topo2.capacity)
+    load[later.egress[0]] = 0.5 * (1 + 4e-16) * topo2.capacity[later.egress[0]]  # 0.5 and 2 ulps: a tie
+    load[first.ingress[0]] = 0.5 * topo2.capacity[first.ingress[0]]
+    got = busiest_nic(topo2, load, 1.0)
+    assert got is not None and (got["nic"], got["direction"]) == (first.name, "ingress")

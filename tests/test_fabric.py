@@ -316,3 +316,64 @@ def test_owed_bytes_are_added_times_their_count_when_read():
     assert fab.bytes_on_link == pytest.approx([6.0 + 40.0, 5.0, 3.0], rel=1e-12)
     fab.owe(a)  # one more run: 2 B and 1 B, added once at the next read (the three before are not added again)
     assert fab.bytes_on_link == pytest.approx([48.0, 5.0, 4.0], rel=1e-12)
+
+
+def run_flows_issued_early(capacity, flows, issue_at=0.0):
+    """``run_flows``, each flow handed over at ``issue_at`` (``Fabric.transfer_at``) to begin at its start."""
+    env = simpy.Environment()
+    fab = Fabric(env, capacity)
+    done = {}
+    flows = sorted(enumerate(flows), key=lambda x: x[1][0])  # issued in the order they begin
+
+    def issue(_e):
+        for i, (start, links, weights, nbytes, lat) in flows:
+            fab.transfer_at(start, tuple(links), tuple(weights), nbytes, lat,
+                            lambda i=i: done.__setitem__(i, env.now))
+
+    env.timeout(issue_at).callbacks.append(issue)
+    env.run()
+    return [done[i] for i in range(len(flows))], fab
+
+
+def test_a_transfer_handed_over_early_begins_at_its_time():
+    # A: 1 GB, handed over at t=0 to begin at 1.0 after 0.5 s of latency (streams from 1.5); B: 1 GB
+    # placed at 1.55 (latency 0), handed over at 0 as well. 10 GB/s: A alone 1.5-1.55 moves 0.5 GB; both
+    # at 5 GB/s, A's last 0.5 GB ends at 1.55 + 0.1 = 1.65, when B has moved 0.5 GB; B's last 0.5 GB
+    # alone at 10 GB/s: 1.65 + 0.05 = 1.7
+    flows = [(1.0, [0], [1.0], 1e9, 0.5), (1.55, [0], [1.0], 1e9, 0.0)]
+    got, fab = run_flows_issued_early([10e9], flows)
+    assert got == pytest.approx([1.65, 1.7], rel=1e-12)
+    assert got == run_flows([10e9], flows)  # as handed over at their times
+    assert fab.bytes_on_link[0] == pytest.approx(2e9, rel=1e-12)
+    # a flow placed on A's link before A begins (at 0.2, on the clock) starts A on the clock at 1.5:
+    # B' 1 GB alone from 0.2 ends at 0.3, before A streams: A then alone, 1.5 + 0.1 = 1.6
+    env = simpy.Environment()
+    fab = Fabric(env, [10e9])
+    ends = []
+    fab.transfer_at(1.0, (0,), (1.0,), 1e9, 0.5, lambda: ends.append(("A", env.now)))
+    assert fab._lazies == 1 and fab._m_lazy == 1  # started ahead: link 0 held
+    env.timeout(0.2).callbacks.append(lambda _e: fab.transfer((0,), (1.0,), 1e9, 0.0,
+                                                              lambda: ends.append(("B", env.now))))
+    env.run()
+    assert ends == [("B", pytest.approx(0.3, rel=1e-12)), ("A", pytest.approx(1.6, rel=1e-12))]
+    assert fab._lazies == 0 and fab._m_lazy == 0 and fab._m_plan == 0
+
+
+def test_transfers_handed_over_early_end_as_on_the_clock_on_random_graphs():
+    # the random cases of the reference simulator, every flow handed over at t=0 to begin at its time:
+    # the same ends as handed over at their times (exact but for the order of same-time events, an ulp)
+    rng = random.Random(13)
+    for _case in range(200):
+        nlinks = rng.randint(1, 5)
+        caps = [rng.uniform(1.0, 20.0) for _ in range(nlinks)]
+        flows = []
+        for _ in range(rng.randint(1, 6)):
+            links = sorted(rng.sample(range(nlinks), rng.randint(1, nlinks)))
+            flows.append((rng.choice([0.0, rng.uniform(0, 2)]), links, [1.0] * len(links), rng.uniform(1.0, 30.0),
+                           rng.choice([0.0, rng.uniform(0, 0.5), rng.uniform(0, 3)])))
+        got, fab = run_flows_issued_early(caps, flows)
+        assert got == pytest.approx(run_flows(caps, flows), rel=1e-12, abs=1e-12), (caps, flows)
+        assert got == pytest.approx(reference_completions(caps, flows), rel=1e-6), (caps, flows)
+        # nothing is left holding a link; every link that carries a flow now has its bit (none do)
+        assert fab._m_lazy == 0 and fab._m_plan == 0 and not fab._lazy_on and not fab._plan_on
+        assert not any(fab.on_link)

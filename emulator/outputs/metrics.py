@@ -87,9 +87,11 @@ def _buckets(spans: Iterable[Span]) -> dict[int, list[array]] | dict[int, list[n
     return per_rank
 
 
-def _table_buckets(table: SpanTable) -> dict[int, list[np.ndarray]]:
+def _table_buckets(table: SpanTable, stream: str | None = None) -> dict[int, list[np.ndarray]]:
     """``_buckets`` of a SpanTable, from its columns (numpy; the same arrays, in the same order,
-    as the loop over its spans gives: ranks in order of first appearance, spans in order).
+    as the loop over its spans gives: ranks in order of first appearance, spans in order). With
+    ``stream``, only the communication on that stream, and the ranks in order of their first
+    compute (optimizer aside) or kept communication span (as ``stream_time``'s loop meets them).
 
     A stamped program's copies run on ranks of their own, and a copy's spans are the template's
     (shifted by k·T): its ranks are grouped once, on the template's column, for every copy."""
@@ -105,6 +107,8 @@ def _table_buckets(table: SpanTable) -> dict[int, list[np.ndarray]]:
                         for a in table.times())
     keep_c = is_compute & (end > start) & ~cpu
     keep_m = ~is_compute & (end > xfer)
+    if stream is not None:
+        keep_m &= np.tile(np.array([s == stream for s in table.column("stream")], dtype=bool), table.copies)
     copies = table.copy_ranks()
     if copies is None:  # copies sharing a rank: group the whole table as one
         ranks, copies, T = np.asarray(table.ranks(), dtype=np.int64), [None], n
@@ -114,6 +118,7 @@ def _table_buckets(table: SpanTable) -> dict[int, list[np.ndarray]]:
     values, first, counts = np.unique(ranks, return_index=True, return_counts=True)
     bounds = np.concatenate(([0], np.cumsum(counts)))
     out: dict[int, list[np.ndarray]] = {}
+    met: dict[int, int] = {}  # rank → the index of its first compute or kept communication span
     for k, world in enumerate(copies):
         for v in np.argsort(first):  # ranks in order of first appearance
             mine = by_rank[bounds[v]:bounds[v + 1]]
@@ -123,8 +128,13 @@ def _table_buckets(table: SpanTable) -> dict[int, list[np.ndarray]]:
             o = mine[keep_c[mine] & opt[mine]]
             m = mine[keep_m[mine]]
             rank = int(values[v])
-            out[rank if world is None else world[rank]] = [start[c], end[c], xfer[m], end[m], start[o], end[o]]
-    return out
+            rank = rank if world is None else world[rank]
+            out[rank] = [start[c], end[c], xfer[m], end[m], start[o], end[o]]
+            if len(c) or len(m):
+                met[rank] = int(min(c[:1].tolist() + m[:1].tolist()))
+    if stream is None:
+        return out
+    return {rank: out[rank] for rank in sorted(met, key=met.__getitem__)}
 
 
 def _rank_parts(bucket: list[array] | list[np.ndarray], span_total: float,
@@ -174,6 +184,8 @@ def stream_time(spans: Iterable[Span], stream: str, iterations: int = 1) -> tupl
     """(busy, exposed) seconds per iteration of the communication on ``stream`` (the MoE dispatch's "ep"),
     averaged over the simulated ranks that use it: busy is the union of its transfers, exposed the part
     of it under no compute span (so exposed ≤ the breakdown's exposed_comm). (0, 0) if no rank uses it."""
+    if isinstance(spans, SpanTable):  # from the columns: the same arrays, in the same order, as the loop's
+        return _stream_time([b[:4] for b in _table_buckets(spans, stream).values()], iterations)
     per: dict[int, list[list[float]]] = {}
     for s in spans:
         if s.kind == "compute":
@@ -185,15 +197,20 @@ def stream_time(spans: Iterable[Span], stream: str, iterations: int = 1) -> tupl
             per.setdefault(s.rank, [[], [], [], []])
             per[s.rank][2].append(s.xfer_s)
             per[s.rank][3].append(s.end_s)
+    return _stream_time([[np.asarray(x, dtype=float) for x in b] for b in per.values()], iterations)
+
+
+def _stream_time(per: list[list[np.ndarray]], iterations: int) -> tuple[float, float]:
+    """``stream_time`` of each rank's compute (starts, ends) and the stream's transfers (starts, ends)."""
     busy = exposed = 0.0
     users = 0
-    for cs, ce, ms, me in per.values():
-        if not ms:
+    for cs, ce, ms, me in per:
+        if not len(ms):
             continue
         users += 1
         c = union_length(cs, ce)
         busy += union_length(ms, me)
-        exposed += union_length(cs + ms, ce + me) - c
+        exposed += union_length(np.concatenate((cs, ms)), np.concatenate((ce, me))) - c
     if not users:
         return 0.0, 0.0
     return busy / users / iterations, exposed / users / iterations

@@ -65,21 +65,27 @@ def utilisation(link_bytes: list[float], capacity: list[float], period: float) -
     return [b / (c * period) if c > 0 else 0.0 for b, c in zip(link_bytes, capacity)]
 
 
+def level(u: float) -> float:
+    """A utilisation to 12 significant digits, as links are ranked: two links that carried the same
+    traffic, summed in another order, differ in their last bits; they tie, and the name decides."""
+    return float(f"{u:.12g}")
+
+
 def busiest_links(topo: Topology, link_bytes: list[float], period: float, top: int = 5) -> list[dict]:
-    """The ``top`` links by utilisation over ``period`` (ties broken by name, for determinism)."""
+    """The ``top`` links by utilisation over ``period`` (``level``; ties broken by name, for determinism)."""
     util = utilisation(link_bytes, topo.capacity, period)
     used = [i for i, b in enumerate(link_bytes) if b > 0]
     if len(used) > top:  # the first ``top`` all reach the top-th highest utilisation: sort those only
-        cut = heapq.nlargest(top, [util[i] for i in used])[-1]
-        used = [i for i in used if util[i] >= cut]
-    order = sorted(used, key=lambda i: (-util[i], topo.links[i]))
+        cut = level(heapq.nlargest(top, [util[i] for i in used])[-1])
+        used = [i for i in used if level(util[i]) >= cut]
+    order = sorted(used, key=lambda i: (-level(util[i]), topo.links[i]))
     return [{"link": f"{topo.links[i][0]}->{topo.links[i][1]}", "class": topo.cls[i], "utilisation": util[i],
              "bytes": link_bytes[i], "capacity_B_per_s": topo.capacity[i]} for i in order[:top]]
 
 
 def busiest_nic(topo: Topology, link_bytes: list[float], period: float) -> dict | None:
-    """The NIC whose busier direction is the most utilised (the first by name among equals; in a
-    NIC, egress before ingress, ports in order)."""
+    """The NIC whose busier direction is the most utilised (``level``; the first by name among equals;
+    in a NIC, egress before ingress, ports in order)."""
     cap = topo.capacity
 
     def util(p: int) -> float:  # one link of ``utilisation`` (only the NICs' ports are asked for)
@@ -89,13 +95,15 @@ def busiest_nic(topo: Topology, link_bytes: list[float], period: float) -> dict 
         ports = ((name, e, i) for name, (e, i) in _laid_out_ports(topo, topo.source).items())
     else:
         ports = ((nic.name, list(nic.egress), list(nic.ingress)) for nic in nics(topo))
-    best: tuple[float, str, str] | None = None  # (utilisation, NIC, direction)
+    best: tuple[float, str, str, float] | None = None  # (level, NIC, direction, utilisation)
     for name, egress, ingress in ports:
-        mine: tuple[float, str] | None = None  # this NIC's first port at its highest utilisation
+        mine: tuple[float, str, float] | None = None  # this NIC's first port at its highest level
         for direction, links in (("egress", egress), ("ingress", ingress)):
             for p in links:
-                if link_bytes[p] > 0 and (mine is None or util(p) > mine[0]):
-                    mine = (util(p), direction)
+                if link_bytes[p] > 0:
+                    u = util(p)
+                    if mine is None or level(u) > mine[0]:
+                        mine = (level(u), direction, u)
         if mine is not None and (best is None or mine[0] > best[0] or (mine[0] == best[0] and name < best[1])):
-            best = (mine[0], name, mine[1])
-    return None if best is None else {"nic": best[1], "direction": best[2], "utilisation": best[0]}
+            best = (mine[0], name, mine[1], mine[2])
+    return None if best is None else {"nic": best[1], "direction": best[2], "utilisation": best[3]}

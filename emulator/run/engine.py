@@ -15,7 +15,11 @@ simulated) —
 depend on nothing but their start, so ``_advance`` finishes them as soon as their start is
 known, ahead of the clock, and hands their end to their successors (``ready_at``); only ops
 that meet other ranks or share something (collectives, sends, receives, shared GPUs) wait
-for the clock, by one timeout per distinct start time. The results are those of running
+for the clock, by one timeout per distinct start time; a collective whose group has one simulated
+member and whose plan is one flow (a folded TP pair, mostly) waits for no one either, and is handed
+to the fabric as soon as its start is known, to begin then (``_issue``, ``Fabric.transfer_at``: one
+event fewer each; DeepSeek-V3 1024 0.78M → 0.51M events; flows that begin together may then be
+placed in another order, which moved its iteration time by 4e-16). The results are those of running
 every op on the clock, to the last bit: a private collective ends at its start plus its
 duration alone, where the fabric sums its steps at the run's absolute time (2.6e-12 of its
 length at t ≈ 8 s; a contended fabric can carry that to 4.8e-10 of a 4:1 fat-tree's
@@ -50,7 +54,7 @@ from emulator.devices.gpu import Gpu
 from emulator.errors import EmulatorError
 from emulator.network.collectives import CollectiveModel
 from emulator.network.fabric import Fabric, delay_to
-from emulator.network.flows import Plan
+from emulator.network.flows import FlowSpec, Plan
 from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program, parse_dispatch_op
 from emulator.run.block import OpenedFields, opened_times
 from emulator.run.copies import Copies
@@ -147,6 +151,10 @@ class Engine:
             self.shares = bytearray(op.kind is COMPUTE and op.stream != "cpu" for op in self.tops)
             self.private = bytearray(self.T)
         self.timed = bytearray(op.kind is COMPUTE and not sh for op, sh in zip(self.tops, self.shares))
+        # collectives that may be issued ahead of the clock (``_issue``): not with the GPUs' overlap slowdown,
+        # which counts the communication resident from its start on the clock
+        self.early = bytearray(op.kind is COLLECTIVE and not overlap for op in self.tops)
+        self._solos: list[tuple[FlowSpec, float] | bool | None] = [None] * self.T  # ``_issue``'s, of copy 0
         self._pkey, self._ppair = self._p2p_keys()
         runs.index_shapes()
         # per copy: the sends or recvs waiting for their match, by template key; each send pair's plan
@@ -190,6 +198,7 @@ class Engine:
             self.private = bytearray(self.T)  # on every link (a detour is no prepared plan: no slack proof)
             self.fabric.set_slack(set())
         self.timed = bytearray(bool(tm or pv) for tm, pv in zip(self.timed, self.private))
+        self.early = bytearray(bool(e and not pv) for e, pv in zip(self.early, self.private))
         T = self.T
         heads = [t for t in range(T) if self.waiting[t] == 0]  # every copy starts like the template
         self._advance([k * T + t for k in range(self.copies.count) for t in heads])
@@ -225,14 +234,15 @@ class Engine:
         T, timed, start, xfer, end, durs = self.T, self.timed, self.start, self.xfer, self.end, self.durs
         succ, waiting, ready_at, kind = self.succ, self.waiting, self.ready_at, self.kind
         listening, owe = bool(self.fabric.listeners), self.fabric.owe
-        runs = self.runs
+        runs, early = self.runs, self.early
         while ready:
             i = ready.pop()
             k, t = divmod(i, T)
             at = ready_at[i]
             if not timed[t]:
                 if at > now:
-                    self._later(i, at)
+                    if not (early[t] and self._issue(i, k, t, at)):
+                        self._later(i, at)
                 else:
                     self._start(i, k, t, now)
                 continue
@@ -380,6 +390,43 @@ class Engine:
         if ahead is None:
             ahead = self._ahead[first.collective] = parse_dispatch_op(first.collective) is not None
         self._run_plan(plan, first.bytes, arrived, ahead)
+
+    def _issue(self, i: int, k: int, t: int, at: float) -> bool:
+        """Issue collective ``i`` (copy ``k`` of template op ``t``), due at ``at`` ahead of the clock, now,
+        where that changes nothing: its group has one simulated member (no one else's arrival decides
+        when it starts) and its plan is one flow (``Fabric.transfer_at`` begins it at its time, as its
+        start there would; a TP pair's ring, mostly). One event fewer per collective. False otherwise."""
+        hit = self._solos[t] if not k else None  # copy 0's, kept per template op
+        if hit is None:
+            hit = self._solo(k, t)
+            if not k:
+                self._solos[t] = hit
+        if not hit:
+            return False
+        f, nbytes = hit  # type: ignore[misc]  # a pair where not False
+        self.start[i] = self.xfer[i] = at
+        self.fabric.transfer_at(at, f.links, f.weights, nbytes, f.latency, lambda: self._done_many([i]))
+        return True
+
+    def _solo(self, k: int, t: int) -> tuple[FlowSpec, float] | bool:
+        """The one flow of collective ``t`` of copy ``k`` and its bytes, where ``_issue`` may issue it
+        ahead of the clock; else False."""
+        op = self.tops[t]
+        keys = self._ckeys[k]
+        gkey = keys.get((op.rank, op.group))
+        if gkey is None:
+            gkey = keys[(op.rank, op.group)] = (self._tr(k, op.rank), self._group(k, op.group))
+        group = gkey[1]
+        expected = self._expected.get(group)
+        if expected is None:
+            expected = self._expected[group] = sum(1 for r in group if r in self.simulated)
+        if expected != 1:
+            return False
+        plan = self.model.collective(op.collective, group, self._tr(k, op.root), op.bytes)
+        if len(plan) != 1 or len(plan[0]) != 1:
+            return False
+        f = plan[0][0]
+        return f, op.bytes * f.volume
 
     def _run_plan(self, plan: Plan, nbytes: float, members: list[int], ahead: bool = False) -> None:
         """The transfer of ``members`` begins now: the fabric runs the plan's phases (a MoE token dispatch's

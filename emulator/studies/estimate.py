@@ -61,6 +61,10 @@ if TYPE_CHECKING:
 # latency (measured, 2026-12-04: 2.00 GPT 1T, 2.06 GPT-3 1024, 1.90 Llama-3 70B, 2.01 quickstart per shared
 # communication instance; 3.00, 3.02, 2.94 and 3.01 with a latency timer per flow)
 EVENTS_PER_COMM = 2.0
+# one of a group with one member simulated: where its plan is one flow it is handed to the fabric ahead of its
+# start (``Engine._issue``: its end alone), else as above (measured, 2026-12-06: jobs-interleaved-4to1, whose
+# DP all-reduces are all such, 16 events before ``_issue`` and 12 after, for the 8 instances counted here)
+EVENTS_PER_SOLO = 1.5
 # a kernel on a shared GPU (``emulator.run.shared_gpus``): its start put off to its time, its end
 # (Llama-3 70B on B200, whose compute slows under communication: 54,362 counted, 53,765 run)
 EVENTS_PER_SHARED_KERNEL = 2.0
@@ -212,7 +216,8 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
       it communicates) is on the clock: its start, put off to its time, and its end;
     - a collective call, or a send, is one *instance* shared by its group's simulated members:
       its start (one timeout for every op due at that time: the copies of an unfolded program start
-      together, so one start for all of them), then per phase of its flow plan
+      together, so one start for all of them; none for a collective of one simulated member and one
+      flow, handed to the fabric ahead of its time, ``Engine._issue``), then per phase of its flow plan
       (``CollectiveModel.plans``; the mean over the algorithms ``auto`` may pick) a flow alone
       its end (started ahead of its latency: ``Fabric._ahead``), or several flows a latency timer
       and an end each;
@@ -231,7 +236,7 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
     # one start for the copies of an unfolded program (alike but for stragglers); the replicas of a
     # refused fold (``folding.restamp``: other latencies) start apart
     starts = float(copies) if engine.fold is not None else 1.0
-    per_key: dict[tuple[str, tuple[int, ...], int], tuple[float, float]] = {}
+    per_key: dict[tuple[str, tuple[int, ...], int], tuple[float, float, bool]] = {}
     events = flow_events = instances = 0.0
     for t, op in enumerate(engine.tops):
         if engine.timed[t] or (engine.private[t] and not faulted) or op.kind is RECV:
@@ -250,18 +255,20 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
         if hit is None:
             hit = per_key[key] = _instance_events(collectives.plans(*key), key[0] != "p2p" and
                                                   parse_dispatch_op(key[0]) is not None, on_clock)
-        ends, weighted = hit
-        events += (starts + ends * copies) / members
+        ends, weighted, one_flow = hit
+        early = one_flow and members == 1 and op.kind is not SEND and engine.early[t]
+        events += ((0.0 if early else starts) + ends * copies) / members
         flow_events += weighted / members ** 2 * copies / members
         instances += copies / members
     return Clocked(events, flow_events, instances, len(simulated))
 
 
-def _instance_events(plans: list[Plan], dispatch: bool, on_clock: bool = False) -> tuple[float, float]:
+def _instance_events(plans: list[Plan], dispatch: bool, on_clock: bool = False) -> tuple[float, float, bool]:
     """(events after its start, the same weighted by f² where f is the flows of their phase: see
-    ``events_of`` for the members) of one collective or transfer instance on the clock (``events_of``)."""
+    ``events_of`` for the members, whether each plan is one flow) of one collective or transfer instance
+    on the clock (``events_of``)."""
     if not plans:
-        return 0.0, 0.0
+        return 0.0, 0.0, False
     alone = 2.0 if on_clock else 1.0
     ends = weighted = 0.0
     for plan in plans:
@@ -272,7 +279,8 @@ def _instance_events(plans: list[Plan], dispatch: bool, on_clock: bool = False) 
             w = (1.0 - DISPATCH_AHEAD) * w
         ends += e
         weighted += w
-    return ends / len(plans), weighted / len(plans)
+    one_flow = all(len(plan) == 1 and len(plan[0]) == 1 for plan in plans)
+    return ends / len(plans), weighted / len(plans), one_flow
 
 
 def estimate(scenario: Scenario, out: bool = False) -> str:
@@ -309,7 +317,8 @@ def _counts(program: Program, ops: list[Op], copies: int, gpus_per_node: int) ->
             members = min(len(op.group), max(1, simulated) * copies)
             n = len(op.group)
             # a direct all-to-all: a flow to each peer from each simulated member, a latency timer and an end each
-            per = 2.0 * members * (n - 1) + 1 if op.collective == "all_to_all" else EVENTS_PER_COMM
+            per = 2.0 * members * (n - 1) + 1 if op.collective == "all_to_all" else \
+                EVENTS_PER_SOLO if members == 1 else EVENTS_PER_COMM
             comm += per / EVENTS_PER_COMM * copies / members
     return compute, comm
 
@@ -332,9 +341,10 @@ def count_jobs(scenario: Scenario) -> Estimate:
     """``count`` of a scenario with jobs: each job's program under the fold the mix gives it
     (``emulator.run.mix.job_fold``), counted once alone and once in the shared run (one run for a single
     job at t = 0 on nodes 0..n−1), summed. Its engines are not prepared here (one per placement and
-    run): each communication instance is ~2 events (``_counts``: private groups guessed from the
-    nodes), a solve each, priced as ``run_seconds`` prices them, and the preparation is modelled.
-    On a mix, the start and the preparation dominate (benchmarks/estimate_check.py: 0.3 s runs)."""
+    run): each communication instance is ~2 events, ~1.5 where one member of its group is simulated
+    (``_counts``: private groups guessed from the nodes), a solve each, priced as ``run_seconds`` prices
+    them, and the preparation is modelled. On a mix, the start and the preparation dominate
+    (benchmarks/estimate_check.py: 0.3 s runs)."""
     from emulator.run.mix import job_fold
     from emulator.run.simulation import build_workload
     from emulator.workload.builder import build_program
