@@ -90,6 +90,14 @@ def dispatch_op(kind: str, direction: str, **params: float) -> str:
     return f"{kind}:{direction}:" + ",".join(f"{k}={v:.9g}" for k, v in sorted(params.items()))
 
 
+def is_token_exchange(op: str) -> bool:
+    """Whether collective ``op`` exchanges tokens among a group, each rank with every other: a MoE token
+    dispatch or combine (``DISPATCH_KINDS``), or a plain ``all_to_all`` (the alltoall dispatcher's where
+    every rank receives the mean, as with its capacity padding). Its plan of many flows recurs every
+    micro-batch: the fabric runs it ahead of the clock where its links are free (``Fabric._run_ahead``)."""
+    return op == "all_to_all" or parse_dispatch_op(op) is not None
+
+
 def parse_dispatch_op(op: str) -> tuple[str, str, dict[str, float]] | None:
     """(kind, direction, params) of a dispatch collective's name; None for any other collective."""
     kind, sep, rest = op.partition(":")

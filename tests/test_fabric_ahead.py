@@ -214,6 +214,10 @@ EP_OVER_TP = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.
               "--set", "training.micro_batch=2", "--set", "parallel.moe_flex_dispatcher_backend=deepep"]
 # The same with HybridEP, whose plans have three phases (its 64-token pipeline), at micro-batches of 1
 HYBRID_EP = EP_OVER_TP[:-3] + ["parallel.moe_flex_dispatcher_backend=hybridep"]
+# The alltoall dispatcher padded to capacity (Qwen3-235B's recipe): every rank receives the mean, a plain
+# all_to_all (program.is_token_exchange), over the pipeline's 6 nodes
+PADDED = PIPELINE + ["--set", "model.moe_expert_capacity_factor=1.0", "--set",
+                     "model.moe_pad_expert_input_to_capacity=true"]
 
 
 def summary_and_counts(args, ahead, monkeypatch, capsys):
@@ -274,8 +278,9 @@ def assert_same(fast, exact, path="summary"):
         assert fast == exact, path
 
 
-@pytest.mark.parametrize("args", [TWO_NODES, PIPELINE, EP_OVER_TP, HYBRID_EP],
-                         ids=["ep16-2-nodes", "ep16-pp3-6-nodes", "ep16-over-tp2-deepep", "ep16-over-tp2-hybridep"])
+@pytest.mark.parametrize("args", [TWO_NODES, PIPELINE, EP_OVER_TP, HYBRID_EP, PADDED],
+                         ids=["ep16-2-nodes", "ep16-pp3-6-nodes", "ep16-over-tp2-deepep", "ep16-over-tp2-hybridep",
+                              "ep16-pp3-padded-all-to-all"])
 def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, monkeypatch, capsys):
     fast, counts = summary_and_counts(args, True, monkeypatch, capsys)
     exact, none = summary_and_counts(args, False, monkeypatch, capsys)
@@ -289,7 +294,15 @@ def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, monkeypatch,
     assert len(both) >= len(exact_named) // 2
     assert_same([fast_named[n] for n in both], [exact_named[n] for n in both])
     assert_same(fast, exact)
-    if args is PIPELINE:
+    if args is PADDED:  # its dispatches are plain all_to_alls (none all_to_all_v), and they ran ahead
+        from emulator.run.simulation import build_workload
+        from emulator.scenario import load_scenario
+
+        sets = [a for a in args[1:] if a != "--set"]
+        program, _ = build_workload(load_scenario(args[0], sets), blocks=True)
+        names = {p.collective for op in program.ops for p in (op.parts or (op,)) if p.collective}
+        assert "all_to_all" in names and not any(n.startswith("all_to_all_v") for n in names)
+    if args is PIPELINE or args is PADDED:
         assert counts["woken"] > 0  # a pipeline transfer met a dispatch run ahead: woken onto the fabric
     if args is EP_OVER_TP or args is HYBRID_EP:
         assert counts["joined"] > 0 and counts["woken"] > 0  # all-gathers run with dispatches; some met

@@ -55,7 +55,7 @@ from emulator.errors import EmulatorError
 from emulator.network.collectives import CollectiveModel
 from emulator.network.fabric import Fabric, delay_to
 from emulator.network.flows import FlowSpec, Plan
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program, parse_dispatch_op
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program, is_token_exchange
 from emulator.run.block import OpenedFields, opened_times
 from emulator.run.copies import Copies
 from emulator.run.deadlock import DeadlockError, deadlock_report
@@ -388,7 +388,7 @@ class Engine:
         plan = self.model.collective(first.collective, group, self._tr(k0, first.root), first.bytes)
         ahead = self._ahead.get(first.collective)
         if ahead is None:
-            ahead = self._ahead[first.collective] = parse_dispatch_op(first.collective) is not None
+            ahead = self._ahead[first.collective] = is_token_exchange(first.collective)
         self._run_plan(plan, first.bytes, arrived, ahead)
 
     def _issue(self, i: int, k: int, t: int, at: float) -> bool:

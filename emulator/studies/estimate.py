@@ -221,15 +221,15 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
       (``CollectiveModel.plans``; the mean over the algorithms ``auto`` may pick) a flow alone
       its end (started ahead of its latency: ``Fabric._ahead``), or several flows a latency timer
       and an end each;
-    - a MoE token dispatch (``parse_dispatch_op``), of one phase or several (HybridEP's), runs ahead of
-      the clock where its links are free as it starts, one event for its end (``Fabric._run_ahead``),
-      else flow by flow:
+    - a MoE token dispatch (``is_token_exchange``: a plain all_to_all too), of one phase or several
+      (HybridEP's), runs ahead of the clock where its links are free as it starts, one event for its
+      end (``Fabric._run_ahead``), else flow by flow:
       ``DISPATCH_AHEAD`` of them ahead.
 
     With ``on_clock`` (timed faults, which rewrite routes mid-run, or listeners of every load change:
     ``--out``) nothing runs ahead: a flow alone has its latency timer too, a dispatch runs flow by flow.
     """
-    from emulator.program import RECV, parse_dispatch_op
+    from emulator.program import RECV, is_token_exchange
 
     copies = engine.copies.count
     simulated = engine.simulated
@@ -254,7 +254,7 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
         hit = per_key.get(key)
         if hit is None:
             hit = per_key[key] = _instance_events(collectives.plans(*key), key[0] != "p2p" and
-                                                  parse_dispatch_op(key[0]) is not None, on_clock)
+                                                  is_token_exchange(key[0]), on_clock)
         ends, weighted, one_flow = hit
         early = one_flow and members == 1 and op.kind is not SEND and engine.early[t]
         events += ((0.0 if early else starts) + ends * copies) / members
