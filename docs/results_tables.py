@@ -106,7 +106,7 @@ def speed() -> str:
     return "\n".join([_table(["case", "GPUs", "ranks simulated", "events", "wall", "wall / floor", "CPU / floor",
                               "peak RSS", "predicted iteration", "SimPy floor", "measured"], rows), "",
                       "*Written by `benchmarks/run.py --save`; the floor is one SimPy process waiting on 1,000,000 "
-                      "timeouts, measured in the same run.*"])
+                      "timeouts, the least of three runs just before the case.*"])
 
 
 def estimate_spread() -> tuple[float, float, int]:
