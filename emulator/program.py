@@ -226,7 +226,7 @@ def block_ops(block: Op, memo: dict[int, tuple[tuple[Part, ...], list[_PartRow]]
     """The ops block op ``block`` stands for (``Part``), with their ids, deps and full names.
 
     ``memo`` keeps each distinct parts tuple's fields as rows (blocks of one shape share their parts:
-    a deep pipeline's 0.85M parts come from a few hundred), so that an op is made from one row."""
+    DeepSeek-V3 1024's 817k parts come from 37 tuples), so that an op is made from one row."""
     parts = block.parts
     hit = None if memo is None else memo.get(id(parts))
     if hit is None:
