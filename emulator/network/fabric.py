@@ -261,7 +261,7 @@ class Fabric:
         if f.remaining <= 0.0 or not f.links:
             return False
         r, hard, hm = self._alone_on(f)
-        if hm & (self._m_lazy | self._m_plan) or (hm & self._m_on and not self._empty(hard, hm)):
+        if hm & self._m_lazy or hm & self._m_plan or (hm & self._m_on and not self._empty(hard, hm)):
             return False
         if not r > 0.0:
             return False
@@ -372,7 +372,7 @@ class Fabric:
         whose links carry nothing else is its own component, and gets its rate at once."""
         on_link, slack = self.on_link, self.slack
         fm = self._mask(flow.links)
-        met = self._owners(fm) if fm & (self._m_plan | self._m_lazy) else None
+        met = self._owners(fm) if fm & self._m_plan or fm & self._m_lazy else None
         alone = True
         for link in flow.links:
             if met:  # a plan run ahead or a flow started ahead on this link is woken as the flow reaches it
