@@ -154,16 +154,23 @@ def reference_completions(capacity, flows):
     return done
 
 
+def random_case(rng, nlinks, nflows, start, latency):
+    """Capacities of ``rng.randint(*nlinks)`` links and ``rng.randint(*nflows)`` flows (start, links, weights,
+    bytes, latency) over random subsets of them; ``start`` and ``latency`` draw from ``rng``."""
+    n = rng.randint(*nlinks)
+    caps = [rng.uniform(1.0, 20.0) for _ in range(n)]
+    flows = []
+    for _ in range(rng.randint(*nflows)):
+        links = sorted(rng.sample(range(n), rng.randint(1, n)))
+        flows.append((start(rng), links, [1.0] * len(links), rng.uniform(1.0, 30.0), latency(rng)))
+    return caps, flows
+
+
 def test_random_graphs_match_reference_simulator():
     rng = random.Random(7)
     for _case in range(25):
-        nlinks = rng.randint(2, 6)
-        caps = [rng.uniform(1.0, 20.0) for _ in range(nlinks)]
-        flows = []
-        for _ in range(rng.randint(1, 7)):
-            links = sorted(rng.sample(range(nlinks), rng.randint(1, nlinks)))
-            flows.append((rng.choice([0.0, 0.0, rng.uniform(0, 2)]), links, [1.0] * len(links),
-                          rng.uniform(1.0, 30.0), rng.choice([0.0, rng.uniform(0, 0.5)])))
+        caps, flows = random_case(rng, (2, 6), (1, 7), lambda r: r.choice([0.0, 0.0, r.uniform(0, 2)]),
+                                  lambda r: r.choice([0.0, r.uniform(0, 0.5)]))
         got = run_flows(caps, flows)
         want = reference_completions(caps, flows)
         assert got == pytest.approx(want, rel=1e-6), (caps, flows)
@@ -364,13 +371,8 @@ def test_transfers_handed_over_early_end_as_on_the_clock_on_random_graphs():
     # the same ends as handed over at their times (exact but for the order of same-time events, an ulp)
     rng = random.Random(13)
     for _case in range(200):
-        nlinks = rng.randint(1, 5)
-        caps = [rng.uniform(1.0, 20.0) for _ in range(nlinks)]
-        flows = []
-        for _ in range(rng.randint(1, 6)):
-            links = sorted(rng.sample(range(nlinks), rng.randint(1, nlinks)))
-            flows.append((rng.choice([0.0, rng.uniform(0, 2)]), links, [1.0] * len(links), rng.uniform(1.0, 30.0),
-                           rng.choice([0.0, rng.uniform(0, 0.5), rng.uniform(0, 3)])))
+        caps, flows = random_case(rng, (1, 5), (1, 6), lambda r: r.choice([0.0, r.uniform(0, 2)]),
+                                  lambda r: r.choice([0.0, r.uniform(0, 0.5), r.uniform(0, 3)]))
         got, fab = run_flows_issued_early(caps, flows)
         assert got == pytest.approx(run_flows(caps, flows), rel=1e-12, abs=1e-12), (caps, flows)
         assert got == pytest.approx(reference_completions(caps, flows), rel=1e-6), (caps, flows)
