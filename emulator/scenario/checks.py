@@ -477,6 +477,11 @@ def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
             out.append(Violation(f"parallel.{key}", f"model.{name} ({width}) must be divisible by {key} ({size})"))
     if m.kv_heads % p.tp and p.tp % m.kv_heads:  # kv heads may be replicated over tp
         out.append(Violation("parallel.tp", f"model.kv_heads ({m.kv_heads}) and tp ({p.tp}) must divide one another"))
+    if p.tp_comm_overlap and p.tp > 1 and not p.sequence_parallel:  # Megatron-LM arguments.py (d98e8a64dd) l. 1441
+        out.append(Violation("parallel.tp_comm_overlap", f"tp_comm_overlap with tp {p.tp} needs sequence_parallel: "
+                                                         "true (Megatron-LM: \"Tensor parallel communication/GEMM "
+                                                         "overlap can happen only when sequence parallelism is "
+                                                         "enabled\")"))
     split = p.cp * (p.tp if p.sequence_parallel else 1)
     if m.seq_len % split:
         what = f"cp*tp = {p.cp}*{p.tp}" if p.sequence_parallel else "cp"

@@ -495,6 +495,14 @@ class ParallelSpec:
         "expert layers get their own grid etp x ep x expert-dp x pp = world (MoE parallel folding: with etp 1 the EP "
         "groups take in the attention's TP ranks).", default=None, minimum=1, maximum=10**6)
     sequence_parallel: bool = key("Megatron sequence parallelism.", default=False)
+    # Transformer Engine's Userbuffers overlap of the TP all-gathers and reduce-scatters with the linear
+    # layers' GEMMs (workload/layer.py, "Userbuffers")
+    tp_comm_overlap: bool = key(
+        "Megatron-Core's tp_comm_overlap (--tp-comm-overlap; NeMo's MegatronCommOverlapCallback): Transformer "
+        "Engine's Userbuffers run the sequence-parallel all-gathers and reduce-scatters of the attention's and the "
+        "dense MLP's linear layers beside their GEMMs, split in chunks (ring exchange for the all-gathers, a "
+        "4-way pipeline for the reduce-scatters); the pipelined and bulk GEMMs give 16 SMs to the communication. "
+        "Needs sequence_parallel when tp > 1; no effect at tp 1, on the experts, or with MLA.", default=False)
     zero: int = key("ZeRO stage, 0 to 3.", default=0, minimum=0, maximum=3)
     schedule: str = key("Pipeline schedule (docs/guides/pipeline-schedules.md). zb-v and dualpipev place two "
                         "chunks on each rank in a V (rank i holds chunks i and 2*pp-1-i): virtual_stages is 2 "

@@ -212,6 +212,7 @@ class LayerShape:
     window: int = 0  # sliding-window attention: keys per query (model.sliding_window); 0: none
     window_share: float = 0.0  # the fraction of layers that attend through the window (models.window_share)
     sinks: bool = False  # a softmax with an extra logit per head (model.softmax_type off-by-one or learnable)
+    ub_slow: float = 0.0  # tp_comm_overlap (Userbuffers) on: its pipelined and bulk GEMMs' time × this; 0: off
 
     @property
     def attended(self) -> float:
@@ -329,7 +330,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       fp8_weight_bytes=wbytes, head=m.head_dim,
                       load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
                       etp=etp if etp and etp != t else 0, window=m.sliding_window, window_share=window_share(m),
-                      sinks=m.softmax_type != "vanilla", **mla, **_dispatch_fields(m, parallel, sm_count))
+                      sinks=m.softmax_type != "vanilla", ub_slow=_ub_slow(parallel, t, sp, is_mla(m), sm_count),
+                      **mla, **_dispatch_fields(m, parallel, sm_count))
 
 
 def _load(m: ModelSpec, ep: int, tokens: int, t: int, sp: bool, etp: int | None, layer: int | None = None,
@@ -369,6 +371,14 @@ def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> d
 
 
 ROUTER_BYTES = {"fp32": 4, "fp64": 8}  # moe_router_dtype
+
+
+def _ub_slow(par: ParallelSpec | None, t: int, sp: bool, mla: bool, sm_count: int) -> float:
+    """LayerShape.ub_slow: 0 without Userbuffers (tp_comm_overlap off, tp 1, no sequence parallelism, or MLA:
+    see "Userbuffers"), else how much longer a GEMM runs on sm_count − UB_COMM_SMS SMs (1 with no SM count)."""
+    if par is None or not par.tp_comm_overlap or t == 1 or not sp or mla:
+        return 0.0
+    return sm_count / (sm_count - UB_COMM_SMS) if sm_count > UB_COMM_SMS else 1.0
 
 
 def unquantised(L: LayerShape) -> LayerShape:
@@ -1141,10 +1151,101 @@ def _dispatch_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
     return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out"), a2a + probs, 0, BWD)]
 
 
+# --- Transformer Engine's Userbuffers (parallel.tp_comm_overlap) ------------------------------------------
+# Megatron-Core gives the buffer names qkv, proj, fc1 and fc2 to the attention's and the dense MLP's TE linear
+# layers (attention.py, mlp.py @ d98e8a64dd; the experts get no overlap: extensions/transformer_engine.py,
+# "Disable ub overlap for experts"), and TE runs each by its default method (TransformerEngine d0067d0da,
+# transformer_engine/pytorch/module/base.py initialize_ub, lines 349-392; comm_gemm_overlap.cpp):
+# - ring_exchange (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad): the all-gather goes round the TP ring by copy
+#   engine in t − 1 steps while the GEMM runs t chunks of T/t tokens, each on the chunk that has arrived:
+#   max(C, G·(t − 1)/t) + G/t. Written as the all-gather overlapping t − 1 chunk GEMMs, then the last chunk.
+#   All SMs stay with the GEMM (set_sm_margin False).
+# - pipeline (proj_fprop, fc2_fprop): the GEMM in UB_RS_SPLITS chunks, each chunk's reduce-scatter under the next
+#   chunk's GEMM (split_overlap_rs): G/4 + max(3C/4, 3G/4) + C/4. Written as the first chunk, the
+#   reduce-scatter of three quarters overlapping the other three chunks, then the last quarter's.
+# - bulk (qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad): the saved input's all-gather under the dgrad GEMM and
+#   dgrad's reduce-scatter under the wgrad GEMM, which the steps overlap already (Megatron's asynchronous
+#   collectives do the same without Userbuffers).
+# Pipeline and bulk GEMMs run on sm_count − UB_COMM_SMS SMs (num_sm 16, set_sm_margin True: _math_sms,
+# comm_gemm_overlap.cpp line 143), ``L.ub_slow`` times longer. The all-gathers keep the bytes they have without
+# Userbuffers. MLA layers get none: Megatron-Core's TELinear turns config.tp_comm_overlap off, for the whole
+# model, when one is built with a buffer name other than those four (transformer_engine.py lines 1176-1186), as
+# MLA's down-projections are (q_down_proj, kv_down_proj).
+UB_COMM_SMS = 16  # base.py get_default_config: num_sm of the pipeline and bulk methods
+UB_RS_SPLITS = 4  # base.py get_default_config: num_splits of the pipeline method
+_UB_RING = {"ln1.ag": "qkv", "ln2.ag": "mlp.up", "proj.ag_grad": "proj.dgrad", "mlp.down.ag_grad": "mlp.down.dgrad"}
+_UB_PIPELINE = {"proj.rs": "proj", "mlp.rs": "mlp.down"}
+_UB_BULK = ("qkv.dgrad", "qkv.wgrad", "mlp.up.dgrad", "mlp.up.wgrad")
+
+
+def _chunk(k: Kernel, L: LayerShape, parts: int, slow: float) -> Kernel:
+    """One of ``parts`` chunks of GEMM ``k`` along its tokens (m), ``slow`` times longer."""
+    c = gemm(k.name, k.m // parts, k.n, k.k, L, k.batch, k.category)
+    return replace(k, m=c.m, flops=c.flops, bytes=c.bytes, slow=k.slow * slow)
+
+
+def _ub_ring(ag: Comm, between: list[Step], k: Kernel, L: LayerShape) -> list[Step]:
+    """The ring exchange: what stood between the all-gather and its GEMM ``k`` (the input's casts), then the
+    all-gather under the t − 1 chunk GEMMs, then the last chunk."""
+    return [*between, replace(ag, overlap=L.t - 1), *[_chunk(k, L, L.t, 1.0)] * L.t]
+
+
+def _ub_pipeline(k: Kernel, rs: Comm, L: LayerShape) -> list[Step]:
+    """The pipeline: GEMM ``k``'s first chunk, the reduce-scatter of the first n − 1 chunks under the other
+    chunks, then the last chunk's."""
+    n = UB_RS_SPLITS
+    chunk = _chunk(k, L, n, L.ub_slow)
+    early = replace(rs, bytes=rs.bytes * (n - 1) / n, overlap=n - 1)
+    return [chunk, early, *[chunk] * (n - 1), replace(rs, bytes=rs.bytes / n)]
+
+
+def _ub_gemm(steps: list[Step], i: int) -> int | None:
+    """The index of the GEMM the ring all-gather at ``i`` feeds (the first kernel named for it), if any."""
+    want = _UB_RING[steps[i].name]
+    return next((j for j in range(i + 1, len(steps)) if steps[j].name == want and isinstance(steps[j], Kernel)),
+                None)
+
+
+def userbuffers(steps: list[Step], L: LayerShape) -> list[Step]:
+    """A layer pass's steps as TE's Userbuffers run them (see above): each blocking all-gather of _UB_RING by
+    ring exchange under its GEMM, each blocking reduce-scatter of _UB_PIPELINE pipelined under the GEMM just
+    before it, the bulk GEMMs slowed; ``steps`` itself when they are off."""
+    if not L.ub_slow:
+        return steps
+    out: list[Step] = []
+    i = 0
+    while i < len(steps):
+        st = steps[i]
+        i += 1
+        if isinstance(st, Comm) and st.overlap == 0 and st.name in _UB_RING:
+            j = _ub_gemm(steps, i - 1)
+            if j is not None:
+                k = steps[j]
+                assert isinstance(k, Kernel)
+                out += _ub_ring(st, steps[i:j], k, L)
+                i = j + 1
+                continue
+        last = out[-1] if out else None
+        if (isinstance(st, Comm) and st.overlap == 0 and st.name in _UB_PIPELINE and isinstance(last, Kernel)
+                and last.name == _UB_PIPELINE[st.name]):
+            out[-1:] = _ub_pipeline(last, st, L)
+        elif isinstance(st, Kernel) and st.name in _UB_BULK:
+            out.append(replace(st, slow=st.slow * L.ub_slow))
+        else:
+            out.append(st)
+    return out
+
+
+def ub_comm(st: Step, L: LayerShape) -> bool:
+    """Whether ``st`` is a communication Userbuffers runs under its own GEMM (its overlap covers that GEMM's
+    chunks alone)."""
+    return bool(L.ub_slow) and isinstance(st, Comm) and (st.name in _UB_RING or st.name in _UB_PIPELINE)
+
+
 def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
     """The forward pass of one layer for one micro-batch."""
     steps = _attention_forward(L, cat) + _mlp_forward(L, cat)
-    return fp8_forward_casts(steps, L) if L.fp8 else steps
+    return userbuffers(fp8_forward_casts(steps, L) if L.fp8 else steps, L)
 
 
 # --- backward --------------------------------------------------------------------------
@@ -1297,15 +1398,14 @@ def backward_steps(L: LayerShape, recompute: str = "none") -> list[Step]:
     backward; nothing with fused attention, which recomputes inside its kernel); full
     (the whole forward, TP comms included, is rerun first).
     """
-    if L.fp8:
-        return fp8_backward_casts(_backward_steps(L, recompute), L)
-    return _backward_steps(L, recompute)
+    steps = _backward_steps(L, recompute)
+    rerun = forward_steps(L, RECOMPUTE) if recompute == "full" else []
+    return rerun + userbuffers(fp8_backward_casts(steps, L) if L.fp8 else steps, L)
 
 
 def _backward_steps(L: LayerShape, recompute: str) -> list[Step]:
+    """The backward's own steps (a full recompute's forward goes before them: backward_steps)."""
     steps: list[Step] = []
-    if recompute == "full":
-        steps += forward_steps(L, RECOMPUTE)
     steps += _bda_backward(L, "bda2_bwd")
     if L.folded:
         steps += _folded_moe_backward(L)

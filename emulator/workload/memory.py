@@ -53,10 +53,10 @@ in-flight count is Megatron's warm-up (megatron/core/pipeline_parallel/schedules
 same (get_pp_rank_microbatches @ d98e8a64dd, lines 964-978: (p − r − 1)·2 + (v − 1)·g with g =
 microbatch_group_size_per_vp_stage, p by default, capped at the m·v chunk passes there are). For
 NeMo's Nemotron-4 340B layout (p 8, v 12, m 16) stage 0 holds 14 + 88 = 102 (< 16·12 = 192, so the cap
-does not bind) + 1 = 103 one-layer chunks. Not modelled: the
-Userbuffers of TE's TP-overlap (tp_comm_overlap; ten (s·b/cp)×h buffers, TE base.py initialize_ub).
+does not bind) + 1 = 103 one-layer chunks.
 
-Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers,
+Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers, with
+``tp_comm_overlap`` TE's Userbuffers (:func:`userbuffers_bytes`),
 plus with ZeRO-3 the gathered bf16 weights of two layers (the one running and the
 prefetched one), plus on the last stage the fp32 logits of one micro-batch.
 """
@@ -83,6 +83,12 @@ if TYPE_CHECKING:
 # src/init.cc line 813, DEFAULT_BUFFSIZE) come to about 1 GiB per GPU in Megatron-style runs.
 WORKSPACE_BYTES = 2**30
 ADAM_STATE_BYTES = 12  # fp32 master weight, momentum, variance
+# TE's Userbuffers (parallel.tp_comm_overlap): Megatron registers one buffer of the global (s·b/cp) × h shape per
+# overlapped GEMM (Megatron-LM training/initialize.py _initialize_tp_communicators @ d98e8a64dd), 12 at TE d0067d0da
+# (module/base.py lines 336-360: 4 ring exchange, 2 pipeline, 4 bulk, 2 external); bf16 (initialize_ub's dtype),
+# but under FP8 the 8 all-gather ones hold one byte an element (fp8_buf, buffer_dtype uint8), and an FP8 run with
+# BF16 first/last layers registers the BF16 set as well (quantization_modes FP8 and NONE).
+UB_BUFFERS, UB_AG_BUFFERS = 12, 8
 WEIGHT_BYTES = 2  # bf16 weight
 # Bytes per element of a GEMM input saved for the backward pass, by quantised recipe: per-tensor FP8 1
 # (the default); MXFP8 and NVFP4 the column-wise copy the weight gradient reads, with its block scales
@@ -498,6 +504,20 @@ def memory_report(sc: Scenario) -> MemoryReport:
     return _worst(stage_memory(sc))
 
 
+def userbuffers_bytes(par: ParallelSpec, tr: TrainingSpec, seq_hidden: float) -> float:
+    """Bytes of TE's Userbuffers on each GPU with ``tp_comm_overlap`` (see UB_BUFFERS): UB_BUFFERS of
+    b·``seq_hidden`` elements (s/cp × h), 0 without the overlap or at tp 1."""
+    if not par.tp_comm_overlap or par.tp == 1:
+        return 0.0
+    elements = tr.micro_batch * seq_hidden
+    bf16 = UB_BUFFERS * 2.0 * elements
+    if tr.precision not in QUANTISED:
+        return bf16
+    fp8 = (UB_AG_BUFFERS * 1.0 + (UB_BUFFERS - UB_AG_BUFFERS) * 2.0) * elements
+    both = tr.first_last_layers_bf16 and (tr.num_layers_at_start_in_bf16 > 0 or tr.num_layers_at_end_in_bf16 > 0)
+    return fp8 + (bf16 if both else 0.0)
+
+
 def stage_memory(sc: Scenario) -> list[MemoryReport]:
     """Memory of one GPU of each pipeline stage of ``sc``, stage 0 first."""
     profiled = profiled_stages(sc)
@@ -562,7 +582,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         acts = worst * max_in_flight(tasks, weights)  # layers of the (micro-batch, chunk)s in flight
         if 0 in held and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
-        work = float(WORKSPACE_BYTES)
+        work = float(WORKSPACE_BYTES) + userbuffers_bytes(par, tr, s * m.hidden)
         if par.zero >= 3:
             work += 2 * WEIGHT_BYTES * (dense + expert) / max(sum(mine), 1)
         if head_stage(par) in held:

@@ -73,12 +73,13 @@ def _anchor(module: str, name: str) -> bool:
 
 
 def recompute_steps(L: LayerShape, module: str, fwd: list[Step]) -> list[Step]:
-    """The forward steps of ``module`` in ``fwd``, in the recompute category (its comms blocking)."""
+    """The forward steps of ``module`` in ``fwd``, in the recompute category (its comms blocking, but for those
+    Userbuffers run under their own GEMM's chunks, which the module reruns with them: layer.ub_comm)."""
     out: list[Step] = []
     for st in fwd:
         if belongs(module, st.name, L):
-            out.append(replace(st, category=RECOMPUTE, overlap=0) if isinstance(st, Comm)
-                       else replace(st, category=RECOMPUTE))
+            out.append(replace(st, category=RECOMPUTE, overlap=st.overlap if Ly.ub_comm(st, L) else 0)
+                       if isinstance(st, Comm) else replace(st, category=RECOMPUTE))
     return out
 
 
