@@ -99,3 +99,26 @@ def test_casts_move_their_bytes_at_the_measured_cast_bandwidth():
     assert k.kind == "cast"
     t, src = KC.kernel_cost(k, H100, "fp8")
     assert src == "roofline" and t == pytest.approx(155648 / (3350e9 * 3672 / 4800) + 4e-6, rel=1e-9)
+
+
+def test_te_gathers_carry_the_quantised_tensor():
+    # SMALL at t 2 with SP: T·h = 128·256 = 32 768 elements a gather; bf16 65 536 B, FP8 32 768 B,
+    # MXFP8 32 768·(1 + 1/32) = 33 792 B, NVFP4 32 768·(1/2 + 1/16) = 18 432 B
+    def gathers(recipe: str, backward: bool = False) -> dict[str, float]:
+        L = Ly.layer_shape(SMALL, 1, 2, True, dtype=1, recipe=recipe)
+        steps = Ly.backward_steps(L) if backward else Ly.forward_steps(L)
+        return {c.name: c.bytes for c in Ly.comms(steps) if c.collective == "all_gather"}
+
+    assert gathers("delayed") == {"ln1.ag": 32_768, "ln2.ag": 32_768}
+    assert gathers("mxfp8") == {"ln1.ag": 33_792, "ln2.ag": 33_792}
+    assert gathers("nvfp4") == {"ln1.ag": 18_432, "ln2.ag": 18_432}
+    # the backward's: the output gradient for proj's and fc2's dgrad, the input for qkv's and fc1's wgrad
+    assert gathers("delayed", backward=True) == {"mlp.down.ag_grad": 32_768, "mlp.up.ag_input": 32_768,
+                                                 "proj.ag_grad": 32_768, "qkv.ag_input": 32_768}
+    # the reduce-scatters carry the GEMMs' bf16 outputs: 65 536 B
+    L = Ly.layer_shape(SMALL, 1, 2, True, dtype=1)
+    assert {c.bytes for c in Ly.comms(Ly.forward_steps(L)) if c.collective == "reduce_scatter"} == {65_536}
+    # an MoE layer's gather before its router is Megatron's own, in bf16
+    moe = ModelSpec(layers=1, hidden=256, heads=4, ffn_hidden=1024, seq_len=128, vocab=512, experts=4, top_k=2)
+    Lm = Ly.layer_shape(moe, 1, 2, True, dtype=1)
+    assert next(c.bytes for c in Ly.comms(Ly.forward_steps(Lm)) if c.name == "ln2.ag") == 65_536

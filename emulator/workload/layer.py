@@ -552,6 +552,29 @@ def fp8_backward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
     return out
 
 
+# The sequence-parallel all-gathers of Transformer Engine's linear layers carry the quantised tensor: the
+# forward quantises ln_out on the local shard and gathers it row-wise (layernorm_linear.py @ d0067d0da, lines
+# 283-315: gather_along_first_dim(..., quantizer=quantizer)), the backward gathers the quantised output gradient
+# and, for the weight gradient, the quantised input (linear.py lines 955-1000, grad_output_preprocess). Each element
+# is then its recipe's bytes: 1 (per-tensor FP8), MXFP8_COPY, NVFP4_COPY. The MoE layer's and MLA's gathers are
+# Megatron's own, of the bf16 activations (gather_from_sequence_parallel_region), and keep their bytes.
+_TE_GATHERS = {"ln1.ag": "qkv", "ln2.ag": "mlp.up", "proj.ag_grad": "proj.dgrad", "mlp.down.ag_grad": "mlp.down.dgrad",
+               "qkv.ag_input": "qkv.wgrad", "mlp.up.ag_input": "mlp.up.wgrad"}
+_QUANT_BYTES = {"fp8": 1.0, "mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}
+
+
+def quantised_gathers(steps: list[Step], L: LayerShape) -> list[Step]:
+    """``steps`` with each TE linear layer's SP all-gather at the quantised size of the GEMM it feeds (above)."""
+    gemms = {st.name: st for st in steps if isinstance(st, Kernel) and st.kind == "gemm"}
+    out: list[Step] = []
+    for st in steps:
+        k = gemms.get(_TE_GATHERS.get(st.name, ""))
+        if isinstance(st, Comm) and st.collective == "all_gather" and k is not None and k.dtype == 1:
+            st = replace(st, bytes=st.bytes / L.dtype * _QUANT_BYTES[k.quant or "fp8"])
+        out.append(st)
+    return out
+
+
 # --- forward ---------------------------------------------------------------------------
 
 def _tp_in(L: LayerShape, name: str, cat: str) -> list[Step]:
@@ -1245,7 +1268,7 @@ def ub_comm(st: Step, L: LayerShape) -> bool:
 def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
     """The forward pass of one layer for one micro-batch."""
     steps = _attention_forward(L, cat) + _mlp_forward(L, cat)
-    return userbuffers(fp8_forward_casts(steps, L) if L.fp8 else steps, L)
+    return userbuffers(quantised_gathers(fp8_forward_casts(steps, L), L) if L.fp8 else steps, L)
 
 
 # --- backward --------------------------------------------------------------------------
@@ -1400,7 +1423,7 @@ def backward_steps(L: LayerShape, recompute: str = "none") -> list[Step]:
     """
     steps = _backward_steps(L, recompute)
     rerun = forward_steps(L, RECOMPUTE) if recompute == "full" else []
-    return rerun + userbuffers(fp8_backward_casts(steps, L) if L.fp8 else steps, L)
+    return rerun + userbuffers(quantised_gathers(fp8_backward_casts(steps, L), L) if L.fp8 else steps, L)
 
 
 def _backward_steps(L: LayerShape, recompute: str) -> list[Step]:
