@@ -114,3 +114,25 @@ def test_hybridep_runs_and_takes_padding_that_deepep_refuses(capsys):
     capsys.readouterr()
     assert main([*base, *pad, "--set", "parallel.moe_flex_dispatcher_backend=deepep"]) == 2
     assert "does not support model.moe_pad_expert_input_to_capacity" in capsys.readouterr().err
+
+
+def test_a_skewed_load_grows_the_busiest_node_rdma_share():
+    from emulator.network import dispatch as D
+
+    class TwoNodes:  # 4 ranks, 2 a node
+        def node_of(self, r):
+            return r // 2
+
+        def by_node(self, group):
+            return [[0, 1], [2, 3]]
+
+    params = {"experts": 8, "top_k": 2, "load": 1.5}
+    nodes, _node_of, p_gpu, p_node, local = D._routing(TwoNodes(), params, (0, 1, 2, 3))
+    assert nodes == [[0, 1], [2, 3]] and local == 2
+    # balanced: P(use rank 0's experts {0, 1}) = 1 − C(6,2)/C(8,2) = 13/28; P(use node {0..3}) = 1 − C(4,2)/C(8,2) = 22/28
+    # the busiest rank at load 1.5: 13/28 · 1.5 = 39/56; its node: 1 − (6/28)·(1 − 39/56)/(1 − 13/28) = 369/420
+    assert p_gpu[0] == pytest.approx(39 / 56, rel=1e-12) and p_gpu[1] == pytest.approx(13 / 28, rel=1e-12)
+    assert p_node == pytest.approx([369 / 420, 22 / 28], rel=1e-12)
+    assert D._routing(TwoNodes(), dict(params, load=1.0), (0, 1, 2, 3))[3] == pytest.approx([22 / 28] * 2, rel=1e-12)
+    # a GPU that takes every token: its node too
+    assert D.busiest_node_use(22 / 28, 13 / 28, 1.0) == 1.0

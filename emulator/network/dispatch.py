@@ -128,8 +128,8 @@ def all_to_all_v(model: "PlanMaker", direction: str, params: dict[str, float],
 def _routing(model: "PlanMaker", params: dict[str, float], group: tuple[int, ...]) -> tuple[
         list[list[int]], dict[int, int], dict[int, float], list[float], int]:
     """The group's nodes (the network's: NVLink domains on an NVL72 rack, network/domain.py), each rank's
-    node, P(a token uses the GPU) (the busiest receiver's scaled by ``load``), P(it uses the node), and
-    the experts per rank."""
+    node, P(a token uses the GPU) (the busiest receiver's scaled by ``load``), P(it uses the node) (the
+    busiest receiver's node's by the same tokens: :func:`busiest_node_use`), and the experts per rank."""
     n = len(group)
     experts, top_k = int(params["experts"]), int(params["top_k"])
     groups, group_topk = int(params.get("groups", 1)), int(params.get("group_topk", 1))
@@ -139,10 +139,23 @@ def _routing(model: "PlanMaker", params: dict[str, float], group: tuple[int, ...
     nodes = model.by_node(group) if model.node_of(group[0]) >= 0 else [list(group)]
     node_of = {r: k for k, members in enumerate(nodes) for r in members}
     p_gpu = {r: use_probability(experts, top_k, groups, group_topk, _local_experts(index[r], local)) for r in group}
-    p_gpu[group[0]] = min(1.0, p_gpu[group[0]] * load)  # the busiest receiver (all_to_all_v's convention)
+    balanced = p_gpu[group[0]]
+    p_gpu[group[0]] = min(1.0, balanced * load)  # the busiest receiver (all_to_all_v's convention)
     p_node = [use_probability(experts, top_k, groups, group_topk,
                               tuple(e for r in members for e in _local_experts(index[r], local))) for members in nodes]
+    k = node_of[group[0]]
+    p_node[k] = busiest_node_use(p_node[k], balanced, p_gpu[group[0]])
     return nodes, node_of, p_gpu, p_node, local
+
+
+def busiest_node_use(node: float, balanced: float, loaded: float) -> float:
+    """P(a token uses the busiest receiver's node) once P(it uses that GPU) grows from ``balanced`` to
+    ``loaded``: 1 − (1 − ``node``)·(1 − loaded)/(1 − balanced), the tokens that miss the node missing the GPU
+    as often as before relative to its new share (the extra tokens of the busiest GPU taken as independent of
+    the node's other experts). The RDMA legs into that node carry it; 1 when the GPU takes every token."""
+    if balanced >= 1.0:
+        return node
+    return 1.0 - (1.0 - node) * (1.0 - loaded) / (1.0 - balanced)
 
 
 def _relayed_legs(s: int, nodes: list[list[int]], node_of: dict[int, int], p_gpu: dict[int, float],
