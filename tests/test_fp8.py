@@ -115,6 +115,9 @@ def test_te_gathers_carry_the_quantised_tensor():
     # the backward's: the output gradient for proj's and fc2's dgrad, the input for qkv's and fc1's wgrad
     assert gathers("delayed", backward=True) == {"mlp.down.ag_grad": 32_768, "mlp.up.ag_input": 32_768,
                                                  "proj.ag_grad": 32_768, "qkv.ag_input": 32_768}
+    # MXFP8 gathers both copies of the output gradient (2 · 33 792 = 67 584 B), one of the input
+    assert gathers("mxfp8", backward=True) == {"mlp.down.ag_grad": 67_584, "mlp.up.ag_input": 33_792,
+                                               "proj.ag_grad": 67_584, "qkv.ag_input": 33_792}
     # the reduce-scatters carry the GEMMs' bf16 outputs: 65 536 B
     L = Ly.layer_shape(SMALL, 1, 2, True, dtype=1)
     assert {c.bytes for c in Ly.comms(Ly.forward_steps(L)) if c.collective == "reduce_scatter"} == {65_536}

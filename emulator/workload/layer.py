@@ -556,8 +556,11 @@ def fp8_backward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
 # forward quantises ln_out on the local shard and gathers it row-wise (layernorm_linear.py @ d0067d0da, lines
 # 283-315: gather_along_first_dim(..., quantizer=quantizer)), the backward gathers the quantised output gradient
 # and, for the weight gradient, the quantised input (linear.py lines 955-1000, grad_output_preprocess). Each element
-# is then its recipe's bytes: 1 (per-tensor FP8), MXFP8_COPY, NVFP4_COPY. The MoE layer's and MLA's gathers are
-# Megatron's own, of the bf16 activations (gather_from_sequence_parallel_region), and keep their bytes.
+# is then its recipe's bytes: 1 (per-tensor FP8), MXFP8_COPY, NVFP4_COPY, for one copy; the output gradient of the
+# block-scaled recipes goes in both copies, row-wise for dgrad and column-wise for wgrad (linear.py line 905,
+# set_usage(rowwise=True, columnwise=True)), while per-tensor FP8 gathers the row-wise one and transposes it
+# (supports_only_rowwise_all_gather). The MoE layer's and MLA's gathers are Megatron's own, of the bf16
+# activations (gather_from_sequence_parallel_region), and keep their bytes.
 _TE_GATHERS = {"ln1.ag": "qkv", "ln2.ag": "mlp.up", "proj.ag_grad": "proj.dgrad", "mlp.down.ag_grad": "mlp.down.dgrad",
                "qkv.ag_input": "qkv.wgrad", "mlp.up.ag_input": "mlp.up.wgrad"}
 _QUANT_BYTES = {"fp8": 1.0, "mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}
@@ -570,7 +573,8 @@ def quantised_gathers(steps: list[Step], L: LayerShape) -> list[Step]:
     for st in steps:
         k = gemms.get(_TE_GATHERS.get(st.name, ""))
         if isinstance(st, Comm) and st.collective == "all_gather" and k is not None and k.dtype == 1:
-            st = replace(st, bytes=st.bytes / L.dtype * _QUANT_BYTES[k.quant or "fp8"])
+            copies = 2 if st.name.endswith(".ag_grad") and k.quant in ("mxfp8", "nvfp4") else 1
+            st = replace(st, bytes=st.bytes / L.dtype * _QUANT_BYTES[k.quant or "fp8"] * copies)
         out.append(st)
     return out
 
