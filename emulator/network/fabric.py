@@ -65,6 +65,7 @@ import simpy
 
 from emulator.network.flows import FlowSpec, Plan
 from emulator.network.maxmin import INF, alone_rate, max_min_rates
+from emulator.network.trail import Kept, Trail
 
 __all__ = ["PLANS_AHEAD", "Alone", "Fabric", "Flow", "alone", "delay_to", "max_min_rates"]
 
@@ -154,7 +155,8 @@ class Fabric:
         self._bit = [-1] * len(self.capacity)  # link → its bit (``_bits``), -1 until it has one
         self._link_of: list[int] = []  # bit → its link
         # (id(plan), bytes, the lazy flows it meets) → its run alone (with them)
-        self._solo: dict[tuple[object, ...], tuple[Plan, Alone]] = {}
+        # a plan run ahead, by plan, size and joined flows: its run alone, and its trail once a wake needs it
+        self._solo: dict[tuple[object, ...], tuple[Plan, Alone, list[Trail | None]]] = {}
         # id(plan) → the links of it that can bind, and their bits
         self._hard: dict[int, tuple[Plan, tuple[int, ...], int]] = {}
         # a component's flows' (links, weights), in order → their max-min rates (``_rates_of``)
@@ -620,13 +622,12 @@ class Fabric:
                 if f.last < now:  # streaming already: its bytes so far are the clock's to settle
                     return False
             extras = tuple(met)
-        key: tuple[object, ...] = (id(plan), nbytes, *((f.links, f.weights, f.remaining, f.last - now)
-                                                       for f in extras))
+        joined: tuple[Extra, ...] = tuple((f.links, f.weights, f.remaining, f.last - now) for f in extras)
+        key: tuple[object, ...] = (id(plan), nbytes, *joined)
         hit = self._solo.get(key)
         if hit is None:
-            hit = self._solo[key] = (plan, alone(plan, nbytes, self.capacity,
-                                                 [(f.links, f.weights, f.remaining, f.last - now) for f in extras],
-                                                 record=False))
+            holder: list[Trail | None] = [None]
+            hit = self._solo[key] = (plan, alone(plan, nbytes, self.capacity, joined, record=False), holder)
         solo = hit[1]
         if extras:
             marked = set(hard)
@@ -637,7 +638,7 @@ class Fabric:
                 f.version += 1
             hard = tuple(sorted(marked))
             self.joined += len(extras)
-        a = _Ahead(plan, nbytes, done, now, solo, hard, extras, mask)
+        a = _Ahead(plan, nbytes, done, now, solo, hard, extras, mask, joined, hit[2])
         self._m_plan |= mask
         self._plan_on[a] = None
         self.env.timeout(solo.duration, a).callbacks.append(self._ahead_ended)
@@ -679,15 +680,19 @@ class Fabric:
         self.owe(a.solo.link_bytes)
 
     def _wake_plan(self, a: "_Ahead") -> None:
-        """Plan ``a``, run ahead, meets a flow now: its run alone is replayed to now (on a fresh fabric,
-        as ``alone``), and each flow of its phase then, and each flow joined to it, goes on this fabric as
-        it stands there: ended, waiting out its latency, or streaming with its bytes left; the plan's
-        later phases follow on the clock (``_run_ahead``)."""
+        """Plan ``a``, run ahead, meets a flow now: its run alone is read at now (its trail, recorded on a
+        fresh fabric as ``alone`` runs it at the first wake of a plan run ahead alike: trail.py), and each
+        flow of its phase then, and each flow joined to it, goes on this fabric as it stands there: ended,
+        waiting out its latency, or streaming with its bytes left; the plan's later phases follow on the
+        clock (``_run_ahead``)."""
         self._unmark_plan(a)
         a.woken = True
         self.woken += 1
         now = self.env.now
-        replay = _Replay(a, self.capacity, now - a.start)
+        trail = a.trail[0]
+        if trail is None:
+            trail = a.trail[0] = _Replay(a, self.capacity).record()
+        replay = trail.at(now - a.start)
         n = len(replay.specs)
         left = [n - sum(replay.ended[:n])]
         p = replay.phase
@@ -707,9 +712,9 @@ class Fabric:
                 if joined is not None:  # ends now: as on the clock, at this time
                     self._ended_later(joined)
                 continue
-            started = bool(twin.links) and twin in (replay.fabric.on_link[twin.links[0]] or {})
+            started = twin.started
             if started:
-                replay.fabric._settle(twin, replay.env.now)
+                replay.settle(twin)
             if joined is None:
                 flow = Flow(links, weights, twin.remaining, one_done)
             else:
@@ -733,10 +738,10 @@ class Fabric:
             if twin.rate > 0.0:
                 self.env.timeout(flow.remaining / twin.rate, (flow, flow.version)).callbacks.append(self._finished)
             self._dirty.update(flow.links)
-        moved, replayed = self._bytes, replay.fabric.bytes_on_link
+        moved, replayed = self._bytes, replay.bytes_on()
         for link in {link for phase in a.plan for f in phase for link in f.links} | \
                 {link for f in a.extras for link in f.links}:
-            moved[link] += replayed[link]
+            moved[link] += replayed.get(link, 0.0)
         if replay.done and not a.ended_plan:
             self.env.timeout(0.0).callbacks.append(lambda _e: a.done())
         self._request_solve()
@@ -817,34 +822,42 @@ class Fabric:
 
 
 class _Replay:
-    """A plan run ahead (``_Ahead``) and its joined flows replayed on a fresh fabric to ``tau`` seconds after its
-    start, as ``alone`` ran them (the same flows started in the same order): the phase it is in, when that
-    phase began, the phase's flows and their twins there, then the joined flows' twins, which of them have
-    ended, and whether the plan is done."""
+    """A plan run ahead (``_Ahead``) and its joined flows run alone on a fresh fabric, as ``alone`` ran them (the
+    same flows started in the same order), kept after each of its event times (``record``: trail.py) for the
+    wakes of every plan run ahead with the same plan, size and joined flows."""
 
-    def __init__(self, a: "_Ahead", capacity: Sequence[float], tau: float) -> None:  # noqa: D107
-        self.env = env = simpy.Environment()
-        self.fabric = Fabric(env, capacity)
+    def __init__(self, a: "_Ahead", capacity: Sequence[float]) -> None:  # noqa: D107
+        self.env = simpy.Environment()
+        self.fabric = Fabric(self.env, capacity)
         self.fabric.listeners.append(lambda _t, _l: None)  # as ``alone``: no flow started ahead there
         self.plan, self.nbytes = a.plan, a.nbytes
         self.phase, self.began, self.done = -1, 0.0, False
         self.specs: list[FlowSpec] = []
         self._twins: list[Flow] = []
         self._ended: list[bool] = []
-        self._extra_ended = [False] * len(a.extras)
+        self._extra_ended = [False] * len(a.joined)
         self._start(0)
-        self._extra_twins = [self.fabric.transfer(f.links, f.weights, f.remaining, f.last - a.start, self._mark(i))
-                             for i, f in enumerate(a.extras)]  # after the plan's first phase: as ``alone``
-        if tau > 0.0:
-            env.run(until=tau)
+        self._extra_twins = [self.fabric.transfer(links, weights, size, start, self._mark(i))
+                             for i, (links, weights, size, start) in enumerate(a.joined)]  # after the first phase
 
-    @property
-    def twins(self) -> list[Flow]:
-        return self._twins + self._extra_twins
+    def record(self) -> Trail:
+        """The run to its end, its state kept before any event and after the events of each time."""
+        env, trail = self.env, Trail()
+        trail.add(-INF, self._kept())
+        while (t := env.peek()) < INF:
+            while env.peek() == t:
+                env.step()
+            trail.add(t, self._kept())
+        return trail
 
-    @property
-    def ended(self) -> list[bool]:
-        return self._ended + self._extra_ended
+    def _kept(self) -> Kept:
+        on = self.fabric.on_link
+        twins = self._twins + self._extra_twins
+        return Kept(self.phase, self.began, self.done, tuple(self.specs),
+                    tuple((f.links, f.weights, f.remaining, f.last, f.rate,
+                           bool(f.links) and f in (on[f.links[0]] or {})) for f in twins),
+                    tuple(self._ended + self._extra_ended),
+                    tuple((links, weights, b) for links, weights, b in self.fabric._path_bytes.values()))
 
     def _mark(self, i: int) -> Callable[[], None]:
         def one() -> None:
@@ -880,14 +893,18 @@ class _Ahead:
     flows joined to it, which of them and whether the plan have ended, and how many of those are left."""
 
     __slots__ = ("plan", "nbytes", "done", "start", "solo", "links", "mask", "woken", "extras", "ended",
-                 "ended_plan", "left")
+                 "ended_plan", "left", "joined", "trail")
 
     def __init__(self, plan: Plan, nbytes: float, done: Callable[[], None], start: float, solo: "Alone",
-                 links: tuple[int, ...], extras: tuple[Flow, ...] = (), mask: int = 0) -> None:  # noqa: D107
+                 links: tuple[int, ...], extras: tuple[Flow, ...] = (), mask: int = 0, joined: tuple[Extra, ...] = (),
+                 trail: list[Trail | None] | None = None) -> None:  # noqa: D107
         self.plan, self.nbytes, self.done, self.start, self.solo, self.links = plan, nbytes, done, start, solo, links
         self.mask = mask  # the bits of ``links``
         self.woken = False
         self.extras = extras
+        self.joined = joined  # the joined flows as they were at the start: links, weights, bytes, start (s)
+        # its trail once a wake needs it, shared by the plans run ahead alike (``_solo``)
+        self.trail: list[Trail | None] = trail if trail is not None else [None]
         self.ended = [False] * len(extras)
         self.ended_plan = False
         self.left = 1 + len(extras)
