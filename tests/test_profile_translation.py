@@ -217,3 +217,17 @@ def test_the_summary_names_the_compiled_share(tmp_path, capsys, compiled_trace):
     share = 24 * k.seconds / p.kernel_seconds
     assert s["profile_kernels"] == pytest.approx({"compiled_share": share, "compiled_declared_share": share,
                                                   "unscaled_share": 0.0}, rel=1e-9)
+
+
+def test_kernels_with_no_shapes_scale_by_tokens(prof):
+    # a custom extension's kernel (no aten op, no Inductor record): 100 us at b 4, s 2048
+    k = ProfiledKernel("my_ext_fused_kernel", "memory", 1e-4, "fwd")
+    assert k.unscaled
+    P = prof.shape
+    # b 4 -> 8 and s 2048 -> 1024: T' / T = 8·1024 / (4·2048) = 1, as measured
+    assert PW.reshaped(k, P, replace(P, b=8, s=1024), H200).seconds == pytest.approx(1e-4, rel=1e-12)
+    # b 4 -> 8: the first 1.2 us as measured, the rest twice: 1.2 + 2·98.8 = 198.8 us
+    assert PW.reshaped(k, P, replace(P, b=8), H200).seconds == pytest.approx(198.8e-6, rel=1e-12)
+    # a memset is no extension's kernel: as measured
+    m = ProfiledKernel("Memset (Device)", "memory", 1e-5, "fwd")
+    assert not m.unscaled and PW.reshaped(m, P, replace(P, b=8), H200).seconds == 1e-5

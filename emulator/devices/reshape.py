@@ -100,6 +100,14 @@ def elementwise_time(t: float, tensors: tuple[Dims, ...], at: Shape) -> float:
     return t0 + (t - t0) * bytes_ratio(tensors, at)
 
 
+def tokens_time(t: float, before: Shape, at: Shape) -> float:
+    """t₀ + (t − t₀) · T'/T, T = b·s the tokens, t₀ = min(t, FIXED_S): a kernel with no shapes (a custom
+    CUDA extension's), taken to grow with the tokens it runs on, as a layer's element-wise kernels do (an
+    ASSUMPTION: its work may also grow with a width, which nothing in the profile tells)."""
+    t0 = min(t, FIXED_S)
+    return t0 + (t - t0) * (at.b * at.s) / (before.b * before.s)
+
+
 def ratio_time(t: float, before: float, after: float) -> float:
     """t · after/before: a measured time moved by a model's ratio (kept where the model has none)."""
     return t * after / before if before > 0 else t

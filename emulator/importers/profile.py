@@ -73,8 +73,8 @@ class ProfiledKernel:
 
     @property
     def unscaled(self) -> bool:
-        """A kernel under no aten op and no Inductor record (a custom CUDA extension's): no shapes, so
-        it keeps its measured time at any size."""
+        """A kernel under no aten op and no Inductor record (a custom CUDA extension's): no shapes, so at
+        another size it scales by the tokens (devices/reshape.py ``tokens_time``)."""
         return self.cls == MEMORY and not self.name.startswith(("Memset", "Memcpy"))
 
 

@@ -243,7 +243,7 @@ def human_table(summary: dict) -> str:
     if pk:
         rows.append(("profile kernels", f"compiled {pk['compiled_share']:.1%} of GPU time (declaring FLOPs or bytes "
                                         f"{pk['compiled_declared_share']:.1%}); no shapes {pk['unscaled_share']:.1%} "
-                                        "(no aten op or Inductor record: kept as measured at any size)"))
+                                        "(no aten op or Inductor record: scaled by tokens)"))
     hb = summary.get("host_bound")
     if hb:
         rows.append(("host-bound", host_bound_line(hb)))

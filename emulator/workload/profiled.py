@@ -237,6 +237,8 @@ def reshaped(k: ProfiledKernel, P: R.Shape, Q: R.Shape, gpu: GpuSpec, params_rat
         elif k.cls != MEMORY:
             t = m if R.bytes_ratio(k.tensors, Q) == 1.0 else R.elementwise_time(m, k.tensors, Q)
             nbytes = sum(R.elements(x, Q) for x in k.tensors) * compute.DTYPE_BYTES.get(k.dtype, 2)
+        elif k.unscaled and (Q.b, Q.s) != (P.b, P.s):
+            t = R.tokens_time(m, P, Q)
         else:
             t = m
     origin = "measured" if t == k.seconds and source is None else "interpolated"
@@ -512,7 +514,7 @@ def translation_report(sc: Scenario) -> dict | None:
 def kernel_shares(sc: Scenario) -> dict | None:
     """Shares of the profiled step's GPU time in compiled (Inductor) kernels, those of them whose record
     declares their FLOPs or bytes, and kernels with no shapes at all (under no aten op and no Inductor
-    record, such as a custom CUDA extension's: kept as measured at any size); None when the profile has
+    record, such as a custom CUDA extension's: scaled by tokens); None when the profile has
     neither compiled nor unscaled kernels."""
     prof = profile_of(sc)
     P = prof.shape
