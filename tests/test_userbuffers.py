@@ -160,3 +160,18 @@ def test_a_run_with_userbuffers(capsys):
     # the TP collectives hide under their GEMMs: less exposed, the GEMMs on 116 SMs take longer
     assert ub["breakdown_s"]["exposed_comm"] < off["breakdown_s"]["exposed_comm"]
     assert ub["breakdown_s"]["compute"] > off["breakdown_s"]["compute"]
+
+
+def test_a_note_where_the_overlap_changes_nothing():
+    from emulator.run.simulation import _overlap_notes
+
+    head = "name: x\ncluster: {nodes: 1, node: dgx-h100}\ntraining: {global_batch: 8, micro_batch: 1}\n"
+    one = load_scenario_text(head + "model: {preset: gpt3-1.3b}\nparallel: {tp: 1, tp_comm_overlap: true}\n", "x.yaml")
+    assert _overlap_notes(one) == ["parallel.tp_comm_overlap: no effect at tp 1 (no TP communication to overlap)"]
+    mla = load_scenario_text(head + "model: {preset: deepseek-v2-lite}\nparallel: {tp: 2, sequence_parallel: true, "
+                             "tp_comm_overlap: true}\n", "x.yaml")
+    (note,) = _overlap_notes(mla)
+    assert note.startswith("parallel.tp_comm_overlap: no overlap in the steps (Megatron-Core's TELinear")
+    dense = load_scenario_text(head + "model: {preset: gpt3-1.3b}\nparallel: {tp: 2, sequence_parallel: true, "
+                               "tp_comm_overlap: true}\n", "x.yaml")
+    assert _overlap_notes(dense) == []

@@ -59,12 +59,29 @@ def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) 
     if scenario.workload.profile is not None and (pr is None or not pr.peak_memory):
         note += ("; memory of a profiled workload: the model-shape estimate (a kernel profile does not record "
                  "the script's own allocations; give workload.profiled.peak_memory to scale the measured peak)")
+    notes = [note, *_overlap_notes(scenario)]
     with _collector_paused():
         if fold is None:  # simulate every rank; build the representatives once and stamp the copies
             pfold = program_fold(scenario)
             if pfold is not None:
-                return unfold(build_program(scenario, pfold), pfold), [note]
-        return build_program(scenario, fold, blocks=blocks and fold is not None), [note]
+                return unfold(build_program(scenario, pfold), pfold), notes
+        return build_program(scenario, fold, blocks=blocks and fold is not None), notes
+
+
+def _overlap_notes(scenario: Scenario) -> list[str]:
+    """Why ``parallel.tp_comm_overlap`` changes nothing in the steps, where it does not (workload/layer.py,
+    "Userbuffers")."""
+    from emulator.workload.models import is_mla, resolve
+
+    par = scenario.parallel
+    if not par.tp_comm_overlap or scenario.model is None:
+        return []
+    if par.tp == 1:
+        return ["parallel.tp_comm_overlap: no effect at tp 1 (no TP communication to overlap)"]
+    if is_mla(resolve(scenario.model)):
+        return ["parallel.tp_comm_overlap: no overlap in the steps (Megatron-Core's TELinear turns it off for the "
+                "whole model when it builds MLA's down-projections); its Userbuffers are still allocated"]
+    return []
 
 
 def _refused_note(note: str, refused: str) -> str:
