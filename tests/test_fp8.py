@@ -125,3 +125,20 @@ def test_te_gathers_carry_the_quantised_tensor():
     moe = ModelSpec(layers=1, hidden=256, heads=4, ffn_hidden=1024, seq_len=128, vocab=512, experts=4, top_k=2)
     Lm = Ly.layer_shape(moe, 1, 2, True, dtype=1)
     assert next(c.bytes for c in Ly.comms(Ly.forward_steps(Lm)) if c.name == "ln2.ag") == 65_536
+
+
+def test_fp8_params_gather_their_gemm_weights_in_one_byte():
+    from emulator.scenario import load_scenario_text
+    from emulator.workload.builder import build_program
+
+    def gathered(fp8_params: bool) -> float:
+        sc = load_scenario_text(
+            "name: x\ncluster: {nodes: 1, node: dgx-h100}\n"
+            "model: {layers: 2, hidden: 256, heads: 4, ffn_hidden: 1024, seq_len: 128, vocab: 512}\n"
+            f"training: {{global_batch: 8, micro_batch: 1, precision: fp8, fp8_params: {str(fp8_params).lower()}}}\n"
+            "parallel: {dp: 8, zero: 1, overlap_param_gather: false, grad_bucket: 1 GB}\n", "x.yaml")
+        return sum(o.bytes for o in build_program(sc).ops if o.rank == 0 and o.name.startswith("param_ag."))
+
+    # each layer's GEMM weights, 4h² + 2·h·ffn = 4·256² + 2·256·1024 = 786 432, move in 1 byte instead of 2;
+    # two layers: 1 572 864 B fewer. Norms, biases and the embedding stay bf16.
+    assert gathered(False) - gathered(True) == 1_572_864

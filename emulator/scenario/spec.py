@@ -445,8 +445,9 @@ class TrainingSpec:
         default="auto", choices=('auto', 'fp32', 'bf16', 'fp16'))
     fp8_params: bool = key(
         "With precision fp8: the layers' GEMM weights are kept in fp8 (1 B; NeMo's fp8_params, Megatron's "
-        "--fp8-param-gather); false: bf16 weights plus Transformer Engine's cached fp8 copy and its transpose "
-        "(memory only). Also with mxfp8 (MXFP8 weights).", default=False)
+        "--fp8-param-gather), and the distributed optimizer's parameter all-gather moves them in 1 B; false: bf16 "
+        "weights plus Transformer Engine's cached fp8 copy and its transpose. Also with mxfp8 (MXFP8 weights).",
+        default=False)
     # precision fp8's scaling recipe (Megatron-LM --fp8-recipe): delayed | tensorwise; "": delayed (layer.py)
     fp8_recipe: str = key(
         "With precision fp8, the scaling recipe (Megatron-LM --fp8-recipe): delayed (Transformer Engine's "

@@ -324,7 +324,7 @@ class _RankBuilder:
         return ((mb * self.lo.sizes["pp"] * self.plan.v + vs) * 2 + direction) * 4
 
     def _zero3_gather(self, unit: Unit, vs: int, mb: int, phase: str, deps: list[int]) -> int:
-        nbytes = (unit.params + unit.expert_params) * self.plan.dtype  # the gathered TP shard
+        nbytes = sum(self.plan.gathered(unit))  # the gathered TP shard
         return self._emit(kind=COLLECTIVE, stream="zero", name=f"mb{mb}.{unit.name}.{phase}.zero3_ag",
                           collective="all_gather", group=self.dpcp, bytes=nbytes, deps=tuple(deps),
                           category="comm", microbatch=mb, stage=vs, layer=unit.layer)
@@ -585,16 +585,17 @@ class _RankBuilder:
         return n / par.tp if par.sequence_parallel and par.tp > 1 else n
 
     # --- data parallelism and the optimizer -----------------------------------------
-    def _buckets(self, grad_bytes: float, dtype: int) -> list[tuple[list[tuple[int, Unit]], float, float]]:
+    def _buckets(self, grad_bytes: float, dtype: int = 0) -> list[tuple[list[tuple[int, Unit]], float, float]]:
         """Units grouped, in the order their gradients become ready, into buckets of ``grad_bytes``
-        (elements of ``dtype`` bytes: gradients, or the parameters gathered after the step)."""
+        (elements of ``dtype`` bytes: gradients; 0: the parameters gathered after the step, Plan.gathered)."""
         items = sorted(((self.grad_ready[(vs, u.name)], vs, u) for vs in self._my_chunks()
                         for u in self.plan.chunk_units[vs]), key=lambda x: x[0])
         out, cur, dense, expert = [], [], 0.0, 0.0
         for _, vs, u in items:
             cur.append((vs, u))
-            dense += u.params * dtype
-            expert += u.expert_params * dtype
+            d, e = (u.params * dtype, u.expert_params * dtype) if dtype else self.plan.gathered(u)
+            dense += d
+            expert += e
             if dense + expert >= grad_bytes:
                 out.append((cur, dense, expert))
                 cur, dense, expert = [], 0.0, 0.0
@@ -615,7 +616,7 @@ class _RankBuilder:
         cur, nbytes = [], 0.0
         for i, (vs, u) in enumerate(units):
             cur.append((vs, u))
-            nbytes += (u.params + u.expert_params) * self.plan.dtype
+            nbytes += sum(self.plan.gathered(u))
             if nbytes >= par.grad_bucket or i == len(units) - 1:
                 oid = self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{cur[0][1].name}",
                                  collective="all_gather", group=self.dpcp, bytes=nbytes, category="comm",
@@ -662,7 +663,7 @@ class _RankBuilder:
                          duration=t_opt, costed=costed, flops=psi * ADAM_FLOPS_PER_PARAM,
                          bytes=nbytes, deps=tuple(sorted(set(reduce_ops + ([end_bwd] if end_bwd is not None else [])))))
         if 1 <= par.zero <= 2 and not _overlap_param_gather(par) and d_dense > 1:
-            for units, dense, expert in self._buckets(par.grad_bucket, self.plan.dtype):
+            for units, dense, expert in self._buckets(par.grad_bucket):
                 vs, u = units[-1]
                 self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{u.name}", collective="all_gather",
                            group=self.dpcp, bytes=dense + expert, deps=(opt,), category="comm", stage=vs,

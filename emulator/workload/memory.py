@@ -298,24 +298,12 @@ def chunk_plan_of(sc: Scenario, m: ModelSpec) -> ChunkPlan:
                         par.pipeline_model_parallel_layout, M.resolve(m).mtp_num_layers)
 
 
-def _linear_weights(r: ModelSpec) -> tuple[int, int]:
-    """(attention, one MLP of ``ffn_hidden``'s shape per unit width) GEMM weights of one layer, without
-    biases or norms: the weights Transformer Engine's Linear modules hold, which fp8 stores or copies."""
-    h = r.hidden
-    if M.is_mla(r):
-        attn = M.attention_params(r) - r.q_lora_rank - r.kv_lora_rank  # less the two latent norms
-    else:
-        d = M.head_dim(r)
-        attn = h * (r.heads * d + 2 * r.kv_heads * d) + r.heads * d * h
-    return attn, (3 if r.swiglu else 2) * h
-
-
 def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tuple[float, float]:
     """(dense, expert) GEMM weights of the transformer layers held by one GPU of pipeline stage
     ``stage`` (as :func:`_stage_params`, without embeddings, head, norms, biases and routers)."""
     r = M.resolve(m)
     par = sc.parallel
-    attn, per_width = _linear_weights(r)
+    attn, per_width = M.linear_weights(r)
     lead = _dense_layers_of(sc, stage) if r.experts else 0
     dense_layer = (attn + per_width * r.ffn_hidden) / par.tp
     if not r.experts:

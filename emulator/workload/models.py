@@ -199,6 +199,19 @@ def _routed_load(spec: ModelSpec, ep: int, tokens: int, layer: int | None, step:
     return (spec.moe_imbalance + local - 1) / local
 
 
+def linear_weights(r: ModelSpec) -> tuple[int, int]:
+    """(attention, one MLP of ``ffn_hidden``'s shape per unit width) GEMM weights of one layer of resolved
+    ``r``, without biases or norms: the weights Transformer Engine's Linear modules hold, which fp8 stores
+    or copies."""
+    h = r.hidden
+    if is_mla(r):
+        attn = attention_params(r) - r.q_lora_rank - r.kv_lora_rank  # less the two latent norms
+    else:
+        d = head_dim(r)
+        attn = h * (r.heads * d + 2 * r.kv_heads * d) + r.heads * d * h
+    return attn, (3 if r.swiglu else 2) * h
+
+
 def is_moe_layer(spec: ModelSpec, layer: int) -> bool:
     """Layer ``layer`` (0-based) has experts: an MoE model past its ``first_dense_layers``."""
     return bool(spec.experts) and layer >= spec.first_dense_layers

@@ -58,6 +58,30 @@ class Plan:
     v_shape: bool = False  # chunks placed in a V (zb-v, dualpipev, dualpipe: scenario/stages.py rank_of)
     dual: bool = False  # dualpipe: virtual stage vs holds model stage vs mod pp (two directions, two copies)
     step: int = 0  # the training step whose drawn MoE loads the units carry (model.moe_load_seed)
+    param_q: float = 0.0  # bytes a quantised GEMM weight moves in the parameter all-gather (fp8_params); 0: none
+
+    def gathered(self, u: Unit) -> tuple[float, float]:
+        """(dense, expert) bytes of unit ``u``'s parameters in the data-parallel parameter all-gather: at
+        ``dtype``, but with ``training.fp8_params`` a layer's GEMM weights at ``param_q`` (Megatron keeps
+        quantised parameters in a uint8 buffer and gathers that: distributed/param_and_grad_buffer.py
+        group_params_for_buffers @ d98e8a64dd); its norms, biases and router, the embedding, the head and
+        the BF16 layers of first_last_layers_bf16 stay at ``dtype``."""
+        dense, expert = u.params * self.dtype, u.expert_params * self.dtype
+        m = self.model
+        if not self.param_q or u.layer < 0 or u.layer == m.layers or \
+                (u.layer < m.layers and bf16_layer(self.sc.training, m.layers, u.layer)):
+            return dense, expert
+        lin = self._linear(min(u.layer, m.layers - 1))  # an MTP module's layer is the last layer's kind
+        return dense - lin * (self.dtype - self.param_q), u.expert_params * self.param_q
+
+    def _linear(self, layer: int) -> float:
+        """GEMM weights on one GPU of layer ``layer``'s part every expert-parallel rank holds (attention, the
+        dense MLP or the shared experts)."""
+        m, t = self.model, self.sc.parallel.tp
+        attn, per_width = M.linear_weights(m)
+        if not M.is_moe_layer(m, layer):
+            return (attn + per_width * m.ffn_hidden) / t
+        return (attn + (per_width * M.shared_ffn(m) if m.shared_experts else 0)) / t
 
     def model_stage(self, vs: int) -> int:
         """The model chunk (of ``chunk_layers``) that virtual stage ``vs`` runs: itself, or with dualpipe
@@ -253,13 +277,14 @@ def make_plan(sc: Scenario, step: int = 0) -> Plan:
                        micro_batches=micro, fp8_params=tr.fp8_params, fa2=tr.attention == "fa2", etp=par.etp,
                        recipe=Ly.recipe_of(tr.precision, tr.fp8_recipe), non_tn=non_tn_fp8(gpu),
                        parallel=par, sm_count=gpu.sm_count)
-    # fp8 (Transformer Engine): GEMM operands in FP8, the activations and weights that move in BF16
+    # fp8 (Transformer Engine): GEMM operands in FP8, the activations that move in BF16, the weights too but with
+    # fp8_params (Plan.gathered)
     chunks = chunk_plan(m, par)
     dual = par.schedule == "dualpipe"  # two copies of the pp stages, one a direction, placed as a V
     plan = Plan(sc, layout, m, micro, 2 if dual else par.virtual_stages, dtype=2 if dtype == 1 else dtype,
                 flash=flash or par.cp > 1, grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
                 chunk_layers=chunks.layers, chunks=chunks, v_shape=par.schedule in V_SHAPED or dual, dual=dual,
-                step=step)
+                step=step, param_q=1.0 if tr.fp8_params and tr.precision in ("fp8", "mxfp8") else 0.0)
     for vs in range(par.pp * plan.v):
         plan.chunk_units[vs] = _units_of(plan, vs, L)
     return plan
