@@ -62,14 +62,14 @@ from typing import Sequence
 
 from emulator.devices import compute
 from emulator.network.collectives import ring_factors
-from emulator.scenario.spec import GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario
+from emulator.scenario.spec import QUANTISED, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario
 from emulator.scenario.stages import V_SHAPED, model_chunks, rank_of, stage_layers
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.memory import held_stages
 from emulator.workload.placement import ORDER
-from emulator.workload.plan import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, grad_reduce_bytes, non_tn_fp8
+from emulator.workload.plan import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, fp8_param_gather, grad_reduce_bytes, non_tn_fp8
 
 
 @dataclass(frozen=True)
@@ -368,7 +368,8 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_
     p = par.pp
     d = par.dp * par.cp
     grad = grad_reduce_bytes(tr.precision, tr.grad_reduce) if grad is None else grad
-    dtype = DTYPE_BYTES[tr.precision] if dtype is None else dtype
+    if dtype is None:  # a weight as gathered: bf16 in a quantised run but with fp8_params (plan.Plan.gathered)
+        dtype = (1 if fp8_param_gather(tr) else 2) if tr.precision in QUANTISED else DTYPE_BYTES[tr.precision]
     dp_link = group_link(sc, min(st["dp"], st["cp"]) if par.cp > 1 else st["dp"], d)
     worst = 0.0
     for s in range(p):

@@ -252,6 +252,12 @@ def non_tn_fp8(gpu: GpuSpec) -> bool:
     return gpu.peak_flops_fp4 > 0
 
 
+def fp8_param_gather(tr: TrainingSpec) -> bool:
+    """Whether the parameter all-gather moves the GEMM weights in one byte (``fp8_params`` with fp8 or mxfp8:
+    Megatron's --fp8-param-gather, Plan.gathered)."""
+    return tr.fp8_params and tr.precision in ("fp8", "mxfp8")
+
+
 def bf16_layer(tr: TrainingSpec, layers: int, i: int) -> bool:
     """Whether global layer ``i`` runs in BF16 in a quantised run: Megatron-LM's is_first_last_bf16_layer
     (megatron/core/fp8_utils.py @ d98e8a64dd): the first ``num_layers_at_start_in_bf16`` and the last
@@ -284,7 +290,7 @@ def make_plan(sc: Scenario, step: int = 0) -> Plan:
     plan = Plan(sc, layout, m, micro, 2 if dual else par.virtual_stages, dtype=2 if dtype == 1 else dtype,
                 flash=flash or par.cp > 1, grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
                 chunk_layers=chunks.layers, chunks=chunks, v_shape=par.schedule in V_SHAPED or dual, dual=dual,
-                step=step, param_q=1.0 if tr.fp8_params and tr.precision in ("fp8", "mxfp8") else 0.0)
+                step=step, param_q=1.0 if fp8_param_gather(tr) else 0.0)
     for vs in range(par.pp * plan.v):
         plan.chunk_units[vs] = _units_of(plan, vs, L)
     return plan
