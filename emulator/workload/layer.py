@@ -86,7 +86,10 @@ Backward of a linear layer is two GEMMs, dgrad then wgrad. As in Megatron
 of a column-parallel layer's input gradient runs asynchronously under its wgrad GEMM,
 and with SP the all-gather of the saved (sharded) input runs under the dgrad GEMM; the
 row-parallel layers need no TP comm backward without SP and an all-gather of the output
-gradient (on the critical path) with SP.
+gradient (on the critical path) with SP. With ``parallel.tp_comm_overlap`` the attention's and the dense
+MLP's SP collectives run as Transformer Engine's Userbuffers run them, under chunks of their GEMMs
+(:func:`userbuffers`); under a quantised recipe the SP all-gathers into TE's linear layers carry the
+quantised tensor (:func:`quantised_gathers`).
 """
 from __future__ import annotations
 
