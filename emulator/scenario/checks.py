@@ -482,6 +482,12 @@ def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
                                                          "true (Megatron-LM: \"Tensor parallel communication/GEMM "
                                                          "overlap can happen only when sequence parallelism is "
                                                          "enabled\")"))
+    kv = m.heads if m.kv_lora_rank else m.kv_heads  # MLA: a key and value head per query head
+    if p.cp > 1 and p.cp_comm_type == "a2a" and (m.heads % (p.tp * p.cp) or max(1, kv // p.tp) % p.cp):
+        # TE's AttnFuncWithCPAndQKVOA2A: num_heads % cp_size == 0 for Q, K and V on each TP rank
+        out.append(Violation("parallel.cp_comm_type", f"cp_comm_type a2a splits each TP rank's heads over cp "
+                                                      f"({p.cp}): model.heads {m.heads} and kv heads {kv} over tp "
+                                                      f"{p.tp} must each leave a multiple of cp"))
     split = p.cp * (p.tp if p.sequence_parallel else 1)
     if m.seq_len % split:
         what = f"cp*tp = {p.cp}*{p.tp}" if p.sequence_parallel else "cp"

@@ -496,6 +496,13 @@ class ParallelSpec:
         "expert layers get their own grid etp x ep x expert-dp x pp = world (MoE parallel folding: with etp 1 the EP "
         "groups take in the attention's TP ranks).", default=None, minimum=1, maximum=10**6)
     sequence_parallel: bool = key("Megatron sequence parallelism.", default=False)
+    # how context parallelism exchanges keys and values (workload/layer.py attention_core_forward)
+    cp_comm_type: str = key(
+        "Context parallelism's communication (Megatron-Core's cp_comm_type, Transformer Engine's attention with "
+        "CP): p2p (the keys and values go round the CP ring, a step under each block's attention kernel) or a2a "
+        "(DeepSpeed-Ulysses: an all-to-all of Q, K and V turns sequence shards into head shards, the attention "
+        "runs on the whole sequence with heads/cp heads, an all-to-all turns its output back; heads over tp*cp "
+        "must be whole).", default="p2p", choices=("p2p", "a2a"))
     # Transformer Engine's Userbuffers overlap of the TP all-gathers and reduce-scatters with the linear
     # layers' GEMMs (workload/layer.py, "Userbuffers")
     tp_comm_overlap: bool = key(

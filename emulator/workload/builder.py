@@ -99,6 +99,8 @@ class _RankBuilder:
         self.tp = self.lo.tp_group(rank)
         self.ep = self.lo.ep_group(rank)
         self.etp = self.lo.etp_group(rank)  # the experts' tensor-parallel group (MoE parallel folding)
+        self.cp = self.lo.cp_group(rank)  # context parallelism's all-to-alls (cp_comm_type a2a)
+        self.groups = {"tp": self.tp, "ep": self.ep, "etp": self.etp, "cp": self.cp}  # a layer Comm's, by its group
         self.dpcp = self.lo.dp_cp_group(rank)
         self.edp = self.lo.edp_group(rank)
         self.grad_ready: dict[tuple[int, str], int] = {}  # (vs, unit) → op id of its last backward
@@ -163,7 +165,7 @@ class _RankBuilder:
             s = self._emit(kind=SEND, stream="cp_send", name=name, bytes=st.bytes, peer=nxt, tag=tag, **common)
             r = self._emit(kind=RECV, stream="cp_recv", name=name, bytes=st.bytes, peer=prv, tag=tag, **common)
             return [s, r]
-        group = {"tp": self.tp, "ep": self.ep, "etp": self.etp}[st.group]
+        group = self.groups[st.group]
         oid = self.next_id[0]
         self.next_id[0] = oid + 1
         self.ops.append(Op(oid, self.rank, COLLECTIVE, st.group, deps, name, None, 0.0, st.bytes, "comm",
@@ -222,7 +224,7 @@ class _RankBuilder:
         for comm, what, refs, _with_deps in actions if ok else ():
             if what is None:
                 assert comm is not None
-                group = {"tp": self.tp, "ep": self.ep, "etp": self.etp}[comm.group]
+                group = self.groups[comm.group]
                 at.append(len(parts))
                 parts.append(Part(COLLECTIVE, comm.group, comm.name, None, 0.0, comm.bytes, "comm", comm.collective,
                                   group, (last,)))

@@ -216,6 +216,7 @@ class LayerShape:
     window_share: float = 0.0  # the fraction of layers that attend through the window (models.window_share)
     sinks: bool = False  # a softmax with an extra logit per head (model.softmax_type off-by-one or learnable)
     ub_slow: float = 0.0  # tp_comm_overlap (Userbuffers) on: its pipelined and bulk GEMMs' time × this; 0: off
+    cp_a2a: bool = False  # parallel.cp_comm_type a2a (with cp > 1): Ulysses all-to-alls instead of the K/V ring
 
     @property
     def attended(self) -> float:
@@ -334,6 +335,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
                       etp=etp if etp and etp != t else 0, window=m.sliding_window, window_share=window_share(m),
                       sinks=m.softmax_type != "vanilla", ub_slow=_ub_slow(parallel, t, sp, is_mla(m), sm_count),
+                      cp_a2a=cp > 1 and parallel is not None and parallel.cp_comm_type == "a2a",
                       **mla, **_dispatch_fields(m, parallel, sm_count))
 
 
@@ -608,8 +610,45 @@ def _norm(L: LayerShape, name: str, cat: str) -> Kernel:
     return elementwise(name, L.Te * L.h, 2.0, L, 8.0, cat)
 
 
+# Context parallelism by all-to-all (parallel.cp_comm_type a2a; DeepSpeed-Ulysses), as Transformer Engine runs it
+# (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py @ d0067d0da,
+# AttnFuncWithCPAndQKVOA2A, lines 4170-4840): forward, one all-to-all over the CP group turns this rank's Q, K and V
+# (its s tokens, all of its heads) into the whole sequence of heads/cp of them (flash_attn_a2a_communicate, line
+# 4339), the fused attention runs on that, and one all-to-all turns its output back (line 4485); backward, an
+# all-to-all of the output gradient (line 4677), the attention's backward, an all-to-all of dQ, dK and dV (line
+# 4837). Each all-to-all's buffer S is this rank's tensor; (cp − 1)/cp of it leaves.
+
+
+def _ulysses(L: LayerShape) -> LayerShape:
+    """The attention an a2a CP rank runs: the whole sequence, heads/cp of its heads (the head dims kept)."""
+    return replace(L, s=L.s_kv, cp=1, heads=L.heads // L.cp, kv_heads=max(1, L.kv_heads // L.cp),
+                   head=L.head or L.d, cp_a2a=False)
+
+
+def _qkv_elements(L: LayerShape) -> int:
+    """Elements of this rank's Q, K and V: T tokens of a_l query heads and kv_l key and value heads."""
+    return L.T * (L.a_l * L.d_qk + L.kv_l * (L.d_qk + L.d_v))
+
+
+def _a2a_core(L: LayerShape, backward: bool, cat: str) -> list[Step]:
+    """The attention core of an a2a CP rank (above): an all-to-all in, the fused kernel, an all-to-all out."""
+    U = _ulysses(L)
+    qkv, out = _qkv_elements(L) * L.dtype, L.T * L.a_l * L.d_v * L.dtype
+    suffix = "_bwd" if backward else ""
+    steps: list[Step] = [Comm(f"attn.a2a_{'dout' if backward else 'qkv'}", "cp", "all_to_all",
+                              out if backward else qkv, 0, cat),
+                         flash(f"attn.flash{suffix}", U, U.s, backward, cat)]
+    if L.sinks:
+        steps.append(elementwise(f"attn.sinks{suffix}", U.b * U.a_l * U.s, 2.0, U, 2.0, cat))
+    return steps + [Comm(f"attn.a2a_{'dqkv' if backward else 'out'}", "cp", "all_to_all",
+                         qkv if backward else out, 0, cat)]
+
+
 def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
-    """Unfused: QKᵀ, softmax, dropout, PV. Fused: one flash kernel per CP ring step."""
+    """Unfused: QKᵀ, softmax, dropout, PV. Fused: one flash kernel per CP ring step (with a2a CP: one on the
+    whole sequence between two all-to-alls)."""
+    if L.cp_a2a:
+        return _a2a_core(L, False, cat)
     if L.fused_attention:
         steps: list[Step] = []
         kv_block = L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K and V of this rank's tokens
@@ -1325,6 +1364,8 @@ def _norm_backward(L: LayerShape, name: str) -> list[Step]:
 
 
 def attention_core_backward(L: LayerShape) -> list[Step]:
+    if L.cp_a2a:
+        return _a2a_core(L, True, BWD)
     if L.fused_attention:
         steps: list[Step] = []
         block = 2 * L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K, V and their gradients
