@@ -9,6 +9,7 @@ from emulator.scenario.catalog import model_preset
 from emulator.workload import flops as F
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
+from emulator.workload import userbuffers as Ub
 from emulator.workload.recompute import backward_with_modules
 
 GPT = ModelSpec(layers=48, hidden=6144, heads=64, seq_len=2048, vocab=51200)
@@ -82,7 +83,7 @@ def test_ring_and_pipeline_times_by_hand():
     # the chunk on 116 SMs: 132/116 of its time on all of them
     plain = next(k for k in Ly.forward_steps(shape(par=ParallelSpec(tp=8, sequence_parallel=True))) if k.name == "proj")
     chunk = next(k for k in fwd if k.name == "proj")
-    assert g_proj == pytest.approx(SLOW * KC.kernel_time(Ly._chunk(plain, L, 4, 1.0), H100), rel=1e-12)
+    assert g_proj == pytest.approx(SLOW * KC.kernel_time(Ub._chunk(plain, L, 4, 1.0), H100), rel=1e-12)
     assert chunk.m * 4 == plain.m
 
 

@@ -93,7 +93,7 @@ quantised tensor (:func:`quantised_gathers`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from emulator.devices import compute
@@ -113,193 +113,26 @@ from emulator.workload.models import (
     window_share,
 )
 
-FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One compute kernel. kind: gemm | elementwise | flash | cast (an FP8 cast, memory-bound) | copy (an MoE token
-    copy, memory-bound) | host."""
-
-    name: str
-    kind: str
-    flops: float
-    bytes: float
-    category: str = FWD
-    m: int = 0
-    n: int = 0
-    k: int = 0
-    batch: int = 1
-    causal: bool = False  # flash
-    backward: bool = False  # flash
-    head_dim: int = 0  # flash
-    dtype: int = 2  # bytes per element of a gemm's or flash kernel's operands (training.precision)
-    grouped: bool = False  # an MoE grouped GEMM (its ``batch`` = the local experts)
-    fa2: bool = False  # flash: FlashAttention-2's kernel instead of cuDNN's (training.attention: fa2)
-    slow: float = 1.0  # its time × this: fewer SMs while DeepEP's kernels hold some (dispatch.py)
-    seconds: float = 0.0  # kind host: a fixed host-side stall of the stream (MoE host sync)
-    quant: str = ""  # a quantised GEMM's (dtype 1) precision: fp8 | mxfp8 | nvfp4; "": fp8
-
-
-@dataclass(frozen=True)
-class Comm:
-    """A communication inside a layer pass.
-
-    group: tp | cp | ep | etp (the experts' own tensor parallelism). collective: all_reduce |
-    all_gather | reduce_scatter | all_to_all | ring (a CP ring step: send to the next CP rank,
-    receive from the previous).
-    ``bytes`` is the nccl-tests buffer size S. ``overlap`` is the number of following
-    kernels that run concurrently with it (0: the next kernel waits for it).
-    """
-
-    name: str
-    group: str
-    collective: str
-    bytes: float
-    overlap: int = 0
-    category: str = FWD
-
-
-Step = Kernel | Comm
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """Everything one GPU's share of one layer's cost depends on."""
-
-    b: int  # micro-batch
-    s: int  # tokens of the sequence on this CP rank (seq_len / cp)
-    s_kv: int  # full sequence length (keys attended to)
-    h: int
-    heads: int
-    kv_heads: int
-    ffn: int
-    swiglu: bool
-    biases: bool
-    dropout: bool
-    t: int = 1
-    sp: bool = False
-    cp: int = 1
-    experts: int = 0
-    top_k: int = 0
-    ep: int = 1
-    dtype: int = 2
-    flash: bool = False
-    causal: bool = True
-    activation: str = "gelu"  # gelu | swiglu | squared_relu (the element-wise op between the MLP GEMMs)
-    expert_ffn: int = 0  # one routed expert's width; 0: ffn
-    shared_ffn: int = 0  # the shared experts' summed width; 0: none
-    imbalance: float = 1.0  # tokens of the busiest expert / the mean
-    load: float = 0.0  # the busiest EP rank's routed tokens / the mean, from a measured distribution; 0: imbalance
-    q_rank: int = 0  # MLA query rank (0: a full query projection)
-    kv_rank: int = 0  # MLA key/value rank; 0: standard attention
-    rope_dim: int = 0  # MLA decoupled rope dims per head
-    qk_head: int = 0  # MLA query/key dims per head (d_n + d_r); 0: d
-    v_head: int = 0  # MLA value dims per head; 0: d
-    fp8: bool = False  # Transformer Engine quantised GEMMs (fp8, mxfp8, nvfp4): the linear layers', with their casts
-    recipe: str = ""  # with fp8: delayed | tensorwise | mxfp8 | nvfp4 (recipe_of); "": delayed
-    non_tn: bool = False  # the GPU's FP8 GEMMs take every layout (Blackwell): per-tensor FP8 makes no transposes
-    fp8_weight_bytes: float = 0.0  # bytes per weight element per micro-batch of the step's weight cast
-    fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
-    head: int = 0  # dims per head (model.head_dim); 0: h / heads
-    etp: int = 0  # expert tensor-parallel size when it is not t (MoE parallel folding); 0: the experts use t
-    dispatcher: str = "alltoall"  # parallel.moe_token_dispatcher_type (workload/dispatch.py)
-    backend: str = "deepep"  # parallel.moe_flex_dispatcher_backend
-    sm_slow: float = 1.0  # compute under the flex kernels: sm_count / (sm_count − moe_flex_dispatcher_num_sms)
-    shared_overlap: bool = False  # parallel.moe_shared_expert_overlap
-    router_bytes: int = 0  # bytes per element of the router GEMM and its probabilities (moe_router_dtype); 0: dtype
-    groups: int = 0  # moe_router_num_groups
-    router_fusion: bool = False  # moe_router_fusion: TE's fused routing and aux-loss kernels
-    group_topk: int = 0  # moe_router_group_topk
-    a2a_scale: float = 1.0  # the copies each rank sends over the mean: the capacity factor when padded
-    window: int = 0  # sliding-window attention: keys per query (model.sliding_window); 0: none
-    window_share: float = 0.0  # the fraction of layers that attend through the window (models.window_share)
-    sinks: bool = False  # a softmax with an extra logit per head (model.softmax_type off-by-one or learnable)
-    ub_slow: float = 0.0  # tp_comm_overlap (Userbuffers) on: its pipelined and bulk GEMMs' time × this; 0: off
-    cp_a2a: bool = False  # parallel.cp_comm_type a2a (with cp > 1): Ulysses all-to-alls instead of the K/V ring
-
-    @property
-    def attended(self) -> float:
-        """The (query, key) pairs a fused kernel computes, over the full causal square's, averaged over
-        the layer pattern. A window of W keys over s_kv = S tokens: S·W − W²/2 pairs (query i attends
-        min(i + 1, W) keys), against S²/2 for the causal square (the same continuous count, so W = S
-        gives 1). Every layer is costed at the pattern's mean: exact for a stage of whole periods (GPT-OSS,
-        alternating: an even number of layers)."""
-        S, W = self.s_kv, self.window
-        if not W or W >= S or not self.causal or not self.window_share:
-            return 1.0
-        windowed = (S * W - W * W / 2) / (S * S / 2)
-        return self.window_share * windowed + (1.0 - self.window_share)
-
-    @property
-    def T(self) -> int:
-        return self.b * self.s
-
-    @property
-    def Te(self) -> int:
-        """Tokens of the elementwise work: sharded by t with sequence parallelism."""
-        return self.T // self.t if self.sp else self.T
-
-    @property
-    def d(self) -> int:
-        return self.head or self.h // self.heads
-
-    @property
-    def d_qk(self) -> int:
-        return self.qk_head or self.d
-
-    @property
-    def d_v(self) -> int:
-        return self.v_head or self.d
-
-    @property
-    def mla(self) -> bool:
-        return self.kv_rank > 0
-
-    @property
-    def folded(self) -> bool:
-        """The expert layers on a grid of their own (parallel.etp other than tp): :func:`_folded_moe_forward`."""
-        return bool(self.experts) and self.etp > 0 and self.etp != self.t
-
-    @property
-    def fe_l(self) -> int:
-        """One routed expert's width on this GPU."""
-        return (self.expert_ffn or self.ffn) // (self.etp if self.folded else self.t)
-
-    @property
-    def rank_load(self) -> float:
-        """Routed tokens of the busiest EP rank over the mean: (f + local − 1)/local with EP, else 1; or
-        models.moe_rank_load of a measured distribution (``load``)."""
-        if self.load:
-            return self.load
-        if self.ep <= 1 or self.imbalance == 1.0:
-            return 1.0
-        local = max(1, self.experts // self.ep)
-        return (self.imbalance + local - 1) / local
-
-    @property
-    def a_l(self) -> int:
-        return self.heads // self.t
-
-    @property
-    def kv_l(self) -> int:
-        return max(1, self.kv_heads // self.t)
-
-    @property
-    def qkv_n(self) -> int:
-        return (self.a_l + 2 * self.kv_l) * self.d
-
-    @property
-    def f_l(self) -> int:
-        return self.ffn // self.t
-
-    @property
-    def up_n(self) -> int:
-        return 2 * self.f_l if self.swiglu else self.f_l
-
-    @property
-    def fused_attention(self) -> bool:
-        return self.flash or self.cp > 1
+# the steps and their constructors (steps.py): the passes' callers name them as layer's too
+from emulator.workload.steps import (
+    BWD,
+    FWD,
+    MXFP8_COPY,
+    NVFP4_COPY,
+    NVFP4_WEIGHT_COPY,
+    RECOMPUTE,
+    Comm,
+    Kernel,
+    LayerShape,
+    Step,
+    elementwise,
+    flash,
+    gemm,
+    grouped_gemm,
+    kernels,
+)
+from emulator.workload.steps import comms as comms  # re-exported: the passes' callers count them with it
+from emulator.workload.userbuffers import UB_COMM_SMS, userbuffers
 
 
 def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False, cp: int = 1,
@@ -396,61 +229,10 @@ def dense_shape(L: LayerShape) -> LayerShape:
     return replace(L, experts=0, top_k=0, expert_ffn=0, shared_ffn=0, imbalance=1.0)
 
 
-# --- kernel constructors -------------------------------------------------------------
+# --- quantisation (the kernels' constructors are steps.py's) -----------------------------------------
 
 AMAX_HISTORY_BYTES = 2 * 4 * 1024  # read and write 1024 fp32 amaxes (TE's default amax_history_len)
-
-# Bytes per element of the quantised copies (Transformer Engine, transformer_engine/common/recipe/__init__.py
-# and pytorch/tensor/{mxfp8,nvfp4}_tensor.py @ d0067d0): MXFP8 one E8M0 scale byte per 32 elements of each
-# copy; NVFP4 two values per byte and one E4M3 scale per 16 elements (1-D blocks: activations and
-# gradients), or per 16×16 block (2-D: weights).
-MXFP8_COPY = 1.0 + 1.0 / 32
-NVFP4_COPY = 0.5 + 1.0 / 16
-NVFP4_WEIGHT_COPY = 0.5 + 1.0 / 256
 RHT_FLOPS = 32.0  # a 16×16 random Hadamard transform: 16 multiply-adds per element
-
-# GEMMs that stay in BF16 under FP8: the core attention's, the router's, the output layer's (above)
-BF16_GEMMS = ("attn.", "moe.router", "lm_head")
-
-
-def gemm(name: str, m: int, n: int, k: int, L: LayerShape, batch: int = 1, cat: str = FWD) -> Kernel:
-    """A GEMM; one of a quantised run's linear layers has dtype 1 and its recipe's precision (``quant``), its
-    operands read at the quantised size (MXFP8 and NVFP4 with their block scales)."""
-    if L.fp8 and not name.startswith(BF16_GEMMS):
-        quant = L.recipe if L.recipe in ("mxfp8", "nvfp4") else "fp8"
-        per = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}.get(quant, 1.0)
-        nbytes = float((m * k + k * n) * batch) * per + float(m * n * batch) * 2.0
-        if quant == "fp8":
-            nbytes = compute.gemm_bytes(m, n, k, 1, batch)
-        return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), nbytes, cat, m, n, k, batch, dtype=1,
-                      quant=quant)
-    return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), compute.gemm_bytes(m, n, k, L.dtype, batch),
-                  cat, m, n, k, batch, dtype=L.dtype)
-
-
-def grouped_gemm(name: str, m: int, n: int, k: int, L: LayerShape, groups: int, cat: str = FWD) -> Kernel:
-    """The local experts' GEMMs as one grouped GEMM: ``groups`` GEMMs of m×n×k."""
-    return replace(gemm(name, m, n, k, L, groups, cat), grouped=True)
-
-
-def elementwise(name: str, elements: float, passes: float, L: LayerShape, flops_per: float = 1.0,
-                cat: str = FWD) -> Kernel:
-    return Kernel(name, "elementwise", flops_per * elements, passes * elements * L.dtype, cat)
-
-
-def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel:
-    """MLA (d_qk ≠ d_v) is costed at the mean head dim (d_qk + d_v)/2: exact in FLOPs, 2·s·sk·(d_qk + d_v)."""
-    bh = L.b * L.a_l
-    d = L.d if L.d_qk == L.d_v == L.d else (L.d_qk + L.d_v) / 2
-    # sliding-window layers (LayerShape.attended): the FLOPs of the pairs computed, as a causal kernel of
-    # that many fewer keys (the key count a measured table is looked up at)
-    r = L.attended
-    flops = 4.0 * bh * L.s * sk * d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0) * r
-    if r != 1.0:
-        sk = max(1, round(sk * r))
-    nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * d * L.dtype
-    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, int(d), bh, L.causal, backward, int(d), dtype=L.dtype,
-                  fa2=L.fa2)
 
 
 def _with_category(steps: list[Step], cat: str) -> list[Step]:
@@ -1220,97 +1002,6 @@ def _dispatch_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
     return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out"), a2a + probs, 0, BWD)]
 
 
-# --- Transformer Engine's Userbuffers (parallel.tp_comm_overlap) ------------------------------------------
-# Megatron-Core gives the buffer names qkv, proj, fc1 and fc2 to the attention's and the dense MLP's TE linear
-# layers (attention.py, mlp.py @ d98e8a64dd; the experts get no overlap: extensions/transformer_engine.py,
-# "Disable ub overlap for experts"), and TE runs each by its default method (TransformerEngine d0067d0da,
-# transformer_engine/pytorch/module/base.py initialize_ub, lines 349-392; comm_gemm_overlap.cpp):
-# - ring_exchange (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad): the all-gather goes round the TP ring by copy
-#   engine in t − 1 steps while the GEMM runs t chunks of T/t tokens, each on the chunk that has arrived:
-#   max(C, G·(t − 1)/t) + G/t. Written as the all-gather overlapping t − 1 chunk GEMMs, then the last chunk.
-#   All SMs stay with the GEMM (set_sm_margin False).
-# - pipeline (proj_fprop, fc2_fprop): the GEMM in UB_RS_SPLITS chunks, each chunk's reduce-scatter under the next
-#   chunk's GEMM (split_overlap_rs): G/4 + max(3C/4, 3G/4) + C/4. Written as the first chunk, the
-#   reduce-scatter of three quarters overlapping the other three chunks, then the last quarter's.
-# - bulk (qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad): the saved input's all-gather under the dgrad GEMM and
-#   dgrad's reduce-scatter under the wgrad GEMM, which the steps overlap already (Megatron's asynchronous
-#   collectives do the same without Userbuffers).
-# Pipeline and bulk GEMMs run on sm_count − UB_COMM_SMS SMs (num_sm 16, set_sm_margin True: _math_sms,
-# comm_gemm_overlap.cpp line 143), ``L.ub_slow`` times longer. The all-gathers keep the bytes they have without
-# Userbuffers. MLA layers get none: Megatron-Core's TELinear turns config.tp_comm_overlap off, for the whole
-# model, when one is built with a buffer name other than those four (transformer_engine.py lines 1176-1186), as
-# MLA's down-projections are (q_down_proj, kv_down_proj).
-UB_COMM_SMS = 16  # base.py get_default_config: num_sm of the pipeline and bulk methods
-UB_RS_SPLITS = 4  # base.py get_default_config: num_splits of the pipeline method
-_UB_RING = {"ln1.ag": "qkv", "ln2.ag": "mlp.up", "proj.ag_grad": "proj.dgrad", "mlp.down.ag_grad": "mlp.down.dgrad"}
-_UB_PIPELINE = {"proj.rs": "proj", "mlp.rs": "mlp.down"}
-_UB_BULK = ("qkv.dgrad", "qkv.wgrad", "mlp.up.dgrad", "mlp.up.wgrad")
-
-
-def _chunk(k: Kernel, L: LayerShape, parts: int, slow: float) -> Kernel:
-    """One of ``parts`` chunks of GEMM ``k`` along its tokens (m), ``slow`` times longer."""
-    c = gemm(k.name, k.m // parts, k.n, k.k, L, k.batch, k.category)
-    return replace(k, m=c.m, flops=c.flops, bytes=c.bytes, slow=k.slow * slow)
-
-
-def _ub_ring(ag: Comm, between: list[Step], k: Kernel, L: LayerShape) -> list[Step]:
-    """The ring exchange: what stood between the all-gather and its GEMM ``k`` (the input's casts), then the
-    all-gather under the t − 1 chunk GEMMs, then the last chunk."""
-    return [*between, replace(ag, overlap=L.t - 1), *[_chunk(k, L, L.t, 1.0)] * L.t]
-
-
-def _ub_pipeline(k: Kernel, rs: Comm, L: LayerShape) -> list[Step]:
-    """The pipeline: GEMM ``k``'s first chunk, the reduce-scatter of the first n − 1 chunks under the other
-    chunks, then the last chunk's."""
-    n = UB_RS_SPLITS
-    chunk = _chunk(k, L, n, L.ub_slow)
-    early = replace(rs, bytes=rs.bytes * (n - 1) / n, overlap=n - 1)
-    return [chunk, early, *[chunk] * (n - 1), replace(rs, bytes=rs.bytes / n)]
-
-
-def _ub_gemm(steps: list[Step], i: int) -> int | None:
-    """The index of the GEMM the ring all-gather at ``i`` feeds (the first kernel named for it), if any."""
-    want = _UB_RING[steps[i].name]
-    return next((j for j in range(i + 1, len(steps)) if steps[j].name == want and isinstance(steps[j], Kernel)),
-                None)
-
-
-def userbuffers(steps: list[Step], L: LayerShape) -> list[Step]:
-    """A layer pass's steps as TE's Userbuffers run them (see above): each blocking all-gather of _UB_RING by
-    ring exchange under its GEMM, each blocking reduce-scatter of _UB_PIPELINE pipelined under the GEMM just
-    before it, the bulk GEMMs slowed; ``steps`` itself when they are off."""
-    if not L.ub_slow:
-        return steps
-    out: list[Step] = []
-    i = 0
-    while i < len(steps):
-        st = steps[i]
-        i += 1
-        if isinstance(st, Comm) and st.overlap == 0 and st.name in _UB_RING:
-            j = _ub_gemm(steps, i - 1)
-            if j is not None:
-                k = steps[j]
-                assert isinstance(k, Kernel)
-                out += _ub_ring(st, steps[i:j], k, L)
-                i = j + 1
-                continue
-        last = out[-1] if out else None
-        if (isinstance(st, Comm) and st.overlap == 0 and st.name in _UB_PIPELINE and isinstance(last, Kernel)
-                and last.name == _UB_PIPELINE[st.name]):
-            out[-1:] = _ub_pipeline(last, st, L)
-        elif isinstance(st, Kernel) and st.name in _UB_BULK:
-            out.append(replace(st, slow=st.slow * L.ub_slow))
-        else:
-            out.append(st)
-    return out
-
-
-def ub_comm(st: Step, L: LayerShape) -> bool:
-    """Whether ``st`` is a communication Userbuffers runs under its own GEMM (its overlap covers that GEMM's
-    chunks alone)."""
-    return bool(L.ub_slow) and isinstance(st, Comm) and (st.name in _UB_RING or st.name in _UB_PIPELINE)
-
-
 def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
     """The forward pass of one layer for one micro-batch."""
     steps = _attention_forward(L, cat) + _mlp_forward(L, cat)
@@ -1547,11 +1238,3 @@ def head_backward(L: LayerShape, vocab: int) -> list[Step]:
     return [Kernel("loss_bwd", "elementwise", 2.0 * L.T * v_l, 10.0 * L.T * v_l, BWD),
             *_column_backward(L, "lm_head", L.T, v_l, L.h),
             elementwise("final_norm_bwd", L.Te * L.h, 3.0, L, 10.0, BWD)]
-
-
-def kernels(steps: list[Step]) -> list[Kernel]:
-    return [st for st in steps if isinstance(st, Kernel)]
-
-
-def comms(steps: list[Step]) -> list[Comm]:
-    return [st for st in steps if isinstance(st, Comm)]

@@ -32,6 +32,7 @@ from typing import Callable
 
 from emulator.workload import layer as Ly
 from emulator.workload.layer import RECOMPUTE, Comm, LayerShape, Step
+from emulator.workload.userbuffers import ub_comm
 
 ACTS = ("swiglu", "gelu", "squared_relu")
 
@@ -74,11 +75,11 @@ def _anchor(module: str, name: str) -> bool:
 
 def recompute_steps(L: LayerShape, module: str, fwd: list[Step]) -> list[Step]:
     """The forward steps of ``module`` in ``fwd``, in the recompute category (its comms blocking, but for those
-    Userbuffers run under their own GEMM's chunks, which the module reruns with them: layer.ub_comm)."""
+    Userbuffers run under their own GEMM's chunks, which the module reruns with them: userbuffers.ub_comm)."""
     out: list[Step] = []
     for st in fwd:
         if belongs(module, st.name, L):
-            out.append(replace(st, category=RECOMPUTE, overlap=st.overlap if Ly.ub_comm(st, L) else 0)
+            out.append(replace(st, category=RECOMPUTE, overlap=st.overlap if ub_comm(st, L) else 0)
                        if isinstance(st, Comm) else replace(st, category=RECOMPUTE))
     return out
 

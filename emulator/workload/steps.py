@@ -1,0 +1,259 @@
+"""A layer pass's vocabulary: its steps (:class:`Kernel`, :class:`Comm`), the per-GPU shape of the layer they
+are made for (:class:`LayerShape`), and the constructors of its GEMM, element-wise and fused-attention kernels.
+
+layer.py builds the passes of a layer from them; userbuffers.py rewrites the TP linear layers' steps as
+Transformer Engine's Userbuffers run them; the builder and kernel_cost.py read them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from emulator.devices import compute
+
+FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One compute kernel. kind: gemm | elementwise | flash | cast (an FP8 cast, memory-bound) | copy (an MoE token
+    copy, memory-bound) | host."""
+
+    name: str
+    kind: str
+    flops: float
+    bytes: float
+    category: str = FWD
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    causal: bool = False  # flash
+    backward: bool = False  # flash
+    head_dim: int = 0  # flash
+    dtype: int = 2  # bytes per element of a gemm's or flash kernel's operands (training.precision)
+    grouped: bool = False  # an MoE grouped GEMM (its ``batch`` = the local experts)
+    fa2: bool = False  # flash: FlashAttention-2's kernel instead of cuDNN's (training.attention: fa2)
+    slow: float = 1.0  # its time × this: fewer SMs while DeepEP's kernels (dispatch.py) or Userbuffers hold some
+    seconds: float = 0.0  # kind host: a fixed host-side stall of the stream (MoE host sync)
+    quant: str = ""  # a quantised GEMM's (dtype 1) precision: fp8 | mxfp8 | nvfp4; "": fp8
+
+
+@dataclass(frozen=True)
+class Comm:
+    """A communication inside a layer pass.
+
+    group: tp | cp | ep | etp (the experts' own tensor parallelism). collective: all_reduce |
+    all_gather | reduce_scatter | all_to_all | ring (a CP ring step: send to the next CP rank,
+    receive from the previous).
+    ``bytes`` is the nccl-tests buffer size S. ``overlap`` is the number of following
+    kernels that run concurrently with it (0: the next kernel waits for it).
+    """
+
+    name: str
+    group: str
+    collective: str
+    bytes: float
+    overlap: int = 0
+    category: str = FWD
+
+
+Step = Kernel | Comm
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Everything one GPU's share of one layer's cost depends on."""
+
+    b: int  # micro-batch
+    s: int  # tokens of the sequence on this CP rank (seq_len / cp)
+    s_kv: int  # full sequence length (keys attended to)
+    h: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    swiglu: bool
+    biases: bool
+    dropout: bool
+    t: int = 1
+    sp: bool = False
+    cp: int = 1
+    experts: int = 0
+    top_k: int = 0
+    ep: int = 1
+    dtype: int = 2
+    flash: bool = False
+    causal: bool = True
+    activation: str = "gelu"  # gelu | swiglu | squared_relu (the element-wise op between the MLP GEMMs)
+    expert_ffn: int = 0  # one routed expert's width; 0: ffn
+    shared_ffn: int = 0  # the shared experts' summed width; 0: none
+    imbalance: float = 1.0  # tokens of the busiest expert / the mean
+    load: float = 0.0  # the busiest EP rank's routed tokens / the mean, from a measured distribution; 0: imbalance
+    q_rank: int = 0  # MLA query rank (0: a full query projection)
+    kv_rank: int = 0  # MLA key/value rank; 0: standard attention
+    rope_dim: int = 0  # MLA decoupled rope dims per head
+    qk_head: int = 0  # MLA query/key dims per head (d_n + d_r); 0: d
+    v_head: int = 0  # MLA value dims per head; 0: d
+    fp8: bool = False  # Transformer Engine quantised GEMMs (fp8, mxfp8, nvfp4): the linear layers', with their casts
+    recipe: str = ""  # with fp8: delayed | tensorwise | mxfp8 | nvfp4 (recipe_of); "": delayed
+    non_tn: bool = False  # the GPU's FP8 GEMMs take every layout (Blackwell): per-tensor FP8 makes no transposes
+    fp8_weight_bytes: float = 0.0  # bytes per weight element per micro-batch of the step's weight cast
+    fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
+    head: int = 0  # dims per head (model.head_dim); 0: h / heads
+    etp: int = 0  # expert tensor-parallel size when it is not t (MoE parallel folding); 0: the experts use t
+    dispatcher: str = "alltoall"  # parallel.moe_token_dispatcher_type (workload/dispatch.py)
+    backend: str = "deepep"  # parallel.moe_flex_dispatcher_backend
+    sm_slow: float = 1.0  # compute under the flex kernels: sm_count / (sm_count − moe_flex_dispatcher_num_sms)
+    shared_overlap: bool = False  # parallel.moe_shared_expert_overlap
+    router_bytes: int = 0  # bytes per element of the router GEMM and its probabilities (moe_router_dtype); 0: dtype
+    groups: int = 0  # moe_router_num_groups
+    router_fusion: bool = False  # moe_router_fusion: TE's fused routing and aux-loss kernels
+    group_topk: int = 0  # moe_router_group_topk
+    a2a_scale: float = 1.0  # the copies each rank sends over the mean: the capacity factor when padded
+    window: int = 0  # sliding-window attention: keys per query (model.sliding_window); 0: none
+    window_share: float = 0.0  # the fraction of layers that attend through the window (models.window_share)
+    sinks: bool = False  # a softmax with an extra logit per head (model.softmax_type off-by-one or learnable)
+    ub_slow: float = 0.0  # tp_comm_overlap (Userbuffers) on: its pipelined and bulk GEMMs' time × this; 0: off
+    cp_a2a: bool = False  # parallel.cp_comm_type a2a (with cp > 1): Ulysses all-to-alls instead of the K/V ring
+
+    @property
+    def attended(self) -> float:
+        """The (query, key) pairs a fused kernel computes, over the full causal square's, averaged over
+        the layer pattern. A window of W keys over s_kv = S tokens: S·W − W²/2 pairs (query i attends
+        min(i + 1, W) keys), against S²/2 for the causal square (the same continuous count, so W = S
+        gives 1). Every layer is costed at the pattern's mean: exact for a stage of whole periods (GPT-OSS,
+        alternating: an even number of layers)."""
+        S, W = self.s_kv, self.window
+        if not W or W >= S or not self.causal or not self.window_share:
+            return 1.0
+        windowed = (S * W - W * W / 2) / (S * S / 2)
+        return self.window_share * windowed + (1.0 - self.window_share)
+
+    @property
+    def T(self) -> int:
+        return self.b * self.s
+
+    @property
+    def Te(self) -> int:
+        """Tokens of the elementwise work: sharded by t with sequence parallelism."""
+        return self.T // self.t if self.sp else self.T
+
+    @property
+    def d(self) -> int:
+        return self.head or self.h // self.heads
+
+    @property
+    def d_qk(self) -> int:
+        return self.qk_head or self.d
+
+    @property
+    def d_v(self) -> int:
+        return self.v_head or self.d
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_rank > 0
+
+    @property
+    def folded(self) -> bool:
+        """The expert layers on a grid of their own (parallel.etp other than tp): :func:`_folded_moe_forward`."""
+        return bool(self.experts) and self.etp > 0 and self.etp != self.t
+
+    @property
+    def fe_l(self) -> int:
+        """One routed expert's width on this GPU."""
+        return (self.expert_ffn or self.ffn) // (self.etp if self.folded else self.t)
+
+    @property
+    def rank_load(self) -> float:
+        """Routed tokens of the busiest EP rank over the mean: (f + local − 1)/local with EP, else 1; or
+        models.moe_rank_load of a measured distribution (``load``)."""
+        if self.load:
+            return self.load
+        if self.ep <= 1 or self.imbalance == 1.0:
+            return 1.0
+        local = max(1, self.experts // self.ep)
+        return (self.imbalance + local - 1) / local
+
+    @property
+    def a_l(self) -> int:
+        return self.heads // self.t
+
+    @property
+    def kv_l(self) -> int:
+        return max(1, self.kv_heads // self.t)
+
+    @property
+    def qkv_n(self) -> int:
+        return (self.a_l + 2 * self.kv_l) * self.d
+
+    @property
+    def f_l(self) -> int:
+        return self.ffn // self.t
+
+    @property
+    def up_n(self) -> int:
+        return 2 * self.f_l if self.swiglu else self.f_l
+
+    @property
+    def fused_attention(self) -> bool:
+        return self.flash or self.cp > 1
+
+
+# Bytes per element of the quantised copies (Transformer Engine, transformer_engine/common/recipe/__init__.py
+# and pytorch/tensor/{mxfp8,nvfp4}_tensor.py @ d0067d0): MXFP8 one E8M0 scale byte per 32 elements of each
+# copy; NVFP4 two values per byte and one E4M3 scale per 16 elements (1-D blocks: activations and
+# gradients), or per 16×16 block (2-D: weights).
+MXFP8_COPY = 1.0 + 1.0 / 32
+NVFP4_COPY = 0.5 + 1.0 / 16
+NVFP4_WEIGHT_COPY = 0.5 + 1.0 / 256
+
+# GEMMs that stay in BF16 under FP8: the core attention's, the router's, the output layer's (layer.py, FP8)
+BF16_GEMMS = ("attn.", "moe.router", "lm_head")
+
+
+def gemm(name: str, m: int, n: int, k: int, L: LayerShape, batch: int = 1, cat: str = FWD) -> Kernel:
+    """A GEMM; one of a quantised run's linear layers has dtype 1 and its recipe's precision (``quant``), its
+    operands read at the quantised size (MXFP8 and NVFP4 with their block scales)."""
+    if L.fp8 and not name.startswith(BF16_GEMMS):
+        quant = L.recipe if L.recipe in ("mxfp8", "nvfp4") else "fp8"
+        per = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}.get(quant, 1.0)
+        nbytes = float((m * k + k * n) * batch) * per + float(m * n * batch) * 2.0
+        if quant == "fp8":
+            nbytes = compute.gemm_bytes(m, n, k, 1, batch)
+        return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), nbytes, cat, m, n, k, batch, dtype=1,
+                      quant=quant)
+    return Kernel(name, "gemm", compute.gemm_flops(m, n, k, batch), compute.gemm_bytes(m, n, k, L.dtype, batch),
+                  cat, m, n, k, batch, dtype=L.dtype)
+
+
+def grouped_gemm(name: str, m: int, n: int, k: int, L: LayerShape, groups: int, cat: str = FWD) -> Kernel:
+    """The local experts' GEMMs as one grouped GEMM: ``groups`` GEMMs of m×n×k."""
+    return replace(gemm(name, m, n, k, L, groups, cat), grouped=True)
+
+
+def elementwise(name: str, elements: float, passes: float, L: LayerShape, flops_per: float = 1.0,
+                cat: str = FWD) -> Kernel:
+    return Kernel(name, "elementwise", flops_per * elements, passes * elements * L.dtype, cat)
+
+
+def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel:
+    """MLA (d_qk ≠ d_v) is costed at the mean head dim (d_qk + d_v)/2: exact in FLOPs, 2·s·sk·(d_qk + d_v)."""
+    bh = L.b * L.a_l
+    d = L.d if L.d_qk == L.d_v == L.d else (L.d_qk + L.d_v) / 2
+    # sliding-window layers (LayerShape.attended): the FLOPs of the pairs computed, as a causal kernel of
+    # that many fewer keys (the key count a measured table is looked up at)
+    r = L.attended
+    flops = 4.0 * bh * L.s * sk * d * (2.5 if backward else 1.0) * (0.5 if L.causal else 1.0) * r
+    if r != 1.0:
+        sk = max(1, round(sk * r))
+    nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * d * L.dtype
+    return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, int(d), bh, L.causal, backward, int(d), dtype=L.dtype,
+                  fa2=L.fa2)
+
+
+def kernels(steps: list[Step]) -> list[Kernel]:
+    return [st for st in steps if isinstance(st, Kernel)]
+
+
+def comms(steps: list[Step]) -> list[Comm]:
+    return [st for st in steps if isinstance(st, Comm)]

@@ -1,0 +1,97 @@
+"""Transformer Engine's Userbuffers (``parallel.tp_comm_overlap``): a layer pass's steps rewritten so that the
+attention's and the dense MLP's sequence-parallel collectives run under chunks of their GEMMs (pure).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from emulator.workload.steps import Comm, Kernel, LayerShape, Step, gemm
+
+# Megatron-Core gives the buffer names qkv, proj, fc1 and fc2 to the attention's and the dense MLP's TE linear
+# layers (attention.py, mlp.py @ d98e8a64dd; the experts get no overlap: extensions/transformer_engine.py,
+# "Disable ub overlap for experts"), and TE runs each by its default method (TransformerEngine d0067d0da,
+# transformer_engine/pytorch/module/base.py initialize_ub, lines 349-392; comm_gemm_overlap.cpp):
+# - ring_exchange (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad): the all-gather goes round the TP ring by copy
+#   engine in t − 1 steps while the GEMM runs t chunks of T/t tokens, each on the chunk that has arrived:
+#   max(C, G·(t − 1)/t) + G/t. Written as the all-gather overlapping t − 1 chunk GEMMs, then the last chunk.
+#   All SMs stay with the GEMM (set_sm_margin False).
+# - pipeline (proj_fprop, fc2_fprop): the GEMM in UB_RS_SPLITS chunks, each chunk's reduce-scatter under the next
+#   chunk's GEMM (split_overlap_rs): G/4 + max(3C/4, 3G/4) + C/4. Written as the first chunk, the
+#   reduce-scatter of three quarters overlapping the other three chunks, then the last quarter's.
+# - bulk (qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad): the saved input's all-gather under the dgrad GEMM and
+#   dgrad's reduce-scatter under the wgrad GEMM, which the steps overlap already (Megatron's asynchronous
+#   collectives do the same without Userbuffers).
+# Pipeline and bulk GEMMs run on sm_count − UB_COMM_SMS SMs (num_sm 16, set_sm_margin True: _math_sms,
+# comm_gemm_overlap.cpp line 143), ``L.ub_slow`` times longer. The all-gathers keep the bytes they have without
+# Userbuffers. MLA layers get none: Megatron-Core's TELinear turns config.tp_comm_overlap off, for the whole
+# model, when one is built with a buffer name other than those four (transformer_engine.py lines 1176-1186), as
+# MLA's down-projections are (q_down_proj, kv_down_proj).
+UB_COMM_SMS = 16  # base.py get_default_config: num_sm of the pipeline and bulk methods
+UB_RS_SPLITS = 4  # base.py get_default_config: num_splits of the pipeline method
+_UB_RING = {"ln1.ag": "qkv", "ln2.ag": "mlp.up", "proj.ag_grad": "proj.dgrad", "mlp.down.ag_grad": "mlp.down.dgrad"}
+_UB_PIPELINE = {"proj.rs": "proj", "mlp.rs": "mlp.down"}
+_UB_BULK = ("qkv.dgrad", "qkv.wgrad", "mlp.up.dgrad", "mlp.up.wgrad")
+
+
+def _chunk(k: Kernel, L: LayerShape, parts: int, slow: float) -> Kernel:
+    """One of ``parts`` chunks of GEMM ``k`` along its tokens (m), ``slow`` times longer."""
+    c = gemm(k.name, k.m // parts, k.n, k.k, L, k.batch, k.category)
+    return replace(k, m=c.m, flops=c.flops, bytes=c.bytes, slow=k.slow * slow)
+
+
+def _ub_ring(ag: Comm, between: list[Step], k: Kernel, L: LayerShape) -> list[Step]:
+    """The ring exchange: what stood between the all-gather and its GEMM ``k`` (the input's casts), then the
+    all-gather under the t − 1 chunk GEMMs, then the last chunk."""
+    return [*between, replace(ag, overlap=L.t - 1), *[_chunk(k, L, L.t, 1.0)] * L.t]
+
+
+def _ub_pipeline(k: Kernel, rs: Comm, L: LayerShape) -> list[Step]:
+    """The pipeline: GEMM ``k``'s first chunk, the reduce-scatter of the first n − 1 chunks under the other
+    chunks, then the last chunk's."""
+    n = UB_RS_SPLITS
+    chunk = _chunk(k, L, n, L.ub_slow)
+    early = replace(rs, bytes=rs.bytes * (n - 1) / n, overlap=n - 1)
+    return [chunk, early, *[chunk] * (n - 1), replace(rs, bytes=rs.bytes / n)]
+
+
+def _ub_gemm(steps: list[Step], i: int) -> int | None:
+    """The index of the GEMM the ring all-gather at ``i`` feeds (the first kernel named for it), if any."""
+    want = _UB_RING[steps[i].name]
+    return next((j for j in range(i + 1, len(steps)) if steps[j].name == want and isinstance(steps[j], Kernel)),
+                None)
+
+
+def userbuffers(steps: list[Step], L: LayerShape) -> list[Step]:
+    """A layer pass's steps as TE's Userbuffers run them (see above): each blocking all-gather of _UB_RING by
+    ring exchange under its GEMM, each blocking reduce-scatter of _UB_PIPELINE pipelined under the GEMM just
+    before it, the bulk GEMMs slowed; ``steps`` itself when they are off."""
+    if not L.ub_slow:
+        return steps
+    out: list[Step] = []
+    i = 0
+    while i < len(steps):
+        st = steps[i]
+        i += 1
+        if isinstance(st, Comm) and st.overlap == 0 and st.name in _UB_RING:
+            j = _ub_gemm(steps, i - 1)
+            if j is not None:
+                k = steps[j]
+                assert isinstance(k, Kernel)
+                out += _ub_ring(st, steps[i:j], k, L)
+                i = j + 1
+                continue
+        last = out[-1] if out else None
+        if (isinstance(st, Comm) and st.overlap == 0 and st.name in _UB_PIPELINE and isinstance(last, Kernel)
+                and last.name == _UB_PIPELINE[st.name]):
+            out[-1:] = _ub_pipeline(last, st, L)
+        elif isinstance(st, Kernel) and st.name in _UB_BULK:
+            out.append(replace(st, slow=st.slow * L.ub_slow))
+        else:
+            out.append(st)
+    return out
+
+
+def ub_comm(st: Step, L: LayerShape) -> bool:
+    """Whether ``st`` is a communication Userbuffers runs under its own GEMM (its overlap covers that GEMM's
+    chunks alone)."""
+    return bool(L.ub_slow) and isinstance(st, Comm) and (st.name in _UB_RING or st.name in _UB_PIPELINE)
