@@ -154,8 +154,7 @@ class Fabric:
         self._masks: dict[int, tuple[tuple[int, ...], int]] = {}  # id(links) → (links, their bits)
         self._bit = [-1] * len(self.capacity)  # link → its bit (``_bits``), -1 until it has one
         self._link_of: list[int] = []  # bit → its link
-        # (id(plan), bytes, the lazy flows it meets) → its run alone (with them)
-        # a plan run ahead, by plan, size and joined flows: its run alone, and its trail once a wake needs it
+        # (id(plan), bytes, the lazy flows it meets) → its run alone (with them), and its trail once a wake needs it
         self._solo: dict[tuple[object, ...], tuple[Plan, Alone, list[Trail | None]]] = {}
         # id(plan) → the links of it that can bind, and their bits
         self._hard: dict[int, tuple[Plan, tuple[int, ...], int]] = {}
