@@ -65,7 +65,7 @@ import simpy
 
 from emulator.network.flows import FlowSpec, Plan
 from emulator.network.maxmin import INF, alone_rate, max_min_rates
-from emulator.network.trail import Kept, Trail
+from emulator.network.trail import Kept, Trail, settle
 
 __all__ = ["PLANS_AHEAD", "Alone", "Fabric", "Flow", "alone", "delay_to", "max_min_rates"]
 
@@ -525,17 +525,8 @@ class Fabric:
 
     def _settle(self, f: Flow, now: float) -> None:
         """The bytes ``f`` moved since it was last settled leave its remaining; they are kept per path
-        (links, weights), and added to each link when ``bytes_on_link`` is read."""
-        if f.rate:
-            moved = f.rate * (now - f.last)
-            f.remaining = max(0.0, f.remaining - moved)
-            key = (id(f.links), id(f.weights))
-            hit = self._path_bytes.get(key)
-            if hit is None:
-                self._path_bytes[key] = [f.links, f.weights, moved]
-            else:
-                hit[2] += moved
-        f.last = now
+        (links, weights), and added to each link when ``bytes_on_link`` is read (trail.py ``settle``)."""
+        settle(f, now, self._path_bytes)
 
     def _finished(self, event: simpy.Event) -> None:
         """A scheduled completion: the timeout's value is (flow, its version when scheduled)."""

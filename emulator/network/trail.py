@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from emulator.network.flows import FlowSpec
 
@@ -80,18 +80,8 @@ class Moment:
                                                           for links, weights, b in kept.paths}
 
     def settle(self, f: Twin) -> None:
-        """``Fabric._settle`` of ``f`` at ``tau``: the bytes it moved since its last settle leave its
-        remaining and join its path's."""
-        if f.rate:
-            moved = f.rate * (self.tau - f.last)
-            f.remaining = max(0.0, f.remaining - moved)
-            key = (id(f.links), id(f.weights))
-            hit = self._paths.get(key)
-            if hit is None:
-                self._paths[key] = [f.links, f.weights, moved]
-            else:
-                hit[2] += moved
-        f.last = self.tau
+        """``Fabric._settle`` of ``f`` at ``tau`` (:func:`settle`)."""
+        settle(f, self.tau, self._paths)
 
     def bytes_on(self) -> dict[int, float]:
         """Bytes per link the run has moved (``Fabric.bytes_on_link`` of a fresh fabric: paths in order)."""
@@ -101,3 +91,29 @@ class Moment:
                 out[link] = out.get(link, 0.0) + w * b
         return out
 
+
+class Settled(Protocol):
+    """What :func:`settle` reads and writes of a flow (the fabric's Flow, a trail's Twin)."""
+
+    links: tuple[int, ...]
+    weights: tuple[float, ...]
+    remaining: float
+    last: float
+    rate: float
+
+
+def settle(f: Settled, now: float, paths: dict[tuple[int, int], list[Any]]) -> None:
+    """The bytes ``f`` moved since it was last settled leave its remaining; they are kept per path (links,
+    weights) in ``paths``, [links, weights, bytes] in the order paths first moved. The fabric's arithmetic
+    (``Fabric._settle``), shared with :class:`Moment`, so that a trail read at a moment gives the fabric's
+    numbers to the last bit."""
+    if f.rate:
+        moved = f.rate * (now - f.last)
+        f.remaining = max(0.0, f.remaining - moved)
+        key = (id(f.links), id(f.weights))
+        hit = paths.get(key)
+        if hit is None:
+            paths[key] = [f.links, f.weights, moved]
+        else:
+            hit[2] += moved
+    f.last = now
