@@ -14,7 +14,8 @@ from emulator.scenario import load_scenario
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the scenarios `emulator run` runs in under ~10 s (live and collective ones run elsewhere); the two
-# slow ones (Qwen3 235B, DeepSeek-V3: ~25 and ~45 s) are in benchmarks/estimate_check.py
+# slow ones (Qwen3 235B, DeepSeek-V3: ~6 and ~9 s, twice over with the estimate) are in
+# benchmarks/estimate_check.py
 SLOW = {"qwen3-235b-256-h100.yaml", "deepseek-v3-1024-h100.yaml"}
 
 
@@ -62,6 +63,32 @@ def test_the_estimate_formula_by_hand(monkeypatch):
     # with --out every load change is seen at its time: no flow runs ahead of its latency, each send
     # has a latency timer too, 3 events: 24, as the run with its links recorded
     assert est.count(sc, out=True).events == 24 == simulate(sc, record_links=True).events
+
+
+def test_a_dispatch_issued_under_another_collective_is_counted_on_the_clock():
+    """``_met``: a rank's token exchange issued while another of its collectives is in flight (from its
+    place to that of the first op of the rank on another stream that waits for it) runs on the clock.
+    Rank 0: fwd (0), a gradient reduce-scatter on "dp" after it (1), a dispatch on "ep" (2: issued with
+    the reduce-scatter in flight, met), a kernel after it (3), the optimizer waiting for the
+    reduce-scatter (4: the reduce-scatter's flight ends here), a dispatch after it (5: not met). A
+    private reduce-scatter (on no fabric link) puts none on the clock."""
+    from types import SimpleNamespace
+
+    from emulator.program import COLLECTIVE, COMPUTE, Op
+    from emulator.run.wiring import wire
+    from emulator.studies.estimate import _met
+
+    a2a = "all_to_all"
+    ops = [Op(0, 0, COMPUTE, duration=1e-3), Op(1, 0, COLLECTIVE, "dp", (0,), collective="reduce_scatter",
+                                                group=(0, 8)),
+           Op(2, 0, COLLECTIVE, "ep", (0,), collective=a2a, group=(0, 1)), Op(3, 0, COMPUTE, deps=(2,)),
+           Op(4, 0, COMPUTE, deps=(1,)), Op(5, 0, COLLECTIVE, "ep", (4,), collective=a2a, group=(0, 1))]
+    off, to, _ = wire(ops)
+    succ = [tuple(to[a:b]) for a, b in zip(off, off[1:])]
+    engine = SimpleNamespace(tops=ops, succ=succ, private=[False] * 6, timed=[False] * 6)
+    assert _met(engine) == {2}  # type: ignore[arg-type]
+    engine.private[1] = True
+    assert _met(engine) == set()  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name, sets, gpus", [
@@ -177,16 +204,16 @@ def test_the_warning_goes_to_stderr_and_json_stdout_stays_one_object(capsys, mon
 
 
 def test_the_faq_quotes_what_the_measured_table_holds():
-    """docs/faq.md says the wall time is within 2x of the run's CPU time on every scenario: the
+    """docs/faq.md says the wall time is within 0.7-1.4x of the run's CPU time on every scenario: the
     table benchmarks/estimate_check.py --save wrote (benchmarks/results/estimate.json) holds a row for
-    every scenario `emulator run` runs, each within 2x."""
+    every scenario `emulator run` runs, each within that."""
     import json
 
     with open(os.path.join(ROOT, "docs", "faq.md"), encoding="utf-8") as fh:
         faq = " ".join(fh.read().split())
-    assert "within 2x of the run's CPU time on every scenario in `scenarios/`" in faq
+    assert "within 0.7-1.4x of the run's CPU time on every scenario in `scenarios/`" in faq
     with open(os.path.join(ROOT, "benchmarks", "results", "estimate.json"), encoding="utf-8") as fh:
         cases = json.load(fh)["cases"]
     for name in _runnable() + sorted(SLOW):
         row = cases[name[:-len(".yaml")]]
-        assert 0.5 <= row["estimated_wall_s"] / row["cpu_s"] <= 2.0, (name, row)
+        assert 0.7 <= row["estimated_wall_s"] / row["cpu_s"] <= 1.4, (name, row)

@@ -31,9 +31,10 @@ unfolded, MoE and dense, 1 to 1,024 simulated ranks; each within 0.7-1.3x but De
 tiny run (0.4x, 36 ms). Scaled to this machine by a short SimPy floor timed here (``machine_factor``,
 20,000 timeouts, ~14 ms), they give the wall time of a run on a machine it has to itself (its CPU
 time; a shared machine stretches a run's wall time by its load, which no estimate sees).
-``benchmarks/estimate_check.py`` measures every scenario against it (benchmarks/results/estimate.json):
-0.73 to 1.39 times the run's CPU time over its 26 cases, the widest DeepSeek-V3 1024, whose dispatches
-run ahead more often than ``DISPATCH_AHEAD`` assumes.
+``benchmarks/estimate_check.py`` measures every scenario against it (benchmarks/results/estimate.json).
+Which MoE dispatches run ahead is read from the program (``_met``): a constant share (0.97) put
+DeepSeek-V3 1024's 3% on the clock, flow by flow, where its run puts 0.05% there (2.3x its CPU time,
+now 1.1x).
 
 For a model workload it also gives the closed-form iteration time that ``emulator
 search`` ranks layouts by (studies/rank.py), so a user sees the answer's ballpark too.
@@ -68,11 +69,6 @@ EVENTS_PER_SOLO = 1.5
 # a kernel on a shared GPU (``emulator.run.shared_gpus``): its start put off to its time, its end
 # (Llama-3 70B on B200, whose compute slows under communication: 54,362 counted, 53,765 run)
 EVENTS_PER_SHARED_KERNEL = 2.0
-# the share of MoE dispatches that run ahead of the clock (``Fabric._run_ahead``, with the flows started
-# ahead on their links joined to them): 30,161 of 30,208 on DeepSeek-V3 1024 (0.998), 175 of 208 on
-# DeepSeek-V2-Lite (0.84), counted 2026-12-06; the rest, flow by flow. A share in between keeps both
-# within 2x (0.84 undercounts V2-Lite's other events, 0.998 the V3 plans that stay on the clock)
-DISPATCH_AHEAD = 0.97
 # the costs on the reference machine (module docstring)
 REFERENCE_TIMEOUT_S = 0.69e-6  # its SimPy floor: CPU seconds a timeout (benchmarks/run.py, 1M timeouts)
 STARTUP_S = 0.30
@@ -84,7 +80,7 @@ FLOOR_TIMEOUTS = 20_000  # machine_factor's floor: ~14 ms
 
 @functools.cache
 def machine_factor() -> float:
-    """This machine's SimPy floor over the reference machine's: CPU seconds of one process waiting on
+    """This machine's SimPy floor over the reference machine's: CPU seconds (this thread's) of one process waiting on
     ``FLOOR_TIMEOUTS`` timeouts (``benchmarks/run.py``'s floor, shortened), once per process."""
     import simpy
 
@@ -95,9 +91,10 @@ def machine_factor() -> float:
             yield env.timeout(1)
 
     env.process(wait(env))
-    c0 = time.process_time()
-    env.run()
-    return max(1e-3, (time.process_time() - c0) / FLOOR_TIMEOUTS / REFERENCE_TIMEOUT_S)
+    c0 = time.thread_time()  # this thread's: numpy's BLAS threads, spinning a while after a build's matrix
+    env.run()  # work, count in the process's CPU time (2.3x on the quickstart's floor, 2026-12-06)
+    spent = time.thread_time() - c0
+    return max(1e-3, spent / FLOOR_TIMEOUTS / REFERENCE_TIMEOUT_S)
 
 
 def run_seconds(clocked: "Clocked") -> float:
@@ -129,16 +126,16 @@ def count(scenario: Scenario, out: bool = False) -> Estimate:
     both (``emulator.run.simulation``), its events counted op by op on the engine's own choice of
     what runs on the clock (``events_of``); nothing is run. ``out``: the run records every link's
     load (``emulator run --out``), which runs nothing ahead of the clock. The build and the
-    preparation are timed in CPU seconds: the run's on a machine it has to itself."""
+    preparation are timed in this thread's CPU seconds: the run's on a machine it has to itself."""
     if scenario.jobs:
         return count_jobs(scenario)
     from emulator.program import FoldRefused
     from emulator.run.folding import choose_fold, restamp
     from emulator.run.simulation import build_workload
 
-    t0 = time.process_time()
+    t0 = time.thread_time()
     program, notes = build_workload(scenario, blocks=True)  # as the run builds it (timed so)
-    build_s = time.process_time() - t0
+    build_s = time.thread_time() - t0
     runs = 1
     try:
         prepared = _prepared(scenario, program)
@@ -152,9 +149,9 @@ def count(scenario: Scenario, out: bool = False) -> Estimate:
         else:
             stamped = restamp(program, scenario)  # every replica simulated, from the same ops
             if stamped is None:  # built again, folding the automorphisms only
-                t1 = time.process_time()
+                t1 = time.thread_time()
                 program, _ = build_workload(scenario, refused=refused, blocks=True)
-                build_s += time.process_time() - t1
+                build_s += time.thread_time() - t1
             else:
                 program = stamped
             prepared = _prepared(scenario, program)
@@ -181,7 +178,7 @@ def _prepared(scenario: Scenario, program: Program,
     from emulator.run.engine import Engine
     from emulator.run.simulation import build_cluster
 
-    t0 = time.process_time()
+    t0 = time.thread_time()
     was = gc.isenabled()
     gc.disable()  # as the run prepares it (``simulation._collector_paused``): no collection walks the new objects
     try:
@@ -193,7 +190,7 @@ def _prepared(scenario: Scenario, program: Program,
     finally:
         if was:
             gc.enable()
-    return engine, cluster.collectives, bool(cluster.timed), time.process_time() - t0
+    return engine, cluster.collectives, bool(cluster.timed), time.thread_time() - t0
 
 
 @dataclass(frozen=True)
@@ -223,8 +220,8 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
       and an end each;
     - a MoE token dispatch (``is_token_exchange``: a plain all_to_all too), of one phase or several
       (HybridEP's), runs ahead of the clock where its links are free as it starts, one event for its
-      end (``Fabric._run_ahead``), else flow by flow:
-      ``DISPATCH_AHEAD`` of them ahead.
+      end (``Fabric._run_ahead``), else flow by flow: on the clock where its rank has another
+      collective in flight as it is issued (``_met``).
 
     With ``on_clock`` (timed faults, which rewrite routes mid-run, or listeners of every load change:
     ``--out``) nothing runs ahead: a flow alone has its latency timer too, a dispatch runs flow by flow.
@@ -236,7 +233,8 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
     # one start for the copies of an unfolded program (alike but for stragglers); the replicas of a
     # refused fold (``folding.restamp``: other latencies) start apart
     starts = float(copies) if engine.fold is not None else 1.0
-    per_key: dict[tuple[str, tuple[int, ...], int], tuple[float, float, bool]] = {}
+    per_key: dict[tuple[str, tuple[int, ...], int, bool], tuple[float, float, bool]] = {}
+    met = set() if on_clock else _met(engine)
     events = flow_events = instances = 0.0
     for t, op in enumerate(engine.tops):
         if engine.timed[t] or (engine.private[t] and not faulted) or op.kind is RECV:
@@ -251,10 +249,10 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
         else:
             key = (op.collective, op.group, op.root)
             members = max(1, sum(1 for r in op.group if r in simulated))
-        hit = per_key.get(key)
+        ahead = not on_clock and op.kind is not SEND and is_token_exchange(op.collective) and t not in met
+        hit = per_key.get((*key, ahead))
         if hit is None:
-            hit = per_key[key] = _instance_events(collectives.plans(*key), key[0] != "p2p" and
-                                                  is_token_exchange(key[0]), on_clock)
+            hit = per_key[(*key, ahead)] = _instance_events(collectives.plans(*key), ahead, on_clock)
         ends, weighted, one_flow = hit
         early = one_flow and members == 1 and op.kind is not SEND and engine.early[t]
         events += ((0.0 if early else starts) + ends * copies) / members
@@ -263,10 +261,43 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
     return Clocked(events, flow_events, instances, len(simulated))
 
 
-def _instance_events(plans: list[Plan], dispatch: bool, on_clock: bool = False) -> tuple[float, float, bool]:
+def _met(engine: Engine) -> set[int]:
+    """The token exchanges (``is_token_exchange``) of ``engine.tops`` that its run will likely put on the
+    clock, flow by flow: those a rank issues while another of its collectives on the fabric is in flight
+    on another stream (a gradient reduce-scatter bucket, a ZeRO parameter all-gather, a sequence-parallel
+    collective), which holds links of the rank's GPU as the dispatch starts (``Fabric._run_ahead`` then
+    refuses it) or meets it before its end (``_wake_plan``). A collective is in flight, in program
+    order, from its place to that of its first successor on the rank on another stream (the op that waits
+    for it); a successor on its own stream (the next bucket) is in flight after it. An upper bound of
+    program order on the run's timing (counted 2026-12-06: 88 marked of 90,624 on DeepSeek-V3 1024, 48
+    refused in its run; 52 of 208 on DeepSeek-V2-Lite, 33 refused, the last micro-batch's backward under
+    the gradient reduce-scatters and the first forward under the parameter all-gathers)."""
+    from emulator.program import is_token_exchange
+
+    tops, succ = engine.tops, engine.succ
+    until: dict[int, int] = {}  # rank → the place up to which one of its collectives is in flight
+    met: set[int] = set()
+    for t, op in enumerate(tops):
+        if op.kind is not COLLECTIVE:
+            continue
+        rank = op.rank
+        if is_token_exchange(op.collective):
+            if until.get(rank, -1) > t:
+                met.add(t)
+            continue
+        if engine.private[t] or engine.timed[t]:
+            continue
+        waits = [s for s in succ[t] if tops[s].rank == rank and tops[s].stream != op.stream]
+        if waits:
+            until[rank] = max(until.get(rank, -1), min(waits))
+    return met
+
+
+def _instance_events(plans: list[Plan], ahead: bool, on_clock: bool = False) -> tuple[float, float, bool]:
     """(events after its start, the same weighted by f² where f is the flows of their phase: see
     ``events_of`` for the members, whether each plan is one flow) of one collective or transfer instance
-    on the clock (``events_of``)."""
+    on the clock (``events_of``); ``ahead``: a token exchange run ahead of the clock, one event for its end
+    where a plan has a phase of several flows."""
     if not plans:
         return 0.0, 0.0, False
     alone = 2.0 if on_clock else 1.0
@@ -274,9 +305,8 @@ def _instance_events(plans: list[Plan], dispatch: bool, on_clock: bool = False) 
     for plan in plans:
         e = sum(alone if len(phase) == 1 else 2.0 * len(phase) for phase in plan)
         w = sum(2.0 * len(phase) ** 3 for phase in plan if len(phase) > 1)
-        if dispatch and not on_clock and any(len(phase) > 1 for phase in plan):  # ahead: its end alone
-            e = DISPATCH_AHEAD * 1.0 + (1.0 - DISPATCH_AHEAD) * e
-            w = (1.0 - DISPATCH_AHEAD) * w
+        if ahead and any(len(phase) > 1 for phase in plan):  # its end alone
+            e, w = 1.0, 0.0
         ends += e
         weighted += w
     one_flow = all(len(plan) == 1 and len(plan[0]) == 1 for plan in plans)
@@ -354,7 +384,7 @@ def count_jobs(scenario: Scenario) -> Estimate:
     assert node is not None  # the loader requires a node for jobs
     iterations = max(1, scenario.simulation.iterations)
     one = len(scenario.jobs) == 1 and scenario.jobs[0].start == 0
-    t0 = time.process_time()
+    t0 = time.thread_time()
     built: dict[tuple[object, ...], tuple[float, float, float, int]] = {}
     ops_run = events = shared_ops = 0.0
     ranks = 0
@@ -376,7 +406,7 @@ def count_jobs(scenario: Scenario) -> Estimate:
         events += n_events * runs
         shared_ops += n_ops
         ranks += int(simulated)
-    build_s = time.process_time() - t0
+    build_s = time.thread_time() - t0
     prepare_s = (ops_run * SECONDS_PER_MIX_OP + (1 if one else 1 + len(scenario.jobs)) *
                  scenario.cluster.nodes * node.gpus_per_node * SECONDS_PER_RUN_GPU) * machine_factor()
     clocked = Clocked(events, 0.0, events / EVENTS_PER_COMM, ranks)  # a solve an instance
