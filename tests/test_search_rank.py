@@ -228,3 +228,44 @@ def test_dualpipe_reduces_and_steps_both_copies_of_its_parameters(tmp_path):
     # copy of the table (302,149,632 + 107,216,896 + 4096 = 409,370,624), and no tied all-reduce
     vee = estimate_iteration(load_scenario(path, base + ["parallel.schedule=zb-v"]))
     assert vee.dp_comm_s == pytest.approx(ring_time("all_reduce", 2, 4 * 409_370_624, inside), rel=1e-12)
+
+
+def test_an_moe_layouts_experts_reduce_over_their_own_group(tmp_path):
+    """Qwen3-235B-A22B cut to 2 layers on 4 DGX H100: tp 1, dp 32, ep 8, etp 1, ZeRO 0, no overlapped
+    reduction. A rank holds 128/8 = 16 experts a layer of 3 · 4096 · 1536 (expert_ffn_hidden, not the dense
+    ffn_hidden 12,288): 16 · 18,874,368 = 301,989,888 a layer, 603,979,776 in all, their fp32 gradients
+    2,415,919,104 B all-reduced over the expert-data-parallel group: 32 / 8 = 4 ranks 8 apart, one a node (one
+    ring over a GPU's NIC share); the rest over the 32 data-parallel ranks, 8 a node (8 rings), after them."""
+    from emulator.studies.rank import group_link_of, params_of
+    from emulator.workload import models as M
+
+    path = os.path.join(str(tmp_path), "q.yaml")
+    with open(path, "w") as fh:
+        fh.write("name: q\ncluster: {nodes: 4, node: dgx-h100}\nmodel: {preset: qwen3-235b-a22b, layers: 2}\n"
+                 "training: {global_batch: 32}\nparallel: {tp: 1, pp: 1, dp: 32, ep: 8, etp: 1, zero: 0, "
+                 "overlap_grad_reduce: false}\n")
+    sc = load_scenario(path)
+    m = M.resolve(sc.model)
+    params = params_of(m, sc)
+    assert params.layer_expert == 301_989_888  # 128 · 3 · 4096 · 1536 / 8
+    edp = (0, 8, 16, 24)
+    edp_link = group_link_of(sc, edp)
+    assert edp_link == group_link(sc, 8, 4)  # 4 members 8 apart: one a node
+    dense = 2 * params.layer_dense + params.first + params.last
+    assert dense == 2 * M.dense_layer_params(m, True) + params.first + params.last
+    expected = ring_time("all_reduce", 32, 4 * dense, group_link(sc, 1, 32)) + \
+        ring_time("all_reduce", 4, 2_415_919_104, edp_link)
+    assert estimate_iteration(sc).dp_comm_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_search_does_not_carry_the_bases_layer_layout(tmp_path):
+    """A base scenario with pipeline_model_parallel_layout (it places every layer for one pp × virtual_stages)
+    would refuse every other layout: the search splits the layers itself."""
+    from emulator.studies.search import SPLIT_RESET
+
+    sc = load_scenario(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios",
+                                    "qwen3-235b-256-h100.yaml"))
+    assert sc.parallel.pipeline_model_parallel_layout is not None
+    lay = Layout(tp=2, pp=4, dp=32, ep=8, schedule="1f1b", zero=1, ends=23)
+    assert lay.apply(sc).parallel.pipeline_model_parallel_layout is None
+    assert "parallel.pipeline_model_parallel_layout=null" in SPLIT_RESET

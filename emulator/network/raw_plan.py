@@ -9,7 +9,7 @@ network/dispatch.py for MoE token dispatch) build raw plans against ``PlanMaker`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 Hop = tuple[int, int, float]  # (src, dst, scale): one routed leg of a flow, its bytes scaled
 # (hops, volume per byte of S, latency, merged hops): merged hops are reduced in the switches, so a
@@ -32,8 +32,14 @@ class StepCosts:
 class PlanMaker(Protocol):
     """What an algorithm family reads of the model that builds its plans."""
 
-    steps: StepCosts
-    node_of: Callable[[int], int]
+    @property
+    def steps(self) -> StepCosts:
+        """The software step costs of the node kind."""
+        ...
+
+    def node_of(self, rank: int) -> int:
+        """The node of rank ``rank`` (−1 on a custom graph without nodes)."""
+        ...
 
     def alpha(self, a: int, b: int) -> float:
         """The latency of one step from rank ``a`` to rank ``b``."""

@@ -10,14 +10,17 @@ uncontended ring formulas of network/collectives.py:
     reduce-scatter,
     all-gather       L + (n−1)·α + (n−1)/n · S/B
     send/recv        L + α + S/B
-    all-to-all       L + (n−1)·α + (n−1)/n · S/B
+    all-to-all       L + (n−1)·α + (n−1)/n · S/B   (but on the expert-parallel group, below)
 
 where B is the NVLink rate (line rate × ``intra_efficiency``) for a group inside one node, and
 across nodes k·B_nic, the node's NIC capacity shared evenly by its GPUs (``nics`` ·
 ``nic_bandwidth`` · ``nic_efficiency`` / ``gpus_per_node``) times the k members the group has
 on each node (k rings, one per rail); divided by the fabric's oversubscription when the
 group spans more than one leaf. α is the links' latency plus the calibrated per-step
-software latency of the class (intra or inter), L the collective launch cost.
+software latency of the class (intra or inter), L the collective launch cost. A MoE token
+exchange on the expert-parallel group (a dispatch or combine: all-to-all-v, DeepEP, HybridEP, or
+the alltoall dispatcher's plain all-to-all) is priced as its own plan runs alone on the group's
+nodes (studies/exchange_cost.py): the top-k copies, DeepEP's forwarding and each GPU's own NIC share.
 
 Pipeline: with T_s the time of one micro-batch (forward and backward, all its chunks) on
 stage s, m micro-batches, p stages and v chunks per stage,
@@ -33,7 +36,8 @@ stage s, m micro-batches, p stages and v chunks per stage,
                       with T_s the mean of the rank's two stages
 
 plus 2(p·v − 1) activation/gradient transfers on the fill and drain. Then the data-parallel
-gradient reduction of the rank with the most parameters (all-reduce with ZeRO 0,
+gradient reduction of the rank with the most parameters (the experts' over their expert-data-parallel
+group, the rest over dp·cp, as workload/builder.py reduces them; all-reduce with ZeRO 0,
 reduce-scatter and the parameter all-gather with ZeRO 1–2, exposed whole unless
 ``overlap_grad_reduce`` / ``overlap_param_gather``, then one bucket each; ZeRO 3's
 per-micro-batch gathers and reduce-scatters count where they exceed that micro-batch's
@@ -62,14 +66,23 @@ from typing import Sequence
 
 from emulator.devices import compute
 from emulator.network.collectives import ring_factors
+from emulator.program import is_token_exchange
 from emulator.scenario.spec import QUANTISED, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario
 from emulator.scenario.stages import V_SHAPED, model_chunks, rank_of, stage_layers
+from emulator.studies.exchange_cost import EpNodes, ep_nodes, exchange_time
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.memory import held_stages
-from emulator.workload.placement import ORDER
-from emulator.workload.plan import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, fp8_param_gather, grad_reduce_bytes, non_tn_fp8
+from emulator.workload.placement import ORDER, Layout
+from emulator.workload.plan import (
+    ADAM_BYTES_PER_PARAM,
+    DTYPE_BYTES,
+    fp8_param_gather,
+    grad_reduce_bytes,
+    layer_backward,
+    non_tn_fp8,
+)
 
 
 @dataclass(frozen=True)
@@ -180,8 +193,10 @@ def head_apart(par: ParallelSpec) -> bool:
 def params_of(m: ModelSpec, sc: Scenario) -> Params:
     par = sc.parallel
     t = par.tp
-    dense = (M.layer_params(m) - (m.experts * M.mlp_params(m) if m.experts else 0)) / t
-    expert = m.experts * M.mlp_params(m) / (t * par.ep) if m.experts else 0.0
+    # an MoE layer's (first_dense_layers taken as MoE too): the experts' own width (expert_ffn_hidden),
+    # split over etp·ep; the rest over tp
+    dense = M.dense_layer_params(m, bool(m.experts)) / t
+    expert = M.routed_params(m) / ((par.etp or t) * par.ep) if m.experts else 0.0
     first = m.vocab * m.hidden / t + (m.seq_len * m.hidden if M.has_biases(m) else 0)
     last = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or head_apart(par)) else 0)
     if not m.tied_embeddings:
@@ -228,7 +243,9 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     links["ep"] = group_link(sc, st["cp"] if par.cp > 1 else st["dp"], par.ep)
     sizes = {"tp": par.tp, "cp": par.cp, "ep": par.ep}
     comm = tuple((name, sizes[name], links[name]) for name in ("tp", "cp", "ep"))
-    per_layer, embed, head = pass_times(L, tr.recompute, M.has_biases(m), m.vocab, gpu, comm)
+    ep = ep_nodes(Layout.from_parallel(par, sc.gpus, par.order or None).ep_group(0), node) if m.experts else None
+    per_layer, embed, head = pass_times(L, tr.recompute, M.has_biases(m), m.vocab, gpu, comm, tr.recompute_modules,
+                                        ep)
     p, v = par.pp, par.virtual_stages
     vee = par.schedule in V_SHAPED  # a V: the head on the first stage (scenario/stages.py)
     last = rank_of(p * v - 1, p, vee)
@@ -254,21 +271,26 @@ def estimate_iteration(sc: Scenario) -> Estimate:
 
 @functools.lru_cache(maxsize=4096)
 def pass_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab: int, gpu: GpuSpec,
-               comm: tuple[tuple[str, int, Link], ...]) -> tuple[float, float, float]:
+               comm: tuple[tuple[str, int, Link], ...], modules: tuple[str, ...] | None = None,
+               ep: EpNodes | None = None) -> tuple[float, float, float]:
     """(layer, embedding, head) forward + backward of one micro-batch, by ``kernel_cost.pass_time``.
-    ``comm`` is (group, size, link) for tp, cp and ep. Cached: a search's layouts share few shapes."""
+    ``comm`` is (group, size, link) for tp, cp and ep; ``modules`` the recompute_modules (plan.py
+    ``layer_backward``); ``ep`` the expert-parallel group on its nodes, whose token exchanges are priced
+    as their plans run alone (studies/exchange_cost.py). Cached: a search's layouts share few shapes."""
     groups = {name: (n, link) for name, n, link in comm}
 
     def comm_time(c: Ly.Comm) -> float:
         n, link = groups[c.group]
         if c.collective == "ring":
             return ring_time("p2p", 2, c.bytes, link)
+        if ep is not None and c.group == "ep" and is_token_exchange(c.collective):
+            return exchange_time(c.collective, c.bytes, ep)
         return ring_time(c.collective, n, c.bytes, link)
 
     def both(fwd: list, bwd: list) -> float:
         return KC.pass_time(fwd, gpu, comm_time) + KC.pass_time(bwd, gpu, comm_time)
 
-    return (both(Ly.forward_steps(L), Ly.backward_steps(L, recompute)),
+    return (both(Ly.forward_steps(L), layer_backward(L, recompute, modules)),
             both(Ly.embedding_forward(L, learned_positions), Ly.embedding_backward(L)),
             both(Ly.head_forward(L, vocab), Ly.head_backward(L, vocab)))
 
@@ -358,12 +380,24 @@ def _estimate_profiled(sc: Scenario) -> Estimate:
     return Estimate(compute_s + bubble_s + dp_comm_s + optimizer_s, compute_s, bubble_s, dp_comm_s, optimizer_s)
 
 
+def group_link_of(sc: Scenario, group: Sequence[int]) -> Link:
+    """The path class of the ranks ``group`` (ranks fill nodes in order): NVLink inside one node, else the
+    NICs with as many rings as the group has members on a node."""
+    node = sc.cluster.node
+    assert node is not None
+    per: dict[int, int] = {}
+    for r in group:
+        per[r // node.gpus_per_node] = per.get(r // node.gpus_per_node, 0) + 1
+    return intra_link(node) if len(per) == 1 else inter_link(sc, max(per.values()), len(per))
+
+
 def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_t: list, micro: int,
                 st: dict[str, int], grad: int | None = None, dtype: int | None = None) -> float:
     """Exposed data-parallel communication of the rank with the most parameters (with dualpipe its two
     stages', and the pair's gradient all-reduce), plus the tied embedding all-reduce between the first and
     last stage (``grad``, ``dtype``: bytes of a reduced gradient and of a weight; absent, by the training
-    precision)."""
+    precision). The dense parameters reduce over the dp·cp ranks, the experts' over their expert-data-parallel
+    group (tp·dp·cp / (etp·ep) ranks, placement.py ``edp_group``), one after the other."""
     par, tr = sc.parallel, sc.training
     p = par.pp
     d = par.dp * par.cp
@@ -371,45 +405,75 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_
     if dtype is None:  # a weight as gathered: bf16 in a quantised run but with fp8_params (plan.Plan.gathered)
         dtype = (1 if fp8_param_gather(tr) else 2) if tr.precision in QUANTISED else DTYPE_BYTES[tr.precision]
     dp_link = group_link(sc, min(st["dp"], st["cp"]) if par.cp > 1 else st["dp"], d)
+    edp = Layout.from_parallel(par, sc.gpus, par.order or None).edp_group(0) if params_.layer_expert else ()
     worst = 0.0
     for s in range(p):
         dense, expert = params_.rank(split, s, par)
-        params = dense + expert  # experts reduce over d/ep ranks: priced as dense (an upper bound)
-        held = len(held_stages(par, s))
-        pair = group_link(sc, st["pp"] * abs(p - 1 - 2 * s), 2)  # dualpipe: ranks s and p − 1 − s
-        if par.zero >= 3:
-            one = params / held  # a task runs one of the held stages: their mean (ring_time is affine in bytes)
-            per_mb = (2 * ring_time("all_gather", d, one * dtype, dp_link)
-                      + ring_time("reduce_scatter", d, one * grad, dp_link))
-            # each task's first unit waits for its own gather (the next ones are prefetched)
-            first = ring_time("all_gather", d, params_.layer_dense * dtype, dp_link)
-            t = micro * (max(0.0, per_mb - stage_t[s]) + 2 * par.virtual_stages * first)
-            if held > 1:  # dualpipe: the pair's all-reduce of the shards, after the flush
-                t += ring_time("all_reduce", 2, params * grad / d, pair)
-        elif held > 1:
-            # dualpipe: the pair's all-reduce, then the DP buckets after it; overlapped, per chunk from the
-            # chunk's last backward (workload/builder.py ``_mirror_per_chunk``): the chunk that finishes last,
-            # stage min(s, p − 1 − s) (DualPipeV's phase 0 on both ranks of the pair), exposed whole; else both
-            k = min(s, p - 1 - s)
-            tail = sum(params_.stage(sum(split[k]), k, p)) if par.overlap_grad_reduce else params
-            op = "all_reduce" if par.zero == 0 else "reduce_scatter"
-            t = ring_time("all_reduce", 2, tail * grad, pair) + ring_time(op, d, tail * grad, dp_link)
+        if par.zero >= 3:  # every unit's weights, experts' too, gathered and reduced over dp·cp (workload/builder.py)
+            per_mb, t = _zero3(sc, params_, s, dense + expert, d, dp_link, grad, dtype, micro)
+            t += micro * max(0.0, per_mb - stage_t[s])  # hidden under the micro-batch's compute
         else:
-            op = "all_reduce" if par.zero == 0 else "reduce_scatter"
-            t = ring_time(op, d, params * grad, dp_link)
-            if par.overlap_grad_reduce and params * grad > par.grad_bucket:
-                t *= par.grad_bucket / (params * grad)  # only the last bucket is exposed
-        if par.zero in (1, 2):
-            gather = ring_time("all_gather", d, params * dtype, dp_link)
-            overlap = par.overlap_grad_reduce if par.overlap_param_gather is None else par.overlap_param_gather
-            if overlap and params * dtype > par.grad_bucket:
-                gather *= par.grad_bucket / (params * dtype)  # under the next forward but its first bucket
-            t += gather
+            t = _reduction(sc, params_, split, s, 0, dense, d, dp_link, grad)
+            if expert and len(edp) > 1:  # the experts' gradients over their own group, after the dense ones
+                t += _reduction(sc, params_, split, s, 1, expert, len(edp), group_link_of(sc, edp), grad)
+            if par.zero in (1, 2):  # the updated weights, experts' too, gathered over dp·cp
+                t += _param_gather((dense + expert) * dtype, d, dp_link, par)
         worst = max(worst, t)
     if m.tied_embeddings and head_apart(par):
         worst += ring_time("all_reduce", 2, m.vocab * m.hidden / par.tp * dtype,
                            group_link(sc, st["pp"] * (p - 1), 2))
     return worst
+
+
+def _pair_link(sc: Scenario, s: int) -> Link:
+    """dualpipe: the link between pipeline ranks s and p − 1 − s."""
+    return group_link(sc, strides(sc)["pp"] * abs(sc.parallel.pp - 1 - 2 * s), 2)
+
+
+def _zero3(sc: Scenario, params_: Params, s: int, params: float, d: int, dp_link: Link, grad: int, dtype: int,
+           micro: int) -> tuple[float, float]:
+    """(traffic per micro-batch, the rest exposed) of ZeRO-3 on pipeline rank ``s`` holding ``params``: each
+    micro-batch gathers its weights twice (forward, backward) and reduce-scatters their gradients; each task's
+    first unit waits for its own gather (the next ones are prefetched); dualpipe adds the pair's all-reduce
+    of the shards after the flush."""
+    par = sc.parallel
+    held = len(held_stages(par, s))
+    one = params / held  # a task runs one of the held stages: their mean (ring_time is affine in bytes)
+    per_mb = 2 * ring_time("all_gather", d, one * dtype, dp_link) + ring_time("reduce_scatter", d, one * grad, dp_link)
+    unit = params_.layer_dense + params_.layer_expert
+    rest = micro * 2 * par.virtual_stages * ring_time("all_gather", d, unit * dtype, dp_link)
+    if held > 1:
+        rest += ring_time("all_reduce", 2, params * grad / d, _pair_link(sc, s))
+    return per_mb, rest
+
+
+def _reduction(sc: Scenario, params_: Params, split: list, s: int, which: int, params: float, d: int,
+               link: Link, grad: int) -> float:
+    """Exposed gradient reduction (ZeRO 0-2) of pipeline rank ``s``'s dense (``which`` 0) or expert (1)
+    ``params`` over ``d`` ranks on ``link``: the last bucket with ``overlap_grad_reduce``, else all of it;
+    dualpipe first all-reduces over the pair, per chunk from the chunk's last backward
+    (workload/builder.py ``_mirror_per_chunk``) with the overlap: the chunk that finishes last, stage
+    min(s, p − 1 − s) (DualPipeV's phase 0 on both ranks of the pair), exposed whole; else both."""
+    par = sc.parallel
+    op = "all_reduce" if par.zero == 0 else "reduce_scatter"
+    if len(held_stages(par, s)) > 1:
+        k = min(s, par.pp - 1 - s)
+        tail = params_.stage(sum(split[k]), k, par.pp)[which] if par.overlap_grad_reduce else params
+        return ring_time("all_reduce", 2, tail * grad, _pair_link(sc, s)) + ring_time(op, d, tail * grad, link)
+    t = ring_time(op, d, params * grad, link)
+    if par.overlap_grad_reduce and params * grad > par.grad_bucket:
+        t *= par.grad_bucket / (params * grad)  # only the last bucket is exposed
+    return t
+
+
+def _param_gather(nbytes: float, d: int, link: Link, par: ParallelSpec) -> float:
+    """ZeRO 1-2: the all-gather of the updated weights, under the next forward but its first bucket with
+    ``overlap_param_gather``."""
+    gather = ring_time("all_gather", d, nbytes, link)
+    overlap = par.overlap_grad_reduce if par.overlap_param_gather is None else par.overlap_param_gather
+    if overlap and nbytes > par.grad_bucket:
+        gather *= par.grad_bucket / nbytes
+    return gather
 
 
 def _optimizer(sc: Scenario, params: Params, split: list, gpu: GpuSpec) -> float:

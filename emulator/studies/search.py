@@ -70,7 +70,10 @@ from emulator.studies.sweep import (
 )
 
 RECOMPUTE = ("none", "selective", "full")
-SPLIT_RESET = ("parallel.first_chunk_layers=null", "parallel.last_chunk_layers=null")
+# each layout splits the layers itself: the base's end chunks, and its pipeline_model_parallel_layout (which
+# places every layer for one pp × virtual_stages), do not carry over
+SPLIT_RESET = ("parallel.first_chunk_layers=null", "parallel.last_chunk_layers=null",
+               "parallel.pipeline_model_parallel_layout=null")
 # ZeRO-1 and ZeRO-2 emit the same reduce-scatter and all-gather (workload/builder.py, finish); ZeRO-2
 # only holds less gradient memory, so it is worth simulating only where it lets less recompute fit
 SAME_AS_ZERO1 = "ZeRO-2 where ZeRO-1 fits with the same recompute (the same communication)"
@@ -121,7 +124,8 @@ class Layout:
         """The scenario with this layout (no loader checks: for the memory model only)."""
         par = dataclasses.replace(sc.parallel, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep,
                                   schedule=self.schedule, virtual_stages=self.virtual_stages, zero=self.zero,
-                                  first_chunk_layers=self.ends, last_chunk_layers=self.ends)
+                                  first_chunk_layers=self.ends, last_chunk_layers=self.ends,
+                                  pipeline_model_parallel_layout=None)
         tr = dataclasses.replace(sc.training, micro_batch=self.micro_batch, recompute=self.recompute)
         return dataclasses.replace(sc, parallel=par, training=tr)
 
