@@ -10,9 +10,10 @@ from emulator.tools.collective_bench import collective_table
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 
-# One MoE layer: h 1024, 16 experts of width 512, top-2, s 512, micro-batch 1 (T = 512 tokens), bf16.
+# One MoE layer: h 1024, 16 experts of width 512, top-2, s 512, micro-batch 1 (T = 512 tokens), bf16, with TE's
+# fused permutation (model.moe_permute_fusion; test_unfused_permutation has Megatron's default, off).
 MOE = ModelSpec(layers=2, hidden=1024, heads=8, seq_len=512, vocab=1000, ffn_hidden=2048, swiglu=True,
-                experts=16, top_k=2, expert_ffn_hidden=512)
+                experts=16, top_k=2, expert_ffn_hidden=512, moe_permute_fusion=True)
 # A GPU of round figures: 1 TB/s HBM at the model's E_MEM 0.9, 4 us a launch.
 GPU = GpuSpec("round", 1e15, 1e12, 80 * 2**30, 4e-6)
 
@@ -104,13 +105,44 @@ def test_token_copies_at_the_measured_copy_bandwidth():
     assert compute.COPY_MEM_EFFICIENCY == pytest.approx(0.74375)
     L = Ly.layer_shape(MOE, 1, ep=4, flash=True)
     k = {st.name: st for st in Ly.forward_steps(L) if isinstance(st, Ly.Kernel)}
-    # permute: 512·2 = 1024 copies × 1024 × 2 B, read and written: 4 194 304 B at 0.744 TB/s + 4 us
-    assert k["moe.permute"].bytes == 4_194_304
-    assert KC.kernel_time(k["moe.permute"], GPU) == pytest.approx(4_194_304 / 0.74375e12 + 4e-6, rel=1e-12)
+    # permute (TE's _permute_kernel): the 512 tokens read once, their 512·2 = 1024 copies written, × 1024 × 2 B:
+    # (512 + 1024) · 2048 = 3 145 728 B at 0.744 TB/s + 4 us; the unpermute the same the other way
+    assert k["moe.permute"].bytes == 3_145_728 == k["moe.unpermute"].bytes
+    assert KC.kernel_time(k["moe.permute"], GPU) == pytest.approx(3_145_728 / 0.74375e12 + 4e-6, rel=1e-12)
     # chunk sort: the 4 local experts' 4·256 = 1024 received tokens with their fp32 probabilities,
     # 1024·(2048 + 4)·2 = 4 202 496 B: 5.650 + 4 us
     assert k["moe.sort_chunks"].bytes == 4_202_496
     assert KC.kernel_time(k["moe.sort_chunks"], GPU) == pytest.approx(4_202_496 / 0.74375e12 + 4e-6, rel=1e-12)
+
+
+def test_unfused_permutation():
+    """Megatron-Core's default, moe_permute_fusion off (moe_utils.py ``permute``/``unpermute`` with fused=False):
+    N = 512 tokens, E = 16, R = N·k = 1024 routed copies, h 1024, bf16.
+    - before the permute's copy, for TE's three row-id-map passes: the map's transpose 2·N·E = 16 384 B, its
+      argsort 27·N·E = 221 184 B, the indices' modulo 2·8·R = 16 384 B, the probabilities' transpose
+      2·4·N·E = 65 536 B and their gather R·(8 + 2·4) = 16 384 B;
+    - the unpermute: a zeroed N×h output (512·1024·2 = 1 048 576 B) and the scatter_add of the copies,
+      R·h·2 + 2·N·h·2 + 8·R = 2 097 152 + 2 097 152 + 8192 = 4 202 496 B (the fused kernel: (R + N)·h·2 =
+      3 145 728); the permute's copy is index_select's, a row read per copy: 2·R·h·2 = 4 194 304 B;
+    - backward the permute's gradient the same pair (index_select's backward: zeros and index_add_), the
+      unpermute's a gather of a row per copy (2·R·h·2)."""
+    from dataclasses import replace
+
+    L = Ly.layer_shape(replace(MOE, moe_permute_fusion=False), 1, ep=4, flash=True)
+    fwd = {st.name: st for st in Ly.forward_steps(L) if isinstance(st, Ly.Kernel)}
+    assert "moe.permute.map1" not in fwd
+    assert [fwd[n].bytes for n in ("moe.permute.map_t", "moe.permute.argsort", "moe.permute.index",
+                                   "moe.permute.probs_t", "moe.permute.probs")] == [16_384, 221_184, 16_384, 65_536,
+                                                                                   16_384]
+    assert fwd["moe.permute"].bytes == 4_194_304  # index_select: the copy the fused kernel makes
+    assert (fwd["moe.unpermute.zeros"].bytes, fwd["moe.unpermute"].bytes) == (1_048_576, 4_202_496)
+    bwd = {st.name: st for st in Ly.backward_steps(L) if isinstance(st, Ly.Kernel)}
+    assert (bwd["moe.permute_bwd.zeros"].bytes, bwd["moe.permute_bwd"].bytes) == (1_048_576, 4_202_496)
+    assert bwd["moe.unpermute_bwd"].bytes == 4_194_304
+    # on the round GPU: the unpermute's two kernels, 2 launches + 1 048 576 B at 0.9 TB/s + 4 202 496 B at the
+    # copy's 0.744 TB/s, against the fused kernel's 1 launch + 3 145 728 B at 0.744 TB/s
+    unfused = KC.kernel_time(fwd["moe.unpermute.zeros"], GPU) + KC.kernel_time(fwd["moe.unpermute"], GPU)
+    assert unfused == pytest.approx(8e-6 + 1_048_576 / 0.9e12 + 4_202_496 / 0.74375e12, rel=1e-12)
 
 
 def test_small_all_to_all_pays_per_peer():

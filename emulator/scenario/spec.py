@@ -362,6 +362,11 @@ class ModelSpec:
         "aux loss each run as one Transformer Engine kernel (router.py fused_topk_with_score_function, "
         "fused_compute_score_for_moe_aux_loss, fused_moe_aux_loss) instead of a kernel per PyTorch op. Megatron's "
         "default, false; its performance recipes set it.", default=False)
+    moe_permute_fusion: bool = key(
+        "Megatron-Core's moe_permute_fusion: the token permutation and unpermutation as Transformer Engine's fused "
+        "kernels (moe_utils.py fused_permute_with_probs, fused_unpermute) instead of PyTorch ops (a transpose and "
+        "an argsort of the routing map, an index_select; a zeroed output and a scatter_add). Megatron's default, "
+        "false; NeMo's MoE recipes set it (Qwen3Config, DeepSeekConfig, the performance scripts).", default=False)
     # Multi-latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0
     q_lora_rank: int = key(
         "Multi-latent attention: rank of the query down-projection; 0: a full query projection.",

@@ -196,7 +196,7 @@ def layer_load_shape(L: LayerShape, m: ModelSpec, layer: int, step: int = 0) -> 
 def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> dict[str, Any]:
     """LayerShape's dispatch and router fields from the parallel and model keys."""
     out: dict[str, Any] = dict(router_bytes=ROUTER_BYTES.get(m.moe_router_dtype, 0), groups=m.moe_router_num_groups,
-                               router_fusion=m.moe_router_fusion,
+                               router_fusion=m.moe_router_fusion, permute_fusion=m.moe_permute_fusion,
                      group_topk=m.moe_router_group_topk,
                      a2a_scale=m.moe_expert_capacity_factor if routing.padded(m) else 1.0)
     if par is None:
@@ -531,7 +531,7 @@ def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
               grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
     steps += chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
     steps += _combine_steps(L, L.T, a2a, cat, second)
-    steps.append(unpermute(L, routed, cat))
+    steps += unpermute(L, routed, cat)
     return steps
 
 
@@ -586,7 +586,7 @@ def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
     steps += _combine_steps(L, L.Te, a2a, cat, second)
     if first and L.shared_ffn:
         steps += _tp_out(L, "shared", cat)
-    steps.append(unpermute(L, routed, cat))
+    steps += unpermute(L, routed, cat)
     return steps
 
 
@@ -878,17 +878,69 @@ def _row_id_map(L: LayerShape, n: int, cat: str) -> list[Kernel]:
             _small("moe.permute.map3", ne * 4 + n * (2 * L.experts + 1) * 4, cat)]
 
 
+# Without moe_permute_fusion, Megatron-Core permutes and unpermutes with PyTorch ops (megatron/core/transformer/
+# moe/moe_utils.py @ d98e8a64dd, ``permute`` and ``unpermute`` with fused=False; both dispatchers pass the
+# probabilities to permute and none to unpermute: token_dispatcher.py lines 671-676, 891-897, 1446-1466):
+# - permute: routing_map.bool().T.contiguous() (the N×E map, a byte each, read and written); its flat
+#   argsort(descending, stable); flat_sorted % num_tokens (the int64 indices); probs.T.contiguous() (fp32)
+#   and the gather of the routed copies' probabilities; tokens.index_select, the copy the fused kernel makes.
+#   ASSUMPTION: the argsort is one radix pass over 1-byte keys with int64 values (CUB's onesweep for an 8-bit
+#   key): the values' iota written, the keys and values read and written: 8 + 1 + 2·(1 + 8) = 27 bytes an
+#   element (SORT_BYTES); no measurement of it here.
+# - unpermute: torch.zeros of the N×h output, then scatter_add_ of the R routed rows into it: the rows read,
+#   the output read and written by the atomic adds (R·h·d + 2·N·h·d), and an int64 index per row.
+# - the gradients: unpermute's (scatter_add's) is a gather of the rows, as the fused kernel's; permute's
+#   (index_select's) is index_select_backward: a zeroed N×h and an index_add_ of the R rows (as unpermute).
+SORT_BYTES = 27
+
+
+def _permute_map(L: LayerShape, n: int, routed: int, cat: str) -> list[Kernel]:
+    """What permute does before its copy: TE's row-id map (fused), or the unfused argsort path (above)."""
+    if L.permute_fusion:
+        return _row_id_map(L, n, cat)
+    ne = n * L.experts
+    return [_small("moe.permute.map_t", ne * 2, cat), _small("moe.permute.argsort", ne * SORT_BYTES, cat),
+            _small("moe.permute.index", routed * IDX_BYTES * 2, cat),
+            _small("moe.permute.probs_t", ne * SCORE_BYTES * 2, cat),
+            _small("moe.permute.probs", routed * (IDX_BYTES + 2 * SCORE_BYTES), cat)]
+
+
+# TE's fused kernels (transformer_engine/common/triton/permutation.py @ d0067d0da): ``_permute_kernel`` reads each
+# token's row once and writes it to each of its routed rows, N·h + R·h elements; ``_unpermute_kernel`` reads a
+# token's R/N routed rows and writes its one row, the same. Their gradients are each other.
+
+
+def _spread_rows(L: LayerShape, name: str, routed: int, cat: str) -> Kernel:
+    """N = routed / top_k tokens copied to their ``routed`` rows: TE's permute (the N rows read once), or
+    unfused index_select (a row read per copy)."""
+    rows = routed * L.h * L.dtype
+    tokens = max(1, routed // max(1, L.top_k)) * L.h * L.dtype
+    return _copy(name, rows + (tokens if L.permute_fusion else rows), cat)
+
+
+def _scatter_rows(L: LayerShape, name: str, routed: int, cat: str) -> list[Kernel]:
+    """``routed`` token copies summed back into their N = routed / top_k tokens: TE's unpermute (the rows read,
+    the tokens written), or unfused a zeroed output and an atomic scatter_add_ / index_add_ into it (above)."""
+    rows = routed * L.h * L.dtype
+    out = max(1, routed // max(1, L.top_k)) * L.h * L.dtype
+    if L.permute_fusion:
+        return [_copy(name, rows + out, cat, routed * L.h)]
+    return [_small(f"{name}.zeros", out, cat), _copy(name, rows + 2.0 * out + routed * IDX_BYTES, cat, routed * L.h)]
+
+
 def route_and_permute(L: LayerShape, tokens: int, routed: int, cat: str) -> list[Step]:
-    """The router GEMM, the routing, the aux loss, the dispatcher's counts, TE's row-id map and the
-    permute of ``routed`` token copies: everything of the MoE layer before the dispatch."""
+    """The router GEMM, the routing, the aux loss, the dispatcher's counts, the permutation's map (TE's row-id
+    map, or unfused its argsort) and the permute of ``routed`` token copies: everything of the MoE layer before
+    the dispatch."""
     return [_router(L, tokens, cat), *_routing_kernels(L, tokens, cat), *_aux_loss_steps(L, tokens, cat),
-            *_count_kernels(L, tokens, cat), *_row_id_map(L, tokens, cat),
-            _copy("moe.permute", routed * L.h * L.dtype * 2.0, cat)]
+            *_count_kernels(L, tokens, cat), *_permute_map(L, tokens, routed, cat),
+            _spread_rows(L, "moe.permute", routed, cat)]
 
 
 def permute_and_router_backward(L: LayerShape, tokens: int, routed: int) -> list[Step]:
-    """The permute's gradient (TE's unpermute of the gradient), the routing's and aux loss's, the router GEMM's."""
-    return [_copy("moe.permute_bwd", routed * L.h * L.dtype * 2.0, BWD, routed * L.h),
+    """The permute's gradient (TE's unpermute of the gradient, or unfused index_select's backward), the
+    routing's and aux loss's, the router GEMM's."""
+    return [*_scatter_rows(L, "moe.permute_bwd", routed, BWD),
             *_router_small_backward(L, tokens),
             *_router_backward(L, tokens)]
 
@@ -910,13 +962,15 @@ def chunk_sort(L: LayerShape, name: str, received: int, cat: str) -> list[Step]:
     return [_small(f"{name}_map", chunks * 4 * 3, cat), copy]
 
 
-def unpermute(L: LayerShape, routed: int, cat: str) -> Kernel:
-    """TE's unpermute with the merging probabilities: the token copies back, summed per token."""
-    return _copy("moe.unpermute", routed * L.h * L.dtype * 2.0, cat, routed * L.h)
+def unpermute(L: LayerShape, routed: int, cat: str) -> list[Kernel]:
+    """The token copies back, summed per token: TE's unpermute, or unfused a zeroed output and a scatter_add_."""
+    return _scatter_rows(L, "moe.unpermute", routed, cat)
 
 
 def unpermute_backward(L: LayerShape, routed: int) -> Kernel:
-    return _copy("moe.unpermute_bwd", routed * L.h * L.dtype * 2.0, BWD, routed * L.h)
+    """The unpermute's gradient: each token's gradient copied to its routed rows (TE's permute, or the
+    gather that is scatter_add's backward)."""
+    return _spread_rows(L, "moe.unpermute_bwd", routed, BWD)
 
 
 def _shared_split(L: LayerShape, shared: list[Step]) -> tuple[list[Step], list[Step]]:
