@@ -147,7 +147,7 @@ def choose_fold(scenario: Scenario, in_effect: bool = True) -> tuple[Fold | None
         axes += outer + inner + [(cp, False)]
     else:
         axes += _dp_axes(d, cp * t, g, scenario, checked) if in_node_ok else [(d, False)]
-        axes.append((cp, cp_ok and cp > 1))
+        axes += [(size, cp_ok and size > 1) for size in _cp_digits(p)]
     axes.append((t, tp_ok and t > 1))
     fold = Fold(tuple(s for s, _ in axes), tuple(f and s > 1 for s, f in axes), bool(checked))
     if fold.copies == 1:
@@ -156,6 +156,16 @@ def choose_fold(scenario: Scenario, in_effect: bool = True) -> tuple[Fold | None
         note += " (data-parallel replicas on different leaves of a non-blocking fabric folded in effect: " \
                 "every copy checked to have the same latencies)"
     return fold, f"{note}: {fold.copies} ranks per simulated rank"
+
+
+def _cp_digits(p) -> tuple[int, ...]:
+    """The cp axis as rotations that keep its groups, slowest first: the whole ring; with cp_comm_type a2a+p2p
+    (hierarchical_context_parallel_sizes [a, b]) the ring's b positions and the a ranks of an all-to-all group,
+    since a rotation of cp by one would carry a group's last rank into the next group."""
+    sizes = p.hierarchical_context_parallel_sizes
+    if p.cp_comm_type == "a2a+p2p" and sizes and len(sizes) == 2 and sizes[0] * sizes[1] == p.cp:
+        return (sizes[1], sizes[0])
+    return (p.cp,)
 
 
 def _folded_experts(p) -> bool:
@@ -214,7 +224,8 @@ def program_fold(scenario: Scenario) -> Fold | None:
         fold = Fold((p.pp, p.dp // p.ep, p.ep, p.cp, p.tp), (False, p.dp > p.ep, True, False, p.tp > 1))
     else:
         plain = p.ep == 1
-        fold = Fold((p.pp, p.dp, p.cp, p.tp), (False, plain and p.dp > 1, plain and p.cp > 1, p.tp > 1))
+        cp = _cp_digits(p)
+        fold = Fold((p.pp, p.dp, *cp, p.tp), (False, plain and p.dp > 1, *(plain and c > 1 for c in cp), p.tp > 1))
     return fold if fold.copies > 1 else None
 
 

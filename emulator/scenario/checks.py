@@ -300,6 +300,26 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     return out
 
 
+def _hierarchical_cp_violations(m: ModelSpec, p: ParallelSpec, kv: int) -> list[Violation]:
+    """cp_comm_type a2a+p2p (Transformer Engine's AttnFuncWithCPAndKVP2P with a list of CP groups): two
+    hierarchical_context_parallel_sizes whose product is cp, the first splitting each TP rank's heads; the
+    sizes only with a2a+p2p."""
+    key = "parallel.hierarchical_context_parallel_sizes"
+    sizes = p.hierarchical_context_parallel_sizes
+    if p.cp_comm_type != "a2a+p2p":
+        if sizes is not None:
+            return [Violation(key, f"is for cp_comm_type a2a+p2p (got {p.cp_comm_type}); remove it")]
+        return []
+    if sizes is None or len(sizes) != 2 or sizes[0] * sizes[1] != p.cp or min(sizes) < 1:
+        return [Violation(key, f"cp_comm_type a2a+p2p needs [a2a, p2p] sizes whose product is cp ({p.cp}); "
+                               f"got {list(sizes) if sizes is not None else 'none'}")]
+    a = sizes[0]
+    if m.heads % (p.tp * a) or max(1, kv // p.tp) % a:  # TE: the heads split over the a2a level
+        return [Violation(key, f"its a2a level ({a}) splits each TP rank's heads: model.heads {m.heads} and kv "
+                               f"heads {kv} over tp {p.tp} must each leave a multiple of {a}")]
+    return []
+
+
 def _a2a_overlap_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     """Megatron-Core's preconditions of the 1F1B all-to-all overlap, each an assert of
     ``TransformerConfig.__post_init__`` (megatron/core/transformer/transformer_config.py @ d98e8a64dd,
@@ -488,6 +508,7 @@ def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
         out.append(Violation("parallel.cp_comm_type", f"cp_comm_type a2a splits each TP rank's heads over cp "
                                                       f"({p.cp}): model.heads {m.heads} and kv heads {kv} over tp "
                                                       f"{p.tp} must each leave a multiple of cp"))
+    out += _hierarchical_cp_violations(m, p, kv)
     split = p.cp * (p.tp if p.sequence_parallel else 1)
     if m.seq_len % split:
         what = f"cp*tp = {p.cp}*{p.tp}" if p.sequence_parallel else "cp"

@@ -507,7 +507,13 @@ class ParallelSpec:
         "CP): p2p (the keys and values go round the CP ring, a step under each block's attention kernel) or a2a "
         "(DeepSpeed-Ulysses: an all-to-all of Q, K and V turns sequence shards into head shards, the attention "
         "runs on the whole sequence with heads/cp heads, an all-to-all turns its output back; heads over tp*cp "
-        "must be whole).", default="p2p", choices=("p2p", "a2a"))
+        "must be whole) or a2a+p2p (hierarchical: an all-to-all over the first level of "
+        "hierarchical_context_parallel_sizes, the K/V ring over the second).", default="p2p",
+        choices=("p2p", "a2a", "a2a+p2p"))
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = key(
+        "With cp_comm_type a2a+p2p: [a2a, p2p], the sizes of the all-to-all level (consecutive CP ranks, "
+        "inside a node as a rule) and of the ring over those groups; their product is cp (Megatron-Core's "
+        "hierarchical_context_parallel_sizes, parallel_state.py create_hierarchical_groups).", default=None)
     # Transformer Engine's Userbuffers overlap of the TP all-gathers and reduce-scatters with the linear
     # layers' GEMMs (workload/layer.py, "Userbuffers")
     tp_comm_overlap: bool = key(

@@ -239,10 +239,13 @@ def estimate_iteration(sc: Scenario) -> Estimate:
                        fa2=tr.attention == "fa2", etp=par.etp, recipe=Ly.recipe_of(tr.precision, tr.fp8_recipe),
                        non_tn=non_tn_fp8(gpu), parallel=par, sm_count=gpu.sm_count)
     st = strides(sc)
-    links = {"tp": group_link(sc, st["tp"], par.tp), "cp": group_link(sc, st["cp"], par.cp)}
+    hier = par.hierarchical_context_parallel_sizes if par.cp_comm_type == "a2a+p2p" else None
+    a = hier[0] if hier else 1  # a2a+p2p: the all-to-all level's consecutive ranks; the ring's step a ranks along CP
+    links = {"tp": group_link(sc, st["tp"], par.tp), "cp": group_link(sc, st["cp"] * a, par.cp // a),
+             "cp_a2a": group_link(sc, st["cp"], a)}
     links["ep"] = group_link(sc, st["cp"] if par.cp > 1 else st["dp"], par.ep)
-    sizes = {"tp": par.tp, "cp": par.cp, "ep": par.ep}
-    comm = tuple((name, sizes[name], links[name]) for name in ("tp", "cp", "ep"))
+    sizes = {"tp": par.tp, "cp": par.cp // a, "ep": par.ep, "cp_a2a": a}
+    comm = tuple((name, sizes[name], links[name]) for name in ("tp", "cp", "ep", "cp_a2a"))
     ep = ep_nodes(Layout.from_parallel(par, sc.gpus, par.order or None).ep_group(0), node) if m.experts else None
     per_layer, embed, head = pass_times(L, tr.recompute, M.has_biases(m), m.vocab, gpu, comm, tr.recompute_modules,
                                         ep)

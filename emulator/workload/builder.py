@@ -100,7 +100,15 @@ class _RankBuilder:
         self.ep = self.lo.ep_group(rank)
         self.etp = self.lo.etp_group(rank)  # the experts' tensor-parallel group (MoE parallel folding)
         self.cp = self.lo.cp_group(rank)  # context parallelism's all-to-alls (cp_comm_type a2a)
-        self.groups = {"tp": self.tp, "ep": self.ep, "etp": self.etp, "cp": self.cp}  # a layer Comm's, by its group
+        # cp_comm_type a2a+p2p: the all-to-all level, this rank's run of a consecutive CP ranks (the CP group is
+        # in CP order: a rank grows with its CP coordinate), and the ring's step, a ranks along CP
+        hier = plan.sc.parallel.hierarchical_context_parallel_sizes if plan.sc.parallel.cp_comm_type == "a2a+p2p" \
+            else None
+        self._ring_stride = hier[0] if hier else 1
+        first = self.lo.coords(rank)["cp"] // self._ring_stride * self._ring_stride
+        cp_a2a = self.cp[first:first + self._ring_stride]
+        self.groups = {"tp": self.tp, "ep": self.ep, "etp": self.etp, "cp": self.cp,  # a layer Comm's, by its group
+                       "cp_a2a": cp_a2a}
         self.dpcp = self.lo.dp_cp_group(rank)
         self.edp = self.lo.edp_group(rank)
         self.grad_ready: dict[tuple[int, str], int] = {}  # (vs, unit) → op id of its last backward
@@ -158,7 +166,8 @@ class _RankBuilder:
         name = f"{unit.prefix}{st.name}"
         if st.collective == "ring":
             common = dict(deps=deps, category="comm", microbatch=unit.mb, stage=unit.stage, layer=unit.layer)
-            nxt, prv = self.lo.neighbour(self.rank, "cp", 1), self.lo.neighbour(self.rank, "cp", -1)
+            step = self._ring_stride
+            nxt, prv = self.lo.neighbour(self.rank, "cp", step), self.lo.neighbour(self.rank, "cp", -step)
             key = unit.key * self.lo.sizes["cp"] + self._ring_step
             self._ring_step += 1
             tag = key * 4 + 1

@@ -169,7 +169,16 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       etp=etp if etp and etp != t else 0, window=m.sliding_window, window_share=window_share(m),
                       sinks=m.softmax_type != "vanilla", ub_slow=_ub_slow(parallel, t, sp, is_mla(m), sm_count),
                       cp_a2a=cp > 1 and parallel is not None and parallel.cp_comm_type == "a2a",
+                      cp_hier=_cp_hier(parallel, cp),
                       **mla, **_dispatch_fields(m, parallel, sm_count))
+
+
+def _cp_hier(par: ParallelSpec | None, cp: int) -> int:
+    """LayerShape.cp_hier: the all-to-all level's size under cp_comm_type a2a+p2p (0 otherwise, or where it is 1)."""
+    if cp <= 1 or par is None or par.cp_comm_type != "a2a+p2p" or not par.hierarchical_context_parallel_sizes:
+        return 0
+    a = par.hierarchical_context_parallel_sizes[0]
+    return a if a > 1 else 0
 
 
 def _load(m: ModelSpec, ep: int, tokens: int, t: int, sp: bool, etp: int | None, layer: int | None = None,
@@ -426,11 +435,35 @@ def _a2a_core(L: LayerShape, backward: bool, cat: str) -> list[Step]:
                          qkv if backward else out, 0, cat)]
 
 
+# Hierarchical context parallelism (parallel.cp_comm_type a2a+p2p), as Transformer Engine runs it
+# (context_parallel.py @ d0067d0da, AttnFuncWithCPAndKVP2P with cp_group [a2a, p2p]): forward, an all-to-all over
+# the first level (a consecutive CP ranks, parallel_state.py create_hierarchical_groups) turns this rank's s
+# tokens of all its heads into a·s tokens of heads/a (line 1492), the K/V ring runs over the second level (the
+# ranks a apart: send_dst cp_global_ranks[(rank + 1) % cp_size · cp_size_a2a + rank_a2a], line 1418) with a step
+# per block, and an all-to-all turns the output back (line 2034); backward, an all-to-all of the output gradient
+# (line 2411), the ring's backward, an all-to-all of dQ, dK and dV (line 2895). The ring's K/V block holds as
+# many elements as this rank's own K and V (a·s tokens of kv/a heads).
+
+
+def _a2a_p2p_core(L: LayerShape, backward: bool, cat: str) -> list[Step]:
+    """The attention core under a2a+p2p CP (above): the all-to-all in, the ring over cp/a ranks, the all-to-all out."""
+    a = L.cp_hier
+    U = replace(L, s=L.s * a, cp=L.cp // a, heads=L.heads // a, kv_heads=max(1, L.kv_heads // a),
+                head=L.head or L.d, cp_hier=0)
+    qkv, out = _qkv_elements(L) * L.dtype, L.T * L.a_l * L.d_v * L.dtype
+    into, back = ("dout", "dqkv") if backward else ("qkv", "out")
+    ring = attention_core_backward(U) if backward else attention_core_forward(U, cat)
+    return [Comm(f"attn.a2a_{into}", "cp_a2a", "all_to_all", out if backward else qkv, 0, cat), *ring,
+            Comm(f"attn.a2a_{back}", "cp_a2a", "all_to_all", qkv if backward else out, 0, cat)]
+
+
 def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
     """Unfused: QKᵀ, softmax, dropout, PV. Fused: one flash kernel per CP ring step (with a2a CP: one on the
-    whole sequence between two all-to-alls)."""
+    whole sequence between two all-to-alls; with a2a+p2p, the ring between them)."""
     if L.cp_a2a:
         return _a2a_core(L, False, cat)
+    if L.cp_hier:
+        return _a2a_p2p_core(L, False, cat)
     if L.fused_attention:
         steps: list[Step] = []
         kv_block = L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K and V of this rank's tokens
@@ -1111,6 +1144,8 @@ def _norm_backward(L: LayerShape, name: str) -> list[Step]:
 def attention_core_backward(L: LayerShape) -> list[Step]:
     if L.cp_a2a:
         return _a2a_core(L, True, BWD)
+    if L.cp_hier:
+        return _a2a_p2p_core(L, True, BWD)
     if L.fused_attention:
         steps: list[Step] = []
         block = 2 * L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K, V and their gradients
