@@ -148,3 +148,43 @@ def test_a2a_p2p_folds_by_its_groups():
     unfolded = simulate(load_scenario_text(text.replace("name: x", "name: x\nsimulation: {fold: off}"), "x.yaml"),
                         record_links=False)
     assert folded.iteration_time_s == pytest.approx(unfolded.iteration_time_s, rel=1e-12)
+
+
+# --- cp_comm_type all_gather (the K/V all-gathered, exposed; the Llama 3 paper's CP) ---
+
+def test_all_gather_cp_gathers_kv_and_runs_two_query_chunks():
+    L = shape("all_gather")
+    fwd = Ly.attention_core_forward(L)
+    # cp 2: this rank's K and V are 1024 tokens of 64 heads of 192 dims, 25 165 824 B; all-gathered (output)
+    # 2 · 25 165 824 = 50 331 648 B
+    assert [(st.name, st.collective, st.group, st.bytes) for st in fwd if isinstance(st, Ly.Comm)] == [
+        ("attn.kv_ag", "all_gather", "cp", 50_331_648)]
+    ks = Ly.kernels(fwd)
+    # rank 0's query chunks of c = 512: chunk 0 against its own 512 keys (causal), chunk 3 against chunks 0-2 whole
+    # (1536 keys) and its own (causal): 4·64·512²·96·½ = 3 221 225 472 twice and 4·64·512·1536·96 =
+    # 19 327 352 832, 25 769 803 776 in all: the ring's two steps of 1024 × 1024, causal
+    assert [(k.m, k.n, k.causal) for k in ks] == [(512, 512, True), (512, 1536, False), (512, 512, True)]
+    assert [k.flops for k in ks] == [3_221_225_472, 19_327_352_832, 3_221_225_472]
+    assert sum(k.flops for k in ks) == sum(k.flops for k in Ly.kernels(Ly.attention_core_forward(shape("p2p"))))
+    bwd = Ly.attention_core_backward(L)
+    # backward: K and V gathered again, the chunks' backward, dK and dV reduce-scattered (its input: 50 331 648)
+    assert [(st.name, st.collective, st.bytes) for st in bwd if isinstance(st, Ly.Comm)] == [
+        ("attn.kv_ag_bwd", "all_gather", 50_331_648), ("attn.dkv_rs", "reduce_scatter", 50_331_648)]
+    assert all(st.overlap == 0 for st in fwd + bwd if isinstance(st, Ly.Comm))  # exposed, as TE says
+
+
+def test_all_gather_cp_needs_an_even_share():
+    text = ("name: x\ncluster: {nodes: 1, node: dgx-h100}\n"
+            "model: {layers: 2, hidden: 512, heads: 8, seq_len: 1032, vocab: 512}\n"
+            "training: {global_batch: 2, micro_batch: 1, attention: flash}\n"
+            "parallel: {cp: 8, cp_comm_type: all_gather}\n")
+    with pytest.raises(ScenarioError) as info:  # 1032 / 8 = 129 tokens a rank
+        load_scenario_text(text, "x.yaml")
+    assert "parallel.cp_comm_type" in str(info.value) and "129 tokens" in str(info.value)
+    # 1024 / 8 = 128: runs, and folded (cp rotated: the all-gather's group maps onto itself) as unfolded
+    from emulator.run.simulation import simulate
+    ok = text.replace("1032", "1024")
+    folded = simulate(load_scenario_text(ok, "x.yaml"), record_links=False)
+    unfolded = simulate(load_scenario_text(ok.replace("name: x", "name: x\nsimulation: {fold: off}"), "x.yaml"),
+                        record_links=False)
+    assert folded.iteration_time_s == pytest.approx(unfolded.iteration_time_s, rel=1e-12)

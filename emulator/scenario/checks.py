@@ -509,6 +509,10 @@ def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
                                                       f"({p.cp}): model.heads {m.heads} and kv heads {kv} over tp "
                                                       f"{p.tp} must each leave a multiple of cp"))
     out += _hierarchical_cp_violations(m, p, kv)
+    if p.cp > 1 and p.cp_comm_type == "all_gather" and (m.seq_len // p.cp) % 2:  # TE: two query chunks a rank
+        out.append(Violation("parallel.cp_comm_type", f"cp_comm_type all_gather splits each rank's "
+                                                      f"{m.seq_len // p.cp} tokens in two (Transformer Engine: "
+                                                      "seq_len % 2 == 0 for Q, K, V): make seq_len/cp even"))
     split = p.cp * (p.tp if p.sequence_parallel else 1)
     if m.seq_len % split:
         what = f"cp*tp = {p.cp}*{p.tp}" if p.sequence_parallel else "cp"

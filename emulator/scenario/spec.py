@@ -507,9 +507,10 @@ class ParallelSpec:
         "CP): p2p (the keys and values go round the CP ring, a step under each block's attention kernel) or a2a "
         "(DeepSpeed-Ulysses: an all-to-all of Q, K and V turns sequence shards into head shards, the attention "
         "runs on the whole sequence with heads/cp heads, an all-to-all turns its output back; heads over tp*cp "
-        "must be whole) or a2a+p2p (hierarchical: an all-to-all over the first level of "
-        "hierarchical_context_parallel_sizes, the K/V ring over the second).", default="p2p",
-        choices=("p2p", "a2a", "a2a+p2p"))
+        "must be whole), all_gather (K and V all-gathered before the attention, exposed; dK and dV "
+        "reduce-scattered after its backward: the Llama 3 paper's CP) or a2a+p2p (hierarchical: an all-to-all over "
+        "the first level of hierarchical_context_parallel_sizes, the K/V ring over the second).", default="p2p",
+        choices=("p2p", "a2a", "all_gather", "a2a+p2p"))
     hierarchical_context_parallel_sizes: tuple[int, ...] | None = key(
         "With cp_comm_type a2a+p2p: [a2a, p2p], the sizes of the all-to-all level (consecutive CP ranks, "
         "inside a node as a rule) and of the ring over those groups; their product is cp (Megatron-Core's "

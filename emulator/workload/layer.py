@@ -170,6 +170,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       sinks=m.softmax_type != "vanilla", ub_slow=_ub_slow(parallel, t, sp, is_mla(m), sm_count),
                       cp_a2a=cp > 1 and parallel is not None and parallel.cp_comm_type == "a2a",
                       cp_hier=_cp_hier(parallel, cp),
+                      cp_ag=cp > 1 and parallel is not None and parallel.cp_comm_type == "all_gather",
                       **mla, **_dispatch_fields(m, parallel, sm_count))
 
 
@@ -457,13 +458,48 @@ def _a2a_p2p_core(L: LayerShape, backward: bool, cat: str) -> list[Step]:
             Comm(f"attn.a2a_{back}", "cp_a2a", "all_to_all", qkv if backward else out, 0, cat)]
 
 
+# Context parallelism by all-gather (parallel.cp_comm_type all_gather), as Transformer Engine runs it
+# (context_parallel.py @ d0067d0da, AttnFuncWithCPAndKVAllGather, line 3014: "KV all-gather between CP ranks is
+# exposed"; the Llama 3 paper's section 3.3.2): forward, K and V all-gathered over the CP group
+# (gather_along_first_dim, lines 3215-3216); this rank's queries are two chunks of c = s/2 tokens, chunks r and
+# 2cp − 1 − r of the load-balanced order (local_seq_chunk_ids, line 3254), each attending the keys up to its own,
+# causal within its own chunk (bottom-right aligned); backward, K and V gathered again (lines 3788-3789), the
+# attention's backward, dK and dV reduce-scattered (lines 4107-4108). Costed as rank 0's chunks: chunk 0 (c
+# keys, causal) and chunk 2cp − 1 (2cp − 1 chunks whole and its own causal): 2cp·c² causal-equivalent pairs,
+# the ring's. Without a causal mask every query attends the whole sequence.
+
+
+def _ag_core(L: LayerShape, backward: bool, cat: str) -> list[Step]:
+    """The attention core under all-gather CP (above): the K/V all-gather, the chunks' kernels, and backward the
+    dK/dV reduce-scatter."""
+    c = L.s // 2
+    C = replace(L, s=c, cp=1, cp_ag=False)  # a chunk of this rank's queries
+    suffix = "_bwd" if backward else ""
+    if L.causal:
+        kernels = [flash(f"attn.flash0{suffix}", C, c, backward, cat),
+                   flash(f"attn.flash1{suffix}", replace(C, causal=False), (2 * L.cp - 1) * c, backward, cat),
+                   flash(f"attn.flash2{suffix}", C, c, backward, cat)]
+    else:
+        kernels = [flash(f"attn.flash{suffix}", replace(L, cp=1, cp_ag=False), L.s_kv, backward, cat)]
+    if L.sinks:
+        kernels.append(elementwise(f"attn.sinks{suffix}", L.b * L.a_l * L.s, 2.0, L, 2.0, cat))
+    gathered = L.cp * L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # every rank's K and V (nccl-tests S)
+    steps: list[Step] = [Comm(f"attn.kv_ag{suffix}", "cp", "all_gather", gathered, 0, cat), *kernels]
+    if backward:
+        steps.append(Comm("attn.dkv_rs", "cp", "reduce_scatter", gathered, 0, cat))
+    return steps
+
+
 def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
     """Unfused: QKᵀ, softmax, dropout, PV. Fused: one flash kernel per CP ring step (with a2a CP: one on the
-    whole sequence between two all-to-alls; with a2a+p2p, the ring between them)."""
+    whole sequence between two all-to-alls; with a2a+p2p, the ring between them; with all_gather, the query
+    chunks' kernels after the K/V all-gather)."""
     if L.cp_a2a:
         return _a2a_core(L, False, cat)
     if L.cp_hier:
         return _a2a_p2p_core(L, False, cat)
+    if L.cp_ag:
+        return _ag_core(L, False, cat)
     if L.fused_attention:
         steps: list[Step] = []
         kv_block = L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K and V of this rank's tokens
@@ -1146,6 +1182,8 @@ def attention_core_backward(L: LayerShape) -> list[Step]:
         return _a2a_core(L, True, BWD)
     if L.cp_hier:
         return _a2a_p2p_core(L, True, BWD)
+    if L.cp_ag:
+        return _ag_core(L, True, BWD)
     if L.fused_attention:
         steps: list[Step] = []
         block = 2 * L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K, V and their gradients

@@ -116,6 +116,7 @@ class LayerShape:
     ub_slow: float = 0.0  # tp_comm_overlap (Userbuffers) on: its pipelined and bulk GEMMs' time × this; 0: off
     cp_a2a: bool = False  # parallel.cp_comm_type a2a (with cp > 1): Ulysses all-to-alls instead of the K/V ring
     cp_hier: int = 0  # cp_comm_type a2a+p2p: the all-to-all level's size (the ring runs over cp / it); 0: none
+    cp_ag: bool = False  # cp_comm_type all_gather (with cp > 1): K and V all-gathered, dK and dV reduce-scattered
 
     @property
     def attended(self) -> float:
