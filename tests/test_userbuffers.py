@@ -176,3 +176,56 @@ def test_a_note_where_the_overlap_changes_nothing():
     dense = load_scenario_text(head + "model: {preset: gpt3-1.3b}\nparallel: {tp: 2, sequence_parallel: true, "
                                "tp_comm_overlap: true}\n", "x.yaml")
     assert _overlap_notes(dense) == []
+
+
+def test_a_nemo_configuration_sets_each_gemms_sms_and_method():
+    """parallel.tp_comm_overlap_cfg: NeMo's userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192 (its Llama-3 70B
+    recipe's): proj_fprop pipelined on 132 − 24 SMs (132/108 = 1.2222 longer), fc2_fprop on 132 − 16 (132/116),
+    the four bulk GEMMs with no SM margin (full speed, where TE's default gives them 132/116), the ring exchanges
+    as by default."""
+    import dataclasses
+
+    par = dataclasses.replace(UB, tp_comm_overlap_cfg="userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")
+    L = shape(par)
+    assert Ub.ub_setting(L, "proj") == pytest.approx(("pipeline", 132 / 108, 4))
+    assert Ub.ub_setting(L, "mlp.down") == pytest.approx(("pipeline", 132 / 116, 4))
+    assert Ub.ub_setting(L, "qkv.wgrad") == ("bulk", 1.0, 4)
+    assert Ub.ub_setting(L, "qkv") == ("ring_exchange", 1.0, 8)
+    fwd, bwd = Ly.forward_steps(L), Ly.backward_steps(L)
+    proj = [k for k in Ly.kernels(fwd) if k.name == "proj"]
+    assert [k.m for k in proj] == [2048] * 4 and proj[0].slow == pytest.approx(132 / 108)
+    assert all(k.slow == 1.0 for k in Ly.kernels(bwd) if k.name in ("qkv.dgrad", "qkv.wgrad", "mlp.up.wgrad"))
+    # TE's defaults (no configuration): the bulk GEMMs on 116 SMs
+    assert all(k.slow == pytest.approx(SLOW) for k in Ly.kernels(Ly.backward_steps(shape()))
+               if k.name in ("qkv.dgrad", "qkv.wgrad", "mlp.up.wgrad"))
+
+
+def test_an_fp8_configuration_reduce_scatters_by_ring_exchange():
+    """userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192: proj_fprop and fc2_fprop by ring exchange (num_sm 1,
+    set_sm_margin): t = 8 chunks of 8192/8 = 1024 tokens, 132/131 longer, seven eighths of the reduce-scatter
+    under the last seven (100 663 296 · 7/8 = 88 080 384 B), the last eighth after (12 582 912 B)."""
+    import dataclasses
+
+    par = dataclasses.replace(UB, tp_comm_overlap_cfg="userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192")
+    fwd = Ly.forward_steps(shape(par))
+    proj = [k for k in Ly.kernels(fwd) if k.name == "proj"]
+    assert [k.m for k in proj] == [1024] * 8 and proj[0].slow == pytest.approx(132 / 131)
+    rs = [c for c in Ly.comms(fwd) if c.name == "proj.rs"]
+    assert [(c.bytes, c.overlap) for c in rs] == [(88_080_384, 7), (12_582_912, 0)]
+
+
+@pytest.mark.parametrize("value, says", [
+    ("userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen819", "did you mean userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"),
+    ("nothing_like_it", "is not one of NeMo's Userbuffers configurations"),
+])
+def test_an_unknown_configuration_is_refused(value, says):
+    text = ("name: x\ncluster: {nodes: 1, node: dgx-h100}\nmodel: {preset: llama3-8b}\n"
+            "training: {global_batch: 8, micro_batch: 1}\n"
+            f"parallel: {{tp: 8, sequence_parallel: true, tp_comm_overlap: true, tp_comm_overlap_cfg: {value}}}\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario_text(text, "x.yaml")
+    assert "parallel.tp_comm_overlap_cfg" in str(info.value) and says in str(info.value)
+    no_overlap = text.replace("tp_comm_overlap: true, ", "").replace(value, "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario_text(no_overlap, "x.yaml")
+    assert "is read with tp_comm_overlap: true" in str(info.value)

@@ -15,6 +15,7 @@ failure is a ScenarioError that names the file, line and key path.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -300,6 +301,24 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     return out
 
 
+def _ub_cfg_violations(p: ParallelSpec) -> list[Violation]:
+    """tp_comm_overlap_cfg: one of NeMo's configuration names (scenario/ub_configs.py), with tp_comm_overlap."""
+    if not p.tp_comm_overlap_cfg:
+        return []
+    from emulator.scenario.ub_configs import configs
+
+    key = "parallel.tp_comm_overlap_cfg"
+    names = configs()
+    if p.tp_comm_overlap_cfg not in names:
+        near = difflib.get_close_matches(p.tp_comm_overlap_cfg, list(names), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(near)}" if near else ""
+        return [Violation(key, f"{p.tp_comm_overlap_cfg!r} is not one of NeMo's Userbuffers configurations "
+                               f"(emulator/data/userbuffers.yaml){hint}")]
+    if not p.tp_comm_overlap:
+        return [Violation(key, "is read with tp_comm_overlap: true; set it, or remove this key")]
+    return []
+
+
 def _hierarchical_cp_violations(m: ModelSpec, p: ParallelSpec, kv: int) -> list[Violation]:
     """cp_comm_type a2a+p2p (Transformer Engine's AttnFuncWithCPAndKVP2P with a list of CP groups): two
     hierarchical_context_parallel_sizes whose product is cp, the first splitting each TP rank's heads; the
@@ -497,6 +516,7 @@ def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
             out.append(Violation(f"parallel.{key}", f"model.{name} ({width}) must be divisible by {key} ({size})"))
     if m.kv_heads % p.tp and p.tp % m.kv_heads:  # kv heads may be replicated over tp
         out.append(Violation("parallel.tp", f"model.kv_heads ({m.kv_heads}) and tp ({p.tp}) must divide one another"))
+    out += _ub_cfg_violations(p)
     if p.tp_comm_overlap and p.tp > 1 and not p.sequence_parallel:  # Megatron-LM arguments.py (d98e8a64dd) l. 1441
         out.append(Violation("parallel.tp_comm_overlap", f"tp_comm_overlap with tp {p.tp} needs sequence_parallel: "
                                                          "true (Megatron-LM: \"Tensor parallel communication/GEMM "

@@ -523,6 +523,11 @@ class ParallelSpec:
         "dense MLP's linear layers beside their GEMMs, split in chunks (ring exchange for the all-gathers, a "
         "4-way pipeline for the reduce-scatters); the pipelined and bulk GEMMs give 16 SMs to the communication. "
         "Needs sequence_parallel when tp > 1; no effect at tp 1, on the experts, or with MLA.", default=False)
+    tp_comm_overlap_cfg: str = key(
+        "With tp_comm_overlap: the name of one of NeMo's Userbuffers configurations (nemo/collections/llm/recipes/"
+        "tp_overlap_configs/userbuffers.py, e.g. userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192, as its recipes "
+        "pass them): per GEMM its method, the SMs its communication holds and whether the GEMM gives them up; "
+        "absent: Transformer Engine's defaults (emulator/data/userbuffers.yaml lists the names).", default="")
     zero: int = key("ZeRO stage, 0 to 3.", default=0, minimum=0, maximum=3)
     schedule: str = key("Pipeline schedule (docs/guides/pipeline-schedules.md). zb-v and dualpipev place two "
                         "chunks on each rank in a V (rank i holds chunks i and 2*pp-1-i): virtual_stages is 2 "

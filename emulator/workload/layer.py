@@ -168,6 +168,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
                       etp=etp if etp and etp != t else 0, window=m.sliding_window, window_share=window_share(m),
                       sinks=m.softmax_type != "vanilla", ub_slow=_ub_slow(parallel, t, sp, is_mla(m), sm_count),
+                      ub_cfg=_ub_cfg(parallel, sm_count) if _ub_slow(parallel, t, sp, is_mla(m), sm_count) else (),
                       cp_a2a=cp > 1 and parallel is not None and parallel.cp_comm_type == "a2a",
                       cp_hier=_cp_hier(parallel, cp),
                       cp_ag=cp > 1 and parallel is not None and parallel.cp_comm_type == "all_gather",
@@ -227,6 +228,20 @@ def _ub_slow(par: ParallelSpec | None, t: int, sp: bool, mla: bool, sm_count: in
     if par is None or not par.tp_comm_overlap or t == 1 or not sp or mla:
         return 0.0
     return sm_count / (sm_count - UB_COMM_SMS) if sm_count > UB_COMM_SMS else 1.0
+
+
+def _ub_cfg(par: ParallelSpec | None, sm_count: int) -> tuple[tuple[str, str, float, int], ...]:
+    """LayerShape.ub_cfg: each GEMM of the scenario's NeMo Userbuffers configuration (tp_comm_overlap_cfg) as
+    (name, method, sm_count/(sm_count − num_sm) where set_sm_margin else 1, num_splits); () without one."""
+    if par is None or not par.tp_comm_overlap_cfg:
+        return ()
+    from emulator.scenario.ub_configs import configs
+
+    out = []
+    for name, g in configs()[par.tp_comm_overlap_cfg].items():
+        slow = sm_count / (sm_count - g.num_sm) if g.set_sm_margin and sm_count > g.num_sm else 1.0
+        out.append((name, g.method, slow, g.num_splits))
+    return tuple(out)
 
 
 def unquantised(L: LayerShape) -> LayerShape:

@@ -114,6 +114,8 @@ class LayerShape:
     window_share: float = 0.0  # the fraction of layers that attend through the window (models.window_share)
     sinks: bool = False  # a softmax with an extra logit per head (model.softmax_type off-by-one or learnable)
     ub_slow: float = 0.0  # tp_comm_overlap (Userbuffers) on: its pipelined and bulk GEMMs' time × this; 0: off
+    # tp_comm_overlap_cfg: (TE's GEMM name, method, its time × this, chunks) of each GEMM the configuration names
+    ub_cfg: tuple[tuple[str, str, float, int], ...] = ()
     cp_a2a: bool = False  # parallel.cp_comm_type a2a (with cp > 1): Ulysses all-to-alls instead of the K/V ring
     cp_hier: int = 0  # cp_comm_type a2a+p2p: the all-to-all level's size (the ring runs over cp / it); 0: none
     cp_ag: bool = False  # cp_comm_type all_gather (with cp > 1): K and V all-gathered, dK and dV reduce-scattered

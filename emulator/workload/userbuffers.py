@@ -26,11 +26,32 @@ from emulator.workload.steps import Comm, Kernel, LayerShape, Step, gemm
 # Userbuffers. MLA layers get none: Megatron-Core's TELinear turns config.tp_comm_overlap off, for the whole
 # model, when one is built with a buffer name other than those four (transformer_engine.py lines 1176-1186), as
 # MLA's down-projections are (q_down_proj, kv_down_proj).
+# A NeMo configuration (parallel.tp_comm_overlap_cfg: scenario/ub_configs.py) sets each GEMM's method, SMs and
+# margin instead: its GEMMs run sm_count/(sm_count − num_sm) longer where set_sm_margin holds, else at full speed
+# (LayerShape.ub_cfg); a reduce-scatter by ring_exchange (its FP8 configurations' proj_fprop and fc2_fprop) is
+# costed as the pipeline in t chunks, the form of TE's split_overlap_rs_p2p. The method of the four bulk GEMMs is
+# not read (they overlap as bulk); nor are cga_size, aggregate, atomic_gemm or fp8_buf.
 UB_COMM_SMS = 16  # base.py get_default_config: num_sm of the pipeline and bulk methods
 UB_RS_SPLITS = 4  # base.py get_default_config: num_splits of the pipeline method
 _UB_RING = {"ln1.ag": "qkv", "ln2.ag": "mlp.up", "proj.ag_grad": "proj.dgrad", "mlp.down.ag_grad": "mlp.down.dgrad"}
 _UB_PIPELINE = {"proj.rs": "proj", "mlp.rs": "mlp.down"}
 _UB_BULK = ("qkv.dgrad", "qkv.wgrad", "mlp.up.dgrad", "mlp.up.wgrad")
+# the GEMMs by Transformer Engine's buffer names (base.py initialize_ub)
+TE_NAMES = {"qkv": "qkv_fprop", "mlp.up": "fc1_fprop", "proj.dgrad": "proj_dgrad", "mlp.down.dgrad": "fc2_dgrad",
+            "proj": "proj_fprop", "mlp.down": "fc2_fprop", "qkv.dgrad": "qkv_dgrad", "qkv.wgrad": "qkv_wgrad",
+            "mlp.up.dgrad": "fc1_dgrad", "mlp.up.wgrad": "fc1_wgrad"}
+
+
+def ub_setting(L: LayerShape, gemm_name: str) -> tuple[str, float, int]:
+    """(method, how much longer the GEMM runs, chunks) of GEMM ``gemm_name`` (the step's name): the scenario's
+    NeMo configuration where it names the GEMM, else Transformer Engine's default (above)."""
+    te = TE_NAMES[gemm_name]
+    for name, method, slow, splits in L.ub_cfg:
+        if name == te:
+            return method, slow, splits or (L.t if method == "ring_exchange" else UB_RS_SPLITS)
+    if gemm_name in _UB_RING.values():
+        return "ring_exchange", 1.0, L.t
+    return ("pipeline" if gemm_name in _UB_PIPELINE.values() else "bulk"), L.ub_slow, UB_RS_SPLITS
 
 
 def _chunk(k: Kernel, L: LayerShape, parts: int, slow: float) -> Kernel:
@@ -42,14 +63,17 @@ def _chunk(k: Kernel, L: LayerShape, parts: int, slow: float) -> Kernel:
 def _ub_ring(ag: Comm, between: list[Step], k: Kernel, L: LayerShape) -> list[Step]:
     """The ring exchange: what stood between the all-gather and its GEMM ``k`` (the input's casts), then the
     all-gather under the t − 1 chunk GEMMs, then the last chunk."""
-    return [*between, replace(ag, overlap=L.t - 1), *[_chunk(k, L, L.t, 1.0)] * L.t]
+    _method, slow, _splits = ub_setting(L, k.name)
+    return [*between, replace(ag, overlap=L.t - 1), *[_chunk(k, L, L.t, slow)] * L.t]
 
 
 def _ub_pipeline(k: Kernel, rs: Comm, L: LayerShape) -> list[Step]:
     """The pipeline: GEMM ``k``'s first chunk, the reduce-scatter of the first n − 1 chunks under the other
-    chunks, then the last chunk's."""
-    n = UB_RS_SPLITS
-    chunk = _chunk(k, L, n, L.ub_slow)
+    chunks, then the last chunk's (a ring-exchange reduce-scatter: n = t)."""
+    method, slow, n = ub_setting(L, k.name)
+    if method == "ring_exchange":
+        n = L.t
+    chunk = _chunk(k, L, n, slow)
     early = replace(rs, bytes=rs.bytes * (n - 1) / n, overlap=n - 1)
     return [chunk, early, *[chunk] * (n - 1), replace(rs, bytes=rs.bytes / n)]
 
@@ -85,7 +109,7 @@ def userbuffers(steps: list[Step], L: LayerShape) -> list[Step]:
                 and last.name == _UB_PIPELINE[st.name]):
             out[-1:] = _ub_pipeline(last, st, L)
         elif isinstance(st, Kernel) and st.name in _UB_BULK:
-            out.append(replace(st, slow=st.slow * L.ub_slow))
+            out.append(replace(st, slow=st.slow * ub_setting(L, st.name)[1]))
         else:
             out.append(st)
     return out
