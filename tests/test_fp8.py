@@ -142,3 +142,34 @@ def test_fp8_params_gather_their_gemm_weights_in_one_byte():
     # each layer's GEMM weights, 4h² + 2·h·ffn = 4·256² + 2·256·1024 = 786 432, move in 1 byte instead of 2;
     # two layers: 1 572 864 B fewer. Norms, biases and the embedding stay bf16.
     assert gathered(False) - gathered(True) == 1_572_864
+
+
+def test_fp4_param_gathers_nvfp4_weights_and_keeps_them_in_place_of_bf16():
+    """training.fp4_param (Megatron-Core's fp4_param, --fp4-param-gather) with precision nvfp4 on a B200 node."""
+    from emulator.errors import ScenarioError
+    from emulator.scenario import load_scenario_text
+    from emulator.workload.builder import build_program
+    from emulator.workload.memory import quant_weight_bytes
+
+    def text(fp4: bool, precision: str = "nvfp4") -> str:
+        return ("name: x\ncluster: {nodes: 1, node: dgx-b200}\n"
+                "model: {layers: 2, hidden: 256, heads: 4, ffn_hidden: 1024, seq_len: 128, vocab: 512}\n"
+                f"training: {{global_batch: 8, micro_batch: 1, precision: {precision}, fp4_param: {str(fp4).lower()}}}\n"
+                "parallel: {dp: 8, zero: 1, overlap_param_gather: false, grad_bucket: 1 GB}\n")
+
+    def gathered(fp4: bool) -> float:
+        prog = build_program(load_scenario_text(text(fp4), "x.yaml"))
+        return sum(o.bytes for o in prog.ops if o.rank == 0 and o.name.startswith("param_ag."))
+
+    # each layer's 786 432 GEMM weights move in 1/2 + 1/256 B instead of 2: 786 432 · (2 − 0.50390625) =
+    # 1 176 576 B a layer, 2 353 152 B for two
+    assert gathered(False) - gathered(True) == 2_353_152
+    # held: both NVFP4 copies in place of the bf16 weight, 2·(1/2 + 1/256) − 2 = −0.9921875 B an element,
+    # against +1.0078125 B beside bf16 without it
+    assert quant_weight_bytes(1000.0, "nvfp4", True) == pytest.approx(-992.1875)
+    assert quant_weight_bytes(1000.0, "nvfp4", False) == pytest.approx(1007.8125)
+    # the step's weight cast: only the column-wise copy from the gathered row-wise one, read and written
+    assert Ly.weight_quant_bytes("nvfp4", True, True) == pytest.approx(2 * 0.50390625)
+    with pytest.raises(ScenarioError) as info:  # Megatron: "fp4_param must be used together with fp4 mode"
+        load_scenario_text(text(True, "mxfp8"), "x.yaml")
+    assert "training.fp4_param" in str(info.value) and "nvfp4" in str(info.value)

@@ -615,6 +615,10 @@ class ScenarioChecks:
             precision = s.training.precision
             if node is not None and precision in PRECISION_PEAK and node.gpu.peak_at(precision) <= 0:
                 raise self.fail("training.precision", precision_refusal(node.gpu, precision))
+            if s.training.fp4_param and precision != "nvfp4":  # Megatron-Core transformer_config.py line 1578
+                raise self.fail("training.fp4_param", f"NVFP4 weights need training.precision: nvfp4 (it is "
+                                                      f"{precision}; Megatron: \"fp4_param must be used together "
+                                                      "with fp4 mode\"); remove fp4_param or set the precision")
             if s.training.fp8_params and precision not in ("fp8", "mxfp8"):
                 raise self.fail("training.fp8_params", f"fp8 weights need training.precision: fp8 (it is "
                                                        f"{precision}); remove fp8_params or set the precision")

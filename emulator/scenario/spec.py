@@ -453,6 +453,11 @@ class TrainingSpec:
         "--fp8-param-gather), and the distributed optimizer's parameter all-gather moves them in 1 B; false: bf16 "
         "weights plus Transformer Engine's cached fp8 copy and its transpose. Also with mxfp8 (MXFP8 weights).",
         default=False)
+    fp4_param: bool = key(
+        "With precision nvfp4: Megatron-Core's fp4_param (--fp4-param-gather): the layers' GEMM weights are kept in "
+        "NVFP4 (4-bit values, an E4M3 scale per 16x16 block), quantised from the fp32 master shard by the optimizer "
+        "(fp4_utils.py quantize_nvfp4_param_shard), and the distributed optimizer's parameter all-gather moves them "
+        "in 1/2 + 1/256 B; false: bf16 weights, cast to both NVFP4 copies each step.", default=False)
     # precision fp8's scaling recipe (Megatron-LM --fp8-recipe): delayed | tensorwise; "": delayed (layer.py)
     fp8_recipe: str = key(
         "With precision fp8, the scaling recipe (Megatron-LM --fp8-recipe): delayed (Transformer Engine's "

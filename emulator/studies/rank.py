@@ -78,10 +78,10 @@ from emulator.workload.placement import ORDER, Layout
 from emulator.workload.plan import (
     ADAM_BYTES_PER_PARAM,
     DTYPE_BYTES,
-    fp8_param_gather,
     grad_reduce_bytes,
     layer_backward,
     non_tn_fp8,
+    param_gather_bytes,
 )
 
 
@@ -395,7 +395,7 @@ def group_link_of(sc: Scenario, group: Sequence[int]) -> Link:
 
 
 def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_t: list, micro: int,
-                st: dict[str, int], grad: int | None = None, dtype: int | None = None) -> float:
+                st: dict[str, int], grad: int | None = None, dtype: float | None = None) -> float:
     """Exposed data-parallel communication of the rank with the most parameters (with dualpipe its two
     stages', and the pair's gradient all-reduce), plus the tied embedding all-reduce between the first and
     last stage (``grad``, ``dtype``: bytes of a reduced gradient and of a weight; absent, by the training
@@ -406,7 +406,7 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_
     d = par.dp * par.cp
     grad = grad_reduce_bytes(tr.precision, tr.grad_reduce) if grad is None else grad
     if dtype is None:  # a weight as gathered: bf16 in a quantised run but with fp8_params (plan.Plan.gathered)
-        dtype = (1 if fp8_param_gather(tr) else 2) if tr.precision in QUANTISED else DTYPE_BYTES[tr.precision]
+        dtype = (param_gather_bytes(tr) or 2) if tr.precision in QUANTISED else DTYPE_BYTES[tr.precision]
     dp_link = group_link(sc, min(st["dp"], st["cp"]) if par.cp > 1 else st["dp"], d)
     edp = Layout.from_parallel(par, sc.gpus, par.order or None).edp_group(0) if params_.layer_expert else ()
     worst = 0.0
@@ -433,7 +433,7 @@ def _pair_link(sc: Scenario, s: int) -> Link:
     return group_link(sc, strides(sc)["pp"] * abs(sc.parallel.pp - 1 - 2 * s), 2)
 
 
-def _zero3(sc: Scenario, params_: Params, s: int, params: float, d: int, dp_link: Link, grad: int, dtype: int,
+def _zero3(sc: Scenario, params_: Params, s: int, params: float, d: int, dp_link: Link, grad: int, dtype: float,
            micro: int) -> tuple[float, float]:
     """(traffic per micro-batch, the rest exposed) of ZeRO-3 on pipeline rank ``s`` holding ``params``: each
     micro-batch gathers its weights twice (forward, backward) and reduce-scatters their gradients; each task's

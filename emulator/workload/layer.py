@@ -282,8 +282,8 @@ def weight_quant_bytes(recipe: str, non_tn: bool, fp8_params: bool) -> float:
     both 16×16-block copies."""
     if recipe == "mxfp8":
         return 2.0 + 2 * MXFP8_COPY
-    if recipe == "nvfp4":
-        return 2.0 + 2.0 + 2 * NVFP4_WEIGHT_COPY
+    if recipe == "nvfp4":  # fp4_param (passed as fp8_params): the column-wise copy made from the gathered row-wise
+        return 2 * NVFP4_WEIGHT_COPY if fp8_params else 2.0 + 2.0 + 2 * NVFP4_WEIGHT_COPY
     if fp8_params:
         return 0.0 if non_tn else 2.0
     return (3.0 if non_tn else 4.0) + (2.0 if recipe == "tensorwise" else 0.0)

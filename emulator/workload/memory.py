@@ -323,8 +323,8 @@ def quant_weight_bytes(linear: float, recipe: str, fp8_params: bool, non_tn: boo
     weight. NVFP4: both copies of 4-bit values with an E4M3 scale per 16×16 block, 2·(1/2 + 1/256) B."""
     if recipe == "mxfp8":
         return (2 * MXFP8_COPY - (2.0 if fp8_params else 0.0)) * linear
-    if recipe == "nvfp4":
-        return 2 * NVFP4_WEIGHT_COPY * linear
+    if recipe == "nvfp4":  # with fp4_param (passed as fp8_params) the copies are the parameters
+        return (2 * NVFP4_WEIGHT_COPY - (2.0 if fp8_params else 0.0)) * linear
     if non_tn:
         return (-1.0 if fp8_params else 1.0) * linear
     return fp8_weight_bytes(linear, fp8_params)
@@ -561,7 +561,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
             z3 = par.zero >= 3  # ZeRO-3 shards the weights, and so their fp8 forms
             states["params"] += quant_weight_bytes(lin_dense / (d if z3 else 1)
                                                    + lin_expert / (expert_dp(par) if z3 else 1), recipe,
-                                                   tr.fp8_params, non_tn_fp8(gpu))
+                                                   tr.fp8_params or tr.fp4_param, non_tn_fp8(gpu))
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)  # its one more warm-up forward holds one more
         chunks = max_in_flight(tasks)

@@ -252,10 +252,16 @@ def non_tn_fp8(gpu: GpuSpec) -> bool:
     return gpu.peak_flops_fp4 > 0
 
 
-def fp8_param_gather(tr: TrainingSpec) -> bool:
-    """Whether the parameter all-gather moves the GEMM weights in one byte (``fp8_params`` with fp8 or mxfp8:
-    Megatron's --fp8-param-gather, Plan.gathered)."""
-    return tr.fp8_params and tr.precision in ("fp8", "mxfp8")
+def param_gather_bytes(tr: TrainingSpec) -> float:
+    """Bytes a GEMM weight element moves in the parameter all-gather when it is quantised (Plan.gathered; 0: not):
+    1 with ``fp8_params`` (Megatron's --fp8-param-gather); with ``fp4_param`` (--fp4-param-gather) NVFP4's
+    row-wise values and their 16×16-block scales, 1/2 + 1/256 (ASSUMPTION: the column-wise copy is made after
+    the gather, TE's manual_post_all_gather_processing, as Megatron-Core's fp4_utils.py asks for it)."""
+    if tr.fp8_params and tr.precision in ("fp8", "mxfp8"):
+        return 1.0
+    if tr.fp4_param and tr.precision == "nvfp4":
+        return Ly.NVFP4_WEIGHT_COPY
+    return 0.0
 
 
 def bf16_layer(tr: TrainingSpec, layers: int, i: int) -> bool:
@@ -280,7 +286,8 @@ def make_plan(sc: Scenario, step: int = 0) -> Plan:
     assert sc.cluster.node is not None  # _check: a model workload has a node type
     gpu = sc.cluster.node.gpu
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash,
-                       micro_batches=micro, fp8_params=tr.fp8_params, fa2=tr.attention == "fa2", etp=par.etp,
+                       micro_batches=micro, fp8_params=tr.fp8_params or tr.fp4_param, fa2=tr.attention == "fa2",
+                       etp=par.etp,
                        recipe=Ly.recipe_of(tr.precision, tr.fp8_recipe), non_tn=non_tn_fp8(gpu),
                        parallel=par, sm_count=gpu.sm_count)
     # fp8 (Transformer Engine): GEMM operands in FP8, the activations that move in BF16, the weights too but with
@@ -290,7 +297,7 @@ def make_plan(sc: Scenario, step: int = 0) -> Plan:
     plan = Plan(sc, layout, m, micro, 2 if dual else par.virtual_stages, dtype=2 if dtype == 1 else dtype,
                 flash=flash or par.cp > 1, grad_dtype=grad_reduce_bytes(tr.precision, tr.grad_reduce),
                 chunk_layers=chunks.layers, chunks=chunks, v_shape=par.schedule in V_SHAPED or dual, dual=dual,
-                step=step, param_q=1.0 if fp8_param_gather(tr) else 0.0)
+                step=step, param_q=param_gather_bytes(tr))
     for vs in range(par.pp * plan.v):
         plan.chunk_units[vs] = _units_of(plan, vs, L)
     return plan
