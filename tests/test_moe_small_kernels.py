@@ -195,3 +195,22 @@ def test_router_fusion_runs_the_routing_and_the_aux_loss_as_te_kernels():
     count = [len([n for n in (st.name for st in steps) if n.startswith(("moe.aux", "moe.router."))])
              for steps in (Ly.forward_steps(plain), Ly.backward_steps(plain), Ly.forward_steps(L))]
     assert count == [22, 14, 6]  # backward unfused: 12 small and the router GEMM's dgrad and wgrad
+
+
+def test_hybridep_permutes_in_its_dispatch_with_the_fusion_key():
+    """model.moe_permute_fusion_into_hybridep with the flex dispatcher's hybridep backend: hybrid_ep_dispatch and
+    hybrid_ep_combine (fused=True) write and read the experts' order themselves: no row-id map, permute or
+    unpermute kernels, forward or backward. DeepEP (the key is HybridEP's) keeps them."""
+    from dataclasses import replace
+
+    from emulator.scenario import ParallelSpec
+
+    def names(backend: str, into: bool) -> set[str]:
+        par = ParallelSpec(dp=4, ep=4, moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=backend)
+        L = Ly.layer_shape(replace(MOE, moe_permute_fusion_into_hybridep=into), 1, ep=4, flash=True, parallel=par)
+        return {st.name for st in Ly.forward_steps(L) + Ly.backward_steps(L)}
+
+    permutes = {"moe.permute.map1", "moe.permute", "moe.unpermute", "moe.permute_bwd", "moe.unpermute_bwd"}
+    assert permutes <= names("hybridep", False)
+    assert not permutes & names("hybridep", True)
+    assert permutes <= names("deepep", True)

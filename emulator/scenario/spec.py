@@ -367,6 +367,11 @@ class ModelSpec:
         "kernels (moe_utils.py fused_permute_with_probs, fused_unpermute) instead of PyTorch ops (a transpose and "
         "an argsort of the routing map, an index_select; a zeroed output and a scatter_add). Megatron's default, "
         "false; NeMo's MoE recipes set it (Qwen3Config, DeepSeekConfig, the performance scripts).", default=False)
+    moe_permute_fusion_into_hybridep: bool = key(
+        "Megatron-Core's moe_permute_fusion_into_hybridep: with the flex dispatcher's hybridep backend, the dispatch "
+        "writes the tokens in the experts' order and the combine reads them from it (hybrid_ep_dispatch with "
+        "fused=True): no permutation or unpermutation kernels of their own. Megatron's default, false.",
+        default=False)
     # Multi-latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0
     q_lora_rank: int = key(
         "Multi-latent attention: rank of the query down-projection; 0: a full query projection.",

@@ -208,6 +208,7 @@ def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> d
     """LayerShape's dispatch and router fields from the parallel and model keys."""
     out: dict[str, Any] = dict(router_bytes=ROUTER_BYTES.get(m.moe_router_dtype, 0), groups=m.moe_router_num_groups,
                                router_fusion=m.moe_router_fusion, permute_fusion=m.moe_permute_fusion,
+                               permute_into_hybridep=m.moe_permute_fusion_into_hybridep,
                      group_topk=m.moe_router_group_topk,
                      a2a_scale=m.moe_expert_capacity_factor if routing.padded(m) else 1.0)
     if par is None:
@@ -679,7 +680,7 @@ def _folded_moe_backward(L: LayerShape) -> list[Step]:
     fe = L.fe_l
     up = 2 * fe if L.swiglu else fe
     gathered = m_e * local * L.h * L.dtype
-    steps: list[Step] = [unpermute_backward(L, routed)]
+    steps: list[Step] = [*unpermute_backward(L, routed)]
     steps += _combine_backward(L, L.Te, a2a)
     steps += _etp(L, "moe.etp_ag_bwd", "all_gather", gathered, BWD) + chunk_sort(L, "moe.unsort_chunks_bwd",
                                                                                   m_e * local, BWD)
@@ -978,8 +979,20 @@ def _row_id_map(L: LayerShape, n: int, cat: str) -> list[Kernel]:
 SORT_BYTES = 27
 
 
+# HybridEP with moe_permute_fusion_into_hybridep (Megatron-Core token_dispatcher.py @ d98e8a64dd, lines 1150-1194:
+# hybrid_ep_dispatch/hybrid_ep_combine with fused=True) writes the dispatched tokens in the experts' order and
+# reads them back from it in the combine: no permutation map, permute or unpermute of its own.
+
+
+def _in_dispatch(L: LayerShape) -> bool:
+    """Whether the dispatch itself permutes (HybridEP with moe_permute_fusion_into_hybridep)."""
+    return L.permute_into_hybridep and L.dispatcher == "flex" and L.backend == "hybridep"
+
+
 def _permute_map(L: LayerShape, n: int, routed: int, cat: str) -> list[Kernel]:
     """What permute does before its copy: TE's row-id map (fused), or the unfused argsort path (above)."""
+    if _in_dispatch(L):
+        return []
     if L.permute_fusion:
         return _row_id_map(L, n, cat)
     ne = n * L.experts
@@ -994,17 +1007,21 @@ def _permute_map(L: LayerShape, n: int, routed: int, cat: str) -> list[Kernel]:
 # token's R/N routed rows and writes its one row, the same. Their gradients are each other.
 
 
-def _spread_rows(L: LayerShape, name: str, routed: int, cat: str) -> Kernel:
+def _spread_rows(L: LayerShape, name: str, routed: int, cat: str) -> list[Kernel]:
     """N = routed / top_k tokens copied to their ``routed`` rows: TE's permute (the N rows read once), or
-    unfused index_select (a row read per copy)."""
+    unfused index_select (a row read per copy); none where the dispatch permutes."""
+    if _in_dispatch(L):
+        return []
     rows = routed * L.h * L.dtype
     tokens = max(1, routed // max(1, L.top_k)) * L.h * L.dtype
-    return _copy(name, rows + (tokens if L.permute_fusion else rows), cat)
+    return [_copy(name, rows + (tokens if L.permute_fusion else rows), cat)]
 
 
 def _scatter_rows(L: LayerShape, name: str, routed: int, cat: str) -> list[Kernel]:
     """``routed`` token copies summed back into their N = routed / top_k tokens: TE's unpermute (the rows read,
     the tokens written), or unfused a zeroed output and an atomic scatter_add_ / index_add_ into it (above)."""
+    if _in_dispatch(L):
+        return []
     rows = routed * L.h * L.dtype
     out = max(1, routed // max(1, L.top_k)) * L.h * L.dtype
     if L.permute_fusion:
@@ -1018,7 +1035,7 @@ def route_and_permute(L: LayerShape, tokens: int, routed: int, cat: str) -> list
     the dispatch."""
     return [_router(L, tokens, cat), *_routing_kernels(L, tokens, cat), *_aux_loss_steps(L, tokens, cat),
             *_count_kernels(L, tokens, cat), *_permute_map(L, tokens, routed, cat),
-            _spread_rows(L, "moe.permute", routed, cat)]
+            *_spread_rows(L, "moe.permute", routed, cat)]
 
 
 def permute_and_router_backward(L: LayerShape, tokens: int, routed: int) -> list[Step]:
@@ -1051,7 +1068,7 @@ def unpermute(L: LayerShape, routed: int, cat: str) -> list[Kernel]:
     return _scatter_rows(L, "moe.unpermute", routed, cat)
 
 
-def unpermute_backward(L: LayerShape, routed: int) -> Kernel:
+def unpermute_backward(L: LayerShape, routed: int) -> list[Kernel]:
     """The unpermute's gradient: each token's gradient copied to its routed rows (TE's permute, or the
     gather that is scatter_add's backward)."""
     return _spread_rows(L, "moe.unpermute_bwd", routed, BWD)
@@ -1265,7 +1282,7 @@ def _mlp_core_backward(L: LayerShape) -> list[Step]:
     routed, local, m_e, a2a = _moe_sizes(L)
     fe = L.fe_l
     up = 2 * fe if L.swiglu else fe
-    steps: list[Step] = [unpermute_backward(L, routed)]
+    steps: list[Step] = [*unpermute_backward(L, routed)]
     steps += _combine_backward(L, L.T, a2a)
     steps += chunk_sort(L, "moe.unsort_chunks_bwd", m_e * local, BWD)
     steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local),

@@ -108,6 +108,7 @@ class LayerShape:
     groups: int = 0  # moe_router_num_groups
     router_fusion: bool = False  # moe_router_fusion: TE's fused routing and aux-loss kernels
     permute_fusion: bool = True  # moe_permute_fusion: TE's fused permute and unpermute (else PyTorch ops)
+    permute_into_hybridep: bool = False  # moe_permute_fusion_into_hybridep: HybridEP's dispatch permutes
     group_topk: int = 0  # moe_router_group_topk
     a2a_scale: float = 1.0  # the copies each rank sends over the mean: the capacity factor when padded
     window: int = 0  # sliding-window attention: keys per query (model.sliding_window); 0: none
