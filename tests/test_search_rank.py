@@ -269,3 +269,24 @@ def test_the_search_does_not_carry_the_bases_layer_layout(tmp_path):
     lay = Layout(tp=2, pp=4, dp=32, ep=8, schedule="1f1b", zero=1, ends=23)
     assert lay.apply(sc).parallel.pipeline_model_parallel_layout is None
     assert "parallel.pipeline_model_parallel_layout=null" in SPLIT_RESET
+
+
+def test_the_search_runs_the_ring_where_a_layout_changes_hierarchical_cps_cp():
+    """cp_comm_type a2a+p2p fixes hierarchical_context_parallel_sizes to the base's cp ([2, 2] for cp 4): a
+    layout of another cp would break the sizes' rule, so it runs the K/V ring (p2p) instead; one of the same
+    cp keeps them."""
+    from emulator.scenario import load_scenario_text
+    from emulator.studies.search import hierarchical_reset
+
+    sc = load_scenario_text("name: x\ncluster: {nodes: 1, node: dgx-h100}\n"
+                            "model: {layers: 2, hidden: 512, heads: 8, seq_len: 1024, vocab: 512}\n"
+                            "training: {global_batch: 2, micro_batch: 1, attention: flash}\n"
+                            "parallel: {cp: 4, dp: 2, cp_comm_type: a2a+p2p, "
+                            "hierarchical_context_parallel_sizes: [2, 2]}\n", "x.yaml")
+    assert hierarchical_reset(sc, 1) == ("parallel.cp_comm_type=p2p",
+                                         "parallel.hierarchical_context_parallel_sizes=null")
+    one = Layout(tp=1, pp=1, dp=8, cp=1).apply(sc).parallel
+    assert (one.cp_comm_type, one.hierarchical_context_parallel_sizes) == ("p2p", None)
+    assert hierarchical_reset(sc, 4) == ()
+    four = Layout(tp=1, pp=1, dp=2, cp=4).apply(sc).parallel
+    assert (four.cp_comm_type, four.hierarchical_context_parallel_sizes) == ("a2a+p2p", (2, 2))
