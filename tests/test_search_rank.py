@@ -283,10 +283,10 @@ def test_the_search_runs_the_ring_where_a_layout_changes_hierarchical_cps_cp():
                             "training: {global_batch: 2, micro_batch: 1, attention: flash}\n"
                             "parallel: {cp: 4, dp: 2, cp_comm_type: a2a+p2p, "
                             "hierarchical_context_parallel_sizes: [2, 2]}\n", "x.yaml")
-    assert hierarchical_reset(sc, 1) == ("parallel.cp_comm_type=p2p",
-                                         "parallel.hierarchical_context_parallel_sizes=null")
+    assert hierarchical_reset(sc, 1) == {"parallel.cp_comm_type": "p2p",
+                                         "parallel.hierarchical_context_parallel_sizes": None}
     one = Layout(tp=1, pp=1, dp=8, cp=1).apply(sc).parallel
     assert (one.cp_comm_type, one.hierarchical_context_parallel_sizes) == ("p2p", None)
-    assert hierarchical_reset(sc, 4) == ()
+    assert hierarchical_reset(sc, 4) == {}
     four = Layout(tp=1, pp=1, dp=2, cp=4).apply(sc).parallel
     assert (four.cp_comm_type, four.hierarchical_context_parallel_sizes) == ("a2a+p2p", (2, 2))

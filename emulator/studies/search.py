@@ -122,8 +122,7 @@ class Layout:
 
     def apply(self, sc: Scenario) -> Scenario:
         """The scenario with this layout (no loader checks: for the memory model only)."""
-        ring: dict[str, Any] = {"cp_comm_type": "p2p", "hierarchical_context_parallel_sizes": None} \
-            if hierarchical_reset(sc, self.cp) else {}
+        ring = {k.removeprefix("parallel."): v for k, v in hierarchical_reset(sc, self.cp).items()}
         par = dataclasses.replace(sc.parallel, tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep,
                                   schedule=self.schedule, virtual_stages=self.virtual_stages, zero=self.zero,
                                   first_chunk_layers=self.ends, last_chunk_layers=self.ends,
@@ -132,12 +131,12 @@ class Layout:
         return dataclasses.replace(sc, parallel=par, training=tr)
 
 
-def hierarchical_reset(sc: Scenario, cp: int) -> tuple[str, ...]:
-    """--set strings for a layout of ``cp`` on base ``sc``: hierarchical CP (cp_comm_type a2a+p2p) fixes its
-    sizes to the base's cp, so a layout of another cp runs the K/V ring (p2p) instead; () otherwise."""
+def hierarchical_reset(sc: Scenario, cp: int) -> dict[str, Any]:
+    """{key.path: value} a layout of ``cp`` sets on base ``sc``: hierarchical CP (cp_comm_type a2a+p2p) fixes its
+    sizes to the base's cp, so a layout of another cp runs the K/V ring (p2p) instead; {} otherwise."""
     if sc.parallel.cp_comm_type == "a2a+p2p" and cp != sc.parallel.cp:
-        return ("parallel.cp_comm_type=p2p", "parallel.hierarchical_context_parallel_sizes=null")
-    return ()
+        return {"parallel.cp_comm_type": "p2p", "parallel.hierarchical_context_parallel_sizes": None}
+    return {}
 
 
 @dataclass(frozen=True)
@@ -419,8 +418,8 @@ def search(path: str, base: Sequence[str], gpus: int | None, lim: Limits, store:
     for i, lay in enumerate(p.chosen):
         values = {k: str(v) for k, v in lay.values().items()}
         # each layout sets its own split: the base scenario's end chunks do not carry over
-        points.append(load_point(path, [*base, *SPLIT_RESET, *hierarchical_reset(sc, lay.cp)], values, i,
-                                 len(p.chosen), varied=lay.values()))
+        ring = [f"{k}={'null' if v is None else v}" for k, v in hierarchical_reset(sc, lay.cp).items()]
+        points.append(load_point(path, [*base, *SPLIT_RESET, *ring], values, i, len(p.chosen), varied=lay.values()))
     progress = progress_factory(len(points), "search") if progress_factory else None
     stats = run_points(points, store, executor, progress)
     rows = store.rows([pt.key for pt in points])

@@ -158,6 +158,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
     mla: dict[str, Any] = dict(q_rank=m.q_lora_rank, kv_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim, qk_head=d_qk,
                v_head=d_v, kv_heads=m.heads) if is_mla(m) else dict(kv_heads=m.kv_heads)
     wbytes = weight_quant_bytes(recipe, non_tn, fp8_params) / max(1, micro_batches) if fp8 else 0.0
+    ub = _ub_slow(parallel, t, sp, is_mla(m), sm_count)
     return LayerShape(b=micro_batch, s=m.seq_len // cp, s_kv=m.seq_len, h=m.hidden, heads=m.heads,
                       ffn=m.ffn_hidden, swiglu=m.swiglu, biases=has_biases(m),
                       dropout=has_dropout(m), t=t, sp=sp and t > 1, cp=cp, experts=m.experts,
@@ -167,8 +168,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       fp8_weight_bytes=wbytes, head=m.head_dim,
                       load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
                       etp=etp if etp and etp != t else 0, window=m.sliding_window, window_share=window_share(m),
-                      sinks=m.softmax_type != "vanilla", ub_slow=_ub_slow(parallel, t, sp, is_mla(m), sm_count),
-                      ub_cfg=_ub_cfg(parallel, sm_count) if _ub_slow(parallel, t, sp, is_mla(m), sm_count) else (),
+                      sinks=m.softmax_type != "vanilla", ub_slow=ub, ub_cfg=_ub_cfg(parallel, sm_count) if ub else (),
                       cp_a2a=cp > 1 and parallel is not None and parallel.cp_comm_type == "a2a",
                       cp_hier=_cp_hier(parallel, cp),
                       cp_ag=cp > 1 and parallel is not None and parallel.cp_comm_type == "all_gather",
@@ -506,16 +506,22 @@ def _ag_core(L: LayerShape, backward: bool, cat: str) -> list[Step]:
     return steps
 
 
+def _cp_core(L: LayerShape, backward: bool, cat: str) -> list[Step] | None:
+    """The attention core under a CP communication other than the ring (cp_comm_type a2a, a2a+p2p or all_gather),
+    forward or backward; None under the ring (or without CP)."""
+    for on, core in ((L.cp_a2a, _a2a_core), (L.cp_hier, _a2a_p2p_core), (L.cp_ag, _ag_core)):
+        if on:
+            return core(L, backward, cat)
+    return None
+
+
 def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
     """Unfused: QKᵀ, softmax, dropout, PV. Fused: one flash kernel per CP ring step (with a2a CP: one on the
     whole sequence between two all-to-alls; with a2a+p2p, the ring between them; with all_gather, the query
     chunks' kernels after the K/V all-gather)."""
-    if L.cp_a2a:
-        return _a2a_core(L, False, cat)
-    if L.cp_hier:
-        return _a2a_p2p_core(L, False, cat)
-    if L.cp_ag:
-        return _ag_core(L, False, cat)
+    other = _cp_core(L, False, cat)
+    if other is not None:
+        return other
     if L.fused_attention:
         steps: list[Step] = []
         kv_block = L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K and V of this rank's tokens
@@ -1210,12 +1216,9 @@ def _norm_backward(L: LayerShape, name: str) -> list[Step]:
 
 
 def attention_core_backward(L: LayerShape) -> list[Step]:
-    if L.cp_a2a:
-        return _a2a_core(L, True, BWD)
-    if L.cp_hier:
-        return _a2a_p2p_core(L, True, BWD)
-    if L.cp_ag:
-        return _ag_core(L, True, BWD)
+    other = _cp_core(L, True, BWD)
+    if other is not None:
+        return other
     if L.fused_attention:
         steps: list[Step] = []
         block = 2 * L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K, V and their gradients
