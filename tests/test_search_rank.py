@@ -290,3 +290,61 @@ def test_the_search_runs_the_ring_where_a_layout_changes_hierarchical_cps_cp():
     assert hierarchical_reset(sc, 4) == {}
     four = Layout(tp=1, pp=1, dp=2, cp=4).apply(sc).parallel
     assert (four.cp_comm_type, four.hierarchical_context_parallel_sizes) == ("a2a+p2p", (2, 2))
+
+
+def test_deepseek_v3s_split_holds_its_dense_layers_first_and_its_mtp_last():
+    """The DeepSeek-V3 scenario's layout "Et*4|(t*4|)*14,tmL" over pp 16: stage 0 holds layers 0-3, of which
+    the first_dense_layers (3) are dense; stages 1-14 four MoE layers each; stage 15 one layer, the MTP
+    module and the loss."""
+    from emulator.studies.rank import split_of
+    from emulator.workload import models as M
+
+    sc = load_scenario(os.path.join(os.path.dirname(__file__), "..", "scenarios", "deepseek-v3-1024-h100.yaml"))
+    split = split_of(M.resolve(sc.model), sc.parallel)
+    assert [split.count(s) for s in range(16)] == [4] * 15 + [1]  # 4 + 14·4 + 1 = 61 layers
+    assert split.leads == (3,) + (0,) * 15 and split.mtp == 15
+
+
+def test_an_moe_models_dense_layers_and_mtp_are_priced_as_the_plan_holds_them(tmp_path):
+    """DeepSeek-V2-Lite cut to 4 layers, the first 2 dense, one MTP module, on one DGX H100: tp 1, pp 2, dp 4,
+    ep 4. Stage 0 holds the embedding and the 2 dense layers; stage 1 the 2 MoE layers, the MTP module and the
+    head with its pass over the module's hidden states. 16 micro-batches (64 / (1 · 4))."""
+    from emulator.studies.rank import extra_times, params_of, split_of
+    from emulator.workload import models as M
+
+    path = os.path.join(str(tmp_path), "v2.yaml")
+    with open(path, "w") as fh:
+        fh.write("name: v2\ncluster: {nodes: 1, node: dgx-h100}\nmodel: {preset: deepseek-v2-lite, layers: 4, "
+                 "first_dense_layers: 2, mtp_num_layers: 1}\ntraining: {global_batch: 64, micro_batch: 1}\n"
+                 "parallel: {tp: 1, pp: 2, dp: 4, ep: 4}\n")
+    sc = load_scenario(path)
+    m = M.resolve(sc.model)
+    split = split_of(m, sc.parallel)
+    assert split.leads == (2, 0) and split.mtp == 1
+    from emulator.studies import rank as R
+
+    # the layer shape and arguments estimate_iteration passes (its links and expert group), read back by a spy
+    seen: list = []
+    real = R.extra_times
+
+    def spy(*a, **k):
+        seen.append(a)
+        return real(*a, **k)
+
+    R.extra_times = spy
+    try:
+        est = estimate_iteration(sc)
+    finally:
+        R.extra_times = real
+    L, args = seen[0][0], seen[0][1:8]
+    assert seen[0][8:] == (1, True)  # one MTP module, leading dense layers
+    layer, embed, head = pass_times(L, *args)
+    lead, mtp, mtp_head = extra_times(L, *args, 1, True)
+    assert lead != layer and mtp > layer and mtp_head > 0  # a dense MLP, an MoE layer and more, a head pass
+    # the slower stage, 16 times: max(2 · dense + embedding, 2 · MoE + MTP + head + its MTP pass)
+    assert est.compute_s == pytest.approx(16 * max(2 * lead + embed, 2 * layer + mtp + head + mtp_head), rel=1e-12)
+    params = params_of(m, sc, split)
+    # stage 1's experts: 2 layers and the MTP module's, 64 experts of 3 · 2048 · 1408 over ep 4 each:
+    # 3 · 64 · 8,650,752 / 4 = 415,236,096; stage 0's dense layers hold none
+    assert params.rank(split, 1, sc.parallel)[1] == 415_236_096
+    assert params.rank(split, 0, sc.parallel) == (2 * M.dense_layer_params(m, False) + params.first, 0.0)

@@ -35,7 +35,10 @@ stage s, m micro-batches, p stages and v chunks per stage,
                       each, F&B = F + B: (p − 1)·T/3); dualpipe (p/2 − 1)·2T/3 over (p − 1)·T,
                       with T_s the mean of the rank's two stages
 
-plus 2(p·v − 1) activation/gradient transfers on the fill and drain. Then the data-parallel
+plus 2(p·v − 1) activation/gradient transfers on the fill and drain. T_s counts a stage's layers as
+workload/plan.py holds them (``Split``): an MoE model's ``first_dense_layers`` as dense layers with no
+experts, and the MTP modules (with the head's passes over their hidden states) on the stage of the loss
+or where the layout puts them. Then the data-parallel
 gradient reduction of the rank with the most parameters (the experts' over their expert-data-parallel
 group, the rest over dp·cp, as workload/builder.py reduces them; all-reduce with ZeRO 0,
 reduce-scatter and the parameter all-gather with ZeRO 1–2, exposed whole unless
@@ -62,7 +65,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from emulator.devices import compute
 from emulator.network.collectives import ring_factors
@@ -73,6 +76,7 @@ from emulator.studies.exchange_cost import EpNodes, ep_nodes, exchange_time
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload import mtp as MTP
 from emulator.workload.memory import held_stages
 from emulator.workload.placement import ORDER, Layout
 from emulator.workload.plan import (
@@ -158,29 +162,70 @@ def strides(sc: Scenario) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
+class Split:
+    """What each pipeline stage holds (``stage_layers``' indexing, ``[stage][chunk]``): its chunks' layers,
+    how many of them are an MoE model's ``first_dense_layers`` (``leads``), and the stage whose chunk holds
+    the MTP modules (-1: none; ``ChunkPlan.mtp_chunk``)."""
+
+    layers: list[tuple[int, ...]]
+    leads: tuple[int, ...]
+    mtp: int = -1
+
+    def count(self, s: int) -> int:
+        """The transformer layers of stage s (MTP modules apart)."""
+        return sum(self.layers[s])
+
+
+def split_of(m: ModelSpec, par: ParallelSpec) -> Split:
+    """The layers of each stage (workload/plan.py's chunks): chunk k holds the model's layers from
+    Σ layers[:k] on, so it holds min(start + n, first_dense_layers) − start leading dense layers."""
+    p, v = par.pp, par.virtual_stages
+    vee = par.schedule in V_SHAPED  # a V: the head on the first stage (scenario/stages.py)
+    plan = model_chunks(m.layers, p, v, par.first_chunk_layers, par.last_chunk_layers,
+                        par.pipeline_model_parallel_layout, m.mtp_num_layers)
+    dense = m.first_dense_layers if m.experts else 0
+    starts = [sum(plan.layers[:k]) for k in range(len(plan.layers))]
+    lead = tuple(max(0, min(a + n, dense) - a) for a, n in zip(starts, plan.layers))
+    mtp = rank_of(plan.mtp_chunk, p, vee) if plan.mtp and plan.mtp_chunk >= 0 else -1
+    return Split(stage_layers(plan.layers, p, vee), tuple(sum(c) for c in stage_layers(lead, p, vee)), mtp)
+
+
+@dataclass(frozen=True)
 class Params:
-    """Parameters on one GPU (workload/plan.py's units): per layer dense and expert, and what the
-    first stage (embedding) and the last stage (head) hold besides their layers."""
+    """Parameters on one GPU (workload/plan.py's units): per layer dense and expert, what the first stage
+    (embedding) and the last stage (head) hold besides their layers, an MoE model's leading dense layer
+    (``lead``), and all its MTP modules, dense and expert (``mtp``)."""
 
     layer_dense: float
     layer_expert: float
     first: float
     last: float
+    lead: float = 0.0
+    mtp: tuple[float, float] = (0.0, 0.0)
 
-    def stage(self, layers: int, s: int, p: int) -> tuple[float, float]:
-        """(dense, expert) parameters of stage s of p, which holds ``layers`` layers."""
-        dense = self.layer_dense * layers + (self.first if s == 0 else 0.0) + (self.last if s == p - 1 else 0.0)
-        return dense, self.layer_expert * layers
+    def layers(self, split: Split, s: int) -> tuple[float, float]:
+        """(dense, expert) parameters of stage s's layers and MTP modules."""
+        n, k = split.count(s), split.leads[s]
+        dense = self.layer_dense * (n - k) + self.lead * k
+        expert = self.layer_expert * (n - k)
+        if s == split.mtp:
+            dense, expert = dense + self.mtp[0], expert + self.mtp[1]
+        return dense, expert
 
-    def rank(self, split: list, r: int, par: ParallelSpec) -> tuple[float, float]:
+    def stage(self, split: Split, s: int, p: int) -> tuple[float, float]:
+        """(dense, expert) parameters of stage s of p."""
+        dense, expert = self.layers(split, s)
+        return dense + (self.first if s == 0 else 0.0) + (self.last if s == p - 1 else 0.0), expert
+
+    def rank(self, split: Split, r: int, par: ParallelSpec) -> tuple[float, float]:
         """(dense, expert) parameters pipeline rank r holds: its stage's, or with dualpipe its two stages'
         (``held_stages``), with the embedding on rank 0 and the head on the last virtual stage's rank (rank 0
-        under a V); ``split``: the layers of each rank's chunks (``stage_layers``)."""
+        under a V)."""
         held = held_stages(par, r)
-        layers = sum(sum(split[s]) for s in held)
         head = rank_of(par.pp * par.virtual_stages - 1, par.pp, par.schedule in V_SHAPED)  # a V: rank 0
-        dense = self.layer_dense * layers + (self.first if 0 in held else 0.0) + (self.last if head in held else 0.0)
-        return dense, self.layer_expert * layers
+        both = [self.layers(split, s) for s in held]
+        dense = sum(d for d, _ in both) + (self.first if 0 in held else 0.0) + (self.last if head in held else 0.0)
+        return dense, sum(e for _, e in both)
 
 
 def head_apart(par: ParallelSpec) -> bool:
@@ -190,18 +235,26 @@ def head_apart(par: ParallelSpec) -> bool:
     return par.pp > 1 and par.schedule not in (*V_SHAPED, "dualpipe")
 
 
-def params_of(m: ModelSpec, sc: Scenario) -> Params:
+def params_of(m: ModelSpec, sc: Scenario, split: Split | None = None) -> Params:
+    """A GPU's parameters, as workload/plan.py's units hold them; ``split`` places the MTP modules (a copy
+    of the word embedding with them off rank 0)."""
     par = sc.parallel
     t = par.tp
-    # an MoE layer's (first_dense_layers taken as MoE too): the experts' own width (expert_ffn_hidden),
-    # split over etp·ep; the rest over tp
+    # an MoE layer's: the experts' own width (expert_ffn_hidden), split over etp·ep; the rest over tp
     dense = M.dense_layer_params(m, bool(m.experts)) / t
     expert = M.routed_params(m) / ((par.etp or t) * par.ep) if m.experts else 0.0
     first = m.vocab * m.hidden / t + (m.seq_len * m.hidden if M.has_biases(m) else 0)
     last = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or head_apart(par)) else 0)
     if not m.tied_embeddings:
         last -= m.vocab * m.hidden * (1 - 1 / t)
-    return Params(dense, expert, first, last)
+    lead = M.dense_layer_params(m, False) / t if m.experts else 0.0
+    mtp = (0.0, 0.0)
+    if split is not None and split.mtp >= 0:  # plan.py _mtp_units: eh_proj over tp, the norms whole
+        copy = par.schedule != "dualpipe" and split.mtp != 0
+        one = dense + 2 * m.hidden * m.hidden / t + MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden \
+            + (m.vocab * m.hidden / t if copy else 0)
+        mtp = (one * m.mtp_num_layers, expert * m.mtp_num_layers)
+    return Params(dense, expert, first, last, lead, mtp)
 
 
 # each schedule's bubble over 1F1B's, with F = B = W (module docstring); interleaved-1f1b: 1/v
@@ -247,15 +300,15 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     sizes = {"tp": par.tp, "cp": par.cp // a, "ep": par.ep, "cp_a2a": a}
     comm = tuple((name, sizes[name], links[name]) for name in ("tp", "cp", "ep", "cp_a2a"))
     ep = ep_nodes(Layout.from_parallel(par, sc.gpus, par.order or None).ep_group(0), node) if m.experts else None
-    per_layer, embed, head = pass_times(L, tr.recompute, M.has_biases(m), m.vocab, gpu, comm, tr.recompute_modules,
-                                        ep)
+    args = (tr.recompute, M.has_biases(m), m.vocab, gpu, comm, tr.recompute_modules, ep)
+    per_layer, embed, head = pass_times(L, *args)
+    split = split_of(m, par)
+    lead, mtp, mtp_head = extra_times(L, *args, m.mtp_num_layers if split.mtp >= 0 else 0, any(split.leads))
     p, v = par.pp, par.virtual_stages
-    vee = par.schedule in V_SHAPED  # a V: the head on the first stage (scenario/stages.py)
-    last = rank_of(p * v - 1, p, vee)
-    split = stage_layers(model_chunks(m.layers, p, v, par.first_chunk_layers, par.last_chunk_layers,
-                                      par.pipeline_model_parallel_layout, m.mtp_num_layers).layers, p, vee)
-    stage_t = _per_rank(par.schedule, [sum(split[s]) * per_layer + (embed if s == 0 else 0.0)
-                                       + (head if s == last else 0.0) for s in range(p)])
+    last = rank_of(p * v - 1, p, par.schedule in V_SHAPED)  # a V: the head on the first stage
+    stage_t = _per_rank(par.schedule, [split.count(s) * per_layer + split.leads[s] * (lead - per_layer)
+                                       + (embed if s == 0 else 0.0) + (head + mtp_head if s == last else 0.0)
+                                       + (mtp if s == split.mtp else 0.0) for s in range(p)])
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     slow = max(stage_t)
     compute_s = micro * slow
@@ -265,21 +318,17 @@ def estimate_iteration(sc: Scenario) -> Estimate:
         pp_bytes /= par.tp
     p2p = ring_time("p2p", 2, pp_bytes, group_link(sc, st["pp"], 2)) if p > 1 else 0.0
     bubble_s = max(0.0, fill) + 2 * (p * v - 1) * p2p
-    params = params_of(m, sc)
+    params = params_of(m, sc, split)
     dp_comm_s = _dp_exposed(sc, m, params, split, stage_t, micro, st)
     optimizer_s = _optimizer(sc, params, split, gpu)
     total = compute_s + bubble_s + dp_comm_s + optimizer_s
     return Estimate(total, compute_s, bubble_s, dp_comm_s, optimizer_s)
 
 
-@functools.lru_cache(maxsize=4096)
-def pass_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab: int, gpu: GpuSpec,
-               comm: tuple[tuple[str, int, Link], ...], modules: tuple[str, ...] | None = None,
-               ep: EpNodes | None = None) -> tuple[float, float, float]:
-    """(layer, embedding, head) forward + backward of one micro-batch, by ``kernel_cost.pass_time``.
-    ``comm`` is (group, size, link) for tp, cp and ep; ``modules`` the recompute_modules (plan.py
-    ``layer_backward``); ``ep`` the expert-parallel group on its nodes, whose token exchanges are priced
-    as their plans run alone (studies/exchange_cost.py). Cached: a search's layouts share few shapes."""
+def _passes(gpu: GpuSpec, comm: tuple[tuple[str, int, Link], ...],
+            ep: EpNodes | None) -> Callable[[list, list], float]:
+    """A forward's and a backward's steps priced together (``kernel_cost.pass_time``): the CP ring's
+    steps as sends, a token exchange on the expert group as its plan runs alone, the rest as rings."""
     groups = {name: (n, link) for name, n, link in comm}
 
     def comm_time(c: Ly.Comm) -> float:
@@ -293,9 +342,41 @@ def pass_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab:
     def both(fwd: list, bwd: list) -> float:
         return KC.pass_time(fwd, gpu, comm_time) + KC.pass_time(bwd, gpu, comm_time)
 
+    return both
+
+
+@functools.lru_cache(maxsize=4096)
+def pass_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab: int, gpu: GpuSpec,
+               comm: tuple[tuple[str, int, Link], ...], modules: tuple[str, ...] | None = None,
+               ep: EpNodes | None = None) -> tuple[float, float, float]:
+    """(layer, embedding, head) forward + backward of one micro-batch, by ``kernel_cost.pass_time``.
+    ``comm`` is (group, size, link) for tp, cp and ep; ``modules`` the recompute_modules (plan.py
+    ``layer_backward``); ``ep`` the expert-parallel group on its nodes, whose token exchanges are priced
+    as their plans run alone (studies/exchange_cost.py). Cached: a search's layouts share few shapes."""
+    both = _passes(gpu, comm, ep)
     return (both(Ly.forward_steps(L), layer_backward(L, recompute, modules)),
             both(Ly.embedding_forward(L, learned_positions), Ly.embedding_backward(L)),
             both(Ly.head_forward(L, vocab), Ly.head_backward(L, vocab)))
+
+
+@functools.lru_cache(maxsize=4096)
+def extra_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab: int, gpu: GpuSpec,
+                comm: tuple[tuple[str, int, Link], ...], modules: tuple[str, ...] | None = None,
+                ep: EpNodes | None = None, mtp: int = 0, lead: bool = False) -> tuple[float, float, float]:
+    """(a leading dense layer of an MoE model, the ``mtp`` MTP modules, the output head's passes over their
+    hidden states) forward + backward of one micro-batch, as workload/plan.py's units (``Ly.dense_shape``;
+    mtp.py's ``mtp_forward`` around the decoder's last layer's kind: an MoE one where there are experts, as
+    first_dense_layers < layers); 0 where there is none. Arguments as :func:`pass_times`."""
+    dense = 0.0
+    if lead:
+        Ld = Ly.dense_shape(L)
+        dense = pass_times(Ld, recompute, learned_positions, vocab, gpu, comm, modules, ep)[0]
+    if not mtp:
+        return dense, 0.0, 0.0
+    both = _passes(gpu, comm, ep)
+    fwd, bwd = Ly.forward_steps(L), layer_backward(L, recompute, modules)
+    module = both(MTP.mtp_forward(L, fwd, learned_positions), MTP.mtp_backward(L, bwd))
+    return dense, mtp * module, both(MTP.mtp_head_forward(L, vocab, mtp), MTP.mtp_head_backward(L, vocab, mtp))
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -359,9 +440,9 @@ def _estimate_profiled(sc: Scenario) -> Estimate:
     p, v = par.pp, par.virtual_stages
     vee = par.schedule in V_SHAPED  # a V: the head on the first stage (scenario/stages.py)
     last = rank_of(p * v - 1, p, vee)
-    split = stage_layers(model_chunks(Q.layers, p, v, par.first_chunk_layers, par.last_chunk_layers,
-                                      par.pipeline_model_parallel_layout).layers, p, vee)
-    stage_t = _per_rank(par.schedule, [sum(split[s]) * per_layer + (embed if s == 0 else 0.0)
+    split = Split(stage_layers(model_chunks(Q.layers, p, v, par.first_chunk_layers, par.last_chunk_layers,
+                                            par.pipeline_model_parallel_layout).layers, p, vee), (0,) * p)
+    stage_t = _per_rank(par.schedule, [split.count(s) * per_layer + (embed if s == 0 else 0.0)
                                        + (head if s == last else 0.0) for s in range(p)])
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     slow = max(stage_t)
@@ -374,7 +455,7 @@ def _estimate_profiled(sc: Scenario) -> Estimate:
     m = replace(sc.model, tied_embeddings=prof.tied, vocab=Q.V * par.tp)
     grad = PW.grad_bytes(sc, prof)
     dp_comm_s = _dp_exposed(sc, m, params, split, stage_t, micro, st, grad, prof.param_bytes)
-    total = params.stage(Q.layers, 0, 1)[0]  # every parameter of one GPU's tensor-parallel share
+    total = params.layer_dense * Q.layers + params.first + params.last  # one GPU's tensor-parallel share
     per_param = sum(t.seconds for t in parts["optimizer"]) / total if total else 0.0
     d = par.dp * par.cp
     optimizer_s = max(params.rank(split, s, par)[0] / (d if par.zero >= 1 else 1) for s in range(p)) * per_param
@@ -394,7 +475,7 @@ def group_link_of(sc: Scenario, group: Sequence[int]) -> Link:
     return intra_link(node) if len(per) == 1 else inter_link(sc, max(per.values()), len(per))
 
 
-def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: list, stage_t: list, micro: int,
+def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: Split, stage_t: list, micro: int,
                 st: dict[str, int], grad: int | None = None, dtype: float | None = None) -> float:
     """Exposed data-parallel communication of the rank with the most parameters (with dualpipe its two
     stages', and the pair's gradient all-reduce), plus the tied embedding all-reduce between the first and
@@ -450,7 +531,7 @@ def _zero3(sc: Scenario, params_: Params, s: int, params: float, d: int, dp_link
     return per_mb, rest
 
 
-def _reduction(sc: Scenario, params_: Params, split: list, s: int, which: int, params: float, d: int,
+def _reduction(sc: Scenario, params_: Params, split: Split, s: int, which: int, params: float, d: int,
                link: Link, grad: int) -> float:
     """Exposed gradient reduction (ZeRO 0-2) of pipeline rank ``s``'s dense (``which`` 0) or expert (1)
     ``params`` over ``d`` ranks on ``link``: the last bucket with ``overlap_grad_reduce``, else all of it;
@@ -461,7 +542,7 @@ def _reduction(sc: Scenario, params_: Params, split: list, s: int, which: int, p
     op = "all_reduce" if par.zero == 0 else "reduce_scatter"
     if len(held_stages(par, s)) > 1:
         k = min(s, par.pp - 1 - s)
-        tail = params_.stage(sum(split[k]), k, par.pp)[which] if par.overlap_grad_reduce else params
+        tail = params_.stage(split, k, par.pp)[which] if par.overlap_grad_reduce else params
         return ring_time("all_reduce", 2, tail * grad, _pair_link(sc, s)) + ring_time(op, d, tail * grad, link)
     t = ring_time(op, d, params * grad, link)
     if par.overlap_grad_reduce and params * grad > par.grad_bucket:
@@ -479,7 +560,7 @@ def _param_gather(nbytes: float, d: int, link: Link, par: ParallelSpec) -> float
     return gather
 
 
-def _optimizer(sc: Scenario, params: Params, split: list, gpu: GpuSpec) -> float:
+def _optimizer(sc: Scenario, params: Params, split: Split, gpu: GpuSpec) -> float:
     """The Adam step of the rank with the most local parameters (workload/builder.py's cost)."""
     par = sc.parallel
     d = par.dp * par.cp
