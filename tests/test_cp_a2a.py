@@ -188,3 +188,18 @@ def test_all_gather_cp_needs_an_even_share():
     unfolded = simulate(load_scenario_text(ok.replace("name: x", "name: x\nsimulation: {fold: off}"), "x.yaml"),
                         record_links=False)
     assert folded.iteration_time_s == pytest.approx(unfolded.iteration_time_s, rel=1e-12)
+
+
+def test_all_gather_cp_holds_the_gathered_kv_and_their_gradients_in_its_backward():
+    """Transformer Engine's all-gather CP backward holds the whole sequence's K and V and its dK and dV (bf16)
+    at once: hidden 512, 8 heads of 64 dims, 2 KV heads (GQA), 8192 tokens, cp 8, tp 1: 2 (gathered, gradients) ·
+    8192 · 2 heads · (64 + 64) · 2 B = 8 388 608 B in the workspace, beside the p2p ring's."""
+    from emulator.workload.memory import stage_memory
+
+    text = ("name: x\ncluster: {nodes: 1, node: dgx-h100}\n"
+            "model: {layers: 2, hidden: 512, heads: 8, kv_heads: 2, seq_len: 8192, vocab: 512}\n"
+            "training: {global_batch: 1, micro_batch: 1, attention: flash}\n"
+            "parallel: {cp: 8, dp: 1, cp_comm_type: TYPE}\n")
+    ring, gather = (stage_memory(load_scenario_text(text.replace("TYPE", t), "x.yaml"))[0] for t in ("p2p", "all_gather"))
+    assert gather.breakdown["workspace"] - ring.breakdown["workspace"] == 8_388_608
+    assert gather.breakdown["activations"] == ring.breakdown["activations"]  # it saves the local K and V, as the ring

@@ -56,7 +56,8 @@ NeMo's Nemotron-4 340B layout (p 8, v 12, m 16) stage 0 holds 14 + 88 = 102 (< 1
 does not bind) + 1 = 103 one-layer chunks.
 
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers, with
-``tp_comm_overlap`` TE's Userbuffers (:func:`userbuffers_bytes`),
+``tp_comm_overlap`` TE's Userbuffers (:func:`userbuffers_bytes`), with all-gather CP the backward's gathered
+K/V and their gradients (:func:`cp_gather_bytes`),
 plus with ZeRO-3 the gathered bf16 weights of two layers (the one running and the
 prefetched one), plus on the last stage the fp32 logits of one micro-batch.
 """
@@ -506,6 +507,20 @@ def userbuffers_bytes(par: ParallelSpec, tr: TrainingSpec, seq_hidden: float) ->
     return fp8 + (bf16 if both else 0.0)
 
 
+def cp_gather_bytes(m: ModelSpec, par: ParallelSpec, tr: TrainingSpec, dtype: float) -> float:
+    """The all-gather CP's transient (``cp_comm_type`` all_gather, cp > 1): the attention's backward holds the
+    whole sequence's K and V, gathered again, and its dK and dV before their reduce-scatter, all four in the
+    forward's dtype (TE context_parallel.py @ d0067d0da, AttnFuncWithCPAndKVAllGather.backward: dk, dv
+    torch.zeros of cp·s rows, lines 3768-3777; k_ag, v_ag, lines 3788-3789): 2 · b · s · kv_l · (d_qk + d_v)
+    bytes for the whole sequence s, kv_l = max(1, kv heads / tp) (MLA: every head). The forward's K/V gather
+    is half of it, and what it saves is the local K and V, as the ring's."""
+    if par.cp <= 1 or par.cp_comm_type != "all_gather":
+        return 0.0
+    d_qk, d_v = M.head_dims(m)
+    kv = m.heads if M.is_mla(m) else m.kv_heads
+    return 2.0 * tr.micro_batch * m.seq_len * max(1, kv // par.tp) * (d_qk + d_v) * dtype
+
+
 def stage_memory(sc: Scenario) -> list[MemoryReport]:
     """Memory of one GPU of each pipeline stage of ``sc``, stage 0 first."""
     profiled = profiled_stages(sc)
@@ -570,7 +585,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         acts = worst * max_in_flight(tasks, weights)  # layers of the (micro-batch, chunk)s in flight
         if 0 in held and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
-        work = float(WORKSPACE_BYTES) + userbuffers_bytes(par, tr, s * m.hidden)
+        work = float(WORKSPACE_BYTES) + userbuffers_bytes(par, tr, s * m.hidden) + cp_gather_bytes(m, par, tr, dtype)
         if par.zero >= 3:
             work += 2 * WEIGHT_BYTES * (dense + expert) / max(sum(mine), 1)
         if head_stage(par) in held:
