@@ -207,7 +207,7 @@ PIPELINE = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep
 # EP 16 over the attention's TP 2 × DP 8 (MoE parallel folding, etp 1, as the DeepSeek-V3 layout) with DeepEP:
 # a tensor-parallel all-gather started ahead on the NVLink its dispatch uses, about to stream as it begins,
 # is run with it (``Fabric._run_ahead``'s joined flows). Micro-batches of 2: a flow then meets a dispatch run
-# ahead (woken), which at 1 the router's small kernels (layer.py) now keep apart.
+# ahead (woken), which at 1 the router's small kernels (token_dispatch.py) now keep apart.
 EP_OVER_TP = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep=16", "--set", "parallel.tp=2",
               "--set", "parallel.etp=1", "--set", "parallel.dp=8", "--set", "training.global_batch=16",
               "--set", "parallel.sequence_parallel=true", "--set", "parallel.moe_token_dispatcher_type=flex",

@@ -1,5 +1,5 @@
 """What a small-expert MoE layer costs beyond its grouped GEMMs: the router's softmax, top-k, routing-map and
-aux-loss kernels, the alltoall dispatcher's counts, Transformer Engine's row-id map and chunk sort (layer.py,
+aux-loss kernels, the alltoall dispatcher's counts, Transformer Engine's row-id map and chunk sort (token_dispatch.py,
 "the router's and the permutation's small kernels"), the token copies at the measured copy bandwidth, and an
 NCCL all-to-all's latency per peer (network/collectives.py ALLTOALL_PEER_S)."""
 import pytest

@@ -476,7 +476,7 @@ class _RankBuilder:
     def _a2a_segments(self, steps: list[Ly.Step]) -> tuple[list[Ly.Step], ...] | None:
         """A MoE layer pass cut at its two token all-to-alls: (before, first a2a, between, second a2a,
         after), each a2a a one-step list; forward: dispatch then combine, backward: combine_bwd then
-        dispatch_bwd (layer.py). None for a pass without both (a dense layer, ep 1). Kept per list."""
+        dispatch_bwd (token_dispatch.py). None for a pass without both (a dense layer, ep 1). Kept per list."""
         hit = self._segments.get(id(steps))
         if hit is not None and hit[0] is steps:
             return hit[1]

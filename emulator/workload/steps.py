@@ -257,6 +257,11 @@ def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel
                   fa2=L.fa2)
 
 
+def linear_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int, batch: int = 1) -> list[Step]:
+    """A linear layer's backward with no communication: dgrad (m×n_out)·(n_out×k_in) then wgrad (k_in×m)·(m×n_out)."""
+    return [gemm(f"{name}.dgrad", m, k_in, n_out, L, batch, BWD), gemm(f"{name}.wgrad", k_in, n_out, m, L, batch, BWD)]
+
+
 def kernels(steps: list[Step]) -> list[Kernel]:
     return [st for st in steps if isinstance(st, Kernel)]
 
