@@ -55,9 +55,10 @@ def test_kv_and_attention_activations_use_head_dim():
     # replicated: 2 norm inputs 4h, QKV input 2h, MLP input 2h = 8h = 32 768
     # attention: Q 2·a·d = 16 384, K and V 2·2·kv·d = 2 048, projection input 2·a·d = 16 384 → 34 816
     #   (a·d = 8192 where h = 4096: without head_dim Q and the projection input would be 2h each)
-    # experts: top-8 copies of (SwiGLU up outputs 2·2·1536 + its output 2·1536 = 9216) = 73 728
-    # all sharded by t with SP: 4096·(32 768 + 34 816 + 73 728)/4 = 144 703 488 B
-    assert layer_activation_bytes(QWEN3, 1, 4096, 4, True, "selective", flash=True) == 144_703_488
+    # experts: top-8 copies of (SwiGLU up outputs 2·2·1536 + its output 2·1536 + the fc1 input 2·4096 = 17 408)
+    # = 139 264
+    # all sharded by t with SP: 4096·(32 768 + 34 816 + 139 264)/4 = 211 812 352 B
+    assert layer_activation_bytes(QWEN3, 1, 4096, 4, True, "selective", flash=True) == 211_812_352
 
 
 def test_head_dim_frees_hidden_from_heads():

@@ -161,12 +161,13 @@ def test_grouped_gemm_efficiency_scales_the_flop_rate():
 def test_activation_memory_of_experts():
     m = dataclasses.replace(SMALL, first_dense_layers=0)
     # per token, 2-byte elements, no dropout, t = 1: replicated 2·2h + 2h + 2h = 8192;
-    # attention Q, K, V, proj input 2(h + h) + 2h + 2h = 8192; experts 2 × (2·2·512 + 2·512) = 6144;
-    # shared (2·2·1024 + 2·1024) = 6144; scores a·s·2 = 8·512·2 = 8192 → 36 864 · s·b
-    assert layer_activation_bytes(m, 1, 512) == 512 * 36_864
-    # imbalance 3 over 2 local experts (ep 4): experts 2·2 × 3072 = 12 288 → 43 008
+    # attention Q, K, V, proj input 2(h + h) + 2h + 2h = 8192; experts 2 × (2·2·512 + 2·512 + the fc1 input
+    # 2·1024) = 10 240; shared (2·2·1024 + 2·1024) = 6144; scores a·s·2 = 8·512·2 = 8192 → 40 960 · s·b
+    assert layer_activation_bytes(m, 1, 512) == 512 * 40_960
+    # imbalance 3 over 2 local experts (ep 4): load (3 + 2 − 1)/2 = 2, experts 2·2 × (3072 + 2048) = 20 480
+    # → 51 200
     imb = dataclasses.replace(m, moe_imbalance=3.0)
-    assert layer_activation_bytes(imb, 1, 512, ep=4) == 512 * 43_008
+    assert layer_activation_bytes(imb, 1, 512, ep=4) == 512 * 51_200
     # the dense leading layer: its MLP 2·2·2048 + 2·2048 = 12 288 in place of experts + shared (6 144 + 6 144)
     assert layer_activation_bytes(SMALL, 1, 512, moe=False) == 512 * (8192 + 8192 + 12_288 + 8192)
 

@@ -45,8 +45,9 @@ def test_distribution_scales_the_all_to_all_and_the_experts():
     # memory: the experts' stored tokens grow by the same 5/3 (top-2 copies × load)
     balanced = layer_activation_bytes(MIXTRAL, 1, 4096, ep=4, flash=True)
     skewed = layer_activation_bytes(m, 1, 4096, ep=4, flash=True)
-    # SwiGLU experts keep 2·2·14 336 + 2·14 336 = 86 016 B a routed copy; 2 copies × (5/3 − 1) × 4096 tokens
-    assert skewed - balanced == pytest.approx(4096 * 2 * 86_016 * (5 / 3 - 1))
+    # SwiGLU experts keep 2·2·14 336 + 2·14 336 = 86 016 B a routed copy, and its fc1 input 2·4096 = 8192:
+    # 94 208; 2 copies × (5/3 − 1) × 4096 tokens
+    assert skewed - balanced == pytest.approx(4096 * 2 * 94_208 * (5 / 3 - 1))
 
 
 SCENARIO = """

@@ -22,8 +22,8 @@ sequence share of a CP rank, a the heads, t the TP size):
     full recompute      2·s·b·h (2·s·b·h/t with SP: only the layer input is kept)
 computed term by term so that GQA (K, V of kv heads), ``head_dim`` (Q, K, V and the projection
 input of a·d and kv·d elements, not h), SwiGLU (two up outputs), MoE
-(top_k routed copies of the expert width, times the busiest rank's load under routing
-imbalance, plus the shared experts' MLP) and models without dropout are counted; for a GPT
+(top_k routed copies of the expert width and of the experts' fc1 input, times the busiest rank's load
+under routing imbalance, plus the shared experts' MLP) and models without dropout are counted; for a GPT
 these terms are exactly the formulas above. Multi-latent attention keeps Q and K of a·d_qk,
 V and the projection input of a·d_v, and the latents (r_q twice, r_kv + d_r and r_kv, as
 the replicated part). A stage that holds one of an MoE model's dense leading layers is
@@ -168,13 +168,23 @@ def _attention_terms(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, fl
 def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float, tokens: int = 0, width: int = 0) -> float:
     """Stored bytes per token of the MLP (or the experts): up output(s) in bf16, kept by the activation
     function, and the activation's output, the down GEMM's input (``g`` bytes); ``width``: a dense MLP
-    of that width (0: ffn_hidden); ``tokens``: routed per rank and step (:func:`_rank_load`)."""
+    of that width (0: ffn_hidden); ``tokens``: routed per rank and step (:func:`_rank_load`). A routed copy
+    also keeps its own input to the experts' fc1 (:func:`expert_input_terms`): a dense MLP's fc1 input is
+    the layer's normed input, counted with the replicated terms."""
     def mlp(width: int) -> float:
         return 2 * width * (2 if r.swiglu else 1) + g * width
     if not moe:
         return mlp(width or r.ffn_hidden)
     routed = r.top_k * _rank_load(r, ep, tokens)
-    return routed * mlp(M.expert_ffn(r)) + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
+    return routed * mlp(M.expert_ffn(r)) + expert_input_terms(r, ep, g, tokens) \
+        + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
+
+
+def expert_input_terms(r: ModelSpec, ep: int, g: float, tokens: int = 0) -> float:
+    """Stored bytes per token of the routed experts' fc1 input: the permuted copies of the tokens, top_k·load
+    rows of h, which Transformer Engine's GroupedLinear saves for its weight gradient (module/grouped_linear.py
+    @ d0067d0da: ``inputmats`` in ``prepare_for_saving``, line 931), quantised (``g`` bytes) under FP8."""
+    return r.top_k * _rank_load(r, ep, tokens) * g * r.hidden
 
 
 def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: float,
