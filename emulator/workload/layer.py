@@ -33,8 +33,9 @@ works on d, and the projection is T×a_l·d → T×h.
 Mixture-of-Experts (a layer with ``experts``): router GEMM · routing and aux-loss kernels · the
 dispatcher's counts and the permutation's row-id map · permute · [EP all-to-all dispatch] · [chunk sort]
 · the local experts' up GEMM, activation and down GEMM as one grouped GEMM each (Megatron-Core's
---moe-grouped-gemm) · [chunk unsort] · [EP all-to-all combine] · unpermute (the dispatch's steps and its small kernels are token_dispatch.py's); shared experts
-(one MLP of their summed width, TP-sharded) run on every token before the routed ones.
+--moe-grouped-gemm) · [chunk unsort] · [EP all-to-all combine] · unpermute (the dispatch's steps and
+its small kernels are token_dispatch.py's); shared experts (one MLP of their summed width, TP-sharded)
+run on every token before the routed ones.
 With routing imbalance f (busiest expert / mean) the busiest EP rank holds that expert and
 local − 1 experts of mean load, so it computes (f + local − 1)/local times the mean tokens
 (1 without EP: all experts on each rank, the total is the mean); every rank is costed as
