@@ -27,8 +27,15 @@ from typing import Any, Iterator, Sequence
 
 from emulator.meta import ProgramMeta
 
-__all__ = ["OpKind", "COMPUTE", "COLLECTIVE", "SEND", "RECV", "KINDS", "COMM_KINDS", "COLLECTIVE_OPS", "Op", "Part",
-           "block_ops", "Fold", "FoldRefused", "Program", "ProgramMeta"]
+__all__ = ["OpKind", "COMPUTE", "COLLECTIVE", "SEND", "RECV", "KINDS", "COMM_KINDS", "COLLECTIVE_OPS", "OFF_SM_STREAMS",
+           "COPY_STREAMS", "Op", "Part", "block_ops", "Fold", "FoldRefused", "Program", "ProgramMeta"]
+
+# Streams whose compute ops take no SMs and no GPU slowdown: the host's own time (``cpu``, imported traces) and
+# the copy engines' transfers to and from pinned host memory (``d2h``, ``h2d``: activation offloading). They
+# neither share the GPU with its kernels nor count as its compute.
+OFF_SM_STREAMS = frozenset({"cpu", "d2h", "h2d"})
+# Of those, the copies: the time breakdown counts them as communication (with the host), not compute.
+COPY_STREAMS = frozenset({"d2h", "h2d"})
 
 
 class OpKind(IntEnum):

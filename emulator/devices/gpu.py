@@ -8,7 +8,7 @@ compute op from the pure cost functions in ``emulator.devices.compute``.
 """
 from __future__ import annotations
 
-from emulator.program import Op
+from emulator.program import OFF_SM_STREAMS, Op
 from emulator.scenario.spec import GpuSpec
 
 
@@ -25,7 +25,7 @@ class Gpu:
     def compute_time(self, op: Op) -> float:
         """Duration of a compute op: its fixed duration, else the roofline of its flops/bytes."""
         if op.duration is not None:
-            if op.stream == "cpu":  # host-side time (imported traces) is not the GPU's
+            if op.stream in OFF_SM_STREAMS:  # the host's time, or a copy engine's: not the GPU's SMs
                 return op.duration
             return op.duration * self.slowdown
         if self.spec is None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from emulator.errors import EmulatorError
-from emulator.program import COMM_KINDS, Program
+from emulator.program import COMM_KINDS, OFF_SM_STREAMS, Program
 
 _COMM_LABELS = tuple(k.label for k in COMM_KINDS)  # span kinds are labels
 
 
 def _gpu_spans(result: Any, rank: int) -> list:
-    return [s for s in result.spans if s.rank == rank and s.stream != "cpu"]
+    return [s for s in result.spans if s.rank == rank and s.stream not in OFF_SM_STREAMS]
 
 
 def compare(program: Program, result: Any) -> list[dict]:

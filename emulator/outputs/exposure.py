@@ -23,6 +23,7 @@ from typing import Iterable
 import numpy as np
 
 from emulator.outputs.gantt import lane
+from emulator.program import COPY_STREAMS, OFF_SM_STREAMS
 from emulator.spans import Span
 
 
@@ -39,8 +40,8 @@ def rank_exposure(spans: Iterable[Span]) -> dict[str, float]:
     compute: tuple[list[float], list[float]] = ([], [])
     lanes: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for s in spans:
-        if s.kind == "compute":
-            if s.end_s > s.start_s and s.stream != "cpu" and s.category != "optimizer":
+        if s.kind == "compute" and s.stream not in COPY_STREAMS:  # a host copy is communication (d2h, h2d lanes)
+            if s.end_s > s.start_s and s.stream not in OFF_SM_STREAMS and s.category != "optimizer":
                 compute[0].append(s.start_s)
                 compute[1].append(s.end_s)
         elif s.end_s > s.xfer_s:

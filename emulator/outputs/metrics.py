@@ -6,7 +6,8 @@ Breakdown of the iteration time T, per simulated rank, then averaged over ranks
 - ``compute``: the union of compute spans (the optimizer step excluded, and the
   host-side ``cpu`` lane of imported traces, which is not GPU work);
 - ``exposed_comm``: the union of transfer intervals [xfer_s, end_s] of
-  communication not hidden under compute;
+  communication not hidden under compute (the copies to and from host memory of activation offloading,
+  streams ``d2h`` and ``h2d``, count as communication);
 - ``bubble``: time with neither compute nor communication, when pp > 1
   (the pipeline bubble, including waits for other stages);
 - ``other``: the optimizer step, and idle time when pp = 1 (waiting for
@@ -26,6 +27,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from emulator.program import COPY_STREAMS, OFF_SM_STREAMS
 from emulator.spans import Span, SpanTable
 
 
@@ -75,8 +77,8 @@ def _buckets(spans: Iterable[Span]) -> dict[int, list[array]] | dict[int, list[n
         b = per_rank.get(s.rank)
         if b is None:
             b = per_rank[s.rank] = [array("d") for _ in range(6)]
-        if s.kind == "compute":
-            if s.end_s <= s.start_s or s.stream == "cpu":
+        if s.kind == "compute" and s.stream not in COPY_STREAMS:
+            if s.end_s <= s.start_s or s.stream in OFF_SM_STREAMS:
                 continue
             i = 4 if s.category == "optimizer" else 0
             b[i].append(s.start_s)
@@ -87,7 +89,7 @@ def _buckets(spans: Iterable[Span]) -> dict[int, list[array]] | dict[int, list[n
     return per_rank
 
 
-def _table_buckets(table: SpanTable, stream: str | None = None) -> dict[int, list[np.ndarray]]:
+def _table_buckets(table: SpanTable, stream: str | tuple[str, ...] | None = None) -> dict[int, list[np.ndarray]]:
     """``_buckets`` of a SpanTable, from its columns (numpy; the same arrays, in the same order,
     as the loop over its spans gives: ranks in order of first appearance, spans in order). With
     ``stream``, only the communication on that stream, and the ranks in order of their first
@@ -99,16 +101,18 @@ def _table_buckets(table: SpanTable, stream: str | None = None) -> dict[int, lis
     if not n:
         return {}
     kind = np.array(table.column("kind"), dtype=object)
-    cpu = np.array([s == "cpu" for s in table.column("stream")], dtype=bool)
+    cpu = np.array([s in OFF_SM_STREAMS for s in table.column("stream")], dtype=bool)
     opt = np.array([c == "optimizer" for c in table.column("category")], dtype=bool)
-    is_compute = np.tile(kind == "compute", table.copies)
+    copy = np.array([s in COPY_STREAMS for s in table.column("stream")], dtype=bool)  # host copies: communication
+    is_compute = np.tile((kind == "compute") & ~copy, table.copies)
     cpu, opt = np.tile(cpu, table.copies), np.tile(opt, table.copies)
     start, end, xfer = (np.frombuffer(a, dtype=float) if isinstance(a, array) else np.asarray(a, dtype=float)
                         for a in table.times())
     keep_c = is_compute & (end > start) & ~cpu
     keep_m = ~is_compute & (end > xfer)
     if stream is not None:
-        keep_m &= np.tile(np.array([s == stream for s in table.column("stream")], dtype=bool), table.copies)
+        wanted = (stream,) if isinstance(stream, str) else stream
+        keep_m &= np.tile(np.array([s in wanted for s in table.column("stream")], dtype=bool), table.copies)
     copies = table.copy_ranks()
     if copies is None:  # copies sharing a rank: group the whole table as one
         ranks, copies, T = np.asarray(table.ranks(), dtype=np.int64), [None], n
@@ -180,20 +184,21 @@ def breakdown(spans: Iterable[Span], period: float, pipelined: bool, iterations:
     return mean_breakdown(rank_totals(spans, period, pipelined, iterations), period, iterations)
 
 
-def stream_time(spans: Iterable[Span], stream: str, iterations: int = 1) -> tuple[float, float]:
-    """(busy, exposed) seconds per iteration of the communication on ``stream`` (the MoE dispatch's "ep"),
+def stream_time(spans: Iterable[Span], stream: str | tuple[str, ...], iterations: int = 1) -> tuple[float, float]:
+    """(busy, exposed) seconds per iteration of the communication on ``stream`` (the MoE dispatch's "ep"; or on
+    any of several, as one: the offload copies' "d2h" and "h2d"),
     averaged over the simulated ranks that use it: busy is the union of its transfers, exposed the part
     of it under no compute span (so exposed ≤ the breakdown's exposed_comm). (0, 0) if no rank uses it."""
     if isinstance(spans, SpanTable):  # from the columns: the same arrays, in the same order, as the loop's
         return _stream_time([b[:4] for b in _table_buckets(spans, stream).values()], iterations)
     per: dict[int, list[list[float]]] = {}
     for s in spans:
-        if s.kind == "compute":
-            if s.end_s > s.start_s and s.stream != "cpu" and s.category != "optimizer":
+        if s.kind == "compute" and s.stream not in COPY_STREAMS:
+            if s.end_s > s.start_s and s.stream not in OFF_SM_STREAMS and s.category != "optimizer":
                 per.setdefault(s.rank, [[], [], [], []])
                 per[s.rank][0].append(s.start_s)
                 per[s.rank][1].append(s.end_s)
-        elif s.stream == stream and s.end_s > s.xfer_s:
+        elif (s.stream == stream if isinstance(stream, str) else s.stream in stream) and s.end_s > s.xfer_s:
             per.setdefault(s.rank, [[], [], [], []])
             per[s.rank][2].append(s.xfer_s)
             per[s.rank][3].append(s.end_s)

@@ -104,6 +104,12 @@ def summarize(result: Result) -> dict[str, Any]:
 
         busy, exposed = stream_time(result.spans, "ep", iterations)
         out["moe"] = {"dispatch_s": busy, "exposed_dispatch_s": exposed}
+    if facts is not None and sc.training.fine_grained_activation_offloading:  # the copies to and from host memory
+        from emulator.outputs.metrics import stream_time
+
+        out_s, back_s, exposed_s = (*(stream_time(result.spans, st, iterations)[0] for st in ("d2h", "h2d")),
+                                    stream_time(result.spans, ("d2h", "h2d"), iterations)[1])
+        out["offload"] = {"d2h_s": out_s, "h2d_s": back_s, "exposed_s": exposed_s}
     if result.link_bytes and T > 0:
         from emulator.outputs.nic import busiest_links, busiest_nic
 
@@ -235,6 +241,10 @@ def human_table(summary: dict) -> str:
     if moe:
         rows.append(("MoE dispatch", f"{_fmt_time(moe['dispatch_s'])} in flight, "
                                      f"{_fmt_time(moe['exposed_dispatch_s'])} exposed (of the exposed comm)"))
+    off = summary.get("offload")
+    if off:
+        rows.append(("offload copies", f"{_fmt_time(off['d2h_s'])} out, {_fmt_time(off['h2d_s'])} back, "
+                                       f"{_fmt_time(off['exposed_s'])} exposed (of the exposed comm)"))
     src = summary.get("compute_source")
     if src:
         rows.append(("compute costed", f"measured {src['measured']:.0%}, interpolated {src['interpolated']:.0%}, "

@@ -55,7 +55,7 @@ from emulator.errors import EmulatorError
 from emulator.network.collectives import CollectiveModel
 from emulator.network.fabric import Fabric, delay_to
 from emulator.network.flows import FlowSpec, Plan
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Op, Program, is_token_exchange
+from emulator.program import COLLECTIVE, COMPUTE, OFF_SM_STREAMS, RECV, SEND, Op, Program, is_token_exchange
 from emulator.run.block import OpenedFields, opened_times
 from emulator.run.copies import Copies
 from emulator.run.deadlock import DeadlockError, deadlock_report
@@ -148,7 +148,7 @@ class Engine:
         self.private = bytearray(op.kind is COLLECTIVE and groups_ok[op.group] for op in self.tops)
         self.durs = self._durations()
         if overlap:  # compute then depends on what else runs: every GPU kernel goes through SharedGpu
-            self.shares = bytearray(op.kind is COMPUTE and op.stream != "cpu" for op in self.tops)
+            self.shares = bytearray(op.kind is COMPUTE and op.stream not in OFF_SM_STREAMS for op in self.tops)
             self.private = bytearray(self.T)
         self.timed = bytearray(op.kind is COMPUTE and not sh for op, sh in zip(self.tops, self.shares))
         # collectives that may be issued ahead of the clock (``_issue``): not with the GPUs' overlap slowdown,

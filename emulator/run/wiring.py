@@ -10,7 +10,7 @@ from __future__ import annotations
 from array import array
 from operator import attrgetter
 
-from emulator.program import COLLECTIVE, COMPUTE, Op
+from emulator.program import COLLECTIVE, COMPUTE, OFF_SM_STREAMS, Op
 
 
 class OpFields:
@@ -97,7 +97,7 @@ def compute_streams(ops: list[Op]) -> dict[int, set[str]]:
     """Per rank, the streams its GPU compute ops run on (host ops, stream ``cpu``, are not the GPU's)."""
     streams: dict[int, set[str]] = {}
     for op in ops:
-        if op.kind is COMPUTE and op.stream != "cpu":
+        if op.kind is COMPUTE and op.stream not in OFF_SM_STREAMS:
             streams.setdefault(op.rank, set()).add(op.stream)
     return streams
 
@@ -108,4 +108,4 @@ def sharing(ops: list[Op]) -> bytearray:
     full speed on the fast path (a rank with one compute stream never runs two kernels at once).
     Host ops (stream ``cpu``, imported traces) are the CPU's time, not the GPU's."""
     streams = compute_streams(ops)
-    return bytearray(op.kind is COMPUTE and op.stream != "cpu" and len(streams[op.rank]) > 1 for op in ops)
+    return bytearray(op.kind is COMPUTE and op.stream not in OFF_SM_STREAMS and len(streams[op.rank]) > 1 for op in ops)

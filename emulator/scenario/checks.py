@@ -277,7 +277,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
                      p.pipeline_model_parallel_layout, m.mtp_num_layers)
     except ScenarioError as err:
         out.append(Violation(err.key or "parallel.pp", err.message))
-    out += _recompute_violations(m, t)
+    out += _recompute_violations(m, t) + _offload_violations(m, t, p)
     out += _tensor_violations(m, p)
     out += _a2a_overlap_violations(m, t, p)
     micro_batches = t.global_batch // per_step
@@ -413,6 +413,40 @@ def _recompute_violations(m: ModelSpec, t: TrainingSpec) -> list[Violation]:
         return [Violation("training.recompute_modules", "mla_up_proj needs multi-latent attention "
                                                         "(model.kv_lora_rank > 0)")]
     return []
+
+
+def _offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """Fine-grained activation offloading as Megatron-Core's TransformerConfig checks it (transformer_config.py @
+    d98e8a64dd, ``__post_init__``: offload_modules not empty, attn_proj only with core_attn, no expert module
+    offloaded while the whole MoE layer is recomputed), plus what the emulator cannot honour: modules without the
+    switch, expert modules without experts, full recompute (a layer then keeps only its input), and the steps that
+    pair a forward with a backward (DualPipe's, the 1F1B all-to-all overlap), whose copies are not modelled."""
+    key, mods = "training.offload_modules", t.offload_modules or ()
+    if not t.fine_grained_activation_offloading:
+        return [Violation(key, "offload_modules are offloaded with training.fine_grained_activation_offloading: "
+                               "true")] if mods else []
+    out: list[Violation] = []
+    if not mods:
+        out.append(Violation(key, "fine_grained_activation_offloading needs at least one module in offload_modules "
+                                  "(Megatron-Core asserts it)"))
+    if "attn_proj" in mods and "core_attn" not in mods:
+        out.append(Violation(key, "attn_proj is offloaded only with core_attn (Megatron-Core: the input of attn_proj "
+                                  "is the output of core_attn, which core_attn's backward needs)"))
+    moe = [x for x in ("expert_fc1", "moe_act") if x in mods]
+    if moe and not m.experts:
+        out.append(Violation(key, f"{', '.join(moe)} needs an MoE model (model.experts > 0)"))
+    if moe and t.recompute == "selective" and "moe" in (t.recompute_modules or ()):
+        out.append(Violation(key, f"{', '.join(moe)} cannot be offloaded while recompute_modules recomputes the whole "
+                                  "moe layer (Megatron-Core refuses it: the layer keeps only its input)"))
+    if t.recompute == "full":
+        out.append(Violation("training.fine_grained_activation_offloading",
+                             "under recompute: full a layer keeps only its input; offload with selective or none"))
+    if p.schedule in ("dualpipe", "dualpipev") or p.overlap_moe_expert_parallel_comm:
+        paired = f"schedule {p.schedule}" if p.schedule in ("dualpipe", "dualpipev") else \
+            "overlap_moe_expert_parallel_comm"
+        out.append(Violation("training.fine_grained_activation_offloading",
+                             f"offloading is not modelled with {paired}, whose steps pair a forward with a backward"))
+    return out
 
 
 def _expert_grid_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:

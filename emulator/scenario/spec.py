@@ -203,6 +203,11 @@ class NodeSpec:
         "nodes (compute trays) of 4, 64 for 16 trays; absent: gpus_per_node. The intra_* keys, step_latency_intra "
         "and nvls_busbw then hold for the whole domain, and the network treats it as one node.",
         default=0, minimum=0, maximum=4096)
+    # a GPU's copies to and from pinned host memory (training.fine_grained_activation_offloading): PCIe or NVLink-C2C
+    host_bandwidth: float = key(
+        "Copy rate between one GPU and pinned host memory, each direction (nvbandwidth host_to_device and "
+        "device_to_host), used by training.fine_grained_activation_offloading; absent: not known, and offloading "
+        "is refused.", default=0.0, unit="bandwidth", minimum=MIN_BANDWIDTH)
 
     @property
     def domain(self) -> int:
@@ -431,6 +436,10 @@ class ModelSpec:
 
 # Megatron-Core transformer_config.py @ d98e8a64dd, ``recompute_modules`` (the choices a GPT or MoE layer has)
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "moe", "shared_experts", "mlp")
+# Megatron-Core transformer_config.py @ d98e8a64dd, ``offload_modules`` (fine-grained activation offloading; its
+# fused_group_mlp, which needs Transformer Engine's op fuser, and gdp_qkv, a GatedDeltaProduct mixer's, are not
+# modelled)
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
 
 
 @dataclass(frozen=True)
@@ -494,6 +503,15 @@ class TrainingSpec:
         "core_attn, mla_up_proj, layernorm, moe_act, moe, shared_experts, mlp. Absent: the emulator's selective "
         "recompute (the attention core when unfused; Megatron's default is [core_attn], which also reruns a fused "
         "attention).", default=None, choices=RECOMPUTE_MODULES)
+    fine_grained_activation_offloading: bool = key(
+        "Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading): the inputs that "
+        "the offload_modules save for their backward go to pinned host memory after their forward, on a copy "
+        "stream, and come back before their backward, a layer ahead (docs/guides/moe-memory.md). Needs "
+        "cluster.node.host_bandwidth.", default=False)
+    offload_modules: tuple[str, ...] | None = key(
+        "With fine_grained_activation_offloading, the modules whose saved inputs are offloaded (Megatron-Core's "
+        "--offload-modules): attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act.",
+        default=None, choices=OFFLOAD_MODULES)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from emulator.workload import flops as F
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload.memory import layer_offload
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.profiled import reshape_plan
 from emulator.workload.schedules import Task, combined_steps, dualpipe_steps, dualpipev_steps, schedule
@@ -120,6 +121,12 @@ class _RankBuilder:
         self._ring_step = 0  # CP ring exchanges emitted so far in the current unit (part of their tags)
         self._halves: dict[int, tuple[list[Ly.Step], list[Ly.Step], list[Ly.Step]]] = {}
         self._segments: dict[int, tuple[list[Ly.Step], tuple[list[Ly.Step], ...] | None]] = {}
+        # fine-grained activation offloading: bytes a layer sends to the host (MoE or plain, dense lead), the copy
+        # rate, each offloaded unit's D2H copy, and the op before the last backward layer began (reloads wait on it)
+        self._offload = layer_offload(plan.sc, plan.model)
+        self._host_bw = node.host_bandwidth
+        self._offloaded: dict[tuple[int, int, str], int] = {}
+        self._reload_gate: int | None = None
 
     # --- op emission -----------------------------------------------------------------
     def _emit(self, **kw: Any) -> int:
@@ -419,6 +426,40 @@ class _RankBuilder:
         return _UnitTag(prefix=f"mb{mb}.{unit.name}.{'fwd' if fwd else 'bwd'}.", mb=mb, stage=vs,
                         layer=unit.layer, key=((mb * V + vs) * stride + unit.layer + 1) * 2 + (0 if fwd else 1))
 
+    # --- fine-grained activation offloading (Megatron-Core fine_grained_activation_offload.py @ d98e8a64dd) ------
+    def _offload_bytes(self, unit: Unit) -> float:
+        """What ``unit`` sends to the host per micro-batch: a transformer layer's (an MTP module's as its layer)
+        offloaded inputs; nothing for the embedding and the head."""
+        if unit.layer < 0 or unit.name == "head" or not self._offload[0] + self._offload[1]:
+            return 0.0
+        m = self.plan.model
+        moe = M.is_moe_layer(m, unit.layer) if unit.layer < m.layers else bool(m.experts)
+        return self._offload[0] if moe else self._offload[1]
+
+    def _offload_out(self, unit: Unit, vs: int, mb: int, last: int) -> None:
+        """After a layer's forward, its offloaded inputs go to the host on the ``d2h`` copy stream
+        (``on_group_commit_forward``: d2h_stream.wait_stream(current), then ``bulk_offload_group``); the compute
+        stream does not wait for it (``fine_grained_offloading_max_inflight_offloads`` None)."""
+        nbytes = self._offload_bytes(unit)
+        if nbytes:
+            self._offloaded[(mb, vs, unit.name)] = self._emit(
+                kind=COMPUTE, stream="d2h", name=f"mb{mb}.{unit.name}.offload", duration=nbytes / self._host_bw,
+                bytes=nbytes, deps=(last,), category="offload", microbatch=mb, stage=vs, layer=unit.layer)
+
+    def _reload(self, unit: Unit, vs: int, mb: int) -> int | None:
+        """Before a layer's backward, its inputs come back on the ``h2d`` stream, issued when the backward layer
+        before it began (``bulk_reload`` at each group's backward start reloads the next group; a chunk's first
+        reloads during the chunk before, ``pre_reload_last_layer``) and after its copy out; its backward waits
+        for it (``on_group_commit_backward``: wait_reload_event)."""
+        out = self._offloaded.pop((mb, vs, unit.name), None)
+        if out is None:
+            return None
+        nbytes = self._offload_bytes(unit)
+        deps = (out,) if self._reload_gate is None else (out, self._reload_gate)
+        return self._emit(kind=COMPUTE, stream="h2d", name=f"mb{mb}.{unit.name}.reload",
+                          duration=nbytes / self._host_bw, bytes=nbytes, deps=deps, category="offload", microbatch=mb,
+                          stage=vs, layer=unit.layer)
+
     def _backward_done(self, unit: Unit, vs: int, mb: int, last: int | None, split: bool) -> None:
         """A unit's backward has ended at op ``last``: its gradient is ready (unless a W task follows)."""
         assert last is not None  # every unit's backward emits at least one kernel
@@ -450,9 +491,17 @@ class _RankBuilder:
                 udeps.append(prefetch[i])
             if fwd and (vs, unit.name) in self.zero_ag:
                 udeps.append(self.zero_ag[(vs, unit.name)])
+            if not fwd:
+                reload = self._reload(unit, vs, mb)
+                if reload is not None:
+                    udeps.append(reload)
+                if unit.layer >= 0 and self._offload[0] + self._offload[1]:
+                    self._reload_gate = self.last_compute  # the next layer's reload starts as this one does
             before = self.last_compute
             steps = unit.fwd if fwd else (self._backward_part(unit.bwd, "I") if split else unit.bwd)
             _first, last = self._emit_steps(steps, udeps, self._where(unit, fwd, mb, vs))
+            if fwd and last is not None:
+                self._offload_out(unit, vs, mb, last)
             deps = []
             if zero3 and i + 1 < len(order):  # prefetch the next unit's weights during this one
                 prefetch[i + 1] = self._zero3_gather(order[i + 1], vs, mb, phase,

@@ -245,6 +245,72 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     return unit * (replicated + (sharded + scores) / t)
 
 
+# Megatron-Core's fine-grained activation offloading (pipeline_parallel/fine_grained_activation_offload.py @
+# d98e8a64dd): a saved tensor under min_offloaded_tensor_size elements (1024·1024, transformer_config.py) stays on
+# the GPU; applied here to each module's saved inputs together, in 2-byte elements.
+OFFLOAD_MIN_ELEMENTS = 1024 * 1024
+# ASSUMPTION: beside the layers in flight, the GPU holds three layers' offloaded inputs: one being copied out, one
+# reloaded ahead of its backward, and the margin the manager keeps on the GPU (``post_warmup_callback``: the last
+# group of each name is not offloaded, so that its reload does not block the compute stream).
+OFFLOAD_RESIDENT_LAYERS = 3
+
+
+def offload_groups(r: ModelSpec, offload: tuple[str, ...], moe: bool, ep: int, g: float, tokens: int,
+                   keeps_out: bool, recomputed: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+    """Per offloaded module, the (replicated, sharded) bytes per token of what it saves for its backward
+    (``layer_activation_bytes``' terms), less what ``recomputed`` (selective recompute_modules) does not keep:
+    attn_norm a separate attention norm's input, 2h (multi-latent attention; elsewhere Transformer Engine fuses
+    the norm into the QKV linear, and Megatron-Core skips an IdentityOp); qkv_linear the QKV linear's input (with
+    the fused norm, its input 2h too; the MLA latents); core_attn Q, K and V (and the s² scores of an unfused
+    attention, which the caller adds); attn_proj the projection's input; mlp_norm an MoE layer's pre-MLP norm
+    input, 2h (a dense MLP fuses it); expert_fc1 the routed copies' fc1 input; moe_act the experts' up outputs."""
+    h = r.hidden
+    ln_out = 0.0 if "layernorm" in recomputed else g * h
+    attn_rep, attn_shard = _attention_terms(r, g, keeps_out)
+    a, mla = r.heads, M.is_mla(r)
+    d_v = M.head_dims(r)[1] if mla else M.head_dim(r)
+    out = a * d_v
+    proj = 2 * out if g == 2 else g * out + (2 * out if keeps_out else 0)
+    qkv = attn_shard - proj
+    if mla and "mla_up_proj" in recomputed:
+        qkv = 0.0
+    groups = {"attn_norm": (2.0 * h if mla else 0.0, 0.0),
+              "qkv_linear": (attn_rep - g * h + ln_out if mla else 2.0 * h + ln_out, 0.0),
+              "core_attn": (0.0, qkv), "attn_proj": (0.0, proj),
+              "mlp_norm": (2.0 * h if moe else 0.0, 0.0),
+              "expert_fc1": (0.0, expert_input_terms(r, ep, g, tokens) if moe else 0.0),
+              "moe_act": (0.0, r.top_k * _rank_load(r, ep, tokens) * 2 * M.expert_ffn(r) * (2 if r.swiglu else 1)
+                          if moe else 0.0)}
+    return {name: groups[name] for name in offload}
+
+
+def offloaded_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False, recompute: str = "none",
+                    flash: bool = False, dtype: int = 2, ep: int = 1, moe: bool | None = None, fp8: bool = False,
+                    modules: tuple[str, ...] | None = None, saved: float = 1.0,
+                    offload: tuple[str, ...] = ()) -> float:
+    """Bytes of one layer's stored activations (``layer_activation_bytes``, same arguments) that fine-grained
+    activation offloading moves to the host for one micro-batch: the ``offload`` modules' (:func:`offload_groups`),
+    each as large as OFFLOAD_MIN_ELEMENTS at least."""
+    if not offload or recompute == "full":
+        return 0.0
+    r = M.resolve(m)
+    g = saved if fp8 else 2
+    is_moe = bool(r.experts) if moe is None else moe
+    recomputed = (modules or ()) if recompute == "selective" else ()
+    unit = s * b * dtype / 2
+    total = 0.0
+    for name, (rep, shard) in offload_groups(r, offload, is_moe, ep, g, b * s, flash and recompute == "none",
+                                                  recomputed).items():
+        if name == "core_attn" and not flash and not (recompute == "selective" and (modules is None
+                                                                                    or "core_attn" in modules)):
+            mask = 1.0 if M.has_dropout(r) else 0.0
+            shard += r.heads * s * (2 + 3 * mask)  # the unfused core's scores, mask and dropout
+        size = unit * (rep + shard) / t if sp else unit * (rep + shard / t)
+        if size >= 2 * OFFLOAD_MIN_ELEMENTS:
+            total += size
+    return total
+
+
 def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tuple[float, float]:
     """(dense, expert) parameters held by one GPU of pipeline stage ``stage``, which holds ``layers``."""
     r = M.resolve(m)
@@ -531,6 +597,24 @@ def cp_gather_bytes(m: ModelSpec, par: ParallelSpec, tr: TrainingSpec, dtype: fl
     return 2.0 * tr.micro_batch * m.seq_len * max(1, kv // par.tp) * (d_qk + d_v) * dtype
 
 
+def layer_offload(sc: Scenario, m: ModelSpec) -> tuple[float, float]:
+    """Bytes one layer offloads per micro-batch under ``training.fine_grained_activation_offloading``
+    (:func:`offloaded_bytes` at the scenario's shape): (a layer of the model's kind, MoE where it has experts;
+    a dense leading layer). (0, 0) without offloading."""
+    par, tr = sc.parallel, sc.training
+    offload = (tr.offload_modules or ()) if tr.fine_grained_activation_offloading else ()
+    if not offload:
+        return 0.0, 0.0
+    dtype = 4 if tr.precision in ("fp32", "tf32") else 2
+    flash = getattr(tr, "attention", "unfused") in ("flash", "fa2") or par.cp > 1
+    sp = par.sequence_parallel and par.tp > 1
+    saved = SAVED_INPUT_BYTES.get(recipe_of(tr.precision, tr.fp8_recipe), 1.0)
+    moe_layer, dense_layer = (offloaded_bytes(m, tr.micro_batch, m.seq_len // par.cp, par.tp, sp, tr.recompute, flash,
+                                              dtype, par.ep, moe, tr.precision in QUANTISED, tr.recompute_modules,
+                                              saved, offload) for moe in (None, False))
+    return moe_layer, dense_layer
+
+
 def stage_memory(sc: Scenario) -> list[MemoryReport]:
     """Memory of one GPU of each pipeline stage of ``sc``, stage 0 first."""
     profiled = profiled_stages(sc)
@@ -564,6 +648,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
     per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
                                         False, fp8, modules, saved) if m.experts and m.first_dense_layers
                  else per_layer)
+    off_layer, off_dense = layer_offload(sc, m)
     out: list[MemoryReport] = []
     for stage in range(par.pp):
         held = held_stages(par, stage)
@@ -590,9 +675,11 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)  # its one more warm-up forward holds one more
         chunks = max_in_flight(tasks)
-        worst = max(per_layer, per_dense) if any(_dense_layers_of(sc, k) for k in held) else per_layer
+        lead = any(_dense_layers_of(sc, k) for k in held) and bool(m.experts)
+        worst = max(per_layer - off_layer, per_dense - off_dense) if lead else per_layer - off_layer
         weights = tuple(n for k in held for n in with_mtp[k])
-        acts = worst * max_in_flight(tasks, weights)  # layers of the (micro-batch, chunk)s in flight
+        in_flight = max_in_flight(tasks, weights)  # layers of the (micro-batch, chunk)s in flight
+        acts = worst * in_flight + max(off_layer, off_dense if lead else 0.0) * min(OFFLOAD_RESIDENT_LAYERS, in_flight)
         if 0 in held and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
         work = float(WORKSPACE_BYTES) + userbuffers_bytes(par, tr, s * m.hidden) + cp_gather_bytes(m, par, tr, dtype)

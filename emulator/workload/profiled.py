@@ -127,6 +127,10 @@ def check_keys(s: Scenario, prof: Profile) -> None:
         raise fail("model.tied_embeddings", f"model.tied_embeddings is {shown(m.tied_embeddings)}, but the "
                                             f"profiled head {head} embedding table; the profile fixes it: leave "
                                             "model.tied_embeddings out")
+    if t.fine_grained_activation_offloading:  # what a script's modules save is not in its profile
+        raise fail("training.fine_grained_activation_offloading",
+                   "fine-grained activation offloading is Megatron-Core's, by module; a profiled script's saved "
+                   "tensors are its own: leave it out")
     _check_peak(s, prof, fail)
     if "training.optimizer" in given and prof.param_bytes not in (2,):
         raise fail("training.optimizer", f"training.optimizer is {t.optimizer}, which keeps an fp32 main copy "
