@@ -7,7 +7,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.network import fabric as fabric_module
+from emulator.network import flow_fabric as fabric_module  # the module whose solves are counted
 from emulator.network.fabric import Fabric, Flow, max_min_rates
 
 

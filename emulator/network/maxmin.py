@@ -3,7 +3,7 @@
 Every unfrozen flow grows at the same level x; the link that saturates first (least
 (c_l − frozen load_l)/Σ w of its unfrozen flows) fixes x for every unfrozen flow crossing
 it; repeat. A flow puts w·r on each link it crosses with weight w (a crossing count, an
-ECMP share, or a folded flow's multiplicity). ``emulator.network.fabric`` runs flows over
+ECMP share, or a folded flow's multiplicity). ``emulator.network.flow_fabric`` runs flows over
 time and asks these for their rates.
 """
 from __future__ import annotations
