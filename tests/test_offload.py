@@ -124,3 +124,13 @@ def test_a_profiled_script_is_refused():
     with pytest.raises(ScenarioError) as info:
         simulate(sc, record_links=False)
     assert "training.fine_grained_activation_offloading" in str(info.value) and "leave it out" in str(info.value)
+
+
+def test_the_closed_form_bounds_a_micro_batch_by_its_copies():
+    """The search's closed form: at 1 GB/s one micro-batch's 8 layers take 8 · 20 971 520 B / 1 GB/s = 0.168 s on
+    each copy stream, more than their compute; the stage's micro-batch takes that (one micro-batch: 8 / (1 · 8))."""
+    from emulator.studies.rank import estimate_iteration
+
+    fast = estimate_iteration(load_scenario_text(SCENARIO, "off.yaml"))
+    slow = estimate_iteration(load_scenario_text(SCENARIO, "off.yaml", ["cluster.node.host_bandwidth=1 GB/s"]))
+    assert fast.compute_s < 0.168 and slow.compute_s == pytest.approx(8 * 20_971_520 / 1e9, rel=1e-12)

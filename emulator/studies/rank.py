@@ -77,7 +77,7 @@ from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
-from emulator.workload.memory import held_stages
+from emulator.workload.memory import held_stages, layer_offload
 from emulator.workload.placement import ORDER, Layout
 from emulator.workload.plan import (
     ADAM_BYTES_PER_PARAM,
@@ -306,9 +306,9 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     lead, mtp, mtp_head = extra_times(L, *args, m.mtp_num_layers if split.mtp >= 0 else 0, any(split.leads))
     p, v = par.pp, par.virtual_stages
     last = rank_of(p * v - 1, p, par.schedule in V_SHAPED)  # a V: the head on the first stage
-    stage_t = _per_rank(par.schedule, [split.count(s) * per_layer + split.leads[s] * (lead - per_layer)
-                                       + (embed if s == 0 else 0.0) + (head + mtp_head if s == last else 0.0)
-                                       + (mtp if s == split.mtp else 0.0) for s in range(p)])
+    stage_t = _per_rank(par.schedule, _offload_bound(sc, m, split, [
+        split.count(s) * per_layer + split.leads[s] * (lead - per_layer) + (embed if s == 0 else 0.0)
+        + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]))
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     slow = max(stage_t)
     compute_s = micro * slow
@@ -323,6 +323,21 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     optimizer_s = _optimizer(sc, params, split, gpu)
     total = compute_s + bubble_s + dp_comm_s + optimizer_s
     return Estimate(total, compute_s, bubble_s, dp_comm_s, optimizer_s)
+
+
+def _offload_bound(sc: Scenario, m: ModelSpec, split: Split, stage_t: list[float]) -> list[float]:
+    """With fine-grained activation offloading, a stage's micro-batch takes at least the copies of its layers:
+    each of the d2h and h2d streams moves every offloaded byte once a micro-batch, beside the compute
+    (workload/builder.py), at the node's host_bandwidth."""
+    moe, dense = layer_offload(sc, m)
+    if not moe + dense:
+        return stage_t
+    node = sc.cluster.node
+    assert node is not None  # estimate_iteration checked it
+    rate = node.host_bandwidth
+    copies = [((split.count(s) - split.leads[s]) * moe + split.leads[s] * dense
+               + (m.mtp_num_layers * moe if s == split.mtp else 0.0)) / rate for s in range(len(stage_t))]
+    return [max(t, c) for t, c in zip(stage_t, copies)]
 
 
 def _passes(gpu: GpuSpec, comm: tuple[tuple[str, int, Link], ...],
