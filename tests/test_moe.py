@@ -168,6 +168,11 @@ def test_activation_memory_of_experts():
     # → 51 200
     imb = dataclasses.replace(m, moe_imbalance=3.0)
     assert layer_activation_bytes(imb, 1, 512, ep=4) == 512 * 51_200
+    # expert tensor parallelism: each of the etp ranks keeps the fc1 input of all their tokens (gathered over
+    # the expert-TP group): tp 2 with SP, etp 2 against 1: the fc1 term 2 copies · 2·1024 = 4096 B a token,
+    # 512·4096/2 = 1 048 576 B a rank with etp 1, twice that with etp 2
+    assert (layer_activation_bytes(m, 1, 512, 2, True, etp=2) - layer_activation_bytes(m, 1, 512, 2, True, etp=1)
+            == 1_048_576)
     # the dense leading layer: its MLP 2·2·2048 + 2·2048 = 12 288 in place of experts + shared (6 144 + 6 144)
     assert layer_activation_bytes(SMALL, 1, 512, moe=False) == 512 * (8192 + 8192 + 12_288 + 8192)
 

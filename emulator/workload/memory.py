@@ -165,7 +165,7 @@ def _attention_terms(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, fl
     return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
 
 
-def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float, tokens: int = 0, width: int = 0) -> float:
+def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float, tokens: int = 0, width: int = 0, etp: int = 1) -> float:
     """Stored bytes per token of the MLP (or the experts): up output(s) in bf16, kept by the activation
     function, and the activation's output, the down GEMM's input (``g`` bytes); ``width``: a dense MLP
     of that width (0: ffn_hidden); ``tokens``: routed per rank and step (:func:`_rank_load`). A routed copy
@@ -176,19 +176,22 @@ def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float, tokens: int = 0, widt
     if not moe:
         return mlp(width or r.ffn_hidden)
     routed = r.top_k * _rank_load(r, ep, tokens)
-    return routed * mlp(M.expert_ffn(r)) + expert_input_terms(r, ep, g, tokens) \
+    return routed * mlp(M.expert_ffn(r)) + expert_input_terms(r, ep, g, tokens, etp) \
         + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
 
 
-def expert_input_terms(r: ModelSpec, ep: int, g: float, tokens: int = 0) -> float:
+def expert_input_terms(r: ModelSpec, ep: int, g: float, tokens: int = 0, etp: int = 1) -> float:
     """Stored bytes per token of the routed experts' fc1 input: the permuted copies of the tokens, top_k·load
     rows of h, which Transformer Engine's GroupedLinear saves for its weight gradient (module/grouped_linear.py
-    @ d0067d0da: ``inputmats`` in ``prepare_for_saving``, line 931), quantised (``g`` bytes) under FP8."""
-    return r.top_k * _rank_load(r, ep, tokens) * g * r.hidden
+    @ d0067d0da: ``inputmats`` in ``prepare_for_saving``, line 931), quantised (``g`` bytes) under FP8. With
+    the experts' tensor parallelism (``etp`` ranks) each of them holds the tokens of all: the dispatcher gathers
+    them over the expert-TP group (token_dispatcher.py @ d98e8a64dd, MoEAlltoAllTokenDispatcher.token_dispatch,
+    lines 741-746), while their up outputs are split over it; so etp times the share of one."""
+    return r.top_k * _rank_load(r, ep, tokens) * g * r.hidden * etp
 
 
 def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: float,
-                tokens: int = 0) -> tuple[float, float]:
+                tokens: int = 0, etp: int = 1) -> tuple[float, float]:
     """(replicated, sharded) bytes per token that ``recompute_modules`` do not keep (workload/recompute.py):
     mla_up_proj the query, key and value of the up projections (2·a·d_qk twice and 2·a·d_v); layernorm
     the two norm outputs, the attention's and the MLP's input (g·h each); moe_act the routed experts'
@@ -203,7 +206,7 @@ def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: f
         shard += 2 * r.heads * d_qk * 2 + 2 * r.heads * d_v
     if moe:
         if "moe" in modules:
-            shard += _mlp_terms(r, True, ep, g, tokens)
+            shard += _mlp_terms(r, True, ep, g, tokens, etp=etp)
         else:
             if "moe_act" in modules:
                 shard += r.top_k * _rank_load(r, ep, tokens) * g * M.expert_ffn(r)
@@ -217,8 +220,9 @@ def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: f
 def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                            recompute: str = "none", flash: bool = False, dtype: int = 2,
                            ep: int = 1, moe: bool | None = None, fp8: bool = False,
-                           modules: tuple[str, ...] | None = None, saved: float = 1.0) -> float:
-    """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``moe``
+                           modules: tuple[str, ...] | None = None, saved: float = 1.0, etp: int = 1) -> float:
+    """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``etp``: the experts'
+    tensor-parallel size (:func:`expert_input_terms`); ``moe``
     False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts);
     ``fp8``: Transformer Engine saves the GEMM inputs quantised, ``saved`` bytes an element (1 in FP8;
     SAVED_INPUT_BYTES); ``modules``: selective recompute of those modules (:func:`freed_terms`)."""
@@ -233,11 +237,11 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     attn_rep, attn_sharded = _attention_terms(r, g, keeps_out=flash and recompute == "none")
     replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
     is_moe = bool(r.experts) if moe is None else moe
-    sharded = attn_sharded + _mlp_terms(r, is_moe, ep, g, b * s)
+    sharded = attn_sharded + _mlp_terms(r, is_moe, ep, g, b * s, etp=etp)
     drop_scores = recompute == "selective" and (modules is None or "core_attn" in modules)
     scores = 0.0 if flash or drop_scores else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
     if recompute == "selective" and modules is not None:
-        free_rep, free_shard = freed_terms(r, modules, is_moe, ep, g, b * s)
+        free_rep, free_shard = freed_terms(r, modules, is_moe, ep, g, b * s, etp)
         replicated -= free_rep
         sharded -= free_shard
     if sp:
@@ -256,7 +260,7 @@ OFFLOAD_RESIDENT_LAYERS = 3
 
 
 def offload_groups(r: ModelSpec, offload: tuple[str, ...], moe: bool, ep: int, g: float, tokens: int,
-                   keeps_out: bool, recomputed: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+                   keeps_out: bool, recomputed: tuple[str, ...], etp: int = 1) -> dict[str, tuple[float, float]]:
     """Per offloaded module, the (replicated, sharded) bytes per token of what it saves for its backward
     (``layer_activation_bytes``' terms), less what ``recomputed`` (selective recompute_modules) does not keep:
     attn_norm a separate attention norm's input, 2h (multi-latent attention; elsewhere Transformer Engine fuses
@@ -278,7 +282,7 @@ def offload_groups(r: ModelSpec, offload: tuple[str, ...], moe: bool, ep: int, g
               "qkv_linear": (attn_rep - g * h + ln_out if mla else 2.0 * h + ln_out, 0.0),
               "core_attn": (0.0, qkv), "attn_proj": (0.0, proj),
               "mlp_norm": (2.0 * h if moe else 0.0, 0.0),
-              "expert_fc1": (0.0, expert_input_terms(r, ep, g, tokens) if moe else 0.0),
+              "expert_fc1": (0.0, expert_input_terms(r, ep, g, tokens, etp) if moe else 0.0),
               "moe_act": (0.0, r.top_k * _rank_load(r, ep, tokens) * 2 * M.expert_ffn(r) * (2 if r.swiglu else 1)
                           if moe else 0.0)}
     return {name: groups[name] for name in offload}
@@ -287,7 +291,7 @@ def offload_groups(r: ModelSpec, offload: tuple[str, ...], moe: bool, ep: int, g
 def offloaded_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False, recompute: str = "none",
                     flash: bool = False, dtype: int = 2, ep: int = 1, moe: bool | None = None, fp8: bool = False,
                     modules: tuple[str, ...] | None = None, saved: float = 1.0,
-                    offload: tuple[str, ...] = ()) -> float:
+                    offload: tuple[str, ...] = (), etp: int = 1) -> float:
     """Bytes of one layer's stored activations (``layer_activation_bytes``, same arguments) that fine-grained
     activation offloading moves to the host for one micro-batch: the ``offload`` modules' (:func:`offload_groups`),
     each as large as OFFLOAD_MIN_ELEMENTS at least."""
@@ -300,7 +304,7 @@ def offloaded_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False, 
     unit = s * b * dtype / 2
     total = 0.0
     for name, (rep, shard) in offload_groups(r, offload, is_moe, ep, g, b * s, flash and recompute == "none",
-                                                  recomputed).items():
+                                                  recomputed, etp).items():
         if name == "core_attn" and not flash and not (recompute == "selective" and (modules is None
                                                                                     or "core_attn" in modules)):
             mask = 1.0 if M.has_dropout(r) else 0.0
@@ -611,7 +615,7 @@ def layer_offload(sc: Scenario, m: ModelSpec) -> tuple[float, float]:
     saved = SAVED_INPUT_BYTES.get(recipe_of(tr.precision, tr.fp8_recipe), 1.0)
     moe_layer, dense_layer = (offloaded_bytes(m, tr.micro_batch, m.seq_len // par.cp, par.tp, sp, tr.recompute, flash,
                                               dtype, par.ep, moe, tr.precision in QUANTISED, tr.recompute_modules,
-                                              saved, offload) for moe in (None, False))
+                                              saved, offload, par.etp or par.tp) for moe in (None, False))
     return moe_layer, dense_layer
 
 
@@ -644,7 +648,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
     saved = SAVED_INPUT_BYTES.get(recipe, 1.0)
     modules = tr.recompute_modules
     per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                       fp8=fp8, modules=modules, saved=saved)
+                                       fp8=fp8, modules=modules, saved=saved, etp=par.etp or par.tp)
     per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
                                         False, fp8, modules, saved) if m.experts and m.first_dense_layers
                  else per_layer)
