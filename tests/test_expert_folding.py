@@ -11,7 +11,7 @@ from emulator.program import Fold
 from emulator.run.folding import choose_fold
 from emulator.scenario import load_scenario, load_scenario_text
 from emulator.scenario.catalog import model_preset
-from emulator.scenario.checks import layout_violations
+from emulator.scenario.rules import layout_violations
 from emulator.scenario.spec import ParallelSpec, TrainingSpec
 from emulator.workload import layer as Ly
 from emulator.workload.memory import expert_dp

@@ -2,7 +2,7 @@
 import dataclasses
 
 from emulator.scenario import catalog
-from emulator.scenario.checks import model_violations
+from emulator.scenario.rules import model_violations
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M

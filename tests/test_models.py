@@ -5,7 +5,7 @@ import pytest
 
 from emulator.errors import CatalogError, EmulatorError
 from emulator.scenario import catalog
-from emulator.scenario.checks import model_violations
+from emulator.scenario.rules import model_violations
 from emulator.workload import models as M
 
 

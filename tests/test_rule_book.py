@@ -1,4 +1,4 @@
-"""The one rule book (emulator/scenario/checks.py): the loader, the workload plan and the layout
+"""The one rule book (emulator/scenario/rules.py): the loader, the workload plan and the layout
 search agree on which layouts are valid, and say why in the same words."""
 import dataclasses
 

@@ -22,7 +22,7 @@ def _scenario(folder, preset, batch):
 
 def test_rules_name_the_broken_constraint(tmp_path):
     sc = load_scenario(_scenario(str(tmp_path), "gpt3-125m", 16))  # 12 layers, 12 heads
-    # the loader's words (the rule book, scenario/checks.py)
+    # the loader's words (the rule book, scenario/rules.py)
     assert rule_violation(sc, Layout(tp=8, pp=1, dp=1)) == "model.heads (12) must be divisible by tp (8)"
     assert rule_violation(sc, Layout(tp=1, pp=2, dp=4, schedule="interleaved-1f1b", virtual_stages=4)) == \
         ("model.layers (12) must be divisible by pp*virtual_stages = 2*4 = 8, or set parallel.first_chunk_layers"

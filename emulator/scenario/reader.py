@@ -3,7 +3,7 @@
 The text becomes a YamlValue tree (yamltree.py), the ``--set key.path=value``
 assignments are applied to the tree (assignments.py), the tree is read against the key
 table that schema.py derives from the spec, and the result goes through the cross-key
-checks of the rule book (checks.py).
+checks (checks.py), which apply the rule book (rules.py).
 
 Every problem is a ScenarioError: "FILE:LINE: key.path: expected ..., got ...".
 """

@@ -8,7 +8,7 @@ Each field is declared with ``key(...)`` (emulator/scenario/keys.py): its help t
 kind, allowed values, bounds and default. The key table that the reader checks a file
 against, the catalog's entries, the JSON Schema of ``emulator schema`` (schema.py) and
 the reference page of keys (docs/reference_pages.py) are all derived from these fields;
-the rules between keys stay in the rule book (checks.py).
+the rules between keys stay in the rule book (rules.py) and the loader's checks (checks.py).
 
 How to add a scenario key (one place)
 -------------------------------------
@@ -35,7 +35,8 @@ GpuSpec, ...), declared with ``key``; the examples are fields of this file::
 Keys are listed (in messages, the schema and the page) in field order; a field without a
 default goes before those with one (the dataclass rule). That is all: the reader reads and
 checks the key in a file, a catalog entry and ``--set``, and ``emulator schema`` and the
-reference page list it. A rule that ties it to other keys goes into the rule book (checks.py).
+reference page list it. A rule that ties it to other keys goes into the rule book (rules.py),
+or into the loader's checks (checks.py) where it needs the whole scenario or which keys the file gave.
 A field that no file gives (the loader's bookkeeping) is declared with ``internal("what it
 holds")``; a key that the file gives and the spec does not keep, with ``file_key`` in the
 class's ``FILE_KEYS``. tests/test_spec_keys.py checks that every field is one or the other.
@@ -610,7 +611,7 @@ class ParallelSpec:
     moe_shared_expert_overlap: bool = key(
         "The shared experts' first GEMM runs under the dispatch and their second under the combine (Megatron-Core "
         "token_dispatcher.py).", default=False)
-    # Megatron-Core's 1F1B all-to-all overlap (workload/builder.py run_pair; checks.py _a2a_overlap_violations)
+    # Megatron-Core's 1F1B all-to-all overlap (workload/builder.py run_pair; rules.py _a2a_overlap_violations)
     overlap_moe_expert_parallel_comm: bool = key(
         "Megatron-Core's 1F1B all-to-all overlap: in the steady state the forward of one micro-batch runs beside the "
         "backward of another, layer by layer, so each one's expert dispatch and combine all-to-all hide behind the "

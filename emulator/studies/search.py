@@ -10,7 +10,7 @@ The search space (all sizes powers of two):
 - ZeRO stage 0..3 (0 only when dp·cp = 1);
 - recompute none, selective, full.
 
-Rules: the loader's rule book (scenario/checks.py, ``layout_violations``): heads, FFN and
+Rules: the loader's rule book (scenario/rules.py, ``layout_violations``): heads, FFN and
 KV heads over tp, layers over the pp·v chunks (evenly, or else with lighter first and
 last chunks: scenario/stages.py), global_batch over micro_batch·dp, the sequence over
 cp (·tp with sequence parallelism), experts over ep, and the interleaved schedule's
@@ -56,7 +56,7 @@ from typing import Any, Sequence
 from emulator.errors import EmulatorError
 from emulator.outputs.printable import printable
 from emulator.outputs.progress import points_bar
-from emulator.scenario.checks import layout_violations
+from emulator.scenario.rules import layout_violations
 from emulator.scenario.spec import Scenario
 from emulator.scenario.stages import balanced_ends
 from emulator.studies.store import ResultStore, Row, export_csv
@@ -183,7 +183,7 @@ def cluster_overrides(sc: Scenario, gpus: int | None) -> list[str]:
 
 def rule_violation(sc: Scenario, lay: Layout) -> str | None:
     """The first layout rule ``lay`` breaks on ``sc``'s model, in the loader's words (the rule book,
-    scenario/checks.py), or None."""
+    scenario/rules.py), or None."""
     assert sc.model is not None
     laid = lay.apply(sc)
     broken = layout_violations(sc.model, laid.training, laid.parallel)

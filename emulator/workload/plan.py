@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from emulator.devices.compute import precision_peak
 from emulator.errors import ScenarioError
-from emulator.scenario.checks import layout_violations
+from emulator.scenario.rules import layout_violations
 from emulator.scenario.spec import GpuSpec, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of
 from emulator.workload import layer as Ly

@@ -9,7 +9,7 @@ kernel is reshaped to the scenario's sizes by the law of its class
 (``embed``, ``layer{i}``, ``head``). Everything else is the one workload builder's: pipeline stages
 and schedules, data-parallel gradient buckets (DDP: 25 MiB, reduced in the parameters' dtype),
 ZeRO-1/2/3 and FSDP gathers, on the emulated fabric. What a profile cannot say (how the script's
-own layers split over tensor-parallel GPUs) is refused by the rule book (scenario/checks.py).
+own layers split over tensor-parallel GPUs) is refused by the loader's checks (scenario/checks.py).
 
 Host time: the GPU waits for the host wherever the host launches slower than the GPU runs, and
 after a synchronisation (a device-to-host copy such as HF's attention-mask check). Every kernel

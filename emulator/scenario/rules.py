@@ -1,0 +1,506 @@
+"""The rule book: Megatron's layout rules, written once, as pure functions of the specs.
+
+:func:`layout_violations` is the one place that says whether a model, its training
+batch and a parallel layout go together (heads, FFN and KV heads over tp, layers over
+the pipeline chunks, batches over micro-batches and data-parallel replicas, experts
+over ep, sequence over cp·tp, the interleaved schedule's micro-batch rule), and
+:func:`model_violations` whether the model's own shape holds. Each broken rule is a
+:class:`Violation`: the key path to change and what is wrong, in the loader's words.
+The loader (checks.py), the workload plan and the layout search all call it, so a
+layout the search keeps is a layout the loader accepts.
+
+Nothing here reads a file or knows where a key was written: the loader's checks
+(checks.py) name the file and line of the key a violation gives.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from emulator.errors import ScenarioError
+from emulator.scenario.spec import SCHEDULES, ModelSpec, ParallelSpec, TrainingSpec
+from emulator.scenario.stages import LAYOUT_KEY, V_SHAPED, model_chunks
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: the key path to change and what is wrong, in the loader's words."""
+
+    key: str
+    message: str
+
+    def error(self) -> ScenarioError:
+        return ScenarioError(self.message, key=self.key)
+
+
+def model_violations(model: ModelSpec) -> list[Violation]:
+    """The rules of the model's own shape (sizes at least 1, heads over hidden, KV heads, experts)."""
+    out: list[Violation] = []
+    for name in ("layers", "hidden", "heads", "seq_len", "vocab"):
+        if getattr(model, name) < 1:
+            out.append(Violation(f"model.{name}", f"the model needs {name} of at least 1, got {getattr(model, name)}"))
+    if out:
+        return out
+    m = model
+    if m.hidden % m.heads and not m.head_dim:  # head_dim decouples the heads from hidden (Qwen3)
+        out.append(Violation("model.heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads}), "
+                                            "or model.head_dim be given"))
+    if m.kv_heads and (m.kv_heads > m.heads or m.heads % m.kv_heads):
+        out.append(Violation("model.kv_heads", f"kv_heads ({m.kv_heads}) must divide heads ({m.heads})"))
+    if m.experts and m.top_k > m.experts:  # top_k 0: the model's default (1)
+        out.append(Violation("model.top_k", f"top_k ({m.top_k}) must be at most experts ({m.experts})"))
+    if not m.experts and m.top_k:
+        out.append(Violation("model.top_k", f"top_k ({m.top_k}) needs experts > 0 (an MoE model)"))
+    if m.swiglu and m.activation not in ("", "swiglu"):
+        out.append(Violation("model.activation", f"activation {m.activation} contradicts swiglu: true "
+                                                 "(yours or the preset's; set swiglu: false with it)"))
+    return out + _moe_violations(m) + _mla_violations(m)
+
+
+def _moe_violations(m: ModelSpec) -> list[Violation]:
+    """The MoE keys need experts; the dense leading layers leave at least one MoE layer; the busiest
+    expert cannot receive more than every token (imbalance ≤ experts/top_k)."""
+    out: list[Violation] = []
+    if not m.experts:
+        for name in ("expert_ffn_hidden", "shared_experts", "shared_expert_ffn_hidden", "first_dense_layers"):
+            if getattr(m, name):
+                out.append(Violation(f"model.{name}", f"{name} ({getattr(m, name)}) needs experts > 0 (an MoE model)"))
+        if m.moe_imbalance != 1.0:
+            out.append(Violation("model.moe_imbalance", f"moe_imbalance ({m.moe_imbalance:g}) needs experts > 0 "
+                                                        "(an MoE model)"))
+        for name in ("moe_expert_load", "moe_load_seed", "moe_load_concentration"):
+            if getattr(m, name) not in ((), None):
+                out.append(Violation(f"model.{name}", f"{name} needs experts > 0 (an MoE model)"))
+        for name in ("moe_router_force_load_balancing", "moe_expert_capacity_factor",
+                     "moe_pad_expert_input_to_capacity", "moe_router_num_groups", "moe_router_group_topk",
+                     "moe_router_fusion"):
+            if getattr(m, name):
+                out.append(Violation(f"model.{name}", f"{name} needs experts > 0 (an MoE model)"))
+        return out
+    out += _expert_load_violations(m) + _router_violations(m)
+    if m.first_dense_layers >= m.layers:
+        out.append(Violation("model.first_dense_layers", f"first_dense_layers ({m.first_dense_layers}) must be "
+                                                         f"less than layers ({m.layers}): no MoE layer would be left"))
+    if m.shared_expert_ffn_hidden and not m.shared_experts:
+        out.append(Violation("model.shared_expert_ffn_hidden", "shared_expert_ffn_hidden needs shared_experts > 0"))
+    top_k = m.top_k or 1
+    if not 1.0 <= m.moe_imbalance <= m.experts / top_k:
+        out.append(Violation("model.moe_imbalance", f"moe_imbalance ({m.moe_imbalance:g}) must be between 1 and "
+                                                    f"experts/top_k = {m.experts}/{top_k} = {m.experts / top_k:g} "
+                                                    "(the busiest expert gets at most every token)"))
+    return out
+
+
+def _router_violations(m: ModelSpec) -> list[Violation]:
+    """Megatron-Core's router rules (transformer_config.py ``__post_init__``): force balance draws the load
+    itself, so it excludes the given load; padding needs a capacity factor; group-limited routing needs both
+    group keys, groups that divide the experts, and enough experts in the chosen groups for top_k."""
+    out: list[Violation] = []
+    if m.moe_router_force_load_balancing:
+        for name in ("moe_imbalance", "moe_expert_load"):
+            if getattr(m, name) not in (1.0, ()):
+                out.append(Violation(f"model.{name}", f"moe_router_force_load_balancing draws the load (binomial); "
+                                                      f"give {name} or force balance, not both"))
+    if m.moe_pad_expert_input_to_capacity and m.moe_expert_capacity_factor is None:
+        out.append(Violation("model.moe_pad_expert_input_to_capacity", "moe_pad_expert_input_to_capacity needs "
+                                                                       "model.moe_expert_capacity_factor"))
+    groups, topk = m.moe_router_num_groups, m.moe_router_group_topk
+    if bool(groups) != bool(topk):
+        key = "model.moe_router_group_topk" if groups else "model.moe_router_num_groups"
+        out.append(Violation(key, "group-limited routing needs moe_router_num_groups and moe_router_group_topk "
+                                  "both"))
+    elif groups:
+        if m.experts % groups:
+            out.append(Violation("model.moe_router_num_groups", f"moe_router_num_groups ({groups}) must divide "
+                                                                f"experts ({m.experts})"))
+        elif topk > groups:
+            out.append(Violation("model.moe_router_group_topk", f"moe_router_group_topk ({topk}) must be at most "
+                                                                f"moe_router_num_groups ({groups})"))
+        elif topk * m.experts // groups < (m.top_k or 1):
+            out.append(Violation("model.moe_router_group_topk", f"{topk} groups of {m.experts // groups} experts "
+                                                                f"hold fewer than top_k ({m.top_k}) experts"))
+    return out
+
+
+def _dispatch_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
+    """The dispatcher keys: flex with DeepEP refuses padding to capacity (Megatron-Core transformer_config.py;
+    HybridEP takes it);
+    the emulator's flex dispatch runs the experts without tensor parallelism (etp 1, or tp 1); shared expert
+    overlap needs shared experts and the alltoall or flex dispatcher (transformer_config.py)."""
+    out: list[Violation] = []
+    etp = p.etp or p.tp
+    if p.moe_token_dispatcher_type == "flex":
+        if m.moe_pad_expert_input_to_capacity and p.moe_flex_dispatcher_backend == "deepep":
+            out.append(Violation("parallel.moe_token_dispatcher_type", "the flex dispatcher with deepep does not "
+                                                                       "support model.moe_pad_expert_input_to_"
+                                                                       "capacity (Megatron-Core refuses it)"))
+        if etp > 1:
+            out.append(Violation("parallel.moe_token_dispatcher_type", f"flex dispatch is modelled with the experts' "
+                                                                       f"tensor parallelism 1; got {etp} (set "
+                                                                       f"parallel.etp: 1)"))
+    if p.moe_shared_expert_overlap:
+        if not m.shared_experts:
+            out.append(Violation("parallel.moe_shared_expert_overlap", "moe_shared_expert_overlap needs "
+                                                                       "model.shared_experts > 0"))
+        if p.moe_token_dispatcher_type == "allgather":
+            out.append(Violation("parallel.moe_shared_expert_overlap", "moe_shared_expert_overlap works with the "
+                                                                       "alltoall or flex dispatcher only "
+                                                                       "(Megatron-Core)"))
+    return out
+
+
+def _expert_load_violations(m: ModelSpec) -> list[Violation]:
+    """A measured distribution: one row for every MoE layer or one per MoE layer, each one number per expert,
+    not all zero, no expert above every token; not together with moe_imbalance (it says the same thing,
+    measured). A drawn load (moe_load_seed) excludes both; its concentration needs the seed."""
+    out = _seed_violations(m)
+    rows = m.moe_expert_load
+    if not rows:
+        return out
+    moe_layers = m.layers - m.first_dense_layers
+    if len(rows) not in (1, moe_layers):
+        return out + [Violation("model.moe_expert_load", f"moe_expert_load has {len(rows)} rows; expected one (every "
+                                                         f"MoE layer) or one per MoE layer ({moe_layers}: layers "
+                                                         f"{m.layers} − first_dense_layers {m.first_dense_layers})")]
+    for i, load in enumerate(rows):
+        broken = _load_row_violation(m, load, "model.moe_expert_load" + (f"[{i}]" if len(rows) > 1 else ""))
+        if broken is not None:
+            return out + [broken]
+    if m.moe_imbalance != 1.0:
+        out.append(Violation("model.moe_imbalance", "give moe_imbalance or moe_expert_load, not both"))
+    return out
+
+
+def _load_row_violation(m: ModelSpec, load: tuple[float, ...], where: str) -> Violation | None:
+    if len(load) != m.experts:
+        return Violation(where, f"moe_expert_load has {len(load)} numbers; expected one per expert ({m.experts})")
+    total = sum(load)
+    if total <= 0:
+        return Violation(where, "moe_expert_load must not be all zero")
+    top_k = m.top_k or 1
+    if max(load) / (total / len(load)) > m.experts / top_k:
+        return Violation(where, f"the busiest expert ({max(load):g} of {total:g}) gets more than every token: at "
+                                f"most experts/top_k = {m.experts / top_k:g} times the mean")
+    return None
+
+
+def _seed_violations(m: ModelSpec) -> list[Violation]:
+    """moe_load_seed draws the load, so it excludes every key that gives it; the concentration needs it."""
+    if m.moe_load_seed is None:
+        if m.moe_load_concentration is not None:
+            return [Violation("model.moe_load_concentration", "moe_load_concentration needs model.moe_load_seed")]
+        return []
+    given = [name for name, unset in (("moe_imbalance", 1.0), ("moe_expert_load", ()),
+                                      ("moe_router_force_load_balancing", False)) if getattr(m, name) != unset]
+    return [Violation(f"model.{name}", f"moe_load_seed draws the load; give {name} or moe_load_seed, not both")
+            for name in given]
+
+
+def _mla_violations(m: ModelSpec) -> list[Violation]:
+    """Multi-latent attention: its dims need kv_lora_rank, and it is multi-head (no separate KV heads)."""
+    out: list[Violation] = []
+    if not m.kv_lora_rank:
+        for name in ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if getattr(m, name):
+                out.append(Violation(f"model.{name}", f"{name} ({getattr(m, name)}) needs kv_lora_rank > 0 "
+                                                      "(multi-latent attention)"))
+        return out
+    if m.kv_heads and m.kv_heads != m.heads:
+        out.append(Violation("model.kv_heads", f"multi-latent attention has one key/value head per query head: "
+                                               f"kv_heads ({m.kv_heads}) must be 0 or heads ({m.heads})"))
+    return out
+
+
+def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: ParallelSpec) -> list[Violation]:
+    """Every rule that ``parallel`` breaks for ``model`` and ``training``, in the order the loader
+    reports them; the model's own shape first (a broken shape stops there)."""
+    out = model_violations(model) + _size_violations(training, parallel)
+    if out:
+        return out
+    m, t, p = model.resolved(), training, parallel
+    out += schedule_violations(p)
+    if t.optimizer == "apex" and p.zero not in (1, 2):
+        out.append(Violation("training.optimizer", f"optimizer apex (DistributedFusedAdam) shards the optimizer "
+                                                   f"state over the data-parallel ranks: it needs parallel.zero 1 "
+                                                   f"or 2, got {p.zero}"))
+    out += _expert_grid_violations(m, p) + _dispatch_violations(m, p)
+    if p.ep > 1 and not m.experts:
+        out.append(Violation("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)"))
+    if m.experts and m.experts % p.ep:
+        out.append(Violation("parallel.ep", f"ep ({p.ep}) must divide model.experts ({m.experts})"))
+    per_step = t.micro_batch * p.dp
+    if t.global_batch % per_step:
+        out.append(Violation("training.global_batch", f"global_batch ({t.global_batch}) must be divisible "
+                                                      f"by micro_batch*dp = {t.micro_batch}*{p.dp} = {per_step}"))
+    out += _layout_violations(p)
+    try:
+        model_chunks(m.layers, p.pp, p.virtual_stages, p.first_chunk_layers, p.last_chunk_layers,
+                     p.pipeline_model_parallel_layout, m.mtp_num_layers)
+    except ScenarioError as err:
+        out.append(Violation(err.key or "parallel.pp", err.message))
+    out += _recompute_violations(m, t) + _offload_violations(m, t, p)
+    out += _tensor_violations(m, p)
+    out += _a2a_overlap_violations(m, t, p)
+    micro_batches = t.global_batch // per_step
+    if p.schedule == "dualpipev" and micro_batches < 2 * p.pp:
+        out.append(Violation("training.global_batch",
+                             f"dualpipev needs at least 2*pp = {2 * p.pp} micro-batches per pipeline (global_batch/"
+                             f"(micro_batch*dp) = {micro_batches}; deepseek-ai/DualPipe dualpipev.py: num_chunks >= "
+                             f"num_ranks * 2)"))
+    if p.schedule == "dualpipe" and p.pp % 2:
+        out.append(Violation("parallel.pp", f"dualpipe needs an even pp (rank i and pp-1-i hold the same two stages), "
+                                            f"got {p.pp} (deepseek-ai/DualPipe dualpipe.py: num_ranks % 2 == 0)"))
+    if p.schedule == "dualpipe" and (micro_batches < 2 * p.pp or micro_batches % 2):
+        out.append(Violation("training.global_batch",
+                             f"dualpipe needs an even number of micro-batches per pipeline, at least 2*pp = "
+                             f"{2 * p.pp} (global_batch/(micro_batch*dp) = {micro_batches}; deepseek-ai/DualPipe "
+                             f"dualpipe.py: num_chunks % 2 == 0 and num_chunks >= num_ranks * 2)"))
+    if p.schedule == "interleaved-1f1b" and p.pp > 1 and micro_batches % p.pp:
+        out.append(Violation("training.global_batch",
+                             f"interleaved-1f1b needs the micro-batches per pipeline (global_batch/(micro_batch*dp) "
+                             f"= {micro_batches}) to be a multiple of pp ({p.pp})"))
+    return out
+
+
+def _ub_cfg_violations(p: ParallelSpec) -> list[Violation]:
+    """tp_comm_overlap_cfg: one of NeMo's configuration names (scenario/ub_configs.py), with tp_comm_overlap."""
+    if not p.tp_comm_overlap_cfg:
+        return []
+    from emulator.scenario.ub_configs import configs
+
+    key = "parallel.tp_comm_overlap_cfg"
+    names = configs()
+    if p.tp_comm_overlap_cfg not in names:
+        near = difflib.get_close_matches(p.tp_comm_overlap_cfg, list(names), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(near)}" if near else ""
+        return [Violation(key, f"{p.tp_comm_overlap_cfg!r} is not one of NeMo's Userbuffers configurations "
+                               f"(emulator/data/userbuffers.yaml){hint}")]
+    if not p.tp_comm_overlap:
+        return [Violation(key, "is read with tp_comm_overlap: true; set it, or remove this key")]
+    return []
+
+
+def _hierarchical_cp_violations(m: ModelSpec, p: ParallelSpec, kv: int) -> list[Violation]:
+    """cp_comm_type a2a+p2p (Transformer Engine's AttnFuncWithCPAndKVP2P with a list of CP groups): two
+    hierarchical_context_parallel_sizes whose product is cp, the first splitting each TP rank's heads; the
+    sizes only with a2a+p2p."""
+    key = "parallel.hierarchical_context_parallel_sizes"
+    sizes = p.hierarchical_context_parallel_sizes
+    if p.cp_comm_type != "a2a+p2p":
+        if sizes is not None:
+            return [Violation(key, f"is for cp_comm_type a2a+p2p (got {p.cp_comm_type}); remove it")]
+        return []
+    if sizes is None or len(sizes) != 2 or sizes[0] * sizes[1] != p.cp or min(sizes) < 1:
+        return [Violation(key, f"cp_comm_type a2a+p2p needs [a2a, p2p] sizes whose product is cp ({p.cp}); "
+                               f"got {list(sizes) if sizes is not None else 'none'}")]
+    a = sizes[0]
+    if m.heads % (p.tp * a) or max(1, kv // p.tp) % a:  # TE: the heads split over the a2a level
+        return [Violation(key, f"its a2a level ({a}) splits each TP rank's heads: model.heads {m.heads} and kv "
+                               f"heads {kv} over tp {p.tp} must each leave a multiple of {a}")]
+    return []
+
+
+def _a2a_overlap_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """Megatron-Core's preconditions of the 1F1B all-to-all overlap, each an assert of
+    ``TransformerConfig.__post_init__`` (megatron/core/transformer/transformer_config.py @ d98e8a64dd,
+    lines 3002-3077), in its order: virtual pipeline stages when pp > 1, ep > 1, the alltoall or flex
+    dispatcher, no full recompute (nor recompute of the moe module), a bf16 or fp16 model (fp8 runs are bf16
+    models with fp8 GEMMs), no moe_shared_expert_overlap, at most one MTP layer; and delay_wgrad_compute only
+    with the overlap. The emulator's own limits: the combined steps are 1F1B's (schedule 1f1b or
+    interleaved-1f1b), and its pairing does not model ZeRO-3's per-layer gathers."""
+    key, rule = "parallel.overlap_moe_expert_parallel_comm", "overlap_moe_expert_parallel_comm"
+    out: list[Violation] = []
+    if p.delay_wgrad_compute and not p.overlap_moe_expert_parallel_comm:
+        out.append(Violation("parallel.delay_wgrad_compute", "delay_wgrad_compute needs overlap_moe_expert_parallel_"
+                                                             "comm: true (Megatron-Core transformer_config.py)"))
+    if not p.overlap_moe_expert_parallel_comm:
+        return out
+    cite = "(Megatron-Core transformer_config.py)"
+    if p.schedule in (*V_SHAPED, "dualpipe"):  # their own pairs of a forward and a backward
+        out.append(Violation(key, f"{rule} runs Megatron's combined 1F1B steps: schedule 1f1b (pp 1) or "
+                                  f"interleaved-1f1b, not {p.schedule} (which pairs its own forward and backward "
+                                  f"chunks)"))
+    elif p.pp > 1 and p.virtual_stages == 1:  # a layout sets them
+        out.append(Violation(key, f"{rule} with pp > 1 needs virtual pipeline stages (schedule: interleaved-1f1b "
+                                  f"with virtual_stages > 1, or a pipeline_model_parallel_layout of more than pp "
+                                  f"stages); pp is {p.pp} with schedule {p.schedule} and {p.virtual_stages} "
+                                  f"virtual stage(s) {cite}"))
+    elif p.schedule not in ("1f1b", "interleaved-1f1b"):
+        out.append(Violation(key, f"{rule} runs Megatron's combined 1F1B steps: schedule 1f1b (pp 1) or "
+                                  f"interleaved-1f1b, not {p.schedule}"))
+    if p.ep < 2:
+        out.append(Violation(key, f"{rule} needs expert parallelism, ep > 1 (ep is {p.ep}) {cite}"))
+    if p.moe_token_dispatcher_type not in ("alltoall", "flex"):
+        out.append(Violation(key, f"{rule} needs the alltoall or flex dispatcher (moe_token_dispatcher_type is "
+                                  f"{p.moe_token_dispatcher_type}) {cite}"))
+    if t.recompute == "full":
+        out.append(Violation(key, f"{rule} refuses full recompute (training.recompute is full) {cite}"))
+    if t.recompute_modules and "moe" in t.recompute_modules:
+        out.append(Violation(key, f"{rule} refuses recompute of the moe module (training.recompute_modules) {cite}"))
+    if t.precision in ("fp32", "tf32"):
+        out.append(Violation(key, f"{rule} needs a bf16 or fp16 model (training.precision is {t.precision}) {cite}"))
+    if p.moe_shared_expert_overlap:
+        out.append(Violation(key, f"{rule} refuses moe_shared_expert_overlap: true {cite}"))
+    if m.mtp_num_layers > 1:
+        out.append(Violation(key, f"{rule} supports at most one MTP layer (model.mtp_num_layers is "
+                                  f"{m.mtp_num_layers}) {cite}"))
+    if p.zero >= 3:
+        out.append(Violation(key, f"{rule} is not modelled with ZeRO-3's per-layer parameter gathers (zero is "
+                                  f"{p.zero}); use zero 0 to 2"))
+    return out
+
+
+def _layout_violations(p: ParallelSpec) -> list[Violation]:
+    """Megatron's flexible layout excludes the first/last split (arguments.py: the layout sets the stages;
+    NeMo and Megatron-Bridge clear num_layers_in_first/last_pipeline_stage with it)."""
+    if not p.pipeline_model_parallel_layout:
+        return []
+    return [Violation(LAYOUT_KEY, f"pipeline_model_parallel_layout places every layer itself: remove "
+                                  f"parallel.{key} (Megatron takes the layout or the first/last split, not both)")
+            for key in ("first_chunk_layers", "last_chunk_layers") if getattr(p, key) is not None]
+
+
+def _recompute_violations(m: ModelSpec, t: TrainingSpec) -> list[Violation]:
+    """recompute_modules are read under selective recompute only (Megatron's recompute_granularity
+    "selective"), and mla_up_proj needs multi-latent attention (transformer_config.py raises)."""
+    mods = t.recompute_modules
+    if mods is None:
+        return []
+    if t.recompute != "selective":
+        return [Violation("training.recompute_modules", f"recompute_modules are recomputed under recompute: "
+                                                        f"selective (Megatron's --recompute-granularity selective); "
+                                                        f"recompute is {t.recompute}")]
+    if "mla_up_proj" in mods and not m.kv_lora_rank:
+        return [Violation("training.recompute_modules", "mla_up_proj needs multi-latent attention "
+                                                        "(model.kv_lora_rank > 0)")]
+    return []
+
+
+def _offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """Fine-grained activation offloading as Megatron-Core's TransformerConfig checks it (transformer_config.py @
+    d98e8a64dd, ``__post_init__``: offload_modules not empty, attn_proj only with core_attn, no expert module
+    offloaded while the whole MoE layer is recomputed), plus what the emulator cannot honour: modules without the
+    switch, expert modules without experts, full recompute (a layer then keeps only its input), and the steps that
+    pair a forward with a backward (DualPipe's, the 1F1B all-to-all overlap), whose copies are not modelled."""
+    key, mods = "training.offload_modules", t.offload_modules or ()
+    if not t.fine_grained_activation_offloading:
+        return [Violation(key, "offload_modules are offloaded with training.fine_grained_activation_offloading: "
+                               "true")] if mods else []
+    out: list[Violation] = []
+    if not mods:
+        out.append(Violation(key, "fine_grained_activation_offloading needs at least one module in offload_modules "
+                                  "(Megatron-Core asserts it)"))
+    if "attn_proj" in mods and "core_attn" not in mods:
+        out.append(Violation(key, "attn_proj is offloaded only with core_attn (Megatron-Core: the input of attn_proj "
+                                  "is the output of core_attn, which core_attn's backward needs)"))
+    moe = [x for x in ("expert_fc1", "moe_act") if x in mods]
+    if moe and not m.experts:
+        out.append(Violation(key, f"{', '.join(moe)} needs an MoE model (model.experts > 0)"))
+    if moe and t.recompute == "selective" and "moe" in (t.recompute_modules or ()):
+        out.append(Violation(key, f"{', '.join(moe)} cannot be offloaded while recompute_modules recomputes the whole "
+                                  "moe layer (Megatron-Core refuses it: the layer keeps only its input)"))
+    if t.recompute == "full":
+        out.append(Violation("training.fine_grained_activation_offloading",
+                             "under recompute: full a layer keeps only its input; offload with selective or none"))
+    if p.schedule in ("dualpipe", "dualpipev") or p.overlap_moe_expert_parallel_comm:
+        paired = f"schedule {p.schedule}" if p.schedule in ("dualpipe", "dualpipev") else \
+            "overlap_moe_expert_parallel_comm"
+        out.append(Violation("training.fine_grained_activation_offloading",
+                             f"offloading is not modelled with {paired}, whose steps pair a forward with a backward"))
+    return out
+
+
+def _expert_grid_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
+    """The expert layers' grid: etp × ep × expert-dp × pp = world (Megatron-Core's MoE parallel folding,
+    parallel_state.py ``initialize_model_parallel``: world % (etp·ep·pp) == 0). With etp = tp (the default)
+    that is ep | dp·cp, Megatron's rule before folding, and its message stays."""
+    out: list[Violation] = []
+    etp = p.etp or p.tp
+    if etp == p.tp:
+        if (p.dp * p.cp) % p.ep:
+            hint = (f"; or give the experts their own grid with parallel.etp (etp*ep must divide tp*dp*cp = "
+                    f"{p.tp * p.dp * p.cp}; etp 1 folds the tensor-parallel ranks into ep)" if p.tp > 1 else "")
+            out.append(Violation("parallel.ep", f"ep ({p.ep}) must divide dp*cp = {p.dp}*{p.cp} = {p.dp * p.cp}"
+                                                + hint))
+        return out
+    world = p.tp * p.dp * p.cp
+    if world % (etp * p.ep):
+        out.append(Violation("parallel.ep", f"etp*ep = {etp}*{p.ep} = {etp * p.ep} must divide tp*dp*cp = "
+                                            f"{p.tp}*{p.dp}*{p.cp} = {world} (the expert layers' grid etp x ep x "
+                                            "expert-dp x pp is the world: Megatron-Core's MoE parallel folding)"))
+    if not m.experts:
+        out.append(Violation("parallel.etp", f"etp ({etp}) other than tp ({p.tp}) needs an MoE model (model.experts "
+                                             "> 0)"))
+    if p.tp > 1 and not p.sequence_parallel:  # Megatron-Core moe_layer.py: MoE with TP needs SP in training
+        out.append(Violation("parallel.sequence_parallel", f"folded expert layers (etp {etp}, tp {p.tp}) need "
+                                                           "sequence_parallel: true (Megatron-Core refuses MoE "
+                                                           "with tensor parallelism and no sequence parallelism)"))
+    return out
+
+
+def _size_violations(t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """Sizes of at least 1 (the key table enforces them in files; specs made in code may break them)."""
+    sizes = [(f"parallel.{n}", getattr(p, n)) for n in ("tp", "pp", "dp", "cp", "ep", "virtual_stages")]
+    sizes += [("parallel.etp", p.etp)] if p.etp is not None else []  # None: as tp
+    sizes += [("training.micro_batch", t.micro_batch), ("training.global_batch", t.global_batch)]
+    return [Violation(key, f"expected at least 1, got {x}") for key, x in sizes if x < 1]
+
+
+def schedule_violations(p: ParallelSpec) -> list[Violation]:
+    out: list[Violation] = []
+    if p.schedule not in SCHEDULES:
+        out.append(Violation("parallel.schedule", f"expected one of {', '.join(SCHEDULES)}, got {p.schedule!r}"))
+    if p.schedule in V_SHAPED and p.virtual_stages != 2 and p.pipeline_model_parallel_layout:
+        out.append(Violation(LAYOUT_KEY, f"{p.schedule} places two chunks on each pipeline rank in a V: the layout "
+                                         f"needs 2*pp = {2 * p.pp} stages in model order, got "
+                                         f"{p.pp * p.virtual_stages}"))
+    elif p.schedule in V_SHAPED and p.virtual_stages != 2:
+        out.append(Violation("parallel.virtual_stages", f"{p.schedule} places two chunks on each pipeline rank in a "
+                                                        f"V: virtual_stages must be 2 (or unset), got "
+                                                        f"{p.virtual_stages}"))
+    elif p.virtual_stages > 1 and p.schedule not in ("interleaved-1f1b", *V_SHAPED):
+        out.append(Violation("parallel.virtual_stages", f"virtual_stages > 1 needs schedule: interleaved-1f1b "
+                                                        f'(schedule is "{p.schedule}")'))
+    if not 0 <= p.zero <= 3:
+        out.append(Violation("parallel.zero", f"expected 0 to 3, got {p.zero}"))
+    return out
+
+
+def _tensor_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
+    """Heads, FFN and KV heads over tp; the sequence over cp (and tp with sequence parallelism)."""
+    out: list[Violation] = []
+    if m.heads % p.tp:
+        out.append(Violation("parallel.tp", f"model.heads ({m.heads}) must be divisible by tp ({p.tp})"))
+    if m.ffn_hidden % p.tp:
+        out.append(Violation("parallel.tp", f"model.ffn_hidden ({m.ffn_hidden}) must be divisible by tp ({p.tp})"))
+    etp = p.etp or p.tp  # the routed experts split over etp, the shared ones over tp (Megatron-Core)
+    expert_width = ("expert_ffn_hidden", m.expert_ffn_hidden) if m.expert_ffn_hidden else \
+        ("ffn_hidden", m.ffn_hidden if m.experts else 0)
+    for (name, width), size, key in ((expert_width, etp, "etp" if p.etp else "tp"),
+                                     (("shared_expert_ffn_hidden", m.shared_expert_ffn_hidden), p.tp, "tp")):
+        if width % size and (name != "ffn_hidden" or key == "etp"):  # ffn_hidden over tp: checked above
+            out.append(Violation(f"parallel.{key}", f"model.{name} ({width}) must be divisible by {key} ({size})"))
+    if m.kv_heads % p.tp and p.tp % m.kv_heads:  # kv heads may be replicated over tp
+        out.append(Violation("parallel.tp", f"model.kv_heads ({m.kv_heads}) and tp ({p.tp}) must divide one another"))
+    out += _ub_cfg_violations(p)
+    if p.tp_comm_overlap and p.tp > 1 and not p.sequence_parallel:  # Megatron-LM arguments.py (d98e8a64dd) l. 1441
+        out.append(Violation("parallel.tp_comm_overlap", f"tp_comm_overlap with tp {p.tp} needs sequence_parallel: "
+                                                         "true (Megatron-LM: \"Tensor parallel communication/GEMM "
+                                                         "overlap can happen only when sequence parallelism is "
+                                                         "enabled\")"))
+    kv = m.heads if m.kv_lora_rank else m.kv_heads  # MLA: a key and value head per query head
+    if p.cp > 1 and p.cp_comm_type == "a2a" and (m.heads % (p.tp * p.cp) or max(1, kv // p.tp) % p.cp):
+        # TE's AttnFuncWithCPAndQKVOA2A: num_heads % cp_size == 0 for Q, K and V on each TP rank
+        out.append(Violation("parallel.cp_comm_type", f"cp_comm_type a2a splits each TP rank's heads over cp "
+                                                      f"({p.cp}): model.heads {m.heads} and kv heads {kv} over tp "
+                                                      f"{p.tp} must each leave a multiple of cp"))
+    out += _hierarchical_cp_violations(m, p, kv)
+    if p.cp > 1 and p.cp_comm_type == "all_gather" and (m.seq_len // p.cp) % 2:  # TE: two query chunks a rank
+        out.append(Violation("parallel.cp_comm_type", f"cp_comm_type all_gather splits each rank's "
+                                                      f"{m.seq_len // p.cp} tokens in two (Transformer Engine: "
+                                                      "seq_len % 2 == 0 for Q, K, V): make seq_len/cp even"))
+    split = p.cp * (p.tp if p.sequence_parallel else 1)
+    if m.seq_len % split:
+        what = f"cp*tp = {p.cp}*{p.tp}" if p.sequence_parallel else "cp"
+        out.append(Violation("parallel.cp", f"model.seq_len ({m.seq_len}) must be divisible by {what} = {split}"))
+    return out
