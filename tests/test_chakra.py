@@ -126,3 +126,29 @@ def test_bad_files(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(TraceError, match=r"empty: no Chakra files"):
         load_chakra(str(tmp_path / "empty"))
+
+
+def test_offloading_copies_are_memory_stores_and_loads(tmp_path):
+    """Activation offloading's copies export as Chakra's MEM_STORE_NODE (d2h) and MEM_LOAD_NODE (h2d), and the file
+    reads back to the same program, the copies on their streams."""
+    from chakra.schema.protobuf import et_def_pb2 as pb
+
+    from emulator.importers.chakra import read_msgs
+
+    s = load_scenario_text("name: x\ncluster: {nodes: 1, node: dgx-h100}\n"
+                           "model: {layers: 2, hidden: 1024, heads: 8, seq_len: 4096, vocab: 1024}\n"
+                           "training: {global_batch: 8, micro_batch: 1, attention: flash, "
+                           "fine_grained_activation_offloading: true, offload_modules: [core_attn, attn_proj]}\n"
+                           "parallel: {tp: 1, pp: 1, dp: 8}\n")
+    p = build_program(s, None)
+    export_chakra(p, str(tmp_path))
+    q = load_chakra(str(tmp_path))
+    assert by_rank(q) == by_rank(p)
+    copies = [op for op in q.ops if op.stream in ("d2h", "h2d") and op.rank == 0]
+    assert sorted(op.stream for op in copies) == ["d2h", "d2h", "h2d", "h2d"]  # 2 layers, 1 micro-batch
+    types = []
+    for raw in read_msgs(str(tmp_path / "chakra.0.et"))[1:]:
+        n = pb.Node()
+        n.ParseFromString(raw)
+        types.append(pb.NodeType.Name(n.type))
+    assert types.count("MEM_STORE_NODE") == 2 and types.count("MEM_LOAD_NODE") == 2

@@ -9,7 +9,9 @@ Export (``export_chakra``) writes one file per simulated rank,
 ``<out_dir>/chakra.<rank>.et`` (ASTRA-sim's ``--workload-configuration=<out_dir>/chakra``),
 and the communicator-group file ``<out_dir>/comm_group.json`` (``chakra_groups.py``):
 - compute -> ``COMP_NODE`` with ``num_ops`` (FLOPs), ``tensor_size`` (bytes) and
-  ``duration_micros``; collective -> ``COMM_COLL_NODE`` with ``comm_type``,
+  ``duration_micros`` (a copy of activation offloading, stream ``d2h`` or ``h2d``: ``MEM_STORE_NODE`` or
+  ``MEM_LOAD_NODE``, which files of other tools import back onto those streams); collective ->
+  ``COMM_COLL_NODE`` with ``comm_type``,
   ``comm_size`` (each rank's input buffer, Chakra's convention: ``comm_size`` below) and
   ``pg_name``; send/recv ->
   ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` with ``comm_src``, ``comm_dst``, ``comm_tag``
@@ -235,12 +237,17 @@ def _metadata(pb: Any, program: Program, rank: int, files: list[int]) -> Any:
 
 _NODE_TYPE: dict[OpKind, str] = {COMPUTE: "COMP_NODE", COLLECTIVE: "COMM_COLL_NODE", SEND: "COMM_SEND_NODE",
                                   RECV: "COMM_RECV_NODE"}
-_KIND_OF_NODE: dict[str, OpKind] = {v: k for k, v in _NODE_TYPE.items()}
+# activation offloading's copies (compute ops on the copy streams): a store to host memory and a load from it
+_COPY_NODE = {"d2h": "MEM_STORE_NODE", "h2d": "MEM_LOAD_NODE"}
+_KIND_OF_NODE: dict[str, OpKind] = {**{v: k for k, v in _NODE_TYPE.items()},
+                                    **{v: COMPUTE for v in _COPY_NODE.values()}}
+_STREAM_OF_NODE = {v: k for k, v in _COPY_NODE.items()}
 
 
 def _node(pb: Any, op: Op, index: int, prev: int | None, rank_of: dict[int, int],
           names: dict[tuple[int, ...], str]) -> Any:
-    n = pb.Node(id=op.id, name=op.name, type=getattr(pb, _NODE_TYPE[op.kind]))
+    kind = _COPY_NODE.get(op.stream, "COMP_NODE") if op.kind is COMPUTE else _NODE_TYPE[op.kind]
+    n = pb.Node(id=op.id, name=op.name, type=getattr(pb, kind))
     n.data_deps.extend(d for d in op.deps if rank_of.get(d) == op.rank)
     if prev is not None:
         n.ctrl_deps.append(prev)
@@ -506,7 +513,8 @@ def _foreign_op(n: Any, a: dict, rank: int, ranks: int, path: str, known: set[in
     if t in ("COMP_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE", "METADATA_NODE", "INVALID_NODE"):
         flops, nbytes = float(a.get("num_ops", 0)), float(a.get("tensor_size", 0))
         dur = n.duration_micros * 1e-6 if n.duration_micros or not (flops or nbytes) else None
-        return Op(id=int(n.id), rank=rank, kind=COMPUTE, stream="cpu" if a.get("is_cpu_op") else "compute",
+        stream = _STREAM_OF_NODE.get(t, "cpu" if a.get("is_cpu_op") else "compute")
+        return Op(id=int(n.id), rank=rank, kind=COMPUTE, stream=stream,
                   deps=deps, name=n.name, duration=dur, flops=flops, bytes=nbytes)
     size = float(a.get("comm_size", 0))
     if t == "COMM_COLL_NODE":
