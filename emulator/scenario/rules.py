@@ -18,6 +18,7 @@ import difflib
 from dataclasses import dataclass
 
 from emulator.errors import ScenarioError
+from emulator.scenario import deepep_buffers as DEEPEP
 from emulator.scenario.spec import SCHEDULES, ModelSpec, ParallelSpec, TrainingSpec
 from emulator.scenario.stages import LAYOUT_KEY, V_SHAPED, model_chunks
 
@@ -124,7 +125,7 @@ def _router_violations(m: ModelSpec) -> list[Violation]:
 
 def _dispatch_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
     """The dispatcher keys: flex with DeepEP refuses padding to capacity (Megatron-Core transformer_config.py;
-    HybridEP takes it);
+    HybridEP takes it); DeepEP's EP sizes and even SM count (scenario/deepep_buffers.py);
     the emulator's flex dispatch runs the experts without tensor parallelism (etp 1, or tp 1); shared expert
     overlap needs shared experts and the alltoall or flex dispatcher (transformer_config.py)."""
     out: list[Violation] = []
@@ -134,6 +135,14 @@ def _dispatch_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
             out.append(Violation("parallel.moe_token_dispatcher_type", "the flex dispatcher with deepep does not "
                                                                        "support model.moe_pad_expert_input_to_"
                                                                        "capacity (Megatron-Core refuses it)"))
+        if p.moe_flex_dispatcher_backend == "deepep" and etp == 1 and p.ep not in DEEPEP.CONFIGS:
+            sizes = ", ".join(str(n) for n in DEEPEP.CONFIGS)
+            out.append(Violation("parallel.ep", f"DeepEP has no configuration for {p.ep} EP ranks (deep_ep Buffer."
+                                                f"get_dispatch_config: {sizes})"))
+        if p.moe_flex_dispatcher_backend == "deepep" and p.moe_flex_dispatcher_num_sms % 2:
+            out.append(Violation("parallel.moe_flex_dispatcher_num_sms", f"DeepEP needs an even SM count, got "
+                                                                          f"{p.moe_flex_dispatcher_num_sms} (deep_ep "
+                                                                          "Buffer.set_num_sms asserts it)"))
         if etp > 1:
             out.append(Violation("parallel.moe_token_dispatcher_type", f"flex dispatch is modelled with the experts' "
                                                                        f"tensor parallelism 1; got {etp} (set "

@@ -57,7 +57,8 @@ does not bind) + 1 = 103 one-layer chunks.
 
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers, with
 ``tp_comm_overlap`` TE's Userbuffers (:func:`userbuffers_bytes`), with all-gather CP the backward's gathered
-K/V and their gradients (:func:`cp_gather_bytes`),
+K/V and their gradients (:func:`cp_gather_bytes`), with the flex dispatcher and DeepEP its buffers
+(:func:`deepep_bytes`),
 plus with ZeRO-3 the gathered bf16 weights of two layers (the one running and the
 prefetched one), plus on the last stage the fp32 logits of one micro-batch.
 """
@@ -66,6 +67,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from emulator.scenario import deepep_buffers as DEEPEP
 from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of, stage_layers
 from emulator.workload import models as M
@@ -619,6 +621,15 @@ def layer_offload(sc: Scenario, m: ModelSpec) -> tuple[float, float]:
     return moe_layer, dense_layer
 
 
+def deepep_bytes(m: ModelSpec, par: ParallelSpec, dtype: int) -> float:
+    """DeepEP's buffers (scenario/deepep_buffers.py) on each GPU of an MoE model under the flex dispatcher with
+    DeepEP: one ``Buffer`` for the EP group, rows of h · max(dtype, 2) bytes (Megatron-Core ``get_hidden_bytes``)."""
+    if not m.experts or par.moe_token_dispatcher_type != "flex" or par.moe_flex_dispatcher_backend != "deepep" \
+            or par.ep not in DEEPEP.CONFIGS:
+        return 0.0
+    return float(DEEPEP.buffer_bytes(m.hidden * max(dtype, 2), par.ep, par.moe_flex_dispatcher_num_sms))
+
+
 def stage_memory(sc: Scenario) -> list[MemoryReport]:
     """Memory of one GPU of each pipeline stage of ``sc``, stage 0 first."""
     profiled = profiled_stages(sc)
@@ -686,7 +697,8 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         acts = worst * in_flight + max(off_layer, off_dense if lead else 0.0) * min(OFFLOAD_RESIDENT_LAYERS, in_flight)
         if 0 in held and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
-        work = float(WORKSPACE_BYTES) + userbuffers_bytes(par, tr, s * m.hidden) + cp_gather_bytes(m, par, tr, dtype)
+        work = float(WORKSPACE_BYTES) + userbuffers_bytes(par, tr, s * m.hidden) + cp_gather_bytes(m, par, tr, dtype) \
+            + deepep_bytes(m, par, dtype)
         if par.zero >= 3:
             work += 2 * WEIGHT_BYTES * (dense + expert) / max(sum(mine), 1)
         if head_stage(par) in held:
