@@ -30,7 +30,10 @@ Streams (in-order lanes) and what runs on them:
   ``overlap_param_gather`` (by default as ``overlap_grad_reduce``), at the start of the
   iteration before each bucket's first forward (the steady state of Megatron's
   --overlap-param-gather: the previous step's gather overlaps this forward);
-  ZeRO-3 before every layer's forward and backward, prefetched one layer ahead.
+  ZeRO-3 before every layer's forward and backward, prefetched one layer ahead;
+- ``d2h`` / ``h2d`` (``training.fine_grained_activation_offloading``): each layer's offloaded inputs copied to
+  host memory after its forward, and back before its backward, issued as the backward layer before it begins
+  (fixed-duration copies at the node's ``host_bandwidth``, on the copy engines: no SMs).
 
 Zero-bubble schedules (schedules.py) split some backwards into an input-gradient task, which
 sends the gradient on, and a later weight-gradient task of the ``*.wgrad`` kernels, after which the

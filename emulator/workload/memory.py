@@ -55,6 +55,9 @@ microbatch_group_size_per_vp_stage, p by default, capped at the m·v chunk passe
 NeMo's Nemotron-4 340B layout (p 8, v 12, m 16) stage 0 holds 14 + 88 = 102 (< 16·12 = 192, so the cap
 does not bind) + 1 = 103 one-layer chunks.
 
+Fine-grained activation offloading (``training.offload_modules``): what the listed modules save leaves each
+layer in flight for host memory, but three layers' worth (:func:`offloaded_bytes`, OFFLOAD_RESIDENT_LAYERS).
+
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers, with
 ``tp_comm_overlap`` TE's Userbuffers (:func:`userbuffers_bytes`), with all-gather CP the backward's gathered
 K/V and their gradients (:func:`cp_gather_bytes`), with the flex dispatcher and DeepEP its buffers
