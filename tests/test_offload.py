@@ -134,3 +134,27 @@ def test_the_closed_form_bounds_a_micro_batch_by_its_copies():
     fast = estimate_iteration(load_scenario_text(SCENARIO, "off.yaml"))
     slow = estimate_iteration(load_scenario_text(SCENARIO, "off.yaml", ["cluster.node.host_bandwidth=1 GB/s"]))
     assert fast.compute_s < 0.168 and slow.compute_s == pytest.approx(8 * 20_971_520 / 1e9, rel=1e-12)
+
+
+def test_a_fraction_sends_the_first_groups_of_each_chunk():
+    """activation_offload_fraction: of a chunk's eligible groups in forward order, the last int(n·(1 − f)) stay.
+    Here 8 layers of 2 groups (core_attn 12 582 912 B, attn_proj 8 388 608 B): n = 16; f 0.3 keeps int(11.2) = 11
+    and sends 5: layers 0 and 1 whole and layer 2's core_attn."""
+    from emulator.workload import models as M
+    from emulator.workload.memory import chunk_offload
+
+    sc = load_scenario_text(SCENARIO.replace("attn_proj]", "attn_proj], activation_offload_fraction: 0.3"), "off.yaml")
+    m = M.resolve(sc.model)
+    assert chunk_offload(sc, m, list(range(8))) == [20_971_520, 20_971_520, 12_582_912, 0, 0, 0, 0, 0]
+    # memory: the stage sends 54 525 952 of 8 · 20 971 520 = 167 772 160 B, a share of 0.325 of every layer's
+    per_layer, off = layer_activation_bytes(GQA, 1, 4096, flash=True), 0.325 * 20_971_520
+    assert stage_memory(sc)[0].breakdown["activations"] == pytest.approx(8 * (per_layer - off) + 3 * off, rel=1e-12)
+    # the run copies those three layers only, each its bytes
+    copies = sorted((s.name, s.end_s - s.start_s) for s in simulate(sc, record_links=False).spans
+                    if s.stream == "d2h" and s.rank == 0)
+    assert [name for name, _ in copies] == ["mb0.layer0.offload", "mb0.layer1.offload", "mb0.layer2.offload"]
+    assert copies[2][1] == pytest.approx(12_582_912 / 55.06e9, rel=1e-12)
+    with pytest.raises(ScenarioError) as info:  # a fraction without the switch
+        load_scenario_text(SCENARIO.replace("fine_grained_activation_offloading: true, offload_modules: "
+                                            "[core_attn, attn_proj]", "activation_offload_fraction: 0.5"), "off.yaml")
+    assert "training.activation_offload_fraction" in str(info.value)

@@ -393,6 +393,10 @@ def _offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[
     pair a forward with a backward (DualPipe's, the 1F1B all-to-all overlap), whose copies are not modelled."""
     key, mods = "training.offload_modules", t.offload_modules or ()
     if not t.fine_grained_activation_offloading:
+        if t.activation_offload_fraction < 1:
+            return [Violation("training.activation_offload_fraction", "activation_offload_fraction shares out the "
+                                                                     "groups of fine_grained_activation_offloading: "
+                                                                     "set it true")]
         return [Violation(key, "offload_modules are offloaded with training.fine_grained_activation_offloading: "
                                "true")] if mods else []
     out: list[Violation] = []

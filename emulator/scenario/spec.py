@@ -513,6 +513,10 @@ class TrainingSpec:
         "With fine_grained_activation_offloading, the modules whose saved inputs are offloaded (Megatron-Core's "
         "--offload-modules): attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act.",
         default=None, choices=OFFLOAD_MODULES)
+    activation_offload_fraction: float = key(
+        "With fine_grained_activation_offloading, the share of each model chunk's eligible module groups that are "
+        "offloaded, the first in forward order; the later ones stay on the GPU (Megatron-Core's "
+        "--activation-offload-fraction: a share of groups, not of bytes).", default=1.0, kind="ratio", maximum=1.0)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
-from emulator.workload.memory import held_stages, layer_offload
+from emulator.workload.memory import chunk_plan_of, held_stages, layer_offload, offload_share
 from emulator.workload.placement import ORDER, Layout
 from emulator.workload.plan import (
     ADAM_BYTES_PER_PARAM,
@@ -328,15 +328,19 @@ def estimate_iteration(sc: Scenario) -> Estimate:
 def _offload_bound(sc: Scenario, m: ModelSpec, split: Split, stage_t: list[float]) -> list[float]:
     """With fine-grained activation offloading, a stage's micro-batch takes at least the copies of its layers:
     each of the d2h and h2d streams moves every offloaded byte once a micro-batch, beside the compute
-    (workload/builder.py), at the node's host_bandwidth."""
+    (workload/builder.py), at the node's host_bandwidth; of them the share activation_offload_fraction sends
+    (memory.py ``offload_share``)."""
     moe, dense = layer_offload(sc, m)
     if not moe + dense:
         return stage_t
     node = sc.cluster.node
     assert node is not None  # estimate_iteration checked it
     rate = node.host_bandwidth
+    plan = chunk_plan_of(sc, m)
+    vee = sc.parallel.schedule in V_SHAPED
     copies = [((split.count(s) - split.leads[s]) * moe + split.leads[s] * dense
-               + (m.mtp_num_layers * moe if s == split.mtp else 0.0)) / rate for s in range(len(stage_t))]
+               + (m.mtp_num_layers * moe if s == split.mtp else 0.0)) * offload_share(sc, m, plan, s, vee) / rate
+              for s in range(len(stage_t))]
     return [max(t, c) for t, c in zip(stage_t, copies)]
 
 

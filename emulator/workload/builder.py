@@ -59,7 +59,7 @@ from emulator.workload import flops as F
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
-from emulator.workload.memory import layer_offload
+from emulator.workload.memory import chunk_offload, layer_offload
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.profiled import reshape_plan
 from emulator.workload.schedules import Task, combined_steps, dualpipe_steps, dualpipev_steps, schedule
@@ -127,6 +127,7 @@ class _RankBuilder:
         # fine-grained activation offloading: bytes a layer sends to the host (MoE or plain, dense lead), the copy
         # rate, each offloaded unit's D2H copy, and the op before the last backward layer began (reloads wait on it)
         self._offload = layer_offload(plan.sc, plan.model)
+        self._chunk_offload: dict[int, dict[str, float]] = {}  # per virtual stage: unit → bytes it sends
         self._host_bw = node.host_bandwidth
         self._offloaded: dict[tuple[int, int, str], int] = {}
         self._reload_gate: int | None = None
@@ -430,20 +431,24 @@ class _RankBuilder:
                         layer=unit.layer, key=((mb * V + vs) * stride + unit.layer + 1) * 2 + (0 if fwd else 1))
 
     # --- fine-grained activation offloading (Megatron-Core fine_grained_activation_offload.py @ d98e8a64dd) ------
-    def _offload_bytes(self, unit: Unit) -> float:
-        """What ``unit`` sends to the host per micro-batch: a transformer layer's (an MTP module's as its layer)
-        offloaded inputs; nothing for the embedding and the head."""
-        if unit.layer < 0 or unit.name == "head" or not self._offload[0] + self._offload[1]:
+    def _offload_bytes(self, unit: Unit, vs: int) -> float:
+        """What ``unit`` of virtual stage ``vs`` sends to the host per micro-batch: a transformer layer's (an MTP
+        module's as its layer) offloaded inputs, of the chunk's groups that activation_offload_fraction sends
+        (memory.py ``chunk_offload``); nothing for the embedding and the head."""
+        if not self._offload[0] + self._offload[1]:
             return 0.0
-        m = self.plan.model
-        moe = M.is_moe_layer(m, unit.layer) if unit.layer < m.layers else bool(m.experts)
-        return self._offload[0] if moe else self._offload[1]
+        per = self._chunk_offload.get(vs)
+        if per is None:
+            units = [u for u in self.plan.chunk_units[vs] if u.layer >= 0 and u.name != "head"]
+            per = self._chunk_offload[vs] = dict(zip((u.name for u in units), chunk_offload(
+                self.plan.sc, self.plan.model, [u.layer for u in units])))
+        return per.get(unit.name, 0.0)
 
     def _offload_out(self, unit: Unit, vs: int, mb: int, last: int) -> None:
         """After a layer's forward, its offloaded inputs go to the host on the ``d2h`` copy stream
         (``on_group_commit_forward``: d2h_stream.wait_stream(current), then ``bulk_offload_group``); the compute
         stream does not wait for it (``fine_grained_offloading_max_inflight_offloads`` None)."""
-        nbytes = self._offload_bytes(unit)
+        nbytes = self._offload_bytes(unit, vs)
         if nbytes:
             self._offloaded[(mb, vs, unit.name)] = self._emit(
                 kind=COMPUTE, stream="d2h", name=f"mb{mb}.{unit.name}.offload", duration=nbytes / self._host_bw,
@@ -457,7 +462,7 @@ class _RankBuilder:
         out = self._offloaded.pop((mb, vs, unit.name), None)
         if out is None:
             return None
-        nbytes = self._offload_bytes(unit)
+        nbytes = self._offload_bytes(unit, vs)
         deps = (out,) if self._reload_gate is None else (out, self._reload_gate)
         return self._emit(kind=COMPUTE, stream="h2d", name=f"mb{mb}.{unit.name}.reload",
                           duration=nbytes / self._host_bw, bytes=nbytes, deps=deps, category="offload", microbatch=mb,

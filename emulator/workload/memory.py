@@ -68,11 +68,11 @@ prefetched one), plus on the last stage the fp32 logits of one micro-batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from emulator.scenario import deepep_buffers as DEEPEP
-from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
-from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of, stage_layers
+from emulator.scenario.spec import OFFLOAD_MODULES, QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
+from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of, stage_layers, virtual_stage
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
 from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY, NVFP4_WEIGHT_COPY, recipe_of
@@ -300,15 +300,25 @@ def offloaded_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False, 
     """Bytes of one layer's stored activations (``layer_activation_bytes``, same arguments) that fine-grained
     activation offloading moves to the host for one micro-batch: the ``offload`` modules' (:func:`offload_groups`),
     each as large as OFFLOAD_MIN_ELEMENTS at least."""
+    return sum(offloaded_group_bytes(m, b, s, t, sp, recompute, flash, dtype, ep, moe, fp8, modules, saved, offload,
+                                     etp))
+
+
+def offloaded_group_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False, recompute: str = "none",
+                          flash: bool = False, dtype: int = 2, ep: int = 1, moe: bool | None = None, fp8: bool = False,
+                          modules: tuple[str, ...] | None = None, saved: float = 1.0,
+                          offload: tuple[str, ...] = (), etp: int = 1) -> list[float]:
+    """:func:`offloaded_bytes` per offloaded module group of the layer, in forward order (OFFLOAD_MODULES')."""
     if not offload or recompute == "full":
-        return 0.0
+        return []
     r = M.resolve(m)
     g = saved if fp8 else 2
     is_moe = bool(r.experts) if moe is None else moe
     recomputed = (modules or ()) if recompute == "selective" else ()
     unit = s * b * dtype / 2
-    total = 0.0
-    for name, (rep, shard) in offload_groups(r, offload, is_moe, ep, g, b * s, flash and recompute == "none",
+    sizes: list[float] = []
+    ordered = tuple(name for name in OFFLOAD_MODULES if name in offload)
+    for name, (rep, shard) in offload_groups(r, ordered, is_moe, ep, g, b * s, flash and recompute == "none",
                                                   recomputed, etp).items():
         if name == "core_attn" and not flash and not (recompute == "selective" and (modules is None
                                                                                     or "core_attn" in modules)):
@@ -316,8 +326,8 @@ def offloaded_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False, 
             shard += r.heads * s * (2 + 3 * mask)  # the unfused core's scores, mask and dropout
         size = unit * (rep + shard) / t if sp else unit * (rep + shard / t)
         if size >= 2 * OFFLOAD_MIN_ELEMENTS:
-            total += size
-    return total
+            sizes.append(size)
+    return sizes
 
 
 def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tuple[float, float]:
@@ -610,18 +620,58 @@ def layer_offload(sc: Scenario, m: ModelSpec) -> tuple[float, float]:
     """Bytes one layer offloads per micro-batch under ``training.fine_grained_activation_offloading``
     (:func:`offloaded_bytes` at the scenario's shape): (a layer of the model's kind, MoE where it has experts;
     a dense leading layer). (0, 0) without offloading."""
+    moe, dense = layer_offload_groups(sc, m)
+    return sum(moe), sum(dense)
+
+
+def layer_offload_groups(sc: Scenario, m: ModelSpec) -> tuple[list[float], list[float]]:
+    """:func:`layer_offload` per module group, in forward order."""
     par, tr = sc.parallel, sc.training
     offload = (tr.offload_modules or ()) if tr.fine_grained_activation_offloading else ()
     if not offload:
-        return 0.0, 0.0
+        return [], []
     dtype = 4 if tr.precision in ("fp32", "tf32") else 2
     flash = getattr(tr, "attention", "unfused") in ("flash", "fa2") or par.cp > 1
     sp = par.sequence_parallel and par.tp > 1
     saved = SAVED_INPUT_BYTES.get(recipe_of(tr.precision, tr.fp8_recipe), 1.0)
-    moe_layer, dense_layer = (offloaded_bytes(m, tr.micro_batch, m.seq_len // par.cp, par.tp, sp, tr.recompute, flash,
-                                              dtype, par.ep, moe, tr.precision in QUANTISED, tr.recompute_modules,
-                                              saved, offload, par.etp or par.tp) for moe in (None, False))
+    moe_layer, dense_layer = (offloaded_group_bytes(m, tr.micro_batch, m.seq_len // par.cp, par.tp, sp, tr.recompute,
+                                                    flash, dtype, par.ep, moe, tr.precision in QUANTISED,
+                                                    tr.recompute_modules, saved, offload, par.etp or par.tp)
+                              for moe in (None, False))
     return moe_layer, dense_layer
+
+
+def chunk_offload(sc: Scenario, m: ModelSpec, layers: Sequence[int]) -> list[float]:
+    """Bytes each of a model chunk's ``layers`` (global indices in forward order; an MTP module's past the
+    decoder's, as an MoE layer where there are experts) offloads per micro-batch: of the chunk's eligible groups,
+    in forward order, the last int(n·(1 − activation_offload_fraction)) stay on the GPU (Megatron-Core
+    fine_grained_activation_offload.py @ d98e8a64dd, ``post_warmup_callback``)."""
+    moe, dense = layer_offload_groups(sc, m)
+    groups = [(k, size) for k, i in enumerate(layers)
+              for size in (moe if (M.is_moe_layer(m, i) if i < m.layers else bool(m.experts)) else dense)]
+    kept = int(len(groups) * (1 - sc.training.activation_offload_fraction))
+    out = [0.0] * len(layers)
+    for k, size in groups[:len(groups) - kept]:
+        out[k] += size
+    return out
+
+
+def offload_share(sc: Scenario, m: ModelSpec, plan: ChunkPlan, stage: int, v_shape: bool) -> float:
+    """The share of its layers' offloadable bytes that pipeline stage ``stage`` sends with
+    activation_offload_fraction (:func:`chunk_offload` over its chunks; 1 at the default fraction 1). The memory
+    report takes it for every layer in flight, as if each chunk's kept groups were spread over its layers."""
+    if sc.training.activation_offload_fraction >= 1.0:
+        return 1.0
+    sent = full = 0.0
+    moe, dense = layer_offload(sc, m)
+    for c in range(len(plan.layers) // sc.parallel.pp):
+        k = virtual_stage(c, stage, sc.parallel.pp, v_shape)
+        first = sum(plan.layers[:k])
+        layers = [*range(first, first + plan.layers[k]),
+                  *(m.layers + 1 + d for d in range(plan.mtp if k == plan.mtp_chunk else 0))]
+        sent += sum(chunk_offload(sc, m, layers))
+        full += sum(moe if (M.is_moe_layer(m, i) if i < m.layers else bool(m.experts)) else dense for i in layers)
+    return sent / full if full else 1.0
 
 
 def deepep_bytes(m: ModelSpec, par: ParallelSpec, dtype: int) -> float:
@@ -667,6 +717,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
                                         False, fp8, modules, saved) if m.experts and m.first_dense_layers
                  else per_layer)
     off_layer, off_dense = layer_offload(sc, m)
+    v_shape_ = par.schedule in V_SHAPED
     out: list[MemoryReport] = []
     for stage in range(par.pp):
         held = held_stages(par, stage)
@@ -693,11 +744,13 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)  # its one more warm-up forward holds one more
         chunks = max_in_flight(tasks)
+        share = offload_share(sc, m, plan, stage, v_shape_) if off_layer + off_dense else 1.0
+        off_l, off_d = off_layer * share, off_dense * share
         lead = any(_dense_layers_of(sc, k) for k in held) and bool(m.experts)
-        worst = max(per_layer - off_layer, per_dense - off_dense) if lead else per_layer - off_layer
+        worst = max(per_layer - off_l, per_dense - off_d) if lead else per_layer - off_l
         weights = tuple(n for k in held for n in with_mtp[k])
         in_flight = max_in_flight(tasks, weights)  # layers of the (micro-batch, chunk)s in flight
-        acts = worst * in_flight + max(off_layer, off_dense if lead else 0.0) * min(OFFLOAD_RESIDENT_LAYERS, in_flight)
+        acts = worst * in_flight + max(off_l, off_d if lead else 0.0) * min(OFFLOAD_RESIDENT_LAYERS, in_flight)
         if 0 in held and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
         work = float(WORKSPACE_BYTES) + userbuffers_bytes(par, tr, s * m.hidden) + cp_gather_bytes(m, par, tr, dtype) \
