@@ -102,7 +102,7 @@ def test_a_node_without_a_measured_host_rate_is_refused():
     assert "cluster.node.host_bandwidth" in str(info.value) and "dgx-a100" in str(info.value)
 
 
-def test_expert_modules_are_refused_under_the_moe_recompute_and_paired_steps():
+def test_expert_modules_are_refused_under_the_moe_recompute_and_dualpipe():
     moe = (SCENARIO.replace("swiglu: true}", "swiglu: true, experts: 8, top_k: 2}")
            .replace(MODULES, "offload_modules: [expert_fc1]").replace("dp: 8}", "dp: 8, ep: 2}"))
     load_scenario_text(moe, "off.yaml")  # the expert modules of an MoE model: accepted
@@ -111,8 +111,23 @@ def test_expert_modules_are_refused_under_the_moe_recompute_and_paired_steps():
                                                              "recompute_modules: [moe], "), "off.yaml")
     assert "training.offload_modules" in str(info.value) and "recomputes the whole moe layer" in str(info.value)
     with pytest.raises(ScenarioError) as info:
-        load_scenario_text(moe.replace("ep: 2}", "ep: 2, overlap_moe_expert_parallel_comm: true}"), "off.yaml")
-    assert "not modelled with overlap_moe_expert_parallel_comm" in str(info.value)
+        load_scenario_text(moe.replace("ep: 2}", "ep: 2, schedule: dualpipev}").replace("global_batch: 8",
+                                                                                         "global_batch: 16"),
+                           "off.yaml")
+    assert "not modelled with schedule dualpipev" in str(info.value)
+
+
+def test_the_1f1b_all_to_all_overlap_copies_each_layer_out_and_back():
+    """overlap_moe_expert_parallel_comm pairs a forward layer with a backward one (builder.run_pair): each MoE
+    layer's expert_fc1 input still goes out after its forward and back before its backward. pp 1, 8 layers,
+    2 micro-batches (16 / (1 · 8)): 16 copies each way on a rank."""
+    moe = (SCENARIO.replace("swiglu: true}", "swiglu: true, experts: 8, top_k: 2}")
+           .replace(MODULES, "offload_modules: [expert_fc1]").replace("dp: 8}", "dp: 8, ep: 2, "
+                                                                              "overlap_moe_expert_parallel_comm: true}")
+           .replace("global_batch: 8", "global_batch: 16"))
+    run = simulate(load_scenario_text(moe, "off.yaml"), record_links=False)
+    streams = [s.stream for s in run.spans if s.stream in ("d2h", "h2d") and s.rank == 0]
+    assert streams.count("d2h") == 16 and streams.count("h2d") == 16
 
 
 def test_a_profiled_script_is_refused():

@@ -389,8 +389,8 @@ def _offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[
     """Fine-grained activation offloading as Megatron-Core's TransformerConfig checks it (transformer_config.py @
     d98e8a64dd, ``__post_init__``: offload_modules not empty, attn_proj only with core_attn, no expert module
     offloaded while the whole MoE layer is recomputed), plus what the emulator cannot honour: modules without the
-    switch, expert modules without experts, full recompute (a layer then keeps only its input), and the steps that
-    pair a forward with a backward (DualPipe's, the 1F1B all-to-all overlap), whose copies are not modelled."""
+    switch, expert modules without experts, full recompute (a layer then keeps only its input), and DualPipe's
+    schedules (two model copies a rank), whose copies are not modelled."""
     key, mods = "training.offload_modules", t.offload_modules or ()
     if not t.fine_grained_activation_offloading:
         if t.activation_offload_fraction < 1:
@@ -415,11 +415,9 @@ def _offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[
     if t.recompute == "full":
         out.append(Violation("training.fine_grained_activation_offloading",
                              "under recompute: full a layer keeps only its input; offload with selective or none"))
-    if p.schedule in ("dualpipe", "dualpipev") or p.overlap_moe_expert_parallel_comm:
-        paired = f"schedule {p.schedule}" if p.schedule in ("dualpipe", "dualpipev") else \
-            "overlap_moe_expert_parallel_comm"
+    if p.schedule in ("dualpipe", "dualpipev"):
         out.append(Violation("training.fine_grained_activation_offloading",
-                             f"offloading is not modelled with {paired}, whose steps pair a forward with a backward"))
+                             f"offloading is not modelled with schedule {p.schedule} (DualPipe's two model copies)"))
     return out
 
 

@@ -468,6 +468,14 @@ class _RankBuilder:
                           duration=nbytes / self._host_bw, bytes=nbytes, deps=deps, category="offload", microbatch=mb,
                           stage=vs, layer=unit.layer)
 
+    def _reload_before(self, unit: Unit, vs: int, mb: int, deps: list[int]) -> list[int]:
+        """``deps`` of a unit's backward, with its reload (``_reload``) where it sent anything; the layer's start
+        is where the next layer's reload is issued."""
+        reload = self._reload(unit, vs, mb)
+        if unit.layer >= 0 and self._offload[0] + self._offload[1]:
+            self._reload_gate = self.last_compute  # the next layer's reload starts as this one does
+        return deps if reload is None else deps + [reload]
+
     def _backward_done(self, unit: Unit, vs: int, mb: int, last: int | None, split: bool) -> None:
         """A unit's backward has ended at op ``last``: its gradient is ready (unless a W task follows)."""
         assert last is not None  # every unit's backward emits at least one kernel
@@ -500,11 +508,7 @@ class _RankBuilder:
             if fwd and (vs, unit.name) in self.zero_ag:
                 udeps.append(self.zero_ag[(vs, unit.name)])
             if not fwd:
-                reload = self._reload(unit, vs, mb)
-                if reload is not None:
-                    udeps.append(reload)
-                if unit.layer >= 0 and self._offload[0] + self._offload[1]:
-                    self._reload_gate = self.last_compute  # the next layer's reload starts as this one does
+                udeps = self._reload_before(unit, vs, mb, udeps)
             before = self.last_compute
             steps = unit.fwd if fwd else (self._backward_part(unit.bwd, "I") if split else unit.bwd)
             _first, last = self._emit_steps(steps, udeps, self._where(unit, fwd, mb, vs))
@@ -525,7 +529,11 @@ class _RankBuilder:
         """One unit's forward or whole backward, alone; returns the comms it leaves running."""
         if fwd and (vs, unit.name) in self.zero_ag:
             deps = deps + [self.zero_ag[(vs, unit.name)]]
+        if not fwd:
+            deps = self._reload_before(unit, vs, mb, deps)
         _first, last = self._emit_steps(unit.fwd if fwd else unit.bwd, deps, self._where(unit, fwd, mb, vs))
+        if fwd and last is not None:
+            self._offload_out(unit, vs, mb, last)
         if not fwd:
             self._backward_done(unit, vs, mb, last, False)
         return self._carry
@@ -575,7 +583,7 @@ class _RankBuilder:
         fw, bw = self._where(fu, True, *f), self._where(bu, False, *b)
         if (f[1], fu.name) in self.zero_ag:
             f_wait = f_wait + [self.zero_ag[(f[1], fu.name)]]
-        b_wait = self._segment(bs[0], b_wait, bw)  # the combine's unpermute backward
+        b_wait = self._segment(bs[0], self._reload_before(bu, b[1], b[0], b_wait), bw)  # the unpermute backward
         combine_bwd = self._a2a(bs[1], bw)
         f_wait = self._segment(fs[0], f_wait, fw)  # attention, router, permute
         dispatch_fwd = self._a2a(fs[1], fw)
@@ -591,6 +599,8 @@ class _RankBuilder:
         b_wait = self._segment(bs[4], b_wait + dispatch_bwd, bw)  # permute, router, attention backward
         b_last = self.last_compute
         f_wait = self._segment(fs[4], f_wait + combine_fwd, fw)  # unpermute, residual: after, as in Megatron
+        if self.last_compute is not None:
+            self._offload_out(fu, f[1], f[0], self.last_compute)  # the forward layer's inputs, once it is done
         self._backward_done(bu, b[1], b[0], b_last, False)
         return f_wait, b_wait
 
