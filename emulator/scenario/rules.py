@@ -247,7 +247,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
                      p.pipeline_model_parallel_layout, m.mtp_num_layers)
     except ScenarioError as err:
         out.append(Violation(err.key or "parallel.pp", err.message))
-    out += _recompute_violations(m, t) + _offload_violations(m, t, p)
+    out += _recompute_violations(m, t) + _offload_violations(m, t, p) + _router_padding_violations(m, t, p)
     out += _tensor_violations(m, p)
     out += _a2a_overlap_violations(m, t, p)
     micro_batches = t.global_batch // per_step
@@ -383,6 +383,24 @@ def _recompute_violations(m: ModelSpec, t: TrainingSpec) -> list[Violation]:
         return [Violation("training.recompute_modules", "mla_up_proj needs multi-latent attention "
                                                         "(model.kv_lora_rank > 0)")]
     return []
+
+
+def _router_padding_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """moe_router_padding_for_quantization as Megatron-Core's TransformerConfig checks it (transformer_config.py
+    @ d98e8a64dd): fp8 or fp4 training, and not the allgather dispatcher; and an MoE model."""
+    key = "model.moe_router_padding_for_quantization"
+    if not m.moe_router_padding_for_quantization:
+        return []
+    out: list[Violation] = []
+    if not m.experts:
+        out.append(Violation(key, "moe_router_padding_for_quantization needs an MoE model (model.experts > 0)"))
+    if t.precision not in ("fp8", "mxfp8", "nvfp4"):
+        out.append(Violation(key, f"moe_router_padding_for_quantization needs fp8, mxfp8 or nvfp4 training "
+                                  f"(training.precision is {t.precision}; Megatron-Core refuses it)"))
+    if p.moe_token_dispatcher_type == "allgather":
+        out.append(Violation(key, "the allgather dispatcher does not support moe_router_padding_for_quantization "
+                                  "(Megatron-Core refuses it)"))
+    return out
 
 
 def _offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:

@@ -137,6 +137,7 @@ from emulator.workload.token_dispatch import (
     combine_steps,
     dispatch_backward,
     dispatch_steps,
+    expert_padding,
     permute_and_router_backward,
     route_and_permute,
     shared_split,
@@ -183,7 +184,43 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       cp_a2a=cp > 1 and parallel is not None and parallel.cp_comm_type == "a2a",
                       cp_hier=_cp_hier(parallel, cp),
                       cp_ag=cp > 1 and parallel is not None and parallel.cp_comm_type == "all_gather",
-                      **mla, **_dispatch_fields(m, parallel, sm_count))
+                      **mla, **{**_dispatch_fields(m, parallel, sm_count),
+                                **_quant_padding(m, parallel, recipe, micro_batch * (m.seq_len // cp), t, sp, ep, etp)})
+
+
+# Quantised experts' alignment (Megatron-Core @ d98e8a64dd): an FP8, MXFP8 or NVFP4 grouped GEMM takes each expert's
+# rows in a multiple of get_align_size_for_quantization (moe_utils.py): 16 for FP8, 32 for MXFP8 (fp8_utils.py
+# get_fp8_align_size) and NVFP4 (fp4_utils.py get_fp4_align_size). Who pads:
+# - with moe_router_padding_for_quantization, the alltoall dispatcher pads each source rank's routing map
+#   (token_dispatcher.py, MoEAlltoAllTokenDispatcher.preprocess: pad_routing_map), so every rank sends more copies and
+#   an expert receives a padded count from each of the EP group's ranks; DeepEP pads the routing map of the tokens it
+#   received (_DeepepManager._pad_routing_map): rows, no traffic;
+# - HybridEP pads in its own dispatch (moe_utils.py skip_routed_expert_padding);
+# - else the experts pad (experts.py: tokens_per_expert.tolist(), a host sync, then TE's Fp8Padding of the rows and
+#   the probabilities; Fp8Unpadding after fc2).
+# ASSUMPTION: a routed count is spread evenly modulo the alignment a, so a padded count gains (a − 1)/2 rows.
+QUANT_ALIGN = {"delayed": 16, "tensorwise": 16, "mxfp8": 32, "nvfp4": 32}
+
+
+def _quant_padding(m: ModelSpec, par: ParallelSpec | None, recipe: str, tokens: int, t: int, sp: bool, ep: int,
+                   etp: int | None) -> dict[str, Any]:
+    """LayerShape's pad_rows and pad_copies (and a2a_scale's padded share where the alltoall dispatcher's router
+    pads) for a quantised MoE layer; {} otherwise."""
+    align = QUANT_ALIGN.get(recipe, 0)
+    if not m.experts or not align or par is None:
+        return {}
+    half = (align - 1) / 2
+    dispatcher, backend = par.moe_token_dispatcher_type, par.moe_flex_dispatcher_backend
+    if dispatcher == "flex" and backend == "hybridep":
+        return dict(pad_rows=half)
+    if not m.moe_router_padding_for_quantization:
+        return dict(pad_rows=half, pad_copies=True)
+    if dispatcher == "flex":
+        return dict(pad_rows=half)
+    folded = bool(etp) and etp != t and sp and t > 1
+    routed = (tokens // t if folded else tokens) * m.top_k  # the copies this rank's router makes
+    cap = m.moe_expert_capacity_factor if routing.padded(m) and m.moe_expert_capacity_factor else 1.0
+    return dict(pad_rows=ep * half, a2a_scale=cap * (1 + m.experts * half / routed))
 
 
 def _cp_hier(par: ParallelSpec | None, cp: int) -> int:
@@ -602,7 +639,7 @@ def _moe_sizes(L: LayerShape) -> tuple[int, int, int, float]:
     local = max(1, L.experts // L.ep)
     load = L.rank_load
     received = routed if load == 1.0 else int(round(routed * load))
-    m_e = max(1, received // local)  # tokens per local expert
+    m_e = max(1, received // local) + round(L.pad_rows)  # tokens per local expert (quantised: aligned)
     return routed, local, m_e, routed * L.h * L.dtype * L.a2a_scale
 
 
@@ -627,11 +664,11 @@ def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
     first, second = shared_split(L, shared)
     steps: list[Step] = [*route_and_permute(L, L.T, routed, cat), *(shared if not first else [])]
     steps += dispatch_steps(L, L.T, a2a, cat, first)
-    act = _act_forward(L, cat, m_e * local if L.rank_load != 1.0 else routed, fe)
-    steps += chunk_sort(L, "moe.sort_chunks", m_e * local, cat)
+    act = _act_forward(L, cat, m_e * local if L.rank_load != 1.0 or L.pad_rows else routed, fe)
+    steps += chunk_sort(L, "moe.sort_chunks", m_e * local, cat) + expert_padding(L, m_e * local, cat, True)
     steps += [grouped_gemm("moe.up", m_e, up, L.h, L, local, cat), act,
               grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
-    steps += chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
+    steps += expert_padding(L, m_e * local, cat, False) + chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
     steps += combine_steps(L, L.T, a2a, cat, second)
     steps += unpermute(L, routed, cat)
     return steps
@@ -661,7 +698,7 @@ def _folded_sizes(L: LayerShape) -> tuple[int, int, int, float]:
     local = max(1, L.experts // L.ep)
     load = L.rank_load
     received = routed if load == 1.0 else int(round(routed * load))
-    m_e = max(1, received * L.etp // local)
+    m_e = max(1, received * L.etp // local) + round(L.pad_rows)
     return routed, local, m_e, routed * L.h * L.dtype * L.a2a_scale
 
 
@@ -681,9 +718,10 @@ def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
         steps += _tp_in(L, "shared", cat) + (shared + _tp_out(L, "shared", cat) if not first else [])
     steps += dispatch_steps(L, L.Te, a2a, cat, first)
     steps += _etp(L, "moe.etp_ag", "all_gather", gathered, cat) + chunk_sort(L, "moe.sort_chunks", m_e * local, cat)
+    steps += expert_padding(L, m_e * local, cat, True)
     steps += [grouped_gemm("moe.up", m_e, up, L.h, L, local, cat), _act_forward(L, cat, m_e * local, fe),
               grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
-    steps += chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
+    steps += expert_padding(L, m_e * local, cat, False) + chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
     steps += _etp(L, "moe.etp_rs", "reduce_scatter", gathered, cat)
     steps += combine_steps(L, L.Te, a2a, cat, second)
     if first and L.shared_ffn:
@@ -701,9 +739,10 @@ def _folded_moe_backward(L: LayerShape) -> list[Step]:
     steps += combine_backward(L, L.Te, a2a)
     steps += _etp(L, "moe.etp_ag_bwd", "all_gather", gathered, BWD) + chunk_sort(L, "moe.unsort_chunks_bwd",
                                                                                   m_e * local, BWD)
+    steps += expert_padding(L, m_e * local, BWD, False)
     steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local), _act_backward(L, m_e * local, fe),
               *_grouped_backward(L, "moe.up", m_e, up, L.h, local)]
-    steps += chunk_sort(L, "moe.sort_chunks_bwd", m_e * local, BWD)
+    steps += expert_padding(L, m_e * local, BWD, True) + chunk_sort(L, "moe.sort_chunks_bwd", m_e * local, BWD)
     steps += _etp(L, "moe.etp_rs_bwd", "reduce_scatter", gathered, BWD)
     steps += dispatch_backward(L, L.Te, a2a)
     if L.shared_ffn:
@@ -831,11 +870,11 @@ def _mlp_core_backward(L: LayerShape) -> list[Step]:
     up = 2 * fe if L.swiglu else fe
     steps: list[Step] = [*unpermute_backward(L, routed)]
     steps += combine_backward(L, L.T, a2a)
-    steps += chunk_sort(L, "moe.unsort_chunks_bwd", m_e * local, BWD)
+    steps += chunk_sort(L, "moe.unsort_chunks_bwd", m_e * local, BWD) + expert_padding(L, m_e * local, BWD, False)
     steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local),
-              _act_backward(L, m_e * local if L.rank_load != 1.0 else routed, fe),
+              _act_backward(L, m_e * local if L.rank_load != 1.0 or L.pad_rows else routed, fe),
               *_grouped_backward(L, "moe.up", m_e, up, L.h, local)]
-    steps += chunk_sort(L, "moe.sort_chunks_bwd", m_e * local, BWD)
+    steps += expert_padding(L, m_e * local, BWD, True) + chunk_sort(L, "moe.sort_chunks_bwd", m_e * local, BWD)
     steps += dispatch_backward(L, L.T, a2a)
     steps += [*_shared_backward(L), *permute_and_router_backward(L, L.T, routed)]
     return steps

@@ -111,6 +111,10 @@ class LayerShape:
     permute_into_hybridep: bool = False  # moe_permute_fusion_into_hybridep: HybridEP's dispatch permutes
     group_topk: int = 0  # moe_router_group_topk
     a2a_scale: float = 1.0  # the copies each rank sends over the mean: the capacity factor when padded
+    # quantised experts' row alignment (layer.py "Quantised experts' alignment"): the extra rows a local expert runs,
+    # and whether the experts pad and unpad them themselves (TE's Fp8Padding, after a host sync)
+    pad_rows: float = 0.0
+    pad_copies: bool = False
     window: int = 0  # sliding-window attention: keys per query (model.sliding_window); 0: none
     window_share: float = 0.0  # the fraction of layers that attend through the window (models.window_share)
     sinks: bool = False  # a softmax with an extra logit per head (model.softmax_type off-by-one or learnable)

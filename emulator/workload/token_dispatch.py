@@ -434,6 +434,18 @@ def _host_sync(cat: str) -> Kernel:
     return Kernel("moe.host_sync", "host", 0.0, 0.0, cat, seconds=HOST_SYNC_S)
 
 
+def expert_padding(L: LayerShape, rows: int, cat: str, first: bool) -> list[Step]:
+    """The experts' own alignment of quantised rows (LayerShape.pad_copies; layer.py "Quantised experts'
+    alignment"): forward, the host reads the token counts (``tokens_per_expert.tolist()``, a sync) and TE's
+    Fp8Padding copies the ``rows`` (``first``), then Fp8Unpadding copies them back after fc2; backward, the
+    gradients' copies in reverse. A copy reads and writes rows of h."""
+    if not L.pad_copies:
+        return []
+    name = "moe.quant_pad" if first else "moe.quant_unpad"
+    copy = _copy(name + ("_bwd" if cat == BWD else ""), 2.0 * rows * L.h * L.dtype, cat)
+    return [_host_sync(cat), copy] if first and cat != BWD else [copy]
+
+
 def dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list[Step]) -> list[Step]:
     """The forward dispatch of ``tokens`` (their routed copies ``a2a`` bytes), with ``under`` run under it."""
     if L.ep <= 1:
