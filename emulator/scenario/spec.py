@@ -377,7 +377,7 @@ class ModelSpec:
         "Megatron-Core's moe_router_padding_for_quantization: under fp8, mxfp8 or nvfp4 the routing map is padded so "
         "that each expert's token count is a multiple of the quantised GEMMs' alignment (16 for FP8, 32 for MXFP8 and "
         "NVFP4), before the alltoall dispatch or after DeepEP's; false: the experts pad and unpad their rows "
-        "themselves (TE's Fp8Padding, after a host sync).", default=False)
+        "themselves (TE's Fp8Padding and Fp8Unpadding copies).", default=False)
     moe_permute_fusion_into_hybridep: bool = key(
         "Megatron-Core's moe_permute_fusion_into_hybridep: with the flex dispatcher's hybridep backend, the dispatch "
         "writes the tokens in the experts' order and the combine reads them from it (hybrid_ep_dispatch with "

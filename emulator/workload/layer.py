@@ -196,8 +196,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
 #   an expert receives a padded count from each of the EP group's ranks; DeepEP pads the routing map of the tokens it
 #   received (_DeepepManager._pad_routing_map): rows, no traffic;
 # - HybridEP pads in its own dispatch (moe_utils.py skip_routed_expert_padding);
-# - else the experts pad (experts.py: tokens_per_expert.tolist(), a host sync, then TE's Fp8Padding of the rows and
-#   the probabilities; Fp8Unpadding after fc2).
+# - else the experts pad (experts.py: TE's Fp8Padding of the rows and the probabilities, by the host's token counts;
+#   Fp8Unpadding after fc2).
 # ASSUMPTION: a routed count is spread evenly modulo the alignment a, so a padded count gains (a − 1)/2 rows.
 QUANT_ALIGN = {"delayed": 16, "tensorwise": 16, "mxfp8": 32, "nvfp4": 32}
 

@@ -112,7 +112,7 @@ class LayerShape:
     group_topk: int = 0  # moe_router_group_topk
     a2a_scale: float = 1.0  # the copies each rank sends over the mean: the capacity factor when padded
     # quantised experts' row alignment (layer.py "Quantised experts' alignment"): the extra rows a local expert runs,
-    # and whether the experts pad and unpad them themselves (TE's Fp8Padding, after a host sync)
+    # and whether the experts pad and unpad them themselves (TE's Fp8Padding and Fp8Unpadding copies)
     pad_rows: float = 0.0
     pad_copies: bool = False
     window: int = 0  # sliding-window attention: keys per query (model.sliding_window); 0: none

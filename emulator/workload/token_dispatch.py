@@ -436,14 +436,14 @@ def _host_sync(cat: str) -> Kernel:
 
 def expert_padding(L: LayerShape, rows: int, cat: str, first: bool) -> list[Step]:
     """The experts' own alignment of quantised rows (LayerShape.pad_copies; layer.py "Quantised experts'
-    alignment"): forward, the host reads the token counts (``tokens_per_expert.tolist()``, a sync) and TE's
-    Fp8Padding copies the ``rows`` (``first``), then Fp8Unpadding copies them back after fc2; backward, the
-    gradients' copies in reverse. A copy reads and writes rows of h."""
+    alignment"): forward, TE's Fp8Padding copies the ``rows`` (``first``), then Fp8Unpadding copies them back after
+    fc2; backward, the gradients' copies in reverse. A copy reads and writes rows of h. The counts it splits by
+    (``tokens_per_expert.tolist()``) are already on the host: the alltoall dispatcher moved them at its sync point,
+    DeepEP returns them as a list, so no sync of its own."""
     if not L.pad_copies:
         return []
     name = "moe.quant_pad" if first else "moe.quant_unpad"
-    copy = _copy(name + ("_bwd" if cat == BWD else ""), 2.0 * rows * L.h * L.dtype, cat)
-    return [_host_sync(cat), copy] if first and cat != BWD else [copy]
+    return [_copy(name + ("_bwd" if cat == BWD else ""), 2.0 * rows * L.h * L.dtype, cat)]
 
 
 def dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list[Step]) -> list[Step]:
