@@ -6,7 +6,7 @@ from emulator.scenario.rules import model_violations
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
-from emulator.workload.memory import layer_activation_bytes
+from emulator.workload.activations import layer_activation_bytes
 
 QWEN3 = catalog.model_preset("qwen3-235b-a22b")
 

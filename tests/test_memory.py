@@ -3,7 +3,8 @@ import pytest
 
 from emulator.scenario import ClusterSpec, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario, TrainingSpec, catalog
 from emulator.workload import models as M
-from emulator.workload.memory import WORKSPACE_BYTES, layer_activation_bytes, memory_report, model_state_bytes
+from emulator.workload.activations import layer_activation_bytes
+from emulator.workload.memory import WORKSPACE_BYTES, memory_report, model_state_bytes
 
 GPT22 = ModelSpec(layers=48, hidden=6144, heads=64, seq_len=2048, vocab=51200)
 SBH = 2048 * 4 * 6144  # s·b·h = 50 331 648

@@ -11,8 +11,8 @@ from emulator.scenario import ClusterSpec, ModelSpec, ParallelSpec, Scenario, Tr
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload.activations import layer_activation_bytes
 from emulator.workload.layer import Comm
-from emulator.workload.memory import layer_activation_bytes
 
 # h 1024, 8 heads, s 512, query rank 256, key/value rank 128, d_n 64, d_r 32, d_v 64 (d_qk 96), SwiGLU 2048
 MLA = ModelSpec(layers=2, hidden=1024, heads=8, seq_len=512, vocab=1000, ffn_hidden=2048, swiglu=True,

@@ -23,7 +23,8 @@ from emulator.workload import flops as F
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
-from emulator.workload.memory import _stage_params, layer_activation_bytes
+from emulator.workload.activations import layer_activation_bytes
+from emulator.workload.memory import _stage_params
 
 # A small DeepSeek-style MoE (standard attention): h 1024, 8 heads, s 512, SwiGLU, 8 routed experts of
 # width 512, top-2, one shared expert of width 1024, the first of 4 layers dense with ffn 2048.

@@ -9,7 +9,7 @@ from emulator.scenario import load_scenario_text
 from emulator.scenario.catalog import model_preset
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
-from emulator.workload.memory import layer_activation_bytes
+from emulator.workload.activations import layer_activation_bytes
 
 MIXTRAL = model_preset("mixtral-8x7b")  # 8 experts, top-2, hidden 4096
 

@@ -19,8 +19,9 @@ from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
+from emulator.workload.activations import layer_activation_bytes
 from emulator.workload.builder import build_program
-from emulator.workload.memory import layer_activation_bytes, memory_report
+from emulator.workload.memory import memory_report
 from emulator.workload.recompute import backward_with_modules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,9 @@ import pytest
 from emulator.errors import ScenarioError
 from emulator.run.simulation import simulate
 from emulator.scenario import ModelSpec, load_scenario_text
-from emulator.workload.memory import OFFLOAD_RESIDENT_LAYERS, layer_activation_bytes, offloaded_bytes, stage_memory
+from emulator.workload.activations import layer_activation_bytes
+from emulator.workload.memory import stage_memory
+from emulator.workload.offload import OFFLOAD_RESIDENT_LAYERS, offloaded_bytes
 
 # GQA, head_dim 128: a·d = 1024 = h, kv·d = 256
 GQA = ModelSpec(layers=8, hidden=1024, heads=8, kv_heads=2, head_dim=128, ffn_hidden=4096, seq_len=4096, vocab=1024,
@@ -156,7 +158,7 @@ def test_a_fraction_sends_the_first_groups_of_each_chunk():
     Here 8 layers of 2 groups (core_attn 12 582 912 B, attn_proj 8 388 608 B): n = 16; f 0.3 keeps int(11.2) = 11
     and sends 5: layers 0 and 1 whole and layer 2's core_attn."""
     from emulator.workload import models as M
-    from emulator.workload.memory import chunk_offload
+    from emulator.workload.offload import chunk_offload
 
     sc = load_scenario_text(SCENARIO.replace("attn_proj]", "attn_proj], activation_offload_fraction: 0.3"), "off.yaml")
     m = M.resolve(sc.model)

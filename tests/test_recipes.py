@@ -16,7 +16,8 @@ from emulator.scenario import catalog, load_scenario_text
 from emulator.scenario.spec import ModelSpec
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
-from emulator.workload.memory import layer_activation_bytes, quant_weight_bytes
+from emulator.workload.activations import layer_activation_bytes
+from emulator.workload.memory import quant_weight_bytes
 from emulator.workload.plan import make_plan
 
 H100 = catalog.gpu("H100-SXM5-80GB")

@@ -128,7 +128,7 @@ def test_activations_count_the_layers_in_flight():
 
 def test_memory_of_the_lighter_end_stages():
     from emulator.workload import models as M
-    from emulator.workload.memory import layer_activation_bytes
+    from emulator.workload.activations import layer_activation_bytes
 
     sc = _scenario(p=4, layers=8, extra=", first_chunk_layers: 1, last_chunk_layers: 1")
     light = memory_report(sc)

@@ -77,7 +77,8 @@ from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
-from emulator.workload.memory import chunk_plan_of, held_stages, layer_offload, offload_share
+from emulator.workload.memory import chunk_plan_of, held_stages
+from emulator.workload.offload import layer_offload, offload_share
 from emulator.workload.placement import ORDER, Layout
 from emulator.workload.plan import (
     ADAM_BYTES_PER_PARAM,
@@ -329,7 +330,7 @@ def _offload_bound(sc: Scenario, m: ModelSpec, split: Split, stage_t: list[float
     """With fine-grained activation offloading, a stage's micro-batch takes at least the copies of its layers:
     each of the d2h and h2d streams moves every offloaded byte once a micro-batch, beside the compute
     (workload/builder.py), at the node's host_bandwidth; of them the share activation_offload_fraction sends
-    (memory.py ``offload_share``)."""
+    (offload.py ``offload_share``)."""
     moe, dense = layer_offload(sc, m)
     if not moe + dense:
         return stage_t

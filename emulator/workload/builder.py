@@ -59,7 +59,7 @@ from emulator.workload import flops as F
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
-from emulator.workload.memory import chunk_offload, layer_offload
+from emulator.workload.offload import chunk_offload, layer_offload
 from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.profiled import reshape_plan
 from emulator.workload.schedules import Task, combined_steps, dualpipe_steps, dualpipev_steps, schedule
@@ -434,7 +434,7 @@ class _RankBuilder:
     def _offload_bytes(self, unit: Unit, vs: int) -> float:
         """What ``unit`` of virtual stage ``vs`` sends to the host per micro-batch: a transformer layer's (an MTP
         module's as its layer) offloaded inputs, of the chunk's groups that activation_offload_fraction sends
-        (memory.py ``chunk_offload``); nothing for the embedding and the head."""
+        (offload.py ``chunk_offload``); nothing for the embedding and the head."""
         if not self._offload[0] + self._offload[1]:
             return 0.0
         per = self._chunk_offload.get(vs)

@@ -14,49 +14,21 @@ requires gradient accumulation and all-reduce to be done in fp32"); g = 2 with b
 NeMo's Nemotron-4 340B recipe sets (nemo/collections/llm/recipes/nemotron4_340b.py:
 grad_reduce_in_fp32 = False). Until this version g was 2 whatever the reduction.
 
-Activations of one layer and one micro-batch (Korthikanti et al. 2022, bytes; s is the
-sequence share of a CP rank, a the heads, t the TP size):
-    TP alone            s·b·h·(10 + 24/t + 5·a·s/(h·t))
-    TP + SP             s·b·h·(34 + 5·a·s/h)/t
-    selective recompute s·b·h·(10 + 24/t), or 34·s·b·h/t with SP
-    full recompute      2·s·b·h (2·s·b·h/t with SP: only the layer input is kept)
-computed term by term so that GQA (K, V of kv heads), ``head_dim`` (Q, K, V and the projection
-input of a·d and kv·d elements, not h), SwiGLU (two up outputs), MoE
-(top_k routed copies of the expert width and of the experts' fc1 input, times the busiest rank's load
-under routing imbalance, plus the shared experts' MLP) and models without dropout are counted; for a GPT
-these terms are exactly the formulas above. Multi-latent attention keeps Q and K of a·d_qk,
-V and the projection input of a·d_v, and the latents (r_q twice, r_kv + d_r and r_kv, as
-the replicated part). A stage that holds one of an MoE model's dense leading layers is
-charged the larger of the dense and the MoE layer's activations for each of its layers (an
-upper bound). Fused (flash) attention keeps no s² terms. A stage
-holds as many micro-batches (model chunks, interleaved) as its schedule has in flight
-at the worst moment (1F1B: p − s on stage s; GPipe: m; interleaved: Megatron's
-p·(1 + (p − 1)/(p·v)) chunks' worth on stage 0), read off the schedule itself; each
-in-flight chunk counts its own layers, so an uneven split (scenario/stages.py) lightens
-the stages it lightens.
-
-What Megatron-Core and Transformer Engine save, read in the versions NeMo pinned when it ran
-Nemotron-4 340B on 128 H100 (NeMo 64e6c666 requirements/manifest.json: TransformerEngine 3b2a7b00,
-v1.14; Megatron-LM 791b70e0, Core 0.11). bf16: LayerNormLinear saves the norm input, mu, rsigma and
-the *local* (sequence-sharded) ln_out and all-gathers it again in backward (TE
-transformer_engine/pytorch/module/layernorm_linear.py lines 327-337 and 464), so the QKV and MLP inputs
-count h/t each; squared ReLU (torch.pow(relu(x), 2), NeMo nemo/collections/llm/fn/activation.py
-line 37) keeps the ReLU output for pow's backward and fc2 keeps the square; the row-parallel
-projection saves the attention output, the tensor the fused attention keeps (TE attention.py lines
-6806-6807: q, k, v, out), counted once. fp8 (``training.precision: fp8``): ln_out is written in fp8
-(layernorm_linear.py line 130) and the row-parallel Linear saves its fp8 input (linear.py lines
-120 and 299), so the QKV, MLP, projection and fc2 inputs cost one byte; Q, K, V and the up
-outputs stay bf16; without recompute the fused attention still keeps its bf16 output beside the
-projection's fp8 copy. fp8 weights: :func:`fp8_weight_bytes` (``training.fp8_params``). Stage 0's
-in-flight count is Megatron's warm-up (megatron/core/pipeline_parallel/schedules.py lines 696-701 at
-791b70e0) plus the one forward that 1F1B runs before its first backward; the current version says the
-same (get_pp_rank_microbatches @ d98e8a64dd, lines 964-978: (p − r − 1)·2 + (v − 1)·g with g =
-microbatch_group_size_per_vp_stage, p by default, capped at the m·v chunk passes there are). For
+Activations of one layer and one micro-batch: workload/activations.py (Korthikanti et al.'s terms, counted
+term by term). A stage that holds one of an MoE model's dense leading layers is charged the larger of the
+dense and the MoE layer's activations for each of its layers (an upper bound). A stage holds as many
+micro-batches (model chunks, interleaved) as its schedule has in flight at the worst moment (1F1B: p − s on
+stage s; GPipe: m; interleaved: Megatron's p·(1 + (p − 1)/(p·v)) chunks' worth on stage 0), read off the
+schedule itself; each in-flight chunk counts its own layers, so an uneven split (scenario/stages.py) lightens
+the stages it lightens. Stage 0's in-flight count is Megatron's warm-up (megatron/core/pipeline_parallel/
+schedules.py lines 696-701 at 791b70e0) plus the one forward that 1F1B runs before its first backward; the
+current version says the same (get_pp_rank_microbatches @ d98e8a64dd, lines 964-978: (p − r − 1)·2 + (v − 1)·g
+with g = microbatch_group_size_per_vp_stage, p by default, capped at the m·v chunk passes there are). For
 NeMo's Nemotron-4 340B layout (p 8, v 12, m 16) stage 0 holds 14 + 88 = 102 (< 16·12 = 192, so the cap
-does not bind) + 1 = 103 one-layer chunks.
+does not bind) + 1 = 103 one-layer chunks. fp8 weights: :func:`fp8_weight_bytes` (``training.fp8_params``).
 
-Fine-grained activation offloading (``training.offload_modules``): what the listed modules save leaves each
-layer in flight for host memory, but three layers' worth (:func:`offloaded_bytes`, OFFLOAD_RESIDENT_LAYERS).
+Fine-grained activation offloading (``training.offload_modules``, workload/offload.py): what the listed
+modules save leaves each layer in flight for host memory, but three layers' worth (OFFLOAD_RESIDENT_LAYERS).
 
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers, with
 ``tp_comm_overlap`` TE's Userbuffers (:func:`userbuffers_bytes`), with all-gather CP the backward's gathered
@@ -68,14 +40,16 @@ prefetched one), plus on the last stage the fp32 logits of one micro-batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from emulator.scenario import deepep_buffers as DEEPEP
-from emulator.scenario.spec import OFFLOAD_MODULES, QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
-from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of, stage_layers, virtual_stage
+from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
+from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of, stage_layers
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
-from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY, NVFP4_WEIGHT_COPY, recipe_of
+from emulator.workload.activations import SAVED_INPUT_BYTES, layer_activation_bytes
+from emulator.workload.layer import MXFP8_COPY, NVFP4_WEIGHT_COPY, recipe_of
+from emulator.workload.offload import OFFLOAD_RESIDENT_LAYERS, layer_offload, offload_share
 from emulator.workload.plan import grad_reduce_bytes, non_tn_fp8
 from emulator.workload.schedules import max_in_flight, schedule
 
@@ -96,10 +70,6 @@ ADAM_STATE_BYTES = 12  # fp32 master weight, momentum, variance
 # BF16 first/last layers registers the BF16 set as well (quantization_modes FP8 and NONE).
 UB_BUFFERS, UB_AG_BUFFERS = 12, 8
 WEIGHT_BYTES = 2  # bf16 weight
-# Bytes per element of a GEMM input saved for the backward pass, by quantised recipe: per-tensor FP8 1
-# (the default); MXFP8 and NVFP4 the column-wise copy the weight gradient reads, with its block scales
-# (layer.py's MXFP8_COPY, NVFP4_COPY).
-SAVED_INPUT_BYTES = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}
 
 
 @dataclass(frozen=True)
@@ -145,189 +115,6 @@ def optimizer_state_bytes(training: TrainingSpec) -> float:
         return float(ADAM_STATE_BYTES)
     bf16_weights = training.precision == "bf16" or (training.precision == "fp8" and not training.fp8_params)
     return 10.0 if bf16_weights else float(ADAM_STATE_BYTES)
-
-
-def _rank_load(r: ModelSpec, ep: int, tokens: int = 0) -> float:
-    """The busiest EP rank's routed tokens over the mean (layer.py's LayerShape.rank_load; ``tokens`` routed
-    per rank and step: force balance's binomial maximum depends on them)."""
-    return M.moe_rank_load(r, ep, tokens)
-
-
-def _attention_terms(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, float]:
-    """(replicated, sharded) stored bytes per token of the attention block's projections; ``g`` bytes per
-    element of a saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its bf16
-    output, which in fp8 is not the tensor the projection saves."""
-    h, a = r.hidden, r.heads
-    d_v = M.head_dims(r)[1] if M.is_mla(r) else M.head_dim(r)
-    out = a * d_v  # the projection's input width
-    proj = 2 * out if g == 2 else g * out + (2 * out if keeps_out else 0)
-    if M.is_mla(r):
-        d_qk = M.head_dims(r)[0]
-        q, kv = r.q_lora_rank, r.kv_lora_rank
-        latents = 2 * (q + kv + r.qk_rope_head_dim) + g * (q + kv)  # norm inputs; up-projection inputs
-        return g * h + latents, 2 * a * d_qk * 2 + 2 * a * d_v + proj  # QKV input; Q, K, V, projection
-    kvd = r.kv_heads * M.head_dim(r)
-    return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
-
-
-def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float, tokens: int = 0, width: int = 0, etp: int = 1) -> float:
-    """Stored bytes per token of the MLP (or the experts): up output(s) in bf16, kept by the activation
-    function, and the activation's output, the down GEMM's input (``g`` bytes); ``width``: a dense MLP
-    of that width (0: ffn_hidden); ``tokens``: routed per rank and step (:func:`_rank_load`). A routed copy
-    also keeps its own input to the experts' fc1 (:func:`expert_input_terms`): a dense MLP's fc1 input is
-    the layer's normed input, counted with the replicated terms."""
-    def mlp(width: int) -> float:
-        return 2 * width * (2 if r.swiglu else 1) + g * width
-    if not moe:
-        return mlp(width or r.ffn_hidden)
-    routed = r.top_k * _rank_load(r, ep, tokens)
-    return routed * mlp(M.expert_ffn(r)) + expert_input_terms(r, ep, g, tokens, etp) \
-        + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
-
-
-def expert_input_terms(r: ModelSpec, ep: int, g: float, tokens: int = 0, etp: int = 1) -> float:
-    """Stored bytes per token of the routed experts' fc1 input: the permuted copies of the tokens, top_k·load
-    rows of h, which Transformer Engine's GroupedLinear saves for its weight gradient (module/grouped_linear.py
-    @ d0067d0da: ``inputmats`` in ``prepare_for_saving``, line 931), quantised (``g`` bytes) under FP8. With
-    the experts' tensor parallelism (``etp`` ranks) each of them holds the tokens of all: the dispatcher gathers
-    them over the expert-TP group (token_dispatcher.py @ d98e8a64dd, MoEAlltoAllTokenDispatcher.token_dispatch,
-    lines 741-746), while their up outputs are split over it; so etp times the share of one."""
-    return r.top_k * _rank_load(r, ep, tokens) * g * r.hidden * etp
-
-
-def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: float,
-                tokens: int = 0, etp: int = 1) -> tuple[float, float]:
-    """(replicated, sharded) bytes per token that ``recompute_modules`` do not keep (workload/recompute.py):
-    mla_up_proj the query, key and value of the up projections (2·a·d_qk twice and 2·a·d_v); layernorm
-    the two norm outputs, the attention's and the MLP's input (g·h each); moe_act the routed experts'
-    activation output (g·f_e per routed copy); mlp a dense MLP's stored tensors; moe the MoE layer's
-    (routed and shared experts); shared_experts the shared experts'. core_attn frees the s² scores
-    (unfused attention; the caller drops them)."""
-    rep = shard = 0.0
-    if "layernorm" in modules:
-        rep += 2 * g * r.hidden
-    if "mla_up_proj" in modules and M.is_mla(r):
-        d_qk, d_v = M.head_dims(r)
-        shard += 2 * r.heads * d_qk * 2 + 2 * r.heads * d_v
-    if moe:
-        if "moe" in modules:
-            shard += _mlp_terms(r, True, ep, g, tokens, etp=etp)
-        else:
-            if "moe_act" in modules:
-                shard += r.top_k * _rank_load(r, ep, tokens) * g * M.expert_ffn(r)
-            if "shared_experts" in modules and r.shared_experts:
-                shard += _mlp_terms(r, False, ep, g, width=M.shared_ffn(r))
-    elif "mlp" in modules:
-        shard += _mlp_terms(r, False, ep, g)
-    return rep, shard
-
-
-def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
-                           recompute: str = "none", flash: bool = False, dtype: int = 2,
-                           ep: int = 1, moe: bool | None = None, fp8: bool = False,
-                           modules: tuple[str, ...] | None = None, saved: float = 1.0, etp: int = 1) -> float:
-    """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``etp``: the experts'
-    tensor-parallel size (:func:`expert_input_terms`); ``moe``
-    False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts);
-    ``fp8``: Transformer Engine saves the GEMM inputs quantised, ``saved`` bytes an element (1 in FP8;
-    SAVED_INPUT_BYTES); ``modules``: selective recompute of those modules (:func:`freed_terms`)."""
-    r = M.resolve(m)
-    h, a = r.hidden, r.heads
-    dropout = M.has_dropout(r)
-    unit = s * b * dtype / 2  # the formulas count 2-byte elements
-    if recompute == "full":
-        return 2 * s * b * h * dtype / 2 / (t if sp else 1)
-    mask = 1.0 if dropout else 0.0  # 1-byte dropout mask per element of h
-    g = saved if fp8 else 2
-    attn_rep, attn_sharded = _attention_terms(r, g, keeps_out=flash and recompute == "none")
-    replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
-    is_moe = bool(r.experts) if moe is None else moe
-    sharded = attn_sharded + _mlp_terms(r, is_moe, ep, g, b * s, etp=etp)
-    drop_scores = recompute == "selective" and (modules is None or "core_attn" in modules)
-    scores = 0.0 if flash or drop_scores else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
-    if recompute == "selective" and modules is not None:
-        free_rep, free_shard = freed_terms(r, modules, is_moe, ep, g, b * s, etp)
-        replicated -= free_rep
-        sharded -= free_shard
-    if sp:
-        return unit * (replicated + sharded + scores) / t
-    return unit * (replicated + (sharded + scores) / t)
-
-
-# Megatron-Core's fine-grained activation offloading (pipeline_parallel/fine_grained_activation_offload.py @
-# d98e8a64dd): a saved tensor under min_offloaded_tensor_size elements (1024·1024, transformer_config.py) stays on
-# the GPU; applied here to each module's saved inputs together, in 2-byte elements.
-OFFLOAD_MIN_ELEMENTS = 1024 * 1024
-# ASSUMPTION: beside the layers in flight, the GPU holds three layers' offloaded inputs: one being copied out, one
-# reloaded ahead of its backward, and the margin the manager keeps on the GPU (``post_warmup_callback``: the last
-# group of each name is not offloaded, so that its reload does not block the compute stream).
-OFFLOAD_RESIDENT_LAYERS = 3
-
-
-def offload_groups(r: ModelSpec, offload: tuple[str, ...], moe: bool, ep: int, g: float, tokens: int,
-                   keeps_out: bool, recomputed: tuple[str, ...], etp: int = 1) -> dict[str, tuple[float, float]]:
-    """Per offloaded module, the (replicated, sharded) bytes per token of what it saves for its backward
-    (``layer_activation_bytes``' terms), less what ``recomputed`` (selective recompute_modules) does not keep:
-    attn_norm a separate attention norm's input, 2h (multi-latent attention; elsewhere Transformer Engine fuses
-    the norm into the QKV linear, and Megatron-Core skips an IdentityOp); qkv_linear the QKV linear's input (with
-    the fused norm, its input 2h too; the MLA latents); core_attn Q, K and V (and the s² scores of an unfused
-    attention, which the caller adds); attn_proj the projection's input; mlp_norm an MoE layer's pre-MLP norm
-    input, 2h (a dense MLP fuses it); expert_fc1 the routed copies' fc1 input; moe_act the experts' up outputs."""
-    h = r.hidden
-    ln_out = 0.0 if "layernorm" in recomputed else g * h
-    attn_rep, attn_shard = _attention_terms(r, g, keeps_out)
-    a, mla = r.heads, M.is_mla(r)
-    d_v = M.head_dims(r)[1] if mla else M.head_dim(r)
-    out = a * d_v
-    proj = 2 * out if g == 2 else g * out + (2 * out if keeps_out else 0)
-    qkv = attn_shard - proj
-    if mla and "mla_up_proj" in recomputed:
-        qkv = 0.0
-    groups = {"attn_norm": (2.0 * h if mla else 0.0, 0.0),
-              "qkv_linear": (attn_rep - g * h + ln_out if mla else 2.0 * h + ln_out, 0.0),
-              "core_attn": (0.0, qkv), "attn_proj": (0.0, proj),
-              "mlp_norm": (2.0 * h if moe else 0.0, 0.0),
-              "expert_fc1": (0.0, expert_input_terms(r, ep, g, tokens, etp) if moe else 0.0),
-              "moe_act": (0.0, r.top_k * _rank_load(r, ep, tokens) * 2 * M.expert_ffn(r) * (2 if r.swiglu else 1)
-                          if moe else 0.0)}
-    return {name: groups[name] for name in offload}
-
-
-def offloaded_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False, recompute: str = "none",
-                    flash: bool = False, dtype: int = 2, ep: int = 1, moe: bool | None = None, fp8: bool = False,
-                    modules: tuple[str, ...] | None = None, saved: float = 1.0,
-                    offload: tuple[str, ...] = (), etp: int = 1) -> float:
-    """Bytes of one layer's stored activations (``layer_activation_bytes``, same arguments) that fine-grained
-    activation offloading moves to the host for one micro-batch: the ``offload`` modules' (:func:`offload_groups`),
-    each as large as OFFLOAD_MIN_ELEMENTS at least."""
-    return sum(offloaded_group_bytes(m, b, s, t, sp, recompute, flash, dtype, ep, moe, fp8, modules, saved, offload,
-                                     etp))
-
-
-def offloaded_group_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False, recompute: str = "none",
-                          flash: bool = False, dtype: int = 2, ep: int = 1, moe: bool | None = None, fp8: bool = False,
-                          modules: tuple[str, ...] | None = None, saved: float = 1.0,
-                          offload: tuple[str, ...] = (), etp: int = 1) -> list[float]:
-    """:func:`offloaded_bytes` per offloaded module group of the layer, in forward order (OFFLOAD_MODULES')."""
-    if not offload or recompute == "full":
-        return []
-    r = M.resolve(m)
-    g = saved if fp8 else 2
-    is_moe = bool(r.experts) if moe is None else moe
-    recomputed = (modules or ()) if recompute == "selective" else ()
-    unit = s * b * dtype / 2
-    sizes: list[float] = []
-    ordered = tuple(name for name in OFFLOAD_MODULES if name in offload)
-    for name, (rep, shard) in offload_groups(r, ordered, is_moe, ep, g, b * s, flash and recompute == "none",
-                                                  recomputed, etp).items():
-        if name == "core_attn" and not flash and not (recompute == "selective" and (modules is None
-                                                                                    or "core_attn" in modules)):
-            mask = 1.0 if M.has_dropout(r) else 0.0
-            shard += r.heads * s * (2 + 3 * mask)  # the unfused core's scores, mask and dropout
-        size = unit * (rep + shard) / t if sp else unit * (rep + shard / t)
-        if size >= 2 * OFFLOAD_MIN_ELEMENTS:
-            sizes.append(size)
-    return sizes
 
 
 def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tuple[float, float]:
@@ -614,64 +401,6 @@ def cp_gather_bytes(m: ModelSpec, par: ParallelSpec, tr: TrainingSpec, dtype: fl
     d_qk, d_v = M.head_dims(m)
     kv = m.heads if M.is_mla(m) else m.kv_heads
     return 2.0 * tr.micro_batch * m.seq_len * max(1, kv // par.tp) * (d_qk + d_v) * dtype
-
-
-def layer_offload(sc: Scenario, m: ModelSpec) -> tuple[float, float]:
-    """Bytes one layer offloads per micro-batch under ``training.fine_grained_activation_offloading``
-    (:func:`offloaded_bytes` at the scenario's shape): (a layer of the model's kind, MoE where it has experts;
-    a dense leading layer). (0, 0) without offloading."""
-    moe, dense = layer_offload_groups(sc, m)
-    return sum(moe), sum(dense)
-
-
-def layer_offload_groups(sc: Scenario, m: ModelSpec) -> tuple[list[float], list[float]]:
-    """:func:`layer_offload` per module group, in forward order."""
-    par, tr = sc.parallel, sc.training
-    offload = (tr.offload_modules or ()) if tr.fine_grained_activation_offloading else ()
-    if not offload:
-        return [], []
-    dtype = 4 if tr.precision in ("fp32", "tf32") else 2
-    flash = getattr(tr, "attention", "unfused") in ("flash", "fa2") or par.cp > 1
-    sp = par.sequence_parallel and par.tp > 1
-    saved = SAVED_INPUT_BYTES.get(recipe_of(tr.precision, tr.fp8_recipe), 1.0)
-    moe_layer, dense_layer = (offloaded_group_bytes(m, tr.micro_batch, m.seq_len // par.cp, par.tp, sp, tr.recompute,
-                                                    flash, dtype, par.ep, moe, tr.precision in QUANTISED,
-                                                    tr.recompute_modules, saved, offload, par.etp or par.tp)
-                              for moe in (None, False))
-    return moe_layer, dense_layer
-
-
-def chunk_offload(sc: Scenario, m: ModelSpec, layers: Sequence[int]) -> list[float]:
-    """Bytes each of a model chunk's ``layers`` (global indices in forward order; an MTP module's past the
-    decoder's, as an MoE layer where there are experts) offloads per micro-batch: of the chunk's eligible groups,
-    in forward order, the last int(n·(1 − activation_offload_fraction)) stay on the GPU (Megatron-Core
-    fine_grained_activation_offload.py @ d98e8a64dd, ``post_warmup_callback``)."""
-    moe, dense = layer_offload_groups(sc, m)
-    groups = [(k, size) for k, i in enumerate(layers)
-              for size in (moe if (M.is_moe_layer(m, i) if i < m.layers else bool(m.experts)) else dense)]
-    kept = int(len(groups) * (1 - sc.training.activation_offload_fraction))
-    out = [0.0] * len(layers)
-    for k, size in groups[:len(groups) - kept]:
-        out[k] += size
-    return out
-
-
-def offload_share(sc: Scenario, m: ModelSpec, plan: ChunkPlan, stage: int, v_shape: bool) -> float:
-    """The share of its layers' offloadable bytes that pipeline stage ``stage`` sends with
-    activation_offload_fraction (:func:`chunk_offload` over its chunks; 1 at the default fraction 1). The memory
-    report takes it for every layer in flight, as if each chunk's kept groups were spread over its layers."""
-    if sc.training.activation_offload_fraction >= 1.0:
-        return 1.0
-    sent = full = 0.0
-    moe, dense = layer_offload(sc, m)
-    for c in range(len(plan.layers) // sc.parallel.pp):
-        k = virtual_stage(c, stage, sc.parallel.pp, v_shape)
-        first = sum(plan.layers[:k])
-        layers = [*range(first, first + plan.layers[k]),
-                  *(m.layers + 1 + d for d in range(plan.mtp if k == plan.mtp_chunk else 0))]
-        sent += sum(chunk_offload(sc, m, layers))
-        full += sum(moe if (M.is_moe_layer(m, i) if i < m.layers else bool(m.experts)) else dense for i in layers)
-    return sent / full if full else 1.0
 
 
 def deepep_bytes(m: ModelSpec, par: ParallelSpec, dtype: int) -> float:

@@ -7,7 +7,7 @@ recomputed when the backward reaches it), "core_attn", "mlp", "moe" and "shared_
 checkpointing (the module keeps its input, reruns its forward at the start of its backward).
 Either way a recomputed module costs its forward once more in the backward, its communication
 included (the all-to-alls of ``moe``, the SP all-gathers of ``mla_up_proj``), and frees what it
-would have stored (memory.py, :func:`freed_terms`).
+would have stored (activations.py, :func:`freed_terms`).
 
 A module's recompute is the layer's own forward steps (layer.forward_steps, in the recompute
 category) that belong to it, by name, placed before the first backward step of the block it is in:

@@ -1,0 +1,149 @@
+"""The activations one layer stores for its backward, per micro-batch and GPU, term by term.
+
+Activations of one layer and one micro-batch (Korthikanti et al. 2022, bytes; s is the
+sequence share of a CP rank, a the heads, t the TP size):
+    TP alone            s·b·h·(10 + 24/t + 5·a·s/(h·t))
+    TP + SP             s·b·h·(34 + 5·a·s/h)/t
+    selective recompute s·b·h·(10 + 24/t), or 34·s·b·h/t with SP
+    full recompute      2·s·b·h (2·s·b·h/t with SP: only the layer input is kept)
+computed term by term so that GQA (K, V of kv heads), ``head_dim`` (Q, K, V and the projection
+input of a·d and kv·d elements, not h), SwiGLU (two up outputs), MoE
+(top_k routed copies of the expert width and of the experts' fc1 input, times the busiest rank's load
+under routing imbalance, plus the shared experts' MLP) and models without dropout are counted; for a GPT
+these terms are exactly the formulas above. Multi-latent attention keeps Q and K of a·d_qk,
+V and the projection input of a·d_v, and the latents (r_q twice, r_kv + d_r and r_kv, as
+the replicated part). Fused (flash) attention keeps no s² terms.
+
+What Megatron-Core and Transformer Engine save, read in the versions NeMo pinned when it ran
+Nemotron-4 340B on 128 H100 (NeMo 64e6c666 requirements/manifest.json: TransformerEngine 3b2a7b00,
+v1.14; Megatron-LM 791b70e0, Core 0.11). bf16: LayerNormLinear saves the norm input, mu, rsigma and
+the *local* (sequence-sharded) ln_out and all-gathers it again in backward (TE
+transformer_engine/pytorch/module/layernorm_linear.py lines 327-337 and 464), so the QKV and MLP inputs
+count h/t each; squared ReLU (torch.pow(relu(x), 2), NeMo nemo/collections/llm/fn/activation.py
+line 37) keeps the ReLU output for pow's backward and fc2 keeps the square; the row-parallel
+projection saves the attention output, the tensor the fused attention keeps (TE attention.py lines
+6806-6807: q, k, v, out), counted once. fp8 (``training.precision: fp8``): ln_out is written in fp8
+(layernorm_linear.py line 130) and the row-parallel Linear saves its fp8 input (linear.py lines
+120 and 299), so the QKV, MLP, projection and fc2 inputs cost one byte; Q, K, V and the up
+outputs stay bf16; without recompute the fused attention still keeps its bf16 output beside the
+projection's fp8 copy.
+
+workload/memory.py counts the layers each stage holds in flight; workload/offload.py what offloading sends.
+"""
+from __future__ import annotations
+
+from emulator.scenario.spec import ModelSpec
+from emulator.workload import models as M
+from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY
+
+# Bytes per element of a GEMM input saved for the backward pass, by quantised recipe: per-tensor FP8 1
+# (the default); MXFP8 and NVFP4 the column-wise copy the weight gradient reads, with its block scales
+# (layer.py's MXFP8_COPY, NVFP4_COPY).
+SAVED_INPUT_BYTES = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}
+
+
+def rank_load(r: ModelSpec, ep: int, tokens: int = 0) -> float:
+    """The busiest EP rank's routed tokens over the mean (layer.py's LayerShape.rank_load; ``tokens`` routed
+    per rank and step: force balance's binomial maximum depends on them)."""
+    return M.moe_rank_load(r, ep, tokens)
+
+
+def attention_terms(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, float]:
+    """(replicated, sharded) stored bytes per token of the attention block's projections; ``g`` bytes per
+    element of a saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its bf16
+    output, which in fp8 is not the tensor the projection saves."""
+    h, a = r.hidden, r.heads
+    d_v = M.head_dims(r)[1] if M.is_mla(r) else M.head_dim(r)
+    out = a * d_v  # the projection's input width
+    proj = 2 * out if g == 2 else g * out + (2 * out if keeps_out else 0)
+    if M.is_mla(r):
+        d_qk = M.head_dims(r)[0]
+        q, kv = r.q_lora_rank, r.kv_lora_rank
+        latents = 2 * (q + kv + r.qk_rope_head_dim) + g * (q + kv)  # norm inputs; up-projection inputs
+        return g * h + latents, 2 * a * d_qk * 2 + 2 * a * d_v + proj  # QKV input; Q, K, V, projection
+    kvd = r.kv_heads * M.head_dim(r)
+    return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
+
+
+def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float, tokens: int = 0, width: int = 0, etp: int = 1) -> float:
+    """Stored bytes per token of the MLP (or the experts): up output(s) in bf16, kept by the activation
+    function, and the activation's output, the down GEMM's input (``g`` bytes); ``width``: a dense MLP
+    of that width (0: ffn_hidden); ``tokens``: routed per rank and step (:func:`rank_load`). A routed copy
+    also keeps its own input to the experts' fc1 (:func:`expert_input_terms`): a dense MLP's fc1 input is
+    the layer's normed input, counted with the replicated terms."""
+    def mlp(width: int) -> float:
+        return 2 * width * (2 if r.swiglu else 1) + g * width
+    if not moe:
+        return mlp(width or r.ffn_hidden)
+    routed = r.top_k * rank_load(r, ep, tokens)
+    return routed * mlp(M.expert_ffn(r)) + expert_input_terms(r, ep, g, tokens, etp) \
+        + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
+
+
+def expert_input_terms(r: ModelSpec, ep: int, g: float, tokens: int = 0, etp: int = 1) -> float:
+    """Stored bytes per token of the routed experts' fc1 input: the permuted copies of the tokens, top_k·load
+    rows of h, which Transformer Engine's GroupedLinear saves for its weight gradient (module/grouped_linear.py
+    @ d0067d0da: ``inputmats`` in ``prepare_for_saving``, line 931), quantised (``g`` bytes) under FP8. With
+    the experts' tensor parallelism (``etp`` ranks) each of them holds the tokens of all: the dispatcher gathers
+    them over the expert-TP group (token_dispatcher.py @ d98e8a64dd, MoEAlltoAllTokenDispatcher.token_dispatch,
+    lines 741-746), while their up outputs are split over it; so etp times the share of one."""
+    return r.top_k * rank_load(r, ep, tokens) * g * r.hidden * etp
+
+
+def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: float,
+                tokens: int = 0, etp: int = 1) -> tuple[float, float]:
+    """(replicated, sharded) bytes per token that ``recompute_modules`` do not keep (workload/recompute.py):
+    mla_up_proj the query, key and value of the up projections (2·a·d_qk twice and 2·a·d_v); layernorm
+    the two norm outputs, the attention's and the MLP's input (g·h each); moe_act the routed experts'
+    activation output (g·f_e per routed copy); mlp a dense MLP's stored tensors; moe the MoE layer's
+    (routed and shared experts); shared_experts the shared experts'. core_attn frees the s² scores
+    (unfused attention; the caller drops them)."""
+    rep = shard = 0.0
+    if "layernorm" in modules:
+        rep += 2 * g * r.hidden
+    if "mla_up_proj" in modules and M.is_mla(r):
+        d_qk, d_v = M.head_dims(r)
+        shard += 2 * r.heads * d_qk * 2 + 2 * r.heads * d_v
+    if moe:
+        if "moe" in modules:
+            shard += _mlp_terms(r, True, ep, g, tokens, etp=etp)
+        else:
+            if "moe_act" in modules:
+                shard += r.top_k * rank_load(r, ep, tokens) * g * M.expert_ffn(r)
+            if "shared_experts" in modules and r.shared_experts:
+                shard += _mlp_terms(r, False, ep, g, width=M.shared_ffn(r))
+    elif "mlp" in modules:
+        shard += _mlp_terms(r, False, ep, g)
+    return rep, shard
+
+
+def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
+                           recompute: str = "none", flash: bool = False, dtype: int = 2,
+                           ep: int = 1, moe: bool | None = None, fp8: bool = False,
+                           modules: tuple[str, ...] | None = None, saved: float = 1.0, etp: int = 1) -> float:
+    """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``etp``: the experts'
+    tensor-parallel size (:func:`expert_input_terms`); ``moe``
+    False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts);
+    ``fp8``: Transformer Engine saves the GEMM inputs quantised, ``saved`` bytes an element (1 in FP8;
+    SAVED_INPUT_BYTES); ``modules``: selective recompute of those modules (:func:`freed_terms`)."""
+    r = M.resolve(m)
+    h, a = r.hidden, r.heads
+    dropout = M.has_dropout(r)
+    unit = s * b * dtype / 2  # the formulas count 2-byte elements
+    if recompute == "full":
+        return 2 * s * b * h * dtype / 2 / (t if sp else 1)
+    mask = 1.0 if dropout else 0.0  # 1-byte dropout mask per element of h
+    g = saved if fp8 else 2
+    attn_rep, attn_sharded = attention_terms(r, g, keeps_out=flash and recompute == "none")
+    replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
+    is_moe = bool(r.experts) if moe is None else moe
+    sharded = attn_sharded + _mlp_terms(r, is_moe, ep, g, b * s, etp=etp)
+    drop_scores = recompute == "selective" and (modules is None or "core_attn" in modules)
+    scores = 0.0 if flash or drop_scores else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
+    if recompute == "selective" and modules is not None:
+        free_rep, free_shard = freed_terms(r, modules, is_moe, ep, g, b * s, etp)
+        replicated -= free_rep
+        sharded -= free_shard
+    if sp:
+        return unit * (replicated + sharded + scores) / t
+    return unit * (replicated + (sharded + scores) / t)
