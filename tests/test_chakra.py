@@ -145,10 +145,11 @@ def test_offloading_copies_are_memory_stores_and_loads(tmp_path):
     q = load_chakra(str(tmp_path))
     assert by_rank(q) == by_rank(p)
     copies = [op for op in q.ops if op.stream in ("d2h", "h2d") and op.rank == 0]
-    assert sorted(op.stream for op in copies) == ["d2h", "d2h", "h2d", "h2d"]  # 2 layers, 1 micro-batch
+    # 2 layers, 1 micro-batch; the last layer's backward follows its forward at once, so it stays
+    assert sorted(op.stream for op in copies) == ["d2h", "h2d"]
     types = []
     for raw in read_msgs(str(tmp_path / "chakra.0.et"))[1:]:
         n = pb.Node()
         n.ParseFromString(raw)
         types.append(pb.NodeType.Name(n.type))
-    assert types.count("MEM_STORE_NODE") == 2 and types.count("MEM_LOAD_NODE") == 2
+    assert types.count("MEM_STORE_NODE") == 1 and types.count("MEM_LOAD_NODE") == 1

@@ -434,7 +434,9 @@ class _RankBuilder:
     def _offload_bytes(self, unit: Unit, vs: int) -> float:
         """What ``unit`` of virtual stage ``vs`` sends to the host per micro-batch: a transformer layer's (an MTP
         module's as its layer) offloaded inputs, of the chunk's groups that activation_offload_fraction sends
-        (offload.py ``chunk_offload``); nothing for the embedding and the head."""
+        (offload.py ``chunk_offload``); nothing for the embedding and the head, nor for the loss chunk's last
+        layer, whose backward follows its forward at once (Megatron-Core's ``should_bulk_offload`` keeps a group
+        whose chunk is the next backward's and that has no group after it)."""
         if not self._offload[0] + self._offload[1]:
             return 0.0
         per = self._chunk_offload.get(vs)
@@ -442,6 +444,8 @@ class _RankBuilder:
             units = [u for u in self.plan.chunk_units[vs] if u.layer >= 0 and u.name != "head"]
             per = self._chunk_offload[vs] = dict(zip((u.name for u in units), chunk_offload(
                 self.plan.sc, self.plan.model, [u.layer for u in units])))
+            if units and self.plan.ends(vs):  # its backward follows at once: kept (``should_bulk_offload``)
+                per[units[-1].name] = 0.0
         return per.get(unit.name, 0.0)
 
     def _offload_out(self, unit: Unit, vs: int, mb: int, last: int) -> None:
