@@ -124,9 +124,9 @@ class _RankBuilder:
         self._ring_step = 0  # CP ring exchanges emitted so far in the current unit (part of their tags)
         self._halves: dict[int, tuple[list[Ly.Step], list[Ly.Step], list[Ly.Step]]] = {}
         self._segments: dict[int, tuple[list[Ly.Step], tuple[list[Ly.Step], ...] | None]] = {}
-        # fine-grained activation offloading: bytes a layer sends to the host (MoE or plain, dense lead), the copy
-        # rate, each offloaded unit's D2H copy, and the op before the last backward layer began (reloads wait on it)
-        self._offload = layer_offload(plan.sc, plan.model)
+        # fine-grained activation offloading: whether any layer sends anything to the host, the copy rate, each
+        # offloaded unit's D2H copy, and the op before the last backward layer began (reloads wait on it)
+        self._offloading = any(layer_offload(plan.sc, plan.model))
         self._chunk_offload: dict[int, dict[str, float]] = {}  # per virtual stage: unit → bytes it sends
         self._host_bw = node.host_bandwidth
         self._offloaded: dict[tuple[int, int, str], int] = {}
@@ -437,7 +437,7 @@ class _RankBuilder:
         (offload.py ``chunk_offload``); nothing for the embedding and the head, nor for the loss chunk's last
         layer, whose backward follows its forward at once (Megatron-Core's ``should_bulk_offload`` keeps a group
         whose chunk is the next backward's and that has no group after it)."""
-        if not self._offload[0] + self._offload[1]:
+        if not self._offloading:
             return 0.0
         per = self._chunk_offload.get(vs)
         if per is None:
@@ -476,7 +476,7 @@ class _RankBuilder:
         """``deps`` of a unit's backward, with its reload (``_reload``) where it sent anything; the layer's start
         is where the next layer's reload is issued."""
         reload = self._reload(unit, vs, mb)
-        if unit.layer >= 0 and self._offload[0] + self._offload[1]:
+        if unit.layer >= 0 and self._offloading:
             self._reload_gate = self.last_compute  # the next layer's reload starts as this one does
         return deps if reload is None else deps + [reload]
 

@@ -217,8 +217,7 @@ def _quant_padding(m: ModelSpec, par: ParallelSpec | None, recipe: str, tokens: 
         return dict(pad_rows=half, pad_copies=True)
     if dispatcher == "flex":
         return dict(pad_rows=half)
-    folded = bool(etp) and etp != t and sp and t > 1
-    routed = (tokens // t if folded else tokens) * m.top_k  # the copies this rank's router makes
+    routed = _router_tokens(tokens, t, sp, etp) * m.top_k  # the copies this rank's router makes
     cap = m.moe_expert_capacity_factor if routing.padded(m) and m.moe_expert_capacity_factor else 1.0
     return dict(pad_rows=ep * half, a2a_scale=cap * (1 + m.experts * half / routed))
 
@@ -235,13 +234,17 @@ def _load(m: ModelSpec, ep: int, tokens: int, t: int, sp: bool, etp: int | None,
           step: int = 0) -> float:
     """The busiest EP rank's load (models.moe_rank_load) in MoE layer ``layer`` at step ``step`` (None: the
     busiest layer) where the routing keys say more than moe_imbalance; 0: LayerShape.rank_load's reading of
-    moe_imbalance. The router sees each rank's sequence shard when the experts are folded (etp other than
-    t), else the TP group's whole micro-batch."""
+    moe_imbalance, over the tokens the router sees (:func:`_router_tokens`)."""
     if not (m.moe_expert_load or m.moe_router_force_load_balancing or m.moe_expert_capacity_factor is not None
             or m.moe_load_seed is not None):
         return 0.0
-    folded = bool(etp) and etp != t and sp and t > 1
-    return moe_rank_load(m, ep, tokens // t if folded else tokens, layer, step)
+    return moe_rank_load(m, ep, _router_tokens(tokens, t, sp, etp), layer, step)
+
+
+def _router_tokens(tokens: int, t: int, sp: bool, etp: int | None) -> int:
+    """The tokens one rank's router sees of a micro-batch's ``tokens``: its sequence shard when the experts are
+    folded (etp other than t, with sequence parallelism), else the TP group's whole micro-batch."""
+    return tokens // t if bool(etp) and etp != t and sp and t > 1 else tokens
 
 
 def layer_load_shape(L: LayerShape, m: ModelSpec, layer: int, step: int = 0) -> LayerShape:

@@ -446,7 +446,6 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
                                         False, fp8, modules, saved) if m.experts and m.first_dense_layers
                  else per_layer)
     off_layer, off_dense = layer_offload(sc, m)
-    v_shape_ = par.schedule in V_SHAPED
     out: list[MemoryReport] = []
     for stage in range(par.pp):
         held = held_stages(par, stage)
@@ -473,7 +472,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)  # its one more warm-up forward holds one more
         chunks = max_in_flight(tasks)
-        share = offload_share(sc, m, plan, stage, v_shape_) if off_layer + off_dense else 1.0
+        share = offload_share(sc, m, plan, stage, v_shape) if off_layer + off_dense else 1.0
         off_l, off_d = off_layer * share, off_dense * share
         lead = any(_dense_layers_of(sc, k) for k in held) and bool(m.experts)
         worst = max(per_layer - off_l, per_dense - off_d) if lead else per_layer - off_l
