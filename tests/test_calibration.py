@@ -69,7 +69,8 @@ def scenario(row: dict, layers: int = LAYERS, detail: str = "layer"):
 def layer_spans(result, layer: int, phase: str) -> list:
     """Rank 0's spans of one layer's forward or backward pass (the builder names them
     mb<m>.layer<i>.fwd.* and mb<m>.layer<i>.bwd.*; recompute belongs to the backward)."""
-    return [s for s in result.spans if s.rank == 0 and s.layer == layer and f".layer{layer}.{phase}." in s.name]
+    return [s for s in result.spans if s.rank == 0 and s.layer == layer and f".layer{layer}.{phase}." in s.name
+            and s.stream != "cpu"]  # the GPU's: not the host's issuing (workload/host.py)
 
 
 def extent(spans: list) -> float:

@@ -56,10 +56,12 @@ LEFT_IN, RIGHT_IN, TOP_IN, BOTTOM_IN = 1.25, 1.65, 0.62, 0.5  # margins: row lab
 AXES_PX = round((WIDTH_IN - LEFT_IN - RIGHT_IN) * DPI)  # the axes' width: the merge and label resolution
 EDGE_PX = 4  # blocks at least this wide get a white edge
 LABEL_PX = 7  # a micro-batch label needs this many pixels per digit, plus 4
-LANE_ORDER = ("compute", "tp", "cp", "ep", "pp", "dp", "zero", "d2h", "h2d")
-# offload: activation offloading's copies to and from host memory (lanes d2h, h2d)
+LANE_ORDER = ("compute", "tp", "cp", "ep", "pp", "dp", "zero", "d2h", "h2d", "cpu")
+# offload: activation offloading's copies to and from host memory (lanes d2h, h2d); host: the host's own time
+# (lane cpu: its issuing of kernels, workload/host.py, or a trace's host ops)
 COLORS = {"fwd": "#4C78A8", "bwd": "#F58518", "recompute": "#B279A2", "optimizer": "#54A24B",
-          "compute": "#72B7B2", "offload": "#EECA3B", "collective": "#E45756", "send": "#9D755D", "recv": "#BAB0AC"}
+          "compute": "#72B7B2", "offload": "#EECA3B", "host": "#79706E", "collective": "#E45756", "send": "#9D755D",
+          "recv": "#BAB0AC"}
 IDLE_COLOR = "#D9D9D9"
 IDLE_LABEL = "idle compute (bubble)"
 MIN_ALPHA = 0.3  # the shade of a pixel column that a transfer touches at all

@@ -219,3 +219,77 @@ def _stream_time(per: list[list[np.ndarray]], iterations: int) -> tuple[float, f
     if not users:
         return 0.0, 0.0
     return busy / users / iterations, exposed / users / iterations
+
+
+def host_time(spans: Iterable[Span], iterations: int = 1) -> tuple[float, float]:
+    """(issuing, waited) seconds per iteration of the host's issuing (the ``cpu`` spans of a generated
+    workload: workload/host.py), averaged over the simulated ranks that have them. Issuing is the union
+    of those spans; waited, the GPU's idle time that ends just as one of them ends, counted within it:
+    the GPU resumed the moment the host had issued its next work, so it was waiting for the host.
+    (0, 0) where no rank has any."""
+    host = _host_spans(spans)
+    if not host:
+        return 0.0, 0.0
+    gpu = _buckets(spans)
+    issuing = waited = 0.0
+    for rank, (hs, he) in host.items():
+        issuing += union_length(hs, he)
+        b = gpu.get(rank)
+        if b is not None:
+            starts = np.concatenate([np.asarray(b[i], dtype=float) for i in (0, 2, 4)])
+            ends = np.concatenate([np.asarray(b[i], dtype=float) for i in (1, 3, 5)])
+            waited += _waited(hs, he, starts, ends)
+    return issuing / len(host) / iterations, waited / len(host) / iterations
+
+
+def _host_spans(spans: Iterable[Span]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Each rank's ``cpu`` spans: (starts, ends)."""
+    per: dict[int, tuple[list[float], list[float]]] = {}
+    if isinstance(spans, SpanTable):
+        streams = spans.column("stream")
+        t = np.array([i for i, s in enumerate(streams) if s == "cpu"], dtype=np.int64)
+        if not len(t):
+            return {}
+        idx = (np.arange(spans.copies, dtype=np.int64)[:, None] * len(streams) + t[None, :]).ravel()
+        start, end, _xfer = (np.asarray(a, dtype=float) for a in spans.times())
+        ranks = np.asarray(spans.ranks(), dtype=np.int64)[idx]
+        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for r in np.unique(ranks):
+            mine = idx[ranks == r]
+            out[int(r)] = (start[mine], end[mine])
+        return out
+    for s in spans:
+        if s.stream == "cpu":
+            a, b = per.setdefault(s.rank, ([], []))
+            a.append(s.start_s)
+            b.append(s.end_s)
+    return {r: (np.asarray(a, dtype=float), np.asarray(b, dtype=float)) for r, (a, b) in per.items()}
+
+
+def _segments(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals [starts, ends) as disjoint segments, in order: (their starts, their ends)."""
+    order = np.argsort(starts, kind="stable")
+    a, b = starts[order], ends[order]
+    reach = np.maximum.accumulate(b)
+    new = np.concatenate(([True], a[1:] > reach[:-1]))  # where a segment starts after a gap
+    return a[new], reach[np.concatenate((np.flatnonzero(new)[1:] - 1, [len(a) - 1]))]
+
+
+def _waited(hs: np.ndarray, he: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> float:
+    """The GPU's idle time (outside the busy intervals [gs, ge)) that ends exactly at a host span's end
+    (``he``), counted from the start of the host's busy run that span ends (back-to-back host spans are
+    one run: the host was issuing throughout); each resumption of the GPU counted once."""
+    if not len(gs):
+        return 0.0
+    seg_start, seg_end = _segments(gs, ge)
+    run_start, _run_end = _segments(hs, he)
+    busy_from = run_start[np.searchsorted(run_start, he, side="right") - 1]  # the run each span ends in
+    j = np.searchsorted(seg_start, he, side="left")
+    jj = np.minimum(j, len(seg_start) - 1)
+    hit = (j < len(seg_start)) & np.isclose(seg_start[jj], he, rtol=1e-12, atol=1e-15)
+    prev = np.where(jj > 0, seg_end[np.maximum(jj - 1, 0)], 0.0)
+    wait = np.where(hit, he - np.maximum(prev, busy_from), 0.0)
+    best: dict[int, float] = {}
+    for k in np.flatnonzero(hit & (wait > 0)):
+        best[int(jj[k])] = max(best.get(int(jj[k]), 0.0), float(wait[k]))
+    return float(sum(best[k] for k in sorted(best)))

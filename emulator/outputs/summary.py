@@ -110,6 +110,13 @@ def summarize(result: Result) -> dict[str, Any]:
         out_s, back_s, exposed_s = (*(stream_time(result.spans, st, iterations)[0] for st in ("d2h", "h2d")),
                                     stream_time(result.spans, ("d2h", "h2d"), iterations)[1])
         out["offload"] = {"d2h_s": out_s, "h2d_s": back_s, "exposed_s": exposed_s}
+    if facts is not None and sc.cluster.node is not None and sc.cluster.node.host_launch > 0:
+        from emulator.outputs.metrics import host_time
+
+        issuing, waited = host_time(result.spans, iterations)
+        if issuing > 0:  # the host's issuing was modelled (some layer is issued slower than it runs: host.py)
+            out["host"] = {"launch_s": sc.cluster.node.host_launch, "cuda_graph_impl": sc.training.cuda_graph_impl,
+                           "issue_s": issuing, "gpu_waits_s": waited}
     if result.link_bytes and T > 0:
         from emulator.outputs.nic import busiest_links, busiest_nic
 
@@ -245,6 +252,12 @@ def human_table(summary: dict) -> str:
     if off:
         rows.append(("offload copies", f"{_fmt_time(off['d2h_s'])} out, {_fmt_time(off['h2d_s'])} back, "
                                        f"{_fmt_time(off['exposed_s'])} exposed (of the exposed comm)"))
+    host = summary.get("host")
+    if host:
+        graphs = "" if host["cuda_graph_impl"] == "none" else f", CUDA graphs {host['cuda_graph_impl']}"
+        rows.append(("host launches", f"{_fmt_time(host['issue_s'])} issuing, the GPU waited "
+                                      f"{_fmt_time(host['gpu_waits_s'])} for it  [{host['launch_s'] * 1e6:.1f} us a "
+                                      f"launch{graphs}]"))
     src = summary.get("compute_source")
     if src:
         rows.append(("compute costed", f"measured {src['measured']:.0%}, interpolated {src['interpolated']:.0%}, "

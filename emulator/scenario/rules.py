@@ -248,6 +248,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     except ScenarioError as err:
         out.append(Violation(err.key or "parallel.pp", err.message))
     out += _recompute_violations(m, t) + _offload_violations(m, t, p) + _router_padding_violations(m, t, p)
+    out += _cuda_graph_violations(m, t, p)
     out += _tensor_violations(m, p)
     out += _a2a_overlap_violations(m, t, p)
     micro_batches = t.global_batch // per_step
@@ -436,6 +437,52 @@ def _offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[
     if p.schedule in ("dualpipe", "dualpipev"):
         out.append(Violation("training.fine_grained_activation_offloading",
                              f"offloading is not modelled with schedule {p.schedule} (DualPipe's two model copies)"))
+    return out
+
+
+def _cuda_graph_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """CUDA graphs as Megatron-Core's TransformerConfig checks them (transformer_config.py @ d98e8a64dd,
+    ``__post_init__``), plus one the capture itself enforces: a graph cannot hold a host sync, so a dropless MoE
+    layer (its dispatcher reads the token counts on the host) is not captured whole (``moe``, an empty module list,
+    or full_iteration)."""
+    impl, mods, key = t.cuda_graph_impl, t.cuda_graph_modules, "training.cuda_graph_modules"
+    if impl == "none":
+        return [Violation(key, "cuda_graph_modules are captured with training.cuda_graph_impl local or "
+                               "transformer_engine")] if mods else []
+    out: list[Violation] = []
+    if impl == "full_iteration" and mods:
+        out.append(Violation(key, 'cuda_graph_modules must be empty when cuda_graph_impl is full_iteration '
+                                  '(Megatron-Core asserts it)'))
+    if "moe" in mods and "moe_router" in mods:
+        out.append(Violation(key, "cuda_graph_modules must not contain both moe and moe_router (Megatron-Core)"))
+    if impl == "transformer_engine" and "moe_preprocess" in mods and "moe_router" not in mods:
+        out.append(Violation(key, "moe_preprocess is captured only with moe_router (Megatron-Core)"))
+    moe_mods = [x for x in ("moe", "moe_router", "moe_preprocess") if x in mods]
+    if moe_mods and not m.experts:
+        out.append(Violation(key, f"{', '.join(moe_mods)} needs an MoE model (model.experts > 0)"))
+    if "mlp" in mods and m.experts and not m.first_dense_layers:
+        out.append(Violation(key, "mlp captures a dense layer's MLP, and every layer of this model is MoE "
+                                  "(Megatron-Core refuses it)"))
+    drop_pad = m.moe_expert_capacity_factor is not None and m.moe_pad_expert_input_to_capacity
+    whole = impl == "full_iteration" or not mods or "moe" in mods
+    if m.experts and whole and not drop_pad:
+        out.append(Violation(key if impl != "full_iteration" else "training.cuda_graph_impl",
+                             "a dropless MoE layer cannot be captured whole: its dispatcher syncs with the host for "
+                             "the token counts (Megatron-Core: moe is captured only with drop-and-pad, "
+                             "model.moe_expert_capacity_factor and moe_pad_expert_input_to_capacity); capture "
+                             + ("[attn, moe_router, moe_preprocess] instead" if impl != "full_iteration" else
+                                "per layer instead: cuda_graph_impl transformer_engine, cuda_graph_modules [attn, "
+                                "moe_router, moe_preprocess]")))
+    if "moe_preprocess" in mods and p.moe_token_dispatcher_type == "alltoall" and not drop_pad and (
+            m.moe_expert_capacity_factor is not None or m.moe_router_padding_for_quantization):
+        out.append(Violation(key, "moe_preprocess cannot be captured: with token dropping or router padding the "
+                                  "alltoall dispatcher's preprocess copies and syncs with the host (Megatron-Core)"))
+    if t.recompute == "full" and impl != "full_iteration":
+        out.append(Violation("training.recompute", "full recompute is supported only with cuda_graph_impl "
+                                                   "full_iteration (Megatron-Core)"))
+    if p.overlap_moe_expert_parallel_comm and impl != "full_iteration" and (not mods or "moe" in mods):
+        out.append(Violation(key, "overlap_moe_expert_parallel_comm needs the MoE MLP outside the graphs (Megatron-"
+                                  "Core: EP overlap must be disabled when a CUDA graph captures the whole MoE)"))
     return out
 
 

@@ -209,6 +209,13 @@ class NodeSpec:
         "Copy rate between one GPU and pinned host memory, each direction (nvbandwidth host_to_device and "
         "device_to_host), used by training.fine_grained_activation_offloading; absent: not known, and offloading "
         "is refused.", default=0.0, unit="bandwidth", minimum=MIN_BANDWIDTH)
+    # the host's cost to issue one kernel or collective (workload/host.py): eager PyTorch's Python, dispatcher and
+    # cudaLaunchKernel; 0: the host is never what the GPU waits for
+    host_launch: float = key(
+        'Host seconds to issue one kernel or collective in eager PyTorch (Python, the ATen dispatcher and the '
+        'launch), e.g. "11.3 us"; the GPU waits when the host falls behind (small layers, many small MoE kernels), '
+        'and training.cuda_graph_impl cuts it. 0 or absent: the host is not modelled.',
+        default=0.0, unit="time", maximum=MAX_LATENCY)
 
     @property
     def domain(self) -> int:
@@ -442,6 +449,10 @@ class ModelSpec:
 
 # Megatron-Core transformer_config.py @ d98e8a64dd, ``recompute_modules`` (the choices a GPT or MoE layer has)
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "moe", "shared_experts", "mlp")
+# Megatron-Core transformer_config.py @ d98e8a64dd, ``cuda_graph_impl`` and ``cuda_graph_modules`` (its mamba
+# module and the deprecated enable_cuda_graph, external_cuda_graph and cuda_graph_scope are not taken)
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
 # Megatron-Core transformer_config.py @ d98e8a64dd, ``offload_modules`` (fine-grained activation offloading; its
 # fused_group_mlp, which needs Transformer Engine's op fuser, and gdp_qkv, a GatedDeltaProduct mixer's, are not
 # modelled)
@@ -518,6 +529,16 @@ class TrainingSpec:
         "With fine_grained_activation_offloading, the modules whose saved inputs are offloaded (Megatron-Core's "
         "--offload-modules): attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act.",
         default=None, choices=OFFLOAD_MODULES)
+    cuda_graph_impl: str = key(
+        "CUDA graphs (Megatron-Core's --cuda-graph-impl): none; local or transformer_engine (per-layer graphs of the "
+        "cuda_graph_modules: a graphed module's kernels cost the host one launch a pass); full_iteration (one graph "
+        "for the whole forward and backward). Needs cluster.node.host_launch to change anything.",
+        default="none", choices=CUDA_GRAPH_IMPLS)
+    cuda_graph_modules: tuple[str, ...] = key(
+        "With cuda_graph_impl local or transformer_engine, the parts of each layer captured (Megatron-Core's "
+        "--cuda-graph-modules): attn, mlp (a dense layer's), moe (a drop-and-pad MoE layer's whole MLP), moe_router "
+        "(the router and the shared experts), moe_preprocess (with moe_router: the dispatcher's preprocess, up to "
+        "its host sync). Empty or absent: the whole layer.", default=(), choices=CUDA_GRAPH_MODULES)
     activation_offload_fraction: float = key(
         "With fine_grained_activation_offloading, the share of each model chunk's eligible module groups that are "
         "offloaded, the first in forward order; the later ones stay on the GPU (Megatron-Core's "

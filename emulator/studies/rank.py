@@ -73,6 +73,7 @@ from emulator.program import is_token_exchange
 from emulator.scenario.spec import QUANTISED, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario
 from emulator.scenario.stages import V_SHAPED, model_chunks, rank_of, stage_layers
 from emulator.studies.exchange_cost import EpNodes, ep_nodes, exchange_time
+from emulator.workload import host as HOST
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
@@ -88,6 +89,9 @@ from emulator.workload.plan import (
     non_tn_fp8,
     param_gather_bytes,
 )
+
+HostCost = tuple[float, frozenset[str]]  # the host's launch seconds, the modules CUDA graphs capture (host.py)
+NO_HOST: HostCost = (0.0, frozenset())
 
 
 @dataclass(frozen=True)
@@ -302,14 +306,15 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     comm = tuple((name, sizes[name], links[name]) for name in ("tp", "cp", "ep", "cp_a2a"))
     ep = ep_nodes(Layout.from_parallel(par, sc.gpus, par.order or None).ep_group(0), node) if m.experts else None
     args = (tr.recompute, M.has_biases(m), m.vocab, gpu, comm, tr.recompute_modules, ep)
-    per_layer, embed, head = pass_times(L, *args)
     split = split_of(m, par)
-    lead, mtp, mtp_head = extra_times(L, *args, m.mtp_num_layers if split.mtp >= 0 else 0, any(split.leads))
     p, v = par.pp, par.virtual_stages
     last = rank_of(p * v - 1, p, par.schedule in V_SHAPED)  # a V: the head on the first stage
-    stage_t = _per_rank(par.schedule, _offload_bound(sc, m, split, [
-        split.count(s) * per_layer + split.leads[s] * (lead - per_layer) + (embed if s == 0 else 0.0)
-        + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]))
+    mtp_n = m.mtp_num_layers if split.mtp >= 0 else 0
+    stage_t = _stage_times(L, args, split, mtp_n, p, last)
+    host = host_cost(sc)
+    if host[0] > 0:  # a stage's micro-batch takes at least the host's issuing of it (workload/host.py)
+        stage_t = [max(t, h) for t, h in zip(stage_t, _stage_times(L, args, split, mtp_n, p, last, host))]
+    stage_t = _per_rank(par.schedule, _offload_bound(sc, m, split, stage_t))
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     slow = max(stage_t)
     compute_s = micro * slow
@@ -324,6 +329,25 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     optimizer_s = _optimizer(sc, params, split, gpu)
     total = compute_s + bubble_s + dp_comm_s + optimizer_s
     return Estimate(total, compute_s, bubble_s, dp_comm_s, optimizer_s)
+
+
+def _stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int, last: int,
+                 host: HostCost = NO_HOST) -> list[float]:
+    """Each stage's forward and backward of one micro-batch (``pass_times``, ``extra_times``; ``mtp_n`` MTP
+    modules), or with ``host`` the host's issuing of them."""
+    per_layer, embed, head = pass_times(L, *args, host)
+    lead, mtp, mtp_head = extra_times(L, *args, mtp_n, any(split.leads), host)
+    return [split.count(s) * per_layer + split.leads[s] * (lead - per_layer) + (embed if s == 0 else 0.0)
+            + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
+
+
+def host_cost(sc: Scenario) -> HostCost:
+    """The host's launch seconds and the modules CUDA graphs capture (workload/host.py); no host under a
+    whole-iteration graph, as the run has none."""
+    node, tr = sc.cluster.node, sc.training
+    if node is None or node.host_launch <= 0 or tr.cuda_graph_impl == "full_iteration":
+        return NO_HOST
+    return node.host_launch, HOST.captured_modules(tr.cuda_graph_impl, tr.cuda_graph_modules)
 
 
 def _offload_bound(sc: Scenario, m: ModelSpec, split: Split, stage_t: list[float]) -> list[float]:
@@ -346,9 +370,11 @@ def _offload_bound(sc: Scenario, m: ModelSpec, split: Split, stage_t: list[float
 
 
 def _passes(gpu: GpuSpec, comm: tuple[tuple[str, int, Link], ...],
-            ep: EpNodes | None) -> Callable[[list, list], float]:
+            ep: EpNodes | None, host: HostCost = NO_HOST, moe: bool = False) -> Callable[[list, list], float]:
     """A forward's and a backward's steps priced together (``kernel_cost.pass_time``): the CP ring's
-    steps as sends, a token exchange on the expert group as its plan runs alone, the rest as rings."""
+    steps as sends, a token exchange on the expert group as its plan runs alone, the rest as rings. With
+    ``host`` (launch seconds and captured modules), the seconds the host takes to issue them instead
+    (workload/host.py; ``moe``: the steps are an MoE layer's)."""
     groups = {name: (n, link) for name, n, link in comm}
 
     def comm_time(c: Ly.Comm) -> float:
@@ -359,8 +385,12 @@ def _passes(gpu: GpuSpec, comm: tuple[tuple[str, int, Link], ...],
             return exchange_time(c.collective, c.bytes, ep)
         return ring_time(c.collective, n, c.bytes, link)
 
+    def one(steps: list) -> float:
+        return HOST.issue_time(steps, host[0], host[1], moe).total if host[0] > 0 else \
+            KC.pass_time(steps, gpu, comm_time)
+
     def both(fwd: list, bwd: list) -> float:
-        return KC.pass_time(fwd, gpu, comm_time) + KC.pass_time(bwd, gpu, comm_time)
+        return one(fwd) + one(bwd)
 
     return both
 
@@ -368,21 +398,24 @@ def _passes(gpu: GpuSpec, comm: tuple[tuple[str, int, Link], ...],
 @functools.lru_cache(maxsize=4096)
 def pass_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab: int, gpu: GpuSpec,
                comm: tuple[tuple[str, int, Link], ...], modules: tuple[str, ...] | None = None,
-               ep: EpNodes | None = None) -> tuple[float, float, float]:
+               ep: EpNodes | None = None, host: HostCost = NO_HOST) -> tuple[float, float, float]:
     """(layer, embedding, head) forward + backward of one micro-batch, by ``kernel_cost.pass_time``.
     ``comm`` is (group, size, link) for tp, cp and ep; ``modules`` the recompute_modules (plan.py
     ``layer_backward``); ``ep`` the expert-parallel group on its nodes, whose token exchanges are priced
-    as their plans run alone (studies/exchange_cost.py). Cached: a search's layouts share few shapes."""
-    both = _passes(gpu, comm, ep)
-    return (both(Ly.forward_steps(L), layer_backward(L, recompute, modules)),
-            both(Ly.embedding_forward(L, learned_positions), Ly.embedding_backward(L)),
-            both(Ly.head_forward(L, vocab), Ly.head_backward(L, vocab)))
+    as their plans run alone (studies/exchange_cost.py); with ``host`` (the host's launch cost and captured
+    modules), the host's seconds to issue them instead. Cached: a search's layouts share few shapes."""
+    layer = _passes(gpu, comm, ep, host, bool(L.experts))
+    other = _passes(gpu, comm, ep, host)
+    return (layer(Ly.forward_steps(L), layer_backward(L, recompute, modules)),
+            other(Ly.embedding_forward(L, learned_positions), Ly.embedding_backward(L)),
+            other(Ly.head_forward(L, vocab), Ly.head_backward(L, vocab)))
 
 
 @functools.lru_cache(maxsize=4096)
 def extra_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab: int, gpu: GpuSpec,
                 comm: tuple[tuple[str, int, Link], ...], modules: tuple[str, ...] | None = None,
-                ep: EpNodes | None = None, mtp: int = 0, lead: bool = False) -> tuple[float, float, float]:
+                ep: EpNodes | None = None, mtp: int = 0, lead: bool = False,
+                host: HostCost = NO_HOST) -> tuple[float, float, float]:
     """(a leading dense layer of an MoE model, the ``mtp`` MTP modules, the output head's passes over their
     hidden states) forward + backward of one micro-batch, as workload/plan.py's units (``Ly.dense_shape``;
     mtp.py's ``mtp_forward`` around the decoder's last layer's kind: an MoE one where there are experts, as
@@ -390,10 +423,10 @@ def extra_times(L: Ly.LayerShape, recompute: str, learned_positions: bool, vocab
     dense = 0.0
     if lead:
         Ld = Ly.dense_shape(L)
-        dense = pass_times(Ld, recompute, learned_positions, vocab, gpu, comm, modules, ep)[0]
+        dense = pass_times(Ld, recompute, learned_positions, vocab, gpu, comm, modules, ep, host)[0]
     if not mtp:
         return dense, 0.0, 0.0
-    both = _passes(gpu, comm, ep)
+    both = _passes(gpu, comm, ep, host)
     fwd, bwd = Ly.forward_steps(L), layer_backward(L, recompute, modules)
     module = both(MTP.mtp_forward(L, fwd, learned_positions), MTP.mtp_backward(L, bwd))
     return dense, mtp * module, both(MTP.mtp_head_forward(L, vocab, mtp), MTP.mtp_head_backward(L, vocab, mtp))

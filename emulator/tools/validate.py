@@ -148,8 +148,9 @@ def summary_value(summary: dict[str, Any], path: str) -> float | None:
 
 
 def layer_time(spans: Sequence[Any], phase: str) -> float | None:
-    """Rank 0's time of layer 0's ``phase`` ("fwd" or "bwd"): first start to last end, any stream."""
-    mine = [s for s in spans if s.rank == 0 and s.layer == 0 and f".layer0.{phase}." in s.name]
+    """Rank 0's time of layer 0's ``phase`` ("fwd" or "bwd") on the GPU: first start to last end, any stream but
+    the host's (``cpu``: its issuing, workload/host.py)."""
+    mine = [s for s in spans if s.rank == 0 and s.layer == 0 and f".layer0.{phase}." in s.name and s.stream != "cpu"]
     if not mine:
         return None
     return max(s.end_s for s in mine) - min(s.start_s for s in mine)

@@ -56,6 +56,7 @@ from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, Part, Pr
 from emulator.scenario.spec import ParallelSpec, Scenario
 from emulator.scenario.stages import rank_of, virtual_stage
 from emulator.workload import flops as F
+from emulator.workload import host as H
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
@@ -131,6 +132,13 @@ class _RankBuilder:
         self._host_bw = node.host_bandwidth
         self._offloaded: dict[tuple[int, int, str], int] = {}
         self._reload_gate: int | None = None
+        # the host's issuing (host.py): one ``cpu`` op a step list, the next list's first op waiting for it
+        self._launch = node.host_launch
+        self._captured = H.captured_modules(plan.sc.training.cuda_graph_impl, plan.sc.training.cuda_graph_modules)
+        self._issues: dict[int, tuple[list[Ly.Step], H.Issue]] = {}
+        self._host_last: int | None = None
+        if plan.host_bound is None:
+            plan.host_bound = self._host_bound()
 
     # --- op emission -----------------------------------------------------------------
     def _emit(self, **kw: Any) -> int:
@@ -192,8 +200,69 @@ class _RankBuilder:
                            st.collective, group, -1, -1, 0, unit.mb, unit.stage, unit.layer, ()))
         return [oid]
 
+    # --- the host's issuing (host.py) -------------------------------------------------
+    def _issue(self, steps: list[Ly.Step], layer: int) -> H.Issue:
+        """The host's seconds to issue ``steps`` of layer ``layer`` (kept per list)."""
+        hit = self._issues.get(id(steps))
+        if hit is None or hit[0] is not steps:
+            moe = M.is_moe_layer(self.plan.model, layer)
+            hit = self._issues[id(steps)] = (steps, H.issue_time(steps, self._launch, self._captured, moe))
+        return hit[1]
+
+    def _host_bound(self) -> bool:
+        """Whether some step list the builder emits alone takes the host longer to issue than its kernels
+        take to run. Where none does, the host finishes issuing each list before the GPU has run it (each
+        list's kernels follow the one before on the compute stream), so it never holds the GPU back, and
+        no host op is emitted. A token all-to-all emitted alone (``_a2a``) is left out: its launch is not
+        counted (ASSUMPTION: one launch beside the layer's dozens)."""
+        if self._launch <= 0 or self.plan.sc.training.cuda_graph_impl == "full_iteration" or \
+                self.plan.sc.workload.profile is not None:  # a profile's host gaps are its own (profiled.py)
+            return False
+        return any(self._issue(part, u.layer).total > sum(self._kernel_cost(k)[0] for k in part
+                                                          if isinstance(k, Ly.Kernel))
+                   for units in self.plan.chunk_units.values() for u in units for steps in (u.fwd, u.bwd)
+                   for part in self._pieces(steps))
+
+    def _pieces(self, steps: list[Ly.Step]) -> list[list[Ly.Step]]:
+        """The lists ``steps`` may be emitted as: itself, its segments between the token all-to-alls where
+        passes are paired (``run_pair``), and each one's input- and weight-gradient parts where backwards
+        are split (zero-bubble schedules, delay_wgrad_compute); the empty ones left out."""
+        par = self.plan.sc.parallel
+        pieces = [steps]
+        if par.overlap_moe_expert_parallel_comm or par.schedule in ("dualpipe", "dualpipev"):
+            pieces += [seg for seg in self._a2a_segments(steps) or () if len(seg) > 1]
+        if par.schedule in ("zb-h1", "zb-v", "dualpipe", "dualpipev") or par.delay_wgrad_compute:
+            pieces += [self._backward_part(piece, half) for piece in list(pieces) for half in ("I", "W")]
+        return [piece for piece in pieces if piece]
+
+    def _host_issue(self, steps: list[Ly.Step], unit: _UnitTag, before: int | None) -> None:
+        """The host's op(s) for a list just emitted: its issuing, after the host's previous op (the ``cpu``
+        stream is in order); past a host sync, the rest waits for the GPU to have run what came before
+        the list (ASSUMPTION: the sync's own point, inside the list, is not an op a block exposes)."""
+        issue = self._issue(steps, unit.layer)
+        common: dict[str, Any] = dict(kind=COMPUTE, stream="cpu", category="host", microbatch=unit.mb,
+                                      stage=unit.stage, layer=unit.layer)
+        if issue.before > 0:
+            self._host_last = self._emit(name=unit.prefix + "host.issue", duration=issue.before, deps=(), **common)
+        if issue.synced:
+            self._host_last = self._emit(name=unit.prefix + "host.after_sync", duration=issue.after,
+                                         deps=() if before is None else (before,), **common)
+
     def _emit_steps(self, steps: list[Ly.Step], deps: list[int],
                     unit: _UnitTag) -> tuple[int | None, int | None]:
+        """Emit a unit's steps (``_emit_gpu_steps``) and, where the host is modelled, its issuing: the
+        list's first op waits until the host has issued the list before it (host.py)."""
+        if not self.plan.host_bound:
+            return self._emit_gpu_steps(steps, deps, unit)
+        before = self.last_compute
+        if self._host_last is not None:
+            deps = [*deps, self._host_last]
+        out = self._emit_gpu_steps(steps, deps, unit)
+        self._host_issue(steps, unit, before)
+        return out
+
+    def _emit_gpu_steps(self, steps: list[Ly.Step], deps: list[int],
+                        unit: _UnitTag) -> tuple[int | None, int | None]:
         """Emit a unit's steps; returns (first compute op, last op any later work must follow).
 
         The grouping of a step list into ops (``_recipe``) is the same every time it runs, so it
@@ -743,7 +812,9 @@ class _RankBuilder:
         costed = (0.0, 0.0, t_opt) if per is None else (t_opt, 0.0, 0.0)  # a profiled step: measured
         opt = self._emit(kind=COMPUTE, stream="compute", name="optimizer", category="optimizer",
                          duration=t_opt, costed=costed, flops=psi * ADAM_FLOPS_PER_PARAM,
-                         bytes=nbytes, deps=tuple(sorted(set(reduce_ops + ([end_bwd] if end_bwd is not None else [])))))
+                         bytes=nbytes, deps=tuple(sorted(set(reduce_ops + ([end_bwd] if end_bwd is not None else []) +
+                                                             ([self._host_last] if self._host_last is not None
+                                                              else [])))))
         if 1 <= par.zero <= 2 and not _overlap_param_gather(par) and d_dense > 1:
             for units, dense, expert in self._buckets(par.grad_bucket):
                 vs, u = units[-1]

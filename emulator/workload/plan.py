@@ -59,6 +59,7 @@ class Plan:
     dual: bool = False  # dualpipe: virtual stage vs holds model stage vs mod pp (two directions, two copies)
     step: int = 0  # the training step whose drawn MoE loads the units carry (model.moe_load_seed)
     param_q: float = 0.0  # bytes a quantised GEMM weight moves in the parameter all-gather (fp8_params); 0: none
+    host_bound: bool | None = None  # whether the host's issuing is emitted (builder.py, host.py); None: not decided
 
     def gathered(self, u: Unit) -> tuple[float, float]:
         """(dense, expert) bytes of unit ``u``'s parameters in the data-parallel parameter all-gather: at
