@@ -73,6 +73,14 @@ CASES = {
                                "model.moe_imbalance=3"]),
     # Blackwell at rack scale (issue 38): Llama-3 405B on 64 GB200 NVL72 racks, 4,608 GPUs in 1,152 trays
     "llama3-405b-4608-gb200": ("benchmarks/scenarios/llama3-405b-4608-gb200.yaml", []),
+    # the host's launches (docs/guides/host-launches.md): Qwen3-30B-A3B on two GB200 racks, host-bound at 100 us a
+    # launch (every layer waits for the host's issuing, a cpu op a list), and the same without the host
+    "qwen3-30b-gb200-host-bound": ("scenarios/buyer-qwen3-30b-144gpu.yaml",
+                                   ["cluster.node=gb200-nvl72", "cluster.nodes=36", "model.seq_len=2048",
+                                    "cluster.node.host_launch=100 us"]),
+    "qwen3-30b-gb200-no-host": ("scenarios/buyer-qwen3-30b-144gpu.yaml",
+                                ["cluster.node=gb200-nvl72", "cluster.nodes=36", "model.seq_len=2048",
+                                 "cluster.node.host_launch=0 us"]),
 }
 UNFOLDED = {"gpt3-1024-unfolded": ("scenarios/gpt3-175b-1024-a100.yaml", ["simulation.fold=off"])}
 
