@@ -142,3 +142,22 @@ def test_the_closed_form_takes_a_pass_at_least_as_long_as_its_issuing(sets, laun
     # or 14 with the layer graphed (as the run above)
     est = estimate_iteration(load_scenario_text(TINY, "host.yaml", list(sets)))
     assert est.compute_s == pytest.approx(launches * MS, rel=1e-12)
+
+
+def test_one_f_one_b_stops_the_host_at_each_pipeline_exchange():
+    # pp 2, 1F1B, 4 micro-batches, host-bound: Megatron-Core synchronises the device after each batched send and
+    # receive (batch_p2p_sync). Stage 0 runs F0 F1 B0 F2 B1 F3 B2 B3: a stop before F1 (F0's send), B0 (its receive
+    # and F1's send), B1, B2 (receive and the forward's send before) and B3 (receive): 5. Stage 1 runs F0 B0 F1 B1
+    # F2 B2 F3 B3: a stop before each forward (its receive, and from F1 on the backward's send before): 4. 9 in all
+    text = TINY.replace("layers: 1,", "layers: 2,").replace("gpus_per_node: 1", "gpus_per_node: 2") \
+        .replace("global_batch: 1,", "global_batch: 4,").replace("pp: 1", "pp: 2")
+    r = simulate(load_scenario_text(text, "pp.yaml"), record_links=False)
+    stops = [s for s in r.spans if s.name.endswith("host.p2p_sync")]
+    assert len(stops) == 9 and all(s.end_s == s.start_s for s in stops)
+    # each stop waits for its receive: a backward's on stage 0, a forward's on stage 1
+    recvs = {(s.rank, s.microbatch): s.end_s for s in r.spans if s.kind == "recv"}
+    waiting = [s for s in stops if (".bwd." in s.name) == (s.rank == 0)]  # stage 0's backwards, stage 1's forwards
+    assert len(waiting) == 8 and all(s.start_s >= recvs[(s.rank, s.microbatch)] for s in waiting)
+    # 1F1B without the host modelled has no stop
+    plain = simulate(load_scenario_text(text, "pp.yaml", ["cluster.node.host_launch=0 us"]), record_links=False)
+    assert not [s for s in plain.spans if s.stream == "cpu"] and plain.iteration_time_s < r.iteration_time_s

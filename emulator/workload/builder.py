@@ -83,6 +83,11 @@ class _RankBuilder(Emitter):
         self._host_bw = node.host_bandwidth
         self._offloaded: dict[tuple[int, int, str], int] = {}
         self._reload_gate: int | None = None
+        # Megatron-Core's 1F1B synchronises the device after each batched send and receive (p2p_communication.py
+        # @ d98e8a64dd: batch_p2p_sync, on by default; Megatron-LM takes batch_p2p_comm where the schedule is not
+        # interleaved): where the host is modelled, it stops there (``_p2p_sync``). The sends since the last stop:
+        self._p2p_syncs = bool(plan.host_bound) and plan.sc.parallel.schedule == "1f1b" and self.lo.sizes["pp"] > 1
+        self._unsynced: list[int] = []
 
     # --- tasks ----------------------------------------------------------------------
     def _vs(self, chunk: int) -> int:
@@ -162,6 +167,19 @@ class _RankBuilder(Emitter):
             bytes=self._pp_bytes(vs if fwd else vs - 1),
             peer=self._peer(dst_vs), tag=tag, deps=(self.last_compute,), category="comm", microbatch=mb,
             stage=vs, layer=self.plan.chunk_units[vs][-1].layer)
+        if self._p2p_syncs:
+            self._unsynced.append(self.pp_sent[stream])
+
+    def _p2p_sync(self, recvs: list[int], fwd: bool, mb: int, vs: int) -> None:
+        """The host's stop after a pipeline exchange (``_p2p_syncs``): a zero-time ``cpu`` op that waits for the
+        task's receive, the sends since the last stop and the GPU's work so far; the host issues the task's
+        lists after it."""
+        waits = [*recvs, *self._unsynced, *([self.last_compute] if self.last_compute is not None else [])]
+        self._unsynced = []
+        if self._p2p_syncs and (recvs or len(waits) > 1):
+            self._host_last = self._emit(kind=COMPUTE, stream="cpu", name=f"mb{mb}.{'fwd' if fwd else 'bwd'}.host.p2p_sync", duration=0.0,
+                                         deps=tuple(sorted(set(waits))), category="host", microbatch=mb, stage=vs,
+                                         layer=self.plan.chunk_units[vs][0].layer)
 
     def _join(self, carry: list[int], fwd: bool, mb: int, vs: int) -> None:
         """An overlapped comm that outlives the task: a zero-cost join keeps it on the path."""
@@ -246,6 +264,7 @@ class _RankBuilder(Emitter):
         self._carry = []
         fwd = phase == "F"
         deps = self._recv(fwd, mb, vs)
+        self._p2p_sync(deps, fwd, mb, vs)
         order = units if fwd else list(reversed(units))
         zero3 = self.plan.sc.parallel.zero >= 3
         prefetch: dict[int, int] = {}
