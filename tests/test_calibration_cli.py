@@ -77,6 +77,25 @@ def test_calibrate_kineto_gemm(tmp_path):
     assert fit.memory_efficiency is None  # no elementwise op with recorded shapes
 
 
+def test_calibrate_kineto_measures_the_hosts_launches(tmp_path):
+    from test_kineto import hand_trace
+
+    from emulator.tools.calibrate import fit_host
+
+    p = tmp_path / "one.json"
+    p.write_text(json.dumps(hand_trace()))
+    # ProfilerStep#3 starts at 1000 us and launches at 1015, 1050, 1060, 1120 and 1122 us. The gaps, less the
+    # profiler's 1.4 us for each aten op recorded between (aten::mm at 1010, record_param_comms at 1044) and less
+    # the host's sync (cudaStreamSynchronize 1090-1110): 15 - 1.4, 35 - 1.4, 10, 60 - 20, 2 = 99.2 us, 5 launches
+    fit = fit_host(str(p))
+    assert fit is not None and fit.launches == 5 and fit.seconds == pytest.approx(99.2e-6, abs=1e-12)
+    assert fit.host_launch == pytest.approx(19.84e-6, abs=1e-12)
+    out = tmp_path / "cat.yaml"
+    text = run("--kineto", str(p), "--base", "dgx-a100", "--out", str(out))
+    assert "host_launch 19.8 us: the host issued the step's 5 launches in 0.0992 ms" in text
+    assert "    host_launch: 19.84 us" in out.read_text()
+
+
 @pytest.mark.parametrize("argv, message", [
     ((), "give at least one --nccl-log FILE or --kineto FILE"),
     (("--nccl-log", "/nonexistent.log"), "/nonexistent.log: cannot read"),

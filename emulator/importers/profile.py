@@ -129,7 +129,7 @@ def read_profile(path: str, profiled: ProfiledSpec) -> Profile:
     _check_shapes(rt, P, path)
     ctx = _Symbols(P, _param_shapes(rt.gpu_ops))
     phases = _phases(rt.gpu_ops)
-    gaps, waits = _launch_gaps(rt), _dispatch(rt.gpu_ops)
+    gaps, waits = launch_gaps(rt), _dispatch(rt.gpu_ops)
     kernels = [replace(_kernel(g, ph, gap, ctx), dispatch=w) for g, ph, gap, w in zip(rt.gpu_ops, phases, gaps, waits)]
     fwd = [k for k in kernels if k.phase == FWD]
     bwd = [k for k in kernels if k.phase == BWD]
@@ -176,7 +176,7 @@ def _phases(ops: list[GpuOp]) -> list[str]:
     return out
 
 
-def _launch_gaps(rt: RankTrace) -> list[float]:
+def launch_gaps(rt: RankTrace) -> list[float]:
     """Host seconds between one launch and the next, less any time the host spent in a sync and
     less the profiler's own cost of the ops it recorded in between (PROFILER_OP_S each) and of the
     launch (PROFILER_LAUNCH_S)."""

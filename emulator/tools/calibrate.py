@@ -30,6 +30,9 @@ Inputs
   all the trace's steps (importers/kineto_overlap.py). It is written into the GPU entry
   only when enough kernel groups ran both under comm and alone; otherwise the report
   says why it was left out. A trace with such evidence but no shapes gives the factor alone.
+- ``--kineto FILE`` also measures ``host_launch``: the host's issuing of the chosen step (the gaps between
+  its launches, less its syncs and the profiler's own cost of the ops it recorded: importers/profile.py
+  ``launch_gaps``) over its launches. It is written into the node entry (workload/host.py).
 - ``--base NODE``, ``--name NEW``, ``--out FILE.yaml``: the result is written as a
   catalog file (units as strings) with a node NEW copied from NODE and the fitted
   fields replaced.
@@ -372,6 +375,32 @@ def fit_overlap(path: str) -> OverlapFit:
         raise CalibrationError(str(e)) from None
 
 
+@dataclass(frozen=True)
+class HostFit:
+    """The host's issuing of one profiled step: its launches and their seconds; host_launch their mean."""
+
+    launches: int
+    seconds: float
+
+    @property
+    def host_launch(self) -> float:
+        return self.seconds / self.launches
+
+
+def fit_host(path: str) -> HostFit | None:
+    """The chosen step's launch gaps (importers/profile.py ``launch_gaps``: syncs and the profiler's cost
+    of the ops it recorded taken out), summed over its launches; None for a step that launches nothing."""
+    from emulator.importers.kineto_reader import read_rank
+    from emulator.importers.profile import launch_gaps
+
+    try:
+        rt = read_rank(path)
+    except EmulatorError as e:
+        raise CalibrationError(str(e)) from None
+    gaps = launch_gaps(rt)
+    return HostFit(len(gaps), sum(gaps)) if gaps else None
+
+
 def written_slowdown(overlap: OverlapFit | None, gpu: GpuSpec) -> float:
     """The comm_overlap_slowdown a calibrated GPU entry carries: the measured factor when the
     trace held enough evidence (at least 1: the catalog's range, 1 = none), else the base GPU's."""
@@ -446,6 +475,9 @@ def catalog_yaml(node: NodeSpec, source: str, compute: ComputeFit | None,
               f"    nic_efficiency: {node.nic_efficiency:.6g}",
               f"    nic_latency: {_q(node.nic_latency, 'us', 1e-6)}",
               *([f"    nvls_busbw: {_q(node.nvls_busbw, 'GB/s', 1e9)}"] if node.nvls_busbw else []),
+              *([f"    nvlink_domain: {node.nvlink_domain}"] if node.nvlink_domain else []),
+              *([f"    host_bandwidth: {_q(node.host_bandwidth, 'GB/s', 1e9)}"] if node.host_bandwidth else []),
+              *([f"    host_launch: {_q(node.host_launch, 'us', 1e-6)}"] if node.host_launch else []),
               f"    source: \"{source}\""]
     return "\n".join(lines) + "\n"
 
@@ -491,8 +523,11 @@ def calibrate_command(args: argparse.Namespace) -> str:
     inter = fit_links(inter_logs, base, inter=True) if inter_logs else None
     overlap = fit_overlap(args.kineto) if args.kineto else None
     compute, no_compute = _compute_or_why(args.kineto, base.gpu, overlap, args.base)
+    host = fit_host(args.kineto) if args.kineto else None
     node = calibrated_node(base, name, intra, inter)
-    report = _report(node, logs, intra, inter, compute) + no_compute + _overlap_report(overlap)
+    if host is not None:
+        node = replace(node, host_launch=host.host_launch)
+    report = _report(node, logs, intra, inter, compute) + no_compute + _overlap_report(overlap) + _host_report(host)
     if args.out:
         sources = [os.path.basename(p) for p in args.nccl_log]
         sources += [os.path.basename(args.kineto)] if args.kineto else []
@@ -514,6 +549,14 @@ def _compute_or_why(path: str | None, gpu: GpuSpec, overlap: OverlapFit | None,
         if overlap is None or not overlap.enough:
             raise
         return None, f"no compute efficiency: {e}\n"
+
+
+def _host_report(host: HostFit | None) -> str:
+    if host is None:
+        return ""
+    return (f"host_launch {host.host_launch * 1e6:.3g} us: the host issued the step's {host.launches} launches in "
+            f"{host.seconds * 1e3:.4g} ms (gaps between launches, less syncs and the profiler's cost of the ops it "
+            "recorded)\n")
 
 
 def _overlap_report(overlap: OverlapFit | None) -> str:

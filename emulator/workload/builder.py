@@ -177,7 +177,8 @@ class _RankBuilder(Emitter):
         waits = [*recvs, *self._unsynced, *([self.last_compute] if self.last_compute is not None else [])]
         self._unsynced = []
         if self._p2p_syncs and (recvs or len(waits) > 1):
-            self._host_last = self._emit(kind=COMPUTE, stream="cpu", name=f"mb{mb}.{'fwd' if fwd else 'bwd'}.host.p2p_sync", duration=0.0,
+            name = f"mb{mb}.{'fwd' if fwd else 'bwd'}.host.p2p_sync"
+            self._host_last = self._emit(kind=COMPUTE, stream="cpu", name=name, duration=0.0,
                                          deps=tuple(sorted(set(waits))), category="host", microbatch=mb, stage=vs,
                                          layer=self.plan.chunk_units[vs][0].layer)
 
