@@ -243,11 +243,11 @@ def host_time(spans: Iterable[Span], iterations: int = 1) -> tuple[float, float]
 
 
 def _host_spans(spans: Iterable[Span]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Each rank's ``cpu`` spans: (starts, ends)."""
+    """Each rank's host spans (stream ``cpu``, category ``host``; not a job's wait for its start): (starts, ends)."""
     per: dict[int, tuple[list[float], list[float]]] = {}
     if isinstance(spans, SpanTable):
-        streams = spans.column("stream")
-        t = np.array([i for i, s in enumerate(streams) if s == "cpu"], dtype=np.int64)
+        streams, cats = spans.column("stream"), spans.column("category")
+        t = np.array([i for i, (s, c) in enumerate(zip(streams, cats)) if s == "cpu" and c == "host"], dtype=np.int64)
         if not len(t):
             return {}
         idx = (np.arange(spans.copies, dtype=np.int64)[:, None] * len(streams) + t[None, :]).ravel()
@@ -259,7 +259,7 @@ def _host_spans(spans: Iterable[Span]) -> dict[int, tuple[np.ndarray, np.ndarray
             out[int(r)] = (start[mine], end[mine])
         return out
     for s in spans:
-        if s.stream == "cpu":
+        if s.stream == "cpu" and s.category == "host":
             a, b = per.setdefault(s.rank, ([], []))
             a.append(s.start_s)
             b.append(s.end_s)

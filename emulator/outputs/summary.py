@@ -110,7 +110,7 @@ def summarize(result: Result) -> dict[str, Any]:
         out_s, back_s, exposed_s = (*(stream_time(result.spans, st, iterations)[0] for st in ("d2h", "h2d")),
                                     stream_time(result.spans, ("d2h", "h2d"), iterations)[1])
         out["offload"] = {"d2h_s": out_s, "h2d_s": back_s, "exposed_s": exposed_s}
-    if facts is not None and sc.cluster.node is not None and sc.cluster.node.host_launch > 0:
+    if (facts is not None or result.jobs) and sc.cluster.node is not None and sc.cluster.node.host_launch > 0:
         from emulator.outputs.metrics import host_time
 
         issuing, waited = host_time(result.spans, iterations)
