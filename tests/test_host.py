@@ -161,3 +161,15 @@ def test_one_f_one_b_stops_the_host_at_each_pipeline_exchange():
     # 1F1B without the host modelled has no stop
     plain = simulate(load_scenario_text(text, "pp.yaml", ["cluster.node.host_launch=0 us"]), record_links=False)
     assert not [s for s in plain.spans if s.stream == "cpu"] and plain.iteration_time_s < r.iteration_time_s
+
+
+def test_a_job_waiting_for_its_start_is_not_the_hosts_issuing():
+    # two copies of the one-GPU job above, the second starting 100 ms later: each host issues 41 ms (41 launches
+    # at 1 ms), the second's wait for its start (a cpu span too) is not issuing: the mean is 41 ms
+    job = ("{name: %s, nodes: 1, start: %s, model: {layers: 1, hidden: 256, heads: 4, ffn_hidden: 1024, seq_len: 128, "
+           "vocab: 1024}, training: {global_batch: 1, micro_batch: 1, attention: flash}, parallel: {tp: 1}}")
+    text = ("name: two\ncluster: {nodes: 2, node: {preset: dgx-h100, gpus_per_node: 1, host_launch: 1 ms}}\n"
+            f"jobs:\n  - {job % ('a', '0 ms')}\n  - {job % ('b', '100 ms')}\n")
+    r = simulate(load_scenario_text(text, "two.yaml"), record_links=False)
+    assert [s.name for s in r.spans if s.stream == "cpu" and s.category != "host"] == ["waiting for job start"]
+    assert summarize(r)["host"]["issue_s"] == pytest.approx(41 * MS, rel=1e-9)
