@@ -260,7 +260,7 @@ def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> d
     out: dict[str, Any] = dict(router_bytes=ROUTER_BYTES.get(m.moe_router_dtype, 0), groups=m.moe_router_num_groups,
                                router_fusion=m.moe_router_fusion, permute_fusion=m.moe_permute_fusion,
                                permute_into_hybridep=m.moe_permute_fusion_into_hybridep,
-                     group_topk=m.moe_router_group_topk,
+                     group_topk=m.moe_router_group_topk, drop_pad=routing.padded(m),
                      a2a_scale=m.moe_expert_capacity_factor if routing.padded(m) else 1.0)
     if par is None:
         return out

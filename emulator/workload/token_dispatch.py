@@ -27,10 +27,11 @@ from emulator.workload.steps import (
 # - alltoall (MoEAlltoAllTokenDispatcher): ``preprocess`` all-gathers every rank's tokens per expert over
 #   the TP×EP group (gather_from_sequence_parallel_region(num_local_tokens_per_expert, tp_ep_group): E int64
 #   per rank), the host syncs at ``cuda_sync_point`` "before_ep_alltoall" to read the splits
-#   (_maybe_dtoh_and_synchronize), then ``token_dispatch`` runs the tokens' all-to-all-v and a second one of
-#   the routing probabilities (one per copy, fp32); ``token_combine`` one all-to-all back. The emulator sends
-#   the probabilities with the tokens (same pairs, their bytes added), leaving out the second call's launch
-#   and latency (~10 us) for fewer events. The shared experts' fc1 runs after the
+#   (_maybe_dtoh_and_synchronize; under drop and pad ``preprocess`` returns early with the capacity as every
+#   count: neither the all-gather nor the sync), then ``token_dispatch`` runs the tokens' all-to-all-v and a
+#   second one of the routing probabilities (one per copy, fp32); ``token_combine`` one all-to-all back. The
+#   emulator sends the probabilities with the tokens (same pairs, their bytes added), leaving out the second
+#   call's launch and latency (~10 us) for fewer events. The shared experts' fc1 runs after the
 #   tokens' all-to-all is launched and fc2 after the combine's (``linear_fc1_forward_and_act``,
 #   ``linear_fc2_forward``): under them with moe_shared_expert_overlap.
 # - allgather (MoEAllGatherTokenDispatcher): the routing map, the probabilities and the hidden states are
@@ -271,10 +272,13 @@ def _router_small_backward(L: LayerShape, n: int) -> list[Kernel]:
 
 def _count_kernels(L: LayerShape, n: int, cat: str) -> list[Kernel]:
     """The alltoall dispatcher's token counts (preprocess): routing_map.sum(dim=0), and with EP or TP
-    the input splits, the local experts' slice and three sums."""
+    the input splits, the local experts' slice and three sums. Under drop and pad the counts are the
+    capacity, known ahead: one fill of the E·t received counts (``preprocess``'s early return)."""
     if L.dispatcher != "alltoall":
         return []
     e = L.experts
+    if L.drop_pad:
+        return [_small("moe.counts", e * IDX_BYTES * max(L.t, 1), cat)]
     out = [_small("moe.counts", n * e + e * IDX_BYTES, cat)]
     if L.ep > 1 or L.t > 1:
         out += [_small(name, 2 * e * IDX_BYTES * max(L.t, 1), cat)
@@ -459,8 +463,11 @@ def dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list
         name = _a2a_name(L, "in", tokens, True)
         return [_host_sync(cat), Comm("moe.dispatch", "ep", name, tokens * L.h * L.dtype, len(under), cat), *under]
     probs = routed * _probs_bytes(L) * L.a2a_scale
+    dispatch = Comm("moe.dispatch", "ep", _a2a_name(L, "in"), a2a + probs, len(under), cat)
+    if L.drop_pad:  # every split is the capacity: no count exchange, no sync (cuda_sync_point stays "no_sync")
+        return [dispatch, *under]
     return [Comm("moe.token_counts", "ep", "all_gather", L.experts * COUNT_BYTES * L.ep, 0, cat), _host_sync(cat),
-            Comm("moe.dispatch", "ep", _a2a_name(L, "in"), a2a + probs, len(under), cat), *under]
+            dispatch, *under]
 
 
 def combine_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list[Step]) -> list[Step]:
