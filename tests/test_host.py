@@ -38,6 +38,8 @@ def test_steps_belong_to_megatron_cores_modules():
                                            "bda2")] == \
         ["moe_router", "moe_router", "moe_router", "moe_router", "moe_preprocess", "moe_preprocess", "moe", "moe",
          "moe"]
+    # shared experts that overlap the dispatch run beside the all-to-all, outside the router's graph
+    assert H.module_of("shared.up", True, shared_overlap=True) == "moe" == H.module_of("shared_bwd.rs", True, True)
     # an empty list is the whole layer; local takes the router and the preprocess together; moe holds both
     assert H.captured_modules("transformer_engine", ()) == {"attn", "mlp", "moe", "moe_router", "moe_preprocess"}
     assert H.captured_modules("local", ("moe_router",)) == {"moe_router", "moe_preprocess"}

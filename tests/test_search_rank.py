@@ -337,7 +337,7 @@ def test_an_moe_models_dense_layers_and_mtp_are_priced_as_the_plan_holds_them(tm
     finally:
         R.extra_times = real
     L, args = seen[0][0], seen[0][1:8]
-    assert seen[0][8:] == (1, True, (0.0, frozenset()))  # one MTP module, leading dense layers; the GPU's times
+    assert seen[0][8:] == (1, True, (0.0, frozenset(), False))  # one MTP module, leading dense layers; the GPU's times
     layer, embed, head = pass_times(L, *args)
     lead, mtp, mtp_head = extra_times(L, *args, 1, True)
     assert lead != layer and mtp > layer and mtp_head > 0  # a dense MLP, an MoE layer and more, a head pass

@@ -90,8 +90,9 @@ from emulator.workload.plan import (
     param_gather_bytes,
 )
 
-HostCost = tuple[float, frozenset[str]]  # the host's launch seconds, the modules CUDA graphs capture (host.py)
-NO_HOST: HostCost = (0.0, frozenset())
+# the host's launch seconds, the modules CUDA graphs capture, whether the shared experts overlap the dispatch (host.py)
+HostCost = tuple[float, frozenset[str], bool]
+NO_HOST: HostCost = (0.0, frozenset(), False)
 
 
 @dataclass(frozen=True)
@@ -347,7 +348,8 @@ def host_cost(sc: Scenario) -> HostCost:
     node, tr = sc.cluster.node, sc.training
     if node is None or node.host_launch <= 0 or tr.cuda_graph_impl == "full_iteration":
         return NO_HOST
-    return node.host_launch, HOST.captured_modules(tr.cuda_graph_impl, tr.cuda_graph_modules)
+    return (node.host_launch, HOST.captured_modules(tr.cuda_graph_impl, tr.cuda_graph_modules),
+            sc.parallel.moe_shared_expert_overlap)
 
 
 def _offload_bound(sc: Scenario, m: ModelSpec, split: Split, stage_t: list[float]) -> list[float]:
@@ -386,7 +388,7 @@ def _passes(gpu: GpuSpec, comm: tuple[tuple[str, int, Link], ...],
         return ring_time(c.collective, n, c.bytes, link)
 
     def one(steps: list) -> float:
-        return HOST.issue_time(steps, host[0], host[1], moe).total if host[0] > 0 else \
+        return HOST.issue_time(steps, host[0], host[1], moe, host[2]).total if host[0] > 0 else \
             KC.pass_time(steps, gpu, comm_time)
 
     def both(fwd: list, bwd: list) -> float:

@@ -153,7 +153,8 @@ class Emitter:
         hit = self._issues.get(id(steps))
         if hit is None or hit[0] is not steps:
             moe = M.is_moe_layer(self.plan.model, layer)
-            hit = self._issues[id(steps)] = (steps, H.issue_time(steps, self._launch, self._captured, moe))
+            hit = self._issues[id(steps)] = (steps, H.issue_time(steps, self._launch, self._captured, moe,
+                                                                  self.plan.sc.parallel.moe_shared_expert_overlap))
         return hit[1]
 
     def _host_bound(self) -> bool:

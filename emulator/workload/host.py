@@ -21,7 +21,7 @@ replay costs one launch (no measurement of either on a named GPU here: ../shared
 sources.md lists CUDA-graph measurements as missing); the GPU's own per-kernel launch_overhead is
 kept under graphs.
 
-Pure functions; the builder (builder.py) turns their seconds into ops on the ``cpu`` stream.
+Pure functions; the emitter (emitter.py) turns their seconds into ops on the ``cpu`` stream.
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ __all__ = ["Issue", "captured_modules", "module_of", "issue_time"]
 # (layer.py) are the input norm, the projections of MHA/GQA and MLA, the core and its output.
 _ATTN_STEMS = ("ln1", "qkv", "q", "q_down", "q_up", "q_norm", "kv_down", "kv_up", "kv_norm", "rope", "attn",
                "ctx_copy", "proj", "bda1")
-_ROUTER_PREFIXES = ("moe.router", "moe.aux", "shared")  # with the pre-MLP norm (ln2)
-_PREPROCESS_PREFIXES = ("moe.counts", "moe.permute", "moe.token_counts", "moe.padding", "moe.pad")
+_ROUTER_PREFIXES = ("moe.router", "moe.aux")  # with the pre-MLP norm (ln2), and the shared experts (below)
+_PREPROCESS_PREFIXES = ("moe.counts", "moe.permute", "moe.token_counts")
 _SUFFIXES = ("_residual_grad", "_bwd")
 
 
@@ -50,25 +50,27 @@ def _stem(name: str) -> str:
     return head
 
 
-def module_of(name: str, moe_layer: bool) -> str | None:
+def module_of(name: str, moe_layer: bool, shared_overlap: bool = False) -> str | None:
     """The CUDA-graph module of a layer's step (``CUDA_GRAPH_MODULES``), or None outside a transformer
-    layer (embedding, head, loss, MTP): "qkv.dgrad" → attn; "moe.router.topk" → moe_router."""
+    layer (embedding, head, loss, MTP): "qkv.dgrad" → attn; "moe.router.topk" → moe_router. The shared
+    experts go with the router unless they overlap the dispatch (``shared_overlap``:
+    moe_shared_expert_overlap), where they run beside the all-to-all, outside the router's graph."""
     stem = _stem(name)
     if stem in _ATTN_STEMS:
         return "attn"
     if not moe_layer:
         return "mlp" if stem in ("ln2", "mlp", "gelu", "swiglu", "bda2") else None
-    if stem == "ln2" or name.startswith(_ROUTER_PREFIXES):
+    if stem == "ln2" or name.startswith(_ROUTER_PREFIXES) or (stem.startswith("shared") and not shared_overlap):
         return "moe_router"
     if name.startswith(_PREPROCESS_PREFIXES):
         return "moe_preprocess"
-    return "moe" if stem in ("moe", "swiglu", "bda2", "gelu") else None
+    return "moe" if stem in ("moe", "swiglu", "bda2", "gelu") or stem.startswith("shared") else None
 
 
 def captured_modules(impl: str, modules: Sequence[str]) -> frozenset[str]:
     """The modules per-layer graphs capture (local, transformer_engine): all of a layer's for an empty
     list; ``local`` takes moe_router and moe_preprocess together (Megatron-Core adds the other), and
-    moe holds both. None for none and full_iteration (one graph of everything: ``issue_time``'s whole)."""
+    moe holds both. None for none and full_iteration (one graph of everything: no host op at all)."""
     if impl in ("none", "full_iteration"):
         return frozenset()
     if not modules:
@@ -95,14 +97,13 @@ class Issue:
 
 
 def issue_time(steps: Sequence[Ly.Step], launch: float, captured: frozenset[str], moe_layer: bool,
-               whole: bool = False) -> Issue:
-    """Seconds the host takes to issue ``steps``: ``launch`` a kernel or collective, and one launch for
-    each run of steps a graph captured (``captured``, ``captured_modules``): ASSUMPTION, a replay costs
-    one launch. ``whole``: one graph holds
-    everything (full_iteration), so the list costs nothing beyond the iteration's one launch.
-    The MoE host sync (a kernel of kind host) splits the list: what follows it is issued only once the
-    GPU has reached it."""
-    if whole or launch <= 0:
+               shared_overlap: bool = False) -> Issue:
+    """Seconds the host takes to issue ``steps`` of a layer (``moe_layer``: an MoE one; ``shared_overlap``:
+    its shared experts overlap the dispatch, ``module_of``): ``launch`` a kernel
+    or collective, and one launch for each run of steps a graph captured (``captured``,
+    ``captured_modules``; ASSUMPTION: a replay costs one launch). The MoE host sync (a kernel of kind host)
+    splits the list: what follows it is issued only once the GPU has reached it."""
+    if launch <= 0:
         return Issue(0.0, 0.0, False)
     before = after = 0.0
     synced = in_graph = False
@@ -110,7 +111,7 @@ def issue_time(steps: Sequence[Ly.Step], launch: float, captured: frozenset[str]
         if isinstance(st, Ly.Kernel) and st.kind == "host":
             synced, in_graph = True, False
             continue
-        module = module_of(st.name, moe_layer)
+        module = module_of(st.name, moe_layer, shared_overlap)
         captured_step = module is not None and module in captured
         # a run of captured steps is one graph (Megatron-Core captures a layer's modules as one callable)
         cost = 0.0 if captured_step and in_graph else launch
