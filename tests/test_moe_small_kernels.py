@@ -214,3 +214,21 @@ def test_hybridep_permutes_in_its_dispatch_with_the_fusion_key():
     assert permutes <= names("hybridep", False)
     assert not permutes & names("hybridep", True)
     assert permutes <= names("deepep", True)
+
+
+@pytest.mark.parametrize("ep, pad, syncs, count_exchanges", [
+    (4, False, 1, 1),  # EP: the counts' all-gather, then the sync before the all-to-all ("before_ep_alltoall")
+    (1, False, 1, 0),  # no EP: no all-gather, but the counts still go to the host for the grouped GEMM ("before_finish")
+    (4, True, 0, 0),  # drop and pad: every split is the capacity, known ahead (preprocess returns early)
+    (1, True, 0, 0),
+])
+def test_where_the_alltoall_dispatcher_syncs_with_the_host(ep, pad, syncs, count_exchanges):
+    import dataclasses
+
+    m = dataclasses.replace(MOE, moe_expert_capacity_factor=1.0 if pad else None,
+                            moe_pad_expert_input_to_capacity=pad)
+    steps = Ly.forward_steps(Ly.layer_shape(m, 1, ep=ep, flash=True))
+    names = [st.name for st in steps]
+    assert names.count("moe.host_sync") == syncs and names.count("moe.token_counts") == count_exchanges
+    # under drop and pad the counts are one fill of the E received counts, not the six kernels of the sums
+    assert [n for n in names if n.startswith("moe.counts")] == (["moe.counts"] if pad or ep == 1 else COUNTS)

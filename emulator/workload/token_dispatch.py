@@ -451,9 +451,11 @@ def expert_padding(L: LayerShape, rows: int, cat: str, first: bool) -> list[Step
 
 
 def dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list[Step]) -> list[Step]:
-    """The forward dispatch of ``tokens`` (their routed copies ``a2a`` bytes), with ``under`` run under it."""
+    """The forward dispatch of ``tokens`` (their routed copies ``a2a`` bytes), with ``under`` run under it. Without
+    EP the alltoall dispatcher still reads the experts' counts on the host, for the grouped GEMM's splits
+    (``cuda_sync_point`` "before_finish", or "before_permutation_2" unfused), but under drop and pad."""
     if L.ep <= 1:
-        return list(under)
+        return [_host_sync(cat), *under] if L.dispatcher == "alltoall" and L.experts and not L.drop_pad else list(under)
     routed = tokens * L.top_k
     if L.dispatcher == "allgather":
         return [Comm("moe.dispatch_routing", "ep", "all_gather", tokens * L.experts * (1 + _probs_bytes(L)) * L.ep,
