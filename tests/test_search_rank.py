@@ -348,3 +348,23 @@ def test_an_moe_models_dense_layers_and_mtp_are_priced_as_the_plan_holds_them(tm
     # 3 · 64 · 8,650,752 / 4 = 415,236,096; stage 0's dense layers hold none
     assert params.rank(split, 1, sc.parallel)[1] == 415_236_096
     assert params.rank(split, 0, sc.parallel) == (2 * M.dense_layer_params(m, False) + params.first, 0.0)
+
+
+def test_the_slowest_expert_group_sets_the_step():
+    from emulator.scenario import load_scenario_text
+    from emulator.studies.rank import ep_variants
+    from emulator.workload.placement import Layout
+
+    # EP 16 over two GB200 NVL72 racks of 72 GPUs (144 GPUs, DP 144): the groups start at ranks 0, 16, ..., 128;
+    # group 4 (ranks 64-79) has 8 GPUs in each rack, the other 8 groups sit in one. Two placements, one stage
+    text = ("name: g\ncluster: {nodes: 36, node: gb200-nvl72, fabric: {kind: fat_tree, leaf_size: 36}}\n"
+            "model: {preset: qwen3-30b-a3b, seq_len: 2048}\ntraining: {global_batch: 576, micro_batch: 1}\n"
+            "parallel: {tp: 1, pp: 1, dp: 144, ep: 16, zero: 1}\n")
+    sc = load_scenario_text(text, "g.yaml")
+    variants = ep_variants(Layout.from_parallel(sc.parallel, sc.gpus), sc.cluster.node)
+    assert list(variants) == [0] and [v.group for v in variants[0]] == [tuple(range(16)), tuple(range(64, 80))]
+    # the straddling group's exchange goes over the NICs, and the estimate takes it, not group 0's over NVLink: with
+    # EP 8 (8 divides 72: every group in a rack) each rank runs twice the experts, yet EP 16's step is far longer
+    # (0.93 s against 0.44 s)
+    aligned = load_scenario_text(text.replace("ep: 16", "ep: 8"), "g.yaml")
+    assert estimate_iteration(sc).compute_s > 1.5 * estimate_iteration(aligned).compute_s

@@ -305,16 +305,21 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     links["ep"] = group_link(sc, st["cp"] if par.cp > 1 else st["dp"], par.ep)
     sizes = {"tp": par.tp, "cp": par.cp // a, "ep": par.ep, "cp_a2a": a}
     comm = tuple((name, sizes[name], links[name]) for name in ("tp", "cp", "ep", "cp_a2a"))
-    ep = ep_nodes(Layout.from_parallel(par, sc.gpus, par.order or None).ep_group(0), node) if m.experts else None
-    args = (tr.recompute, M.has_biases(m), m.vocab, gpu, comm, tr.recompute_modules, ep)
+    lo = Layout.from_parallel(par, sc.gpus, par.order or None)
+    args = (tr.recompute, M.has_biases(m), m.vocab, gpu, comm, tr.recompute_modules)
     split = split_of(m, par)
     p, v = par.pp, par.virtual_stages
     last = rank_of(p * v - 1, p, par.schedule in V_SHAPED)  # a V: the head on the first stage
     mtp_n = m.mtp_num_layers if split.mtp >= 0 else 0
-    stage_t = _stage_times(L, args, split, mtp_n, p, last)
+    if m.experts:  # each stage as its slowest expert-parallel group (the others wait for it at the reduction)
+        variants = ep_variants(lo, node)
+        by_group = {ep: _stage_times(L, (*args, ep), split, mtp_n, p, last) for eps in variants.values() for ep in eps}
+        stage_t = [max(by_group[ep][s] for ep in variants[s]) for s in range(p)]
+    else:
+        stage_t = _stage_times(L, (*args, None), split, mtp_n, p, last)
     host = host_cost(sc)
     if host[0] > 0:  # a stage's micro-batch takes at least the host's issuing of it (workload/host.py)
-        stage_t = [max(t, h) for t, h in zip(stage_t, _stage_times(L, args, split, mtp_n, p, last, host))]
+        stage_t = [max(t, h) for t, h in zip(stage_t, _stage_times(L, (*args, None), split, mtp_n, p, last, host))]
     stage_t = _per_rank(par.schedule, _offload_bound(sc, m, split, stage_t))
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     slow = max(stage_t)
@@ -340,6 +345,26 @@ def _stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int
     lead, mtp, mtp_head = extra_times(L, *args, mtp_n, any(split.leads), host)
     return [split.count(s) * per_layer + split.leads[s] * (lead - per_layer) + (embed if s == 0 else 0.0)
             + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
+
+
+def ep_variants(lo: Layout, node: NodeSpec) -> dict[int, list[EpNodes]]:
+    """Per pipeline stage, one expert-parallel group of each placement over the NVLink domains (the domains its
+    members fall in, relative to its first; the group moved by whole domains to start in the first): a group that
+    straddles two domains (EP 16 over 72-GPU racks: ranks
+    64-79) runs its token exchange over the NICs, and it sets the step of every group, which waits for it at the
+    data-parallel reduction."""
+    out: dict[int, dict[tuple[int, ...], tuple[int, ...]]] = {}
+    covered: set[int] = set()
+    for r in range(lo.world):
+        if r in covered:
+            continue
+        g = lo.ep_group(r)
+        covered.update(g)
+        domains = [x // node.domain for x in g]
+        shift = domains[0] * node.domain  # moved to the first domain: the same placement, the same EpNodes (cached)
+        out.setdefault(lo.coords(r)["pp"], {}).setdefault(tuple(d - domains[0] for d in domains),
+                                                          tuple(x - shift for x in g))
+    return {s: [ep_nodes(g, node) for g in shapes.values()] for s, shapes in out.items()}
 
 
 def host_cost(sc: Scenario) -> HostCost:
