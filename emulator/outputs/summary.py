@@ -115,7 +115,8 @@ def summarize(result: Result) -> dict[str, Any]:
 
         issuing, waited = host_time(result.spans, iterations)
         if issuing > 0:  # the host's issuing was modelled (some layer is issued slower than it runs: host.py)
-            out["host"] = {"launch_s": sc.cluster.node.host_launch, "cuda_graph_impl": sc.training.cuda_graph_impl,
+            impls = [run.job.training.cuda_graph_impl for run in result.jobs] or [sc.training.cuda_graph_impl]
+            out["host"] = {"launch_s": sc.cluster.node.host_launch, "cuda_graph_impl": ",".join(dict.fromkeys(impls)),
                            "issue_s": issuing, "gpu_waits_s": waited}
     if result.link_bytes and T > 0:
         from emulator.outputs.nic import busiest_links, busiest_nic
