@@ -349,10 +349,9 @@ def _stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int
 
 def ep_variants(lo: Layout, node: NodeSpec) -> dict[int, list[EpNodes]]:
     """Per pipeline stage, one expert-parallel group of each placement over the NVLink domains (the domains its
-    members fall in, relative to its first; the group moved by whole domains to start in the first): a group that
-    straddles two domains (EP 16 over 72-GPU racks: ranks
-    64-79) runs its token exchange over the NICs, and it sets the step of every group, which waits for it at the
-    data-parallel reduction."""
+    members fall in, relative to its first; the group moved by whole domains to start in the first). A group that
+    straddles two domains (EP 16 over 72-GPU racks: ranks 64-79) runs its token exchange over the NICs, and it
+    sets the step of every group, which waits for it at the data-parallel reduction."""
     out: dict[int, dict[tuple[int, ...], tuple[int, ...]]] = {}
     covered: set[int] = set()
     for r in range(lo.world):
@@ -400,8 +399,8 @@ def _passes(gpu: GpuSpec, comm: tuple[tuple[str, int, Link], ...],
             ep: EpNodes | None, host: HostCost = NO_HOST, moe: bool = False) -> Callable[[list, list], float]:
     """A forward's and a backward's steps priced together (``kernel_cost.pass_time``): the CP ring's
     steps as sends, a token exchange on the expert group as its plan runs alone, the rest as rings. With
-    ``host`` (launch seconds and captured modules), the seconds the host takes to issue them instead
-    (workload/host.py; ``moe``: the steps are an MoE layer's)."""
+    ``host`` (``HostCost``), the seconds the host takes to issue them instead (workload/host.py; ``moe``: the
+    steps are an MoE layer's)."""
     groups = {name: (n, link) for name, n, link in comm}
 
     def comm_time(c: Ly.Comm) -> float:
