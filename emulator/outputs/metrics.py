@@ -42,8 +42,13 @@ def union_length(starts: Sequence[float] | np.ndarray, ends: Sequence[float] | n
     (it was a two-key lexsort: 0.7 ms against 0.18 ms for 35k spans; the same result, bit for bit)."""
     if len(starts) == 0:
         return 0.0
-    a = np.asarray(starts, dtype=float)
-    b = np.asarray(ends, dtype=float)
+    seg_start, seg_end = _segments(np.asarray(starts, dtype=float), np.asarray(ends, dtype=float))
+    return float(np.sum(seg_end - seg_start))
+
+
+def _segments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals [a, b) (not empty) as disjoint segments, in order: (their starts, their ends)
+    (``union_length``'s merge)."""
     if not (a[1:] >= a[:-1]).all():
         order = np.argsort(a, kind="stable")
         a, b = a[order], b[order]
@@ -52,8 +57,7 @@ def union_length(starts: Sequence[float] | np.ndarray, ends: Sequence[float] | n
     new[0] = True
     new[1:] = a[1:] > reach[:-1]
     firsts = np.flatnonzero(new)
-    seg_end = np.maximum.reduceat(b, firsts)
-    return float(np.sum(seg_end - a[firsts]))
+    return a[firsts], np.maximum.reduceat(b, firsts)
 
 
 @dataclass(frozen=True)
@@ -264,15 +268,6 @@ def _host_spans(spans: Iterable[Span]) -> dict[int, tuple[np.ndarray, np.ndarray
             a.append(s.start_s)
             b.append(s.end_s)
     return {r: (np.asarray(a, dtype=float), np.asarray(b, dtype=float)) for r, (a, b) in per.items()}
-
-
-def _segments(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of the intervals [starts, ends) as disjoint segments, in order: (their starts, their ends)."""
-    order = np.argsort(starts, kind="stable")
-    a, b = starts[order], ends[order]
-    reach = np.maximum.accumulate(b)
-    new = np.concatenate(([True], a[1:] > reach[:-1]))  # where a segment starts after a gap
-    return a[new], reach[np.concatenate((np.flatnonzero(new)[1:] - 1, [len(a) - 1]))]
 
 
 def _waited(hs: np.ndarray, he: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> float:
