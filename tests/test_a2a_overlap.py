@@ -106,3 +106,16 @@ def test_delay_wgrad_compute_starts_the_backward_dispatch_before_the_experts_wgr
             assert byid[waited].name.endswith("moe.sort_chunks_bwd") and "wgrad" not in byid[waited].name
         waited_s[delay] = min(byid[ops[i].deps[0]].duration for i in dispatch)
     assert waited_s[True] < waited_s[False]
+
+
+def test_a_combined_step_holds_one_layer_more_not_a_chunk():
+    # pp 1, 3 micro-batches of one 10-layer chunk: F0 alone holds 10 layers; F1 with B0 interleaves them a layer
+    # at a time (Megatron-Core TransformerModelChunkSchedulePlan.run), so 10 + 1 at most, not 10 + 10
+    ov = schedule("1f1b", 0, 1, 3, 1, True)
+    assert max_in_flight(ov, [10.0]) == 20.0  # taken task by task
+    assert max_in_flight(ov, [10.0], combined=True) == 11.0
+    # F0 of chunk 1 (2 layers) and F1 of chunk 0 (5): 7 live; then F2 (5 layers) with B0 (2): the 2 overlapped
+    # layer pairs hold one more at a time, then F2's other 3 run alone: 7 + max(1, 5 − 2) = 10
+    tasks = [Task("F", 0, 1), Task("F", 1, 0), Task("F", 2, 0), Task("B", 0, 1)]
+    assert max_in_flight(tasks, [5.0, 2.0], combined=True) == 10.0
+    assert max_in_flight(tasks, [5.0, 2.0]) == 12.0  # task by task: 2 + 5 + 5 before B0 frees its 2

@@ -26,6 +26,11 @@ def _memory(result: Result) -> dict[str, Any]:
     out: dict[str, Any] = {"peak_bytes_per_gpu": m.peak_bytes_per_gpu, "capacity_bytes": m.capacity_bytes,
                            "fits": m.fits}
     out["breakdown_bytes"] = dict(sorted(m.breakdown.items()))
+    from emulator.workload.memory import stash_summary
+
+    stash = stash_summary(sc, m)
+    if stash is not None:
+        out["paged_stash"] = stash
     return out
 
 
@@ -278,6 +283,9 @@ def human_table(summary: dict) -> str:
         verdict = "fits" if mem["fits"] else "DOES NOT FIT"
         rows.append(("memory/GPU", f"{format_bytes(mem['peak_bytes_per_gpu'])} of "
                                    f"{format_bytes(mem['capacity_bytes'])}  {verdict}"))
+    stash = mem.get("paged_stash")
+    if stash:
+        rows.append(("paged stash", stash_line(stash)))
     for job in summary.get("jobs", []):
         rows.append((f"job {job['name']}", f"{_fmt_time(job['iteration_time_s'])}  alone "
                                            f"{_fmt_time(job['alone_iteration_time_s'])}  slowdown "
@@ -302,8 +310,24 @@ def human_table(summary: dict) -> str:
     lines.extend(fault_lines(summary))
     for note in sim.get("notes", []):
         lines.append(f"note: {note}")
+    if stash and stash["overflow"]:
+        lines.append("WARNING: the busiest expert-parallel rank's stash overflows both buffers; Megatron-Core then "
+                     "runs the step again without it (the timing does not count the rerun).")
     if mem.get("fits") is False:
         lines.append("WARNING: the job does not fit in GPU memory "
                      f"({format_bytes(mem['peak_bytes_per_gpu'])} > {format_bytes(mem['capacity_bytes'])}); "
                      "the timing assumes it did.")
     return "\n".join(lines)
+
+
+def stash_line(stash: dict[str, Any]) -> str:
+    """The human table's paged-stash row: the buffers, and what the busiest rank spills to the host."""
+    from emulator.scenario.units import format_bytes
+
+    line = f"{format_bytes(stash['gpu_bytes'])} of GPU pages"
+    if stash["host_bytes"]:
+        line += f", {format_bytes(stash['host_bytes'])} pinned on the host"
+    line += f"; busiest rank {stash['busiest_load']:.3f}x the mean"
+    if stash["spill_to_host"]:
+        line += f", {stash['spill_to_host']:.3f}x of it to the host"
+    return line + ("  OVERFLOWS" if stash["overflow"] else "")

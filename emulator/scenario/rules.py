@@ -248,6 +248,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     except ScenarioError as err:
         out.append(Violation(err.key or "parallel.pp", err.message))
     out += _recompute_violations(m, t) + _offload_violations(m, t, p) + _router_padding_violations(m, t, p)
+    out += _rank_budget_violations(m, t, p)
     out += _cuda_graph_violations(m, t, p)
     out += _tensor_violations(m, p)
     out += _a2a_overlap_violations(m, t, p)
@@ -404,6 +405,41 @@ def _router_padding_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -
     return out
 
 
+def _static_hybridep(m: ModelSpec, p: ParallelSpec) -> bool:
+    """HybridEP with a static receive budget: no host sync in the MoE layer."""
+    return (m.moe_expert_rank_capacity_factor is not None and p.moe_token_dispatcher_type == "flex"
+            and p.moe_flex_dispatcher_backend == "hybridep")
+
+
+def _rank_budget_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """moe_expert_rank_capacity_factor and moe_paged_stash as Megatron-Core's TransformerConfig checks them
+    (transformer_config.py @ d98e8a64dd, ``__post_init__``): the budget needs the flex dispatcher's hybridep (or
+    ncclep, which the emulator does not model) backend; the stash needs the budget, and the routed experts'
+    modules must not be offloaded as well."""
+    out: list[Violation] = []
+    key = "model.moe_expert_rank_capacity_factor"
+    if m.moe_expert_rank_capacity_factor is not None:
+        if not m.experts:
+            out.append(Violation(key, "moe_expert_rank_capacity_factor needs an MoE model (model.experts > 0)"))
+        elif not _static_hybridep(m, p):
+            out.append(Violation(key, "moe_expert_rank_capacity_factor requires the flex dispatcher's hybridep backend "
+                                      "(parallel.moe_token_dispatcher_type flex, moe_flex_dispatcher_backend hybridep; "
+                                      "Megatron-Core also takes ncclep, which the emulator does not model)"))
+    if not m.moe_paged_stash:
+        return out
+    stash = "model.moe_paged_stash"
+    if m.moe_expert_rank_capacity_factor is None:
+        out.append(Violation(stash, "moe_paged_stash requires model.moe_expert_rank_capacity_factor to be set; there "
+                                    "is no need to use paged stashing without it (Megatron-Core)"))
+    offloaded = (t.offload_modules or ()) if t.fine_grained_activation_offloading else ()
+    both = [x for x in ("expert_fc1", "moe_act") if x in offloaded]
+    if both:
+        out.append(Violation("training.offload_modules", f"with model.moe_paged_stash, offload_modules must not "
+                                                         f"include {', '.join(both)}: the paged stash covers those "
+                                                         f"activations (Megatron-Core)"))
+    return out
+
+
 def _offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     """Fine-grained activation offloading as Megatron-Core's TransformerConfig checks it (transformer_config.py @
     d98e8a64dd, ``__post_init__``: offload_modules not empty, attn_proj only with core_attn, no expert module
@@ -464,12 +500,14 @@ def _cuda_graph_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> li
         out.append(Violation(key, "mlp captures a dense layer's MLP, and every layer of this model is MoE "
                                   "(Megatron-Core refuses it)"))
     drop_pad = m.moe_expert_capacity_factor is not None and m.moe_pad_expert_input_to_capacity
+    static = _static_hybridep(m, p)
     whole = impl == "full_iteration" or not mods or "moe" in mods
-    if m.experts and whole and not drop_pad:
+    if m.experts and whole and not (drop_pad or static):
         out.append(Violation(key if impl != "full_iteration" else "training.cuda_graph_impl",
                              "a dropless MoE layer cannot be captured whole: its dispatcher syncs with the host for "
                              "the token counts (Megatron-Core: moe is captured only with drop-and-pad, "
-                             "model.moe_expert_capacity_factor and moe_pad_expert_input_to_capacity); capture "
+                             "model.moe_expert_capacity_factor and moe_pad_expert_input_to_capacity, or HybridEP's "
+                             "static budget, model.moe_expert_rank_capacity_factor); capture "
                              + ("[attn, moe_router, moe_preprocess] instead" if impl != "full_iteration" else
                                 "per layer instead: cuda_graph_impl transformer_engine, cuda_graph_modules [attn, "
                                 "moe_router, moe_preprocess]")))

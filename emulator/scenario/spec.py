@@ -385,6 +385,26 @@ class ModelSpec:
         "that each expert's token count is a multiple of the quantised GEMMs' alignment (16 for FP8, 32 for MXFP8 and "
         "NVFP4), before the alltoall dispatch or after DeepEP's; false: the experts pad and unpad their rows "
         "themselves (TE's Fp8Padding and Fp8Unpadding copies).", default=False)
+    # HybridEP's static shapes and Megatron-Core's paged stash (transformer_config.py @ d98e8a64dd; workload/routing.py,
+    # workload/activations.py)
+    moe_expert_rank_capacity_factor: float | None = key(
+        "Megatron-Core's moe_expert_rank_capacity_factor: with the flex dispatcher's hybridep backend, each expert-"
+        "parallel rank receives at most tokens x top_k x factor routed copies and HybridEP drops the rest "
+        "(_HybridEPManager.setup_metadata). The receive buffer then has a static size: no host sync, so the MoE "
+        "layer can be captured in a CUDA graph, and its experts keep that many rows for the backward; absent: "
+        "dropless, sized per step.", default=None, minimum=0.0, maximum=1e6, positive=True)
+    moe_paged_stash: bool = key(
+        "Megatron-Core's moe_paged_stash: the routed experts' saved activations (Transformer Engine's fused grouped "
+        "MLP: fc1 input, activation input, probabilities, fc2 input) are copied out of their static-size buffers into "
+        "pages of a buffer sized from the mean load, and back before the backward. "
+        "Needs moe_expert_rank_capacity_factor.", default=False)
+    moe_paged_stash_buffer_size_factor_cuda: float = key(
+        "The paged stash's GPU buffer: the most tokens in flight at once, times this; positive: of the mean load "
+        "(tokens x top_k per rank), negative: of the busiest rank's actual load (Megatron-Core's default 1.10).",
+        default=1.10, minimum=-1e6, maximum=1e6)
+    moe_paged_stash_buffer_size_factor_cpu: float = key(
+        "The paged stash's pinned host buffer for what overflows the GPU buffer, sized as the GPU one (positive: "
+        "mean, negative: actual); 0: none (Megatron-Core's default).", default=0.0, minimum=-1e6, maximum=1e6)
     moe_permute_fusion_into_hybridep: bool = key(
         "Megatron-Core's moe_permute_fusion_into_hybridep: with the flex dispatcher's hybridep backend, the dispatch "
         "writes the tokens in the experts' order and the combine reads them from it (hybrid_ep_dispatch with "

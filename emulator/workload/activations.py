@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from emulator.scenario.spec import ModelSpec
 from emulator.workload import models as M
+from emulator.workload import routing
 from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY
 
 # Bytes per element of a GEMM input saved for the backward pass, by quantised recipe: per-tensor FP8 1
@@ -43,9 +44,11 @@ SAVED_INPUT_BYTES = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}
 
 
 def rank_load(r: ModelSpec, ep: int, tokens: int = 0) -> float:
-    """The busiest EP rank's routed tokens over the mean (layer.py's LayerShape.rank_load; ``tokens`` routed
-    per rank and step: force balance's binomial maximum depends on them)."""
-    return M.moe_rank_load(r, ep, tokens)
+    """The busiest EP rank's routed rows over the mean that a layer keeps for its backward (``tokens`` routed
+    per rank and step: force balance's binomial maximum depends on them): its load (layer.py's
+    LayerShape.rank_load), or under HybridEP's budget the static buffer's rows, or the paged stash's share
+    (routing.stashed_load)."""
+    return routing.stashed_load(r, M.moe_rank_load(r, ep, tokens))
 
 
 def attention_terms(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, float]:

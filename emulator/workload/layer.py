@@ -236,7 +236,7 @@ def _load(m: ModelSpec, ep: int, tokens: int, t: int, sp: bool, etp: int | None,
     busiest layer) where the routing keys say more than moe_imbalance; 0: LayerShape.rank_load's reading of
     moe_imbalance, over the tokens the router sees (:func:`_router_tokens`)."""
     if not (m.moe_expert_load or m.moe_router_force_load_balancing or m.moe_expert_capacity_factor is not None
-            or m.moe_load_seed is not None):
+            or m.moe_load_seed is not None or routing.rank_budget(m) is not None):
         return 0.0
     return moe_rank_load(m, ep, _router_tokens(tokens, t, sp, etp), layer, step)
 
@@ -267,8 +267,9 @@ def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> d
     flex = par.moe_token_dispatcher_type == "flex"
     sms = par.moe_flex_dispatcher_num_sms
     slow = sm_count / (sm_count - sms) if flex and sm_count > sms else 1.0
+    static = flex and par.moe_flex_dispatcher_backend == "hybridep" and routing.rank_budget(m) is not None
     return dict(out, dispatcher=par.moe_token_dispatcher_type, backend=par.moe_flex_dispatcher_backend,
-                sm_slow=slow, shared_overlap=par.moe_shared_expert_overlap)
+                sm_slow=slow, shared_overlap=par.moe_shared_expert_overlap, static_ep=static)
 
 
 ROUTER_BYTES = {"fp32": 4, "fp64": 8}  # moe_router_dtype

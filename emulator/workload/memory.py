@@ -40,13 +40,14 @@ prefetched one), plus on the last stage the fp32 logits of one micro-batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from emulator.scenario import deepep_buffers as DEEPEP
 from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of, stage_layers
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
+from emulator.workload import routing
 from emulator.workload.activations import SAVED_INPUT_BYTES, layer_activation_bytes
 from emulator.workload.layer import MXFP8_COPY, NVFP4_WEIGHT_COPY, recipe_of
 from emulator.workload.offload import OFFLOAD_RESIDENT_LAYERS, layer_offload, offload_share
@@ -79,6 +80,8 @@ class MemoryReport:
     fits: bool
     breakdown: dict = field(default_factory=dict)  # params, grads, optimizer, activations, workspace
     stage: int = 0  # the pipeline stage with the peak
+    stash_bytes: float = 0.0  # of the activations, the paged stash's GPU pages (model.moe_paged_stash)
+    host_bytes: float = 0.0  # pinned host memory per GPU: the paged stash's host buffer
 
 
 def model_state_bytes(psi: float, d: int, zero: int, grad_bytes: int = 2,
@@ -319,7 +322,8 @@ def profiled_stages(sc: Scenario) -> list[MemoryReport] | None:
         states = {"params": w_b * psi / (d if z >= 3 else 1), "grads": g_b * psi / (d if z >= 2 else 1),
                   "optimizer": o_b * psi / (d if z >= 1 else 1)}
         held = max_in_flight(schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
-                                      par.overlap_moe_expert_parallel_comm), mine)
+                                      par.overlap_moe_expert_parallel_comm), mine,
+                             combined=par.overlap_moe_expert_parallel_comm)
         own = (copies["embed_fwd"] if first else 0.0) + (copies["head_fwd"] if last else 0.0)
         breakdown = {**states, "activations": per_layer * held, "weight_copies": copies["block_fwd"] * held + own}
         peak = sum(breakdown.values())
@@ -373,6 +377,22 @@ def profiled_state_bytes(p: int, dtype: str, optimizer: str, grad_reduce: str) -
 def memory_report(sc: Scenario) -> MemoryReport:
     """Peak memory over the pipeline stages of ``sc`` (one GPU of the worst stage)."""
     return _worst(stage_memory(sc))
+
+
+def stash_summary(sc: Scenario, r: MemoryReport) -> dict[str, float | bool] | None:
+    """The summary's ``memory.paged_stash`` for the report ``r`` of a run with model.moe_paged_stash (None
+    without): its GPU pages and host buffer in bytes, the busiest EP rank's load over the mean (its busiest
+    layer's), what of it goes to the host buffer, and whether it passes both (routing.stash_spill). The busiest
+    layer's load stands for every layer in flight: an upper bound, as if one rank were the busiest in each."""
+    if sc.model is None:
+        return None
+    m = M.resolve(sc.model)
+    if not (m.experts and m.moe_paged_stash and m.moe_expert_rank_capacity_factor is not None):
+        return None
+    load = M.moe_rank_load(m, sc.parallel.ep, sc.training.micro_batch * (m.seq_len // sc.parallel.cp))
+    host, over = routing.stash_spill(m, load)
+    return {"gpu_bytes": r.stash_bytes, "host_bytes": r.host_bytes, "busiest_load": load, "spill_to_host": host,
+            "overflow": over > 0}
 
 
 def userbuffers_bytes(par: ParallelSpec, tr: TrainingSpec, seq_hidden: float) -> float:
@@ -446,6 +466,9 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
                                         False, fp8, modules, saved) if m.experts and m.first_dense_layers
                  else per_layer)
     off_layer, off_dense = layer_offload(sc, m)
+    transient, pages, host_layer = paged_stash_bytes(m, lambda x: layer_activation_bytes(
+        x, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep, fp8=fp8, modules=modules, saved=saved,
+        etp=par.etp or par.tp))
     out: list[MemoryReport] = []
     for stage in range(par.pp):
         held = held_stages(par, stage)
@@ -477,8 +500,9 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         lead = any(_dense_layers_of(sc, k) for k in held) and bool(m.experts)
         worst = max(per_layer - off_l, per_dense - off_d) if lead else per_layer - off_l
         weights = tuple(n for k in held for n in with_mtp[k])
-        in_flight = max_in_flight(tasks, weights)  # layers of the (micro-batch, chunk)s in flight
+        in_flight = max_in_flight(tasks, weights, combined=par.overlap_moe_expert_parallel_comm)  # layers in flight
         acts = worst * in_flight + max(off_l, off_d if lead else 0.0) * min(OFFLOAD_RESIDENT_LAYERS, in_flight)
+        acts += transient if in_flight else 0.0
         if 0 in held and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
         work = float(WORKSPACE_BYTES) + userbuffers_bytes(par, tr, s * m.hidden) + cp_gather_bytes(m, par, tr, dtype) \
@@ -489,5 +513,22 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
             work += 4.0 * s * tr.micro_batch * m.vocab / par.tp * (1 + m.mtp_num_layers)  # the MTP heads' too
         breakdown = {**states, "activations": acts, "workspace": work}
         peak = sum(breakdown.values())
-        out.append(MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage))
+        out.append(MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage,
+                                pages * in_flight, host_layer * in_flight))
     return out
+
+
+def paged_stash_bytes(m: ModelSpec, layer_bytes: Callable[[ModelSpec], float]) -> tuple[float, float, float]:
+    """(one MoE layer's static-size originals, its pages in the GPU buffer, its share of the pinned host buffer)
+    under Megatron-Core's paged stash (model.moe_paged_stash; zeros without it), from ``layer_bytes``, one layer's
+    stored activations for a model. The layers in flight keep their routed experts' tensors in the GPU buffer's pages
+    (routing.stashed_load, in ``layer_bytes(m)`` already); the layer that ran last also keeps its budget-size
+    originals until its stash is done (paged_stash.py @ d98e8a64dd, ``wait_for_stash_to_complete`` frees them as
+    the next layer's experts start), and a layer's backward reloads into a tensor of that size. The host buffer
+    is sized as the GPU one by moe_paged_stash_buffer_size_factor_cpu."""
+    if not (m.experts and m.moe_paged_stash and m.moe_expert_rank_capacity_factor is not None):
+        return 0.0, 0.0, 0.0
+    none = layer_bytes(replace(m, moe_paged_stash_buffer_size_factor_cuda=0.0))  # no routed rows kept
+    originals = layer_bytes(replace(m, moe_paged_stash=False)) - none  # the budget's rows
+    host = layer_bytes(replace(m, moe_paged_stash_buffer_size_factor_cuda=m.moe_paged_stash_buffer_size_factor_cpu))
+    return originals, layer_bytes(m) - none, host - none

@@ -90,13 +90,51 @@ def drawn_load(seed: int, step: int, layer: int, experts: int, copies: int,
 
 
 def capped_load(load: float, spec: ModelSpec) -> float:
-    """The busiest rank's load under a capacity factor c: c with padding, min(load, c) with drops, else load."""
+    """The busiest rank's load under a capacity factor c: c with padding, min(load, c) with drops, else load;
+    then at most HybridEP's rank budget (:func:`rank_budget`)."""
     c = spec.moe_expert_capacity_factor
-    if c is None:
+    if c is not None:
+        load = c if spec.moe_pad_expert_input_to_capacity else min(load, c)
+    f = spec.moe_expert_rank_capacity_factor
+    return load if f is None else min(load, f)
+
+
+def rank_budget(spec: ModelSpec) -> float | None:
+    """HybridEP's static receive budget over the mean (``moe_expert_rank_capacity_factor`` f; None: dropless,
+    sized per step). Megatron-Core's _HybridEPManager.setup_metadata (token_dispatcher.py @ d98e8a64dd) sets
+    num_permuted_tokens = tokens·top_k·f, rounded up to the quantised alignment, on every rank: HybridEP drops
+    the copies past it (so the busiest rank's load is at most f), and the permuted buffer, which the experts'
+    GEMMs read and their backward keeps, has that many rows whatever the routing (the rounding is left out)."""
+    return spec.moe_expert_rank_capacity_factor
+
+
+def stashed_load(spec: ModelSpec, load: float) -> float:
+    """The rows over the mean that one MoE layer in flight keeps for its backward, per micro-batch, with the
+    busiest rank's actual ``load``: dropless, that load; under HybridEP's budget, the budget's static rows; with
+    Megatron-Core's paged stash (moe/paged_stash.py @ d98e8a64dd, ``allocate_stash_buffers``), the GPU buffer's
+    share: |moe_paged_stash_buffer_size_factor_cuda| of the mean (positive: ``avg_num_tokens`` = the budget / f)
+    or of the actual load (negative). What overflows it goes to the host buffer (:func:`stash_spill`)."""
+    f = rank_budget(spec)
+    if f is None:
         return load
-    if spec.moe_pad_expert_input_to_capacity:
-        return c
-    return min(load, c)
+    if not spec.moe_paged_stash:
+        return f
+    cuda = spec.moe_paged_stash_buffer_size_factor_cuda
+    return cuda if cuda >= 0 else -cuda * load
+
+
+def stash_spill(spec: ModelSpec, load: float) -> tuple[float, float]:
+    """(to the host, past both buffers) over the mean, of the busiest rank's ``load`` under the paged stash: what
+    its pages take past the GPU buffer (:func:`stashed_load`) goes to the pinned host buffer, sized as the GPU
+    one by moe_paged_stash_buffer_size_factor_cpu (0: none); what passes that too sets Megatron-Core's overflow
+    flag, and the step is run again without the stash (paged_stash.py: "prepare_for_rerun clears the capacity
+    factor ... and disables paged stashing"). The actual load's own stash (factor < 0) never overflows."""
+    if not spec.moe_paged_stash or rank_budget(spec) is None:
+        return 0.0, 0.0
+    past = max(0.0, load - stashed_load(spec, load))
+    c = spec.moe_paged_stash_buffer_size_factor_cpu
+    host = c if c >= 0 else -c * load
+    return min(past, host), max(0.0, past - host)
 
 
 def padded(spec: ModelSpec) -> bool:

@@ -470,12 +470,25 @@ def combined_steps(tasks: list[Task]) -> list[tuple[Task, ...]]:
     return out
 
 
-def max_in_flight(tasks: list[Task], weights: Sequence[float] | None = None) -> float:
+def max_in_flight(tasks: list[Task], weights: Sequence[float] | None = None, combined: bool = False) -> float:
     """Most (micro-batch, chunk) forwards whose whole backward (B) or weight gradient (W) has not run
     yet, over the list; with ``weights`` (one per chunk, e.g. its layers), the most of their summed
-    weights. An input-gradient pass (I) frees nothing: its W still needs the layer inputs."""
+    weights. An input-gradient pass (I) frees nothing: its W still needs the layer inputs.
+
+    ``combined`` (the all-to-all overlap, :func:`combined_steps`), with layer ``weights``: a forward of wF
+    layers run with a backward of wB layers as one step interleaves them a layer at a time (Megatron-Core
+    model_chunk_schedule_plan.py @ d98e8a64dd, ``TransformerModelChunkSchedulePlan.run``: forward layer i with
+    the backward's next, each backward layer's state released after it, then the rest of the longer alone),
+    so the step holds at most one layer, or wF − wB, more than before it, not wF."""
     live = peak = 0.0
-    for t in tasks:
+    groups = combined_steps(tasks) if combined and weights is not None else [(t,) for t in tasks]
+    for group in groups:
+        if len(group) == 2:
+            f, b = weights[group[0].chunk], weights[group[1].chunk]  # type: ignore[index]
+            peak = max(peak, live + min(f, max(1.0, f - b)))
+            live += f - b
+            continue
+        t = group[0]
         if t.phase == "I":
             continue
         w = 1.0 if weights is None else weights[t.chunk]

@@ -40,7 +40,8 @@ from emulator.workload.steps import (
 #   each token once per destination (network/dispatch.py); the probabilities travel with the tokens; DeepEP's normal
 #   dispatch waits on the host for the received count (deep_ep/buffer.py ``dispatch``: "the CPU will wait
 #   for GPU's signal"), as HybridEP's does without moe_expert_rank_capacity_factor (token_dispatcher.py
-#   ``_HybridEPManager.setup_metadata``: "HybridEP sizes buffers dynamically (CPU sync in dispatch)");
+#   ``_HybridEPManager.setup_metadata``: "HybridEP sizes buffers dynamically (CPU sync in dispatch)"; with it, the
+#   budget tokens·top_k·f is num_permuted_tokens, known on the host: no sync, LayerShape.static_ep);
 #   its kernels hold moe_flex_dispatcher_num_sms SMs, so compute under them is slower.
 # The EP group stands for TP×EP: they are one group with MoE parallel folding (etp 1).
 
@@ -463,7 +464,8 @@ def dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list
                 Comm("moe.dispatch", "ep", "all_gather", tokens * L.h * L.dtype * L.ep, 0, cat), *under]
     if L.dispatcher == "flex":
         name = _a2a_name(L, "in", tokens, True)
-        return [_host_sync(cat), Comm("moe.dispatch", "ep", name, tokens * L.h * L.dtype, len(under), cat), *under]
+        sync = [] if L.static_ep else [_host_sync(cat)]  # a static budget: num_permuted_tokens known on the host
+        return [*sync, Comm("moe.dispatch", "ep", name, tokens * L.h * L.dtype, len(under), cat), *under]
     probs = routed * _probs_bytes(L) * L.a2a_scale
     dispatch = Comm("moe.dispatch", "ep", _a2a_name(L, "in"), a2a + probs, len(under), cat)
     if L.drop_pad:  # every split is the capacity: no count exchange, no sync (cuda_sync_point stays "no_sync")
