@@ -190,7 +190,8 @@ def test_the_estimate_ranks_the_small_search_like_the_emulator(tmp_path):
 
 def test_dualpipe_reduces_and_steps_both_copies_of_its_parameters(tmp_path):
     from emulator.devices.compute import elementwise_time
-    from emulator.workload.plan import ADAM_BYTES_PER_PARAM
+    ADAM_BYTES_PER_PARAM = 34  # fp32 states: read the gradient, main weight, moments (16), write them (12), the
+    # bf16 weight (2), clip_grad_norm's read of the gradient (4) (workload/optimizer.py)
 
     # gpt3-1.3b (24 layers, h 2048, tied embeddings, vocabulary 50,257 padded to 50,304), tp 1, pp 4, dp 2 on
     # one DGX A100, no overlapped reduction. A layer: 12h² + 13h = 50,358,272 parameters; the embedding:

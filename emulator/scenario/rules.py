@@ -232,6 +232,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
         out.append(Violation("training.optimizer", f"optimizer apex (DistributedFusedAdam) shards the optimizer "
                                                    f"state over the data-parallel ranks: it needs parallel.zero 1 "
                                                    f"or 2, got {p.zero}"))
+    out += _precision_aware_violations(t)
     out += _expert_grid_violations(m, p) + _dispatch_violations(m, p)
     if p.ep > 1 and not m.experts:
         out.append(Violation("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)"))
@@ -403,6 +404,24 @@ def _router_padding_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -
         out.append(Violation(key, "the allgather dispatcher does not support moe_router_padding_for_quantization "
                                   "(Megatron-Core refuses it)"))
     return out
+
+
+def _precision_aware_violations(t: TrainingSpec) -> list[Violation]:
+    """Megatron-Core's precision-aware optimizer as OptimizerConfig checks it (optimizer_config.py @ d98e8a64dd,
+    ``__post_init__``): the states' types only with it ("exp_avg_dtype can only be fp32 when not using
+    precision-aware optimizer"), and it only over Megatron-Core's DistributedOptimizer with TE's FusedAdam."""
+    if t.use_precision_aware_optimizer:
+        if t.optimizer != "megatron":
+            return [Violation("training.use_precision_aware_optimizer", "the precision-aware optimizer is Megatron-"
+                                                                         "Core's, with Transformer Engine's FusedAdam: "
+                                                                         "set training.optimizer megatron")]
+        return []
+    for name in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        if getattr(t, name) != "fp32":
+            return [Violation(f"training.{name}", f"{name} can only be fp32 when not using the precision-aware "
+                                                  f"optimizer (set training.use_precision_aware_optimizer: true; "
+                                                  f"Megatron-Core)")]
+    return []
 
 
 def _static_hybridep(m: ModelSpec, p: ParallelSpec) -> bool:

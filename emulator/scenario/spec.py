@@ -525,14 +525,32 @@ class TrainingSpec:
     num_layers_at_end_in_bf16: int = key(
         "Layers at the end kept in BF16 with first_last_layers_bf16 (Megatron-LM default 1).", default=1,
         minimum=0)
-    # the distributed optimizer's implementation (memory.py, optimizer_state_bytes): megatron (Megatron-Core's
+    # the distributed optimizer's implementation (optimizer.py, optimizer_state_bytes): megatron (Megatron-Core's
     # DistributedOptimizer, fp32 main weights) | apex (Apex DistributedFusedAdam as NeMo sets it up: bf16
     # weights' fp32 masters kept as their 16-bit remainders)
     optimizer: str = key(
-        "The distributed optimizer (parallel.zero 1 or 2), memory only: megatron (Megatron-Core's "
+        "The distributed optimizer (parallel.zero 1 or 2): megatron (Megatron-Core's "
         "DistributedOptimizer: fp32 main weight, momentum and variance, 12 B a parameter over the data-parallel "
         "ranks) or apex (Apex DistributedFusedAdam as NeMo sets it up: with bf16 weights the fp32 master is kept as "
         "its 16-bit remainder, 10 B).", default="megatron", choices=('megatron', 'apex'))
+    # Megatron-Core's precision-aware optimizer (optimizer_config.py @ d98e8a64dd; workload/optimizer.py)
+    use_precision_aware_optimizer: bool = key(
+        "Megatron-Core's use_precision_aware_optimizer (optimizer megatron): Transformer Engine's FusedAdam keeps "
+        "the moments in exp_avg_dtype and exp_avg_sq_dtype and, unquantised or with delayed scaling, the main "
+        "weight (as a 16-bit remainder of a bf16 weight with store_param_remainders).", default=False)
+    main_params_dtype: str = key(
+        "With use_precision_aware_optimizer: the main weights' type (Megatron-Core's main_params_dtype).",
+        default="fp32", choices=("fp32", "fp16"))
+    exp_avg_dtype: str = key(
+        "With use_precision_aware_optimizer: Adam's first moment's type (Megatron-Core's exp_avg_dtype).",
+        default="fp32", choices=("fp32", "fp16", "bf16", "fp8"))
+    exp_avg_sq_dtype: str = key(
+        "With use_precision_aware_optimizer: Adam's second moment's type (Megatron-Core's exp_avg_sq_dtype).",
+        default="fp32", choices=("fp32", "fp16", "bf16", "fp8"))
+    store_param_remainders: bool = key(
+        "With use_precision_aware_optimizer, where Transformer Engine keeps an fp32 main weight of a bf16 weight: "
+        "only its 16-bit remainder (Megatron-Core's store_param_remainders, default true from TE 2.1).",
+        default=True)
     # with recompute: selective, Megatron's --recompute-modules (workload/recompute.py); None: the emulator's
     # selective recompute (the attention core when unfused)
     recompute_modules: tuple[str, ...] | None = key(

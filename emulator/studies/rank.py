@@ -45,7 +45,7 @@ reduce-scatter and the parameter all-gather with ZeRO 1–2, exposed whole unles
 ``overlap_grad_reduce`` / ``overlap_param_gather``, then one bucket each; ZeRO 3's
 per-micro-batch gathers and reduce-scatters count where they exceed that micro-batch's
 compute, plus the gather of each task's first layer, which nothing hides), the tied-embedding all-reduce, and the
-optimizer step (ADAM_BYTES_PER_PARAM per local parameter at streaming speed, as the builder).
+optimizer step (optimizer.adam_step_bytes per local parameter at streaming speed, as the builder).
 A rank's parameters are its stage's, or with dualpipe its two stages' (s and p − 1 − s,
 workload/memory.py ``held_stages``: DualPipe's two copies), so dualpipe reduces and steps twice
 a stage's parameters, and adds the pair's gradient all-reduce over ranks s and p − 1 − s
@@ -80,9 +80,9 @@ from emulator.workload import models as M
 from emulator.workload import mtp as MTP
 from emulator.workload.memory import chunk_plan_of, held_stages
 from emulator.workload.offload import layer_offload, offload_share
+from emulator.workload.optimizer import adam_step_bytes
 from emulator.workload.placement import ORDER, Layout
 from emulator.workload.plan import (
-    ADAM_BYTES_PER_PARAM,
     DTYPE_BYTES,
     grad_reduce_bytes,
     layer_backward,
@@ -647,5 +647,5 @@ def _optimizer(sc: Scenario, params: Params, split: Split, gpu: GpuSpec) -> floa
     for s in range(par.pp):
         dense, expert = params.rank(split, s, par)
         psi = dense / (d if par.zero >= 1 else 1) + expert / (max(1, d // par.ep) if par.zero >= 1 else 1)
-        best = max(best, compute.elementwise_time(psi * ADAM_BYTES_PER_PARAM, gpu))
+        best = max(best, compute.elementwise_time(psi * adam_step_bytes(sc.training), gpu))
     return best

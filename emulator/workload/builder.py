@@ -57,7 +57,8 @@ from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload.emitter import Emitter, UnitTag
 from emulator.workload.offload import chunk_offload, layer_offload
-from emulator.workload.plan import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
+from emulator.workload.optimizer import adam_step_bytes
+from emulator.workload.plan import ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.profiled import reshape_plan
 from emulator.workload.schedules import Task, combined_steps, dualpipe_steps, dualpipev_steps, schedule
 
@@ -487,7 +488,7 @@ class _RankBuilder(Emitter):
         reduce_ops += sorted(mirrors.values())
         psi = sum(u.params / (d_dense if par.zero >= 1 else 1) + u.expert_params / (d_exp if par.zero >= 1 else 1)
                   for vs in self._my_chunks() for u in self.plan.chunk_units[vs])
-        nbytes = psi * ADAM_BYTES_PER_PARAM
+        nbytes = psi * adam_step_bytes(self.plan.sc.training)
         per = self.plan.optimizer_s_per_param
         t_opt = compute.elementwise_time(nbytes, self.gpu) if per is None else psi * per
         costed = (0.0, 0.0, t_opt) if per is None else (t_opt, 0.0, 0.0)  # a profiled step: measured

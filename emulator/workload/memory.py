@@ -2,7 +2,8 @@
 
 Model states (mixed-precision Adam, Rajbhandari et al. 2020): 2 bytes of bf16 weight,
 g bytes of gradient and 12 of fp32 master weight, momentum and variance per parameter (10 with
-``training.optimizer: apex``, whose master is a 16-bit remainder: :func:`optimizer_state_bytes`),
+``training.optimizer: apex``, whose master is a 16-bit remainder; less with Megatron-Core's precision-aware
+optimizer: workload/optimizer.py ``optimizer_state_bytes``),
 with Ψ = parameters on this GPU after TP/PP/EP sharding and d = the ranks that share them
 (DP·CP for dense weights, as Megatron's distributed optimizer; DP·CP/EP for experts, or with MoE
 parallel folding TP·DP·CP/(ETP·EP), the expert grid's expert-DP; experts split over ETP, not TP):
@@ -51,6 +52,7 @@ from emulator.workload import routing
 from emulator.workload.activations import SAVED_INPUT_BYTES, layer_activation_bytes
 from emulator.workload.layer import MXFP8_COPY, NVFP4_WEIGHT_COPY, recipe_of
 from emulator.workload.offload import OFFLOAD_RESIDENT_LAYERS, layer_offload, offload_share
+from emulator.workload.optimizer import optimizer_state_bytes
 from emulator.workload.plan import grad_reduce_bytes, non_tn_fp8
 from emulator.workload.schedules import max_in_flight, schedule
 
@@ -63,7 +65,7 @@ if TYPE_CHECKING:
 # with Userbuffers, line 266) + NCCL buffers (Simple protocol 4 MiB per channel and peer: NCCL 5067397c
 # src/init.cc line 813, DEFAULT_BUFFSIZE) come to about 1 GiB per GPU in Megatron-style runs.
 WORKSPACE_BYTES = 2**30
-ADAM_STATE_BYTES = 12  # fp32 master weight, momentum, variance
+ADAM_STATE_BYTES = 12  # fp32 master weight, momentum, variance (workload/optimizer.py)
 # TE's Userbuffers (parallel.tp_comm_overlap): Megatron registers one buffer of the global (s·b/cp) × h shape per
 # overlapped GEMM (Megatron-LM training/initialize.py _initialize_tp_communicators @ d98e8a64dd), 12 at TE d0067d0da
 # (module/base.py lines 336-360: 4 ring exchange, 2 pipeline, 4 bulk, 2 external); bf16 (initialize_ub's dtype),
@@ -93,31 +95,6 @@ def model_state_bytes(psi: float, d: int, zero: int, grad_bytes: int = 2,
     grads = grad_bytes * psi / (d if zero >= 2 else 1)
     optim = state_bytes * psi / (d if zero >= 1 else 1)
     return {"params": params, "grads": grads, "optimizer": optim}
-
-
-def optimizer_state_bytes(training: TrainingSpec) -> float:
-    """Adam's state per parameter, before sharding, for ``training.optimizer``.
-
-    megatron: Megatron-Core's DistributedOptimizer keeps an fp32 main copy of each 16-bit weight
-    (megatron/core/optimizer/distrib_optimizer.py @ d98e8a64dd, ``shard_fp32_from_float16_groups``,
-    lines 375-445: ``shard_main_param = ... .float()``) and Adam's fp32 momentum and variance: 4 + 4 + 4.
-
-    apex: Apex DistributedFusedAdam as NeMo sets it up for bf16 (O2) training
-    (nemo/collections/nlp/models/language_modeling/megatron_base_model.py @ 8cfedd72, lines 840-861:
-    state ``dtype`` fp32, ``param_sync_dtype`` the model's bf16, and for an fp32 optimizer over a bf16
-    model ``store_params = False``, ``store_param_remainders = True``). Its StateBucket then holds,
-    per parameter of its shard, an int16 ``param_remainders_shard`` (the low 16 bits that with the bf16
-    weight make the fp32 master) and ``exp_avg_shard`` and ``exp_avg_sq_shard`` in fp32
-    (apex/contrib/optimizers/distributed_fused_adam.py @ 6424da3b, lines 450-476): 2 + 4 + 4 = 10.
-    With fp16 weights or fp8 weights (NeMo: ``store_params = True`` when fp8_params) the master is
-    a full fp32 copy: 12. The gradients are not sharded by it: NeMo asks for
-    ``contiguous_grad_buffer`` (megatron_base_model.py line 833), one buffer of every bucket in
-    ``grad_sync_dtype`` (distributed_fused_adam.py ``_init_grad_buffer``, lines 1156-1193), as
-    Megatron's DDP grad buffer (``training.grad_reduce``)."""
-    if training.optimizer != "apex":
-        return float(ADAM_STATE_BYTES)
-    bf16_weights = training.precision == "bf16" or (training.precision == "fp8" and not training.fp8_params)
-    return 10.0 if bf16_weights else float(ADAM_STATE_BYTES)
 
 
 def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tuple[float, float]:

@@ -22,8 +22,6 @@ from emulator.workload.schedules import check_schedule
 
 # tf32: fp32 storage, TF32 matmuls; 1: a quantised precision (its GEMMs' operands; layer.py's recipes)
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4, "fp8": 1, "mxfp8": 1, "nvfp4": 1}
-ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v (16) + write param, m, v (12) + bf16 copy (2)
-#                              + one grad-norm read (4): Megatron's clip_grad_norm + fused Adam step
 ADAM_FLOPS_PER_PARAM = 12.0
 
 
