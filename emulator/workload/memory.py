@@ -33,17 +33,19 @@ modules save leaves each layer in flight for host memory, but three layers' wort
 
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers, with
 ``tp_comm_overlap`` TE's Userbuffers (:func:`userbuffers_bytes`), with all-gather CP the backward's gathered
-K/V and their gradients (:func:`cp_gather_bytes`), with the flex dispatcher and DeepEP its buffers
-(:func:`deepep_bytes`),
+K/V and their gradients (:func:`cp_gather_bytes`), with the flex dispatcher DeepEP's or HybridEP's buffers
+(:func:`deepep_bytes`, :func:`hybridep_bytes`),
 plus with ZeRO-3 the gathered bf16 weights of two layers (the one running and the
 prefetched one), plus on the last stage the fp32 logits of one micro-batch.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
 from emulator.scenario import deepep_buffers as DEEPEP
+from emulator.scenario import hybridep_buffers as HYBRIDEP
 from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of, stage_layers
 from emulator.workload import models as M
@@ -409,6 +411,22 @@ def deepep_bytes(m: ModelSpec, par: ParallelSpec, dtype: int) -> float:
     return float(DEEPEP.buffer_bytes(m.hidden * max(dtype, 2), par.ep, par.moe_flex_dispatcher_num_sms))
 
 
+def hybridep_bytes(m: ModelSpec, par: ParallelSpec, tr: TrainingSpec, domain: int) -> float:
+    """HybridEP's buffer (scenario/hybridep_buffers.py) on each GPU of an MoE model under the flex dispatcher with
+    HybridEP, for the EP group that holds the most: rows of one rank's dispatch input (its sequence shard of the
+    micro-batch: with expert TP 1 the tensor-parallel ranks route their own tokens), ``domain`` GPUs an NVLink
+    domain. The groups are ep consecutive ranks (Megatron's rank order, as checks.py's ``check_hybridep``)."""
+    if not m.experts or par.moe_token_dispatcher_type != "flex" or par.moe_flex_dispatcher_backend != "hybridep" \
+            or par.ep <= 1:
+        return 0.0
+    tokens = tr.micro_batch * (m.seq_len // par.cp) // par.tp
+    span = min(par.tp * par.pp * par.dp * par.cp, math.lcm(domain, par.ep))  # the groups' placements repeat
+    per_domain = {min(sum(1 for r in range(first, first + par.ep) if r // domain == d)
+                      for d in {r // domain for r in range(first, first + par.ep)})
+                  for first in range(0, span, par.ep)}
+    return float(max(HYBRIDEP.buffer_bytes(tokens, m.hidden, m.experts // par.ep, r, par.ep) for r in per_domain))
+
+
 def stage_memory(sc: Scenario) -> list[MemoryReport]:
     """Memory of one GPU of each pipeline stage of ``sc``, stage 0 first."""
     profiled = profiled_stages(sc)
@@ -483,7 +501,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         if 0 in held and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
         work = float(WORKSPACE_BYTES) + userbuffers_bytes(par, tr, s * m.hidden) + cp_gather_bytes(m, par, tr, dtype) \
-            + deepep_bytes(m, par, dtype)
+            + deepep_bytes(m, par, dtype) + hybridep_bytes(m, par, tr, sc.cluster.node.domain)
         if par.zero >= 3:
             work += 2 * WEIGHT_BYTES * (dense + expert) / max(sum(mine), 1)
         if head_stage(par) in held:
