@@ -3,6 +3,8 @@ at the measured FP8 rates, with TE's cast-transposes and amax-history updates ar
 (emulator/workload/layer.py, emulator/workload/kernel_cost.py)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from emulator.devices import compute as C
@@ -173,3 +175,97 @@ def test_fp4_param_gathers_nvfp4_weights_and_keeps_them_in_place_of_bf16():
     with pytest.raises(ScenarioError) as info:  # Megatron: "fp4_param must be used together with fp4 mode"
         load_scenario_text(text(True, "mxfp8"), "x.yaml")
     assert "training.fp4_param" in str(info.value) and "nvfp4" in str(info.value)
+
+
+# --- FP8 attention (training.fp8_dot_product_attention) ----------------------------------------------------------
+LLAMA = ModelSpec(layers=1, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, seq_len=8192, vocab=128256,
+                  swiglu=True)
+
+
+def _dpa(dpa: bool) -> Ly.LayerShape:
+    return Ly.layer_shape(LLAMA, 1, 1, dtype=1, flash=True, fp8_dpa=dpa)
+
+
+def test_fp8_attention_takes_the_h200s_measured_speed_up():
+    # Llama-3 8B's causal attention, head dim 128 over 8192 keys: cudnn-frontend's H200 rows (h100/attention.csv
+    # rows 282-283 and 286-287) give FP8 964 TFLOP/s forward and 430 backward, BF16 644 and 541
+    k, b = _by_name(Ly.forward_steps(_dpa(True))), _by_name(Ly.backward_steps(_dpa(True)))
+    fwd, bwd = k["attn.flash"], b["attn.flash_bwd"]
+    assert fwd.quant == "fp8" and fwd.flops == 4.0 * 32 * 8192 * 8192 * 128 * 0.5
+    assert KC.fp8_attention_speedup("attention_fwd_causal", (128, 8192)) == pytest.approx(964 / 644)
+    assert KC.fp8_attention_speedup("attention_bwd_causal", (128, 8192)) == pytest.approx(430 / 541)
+    # on the H100 (the same rows carried: Hopper reads the H200 ratio): the FP8 rate itself, 964 and 430
+    t, src = KC.kernel_cost(fwd, H100, "fp8")
+    assert src == "interpolated" and t == pytest.approx(fwd.flops / 964e12 + 4e-6)
+    assert KC.kernel_cost(bwd, H100, "fp8")[0] == pytest.approx(bwd.flops / 430e12 + 4e-6)
+    plain = _by_name(Ly.forward_steps(_dpa(False)))["attn.flash"]
+    assert plain.quant == "" and KC.kernel_cost(plain, H100, "fp8")[0] == pytest.approx(plain.flops / 644e12 + 4e-6)
+    # on the B200: its own BF16 kernel's time over the GB200's ratios (emulator/data/kernels/dpa_gb200.csv, cudnn-
+    # frontend @ 3929da2 llama3.1/gb200 rows 37-38 and 43-44): FP8 2047 against 1574 forward, 1454 against 1332
+    B200 = catalog.gpu("B200")
+    for kern, ratio in ((fwd, 2047 / 1574), (bwd, 1454 / 1332)):
+        bf16, _ = KC.kernel_cost(replace(kern, quant=""), B200, "fp8")
+        assert KC.kernel_cost(kern, B200, "fp8")[0] == pytest.approx(4e-6 + (bf16 - 4e-6) / ratio)
+    # under MXFP8 the MXFP8 rows (49-50): 1902 and 1287 against the same BF16
+    mx = _by_name(Ly.forward_steps(Ly.layer_shape(LLAMA, 1, 1, dtype=1, flash=True, fp8_dpa=True, recipe="mxfp8")))
+    assert mx["attn.flash"].quant == "mxfp8"
+    assert KC.fp8_attention_speedup("attention_fwd_causal", (128, 8192), "mxfp8", B200) == pytest.approx(1902 / 1574)
+    assert KC.fp8_attention_speedup("attention_bwd_causal", (128, 8192), "mxfp8", B200) == pytest.approx(1287 / 1332)
+    # Blackwell Ultra (NVFP4 three times FP8) reads the GB300's rows
+    assert KC.fp8_attention_speedup("attention_fwd_causal", (128, 8192), "fp8", catalog.gpu("B300")) \
+        == pytest.approx(2897 / 1856)  # dpa_gb300.csv: llama3.1/gb300 rows, 128 x 8192 causal
+    # a head dim no row is near (32: over an octave below 128) takes no speed-up
+    assert KC.fp8_attention_speedup("attention_fwd_causal", (32, 8192)) == 1.0
+
+
+def test_fp8_attention_casts_by_hand():
+    # TE casts Q, K, V to FP8 and the output back; T = 8192 tokens, Q 32·128, K and V 8·128 each:
+    # (4096 + 2048)·8192 = 50,331,648 elements at 3 B (read 2, write 1); the output 4096·8192 at 3 B
+    k = _by_name(Ly.forward_steps(_dpa(True)))
+    assert k["attn.fp8_cast_qkv"].bytes == 3 * 50_331_648 and k["attn.fp8_cast_o"].bytes == 3 * 4096 * 8192
+    b = _by_name(Ly.backward_steps(_dpa(True)))
+    assert b["attn.fp8_cast_do"].bytes == 3 * 4096 * 8192 and b["attn.fp8_cast_dqkv"].bytes == 3 * 50_331_648
+    names = [st.name for st in Ly.forward_steps(_dpa(True))]
+    assert names.index("attn.fp8_cast_qkv") + 1 == names.index("attn.flash") == names.index("attn.fp8_cast_o") - 1
+    assert "attn.fp8_cast_qkv" not in _by_name(Ly.forward_steps(_dpa(False)))
+    # Megatron's BF16 first and last layers run their attention in BF16
+    assert not Ly.unquantised(_dpa(True)).fp8_dpa
+
+
+def test_fp8_attention_saves_q_k_v_and_its_output_in_fp8():
+    from emulator.workload.activations import layer_activation_bytes
+
+    # per token Q 4096 + K 1024 + V 1024 elements, and the kept output 4096: one byte each, not two, so
+    # 8192 tokens x (6144 + 4096) bytes less
+    args = (LLAMA, 1, 8192, 1, False, "none", True, 2, 1)
+    plain = layer_activation_bytes(*args, fp8=True, saved=1.0)
+    dpa = layer_activation_bytes(*args, fp8=True, saved=1.0, dpa=True)
+    assert plain - dpa == 8192 * (6144 + 4096)
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["training.precision=bf16"], "quantised autocast"),
+    (["training.attention=fa2"], "FusedAttention"),
+])
+def test_fp8_attention_refusals_name_the_key(sets, words):
+    from emulator.errors import ScenarioError
+    from emulator.scenario import load_scenario
+
+    with pytest.raises(ScenarioError, match=words) as err:
+        load_scenario("scenarios/llama3-8b-8-b200-tensorwise.yaml", ["training.fp8_dot_product_attention=true", *sets])
+    assert err.value.key == "training.fp8_dot_product_attention"
+
+
+def test_dpa_rows_read_cudnn_frontends_results():
+    from emulator.tools.kernel_tables import dpa_rows
+
+    head = ("config_name,model_name,backend,data_type,attn_mask,batch_size,q_seqlen,kv_seqlen,num_q_heads,num_kv_heads,"
+            "head_dim_qk,head_dim_vo,profile_pass,deterministic_bwd,time_ms,tflops,max_diff,num_iterations,"
+            "sliding_window_size,success,error_message,gpu_name,cudnn_version,cudnn_backend_version\n")
+    rows = ["dsv3,dsv3,cudnn,fp8,top_left,2,4096,4096,128,128,192,128,fwd,False,1,2047.5,0,10,,True,,GB200,1,1",
+            "dsv3,dsv3,cudnn,fp8,top_left,2,4096,4096,128,128,192,128,bwd,True,1,900,0,10,,True,,GB200,1,1",
+            "oss,oss,cudnn,bfloat16,top_left,2,4096,4096,64,64,64,64,fwd,False,1,100,0,10,128,True,,GB200,1,1",
+            "l,l,cudnn,bfloat16,no_mask,2,2048,2048,64,8,128,128,bwd,False,1,1124,0,10,,True,,GB200,1,1"]
+    # MLA's 192/128 at their mean, 160; a deterministic backward and a sliding window left out
+    assert dpa_rows(head + "\n".join(rows), "f.csv") == ["attention_fwd_causal,fp8,160x4096,2047.5,f.csv row 1\n",
+                                                        "attention_bwd,bf16,128x2048,1124,f.csv row 4\n"]

@@ -214,6 +214,14 @@ def builtin(name: str) -> list[tuple[str, str, tuple[int, ...], float, str]]:
     return parse_table(text, f"emulator/data/kernels/{name}.csv")
 
 
+@lru_cache(maxsize=None)
+def reference(name: str) -> KernelTable:
+    """A table of emulator/data/kernels/NAME.csv that no GPU takes as its own, read for a ratio between its rows:
+    ``dpa_gb200`` and ``dpa_gb300``, cuDNN's attention in BF16, FP8 and MXFP8 (workload/kernel_cost.py)."""
+    text = resources.files("emulator").joinpath(f"data/kernels/{name}.csv").read_text(encoding="utf-8")
+    return KernelTable(parse_table(text, f"emulator/data/kernels/{name}.csv"))
+
+
 def gemm_flops(dims: tuple[int, ...]) -> float:
     """2·batch·m·n·k of gemm dims (batch, m, n, k)."""
     b, m, n, k = dims

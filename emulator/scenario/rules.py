@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from emulator.errors import ScenarioError
 from emulator.scenario import deepep_buffers as DEEPEP
-from emulator.scenario.spec import SCHEDULES, ModelSpec, ParallelSpec, TrainingSpec
+from emulator.scenario.spec import QUANTISED, SCHEDULES, ModelSpec, ParallelSpec, TrainingSpec
 from emulator.scenario.stages import LAYOUT_KEY, V_SHAPED, model_chunks
 
 
@@ -232,7 +232,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
         out.append(Violation("training.optimizer", f"optimizer apex (DistributedFusedAdam) shards the optimizer "
                                                    f"state over the data-parallel ranks: it needs parallel.zero 1 "
                                                    f"or 2, got {p.zero}"))
-    out += _precision_aware_violations(t)
+    out += _precision_aware_violations(t) + _fp8_attention_violations(t)
     out += _expert_grid_violations(m, p) + _dispatch_violations(m, p)
     if p.ep > 1 and not m.experts:
         out.append(Violation("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)"))
@@ -404,6 +404,21 @@ def _router_padding_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -
         out.append(Violation(key, "the allgather dispatcher does not support moe_router_padding_for_quantization "
                                   "(Megatron-Core refuses it)"))
     return out
+
+
+def _fp8_attention_violations(t: TrainingSpec) -> list[Violation]:
+    """FP8 attention as Transformer Engine runs it: inside a quantised autocast, in its FusedAttention (cuDNN)
+    backend only (recipe/__init__.py: "FP8 DPA currently is only supported in the FusedAttention backend")."""
+    if not t.fp8_dot_product_attention:
+        return []
+    key = "training.fp8_dot_product_attention"
+    if t.precision not in QUANTISED:
+        return [Violation(key, f"FP8 attention runs inside Transformer Engine's quantised autocast: set training."
+                               f"precision fp8, mxfp8 or nvfp4 (it is {t.precision})")]
+    if t.attention != "flash":
+        return [Violation(key, f"FP8 attention runs only in Transformer Engine's FusedAttention (cuDNN) backend: set "
+                               f"training.attention flash (it is {t.attention})")]
+    return []
 
 
 def _precision_aware_violations(t: TrainingSpec) -> list[Violation]:

@@ -514,6 +514,11 @@ class TrainingSpec:
         "With precision fp8, the scaling recipe (Megatron-LM --fp8-recipe): delayed (Transformer Engine's "
         "DelayedScaling: scales from an amax history) or tensorwise (Float8CurrentScaling: an amax pass before each "
         "cast, no history). Absent: delayed.", default="", choices=FP8_RECIPES)
+    # Transformer Engine's FP8 attention (Megatron-Core fp8_dot_product_attention: the recipe's fp8_dpa; layer.py)
+    fp8_dot_product_attention: bool = key(
+        "With a quantised precision and attention flash: Transformer Engine's FP8 dot product attention (Megatron-"
+        "Core's fp8_dot_product_attention, TE's fp8_dpa): Q, K and V are cast to FP8, cuDNN's fused attention runs "
+        "in FP8 and its output is cast back; the backward likewise.", default=False)
     # Megatron-LM's BF16 layers of a quantised run (megatron/core/fp8_utils.py, is_first_last_bf16_layer)
     first_last_layers_bf16: bool = key(
         "With a quantised precision (fp8, mxfp8, nvfp4), keep the first num_layers_at_start_in_bf16 and the last "

@@ -149,16 +149,18 @@ def _head_dim(text: str) -> int:
 
 
 def _cudnn_h200_rows(rows: list[dict[str, str]], note: str = "") -> list[str]:
-    """cudnn-frontend's cuDNN SDPA rows of a named "H200" [S8], bf16, forward and backward; the
-    sliding-window rows (gpt-oss) are left out: the model has no sliding-window attention."""
+    """cudnn-frontend's cuDNN SDPA rows of a named "H200" [S8], bf16 and fp8 (``training.fp8_dot_product_attention``),
+    forward and backward; the sliding-window rows (gpt-oss) are left out: their keys per query are the window's,
+    not the sequence's."""
     out = []
     for i, r in enumerate(rows, start=1):
-        if r["gpu"] != "H200" or r["kernel"] != "cudnn" or r["dtype"] != "bf16" or r["direction"] not in ("fwd", "bwd"):
+        if r["gpu"] != "H200" or r["kernel"] != "cudnn" or r["dtype"] not in ("bf16", "fp8") \
+                or r["direction"] not in ("fwd", "bwd"):
             continue
         if "sliding" in r["notes"]:
             continue
-        out.append(f"attention_{r['direction']}{_causal(r['causal'])},bf16,{_head_dim(r['head_dim'])}x{r['seq_len']},"
-                   f"{_fmt(float(r['tflops']))},h100/attention.csv row {i} (cuDNN on H200{note})\n")
+        out.append(f"attention_{r['direction']}{_causal(r['causal'])},{r['dtype']},{_head_dim(r['head_dim'])}x"
+                   f"{r['seq_len']},{_fmt(float(r['tflops']))},h100/attention.csv row {i} (cuDNN on H200{note})\n")
     return out
 
 
@@ -304,3 +306,27 @@ def write(h100_dir: str, out_dir: str) -> list[str]:
         write_text(path, text)
         paths.append(path)
     return paths
+
+
+# --- FP8 attention references (workload/kernel_cost.py, fp8_attention_speedup) ----------------------------------
+# cudnn-frontend's sdpa_benchmark_training results on GB200 and GB300 (NVIDIA/cudnn-frontend @ 3929da2,
+# benchmark/sdpa_benchmark_training/results/{llama3.1,dsv3}/{gb200,gb300}/*.csv: cuDNN 9.22, batch 2), BF16, FP8 and
+# MXFP8 rows of one benchmark, so their ratios compare like with like. Not in ../shared: the files below are vendored
+# as emulator/data/kernels/dpa_gb200.csv and dpa_gb300.csv by :func:`dpa_rows`.
+DPA_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "mxfp8": "mxfp8"}
+
+
+def dpa_rows(text: str, source: str) -> list[str]:
+    """The table rows of one sdpa_benchmark_training results CSV: forward and backward, non-deterministic, no sliding
+    window, head dim the mean of query-key and value dims (as layer.py costs MLA), dims head_dim x keys;
+    ``source`` names the file (row N = its N-th data row)."""
+    out = []
+    for i, r in enumerate(csv.DictReader(text.splitlines()), start=1):
+        if r["profile_pass"] not in ("fwd", "bwd") or r["deterministic_bwd"] != "False" or r["sliding_window_size"] \
+                or r["success"] != "True" or r["data_type"] not in DPA_DTYPES:
+            continue
+        causal = "_causal" if r["attn_mask"] == "top_left" else ""
+        d = (int(r["head_dim_qk"]) + int(r["head_dim_vo"])) // 2
+        out.append(f"attention_{r['profile_pass']}{causal},{DPA_DTYPES[r['data_type']]},{d}x{r['kv_seqlen']},"
+                   f"{_fmt(float(r['tflops']))},{source} row {i}\n")
+    return out

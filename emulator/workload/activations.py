@@ -51,21 +51,30 @@ def rank_load(r: ModelSpec, ep: int, tokens: int = 0) -> float:
     return routing.stashed_load(r, M.moe_rank_load(r, ep, tokens))
 
 
-def attention_terms(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, float]:
-    """(replicated, sharded) stored bytes per token of the attention block's projections; ``g`` bytes per
-    element of a saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its bf16
-    output, which in fp8 is not the tensor the projection saves."""
+def attention_parts(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) -> tuple[float, float, float]:
+    """(replicated, Q K V, projection) stored bytes per token of the attention block; ``g`` bytes per element of a
+    saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its output, which in fp8 is not the
+    tensor the projection saves. ``dpa`` (training.fp8_dot_product_attention): Transformer Engine's FP8 attention
+    saves Q, K, V and its output in FP8, one byte an element (its fused attention's save_for_backward of the FP8
+    tensors), not two."""
     h, a = r.hidden, r.heads
+    e = 1 if dpa else 2
     d_v = M.head_dims(r)[1] if M.is_mla(r) else M.head_dim(r)
     out = a * d_v  # the projection's input width
-    proj = 2 * out if g == 2 else g * out + (2 * out if keeps_out else 0)
+    proj = 2 * out if g == 2 else g * out + (e * out if keeps_out else 0)
     if M.is_mla(r):
         d_qk = M.head_dims(r)[0]
         q, kv = r.q_lora_rank, r.kv_lora_rank
         latents = 2 * (q + kv + r.qk_rope_head_dim) + g * (q + kv)  # norm inputs; up-projection inputs
-        return g * h + latents, 2 * a * d_qk * 2 + 2 * a * d_v + proj  # QKV input; Q, K, V, projection
+        return g * h + latents, e * (2 * a * d_qk + a * d_v), proj  # QKV input; Q, K, V; projection
     kvd = r.kv_heads * M.head_dim(r)
-    return g * h, 2 * (out + kvd) + 2 * kvd + proj  # QKV input; Q, K, V, projection input
+    return g * h, e * (out + 2 * kvd), proj  # QKV input; Q, K, V; projection input
+
+
+def attention_terms(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) -> tuple[float, float]:
+    """(replicated, sharded) stored bytes per token of the attention block (:func:`attention_parts`)."""
+    rep, qkv, proj = attention_parts(r, g, keeps_out, dpa)
+    return rep, qkv + proj
 
 
 def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float, tokens: int = 0, width: int = 0, etp: int = 1) -> float:
@@ -94,7 +103,7 @@ def expert_input_terms(r: ModelSpec, ep: int, g: float, tokens: int = 0, etp: in
 
 
 def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: float,
-                tokens: int = 0, etp: int = 1) -> tuple[float, float]:
+                tokens: int = 0, etp: int = 1, dpa: bool = False) -> tuple[float, float]:
     """(replicated, sharded) bytes per token that ``recompute_modules`` do not keep (workload/recompute.py):
     mla_up_proj the query, key and value of the up projections (2·a·d_qk twice and 2·a·d_v); layernorm
     the two norm outputs, the attention's and the MLP's input (g·h each); moe_act the routed experts'
@@ -106,7 +115,7 @@ def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: f
         rep += 2 * g * r.hidden
     if "mla_up_proj" in modules and M.is_mla(r):
         d_qk, d_v = M.head_dims(r)
-        shard += 2 * r.heads * d_qk * 2 + 2 * r.heads * d_v
+        shard += (1 if dpa else 2) * (2 * r.heads * d_qk + r.heads * d_v)  # in FP8 with dpa (attention_parts)
     if moe:
         if "moe" in modules:
             shard += _mlp_terms(r, True, ep, g, tokens, etp=etp)
@@ -123,12 +132,14 @@ def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: f
 def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                            recompute: str = "none", flash: bool = False, dtype: int = 2,
                            ep: int = 1, moe: bool | None = None, fp8: bool = False,
-                           modules: tuple[str, ...] | None = None, saved: float = 1.0, etp: int = 1) -> float:
+                           modules: tuple[str, ...] | None = None, saved: float = 1.0, etp: int = 1,
+                           dpa: bool = False) -> float:
     """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``etp``: the experts'
     tensor-parallel size (:func:`expert_input_terms`); ``moe``
     False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts);
     ``fp8``: Transformer Engine saves the GEMM inputs quantised, ``saved`` bytes an element (1 in FP8;
-    SAVED_INPUT_BYTES); ``modules``: selective recompute of those modules (:func:`freed_terms`)."""
+    SAVED_INPUT_BYTES); ``modules``: selective recompute of those modules (:func:`freed_terms`); ``dpa``: FP8
+    attention (:func:`attention_parts`)."""
     r = M.resolve(m)
     h, a = r.hidden, r.heads
     dropout = M.has_dropout(r)
@@ -137,14 +148,14 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
         return 2 * s * b * h * dtype / 2 / (t if sp else 1)
     mask = 1.0 if dropout else 0.0  # 1-byte dropout mask per element of h
     g = saved if fp8 else 2
-    attn_rep, attn_sharded = attention_terms(r, g, keeps_out=flash and recompute == "none")
+    attn_rep, attn_sharded = attention_terms(r, g, keeps_out=flash and recompute == "none", dpa=dpa and fp8)
     replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
     is_moe = bool(r.experts) if moe is None else moe
     sharded = attn_sharded + _mlp_terms(r, is_moe, ep, g, b * s, etp=etp)
     drop_scores = recompute == "selective" and (modules is None or "core_attn" in modules)
     scores = 0.0 if flash or drop_scores else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
     if recompute == "selective" and modules is not None:
-        free_rep, free_shard = freed_terms(r, modules, is_moe, ep, g, b * s, etp)
+        free_rep, free_shard = freed_terms(r, modules, is_moe, ep, g, b * s, etp, dpa and fp8)
         replicated -= free_rep
         sharded -= free_shard
     if sp:

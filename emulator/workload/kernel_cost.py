@@ -19,12 +19,15 @@ The same costs for a single kernel, for callers outside the layer model (a profi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable
 
 from emulator.devices import compute
 from emulator.scenario.spec import QUANTISED, GpuSpec
 from emulator.workload.layer import Comm, Kernel, Step
+
+if TYPE_CHECKING:
+    from emulator.devices.kernels import KernelTable
 
 # Grouped GEMM against the plain GEMM of one group's shape, measured by DeepSeek's DeepGEMM on
 # H800 (FP8; deepseek-ai/DeepGEMM @ a6d97a1, README.md "Performance", tables "Normal GEMMs for
@@ -142,7 +145,10 @@ def _kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str) -> tuple[float, str]:
     if kern.kind == "flash":
         kind = "fa2" if kern.fa2 else "attention"
         op = f"{kind}_{'bwd' if kern.backward else 'fwd'}{'_causal' if kern.causal else ''}"
-        return compute.measured_first(gpu, op, prec, (kern.head_dim, kern.n), kern.flops,
+        dims = (kern.head_dim, kern.n)
+        if kern.quant:
+            return _fp8_attention_cost(kern, gpu, op, dims, prec)
+        return compute.measured_first(gpu, op, prec, dims, kern.flops,
                                       lambda: compute.flash_attention_time(kern.batch, kern.m, kern.n,
                                                                            kern.head_dim, gpu, kern.causal,
                                                                            kern.backward, kern.dtype))
@@ -151,6 +157,54 @@ def _kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str) -> tuple[float, str]:
     if kern.kind == "copy":  # an MoE token copy (permute, unpermute, chunk sort): at the measured bandwidth of a copy
         return compute.elementwise_time(kern.bytes, gpu, compute.COPY_MEM_EFFICIENCY), "roofline"
     return compute.elementwise_time(kern.bytes, gpu), "roofline"
+
+
+# FP8 attention (training.fp8_dot_product_attention): a GPU's BF16 fused-attention time over the speed-up cuDNN's
+# FP8 (or, under MXFP8, its MXFP8) kernel shows over its BF16 one at the same (direction, mask, head dim, keys), in
+# one benchmark, cudnn-frontend's sdpa_benchmark_training, so that the ratio compares like with like:
+# - Blackwell Ultra (a GPU whose NVFP4 rate is three times its FP8 one: B300, GB300): its GB300 rows, Blackwell
+#   (B200, GB200) its GB200 rows (emulator/data/kernels/dpa_gb300.csv and dpa_gb200.csv, cudnn-frontend @ 3929da2,
+#   cuDNN 9.22). Causal, 128 x 8192 on GB200: FP8 forward 2047 against 1574 TFLOP/s (1.30), backward 1454 against
+#   1332 (1.09); MXFP8 1902 (1.21) and 1287 (0.97);
+# - other GPUs (Hopper): the H200's rows, cuDNN 9.19.1 (../shared/calibration/h100/attention.csv rows 266-305, read
+#   from the h100 table, whose attention rows begin with them for both types; the h200 table puts this repository's
+#   own PyTorch SDPA timings of BF16 first): causal, 128 x 8192, forward 964 against 644 (1.50), backward 430
+#   against 541 (0.79). An ASSUMPTION on every GPU but the H200 and the GB200 and GB300 themselves.
+# 1 where the rows have no shape near it (kernels.py's neighbours: within an octave).
+
+
+def fp8_attention_reference(gpu: GpuSpec) -> "KernelTable | None":
+    """The table whose BF16 and FP8 rows give ``gpu``'s FP8 attention speed-up (see above)."""
+    from emulator.devices import kernels
+
+    if gpu.peak_flops_fp4 <= 0:
+        return kernels.table("h100", ())
+    fp8 = gpu.peak_flops_fp8 or 2 * gpu.peak_flops
+    return kernels.reference("dpa_gb300" if gpu.peak_flops_fp4 >= 3 * fp8 else "dpa_gb200")
+
+
+def fp8_attention_speedup(op: str, dims: tuple[int, ...], dtype: str = "fp8", gpu: GpuSpec | None = None) -> float:
+    """cuDNN's ``dtype`` (fp8 | mxfp8) attention rate over its BF16 one at ``dims`` (head dim, keys) in ``gpu``'s
+    reference rows (:func:`fp8_attention_reference`; None: the H200's); 1 where not covered."""
+    from emulator.devices import kernels
+
+    ref = fp8_attention_reference(gpu) if gpu is not None else kernels.table("h100", ())
+    low = ref.lookup(op, dtype, dims) if ref is not None else None
+    bf16 = ref.lookup(op, "bf16", dims) if ref is not None else None
+    return low.rate / bf16.rate if low is not None and bf16 is not None else 1.0
+
+
+def _fp8_attention_cost(kern: Kernel, gpu: GpuSpec, op: str, dims: tuple[int, int], prec: str) -> tuple[float, str]:
+    """cuDNN's fused attention in FP8: the GPU's BF16 kernel's time over :func:`fp8_attention_speedup` (a measured
+    BF16 time so translated counts as interpolated)."""
+    from emulator.devices import kernels
+
+    t, source = kernel_cost(replace(kern, quant=""), gpu, prec)
+    ratio = fp8_attention_speedup(op, dims, kern.quant, gpu)
+    if ratio == 1.0:
+        return t, source
+    return gpu.launch_overhead + (t - gpu.launch_overhead) / ratio, \
+        (kernels.INTERPOLATED if source == kernels.MEASURED else source)
 
 
 def pass_time(steps: list[Step], gpu: GpuSpec, comm_time: Callable[[Comm], float]) -> float:

@@ -150,14 +150,15 @@ from emulator.workload.userbuffers import UB_COMM_SMS, userbuffers
 def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False, cp: int = 1,
                 ep: int = 1, dtype: int = 2, flash: bool = False, micro_batches: int = 1,
                 fp8_params: bool = False, fa2: bool = False, etp: int | None = None, recipe: str = "",
-                non_tn: bool = False, parallel: ParallelSpec | None = None, sm_count: int = 0) -> LayerShape:
+                non_tn: bool = False, parallel: ParallelSpec | None = None, sm_count: int = 0,
+                fp8_dpa: bool = False) -> LayerShape:
     """The per-GPU layer shape of ``model`` under the given parallelism. ``dtype`` 1 is quantised training
     (Transformer Engine: quantised GEMMs, BF16 activations) by ``recipe`` (delayed | tensorwise | mxfp8 |
     nvfp4; "": delayed); its weights are quantised once per step of ``micro_batches``
     (:func:`weight_quant_bytes`). ``non_tn``: the GPU runs FP8 GEMMs of every layout (Blackwell).
     ``etp``: the experts' own tensor parallelism (None or t: as the attention's). ``parallel``: its MoE
     dispatch keys; ``sm_count``: the GPU's SMs (the flex dispatcher's kernels take moe_flex_dispatcher_num_sms
-    of them)."""
+    of them). ``fp8_dpa``: Transformer Engine's FP8 attention (quantised training only)."""
     fp8 = dtype == 1
     if fp8:
         dtype = 2
@@ -177,6 +178,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       top_k=m.top_k, ep=ep, dtype=dtype, flash=flash, causal=causal, activation=m.activation,
                       expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
                       imbalance=m.moe_imbalance, fp8=fp8, recipe=recipe, non_tn=non_tn and fp8, fa2=fa2,
+                      fp8_dpa=fp8_dpa and fp8 and flash and not fa2,
                       fp8_weight_bytes=wbytes, head=m.head_dim,
                       load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
                       etp=etp if etp and etp != t else 0, window=m.sliding_window, window_share=window_share(m),
@@ -299,7 +301,7 @@ def _ub_cfg(par: ParallelSpec | None, sm_count: int) -> tuple[tuple[str, str, fl
 
 def unquantised(L: LayerShape) -> LayerShape:
     """The same layer in BF16 (Megatron's first and last BF16 layers of a quantised run)."""
-    return replace(L, fp8=False, recipe="", non_tn=False, fp8_weight_bytes=0.0)
+    return replace(L, fp8=False, recipe="", non_tn=False, fp8_weight_bytes=0.0, fp8_dpa=False)
 
 
 def dense_shape(L: LayerShape) -> LayerShape:
@@ -567,10 +569,32 @@ def _cp_core(L: LayerShape, backward: bool, cat: str) -> list[Step] | None:
     return None
 
 
+# Transformer Engine's FP8 attention (training.fp8_dot_product_attention; TE's fp8_dpa without fp8_mha,
+# transformer_engine/common/recipe/__init__.py @ TE HEAD: "DPA casts the inputs from higher precision to FP8, performs
+# attention in FP8, and casts tensors back to higher precision as outputs"): forward, Q, K and V to FP8 and the
+# output back; backward, the output's gradient to FP8 and those of Q, K and V back. Each cast reads 2 bytes and
+# writes 1 (or reads 1 and writes 2) an element, at the bandwidth measured for a cast (kernel_cost.py "cast").
+def _dpa_casts(L: LayerShape, backward: bool, cat: str) -> tuple[list[Step], list[Step]]:
+    """(before, after) the fused attention kernels of one pass: TE's FP8 casts with fp8_dpa; nothing otherwise."""
+    if not L.fp8_dpa:
+        return [], []
+    tokens = L.b * L.s
+    qkv = tokens * (L.a_l * L.d_qk + L.kv_l * (L.d_qk + L.d_v))
+    out = tokens * L.a_l * L.d_v
+    first, then = (out, qkv) if backward else (qkv, out)
+    names = ("attn.fp8_cast_do", "attn.fp8_cast_dqkv") if backward else ("attn.fp8_cast_qkv", "attn.fp8_cast_o")
+    return ([Kernel(names[0], "cast", first, 3.0 * first, cat)], [Kernel(names[1], "cast", then, 3.0 * then, cat)])
+
+
 def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
     """Unfused: QKᵀ, softmax, dropout, PV. Fused: one flash kernel per CP ring step (with a2a CP: one on the
     whole sequence between two all-to-alls; with a2a+p2p, the ring between them; with all_gather, the query
-    chunks' kernels after the K/V all-gather)."""
+    chunks' kernels after the K/V all-gather); with FP8 attention, TE's casts around them (:func:`_dpa_casts`)."""
+    before, after = _dpa_casts(L, False, cat)
+    return [*before, *_attention_core_forward(L, cat), *after]
+
+
+def _attention_core_forward(L: LayerShape, cat: str) -> list[Step]:
     other = _cp_core(L, False, cat)
     if other is not None:
         return other
@@ -803,6 +827,12 @@ def _norm_backward(L: LayerShape, name: str) -> list[Step]:
 
 
 def attention_core_backward(L: LayerShape) -> list[Step]:
+    """The core's backward, as :func:`attention_core_forward` in reverse."""
+    before, after = _dpa_casts(L, True, BWD)
+    return [*before, *_attention_core_backward(L), *after]
+
+
+def _attention_core_backward(L: LayerShape) -> list[Step]:
     other = _cp_core(L, True, BWD)
     if other is not None:
         return other

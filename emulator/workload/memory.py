@@ -455,15 +455,16 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
     recipe = recipe_of(tr.precision, tr.fp8_recipe)
     saved = SAVED_INPUT_BYTES.get(recipe, 1.0)
     modules = tr.recompute_modules
+    dpa = tr.fp8_dot_product_attention
     per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                       fp8=fp8, modules=modules, saved=saved, etp=par.etp or par.tp)
+                                       fp8=fp8, modules=modules, saved=saved, etp=par.etp or par.tp, dpa=dpa)
     per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                        False, fp8, modules, saved) if m.experts and m.first_dense_layers
+                                        False, fp8, modules, saved, dpa=dpa) if m.experts and m.first_dense_layers
                  else per_layer)
     off_layer, off_dense = layer_offload(sc, m)
     transient, pages, host_layer = paged_stash_bytes(m, lambda x: layer_activation_bytes(
         x, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep, fp8=fp8, modules=modules, saved=saved,
-        etp=par.etp or par.tp))
+        etp=par.etp or par.tp, dpa=dpa))
     out: list[MemoryReport] = []
     for stage in range(par.pp):
         held = held_stages(par, stage)

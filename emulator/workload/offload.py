@@ -12,7 +12,7 @@ from typing import Sequence
 from emulator.scenario.spec import OFFLOAD_MODULES, QUANTISED, ModelSpec, Scenario
 from emulator.scenario.stages import ChunkPlan, virtual_stage
 from emulator.workload import models as M
-from emulator.workload.activations import SAVED_INPUT_BYTES, attention_terms, expert_input_terms, rank_load
+from emulator.workload.activations import SAVED_INPUT_BYTES, attention_parts, expert_input_terms, rank_load
 from emulator.workload.layer import recipe_of
 
 # Megatron-Core's fine-grained activation offloading (pipeline_parallel/fine_grained_activation_offload.py @
@@ -26,7 +26,8 @@ OFFLOAD_RESIDENT_LAYERS = 3
 
 
 def offload_groups(r: ModelSpec, offload: tuple[str, ...], moe: bool, ep: int, g: float, tokens: int,
-                   keeps_out: bool, recomputed: tuple[str, ...], etp: int = 1) -> dict[str, tuple[float, float]]:
+                   keeps_out: bool, recomputed: tuple[str, ...], etp: int = 1,
+                   dpa: bool = False) -> dict[str, tuple[float, float]]:
     """Per offloaded module, the (replicated, sharded) bytes per token of what it saves for its backward
     (``layer_activation_bytes``' terms), less what ``recomputed`` (selective recompute_modules) does not keep:
     attn_norm a separate attention norm's input, 2h (multi-latent attention; elsewhere Transformer Engine fuses
@@ -36,12 +37,8 @@ def offload_groups(r: ModelSpec, offload: tuple[str, ...], moe: bool, ep: int, g
     input, 2h (a dense MLP fuses it); expert_fc1 the routed copies' fc1 input; moe_act the experts' up outputs."""
     h = r.hidden
     ln_out = 0.0 if "layernorm" in recomputed else g * h
-    attn_rep, attn_shard = attention_terms(r, g, keeps_out)
-    a, mla = r.heads, M.is_mla(r)
-    d_v = M.head_dims(r)[1] if mla else M.head_dim(r)
-    out = a * d_v
-    proj = 2 * out if g == 2 else g * out + (2 * out if keeps_out else 0)
-    qkv = attn_shard - proj
+    attn_rep, qkv, proj = attention_parts(r, g, keeps_out, dpa)
+    mla = M.is_mla(r)
     if mla and "mla_up_proj" in recomputed:
         qkv = 0.0
     groups = {"attn_norm": (2.0 * h if mla else 0.0, 0.0),
@@ -57,18 +54,18 @@ def offload_groups(r: ModelSpec, offload: tuple[str, ...], moe: bool, ep: int, g
 def offloaded_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False, recompute: str = "none",
                     flash: bool = False, dtype: int = 2, ep: int = 1, moe: bool | None = None, fp8: bool = False,
                     modules: tuple[str, ...] | None = None, saved: float = 1.0,
-                    offload: tuple[str, ...] = (), etp: int = 1) -> float:
+                    offload: tuple[str, ...] = (), etp: int = 1, dpa: bool = False) -> float:
     """Bytes of one layer's stored activations (``layer_activation_bytes``, same arguments) that fine-grained
     activation offloading moves to the host for one micro-batch: the ``offload`` modules' (:func:`offload_groups`),
     each as large as OFFLOAD_MIN_ELEMENTS at least."""
     return sum(offloaded_group_bytes(m, b, s, t, sp, recompute, flash, dtype, ep, moe, fp8, modules, saved, offload,
-                                     etp))
+                                     etp, dpa))
 
 
 def offloaded_group_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False, recompute: str = "none",
                           flash: bool = False, dtype: int = 2, ep: int = 1, moe: bool | None = None, fp8: bool = False,
                           modules: tuple[str, ...] | None = None, saved: float = 1.0,
-                          offload: tuple[str, ...] = (), etp: int = 1) -> list[float]:
+                          offload: tuple[str, ...] = (), etp: int = 1, dpa: bool = False) -> list[float]:
     """:func:`offloaded_bytes` per offloaded module group of the layer, in forward order (OFFLOAD_MODULES')."""
     if not offload or recompute == "full":
         return []
@@ -80,7 +77,7 @@ def offloaded_group_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = F
     sizes: list[float] = []
     ordered = tuple(name for name in OFFLOAD_MODULES if name in offload)
     for name, (rep, shard) in offload_groups(r, ordered, is_moe, ep, g, b * s, flash and recompute == "none",
-                                                  recomputed, etp).items():
+                                                  recomputed, etp, dpa and fp8).items():
         if name == "core_attn" and not flash and not (recompute == "selective" and (modules is None
                                                                                     or "core_attn" in modules)):
             mask = 1.0 if M.has_dropout(r) else 0.0
@@ -111,7 +108,8 @@ def layer_offload_groups(sc: Scenario, m: ModelSpec) -> tuple[list[float], list[
     saved = SAVED_INPUT_BYTES.get(recipe_of(tr.precision, tr.fp8_recipe), 1.0)
     moe_layer, dense_layer = (offloaded_group_bytes(m, tr.micro_batch, m.seq_len // par.cp, par.tp, sp, tr.recompute,
                                                     flash, dtype, par.ep, moe, tr.precision in QUANTISED,
-                                                    tr.recompute_modules, saved, offload, par.etp or par.tp)
+                                                    tr.recompute_modules, saved, offload, par.etp or par.tp,
+                                                    tr.fp8_dot_product_attention)
                               for moe in (None, False))
     return moe_layer, dense_layer
 

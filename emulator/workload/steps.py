@@ -35,7 +35,7 @@ class Kernel:
     fa2: bool = False  # flash: FlashAttention-2's kernel instead of cuDNN's (training.attention: fa2)
     slow: float = 1.0  # its time × this: fewer SMs while DeepEP's kernels (dispatch.py) or Userbuffers hold some
     seconds: float = 0.0  # kind host: a fixed host-side stall of the stream (MoE host sync)
-    quant: str = ""  # a quantised GEMM's (dtype 1) precision: fp8 | mxfp8 | nvfp4; "": fp8
+    quant: str = ""  # a quantised GEMM's (dtype 1) precision: fp8 | mxfp8 | nvfp4; "": fp8; flash: FP8 attention's
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,7 @@ class LayerShape:
     non_tn: bool = False  # the GPU's FP8 GEMMs take every layout (Blackwell): per-tensor FP8 makes no transposes
     fp8_weight_bytes: float = 0.0  # bytes per weight element per micro-batch of the step's weight cast
     fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
+    fp8_dpa: bool = False  # training.fp8_dot_product_attention: cuDNN's fused attention in FP8, with TE's casts
     head: int = 0  # dims per head (model.head_dim); 0: h / heads
     etp: int = 0  # expert tensor-parallel size when it is not t (MoE parallel folding); 0: the experts use t
     dispatcher: str = "alltoall"  # parallel.moe_token_dispatcher_type (workload/dispatch.py)
@@ -260,7 +261,7 @@ def flash(name: str, L: LayerShape, sk: int, backward: bool, cat: str) -> Kernel
         sk = max(1, round(sk * r))
     nbytes = (2 if backward else 1) * bh * (2 * L.s + 2 * sk) * d * L.dtype
     return Kernel(name, "flash", flops, nbytes, cat, L.s, sk, int(d), bh, L.causal, backward, int(d), dtype=L.dtype,
-                  fa2=L.fa2)
+                  fa2=L.fa2, quant=("mxfp8" if L.recipe == "mxfp8" else "fp8") if L.fp8_dpa else "")
 
 
 def linear_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int, batch: int = 1) -> list[Step]:
