@@ -109,7 +109,7 @@ def summarize(result: Result) -> dict[str, Any]:
 
         busy, exposed = stream_time(result.spans, "ep", iterations)
         out["moe"] = {"dispatch_s": busy, "exposed_dispatch_s": exposed}
-    if facts is not None and sc.training.fine_grained_activation_offloading:  # the copies to and from host memory
+    if facts is not None and (sc.training.fine_grained_activation_offloading or sc.training.cpu_offloading):
         from emulator.outputs.metrics import stream_time
 
         out_s, back_s, exposed_s = (*(stream_time(result.spans, st, iterations)[0] for st in ("d2h", "h2d")),

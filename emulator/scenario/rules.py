@@ -249,7 +249,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     except ScenarioError as err:
         out.append(Violation(err.key or "parallel.pp", err.message))
     out += _recompute_violations(m, t) + _offload_violations(m, t, p) + _router_padding_violations(m, t, p)
-    out += _rank_budget_violations(m, t, p)
+    out += _rank_budget_violations(m, t, p) + _cpu_offload_violations(m, t, p)
     out += _cuda_graph_violations(m, t, p)
     out += _tensor_violations(m, p)
     out += _a2a_overlap_violations(m, t, p)
@@ -472,6 +472,34 @@ def _rank_budget_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> l
                                                          f"include {', '.join(both)}: the paged stash covers those "
                                                          f"activations (Megatron-Core)"))
     return out
+
+
+def _cpu_offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """Layer-wise CPU offloading as Megatron-Core's TransformerConfig checks it (transformer_config.py @ d98e8a64dd,
+    ``__post_init__``): fewer offloaded layers than layers, no pipeline parallelism, no recomputation, no
+    fine-grained offloading or paged stash beside it, CUDA graphs only of the whole iteration; plus the all-to-all
+    overlap, whose combined steps the emulator does not offload."""
+    key = "training.cpu_offloading"
+    if not t.cpu_offloading:
+        return [Violation("training.cpu_offloading_num_layers", "cpu_offloading_num_layers is read with training."
+                                                                "cpu_offloading: true")] \
+            if t.cpu_offloading_num_layers else []
+    checks = [
+        (t.cpu_offloading_num_layers >= m.layers, "training.cpu_offloading_num_layers",
+         f"CPU offloading can be done only for layers less than {m.layers} (Megatron-Core); got "
+         f"{t.cpu_offloading_num_layers}"),
+        (p.pp > 1, key, "there is no support for pipeline parallelism with CPU offloading (Megatron-Core)"),
+        (t.recompute != "none", key, "CPU offloading does not work when activation recomputation is enabled "
+                                     "(Megatron-Core): set training.recompute none"),
+        (t.cuda_graph_impl not in ("none", "full_iteration"), key,
+         "CUDA graphs are not supported with CPU offloading but of the whole iteration (Megatron-Core)"),
+        (t.fine_grained_activation_offloading, key,
+         "fine_grained_activation_offloading cannot be enabled with cpu_offloading (Megatron-Core)"),
+        (m.moe_paged_stash, key, "moe_paged_stash cannot be enabled with cpu_offloading (Megatron-Core)"),
+        (p.overlap_moe_expert_parallel_comm, key,
+         "CPU offloading is not modelled with overlap_moe_expert_parallel_comm's combined steps"),
+    ]
+    return [Violation(k, why) for bad, k, why in checks if bad]
 
 
 def _offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:

@@ -572,6 +572,14 @@ class TrainingSpec:
         "With fine_grained_activation_offloading, the modules whose saved inputs are offloaded (Megatron-Core's "
         "--offload-modules): attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act.",
         default=None, choices=OFFLOAD_MODULES)
+    cpu_offloading: bool = key(
+        "Megatron-Core's cpu_offloading (Transformer Engine's get_cpu_offload_context): every tensor the first "
+        "cpu_offloading_num_layers layers save for their backward goes to pinned host memory on a copy stream, each "
+        "copy done before the forward of the layer that many places from the end, and comes back as many layers "
+        "ahead of its backward (workload/cpu_offload.py). Needs cluster.node.host_bandwidth.", default=False)
+    cpu_offloading_num_layers: int = key(
+        "With cpu_offloading, how many layers (the first ones) are offloaded (Megatron-Core's "
+        "cpu_offloading_num_layers; less than model.layers).", default=0, minimum=0, maximum=10**6)
     cuda_graph_impl: str = key(
         "CUDA graphs (Megatron-Core's --cuda-graph-impl): none; local or transformer_engine (per-layer graphs of the "
         "cuda_graph_modules: a graphed module's kernels cost the host one launch a pass); full_iteration (one graph "

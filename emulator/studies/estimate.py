@@ -233,7 +233,7 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
     # one start for the copies of an unfolded program (alike but for stragglers); the replicas of a
     # refused fold (``folding.restamp``: other latencies) start apart
     starts = float(copies) if engine.fold is not None else 1.0
-    per_key: dict[tuple[str, tuple[int, ...], int, bool], tuple[float, float, bool]] = {}
+    per_key: dict[tuple[str, tuple[int, ...], int, bool, bool], tuple[float, float, bool]] = {}
     met = set() if on_clock else _met(engine)
     events = flow_events = instances = 0.0
     for t, op in enumerate(engine.tops):
@@ -249,12 +249,15 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
         else:
             key = (op.collective, op.group, op.root)
             members = max(1, sum(1 for r in op.group if r in simulated))
-        ahead = not on_clock and op.kind is not SEND and is_token_exchange(op.collective) and t not in met
-        hit = per_key.get((*key, ahead))
+        token = op.kind is not SEND and is_token_exchange(op.collective)
+        ahead = not on_clock and token and t not in met
+        meets = not token and t in met  # issued while another collective of its rank holds its links
+        hit = per_key.get((*key, ahead, meets))
         if hit is None:
-            hit = per_key[(*key, ahead)] = _instance_events(collectives.plans(*key), ahead, on_clock)
+            hit = per_key[(*key, ahead, meets)] = _instance_events(collectives.plans(*key), ahead, on_clock or meets)
         ends, weighted, one_flow = hit
-        early = one_flow and members == 1 and op.kind is not SEND and engine.early[t]
+        ends += 1.0 if meets else 0.0  # the other's flows re-rated as it joins them
+        early = one_flow and members == 1 and op.kind is not SEND and engine.early[t] and not meets
         events += ((0.0 if early else starts) + ends * copies) / members
         flow_events += weighted / members ** 2 * copies / members
         instances += copies / members
@@ -262,8 +265,12 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
 
 
 def _met(engine: Engine) -> set[int]:
-    """The token exchanges (``is_token_exchange``) of ``engine.tops`` that its run will likely put on the
-    clock, flow by flow: those a rank issues while another of its collectives on the fabric is in flight
+    """The collectives of ``engine.tops`` that meet another of their rank's on its links: the token exchanges
+    (``is_token_exchange``) that its run will likely put on the clock, flow by flow, and the other collectives
+    on the fabric issued likewise (a ZeRO-3 parameter all-gather beside a gradient reduce-scatter on NVLink),
+    whose lone flows are not rated at once but timed (a latency timer and an end) and re-rate the flows they
+    join (one event more: ``events_of``). The token exchanges: those a rank issues while another of its
+    collectives on the fabric is in flight
     on another stream (a gradient reduce-scatter bucket, a ZeRO parameter all-gather, a sequence-parallel
     collective), which holds links of the rank's GPU as the dispatch starts (``Fabric._run_ahead`` then
     refuses it) or meets it before its end (``_wake_plan``). A collective is in flight, in program
@@ -287,6 +294,8 @@ def _met(engine: Engine) -> set[int]:
             continue
         if engine.private[t] or engine.timed[t]:
             continue
+        if until.get(rank, -1) > t:
+            met.add(t)
         waits = [s for s in succ[t] if tops[s].rank == rank and tops[s].stream != op.stream]
         if waits:
             until[rank] = max(until.get(rank, -1), min(waits))

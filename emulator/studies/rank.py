@@ -78,6 +78,7 @@ from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
+from emulator.workload.cpu_offload import bytes_of, offloaded_layers, pass_with_copies
 from emulator.workload.memory import chunk_plan_of, held_stages
 from emulator.workload.offload import layer_offload, offload_share
 from emulator.workload.optimizer import adam_step_bytes
@@ -381,7 +382,16 @@ def _offload_bound(sc: Scenario, m: ModelSpec, split: Split, stage_t: list[float
     """With fine-grained activation offloading, a stage's micro-batch takes at least the copies of its layers:
     each of the d2h and h2d streams moves every offloaded byte once a micro-batch, beside the compute
     (workload/builder.py), at the node's host_bandwidth; of them the share activation_offload_fraction sends
-    (offload.py ``offload_share``)."""
+    (offload.py ``offload_share``). Layer-wise CPU offloading (pipeline parallelism 1: one stage): the micro-batch
+    with TE's waits for its copies (cpu_offload.py ``pass_with_copies``), its layers alike, each backward twice
+    its forward (an ASSUMPTION of this bound), each copy the offloaded layers' mean."""
+    k = offloaded_layers(sc)
+    if k:
+        node = sc.cluster.node
+        assert node is not None  # estimate_iteration checked it
+        copy = sum(bytes_of(sc, m, i) for i in range(k)) / k / node.host_bandwidth
+        n = m.layers
+        return [max(t, pass_with_copies(t / (3 * n), 2 * t / (3 * n), copy, n, k)) for t in stage_t]
     moe, dense = layer_offload(sc, m)
     if not moe + dense:
         return stage_t

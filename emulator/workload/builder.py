@@ -55,6 +55,9 @@ from emulator.scenario.stages import rank_of, virtual_stage
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload.cpu_offload import layer_bytes as cpu_layer_bytes
+from emulator.workload.cpu_offload import offloaded_layers as cpu_offloaded_layers
+from emulator.workload.cpu_offload import reload_at
 from emulator.workload.emitter import Emitter, UnitTag
 from emulator.workload.offload import chunk_offload, layer_offload
 from emulator.workload.optimizer import adam_step_bytes
@@ -80,6 +83,13 @@ class _RankBuilder(Emitter):
         # fine-grained activation offloading: whether any layer sends anything to the host, the copy rate, each
         # offloaded unit's D2H copy, and the op before the last backward layer began (reloads wait on it)
         self._offloading = any(layer_offload(plan.sc, plan.model))
+        # layer-wise CPU offloading (cpu_offload.py): K, the layers, each layer's bytes, and the op before each
+        # backward layer began (a reload starts there)
+        self._cpu_k = cpu_offloaded_layers(plan.sc)
+        self._cpu_bytes = cpu_layer_bytes(plan.sc, plan.model) if self._cpu_k else (0.0, 0.0)
+        self._offloading = self._offloading or self._cpu_k > 0
+        self._bwd_start: dict[tuple[int, int], int | None] = {}
+        self._layer_unit = {u.layer: u.name for units in plan.chunk_units.values() for u in units if u.layer >= 0}
         self._chunk_offload: dict[int, dict[str, float]] = {}  # per virtual stage: unit → bytes it sends
         self._host_bw = node.host_bandwidth
         self._offloaded: dict[tuple[int, int, str], int] = {}
@@ -205,6 +215,10 @@ class _RankBuilder(Emitter):
         whose chunk is the next backward's and that has no group after it)."""
         if not self._offloading:
             return 0.0
+        if self._cpu_k:
+            if not 0 <= unit.layer < self._cpu_k:
+                return 0.0
+            return self._cpu_bytes[0] if M.is_moe_layer(self.plan.model, unit.layer) else self._cpu_bytes[1]
         per = self._chunk_offload.get(vs)
         if per is None:
             units = [u for u in self.plan.chunk_units[vs] if u.layer >= 0 and u.name != "head"]
@@ -224,6 +238,15 @@ class _RankBuilder(Emitter):
                 kind=COMPUTE, stream="d2h", name=f"mb{mb}.{unit.name}.offload", duration=nbytes / self._host_bw,
                 bytes=nbytes, deps=(last,), category="offload", microbatch=mb, stage=vs, layer=unit.layer)
 
+    def _offload_done(self, unit: Unit, vs: int, mb: int) -> list[int]:
+        """Layer-wise CPU offloading: layer L − K + i's forward waits for offloaded layer i's copy
+        (cpu_offload.py; TE's ``release_activation_forward_gpu_memory``)."""
+        i = unit.layer - (self.plan.model.layers - self._cpu_k)
+        if not 0 <= i < self._cpu_k or unit.layer >= self.plan.model.layers:
+            return []
+        out = self._offloaded.get((mb, vs, self._layer_unit[i]))
+        return [] if out is None else [out]
+
     def _reload(self, unit: Unit, vs: int, mb: int) -> int | None:
         """Before a layer's backward, its inputs come back on the ``h2d`` stream, issued when the backward layer
         before it began (``bulk_reload`` at each group's backward start reloads the next group; a chunk's first
@@ -233,7 +256,10 @@ class _RankBuilder(Emitter):
         if out is None:
             return None
         nbytes = self._offload_bytes(unit, vs)
-        deps = (out,) if self._reload_gate is None else (out, self._reload_gate)
+        gate = self._reload_gate
+        if self._cpu_k:  # TE: as the backward of layer L − 1 − K + i begins
+            gate = self._bwd_start.get((mb, reload_at(unit.layer, self.plan.model.layers, self._cpu_k)))
+        deps = (out,) if gate is None else (out, gate)
         return self._emit(kind=COMPUTE, stream="h2d", name=f"mb{mb}.{unit.name}.reload",
                           duration=nbytes / self._host_bw, bytes=nbytes, deps=deps, category="offload", microbatch=mb,
                           stage=vs, layer=unit.layer)
@@ -241,6 +267,8 @@ class _RankBuilder(Emitter):
     def _reload_before(self, unit: Unit, vs: int, mb: int, deps: list[int]) -> list[int]:
         """``deps`` of a unit's backward, with its reload (``_reload``) where it sent anything; the layer's start
         is where the next layer's reload is issued."""
+        if self._cpu_k and 0 <= unit.layer < self.plan.model.layers:
+            self._bwd_start[(mb, unit.layer)] = self.last_compute
         reload = self._reload(unit, vs, mb)
         if unit.layer >= 0 and self._offloading:
             self._reload_gate = self.last_compute  # the next layer's reload starts as this one does
@@ -280,6 +308,8 @@ class _RankBuilder(Emitter):
                 udeps.append(self.zero_ag[(vs, unit.name)])
             if not fwd:
                 udeps = self._reload_before(unit, vs, mb, udeps)
+            elif self._cpu_k:
+                udeps += self._offload_done(unit, vs, mb)
             before = self.last_compute
             steps = unit.fwd if fwd else (self._backward_part(unit.bwd, "I") if split else unit.bwd)
             _first, last = self._emit_steps(steps, udeps, self._where(unit, fwd, mb, vs))

@@ -30,6 +30,8 @@ does not bind) + 1 = 103 one-layer chunks. fp8 weights: :func:`fp8_weight_bytes`
 
 Fine-grained activation offloading (``training.offload_modules``, workload/offload.py): what the listed
 modules save leaves each layer in flight for host memory, but three layers' worth (OFFLOAD_RESIDENT_LAYERS).
+Layer-wise CPU offloading (``training.cpu_offloading``, workload/cpu_offload.py): K of the layers in flight are on
+the host, as Transformer Engine's synchronizer keeps the forward's activations to (L − K) layers' worth.
 
 Workspace: WORKSPACE_BYTES for the CUDA context, cuBLAS workspace and NCCL buffers, with
 ``tp_comm_overlap`` TE's Userbuffers (:func:`userbuffers_bytes`), with all-gather CP the backward's gathered
@@ -52,6 +54,7 @@ from emulator.workload import models as M
 from emulator.workload import mtp as MTP
 from emulator.workload import routing
 from emulator.workload.activations import SAVED_INPUT_BYTES, layer_activation_bytes
+from emulator.workload.cpu_offload import offloaded_layers
 from emulator.workload.layer import MXFP8_COPY, NVFP4_WEIGHT_COPY, recipe_of
 from emulator.workload.offload import OFFLOAD_RESIDENT_LAYERS, layer_offload, offload_share
 from emulator.workload.optimizer import optimizer_state_bytes
@@ -85,7 +88,7 @@ class MemoryReport:
     breakdown: dict = field(default_factory=dict)  # params, grads, optimizer, activations, workspace
     stage: int = 0  # the pipeline stage with the peak
     stash_bytes: float = 0.0  # of the activations, the paged stash's GPU pages (model.moe_paged_stash)
-    host_bytes: float = 0.0  # pinned host memory per GPU: the paged stash's host buffer
+    host_bytes: float = 0.0  # pinned host memory per GPU: the paged stash's host buffer, CPU-offloaded layers
 
 
 def model_state_bytes(psi: float, d: int, zero: int, grad_bytes: int = 2,
@@ -462,6 +465,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
                                         False, fp8, modules, saved, dpa=dpa) if m.experts and m.first_dense_layers
                  else per_layer)
     off_layer, off_dense = layer_offload(sc, m)
+    cpu_k = offloaded_layers(sc)
     transient, pages, host_layer = paged_stash_bytes(m, lambda x: layer_activation_bytes(
         x, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep, fp8=fp8, modules=modules, saved=saved,
         etp=par.etp or par.tp, dpa=dpa))
@@ -497,7 +501,8 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         worst = max(per_layer - off_l, per_dense - off_d) if lead else per_layer - off_l
         weights = tuple(n for k in held for n in with_mtp[k])
         in_flight = max_in_flight(tasks, weights, combined=par.overlap_moe_expert_parallel_comm)  # layers in flight
-        acts = worst * in_flight + max(off_l, off_d if lead else 0.0) * min(OFFLOAD_RESIDENT_LAYERS, in_flight)
+        kept = max(in_flight - cpu_k, 0.0)  # layer-wise CPU offloading: (L − K) layers' worth (cpu_offload.py)
+        acts = worst * kept + max(off_l, off_d if lead else 0.0) * min(OFFLOAD_RESIDENT_LAYERS, in_flight)
         acts += transient if in_flight else 0.0
         if 0 in held and M.has_dropout(m):  # embedding dropout mask of each in-flight micro-batch
             acts += s * tr.micro_batch * m.hidden * chunks / (par.tp if par.sequence_parallel else 1)
@@ -510,7 +515,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         breakdown = {**states, "activations": acts, "workspace": work}
         peak = sum(breakdown.values())
         out.append(MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage,
-                                pages * in_flight, host_layer * in_flight))
+                                pages * in_flight, host_layer * in_flight + worst * min(cpu_k, in_flight)))
     return out
 
 

@@ -114,8 +114,9 @@ def _check(sc: Scenario) -> ModelSpec:
     if broken:
         raise broken[0].error()
     node = sc.cluster.node
-    if tr.fine_grained_activation_offloading and not node.host_bandwidth:
-        raise ScenarioError(f"fine_grained_activation_offloading copies activations to the host, but node "
+    if (tr.fine_grained_activation_offloading or tr.cpu_offloading) and not node.host_bandwidth:
+        what = "fine_grained_activation_offloading" if tr.fine_grained_activation_offloading else "cpu_offloading"
+        raise ScenarioError(f"{what} copies activations to the host, but node "
                             f"{node.name} gives no host_bandwidth: set it to the GPU's measured copy rate "
                             f"(nvbandwidth host_to_device), e.g. \"55 GB/s\" over PCIe Gen5 x16",
                             key="cluster.node.host_bandwidth")
