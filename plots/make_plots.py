@@ -10,7 +10,9 @@
 4. hot-links: link utilisation over one iteration on a 4:1 oversubscribed fat-tree;
 5. gantt-quickstart: the Gantt chart of scenarios/quickstart.yaml (PNG only, as `run --out`);
 6. host-launch: iteration time against the host's cost of a launch, eager and with CUDA graphs of the
-   attention, the router and the preprocess (Qwen3-30B-A3B on two GB200 racks).
+   attention, the router and the preprocess (Qwen3-30B-A3B on two GB200 racks);
+7. cpu-offload-time and cpu-offload-memory: the iteration time and the memory per GPU against the layers
+   offloaded to the host (Llama-3 70B on 64 GB200, Megatron-Bridge's recipe).
 
 The result databases go to --db-dir (default: a temporary folder), so re-running with
 the same folder only draws. Takes about two minutes on 2 cores.
@@ -77,6 +79,14 @@ def main() -> None:
                         ("training.cuda_graph_modules", ["[]", "[attn,moe_router,moe_preprocess]"])],
           db("host"), args.jobs)
     plot_study(db("host"), out("host-launch"), x="cluster.node.host_launch", metric="iteration_time_s")
+
+    # layer-wise CPU offloading: the time and the memory against the layers offloaded
+    sweep("cpu-offload.yaml", [("training.cpu_offloading_num_layers",
+                                ["1", "10", "20", "30", "40", "50", "60", "70", "79"])], db("cpu-offload"), args.jobs)
+    plot_study(db("cpu-offload"), out("cpu-offload-time"), x="training.cpu_offloading_num_layers",
+               metric="iteration_time_s")
+    plot_study(db("cpu-offload"), out("cpu-offload-memory"), x="training.cpu_offloading_num_layers",
+               metric="memory.peak_bytes_per_gpu")
 
     result = simulate(load_scenario(os.path.join(STUDIES, "hot-links.yaml")), record_links=True)
     plot_links(result, out("hot-links"), top=16)
