@@ -66,6 +66,7 @@ def test_the_copies_and_their_waits_in_the_run(capsys, tmp_path):
     assert s["offload"]["d2h_s"] == pytest.approx(2 * 23 * per / 10e9, rel=1e-6)
     assert s["offload"]["h2d_s"] == pytest.approx(2 * 23 * per / 10e9, rel=1e-6)
     assert s["offload"]["exposed_s"] > 0  # each copy is waited for by the next layer (L − K = 1)
+    assert s["memory"]["host_bytes_per_gpu"] == pytest.approx(23 * per)  # 23 layers of one micro-batch pinned
     est = estimate_iteration(load_scenario_text(BASE % ", cpu_offloading: true, cpu_offloading_num_layers: 23",
                                                 "cpu.yaml", ["cluster.node.host_bandwidth=10 GB/s"]))
     assert est.iteration_s == pytest.approx(s["iteration_time_s"], rel=0.05)

@@ -26,6 +26,8 @@ def _memory(result: Result) -> dict[str, Any]:
     out: dict[str, Any] = {"peak_bytes_per_gpu": m.peak_bytes_per_gpu, "capacity_bytes": m.capacity_bytes,
                            "fits": m.fits}
     out["breakdown_bytes"] = dict(sorted(m.breakdown.items()))
+    if m.host_bytes:  # pinned host memory: CPU-offloaded layers, the paged stash's host buffer
+        out["host_bytes_per_gpu"] = m.host_bytes
     from emulator.workload.memory import stash_summary
 
     stash = stash_summary(sc, m)
@@ -283,6 +285,8 @@ def human_table(summary: dict) -> str:
         verdict = "fits" if mem["fits"] else "DOES NOT FIT"
         rows.append(("memory/GPU", f"{format_bytes(mem['peak_bytes_per_gpu'])} of "
                                    f"{format_bytes(mem['capacity_bytes'])}  {verdict}"))
+    if mem.get("host_bytes_per_gpu"):
+        rows.append(("host memory/GPU", f"{format_bytes(mem['host_bytes_per_gpu'])} pinned (offloaded activations)"))
     stash = mem.get("paged_stash")
     if stash:
         rows.append(("paged stash", stash_line(stash)))
