@@ -232,3 +232,25 @@ def test_where_the_alltoall_dispatcher_syncs_with_the_host(ep, pad, syncs, count
     assert names.count("moe.host_sync") == syncs and names.count("moe.token_counts") == count_exchanges
     # under drop and pad the counts are one fill of the E received counts, not the six kernels of the sums
     assert [n for n in names if n.startswith("moe.counts")] == (["moe.counts"] if pad or ep == 1 else COUNTS)
+
+
+def test_token_dropping_syncs_before_the_permutation():
+    # Megatron-Core's preprocess with a capacity factor and no padding (or router padding): the output's size is
+    # dynamic, so the counts' all-gather and the host sync come before the first permutation ("before_permutation_1"),
+    # not before the all-to-all; without EP the sync alone, and no "before_finish" sync after
+    from dataclasses import replace
+
+    L = Ly.layer_shape(replace(MOE, moe_expert_capacity_factor=1.25), 1, ep=4, flash=True)
+    assert L.early_sync
+    names = [st.name for st in _moe_part(Ly.forward_steps(L))]
+    assert names[names.index("moe.counts.per_expert") + 1:names.index("moe.dispatch") + 1] == [
+        "moe.token_counts", "moe.host_sync", "moe.permute.map1", "moe.permute.map2", "moe.permute.map3",
+        "moe.permute", "moe.dispatch"]
+    one = [st.name for st in _moe_part(Ly.forward_steps(Ly.layer_shape(replace(MOE, moe_expert_capacity_factor=1.25),
+                                                                      1, ep=1, flash=True)))]
+    assert one.count("moe.host_sync") == 1 and one.index("moe.host_sync") < one.index("moe.permute")
+    assert "moe.token_counts" not in one
+    # padded to capacity: no exchange and no sync at all
+    pad = Ly.layer_shape(replace(MOE, moe_expert_capacity_factor=1.25, moe_pad_expert_input_to_capacity=True), 1,
+                         ep=4, flash=True)
+    assert not pad.early_sync and "moe.host_sync" not in [st.name for st in Ly.forward_steps(pad)]

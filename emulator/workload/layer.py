@@ -259,11 +259,14 @@ def layer_load_shape(L: LayerShape, m: ModelSpec, layer: int, step: int = 0) -> 
 
 def _dispatch_fields(m: ModelSpec, par: ParallelSpec | None, sm_count: int) -> dict[str, Any]:
     """LayerShape's dispatch and router fields from the parallel and model keys."""
+    dispatcher = par.moe_token_dispatcher_type if par is not None else "alltoall"
+    early = dispatcher == "alltoall" and not routing.padded(m) and (
+        m.moe_expert_capacity_factor is not None or m.moe_router_padding_for_quantization)
     out: dict[str, Any] = dict(router_bytes=ROUTER_BYTES.get(m.moe_router_dtype, 0), groups=m.moe_router_num_groups,
                                router_fusion=m.moe_router_fusion, permute_fusion=m.moe_permute_fusion,
                                permute_into_hybridep=m.moe_permute_fusion_into_hybridep,
                      group_topk=m.moe_router_group_topk, drop_pad=routing.padded(m),
-                     a2a_scale=m.moe_expert_capacity_factor if routing.padded(m) else 1.0)
+                     a2a_scale=m.moe_expert_capacity_factor if routing.padded(m) else 1.0, early_sync=early)
     if par is None:
         return out
     flex = par.moe_token_dispatcher_type == "flex"

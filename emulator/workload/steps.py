@@ -114,6 +114,9 @@ class LayerShape:
     a2a_scale: float = 1.0  # the copies each rank sends over the mean: the capacity factor when padded
     drop_pad: bool = False  # Megatron-Core's drop and pad (routing.padded): static splits, no count exchange nor sync
     static_ep: bool = False  # HybridEP under moe_expert_rank_capacity_factor: a static receive buffer, no host sync
+    # the alltoall dispatcher with token dropping or router padding (not drop and pad): the output's size is dynamic,
+    # so the host syncs before the first permutation, not before the all-to-all (token_dispatch.py)
+    early_sync: bool = False
     # quantised experts' row alignment (layer.py "Quantised experts' alignment"): the extra rows a local expert runs,
     # and whether the experts pad and unpad them themselves (TE's Fp8Padding and Fp8Unpadding copies)
     pad_rows: float = 0.0

@@ -27,7 +27,8 @@ from emulator.workload.steps import (
 # - alltoall (MoEAlltoAllTokenDispatcher): ``preprocess`` all-gathers every rank's tokens per expert over
 #   the TP×EP group (gather_from_sequence_parallel_region(num_local_tokens_per_expert, tp_ep_group): E int64
 #   per rank), the host syncs at ``cuda_sync_point`` "before_ep_alltoall" to read the splits
-#   (_maybe_dtoh_and_synchronize; under drop and pad ``preprocess`` returns early with the capacity as every
+#   (_maybe_dtoh_and_synchronize; with token dropping or router padding at "before_permutation_1", so before the
+#   permutation: LayerShape.early_sync; under drop and pad ``preprocess`` returns early with the capacity as every
 #   count: neither the all-gather nor the sync), then ``token_dispatch`` runs the tokens' all-to-all-v and a
 #   second one of the routing probabilities (one per copy, fp32); ``token_combine`` one all-to-all back. The
 #   emulator sends the probabilities with the tokens (same pairs, their bytes added), leaving out the second
@@ -366,8 +367,24 @@ def route_and_permute(L: LayerShape, tokens: int, routed: int, cat: str) -> list
     map, or unfused its argsort) and the permute of ``routed`` token copies: everything of the MoE layer before
     the dispatch."""
     return [_router(L, tokens, cat), *_routing_kernels(L, tokens, cat), *_aux_loss_steps(L, tokens, cat),
-            *_count_kernels(L, tokens, cat), *_permute_map(L, tokens, routed, cat),
+            *_count_kernels(L, tokens, cat), *_early_sync(L, cat), *_permute_map(L, tokens, routed, cat),
             *_spread_rows(L, "moe.permute", routed, cat)]
+
+
+def _count_exchange(L: LayerShape, cat: str) -> list[Step]:
+    """The alltoall dispatcher's all-gather of every rank's tokens per expert over the EP group (none without EP),
+    then the host's sync that reads them."""
+    gather: list[Step] = [Comm("moe.token_counts", "ep", "all_gather", L.experts * COUNT_BYTES * L.ep, 0, cat)] \
+        if L.ep > 1 else []
+    return [*gather, _host_sync(cat)]
+
+
+def _early_sync(L: LayerShape, cat: str) -> list[Step]:
+    """With token dropping or router padding (LayerShape.early_sync), Megatron-Core's ``preprocess`` all-gathers
+    the counts and moves the sync to "before_permutation_1" (token_dispatcher.py @ d98e8a64dd: "output size is
+    dynamic. Need to sync output size GPU->CPU before allocating output buffer"): the host waits for the router
+    and the count exchange before it issues the permutation."""
+    return _count_exchange(L, cat) if L.early_sync and L.experts else []
 
 
 def permute_and_router_backward(L: LayerShape, tokens: int, routed: int) -> list[Step]:
@@ -456,7 +473,8 @@ def dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list
     EP the alltoall dispatcher still reads the experts' counts on the host, for the grouped GEMM's splits
     (``cuda_sync_point`` "before_finish", or "before_permutation_2" unfused), but under drop and pad."""
     if L.ep <= 1:
-        return [_host_sync(cat), *under] if L.dispatcher == "alltoall" and L.experts and not L.drop_pad else list(under)
+        late = L.dispatcher == "alltoall" and L.experts and not L.drop_pad and not L.early_sync
+        return [_host_sync(cat), *under] if late else list(under)
     routed = tokens * L.top_k
     if L.dispatcher == "allgather":
         return [Comm("moe.dispatch_routing", "ep", "all_gather", tokens * L.experts * (1 + _probs_bytes(L)) * L.ep,
@@ -468,10 +486,9 @@ def dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list
         return [*sync, Comm("moe.dispatch", "ep", name, tokens * L.h * L.dtype, len(under), cat), *under]
     probs = routed * _probs_bytes(L) * L.a2a_scale
     dispatch = Comm("moe.dispatch", "ep", _a2a_name(L, "in"), a2a + probs, len(under), cat)
-    if L.drop_pad:  # every split is the capacity: no count exchange, no sync (cuda_sync_point stays "no_sync")
+    if L.drop_pad or L.early_sync:  # drop and pad: no count exchange nor sync; early: both before the permutation
         return [dispatch, *under]
-    return [Comm("moe.token_counts", "ep", "all_gather", L.experts * COUNT_BYTES * L.ep, 0, cat), _host_sync(cat),
-            dispatch, *under]
+    return [*_count_exchange(L, cat), dispatch, *under]
 
 
 def combine_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list[Step]) -> list[Step]:
