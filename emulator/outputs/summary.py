@@ -286,7 +286,8 @@ def human_table(summary: dict) -> str:
         rows.append(("memory/GPU", f"{format_bytes(mem['peak_bytes_per_gpu'])} of "
                                    f"{format_bytes(mem['capacity_bytes'])}  {verdict}"))
     if mem.get("host_bytes_per_gpu"):
-        rows.append(("host memory/GPU", f"{format_bytes(mem['host_bytes_per_gpu'])} pinned (offloaded activations)"))
+        rows.append(("host memory/GPU", f"{format_bytes(mem['host_bytes_per_gpu'])} pinned (activation offload and "
+                                        "stash buffers)"))
     stash = mem.get("paged_stash")
     if stash:
         rows.append(("paged stash", stash_line(stash)))
