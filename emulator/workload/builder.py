@@ -33,7 +33,10 @@ Streams (in-order lanes) and what runs on them:
   ZeRO-3 before every layer's forward and backward, prefetched one layer ahead;
 - ``d2h`` / ``h2d`` (``training.fine_grained_activation_offloading``): each layer's offloaded inputs copied to
   host memory after its forward, and back before its backward, issued as the backward layer before it begins
-  (fixed-duration copies at the node's ``host_bandwidth``, on the copy engines: no SMs).
+  (fixed-duration copies at the node's ``host_bandwidth``, on the copy engines: no SMs); with
+  ``training.cpu_offloading`` the first K layers' whole saved activations, with Transformer Engine's waits
+  (cpu_offload.py: layer L − K + i's forward waits for layer i's copy, whose reload is issued as layer
+  L − 1 − K + i's backward begins).
 
 Zero-bubble schedules (schedules.py) split some backwards into an input-gradient task, which
 sends the gradient on, and a later weight-gradient task of the ``*.wgrad`` kernels, after which the
