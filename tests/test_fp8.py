@@ -269,3 +269,12 @@ def test_dpa_rows_read_cudnn_frontends_results():
     # MLA's 192/128 at their mean, 160; a deterministic backward and a sliding window left out
     assert dpa_rows(head + "\n".join(rows), "f.csv") == ["attention_fwd_causal,fp8,160x4096,2047.5,f.csv row 1\n",
                                                         "attention_bwd,bf16,128x2048,1124,f.csv row 4\n"]
+
+
+def test_per_tensor_fp8_attention_sends_k_and_v_in_fp8_around_the_cp_ring():
+    # CP 2 ring (p2p): K and V of this rank's 4096 tokens, 8 kv heads x (128 + 128): 4096 x 2048 elements, one byte
+    # each under per-tensor FP8 attention, two otherwise (and under MXFP8, which TE keeps in BF16 around the ring)
+    def ring(dpa: bool, recipe: str = "") -> float:
+        L = Ly.layer_shape(LLAMA, 1, 1, cp=2, dtype=1, flash=True, fp8_dpa=dpa, recipe=recipe)
+        return next(st.bytes for st in Ly.forward_steps(L) if st.name == "attn.kv_ring0")
+    assert ring(True) == 4096 * 2048 and ring(False) == 2 * 4096 * 2048 and ring(True, "mxfp8") == 2 * 4096 * 2048

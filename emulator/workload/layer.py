@@ -589,6 +589,13 @@ def _dpa_casts(L: LayerShape, backward: bool, cat: str) -> tuple[list[Step], lis
     return ([Kernel(names[0], "cast", first, 3.0 * first, cat)], [Kernel(names[1], "cast", then, 3.0 * then, cat)])
 
 
+def _ring_bytes(L: LayerShape) -> int:
+    """Bytes an element of K, V (and their gradients) take in the CP ring: FP8 with per-tensor FP8 attention (TE
+    context_parallel.py ``AttnFuncWithCPAndKVP2P``: not under MXFP8, ``q, k, v = [q_fp8._data, ...]`` forward,
+    ``kv_fp8._data`` and uint8 dK/dV buffers backward), else the activations' type."""
+    return 1 if L.fp8_dpa and L.recipe != "mxfp8" else L.dtype
+
+
 def attention_core_forward(L: LayerShape, cat: str = FWD) -> list[Step]:
     """Unfused: QKᵀ, softmax, dropout, PV. Fused: one flash kernel per CP ring step (with a2a CP: one on the
     whole sequence between two all-to-alls; with a2a+p2p, the ring between them; with all_gather, the query
@@ -603,7 +610,7 @@ def _attention_core_forward(L: LayerShape, cat: str) -> list[Step]:
         return other
     if L.fused_attention:
         steps: list[Step] = []
-        kv_block = L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K and V of this rank's tokens
+        kv_block = L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * _ring_bytes(L)  # K and V of this rank's tokens
         for i in range(L.cp):
             if i < L.cp - 1:
                 steps.append(Comm(f"attn.kv_ring{i}", "cp", "ring", kv_block, 1, cat))
@@ -841,7 +848,7 @@ def _attention_core_backward(L: LayerShape) -> list[Step]:
         return other
     if L.fused_attention:
         steps: list[Step] = []
-        block = 2 * L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * L.dtype  # K, V and their gradients
+        block = 2 * L.b * L.s * L.kv_l * (L.d_qk + L.d_v) * _ring_bytes(L)  # K, V and their gradients
         for i in range(L.cp):
             if i < L.cp - 1:
                 steps.append(Comm(f"attn.kv_ring{i}_bwd", "cp", "ring", block, 1, BWD))
