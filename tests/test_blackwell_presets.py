@@ -52,3 +52,18 @@ def test_sinks_cost_one_small_kernel_each_way():
     assert fwd.bytes == 2 * 16 * 4096 * 2 * 2
     plain = layer_shape(model_preset("qwen3-30b-a3b"), 2, flash=True)
     assert not [k for k in attention_core_forward(plain) if k.name == "attn.sinks"]
+
+
+def test_kimi_k2_from_megatron_lms_example():
+    # examples/post_training/modelopt/conf/moonshotai/Kimi-K2-Instruct.sh @ d98e8a64dd
+    k = model_preset("kimi-k2")
+    assert (k.layers, k.hidden, k.heads, k.experts, k.top_k, k.shared_experts, k.first_dense_layers, k.vocab,
+            k.q_lora_rank, k.kv_lora_rank) == (61, 7168, 64, 384, 8, 1, 1, 163840, 1536, 512)
+    # embedding and head 2 x 163840 x 7168 = 2,348,810,240; a layer's attention 7168·1536 + 1536·64·192 + 7168·576
+    # + 512·64·256 + 64·128·7168 = 101,122,048, its norms 1536 + 512 + 2·7168: 101,138,432 x 61 = 6,169,444,352;
+    # the dense MLP 3·7168·18432 = 396,361,728; 60 MoE layers of 385 experts (one shared) of 3·7168·2048 = 44,040,192
+    # and a router of 7168·384: 60 x 16,958,226,432 = 1,017,493,585,920; the final norm 7168
+    assert M.total_params(k) == 2_348_810_240 + 6_169_444_352 + 396_361_728 + 1_017_493_585_920 + 7168
+    # activated: 9 of the experts (8 routed and the shared) and the router in each MoE layer
+    assert M.activated_params(k) == 2_348_810_240 + 6_169_444_352 + 396_361_728 + 60 * (9 * 44_040_192 + 2_752_512) \
+        + 7168

@@ -280,6 +280,12 @@ MODELS: dict[str, dict[str, Any]] = {
     # with its one multi-token prediction module: huggingface deepseek-ai/DeepSeek-V3 config.json
     # num_nextn_predict_layers 1 (DeepSeek-V3 Technical Report, arXiv 2412.19437, section 2.2: D = 1)
     "deepseek-v3": dict(_deepseek(61, 7168, 128, 18432, 2048, 256, 1, 8, 3, 1536, 129280), mtp_num_layers=1),
+    # Kimi K2 (moonshotai/Kimi-K2-Instruct): Megatron-LM d98e8a64dd examples/post_training/modelopt/conf/moonshotai/
+    # Kimi-K2-Instruct.sh: 61 layers, hidden 7168, 64 heads, dense ffn 18432, multi-latent attention (q rank 1536,
+    # kv rank 512, qk head 128 + rope 64, v head 128), 384 experts of 2048, top 8, one shared expert of 2048
+    # (--moe-shared-expert-intermediate-size), the first layer dense (--moe-layer-freq [0]*1+[1]*60), vocabulary
+    # 163840 (--padded-vocab-size), 4096 tokens; no multi-token prediction, no group-limited routing
+    "kimi-k2": _deepseek(61, 7168, 64, 18432, 2048, 384, 1, 8, 1, 1536, 163840),
     "qwen2-57b-a14b": dict(_llama(28, 3584, 28, 4, 2560, 151646, 4096), expert_ffn_hidden=2560, experts=64,
                            top_k=8, shared_experts=8),
     "qwen3-235b-a22b": dict(_llama(94, 4096, 64, 4, 12288, 151936, 4096), head_dim=128, expert_ffn_hidden=1536,
