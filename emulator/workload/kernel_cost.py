@@ -18,16 +18,14 @@ The same costs for a single kernel, for callers outside the layer model (a profi
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from emulator.devices import compute
 from emulator.scenario.spec import QUANTISED, GpuSpec
 from emulator.workload.layer import Comm, Kernel, Step
-
-if TYPE_CHECKING:
-    from emulator.devices.kernels import KernelTable
 
 # Grouped GEMM against the plain GEMM of one group's shape, measured by DeepSeek's DeepGEMM on
 # H800 (FP8; deepseek-ai/DeepGEMM @ a6d97a1, README.md "Performance", tables "Normal GEMMs for
@@ -173,22 +171,26 @@ def _kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str) -> tuple[float, str]:
 # 1 where the rows have no shape near it (kernels.py's neighbours: within an octave).
 
 
-def fp8_attention_reference(gpu: GpuSpec) -> "KernelTable | None":
-    """The table whose BF16 and FP8 rows give ``gpu``'s FP8 attention speed-up (see above)."""
-    from emulator.devices import kernels
-
+def fp8_attention_reference(gpu: GpuSpec) -> str:
+    """The table whose BF16 and FP8 rows give ``gpu``'s FP8 attention speed-up (see above): dpa_gb300, dpa_gb200
+    or h100."""
     if gpu.peak_flops_fp4 <= 0:
-        return kernels.table("h100", ())
+        return "h100"
     fp8 = gpu.peak_flops_fp8 or 2 * gpu.peak_flops
-    return kernels.reference("dpa_gb300" if gpu.peak_flops_fp4 >= 3 * fp8 else "dpa_gb200")
+    return "dpa_gb300" if gpu.peak_flops_fp4 >= 3 * fp8 else "dpa_gb200"
 
 
 def fp8_attention_speedup(op: str, dims: tuple[int, ...], dtype: str = "fp8", gpu: GpuSpec | None = None) -> float:
     """cuDNN's ``dtype`` (fp8 | mxfp8) attention rate over its BF16 one at ``dims`` (head dim, keys) in ``gpu``'s
     reference rows (:func:`fp8_attention_reference`; None: the H200's); 1 where not covered."""
+    return _speedup(op, tuple(dims), dtype, fp8_attention_reference(gpu) if gpu is not None else "h100")
+
+
+@functools.lru_cache(maxsize=4096)
+def _speedup(op: str, dims: tuple[int, ...], dtype: str, reference: str) -> float:
     from emulator.devices import kernels
 
-    ref = fp8_attention_reference(gpu) if gpu is not None else kernels.table("h100", ())
+    ref = kernels.table(reference, ()) if reference == "h100" else kernels.reference(reference)
     low = ref.lookup(op, dtype, dims) if ref is not None else None
     bf16 = ref.lookup(op, "bf16", dims) if ref is not None else None
     return low.rate / bf16.rate if low is not None and bf16 is not None else 1.0
