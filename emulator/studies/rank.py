@@ -78,7 +78,7 @@ from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
-from emulator.workload.cpu_offload import bytes_of, offloaded_layers, pass_with_copies
+from emulator.workload.cpu_offload import offloaded_bytes, offloaded_layers, pass_with_copies
 from emulator.workload.memory import chunk_plan_of, held_stages
 from emulator.workload.offload import layer_offload, offload_share
 from emulator.workload.optimizer import adam_step_bytes
@@ -389,7 +389,7 @@ def _offload_bound(sc: Scenario, m: ModelSpec, split: Split, stage_t: list[float
     if k:
         node = sc.cluster.node
         assert node is not None  # estimate_iteration checked it
-        copy = sum(bytes_of(sc, m, i) for i in range(k)) / k / node.host_bandwidth
+        copy = offloaded_bytes(sc, m) / k / node.host_bandwidth
         n = m.layers
         return [max(t, pass_with_copies(t / (3 * n), 2 * t / (3 * n), copy, n, k)) for t in stage_t]
     moe, dense = layer_offload(sc, m)

@@ -32,10 +32,10 @@ workload/memory.py counts the layers each stage holds in flight; workload/offloa
 """
 from __future__ import annotations
 
-from emulator.scenario.spec import ModelSpec
+from emulator.scenario.spec import QUANTISED, ModelSpec, Scenario
 from emulator.workload import models as M
 from emulator.workload import routing
-from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY
+from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY, recipe_of
 
 # Bytes per element of a GEMM input saved for the backward pass, by quantised recipe: per-tensor FP8 1
 # (the default); MXFP8 and NVFP4 the column-wise copy the weight gradient reads, with its block scales
@@ -161,3 +161,16 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     if sp:
         return unit * (replicated + sharded + scores) / t
     return unit * (replicated + (sharded + scores) / t)
+
+
+def scenario_layer_bytes(sc: Scenario, m: ModelSpec, moe: bool | None = None) -> float:
+    """:func:`layer_activation_bytes` of model ``m`` at scenario ``sc``'s shape, parallelism, precision, recompute and
+    attention (``moe`` as there): what workload/memory.py keeps per layer in flight and workload/cpu_offload.py
+    sends."""
+    par, tr = sc.parallel, sc.training
+    return layer_activation_bytes(
+        m, tr.micro_batch, m.seq_len // par.cp, par.tp, par.sequence_parallel and par.tp > 1, tr.recompute,
+        tr.attention in ("flash", "fa2") or par.cp > 1, 4 if tr.precision in ("fp32", "tf32") else 2, par.ep, moe,
+        tr.precision in QUANTISED, tr.recompute_modules, SAVED_INPUT_BYTES.get(recipe_of(tr.precision, tr.fp8_recipe),
+                                                                               1.0),
+        par.etp or par.tp, tr.fp8_dot_product_attention)

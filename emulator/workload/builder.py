@@ -58,9 +58,9 @@ from emulator.scenario.stages import rank_of, virtual_stage
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload.cpu_offload import finish_before, reload_at
 from emulator.workload.cpu_offload import layer_bytes as cpu_layer_bytes
 from emulator.workload.cpu_offload import offloaded_layers as cpu_offloaded_layers
-from emulator.workload.cpu_offload import reload_at
 from emulator.workload.emitter import Emitter, UnitTag
 from emulator.workload.offload import chunk_offload, layer_offload
 from emulator.workload.optimizer import adam_step_bytes
@@ -244,7 +244,7 @@ class _RankBuilder(Emitter):
     def _offload_done(self, unit: Unit, vs: int, mb: int) -> list[int]:
         """Layer-wise CPU offloading: layer L − K + i's forward waits for offloaded layer i's copy
         (cpu_offload.py; TE's ``release_activation_forward_gpu_memory``)."""
-        i = unit.layer - (self.plan.model.layers - self._cpu_k)
+        i = unit.layer - finish_before(0, self.plan.model.layers, self._cpu_k)  # the layer whose copy it waits for
         if not 0 <= i < self._cpu_k or unit.layer >= self.plan.model.layers:
             return []
         out = self._offloaded.get((mb, vs, self._layer_unit[i]))

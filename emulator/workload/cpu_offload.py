@@ -20,10 +20,9 @@ offloading and the MoE paged stash (scenario/rules.py).
 """
 from __future__ import annotations
 
-from emulator.scenario.spec import QUANTISED, ModelSpec, Scenario
+from emulator.scenario.spec import ModelSpec, Scenario
 from emulator.workload import models as M
-from emulator.workload.activations import SAVED_INPUT_BYTES, layer_activation_bytes
-from emulator.workload.layer import recipe_of
+from emulator.workload.activations import scenario_layer_bytes
 
 
 def offloaded_layers(sc: Scenario) -> int:
@@ -45,25 +44,13 @@ def reload_at(layer: int, layers: int, offloaded: int) -> int:
 def layer_bytes(sc: Scenario, m: ModelSpec) -> tuple[float, float]:
     """What one layer saves for its backward per micro-batch, all of which an offloaded layer sends: (an MoE layer
     where the model has experts, else a dense one; a dense leading layer)."""
-    par, tr = sc.parallel, sc.training
-    dtype = 4 if tr.precision in ("fp32", "tf32") else 2
-    flash = tr.attention in ("flash", "fa2") or par.cp > 1
-    sp = par.sequence_parallel and par.tp > 1
-    saved = SAVED_INPUT_BYTES.get(recipe_of(tr.precision, tr.fp8_recipe), 1.0)
-    moe, dense = (layer_activation_bytes(m, tr.micro_batch, m.seq_len // par.cp, par.tp, sp, tr.recompute, flash,
-                                         dtype, par.ep, kind, tr.precision in QUANTISED, tr.recompute_modules, saved,
-                                         par.etp or par.tp, tr.fp8_dot_product_attention)
-                  for kind in (None, False))
-    return moe, dense
+    return scenario_layer_bytes(sc, m), scenario_layer_bytes(sc, m, False)
 
 
-def bytes_of(sc: Scenario, m: ModelSpec, layer: int) -> float:
-    """What decoder layer ``layer`` sends to the host per micro-batch: all it saves if it is among the first K, else
-    nothing."""
-    if not 0 <= layer < offloaded_layers(sc):
-        return 0.0
+def offloaded_bytes(sc: Scenario, m: ModelSpec) -> float:
+    """What the K offloaded layers send to the host per micro-batch, each all it saves."""
     moe, dense = layer_bytes(sc, m)
-    return moe if M.is_moe_layer(m, layer) else dense
+    return sum(moe if M.is_moe_layer(m, i) else dense for i in range(offloaded_layers(sc)))
 
 
 def pass_with_copies(fwd: float, bwd: float, copy: float, layers: int, offloaded: int) -> float:
@@ -74,7 +61,7 @@ def pass_with_copies(fwd: float, bwd: float, copy: float, layers: int, offloaded
     t, out_free = 0.0, 0.0
     done: list[float] = []
     for j in range(layers):
-        first = j - (layers - offloaded)
+        first = j - finish_before(0, layers, offloaded)  # the offloaded layer whose copy layer j waits for
         if first >= 0:
             t = max(t, done[first])  # layer L − K + i waits for layer i's copy
         t += fwd

@@ -53,7 +53,7 @@ from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of,
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
 from emulator.workload import routing
-from emulator.workload.activations import SAVED_INPUT_BYTES, layer_activation_bytes
+from emulator.workload.activations import layer_activation_bytes, scenario_layer_bytes
 from emulator.workload.cpu_offload import offloaded_layers
 from emulator.workload.layer import MXFP8_COPY, NVFP4_WEIGHT_COPY, recipe_of
 from emulator.workload.offload import OFFLOAD_RESIDENT_LAYERS, layer_offload, offload_share
@@ -443,7 +443,6 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
     dtype = 4 if tr.precision in ("fp32", "tf32") else 2
     grad_bytes = grad_reduce_bytes(tr.precision, tr.grad_reduce)
     state_bytes = optimizer_state_bytes(tr)
-    flash = getattr(tr, "attention", "unfused") in ("flash", "fa2") or par.cp > 1
     s = m.seq_len // par.cp
     micro = max(1, tr.global_batch // (tr.micro_batch * par.dp))
     plan = chunk_plan_of(sc, m)
@@ -453,22 +452,13 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
     # per token, are left out)
     with_mtp = stage_layers(tuple(n + (plan.mtp if k == plan.mtp_chunk else 0) for k, n in enumerate(plan.layers)),
                             par.pp, v_shape)
-    sp = par.sequence_parallel and par.tp > 1
     fp8 = tr.precision in QUANTISED
     recipe = recipe_of(tr.precision, tr.fp8_recipe)
-    saved = SAVED_INPUT_BYTES.get(recipe, 1.0)
-    modules = tr.recompute_modules
-    dpa = tr.fp8_dot_product_attention
-    per_layer = layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                       fp8=fp8, modules=modules, saved=saved, etp=par.etp or par.tp, dpa=dpa)
-    per_dense = (layer_activation_bytes(m, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep,
-                                        False, fp8, modules, saved, dpa=dpa) if m.experts and m.first_dense_layers
-                 else per_layer)
+    per_layer = scenario_layer_bytes(sc, m)
+    per_dense = scenario_layer_bytes(sc, m, False) if m.experts and m.first_dense_layers else per_layer
     off_layer, off_dense = layer_offload(sc, m)
     cpu_k = offloaded_layers(sc)
-    transient, pages, host_layer = paged_stash_bytes(m, lambda x: layer_activation_bytes(
-        x, tr.micro_batch, s, par.tp, sp, tr.recompute, flash, dtype, par.ep, fp8=fp8, modules=modules, saved=saved,
-        etp=par.etp or par.tp, dpa=dpa))
+    transient, pages, host_layer = paged_stash_bytes(m, lambda x: scenario_layer_bytes(sc, x))
     out: list[MemoryReport] = []
     for stage in range(par.pp):
         held = held_stages(par, stage)

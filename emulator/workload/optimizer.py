@@ -35,8 +35,8 @@ from emulator.workload.layer import recipe_of
 
 MOMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}  # exp_avg_dtype, exp_avg_sq_dtype
 GRAD_READ_BYTES = 4  # the fp32 main gradient the step reads, and clip_grad_norm reads again
-MAIN_STEP_BYTES = {4: 10, 2: 8}  # main weight bytes → what its update moves: fp32 copy; remainder (or fp16: 6)
-FP16_MAIN_STEP_BYTES = 6
+# what updating one main weight moves (the module docstring): an fp32 copy, a 16-bit remainder, an fp16 main weight
+FP32_MAIN_UPDATE_BYTES, REMAINDER_UPDATE_BYTES, FP16_MAIN_UPDATE_BYTES = 10, 8, 6
 
 
 def _bf16_weights(tr: TrainingSpec) -> bool:
@@ -77,7 +77,10 @@ def optimizer_state_bytes(tr: TrainingSpec) -> float:
 
 def adam_step_bytes(tr: TrainingSpec) -> float:
     """Bytes the optimizer step moves per local parameter (see the module docstring): 34 for fp32 states."""
-    main = main_weight_bytes(tr)
-    update = FP16_MAIN_STEP_BYTES if tr.optimizer == "megatron" and tr.use_precision_aware_optimizer \
-        and tr.main_params_dtype == "fp16" else MAIN_STEP_BYTES[main]
-    return float(GRAD_READ_BYTES + 2 * moment_bytes(tr) + update + GRAD_READ_BYTES)
+    return float(GRAD_READ_BYTES + 2 * moment_bytes(tr) + _main_update_bytes(tr) + GRAD_READ_BYTES)
+
+
+def _main_update_bytes(tr: TrainingSpec) -> int:
+    if tr.optimizer == "megatron" and tr.use_precision_aware_optimizer and tr.main_params_dtype == "fp16":
+        return FP16_MAIN_UPDATE_BYTES
+    return REMAINDER_UPDATE_BYTES if main_weight_bytes(tr) == 2 else FP32_MAIN_UPDATE_BYTES
