@@ -230,6 +230,14 @@ def _nemotron(layers: int, hidden: int, heads: int) -> dict[str, Any]:
                 tied_embeddings=False)
 
 
+def _hybrid(layers: int, hidden: int, heads: int, kv: int, ffn: int, seq: int, pattern: str) -> dict[str, Any]:
+    """A Nemotron-H model (Megatron-Bridge's HybridModelProvider defaults: RMSNorm, squared ReLU, no biases,
+    dropout or position embedding, untied embeddings; Mamba-2 heads of 64 in 8 groups)."""
+    return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv, ffn_hidden=ffn, vocab=131072, seq_len=seq,
+                activation="squared_relu", biases=False, dropout=False, norm="rmsnorm", tied_embeddings=False,
+                position_embedding_type="none", hybrid_layer_pattern=pattern, mamba_head_dim=64, mamba_num_groups=8)
+
+
 def _deepseek(layers: int, hidden: int, heads: int, ffn: int, expert_ffn: int, experts: int, shared: int,
               top_k: int, dense: int, q_rank: int, vocab: int) -> dict[str, Any]:
     return dict(layers=layers, hidden=hidden, heads=heads, ffn_hidden=ffn, expert_ffn_hidden=expert_ffn,
@@ -313,6 +321,28 @@ MODELS: dict[str, dict[str, Any]] = {
     "gpt-oss-120b": dict(_llama(36, 2880, 64, 8, 2880, 201088, 4096), head_dim=64, expert_ffn_hidden=2880,
                          experts=128, top_k=4, biases=True, dropout=False, norm="rmsnorm", sliding_window=128,
                          window_attn_skip_freq=2, softmax_type="learnable"),
+    # Nemotron-H 56B (hybrid: workload/hybrid.py), as Megatron-Bridge builds it (067f987df
+    # src/megatron/bridge/recipes/nemotronh/h100/nemotronh.py, nemotronh_56b_pretrain_8gpu_h100_bf16_config:
+    # HybridModelProvider(hybrid_layer_pattern=..., num_layers=118, hidden_size=8192, mamba_state_dim=256,
+    # mamba_num_heads=256, ffn_hidden_size=32768, num_attention_heads=64, num_query_groups=8, mamba_num_groups=8,
+    # mamba_head_dim=64, squared_relu, seq_length 8192); the provider's defaults (src/megatron/bridge/models/hybrid/
+    # hybrid_provider.py): RMSNorm, no linear biases, no dropout, no position embedding, untied embeddings. 54 Mamba
+    # layers, 10 attention, 54 MLP. Vocabulary 131072, the Nemotron-H tokenizer's (the family's vocab_size in
+    # recipes/nemotronh/h100/nemotron_3_nano_4b.py and tests/unit_tests/models/nemotronh/test_nemotron_h_bridge.py).
+    "nemotronh-56b": dict(_hybrid(118, 8192, 64, 8, 32768, 8192,
+                                  "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
+                                  "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"),
+                          mamba_state_dim=256, mamba_num_heads=256),
+    # Nemotron 3 Nano (30B-A3B; hybrid with MoE), recipes/nemotronh/h100/nemotron_3_nano.py @ 067f987df,
+    # nemotron_3_nano_pretrain_8gpu_h100_bf16_config: 52 layers of the pattern below (23 Mamba, 6 attention, 23
+    # MoE), hidden 2688, 32 heads of 128 (kv_channels) in 2 query groups, 128 experts of 1856, top 6, one shared
+    # MLP of 3712 (moe_shared_expert_intermediate_size), router in fp32, Mamba 64 heads of 64, state 128, 8 groups;
+    # 8192 tokens.
+    "nemotron-3-nano": dict(_hybrid(52, 2688, 32, 2, 1856, 8192,
+                                    "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"),
+                            head_dim=128, experts=128, top_k=6, expert_ffn_hidden=1856, shared_experts=1,
+                            shared_expert_ffn_hidden=3712, moe_router_dtype="fp32", mamba_state_dim=128,
+                            mamba_num_heads=64),
     "bert-large": dict(layers=24, hidden=1024, heads=16, seq_len=512, vocab=30522, tied_embeddings=True,
                        causal=False),  # an encoder: bidirectional attention
 }

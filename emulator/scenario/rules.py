@@ -15,23 +15,15 @@ Nothing here reads a file or knows where a key was written: the loader's checks
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 
 from emulator.errors import ScenarioError
 from emulator.scenario import deepep_buffers as DEEPEP
+from emulator.scenario.hybrid_rules import hybrid_layout_violations, hybrid_model_violations
 from emulator.scenario.spec import QUANTISED, SCHEDULES, ModelSpec, ParallelSpec, TrainingSpec
 from emulator.scenario.stages import LAYOUT_KEY, V_SHAPED, model_chunks
+from emulator.scenario.violation import Violation
 
-
-@dataclass(frozen=True)
-class Violation:
-    """One broken rule: the key path to change and what is wrong, in the loader's words."""
-
-    key: str
-    message: str
-
-    def error(self) -> ScenarioError:
-        return ScenarioError(self.message, key=self.key)
+__all__ = ["Violation", "layout_violations", "model_violations", "schedule_violations"]
 
 
 def model_violations(model: ModelSpec) -> list[Violation]:
@@ -55,7 +47,7 @@ def model_violations(model: ModelSpec) -> list[Violation]:
     if m.swiglu and m.activation not in ("", "swiglu"):
         out.append(Violation("model.activation", f"activation {m.activation} contradicts swiglu: true "
                                                  "(yours or the preset's; set swiglu: false with it)"))
-    return out + _moe_violations(m) + _mla_violations(m)
+    return out + _moe_violations(m) + _mla_violations(m) + hybrid_model_violations(m)
 
 
 def _moe_violations(m: ModelSpec) -> list[Violation]:
@@ -166,11 +158,12 @@ def _expert_load_violations(m: ModelSpec) -> list[Violation]:
     rows = m.moe_expert_load
     if not rows:
         return out
-    moe_layers = m.layers - m.first_dense_layers
+    moe_layers = m.hybrid_layer_pattern.count("E") if m.hybrid_layer_pattern else m.layers - m.first_dense_layers
+    where = ("the E layers of hybrid_layer_pattern" if m.hybrid_layer_pattern else
+             f"layers {m.layers} − first_dense_layers {m.first_dense_layers}")
     if len(rows) not in (1, moe_layers):
         return out + [Violation("model.moe_expert_load", f"moe_expert_load has {len(rows)} rows; expected one (every "
-                                                         f"MoE layer) or one per MoE layer ({moe_layers}: layers "
-                                                         f"{m.layers} − first_dense_layers {m.first_dense_layers})")]
+                                                         f"MoE layer) or one per MoE layer ({moe_layers}: {where})")]
     for i, load in enumerate(rows):
         broken = _load_row_violation(m, load, "model.moe_expert_load" + (f"[{i}]" if len(rows) > 1 else ""))
         if broken is not None:
@@ -251,7 +244,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     out += _recompute_violations(m, t) + _offload_violations(m, t, p) + _router_padding_violations(m, t, p)
     out += _rank_budget_violations(m, t, p) + _cpu_offload_violations(m, t, p)
     out += _cuda_graph_violations(m, t, p)
-    out += _tensor_violations(m, p)
+    out += _tensor_violations(m, p) + hybrid_layout_violations(m, t, p)
     out += _a2a_overlap_violations(m, t, p)
     micro_batches = t.global_batch // per_step
     if p.schedule == "dualpipev" and micro_batches < 2 * p.pp:
@@ -558,7 +551,7 @@ def _cuda_graph_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> li
     moe_mods = [x for x in ("moe", "moe_router", "moe_preprocess") if x in mods]
     if moe_mods and not m.experts:
         out.append(Violation(key, f"{', '.join(moe_mods)} needs an MoE model (model.experts > 0)"))
-    if "mlp" in mods and m.experts and not m.first_dense_layers:
+    if "mlp" in mods and m.experts and not m.first_dense_layers and "-" not in m.hybrid_layer_pattern:
         out.append(Violation(key, "mlp captures a dense layer's MLP, and every layer of this model is MoE "
                                   "(Megatron-Core refuses it)"))
     drop_pad = m.moe_expert_capacity_factor is not None and m.moe_pad_expert_input_to_capacity

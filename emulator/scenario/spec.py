@@ -453,6 +453,27 @@ class ModelSpec:
         choices=("vanilla", "off-by-one", "learnable"))
     tied_embeddings: bool = key("Input and output embeddings shared.", default=False)
     causal: bool = key("A causal attention mask (decoders, the default); false: bidirectional (BERT).", default=True)
+    # Megatron-Core's position_embedding_type (transformer_config.py @ d98e8a64dd); "": learned_absolute with biases,
+    # else rope. Hybrid models (Megatron-Bridge's HybridModelProvider) use none.
+    position_embedding_type: str = key(
+        "Position embeddings (Megatron's position_embedding_type): learned_absolute (GPT), rope (Llama) or none "
+        "(Nemotron-H); absent: learned_absolute with biases, else rope.", default="",
+        choices=("learned_absolute", "rope", "none"))
+    # hybrid models (workload/hybrid.py): Megatron-Core's hybrid_layer_pattern
+    # (megatron/core/models/hybrid/hybrid_layer_allocation.py @ d98e8a64dd, Symbols) and its Mamba-2 mixer's keys
+    # (megatron/core/ssm/mamba_mixer.py; defaults from transformer_config.py)
+    hybrid_layer_pattern: str = key(
+        "A hybrid model's layers (Megatron-Core's hybrid_layer_pattern; Nemotron-H): one symbol per layer, M a Mamba-2 "
+        "mixer, * attention, - a dense MLP, E an MoE MLP; its length is layers. Absent: every layer is attention "
+        "and an MLP (a transformer).", default="")
+    mamba_state_dim: int = key("A Mamba-2 mixer's state size N per head (d_state).", default=128, minimum=1,
+                               maximum=10**5)
+    mamba_head_dim: int = key("A Mamba-2 mixer's head dimension P.", default=64, minimum=1, maximum=10**5)
+    mamba_num_groups: int = key("A Mamba-2 mixer's groups of B and C (ngroups).", default=8, minimum=1,
+                                maximum=10**5)
+    mamba_num_heads: int = key(
+        "A Mamba-2 mixer's heads; 0 or absent: 2·hidden / mamba_head_dim (expand 2).", default=0, minimum=0,
+        maximum=10**6)
 
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,
@@ -469,10 +490,10 @@ class ModelSpec:
 
 # Megatron-Core transformer_config.py @ d98e8a64dd, ``recompute_modules`` (the choices a GPT or MoE layer has)
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "moe", "shared_experts", "mlp")
-# Megatron-Core transformer_config.py @ d98e8a64dd, ``cuda_graph_impl`` and ``cuda_graph_modules`` (its mamba
-# module and the deprecated enable_cuda_graph, external_cuda_graph and cuda_graph_scope are not taken)
+# Megatron-Core transformer_config.py @ d98e8a64dd, ``cuda_graph_impl`` and ``cuda_graph_modules`` (mamba: a hybrid
+# model's Mamba layers; the deprecated enable_cuda_graph, external_cuda_graph and cuda_graph_scope are not taken)
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
-CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
+CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
 # Megatron-Core transformer_config.py @ d98e8a64dd, ``offload_modules`` (fine-grained activation offloading; its
 # fused_group_mlp, which needs Transformer Engine's op fuser, and gdp_qkv, a GatedDeltaProduct mixer's, are not
 # modelled)

@@ -74,6 +74,7 @@ from emulator.scenario.spec import QUANTISED, GpuSpec, ModelSpec, NodeSpec, Para
 from emulator.scenario.stages import V_SHAPED, model_chunks, rank_of, stage_layers
 from emulator.studies.exchange_cost import EpNodes, ep_nodes, exchange_time
 from emulator.workload import host as HOST
+from emulator.workload import hybrid
 from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
@@ -177,6 +178,7 @@ class Split:
     layers: list[tuple[int, ...]]
     leads: tuple[int, ...]
     mtp: int = -1
+    parts: tuple[str, ...] = ()  # a hybrid model's: each stage's layers, a pattern symbol each (workload/hybrid.py)
 
     def count(self, s: int) -> int:
         """The transformer layers of stage s (MTP modules apart)."""
@@ -194,7 +196,12 @@ def split_of(m: ModelSpec, par: ParallelSpec) -> Split:
     starts = [sum(plan.layers[:k]) for k in range(len(plan.layers))]
     lead = tuple(max(0, min(a + n, dense) - a) for a, n in zip(starts, plan.layers))
     mtp = rank_of(plan.mtp_chunk, p, vee) if plan.mtp and plan.mtp_chunk >= 0 else -1
-    return Split(stage_layers(plan.layers, p, vee), tuple(sum(c) for c in stage_layers(lead, p, vee)), mtp)
+    parts: tuple[str, ...] = ()
+    if m.hybrid_layer_pattern:  # each stage's chunks' slices of the pattern
+        chunk_parts = [m.hybrid_layer_pattern[a:a + n] for a, n in zip(starts, plan.layers)]
+        parts = tuple("".join(chunk_parts[k] for k in ks)
+                      for ks in stage_layers(tuple(range(len(plan.layers))), p, vee))
+    return Split(stage_layers(plan.layers, p, vee), tuple(sum(c) for c in stage_layers(lead, p, vee)), mtp, parts)
 
 
 @dataclass(frozen=True)
@@ -209,9 +216,14 @@ class Params:
     last: float
     lead: float = 0.0
     mtp: tuple[float, float] = (0.0, 0.0)
+    parts: tuple[tuple[str, float, float], ...] = ()  # a hybrid model's (part, dense, expert) of one layer each
 
     def layers(self, split: Split, s: int) -> tuple[float, float]:
         """(dense, expert) parameters of stage s's layers and MTP modules."""
+        if split.parts:  # a hybrid model: each of its layers' part
+            of = {part: (d, e) for part, d, e in self.parts}
+            mine = [of[c] for c in split.parts[s]]
+            return sum(d for d, _ in mine), sum(e for _, e in mine)
         n, k = split.count(s), split.leads[s]
         dense = self.layer_dense * (n - k) + self.lead * k
         expert = self.layer_expert * (n - k)
@@ -250,7 +262,7 @@ def params_of(m: ModelSpec, sc: Scenario, split: Split | None = None) -> Params:
     # an MoE layer's: the experts' own width (expert_ffn_hidden), split over etp·ep; the rest over tp
     dense = M.dense_layer_params(m, bool(m.experts)) / t
     expert = M.routed_params(m) / ((par.etp or t) * par.ep) if m.experts else 0.0
-    first = m.vocab * m.hidden / t + (m.seq_len * m.hidden if M.has_biases(m) else 0)
+    first = m.vocab * m.hidden / t + (m.seq_len * m.hidden if M.learned_positions(m) else 0)
     last = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or head_apart(par)) else 0)
     if not m.tied_embeddings:
         last -= m.vocab * m.hidden * (1 - 1 / t)
@@ -261,7 +273,9 @@ def params_of(m: ModelSpec, sc: Scenario, split: Split | None = None) -> Params:
         one = dense + 2 * m.hidden * m.hidden / t + MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden \
             + (m.vocab * m.hidden / t if copy else 0)
         mtp = (one * m.mtp_num_layers, expert * m.mtp_num_layers)
-    return Params(dense, expert, first, last, lead, mtp)
+    parts = tuple((part, M.part_params(m, part) / t, expert if part == hybrid.MOE else 0.0)
+                  for part in sorted(set(m.hybrid_layer_pattern)))  # as workload/plan.py's units hold them
+    return Params(dense, expert, first, last, lead, mtp, parts)
 
 
 # each schedule's bubble over 1F1B's, with F = B = W (module docstring); interleaved-1f1b: 1/v
@@ -308,7 +322,7 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     sizes = {"tp": par.tp, "cp": par.cp // a, "ep": par.ep, "cp_a2a": a}
     comm = tuple((name, sizes[name], links[name]) for name in ("tp", "cp", "ep", "cp_a2a"))
     lo = Layout.from_parallel(par, sc.gpus, par.order or None)
-    args = (tr.recompute, M.has_biases(m), m.vocab, gpu, comm, tr.recompute_modules)
+    args = (tr.recompute, M.learned_positions(m), m.vocab, gpu, comm, tr.recompute_modules)
     split = split_of(m, par)
     p, v = par.pp, par.virtual_stages
     last = rank_of(p * v - 1, p, par.schedule in V_SHAPED)  # a V: the head on the first stage
@@ -345,6 +359,10 @@ def _stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int
     modules), or with ``host`` the host's issuing of them."""
     per_layer, embed, head = pass_times(L, *args, host)
     lead, mtp, mtp_head = extra_times(L, *args, mtp_n, any(split.leads), host)
+    if split.parts:  # a hybrid model: each layer its part's passes
+        each = {part: pass_times(Ly.part_shape(L, part), *args, host)[0] for part in set("".join(split.parts))}
+        return [sum(each[c] for c in split.parts[s]) + (embed if s == 0 else 0.0) + (head if s == last else 0.0)
+                for s in range(p)]
     return [split.count(s) * per_layer + split.leads[s] * (lead - per_layer) + (embed if s == 0 else 0.0)
             + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
 

@@ -33,8 +33,8 @@ workload/memory.py counts the layers each stage holds in flight; workload/offloa
 from __future__ import annotations
 
 from emulator.scenario.spec import QUANTISED, ModelSpec, Scenario
+from emulator.workload import hybrid, routing
 from emulator.workload import models as M
-from emulator.workload import routing
 from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY, recipe_of
 
 # Bytes per element of a GEMM input saved for the backward pass, by quantised recipe: per-tensor FP8 1
@@ -129,17 +129,40 @@ def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: f
     return rep, shard
 
 
+def mixer_terms(r: ModelSpec, g: float) -> float:
+    """Stored bytes per token of a Mamba-2 mixer, its TP-sharded tensors (before the split): what Megatron-Core's
+    memory-efficient path keeps (megatron/core/ssm/mamba_mixer.py @ d98e8a64dd, ``_ssm_training``: mamba_ssm's
+    ``mamba_split_conv1d_scan_combined``, ssd_combined.py @ e9594ce, which saves its input zxBCdt, 2·(2·d_in + 2·G·N
+    + H), and the scan's ungated output, 2·d_in, and recomputes the convolution in its backward), the grouped norm's
+    input, 2·d_in, and out_proj's input, ``g``·d_in."""
+    md = hybrid.mamba_dims(r)
+    return 2 * md.in_proj + 2 * md.d_inner + 2 * md.d_inner + g * md.d_inner
+
+
+def part_terms(r: ModelSpec, part: str, g: float, attn_rep: float, attn_sharded: float, ep: int, tokens: int,
+               etp: int) -> tuple[float, float]:
+    """(replicated, sharded) stored bytes per token of one part of a hybrid layer, its norm input and mask apart:
+    the attention's (:func:`attention_terms`), an MLP's or the experts' input (``g``·h) and tensors, or the mixer's
+    in_proj input (``g``·h) and :func:`mixer_terms`."""
+    if part == hybrid.ATTENTION:
+        return attn_rep, attn_sharded
+    if part == hybrid.MAMBA:
+        return g * r.hidden, mixer_terms(r, g)
+    return g * r.hidden, _mlp_terms(r, part == hybrid.MOE, ep, g, tokens, etp=etp)
+
+
 def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                            recompute: str = "none", flash: bool = False, dtype: int = 2,
                            ep: int = 1, moe: bool | None = None, fp8: bool = False,
                            modules: tuple[str, ...] | None = None, saved: float = 1.0, etp: int = 1,
-                           dpa: bool = False) -> float:
+                           dpa: bool = False, part: str = "") -> float:
     """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``etp``: the experts'
     tensor-parallel size (:func:`expert_input_terms`); ``moe``
     False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts);
     ``fp8``: Transformer Engine saves the GEMM inputs quantised, ``saved`` bytes an element (1 in FP8;
     SAVED_INPUT_BYTES); ``modules``: selective recompute of those modules (:func:`freed_terms`); ``dpa``: FP8
-    attention (:func:`attention_parts`)."""
+    attention (:func:`attention_parts`); ``part``: one part of a hybrid model's layer (workload/hybrid.py's
+    symbols, :func:`part_terms`), "" a whole transformer layer."""
     r = M.resolve(m)
     h, a = r.hidden, r.heads
     dropout = M.has_dropout(r)
@@ -154,7 +177,11 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     sharded = attn_sharded + _mlp_terms(r, is_moe, ep, g, b * s, etp=etp)
     drop_scores = recompute == "selective" and (modules is None or "core_attn" in modules)
     scores = 0.0 if flash or drop_scores else a * s * (2 + mask + 2 * mask)  # softmax, mask, dropout
-    if recompute == "selective" and modules is not None:
+    if part:  # one part of a hybrid model's layer: its norm input and mask, and the part's own tensors
+        replicated, sharded = part_terms(r, part, g, attn_rep, attn_sharded, ep, b * s, etp)
+        replicated += 2 * h + mask * h
+        scores = scores if part == hybrid.ATTENTION else 0.0
+    elif recompute == "selective" and modules is not None:
         free_rep, free_shard = freed_terms(r, modules, is_moe, ep, g, b * s, etp, dpa and fp8)
         replicated -= free_rep
         sharded -= free_shard
@@ -163,14 +190,23 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     return unit * (replicated + (sharded + scores) / t)
 
 
-def scenario_layer_bytes(sc: Scenario, m: ModelSpec, moe: bool | None = None) -> float:
+def scenario_layer_bytes(sc: Scenario, m: ModelSpec, moe: bool | None = None, part: str = "") -> float:
     """:func:`layer_activation_bytes` of model ``m`` at scenario ``sc``'s shape, parallelism, precision, recompute and
-    attention (``moe`` as there): what workload/memory.py keeps per layer in flight and workload/cpu_offload.py
-    sends."""
+    attention (``moe`` and ``part`` as there): what workload/memory.py keeps per layer in flight and
+    workload/cpu_offload.py sends."""
     par, tr = sc.parallel, sc.training
     return layer_activation_bytes(
         m, tr.micro_batch, m.seq_len // par.cp, par.tp, par.sequence_parallel and par.tp > 1, tr.recompute,
         tr.attention in ("flash", "fa2") or par.cp > 1, 4 if tr.precision in ("fp32", "tf32") else 2, par.ep, moe,
         tr.precision in QUANTISED, tr.recompute_modules, SAVED_INPUT_BYTES.get(recipe_of(tr.precision, tr.fp8_recipe),
                                                                                1.0),
-        par.etp or par.tp, tr.fp8_dot_product_attention)
+        par.etp or par.tp, tr.fp8_dot_product_attention, part)
+
+
+def hybrid_layer_bytes(sc: Scenario, m: ModelSpec, layers: list[int]) -> float:
+    """The mean of :func:`scenario_layer_bytes` over a hybrid model's ``layers`` (each its own part): what one of
+    them keeps in flight, on average, where a stage holds them; 0 for none."""
+    if not layers:
+        return 0.0
+    by_part = {p: scenario_layer_bytes(sc, m, p == hybrid.MOE, p) for p in set(m.hybrid_layer_pattern)}
+    return sum(by_part[M.layer_parts(m, i)] for i in layers) / len(layers)

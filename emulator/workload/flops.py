@@ -19,6 +19,10 @@ FLOPs add what recomputation reruns: the layer forward (full) or the attention c
 QKᵀ, P·V (selective). Elementwise work is not counted (the usual MFU convention), and
 attention counts the full s² square (as Megatron-LM's formula does) whatever the mask.
 
+A hybrid model (workload/hybrid.py) counts each layer's parts: the attention's projections and core, an
+MLP's or MoE MLP's terms above, and a Mamba-2 mixer's in_proj, scan and out_proj as Megatron-LM's
+``mamba_layer_flops`` (hybrid.mixer_forward_flops).
+
 For a plain GPT (f = 4h, kv = a, no MoE) these equal the closed forms of
 Narayanan et al. SC21, eq. (3) and its recompute variant:
 
@@ -26,7 +30,10 @@ Narayanan et al. SC21, eq. (3) and its recompute variant:
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from emulator.scenario.spec import ModelSpec
+from emulator.workload import hybrid
 from emulator.workload import models as M
 from emulator.workload.models import resolve
 
@@ -62,6 +69,8 @@ def layer_forward_flops(m: ModelSpec, layer: int | None = None) -> float:
     model when it is one of its ``first_dense_layers``; None: an MoE layer if the model has experts)."""
     s = resolve(m)
     sl, h = s.seq_len, s.hidden
+    if hybrid.is_hybrid(s) and layer is not None:
+        return sum(part_forward_flops(s, part) for part in M.layer_parts(s, layer))
     moe = bool(s.experts) if layer is None else M.is_moe_layer(s, layer)
     if M.is_mla(s):
         attn = _projection_flops(s) + attention_core_flops(s)
@@ -78,9 +87,24 @@ def layer_forward_flops(m: ModelSpec, layer: int | None = None) -> float:
     return attn + mlp
 
 
-def layers_forward_flops(m: ModelSpec) -> float:
-    """All layers' forward for one sequence: l·layer_forward, the dense leading layers counted as such."""
+def part_forward_flops(m: ModelSpec, part: str) -> float:
+    """Matmul FLOPs of one part of a hybrid layer (workload/hybrid.py) for one sequence: the attention, a dense
+    MLP, an MoE MLP (routed, shared, router) or a Mamba-2 mixer (hybrid.mixer_forward_flops)."""
     s = resolve(m)
+    if part == hybrid.MAMBA:
+        return hybrid.mixer_forward_flops(s)
+    attn = _projection_flops(s) + attention_core_flops(s)
+    whole = layer_forward_flops(replace(s, hybrid_layer_pattern="", experts=s.experts if part == hybrid.MOE else 0,
+                                        first_dense_layers=0))
+    return attn if part == hybrid.ATTENTION else whole - attn
+
+
+def layers_forward_flops(m: ModelSpec) -> float:
+    """All layers' forward for one sequence: l·layer_forward, the dense leading layers counted as such (a hybrid
+    model: each layer's parts)."""
+    s = resolve(m)
+    if hybrid.is_hybrid(s):
+        return sum(layer_forward_flops(s, i) for i in range(s.layers))
     dense = min(s.first_dense_layers, s.layers) if s.experts else 0
     if not dense:
         return s.layers * layer_forward_flops(s)
@@ -121,7 +145,7 @@ def module_recompute_flops(m: ModelSpec, modules: tuple[str, ...], fused_attenti
     total = 0.0
     for i in layers:
         moe = M.is_moe_layer(s, i) if s.experts else False
-        if "core_attn" in modules:
+        if "core_attn" in modules and hybrid.ATTENTION in M.layer_parts(s, i):
             total += attention_core_flops(s)
         if "mla_up_proj" in modules and M.is_mla(s):
             d_qk, d_v = M.head_dims(s)
@@ -146,7 +170,8 @@ def recompute_flops(m: ModelSpec, global_batch: int, recompute: str, fused_atten
     if recompute == "selective" and modules is not None:
         return global_batch * module_recompute_flops(s, modules, fused_attention)
     if recompute == "selective" and not fused_attention:
-        return global_batch * s.layers * attention_core_flops(s)
+        attention_layers = sum(hybrid.ATTENTION in M.layer_parts(s, i) for i in range(s.layers))
+        return global_batch * attention_layers * attention_core_flops(s)
     return 0.0
 
 

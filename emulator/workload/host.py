@@ -14,7 +14,8 @@ and backward. Which module a step belongs to follows Megatron-Core's ``Transform
 (_get_submodules_under_cudagraphs): ``attn`` the input norm and the attention with its residual
 add; ``mlp`` a dense layer's pre-MLP norm and MLP; ``moe`` a MoE layer's; ``moe_router`` its pre-MLP
 norm, router (with the aux loss) and the shared experts; ``moe_preprocess`` the dispatcher's
-preprocess (the token counts and the permutation) up to its host sync.
+preprocess (the token counts and the permutation) up to its host sync; ``mamba`` a hybrid model's Mamba
+layer (megatron/core/ssm/mamba_layer.py: its norm, mixer and residual add).
 
 ASSUMPTIONS, stated where they are used: one host launch per modelled kernel or collective; a graph
 replay costs one launch (no measurement of either on a named GPU here: ../shared/calibration/h100/
@@ -58,13 +59,15 @@ def module_of(name: str, moe_layer: bool, shared_overlap: bool = False) -> str |
     stem = _stem(name)
     if stem in _ATTN_STEMS:
         return "attn"
+    if stem == "mamba":  # a hybrid model's Mamba layer (layer.py's mamba.* steps)
+        return "mamba"
     if not moe_layer:
-        return "mlp" if stem in ("ln2", "mlp", "gelu", "swiglu", "bda2") else None
+        return "mlp" if stem in ("ln2", "mlp", "gelu", "swiglu", "squared_relu", "bda2") else None
     if stem == "ln2" or name.startswith(_ROUTER_PREFIXES) or (stem.startswith("shared") and not shared_overlap):
         return "moe_router"
     if name.startswith(_PREPROCESS_PREFIXES):
         return "moe_preprocess"
-    return "moe" if stem in ("moe", "swiglu", "bda2", "gelu") or stem.startswith("shared") else None
+    return "moe" if stem in ("moe", "swiglu", "bda2", "gelu", "squared_relu") or stem.startswith("shared") else None
 
 
 def captured_modules(impl: str, modules: Sequence[str]) -> frozenset[str]:
@@ -74,7 +77,7 @@ def captured_modules(impl: str, modules: Sequence[str]) -> frozenset[str]:
     if impl in ("none", "full_iteration"):
         return frozenset()
     if not modules:
-        return frozenset(("attn", "mlp", "moe", "moe_router", "moe_preprocess"))
+        return frozenset(("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"))
     out = set(modules)
     if impl == "local" and out & {"moe_router", "moe_preprocess"}:
         out |= {"moe_router", "moe_preprocess"}

@@ -152,6 +152,8 @@ def _kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str) -> tuple[float, str]:
                                                                            kern.backward, kern.dtype))
     if kern.kind == "cast":  # a Transformer Engine FP8 cast: at the measured bandwidth of a cast
         return compute.elementwise_time(kern.bytes, gpu, compute.CAST_MEM_EFFICIENCY), "roofline"
+    if kern.kind == "scan":  # a Mamba-2 chunked scan (mixer.py): by its FLOPs and bytes on the roofline
+        return compute.roofline_time(kern.flops, kern.bytes, gpu), "roofline"
     if kern.kind == "copy":  # an MoE token copy (permute, unpermute, chunk sort): at the measured bandwidth of a copy
         return compute.elementwise_time(kern.bytes, gpu, compute.COPY_MEM_EFFICIENCY), "roofline"
     return compute.elementwise_time(kern.bytes, gpu), "roofline"

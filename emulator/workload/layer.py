@@ -97,7 +97,7 @@ from dataclasses import replace
 from typing import Any
 
 from emulator.scenario.spec import ModelSpec, ParallelSpec
-from emulator.workload import routing
+from emulator.workload import hybrid, mixer, routing
 from emulator.workload.models import (
     expert_ffn,
     has_biases,
@@ -106,6 +106,7 @@ from emulator.workload.models import (
     is_mla,
     loads_vary,
     moe_rank_load,
+    position_embedding,
     resolve,
     shared_ffn,
     window_share,
@@ -186,8 +187,9 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       cp_a2a=cp > 1 and parallel is not None and parallel.cp_comm_type == "a2a",
                       cp_hier=_cp_hier(parallel, cp),
                       cp_ag=cp > 1 and parallel is not None and parallel.cp_comm_type == "all_gather",
-                      **mla, **{**_dispatch_fields(m, parallel, sm_count),
-                                **_quant_padding(m, parallel, recipe, micro_batch * (m.seq_len // cp), t, sp, ep, etp)})
+                      positions=position_embedding(m), **_mixer_fields(m), **mla,
+                      **{**_dispatch_fields(m, parallel, sm_count),
+                         **_quant_padding(m, parallel, recipe, micro_batch * (m.seq_len // cp), t, sp, ep, etp)})
 
 
 # Quantised experts' alignment (Megatron-Core @ d98e8a64dd): an FP8, MXFP8 or NVFP4 grouped GEMM takes each expert's
@@ -312,6 +314,20 @@ def dense_shape(L: LayerShape) -> LayerShape:
     return replace(L, experts=0, top_k=0, expert_ffn=0, shared_ffn=0, imbalance=1.0)
 
 
+def part_shape(L: LayerShape, parts: str) -> LayerShape:
+    """The layer that runs ``parts`` (workload/hybrid.py's symbols) of ``L``: a hybrid model's layer; without an
+    E part it has no experts."""
+    return replace(L if hybrid.MOE in parts else dense_shape(L), parts=parts)
+
+
+def _mixer_fields(m: ModelSpec) -> dict[str, Any]:
+    """LayerShape's Mamba-2 mixer sizes of a hybrid model with M layers; {} otherwise."""
+    if hybrid.MAMBA not in m.hybrid_layer_pattern:
+        return {}
+    md = hybrid.mamba_dims(m)
+    return dict(m_heads=md.heads, m_head_dim=md.head_dim, m_groups=md.groups, m_state=md.state)
+
+
 # --- quantisation (the kernels' constructors are steps.py's) -----------------------------------------
 
 AMAX_HISTORY_BYTES = 2 * 4 * 1024  # read and write 1024 fp32 amaxes (TE's default amax_history_len)
@@ -432,7 +448,8 @@ def fp8_backward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
 # (supports_only_rowwise_all_gather). The MoE layer's and MLA's gathers are Megatron's own, of the bf16
 # activations (gather_from_sequence_parallel_region), and keep their bytes.
 _TE_GATHERS = {"ln1.ag": "qkv", "ln2.ag": "mlp.up", "proj.ag_grad": "proj.dgrad", "mlp.down.ag_grad": "mlp.down.dgrad",
-               "qkv.ag_input": "qkv.wgrad", "mlp.up.ag_input": "mlp.up.wgrad"}
+               "qkv.ag_input": "qkv.wgrad", "mlp.up.ag_input": "mlp.up.wgrad", "mamba.ln.ag": "mamba.in_proj",
+               "mamba.out_proj.ag_grad": "mamba.out_proj.dgrad", "mamba.in_proj.ag_input": "mamba.in_proj.wgrad"}
 _QUANT_BYTES = {"fp8": 1.0, "mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}
 
 
@@ -659,7 +676,7 @@ def _attention_forward(L: LayerShape, cat: str) -> list[Step]:
         steps += _mla_projections(L, cat)
     else:
         steps.append(gemm("qkv", L.T, L.qkv_n, L.h, L, 1, cat))
-    if not L.biases and not L.mla:  # rotary embeddings on q and k
+    if L.rope and not L.mla:  # rotary embeddings on q and k
         steps.append(elementwise("rope", L.T * (L.a_l + L.kv_l) * L.d, 2.0, L, 3.0, cat))
     if L.kv_l < L.a_l and not L.fused_attention:  # unfused GQA expands K, V to every head
         steps.append(elementwise("kv_expand", L.T * L.d * (L.kv_l + L.a_l), 2.0, L, 0.0, cat))
@@ -789,9 +806,31 @@ def _folded_moe_backward(L: LayerShape) -> list[Step]:
     return steps
 
 
+def _mamba_forward(L: LayerShape, cat: str) -> list[Step]:
+    """A hybrid model's M layer: pre-norm, [SP all-gather], the Mamba-2 mixer (mixer.py), [TP all-reduce | SP
+    reduce-scatter], residual add: an attention block's frame around the mixer."""
+    return [_norm(L, "mamba.ln", cat), *_tp_in(L, "mamba.ln", cat), *mixer.mixer_forward(L, cat),
+            *_tp_out(L, "mamba.out_proj", cat), _bda(L, "mamba.bda", cat)]
+
+
+def _mamba_backward(L: LayerShape) -> list[Step]:
+    width = mixer.local_dims(L)[3]
+    return [*_bda_backward(L, "mamba.bda_bwd"), *_grad_gather(L, "mamba.out_proj"), *mixer.mixer_backward(L),
+            *_column_backward(L, "mamba.in_proj", L.T, width, L.h), *_norm_backward(L, "mamba.ln")]
+
+
+def _part_forward(L: LayerShape, part: str, cat: str) -> list[Step]:
+    if part == hybrid.MAMBA:
+        return _mamba_forward(L, cat)
+    return _attention_forward(L, cat) if part == hybrid.ATTENTION else _mlp_forward(L, cat)
+
+
 def forward_steps(L: LayerShape, cat: str = FWD) -> list[Step]:
-    """The forward pass of one layer for one micro-batch."""
-    steps = _attention_forward(L, cat) + _mlp_forward(L, cat)
+    """The forward pass of one layer for one micro-batch: attention then the MLP, or a hybrid layer's parts."""
+    if L.parts:
+        steps = [st for part in L.parts for st in _part_forward(L, part, cat)]
+    else:
+        steps = _attention_forward(L, cat) + _mlp_forward(L, cat)
     return userbuffers(quantised_gathers(fp8_forward_casts(steps, L), L) if L.fp8 else steps, L)
 
 
@@ -955,7 +994,20 @@ def backward_steps(L: LayerShape, recompute: str = "none") -> list[Step]:
 
 
 def _backward_steps(L: LayerShape, recompute: str) -> list[Step]:
-    """The backward's own steps (a full recompute's forward goes before them: backward_steps)."""
+    """The backward's own steps (a full recompute's forward goes before them: backward_steps): the MLP's then the
+    attention's, or a hybrid layer's parts in reverse."""
+    if L.parts:
+        return [st for part in reversed(L.parts) for st in _part_backward(L, part, recompute)]
+    return _mlp_backward(L) + _attention_backward(L, recompute)
+
+
+def _part_backward(L: LayerShape, part: str, recompute: str) -> list[Step]:
+    if part == hybrid.MAMBA:
+        return _mamba_backward(L)
+    return _attention_backward(L, recompute) if part == hybrid.ATTENTION else _mlp_backward(L)
+
+
+def _mlp_backward(L: LayerShape) -> list[Step]:
     steps: list[Step] = []
     steps += _bda_backward(L, "bda2_bwd")
     if L.folded:
@@ -963,7 +1015,11 @@ def _backward_steps(L: LayerShape, recompute: str) -> list[Step]:
     else:
         steps += _grad_gather(L, "mlp.down")
         steps += _mlp_core_backward(L)
-    steps += _norm_backward(L, "ln2")
+    return steps + _norm_backward(L, "ln2")
+
+
+def _attention_backward(L: LayerShape, recompute: str) -> list[Step]:
+    steps: list[Step] = []
     steps += _bda_backward(L, "bda1_bwd")
     steps += _grad_gather(L, "proj")
     steps += linear_backward(L, "proj", L.T, L.h, L.a_l * L.d_v)
@@ -975,9 +1031,9 @@ def _backward_steps(L: LayerShape, recompute: str) -> list[Step]:
         return steps + _mla_backward(L) + _norm_backward(L, "ln1")
     if L.kv_l < L.a_l and not L.fused_attention:
         steps.append(elementwise("kv_expand_bwd", L.T * L.d * (L.kv_l + L.a_l), 2.0, L, 1.0, BWD))
-    if not L.biases:
+    if L.rope:
         steps.append(elementwise("rope_bwd", L.T * (L.a_l + L.kv_l) * L.d, 2.0, L, 3.0, BWD))
-    else:
+    if L.biases:
         steps.append(elementwise("qkv.bias_grad", L.T * L.qkv_n, 1.0, L, 1.0, BWD))
     steps += _column_backward(L, "qkv", L.T, L.qkv_n, L.h)
     steps += _norm_backward(L, "ln1")

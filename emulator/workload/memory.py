@@ -50,10 +50,10 @@ from emulator.scenario import deepep_buffers as DEEPEP
 from emulator.scenario import hybridep_buffers as HYBRIDEP
 from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of, stage_layers
+from emulator.workload import hybrid, routing
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
-from emulator.workload import routing
-from emulator.workload.activations import layer_activation_bytes, scenario_layer_bytes
+from emulator.workload.activations import hybrid_layer_bytes, layer_activation_bytes, scenario_layer_bytes
 from emulator.workload.cpu_offload import offloaded_layers
 from emulator.workload.layer import MXFP8_COPY, NVFP4_WEIGHT_COPY, recipe_of
 from emulator.workload.offload import OFFLOAD_RESIDENT_LAYERS, layer_offload, offload_share
@@ -107,6 +107,9 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
     r = M.resolve(m)
     par = sc.parallel
     t = par.tp
+    if hybrid.is_hybrid(r):
+        dense, expert = _hybrid_layer_params(r, par, _layers_of(sc, stage))
+        return _with_ends(r, par, stage, dense), expert
     biases = M.has_biases(r)
     attn = M.attention_params(r) - (r.hidden if biases else 0)
     dense = attn / t + (r.hidden if biases else 0) + M.norm_params(r)
@@ -124,8 +127,15 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
     else:
         dense += mlp_gpu
         dense *= layers
+    return _with_ends(r, par, stage, dense), expert
+
+
+def _with_ends(r: ModelSpec, par: ParallelSpec, stage: int, dense: float) -> float:
+    """``dense`` plus the embedding on stage 0 and the head (with a word embedding it does not share) on the
+    head's stage."""
+    t = par.tp
     if stage == 0:
-        dense += r.vocab * r.hidden / t + (r.seq_len * r.hidden if biases else 0)
+        dense += r.vocab * r.hidden / t + (r.seq_len * r.hidden if M.learned_positions(r) else 0)
     head = head_stage(par)
     if stage == head:
         dense += M.head_params(r) - r.vocab * r.hidden * (0 if r.tied_embeddings else 1)
@@ -133,6 +143,25 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
         # two copies, which the pair's all-reduce keeps equal): one shared weight
         if not r.tied_embeddings or (head != 0 and par.schedule != "dualpipe"):
             dense += r.vocab * r.hidden / t
+    return dense
+
+
+def _hybrid_layer_params(r: ModelSpec, par: ParallelSpec, layers: list[int]) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU holds of a hybrid model's ``layers``: each part's over tp but its pre-norm
+    (whole on every rank) and an E layer's router (replicated, as _stage_params counts it); the routed experts over
+    etp·ep."""
+    t = par.tp
+    norm = M.norm_params(r) / 2
+    dense = expert = 0.0
+    for i in layers:
+        part = M.layer_parts(r, i)
+        own = M.part_params(r, part) - norm
+        if part == hybrid.MOE:
+            router = r.hidden * r.experts
+            dense += (own - router) / t + router + norm
+            expert += M.routed_params(r) / ((par.etp or t) * par.ep)
+        else:
+            dense += own / t + norm
     return dense, expert
 
 
@@ -171,6 +200,11 @@ def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) 
     ``stage`` (as :func:`_stage_params`, without embeddings, head, norms, biases and routers)."""
     r = M.resolve(m)
     par = sc.parallel
+    if hybrid.is_hybrid(r):
+        mine = _layers_of(sc, stage)
+        dense = sum(M.part_linear(r, M.layer_parts(r, i)) for i in mine) / par.tp
+        moe = sum(M.is_moe_layer(r, i) for i in mine)
+        return dense, moe * M.expert_params(r) * r.experts / par.ep / (par.etp or par.tp) if r.experts else 0.0
     attn, per_width = M.linear_weights(r)
     lead = _dense_layers_of(sc, stage) if r.experts else 0
     dense_layer = (attn + per_width * r.ffn_hidden) / par.tp
@@ -215,6 +249,20 @@ def expert_dp(par: ParallelSpec) -> int:
     if par.etp and par.etp != par.tp:
         return max(1, par.tp * par.dp * par.cp // (par.etp * par.ep))
     return max(1, par.dp * par.cp // par.ep)
+
+
+def _layers_of(sc: Scenario, stage: int) -> list[int]:
+    """The global indices of the decoder layers pipeline stage ``stage`` holds (its chunks')."""
+    m, par = M.resolve(sc.model) if sc.model else None, sc.parallel
+    if m is None:
+        return []
+    out: list[int] = []
+    start = 0
+    for vs, count in enumerate(chunk_plan_of(sc, m).layers):
+        if rank_of(vs, par.pp, par.schedule in V_SHAPED) == stage:
+            out += range(start, start + count)
+        start += count
+    return out
 
 
 def _dense_layers_of(sc: Scenario, stage: int) -> int:
@@ -489,6 +537,8 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         off_l, off_d = off_layer * share, off_dense * share
         lead = any(_dense_layers_of(sc, k) for k in held) and bool(m.experts)
         worst = max(per_layer - off_l, per_dense - off_d) if lead else per_layer - off_l
+        if hybrid.is_hybrid(m):  # a hybrid stage's layers differ: what one of them keeps on average
+            worst = hybrid_layer_bytes(sc, m, [i for k in held for i in _layers_of(sc, k)])
         weights = tuple(n for k in held for n in with_mtp[k])
         in_flight = max_in_flight(tasks, weights, combined=par.overlap_moe_expert_parallel_comm)  # layers in flight
         kept = max(in_flight - cpu_k, 0.0)  # layer-wise CPU offloading: (L − K) layers' worth (cpu_offload.py)

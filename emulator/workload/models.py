@@ -32,7 +32,7 @@ query and key/value ranks, d_n, d_r, d_v the per-head no-rope, rope and value di
 from __future__ import annotations
 
 from emulator.scenario.spec import ModelSpec
-from emulator.workload import routing
+from emulator.workload import hybrid, routing
 
 
 def resolve(spec: ModelSpec) -> ModelSpec:
@@ -43,6 +43,17 @@ def resolve(spec: ModelSpec) -> ModelSpec:
 def has_biases(spec: ModelSpec) -> bool:
     """Linear biases and layernorm shifts: GPT/BERT yes, Llama (SwiGLU) and Nemotron no; ``model.biases``."""
     return bool(resolve(spec).biases)
+
+
+def position_embedding(spec: ModelSpec) -> str:
+    """learned_absolute | rope | none: ``model.position_embedding_type``, else learned with biases (GPT, BERT) and
+    rotary without (Llama)."""
+    return spec.position_embedding_type or ("learned_absolute" if has_biases(spec) else "rope")
+
+
+def learned_positions(spec: ModelSpec) -> bool:
+    """A learned position embedding of s·h (GPT, BERT)."""
+    return position_embedding(spec) == "learned_absolute"
 
 
 def has_norm_shift(spec: ModelSpec) -> bool:
@@ -166,6 +177,8 @@ def loads_vary(spec: ModelSpec) -> bool:
 def moe_layer_indices(spec: ModelSpec) -> list[int]:
     """The global indices of the MoE layers: the decoder's past first_dense_layers, then the MTP modules'
     (layers + 1 + d, after the head's index layers: workload/plan.py's units)."""
+    if hybrid.is_hybrid(spec):
+        return [i for i in range(spec.layers) if is_moe_layer(spec, i)]
     return [*range(spec.first_dense_layers, spec.layers), *(spec.layers + 1 + d for d in range(spec.mtp_num_layers))]
 
 
@@ -180,7 +193,9 @@ def expert_loads(spec: ModelSpec, ep: int, tokens: int, layer: int | None, step:
         return ()
     if len(rows) == 1:
         return rows[0]
-    j = (spec.layers - 1 if layer is None else layer) - spec.first_dense_layers
+    at = spec.layers - 1 if layer is None else layer
+    # the MoE layers before it: a hybrid model's E layers, else the layers past first_dense_layers
+    j = spec.hybrid_layer_pattern[:at].count(hybrid.MOE) if hybrid.is_hybrid(spec) else at - spec.first_dense_layers
     return rows[min(max(j, 0), len(rows) - 1)]
 
 
@@ -213,8 +228,55 @@ def linear_weights(r: ModelSpec) -> tuple[int, int]:
 
 
 def is_moe_layer(spec: ModelSpec, layer: int) -> bool:
-    """Layer ``layer`` (0-based) has experts: an MoE model past its ``first_dense_layers``."""
+    """Layer ``layer`` (0-based) has experts: an MoE model past its ``first_dense_layers``, or a hybrid model's
+    E layer."""
+    if hybrid.is_hybrid(spec):
+        return hybrid.MOE in layer_parts(spec, layer)
     return bool(spec.experts) and layer >= spec.first_dense_layers
+
+
+def layer_parts(spec: ModelSpec, layer: int) -> str:
+    """What layer ``layer`` runs (hybrid.py's symbols): a hybrid model's pattern symbol, else a transformer
+    layer's attention and its MLP, "*E" where it has experts and "*-" where not. An index past the decoder
+    (an MTP module's) takes the last layer's."""
+    if hybrid.is_hybrid(spec):
+        pattern = spec.hybrid_layer_pattern
+        return pattern[min(layer, len(pattern) - 1)]
+    return hybrid.MOE_LAYER if is_moe_layer(spec, layer) else hybrid.DENSE_LAYER
+
+
+def part_params(spec: ModelSpec, part: str) -> int:
+    """The weights every rank of an expert-parallel group holds of one layer's part (hybrid.py's symbols) with
+    its pre-norm: the attention, a dense MLP, the router and shared experts of an MoE MLP, or a Mamba-2 mixer."""
+    s = resolve(spec)
+    norm = norm_params(s) // 2
+    if part == hybrid.ATTENTION:
+        return attention_params(s) + norm
+    if part == hybrid.MLP:
+        return mlp_params(s) + norm
+    if part == hybrid.MOE:
+        return s.hidden * s.experts + (mlp_of_width(s, shared_ffn(s)) if s.shared_experts else 0) + norm
+    return hybrid.mixer_params(s) + norm
+
+
+def shared_layer_params(spec: ModelSpec, layer: int) -> int:
+    """:func:`dense_layer_params` of layer ``layer``: its parts' (:func:`part_params`) in a hybrid model."""
+    if hybrid.is_hybrid(spec):
+        return sum(part_params(spec, p) for p in layer_parts(spec, layer))
+    return dense_layer_params(spec, is_moe_layer(spec, layer))
+
+
+def part_linear(spec: ModelSpec, part: str) -> int:
+    """GEMM weights of one layer's part that every expert-parallel rank holds (linear_weights' split by part)."""
+    r = resolve(spec)
+    attn, per_width = linear_weights(r)
+    if part == hybrid.ATTENTION:
+        return attn
+    if part == hybrid.MLP:
+        return per_width * r.ffn_hidden
+    if part == hybrid.MOE:
+        return per_width * shared_ffn(r) if r.shared_experts else 0
+    return hybrid.mixer_linear(r)
 
 
 def dense_layer_params(spec: ModelSpec, moe: bool) -> int:
@@ -243,6 +305,8 @@ def layer_params(spec: ModelSpec, layer: int | None = None) -> int:
     dense leading layer of a model with ``first_dense_layers`` (None: an MoE layer when there are experts)."""
     s = resolve(spec)
     moe = bool(s.experts) if layer is None else is_moe_layer(s, layer)
+    if hybrid.is_hybrid(s) and layer is not None:
+        return shared_layer_params(s, layer) + (routed_params(s) if moe else 0)
     return dense_layer_params(s, moe) + (routed_params(s) if moe else 0)
 
 
@@ -250,13 +314,13 @@ def activated_layer_params(spec: ModelSpec, layer: int) -> int:
     """The weights one token uses in layer ``layer``: all but the routed experts it is not sent to."""
     s = resolve(spec)
     moe = is_moe_layer(s, layer)
-    return dense_layer_params(s, moe) + (s.top_k * expert_params(s) if moe else 0)
+    return shared_layer_params(s, layer) + (s.top_k * expert_params(s) if moe else 0)
 
 
 def embedding_params(spec: ModelSpec) -> int:
     """Word embeddings V·h (+ learned positions s·h for GPT/BERT, none for RoPE models)."""
     s = resolve(spec)
-    return s.vocab * s.hidden + (s.seq_len * s.hidden if has_biases(s) else 0)
+    return s.vocab * s.hidden + (s.seq_len * s.hidden if learned_positions(s) else 0)
 
 
 def head_params(spec: ModelSpec) -> int:
@@ -269,6 +333,8 @@ def head_params(spec: ModelSpec) -> int:
 def total_params(spec: ModelSpec) -> int:
     """Parameters of the whole model."""
     s = resolve(spec)
+    if hybrid.is_hybrid(s):
+        return sum(layer_params(s, i) for i in range(s.layers)) + embedding_params(s) + head_params(s)
     dense = min(s.first_dense_layers, s.layers) if s.experts else 0
     return (dense * layer_params(s, 0) + (s.layers - dense) * layer_params(s) + embedding_params(s)
             + head_params(s))

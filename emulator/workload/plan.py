@@ -13,6 +13,7 @@ from emulator.errors import ScenarioError
 from emulator.scenario.rules import layout_violations
 from emulator.scenario.spec import GpuSpec, ModelSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of
+from emulator.workload import hybrid
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
@@ -77,10 +78,7 @@ class Plan:
         """GEMM weights on one GPU of layer ``layer``'s part every expert-parallel rank holds (attention, the
         dense MLP or the shared experts)."""
         m, t = self.model, self.sc.parallel.tp
-        attn, per_width = M.linear_weights(m)
-        if not M.is_moe_layer(m, layer):
-            return (attn + per_width * m.ffn_hidden) / t
-        return (attn + (per_width * M.shared_ffn(m) if m.shared_experts else 0)) / t
+        return sum(M.part_linear(m, part) for part in M.layer_parts(m, layer)) / t
 
     def model_stage(self, vs: int) -> int:
         """The model chunk (of ``chunk_layers``) that virtual stage ``vs`` runs: itself, or with dualpipe
@@ -129,14 +127,16 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     sc, m = plan.sc, plan.model
     par = sc.parallel
     k = plan.model_stage(vs)
-    V = len(plan.chunk_layers)  # model chunks (pp·v; pp with dualpipe, whose 2·pp chunks hold two copies)
     per, first = plan.chunk_layers[k], sum(plan.chunk_layers[:k])
     t = par.tp
     units: list[Unit] = []
-    learned_pos = M.has_biases(m)
+    learned_pos = M.learned_positions(m)
     if k == 0:
         p = m.vocab * m.hidden / t + (m.seq_len * m.hidden if learned_pos else 0)
         units.append(Unit("embed", -1, Ly.embedding_forward(L, learned_pos), Ly.embedding_backward(L), p))
+    if hybrid.is_hybrid(m):
+        units += _hybrid_units(plan, L, first, per)
+        return units + _head_unit(plan, L, k)
     fwd = Ly.forward_steps(L)
     bwd = layer_backward(L, sc.training.recompute, sc.training.recompute_modules)
     plain: tuple[list, list] | None = None  # a BF16 layer of a quantised run (first_last_layers_bf16)
@@ -170,6 +170,38 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     chunks = plan.chunks
     if chunks is not None and chunks.mtp_chunk == k:
         units += _mtp_units(plan, L, fwd, bwd, dense, expert, learned_pos, vs, own)
+    return units + _head_unit(plan, L, k)
+
+
+def _hybrid_units(plan: Plan, L: Ly.LayerShape, first: int, per: int) -> list[Unit]:
+    """Layers ``first`` … ``first + per − 1`` of a hybrid model (workload/hybrid.py), each its pattern's part
+    (Ly.part_shape), an E layer with its own load where the loads differ by layer; steps built once per
+    distinct (part, load, BF16)."""
+    sc, m = plan.sc, plan.model
+    tr, par = sc.training, sc.parallel
+    expert = M.routed_params(m) / ((par.etp or par.tp) * par.ep) if m.experts else 0.0
+    built: dict[tuple[str, float, bool], tuple[list, list]] = {}
+    units: list[Unit] = []
+    for i in range(first, first + per):
+        part = M.layer_parts(m, i)
+        Li = Ly.layer_load_shape(Ly.part_shape(L, part), m, i, plan.step)
+        bf16 = L.fp8 and tr.first_last_layers_bf16 and bf16_layer(tr, m.layers, i)
+        key = (part, Li.load, bf16)
+        if key not in built:
+            Lb = Ly.unquantised(Li) if bf16 else Li
+            built[key] = (Ly.forward_steps(Lb), layer_backward(Lb, tr.recompute, tr.recompute_modules))
+        units.append(Unit(f"layer{i}", i, *built[key], M.shared_layer_params(m, i) / par.tp,
+                          expert if part == hybrid.MOE else 0.0))
+    return units
+
+
+def _head_unit(plan: Plan, L: Ly.LayerShape, k: int) -> list[Unit]:
+    """The LM head of the last model chunk (with its passes over the MTP modules' hidden states); [] elsewhere."""
+    sc, m = plan.sc, plan.model
+    par = sc.parallel
+    t = par.tp
+    V = len(plan.chunk_layers)  # model chunks (pp·v; pp with dualpipe, whose 2·pp chunks hold two copies)
+    units: list[Unit] = []
     if k == V - 1:
         # tied embeddings share the word embedding's weight where the head is on the embedding's rank (pp 1, a V,
         # or DualPipe's, each end rank holding an embedding and a head)

@@ -15,8 +15,8 @@ FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
 
 @dataclass(frozen=True)
 class Kernel:
-    """One compute kernel. kind: gemm | elementwise | flash | cast (an FP8 cast, memory-bound) | copy (an MoE token
-    copy, memory-bound) | host."""
+    """One compute kernel. kind: gemm | elementwise | flash | cast (an FP8 cast, memory-bound) | copy (a token copy
+    or transpose, memory-bound) | scan (a Mamba-2 chunked scan: mixer.py) | host."""
 
     name: str
     kind: str
@@ -130,6 +130,14 @@ class LayerShape:
     cp_a2a: bool = False  # parallel.cp_comm_type a2a (with cp > 1): Ulysses all-to-alls instead of the K/V ring
     cp_hier: int = 0  # cp_comm_type a2a+p2p: the all-to-all level's size (the ring runs over cp / it); 0: none
     cp_ag: bool = False  # cp_comm_type all_gather (with cp > 1): K and V all-gathered, dK and dV reduce-scattered
+    positions: str = ""  # models.position_embedding: learned_absolute | rope | none; "": rope without biases
+    # a hybrid model's layer (workload/hybrid.py): the parts it runs, "" a whole transformer layer (attention and its
+    # MLP); its Mamba-2 mixer's heads H, head dim P, groups G and state N (whole, before TP; 0: no mixer)
+    parts: str = ""
+    m_heads: int = 0
+    m_head_dim: int = 0
+    m_groups: int = 0
+    m_state: int = 0
 
     @property
     def attended(self) -> float:
@@ -143,6 +151,11 @@ class LayerShape:
             return 1.0
         windowed = (S * W - W * W / 2) / (S * S / 2)
         return self.window_share * windowed + (1.0 - self.window_share)
+
+    @property
+    def rope(self) -> bool:
+        """Rotary embeddings on q and k."""
+        return self.positions == "rope" or (not self.positions and not self.biases)
 
     @property
     def T(self) -> int:

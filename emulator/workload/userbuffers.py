@@ -33,13 +33,18 @@ from emulator.workload.steps import Comm, Kernel, LayerShape, Step, gemm
 # not read (they overlap as bulk); nor are cga_size, aggregate, atomic_gemm or fp8_buf.
 UB_COMM_SMS = 16  # base.py get_default_config: num_sm of the pipeline and bulk methods
 UB_RS_SPLITS = 4  # base.py get_default_config: num_splits of the pipeline method
-_UB_RING = {"ln1.ag": "qkv", "ln2.ag": "mlp.up", "proj.ag_grad": "proj.dgrad", "mlp.down.ag_grad": "mlp.down.dgrad"}
-_UB_PIPELINE = {"proj.rs": "proj", "mlp.rs": "mlp.down"}
-_UB_BULK = ("qkv.dgrad", "qkv.wgrad", "mlp.up.dgrad", "mlp.up.wgrad")
+# A hybrid model's Mamba-2 mixer gives its in_proj the buffer fc1 and its out_proj fc2 (megatron/core/ssm/
+# mamba_mixer.py @ d98e8a64dd, tp_comm_buffer_name), so they run as the dense MLP's up and down GEMMs.
+_UB_RING = {"ln1.ag": "qkv", "ln2.ag": "mlp.up", "proj.ag_grad": "proj.dgrad", "mlp.down.ag_grad": "mlp.down.dgrad",
+            "mamba.ln.ag": "mamba.in_proj", "mamba.out_proj.ag_grad": "mamba.out_proj.dgrad"}
+_UB_PIPELINE = {"proj.rs": "proj", "mlp.rs": "mlp.down", "mamba.out_proj.rs": "mamba.out_proj"}
+_UB_BULK = ("qkv.dgrad", "qkv.wgrad", "mlp.up.dgrad", "mlp.up.wgrad", "mamba.in_proj.dgrad", "mamba.in_proj.wgrad")
 # the GEMMs by Transformer Engine's buffer names (base.py initialize_ub)
 TE_NAMES = {"qkv": "qkv_fprop", "mlp.up": "fc1_fprop", "proj.dgrad": "proj_dgrad", "mlp.down.dgrad": "fc2_dgrad",
             "proj": "proj_fprop", "mlp.down": "fc2_fprop", "qkv.dgrad": "qkv_dgrad", "qkv.wgrad": "qkv_wgrad",
-            "mlp.up.dgrad": "fc1_dgrad", "mlp.up.wgrad": "fc1_wgrad"}
+            "mlp.up.dgrad": "fc1_dgrad", "mlp.up.wgrad": "fc1_wgrad",
+            "mamba.in_proj": "fc1_fprop", "mamba.out_proj.dgrad": "fc2_dgrad", "mamba.out_proj": "fc2_fprop",
+            "mamba.in_proj.dgrad": "fc1_dgrad", "mamba.in_proj.wgrad": "fc1_wgrad"}
 
 
 def ub_setting(L: LayerShape, gemm_name: str) -> tuple[str, float, int]:

@@ -1,0 +1,97 @@
+"""The rule book's rules for hybrid models (``model.hybrid_layer_pattern``: Nemotron-H, workload/hybrid.py).
+
+Megatron-Core's own checks (megatron/core/models/hybrid/hybrid_layer_allocation.py and
+megatron/core/ssm/mamba_mixer.py @ d98e8a64dd): the pattern's symbols, one per layer; the Mamba-2
+mixer's heads and groups split over tensor parallelism, its heads over its groups. And what the
+emulator does not model for them, refused by name: the pattern's other symbols, MTP, multi-latent
+attention, sliding windows, context parallelism over Mamba layers, and the features whose per-layer
+models take a transformer layer (module recompute, activation offloading, the all-to-all overlap, the
+paged stash).
+"""
+from __future__ import annotations
+
+from emulator.scenario.spec import ModelSpec, ParallelSpec, TrainingSpec
+from emulator.scenario.violation import Violation
+
+_KEY = "model.hybrid_layer_pattern"
+SYMBOLS = "M*-E"  # workload/hybrid.py: Mamba, attention, MLP, MoE
+REFUSED = {"G": "a gated delta net", "D": "DeepSeek sparse attention", "+": "multi-latent attention",
+           "|": "a pipeline-stage boundary (set parallel.pipeline_model_parallel_layout or pp instead)",
+           "/": "an MTP pattern"}
+
+
+EXPAND = 2  # MambaMixer(expand=2) @ d98e8a64dd: d_inner = 2·hidden where mamba_num_heads is not given
+
+
+def mixer_heads(m: ModelSpec) -> int:
+    """The Mamba-2 mixer's heads: mamba_num_heads, else EXPAND·hidden / mamba_head_dim."""
+    return m.mamba_num_heads or EXPAND * m.hidden // m.mamba_head_dim
+
+
+def hybrid_model_violations(m: ModelSpec) -> list[Violation]:
+    """The pattern's symbols and length, its MoE layers against the experts, and the model keys a hybrid model
+    does not take."""
+    pattern = m.hybrid_layer_pattern
+    if not pattern:
+        return [Violation("model.mamba_num_heads", "mamba_num_heads needs a hybrid model "
+                                                   "(model.hybrid_layer_pattern with M layers)")] \
+            if m.mamba_num_heads else []
+    for sym in pattern:
+        if sym not in SYMBOLS:
+            what = REFUSED.get(sym)
+            return [Violation(_KEY, f"symbol {sym!r} ({what}) is not modelled; a pattern takes M (Mamba-2), * "
+                                    f"(attention), - (MLP) and E (MoE)" if what else
+                                    f"unknown symbol {sym!r}; a pattern takes M (Mamba-2), * (attention), - (MLP) "
+                                    f"and E (MoE), one per layer")]
+    out: list[Violation] = []
+    if len(pattern) != m.layers:
+        out.append(Violation(_KEY, f"hybrid_layer_pattern has {len(pattern)} symbols, but layers is {m.layers}: one "
+                                   f"symbol per layer (Megatron-Core asserts it)"))
+    if "E" in pattern and not m.experts:
+        out.append(Violation(_KEY, "the pattern's E layers need experts (model.experts > 0)"))
+    if m.experts and "E" not in pattern:
+        out.append(Violation("model.experts", "a hybrid model's experts live in its E layers; the pattern has none"))
+    for name, what in (("first_dense_layers", "the pattern places the dense MLPs (-)"),
+                       ("kv_lora_rank", "the pattern's attention (*) is standard attention"),
+                       ("mtp_num_layers", "Megatron-Core gives a hybrid model's MTP in the pattern, not modelled"),
+                       ("sliding_window", "sliding windows are not modelled in a hybrid model")):
+        if getattr(m, name):
+            out.append(Violation(f"model.{name}", f"{name} is not taken by a hybrid model: {what}"))
+    heads = mixer_heads(m)
+    if "M" in pattern and (heads < 1 or heads % m.mamba_num_groups):
+        out.append(Violation("model.mamba_num_groups", f"the Mamba heads ({heads}) must be a multiple of "
+                                                       f"mamba_num_groups ({m.mamba_num_groups}) (MambaMixer asserts "
+                                                       f"nheads % ngroups == 0)"))
+    return out
+
+
+def hybrid_layout_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """Tensor parallelism over the mixer's heads and groups, and the features not modelled for hybrid models."""
+    pattern = m.hybrid_layer_pattern
+    if not pattern:
+        return [Violation("training.cuda_graph_modules", "mamba captures a hybrid model's Mamba layers; this "
+                                                         "model has none")] if "mamba" in t.cuda_graph_modules else []
+    out: list[Violation] = []
+    if "M" in pattern:
+        heads = mixer_heads(m)
+        for name, n in (("mamba_num_heads", heads), ("mamba_num_groups", m.mamba_num_groups)):
+            if n % p.tp:
+                out.append(Violation("parallel.tp", f"tp ({p.tp}) must divide the Mamba mixer's {name} ({n}) "
+                                                    f"(MambaMixer asserts it)"))
+        if p.cp > 1:
+            out.append(Violation("parallel.cp", "context parallelism over Mamba layers is not modelled"))
+    elif "mamba" in t.cuda_graph_modules:
+        out.append(Violation("training.cuda_graph_modules", "mamba captures Mamba layers; the pattern has no M"))
+    if "mlp" in t.cuda_graph_modules and "-" not in pattern:
+        out.append(Violation("training.cuda_graph_modules", "mlp captures the dense MLP layers (-); the pattern has "
+                                                            "none"))
+    if t.recompute_modules is not None and set(t.recompute_modules) - {"core_attn"}:
+        out.append(Violation("training.recompute_modules", "a hybrid model's selective recompute is modelled for "
+                                                           "core_attn only"))
+    for key, on in (("training.fine_grained_activation_offloading", t.fine_grained_activation_offloading),
+                    ("training.cpu_offloading", t.cpu_offloading),
+                    ("parallel.overlap_moe_expert_parallel_comm", p.overlap_moe_expert_parallel_comm),
+                    ("model.moe_paged_stash", m.moe_paged_stash)):
+        if on:
+            out.append(Violation(key, f"{key.split('.')[-1]} is not modelled for a hybrid model"))
+    return out
