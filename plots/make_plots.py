@@ -12,7 +12,9 @@
 6. host-launch: iteration time against the host's cost of a launch, eager and with CUDA graphs of the
    attention, the router and the preprocess (Qwen3-30B-A3B on two GB200 racks);
 7. cpu-offload-time and cpu-offload-memory: the iteration time and the memory per GPU against the layers
-   offloaded to the host (Llama-3 70B on 64 GB200, Megatron-Bridge's recipe).
+   offloaded to the host (Llama-3 70B on 64 GB200, Megatron-Bridge's recipe);
+8. hybrid-tp-time and hybrid-tp-memory: Nemotron-H 56B on 64 GB200 against the TP size (DP = 64 / TP), the
+   iteration time and the memory per GPU.
 
 The result databases go to --db-dir (default: a temporary folder), so re-running with
 the same folder only draws. Takes about two minutes on 2 cores.
@@ -88,11 +90,20 @@ def main() -> None:
     plot_study(db("cpu-offload"), out("cpu-offload-memory"), x="training.cpu_offloading_num_layers",
                metric="memory.peak_bytes_per_gpu")
 
+    hybrid_tp(db, out, args.jobs)
+
     result = simulate(load_scenario(os.path.join(STUDIES, "hot-links.yaml")), record_links=True)
     plot_links(result, out("hot-links"), top=16)
     quick = simulate(load_scenario(os.path.join(os.path.dirname(HERE), "scenarios", "quickstart.yaml")))
     write_gantt(out("gantt-quickstart"), quick)
     print(f"figures in {HERE} ({time.perf_counter() - t0:.1f} s); databases in {db_dir}")
+
+
+def hybrid_tp(db, out, jobs: int) -> None:  # noqa: ANN001
+    """A hybrid model's TP size: the time and the memory (dp follows: 64 / tp)."""
+    sweep("hybrid.yaml", [("parallel.tp", ["1", "2", "4", "8"])], db("hybrid"), jobs)
+    plot_study(db("hybrid"), out("hybrid-tp-time"), x="parallel.tp", metric="iteration_time_s")
+    plot_study(db("hybrid"), out("hybrid-tp-memory"), x="parallel.tp", metric="memory.peak_bytes_per_gpu")
 
 
 if __name__ == "__main__":

@@ -40,8 +40,13 @@ def test_steps_belong_to_megatron_cores_modules():
          "moe"]
     # shared experts that overlap the dispatch run beside the all-to-all, outside the router's graph
     assert H.module_of("shared.up", True, shared_overlap=True) == "moe" == H.module_of("shared_bwd.rs", True, True)
+    # a hybrid model's Mamba layer is its own module; squared ReLU is the MLP's (Nemotron) or the experts'
+    assert [H.module_of(n, False) for n in ("mamba.ln", "mamba.ssd_bwd", "mamba.out_proj.rs", "squared_relu_bwd")] \
+        == ["mamba", "mamba", "mamba", "mlp"]
+    assert H.module_of("squared_relu", True) == "moe"
     # an empty list is the whole layer; local takes the router and the preprocess together; moe holds both
-    assert H.captured_modules("transformer_engine", ()) == {"attn", "mlp", "moe", "moe_router", "moe_preprocess"}
+    assert H.captured_modules("transformer_engine", ()) == {"attn", "mlp", "moe", "moe_router", "moe_preprocess",
+                                                            "mamba"}
     assert H.captured_modules("local", ("moe_router",)) == {"moe_router", "moe_preprocess"}
     assert H.captured_modules("none", ("attn",)) == frozenset() == H.captured_modules("full_iteration", ())
 

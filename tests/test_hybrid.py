@@ -1,0 +1,166 @@
+"""Hybrid models (Nemotron-H: workload/hybrid.py, workload/mixer.py, scenario/hybrid_rules.py): the presets' sizes by
+hand, the Mamba-2 mixer's kernels, FLOPs and stored activations by hand, a pattern of attention and MLP layers
+against the transformer it spells, and the rule book's refusals."""
+import json
+
+import pytest
+
+from emulator.cli import main
+from emulator.errors import ScenarioError
+from emulator.scenario import load_scenario_text
+from emulator.scenario.catalog import model_preset
+from emulator.scenario.spec import ModelSpec
+from emulator.studies.rank import estimate_iteration
+from emulator.workload import flops as F
+from emulator.workload import hybrid, mixer
+from emulator.workload import layer as Ly
+from emulator.workload import models as M
+from emulator.workload.activations import layer_activation_bytes
+
+# a small hybrid model: hidden 1024, 32 Mamba heads of 64 (d_inner 2048), 8 groups of state 128, 2048 tokens
+SMALL = ModelSpec(layers=4, hidden=1024, heads=8, seq_len=2048, vocab=32000, activation="squared_relu", biases=False,
+                  dropout=False, hybrid_layer_pattern="M*M-", mamba_num_heads=32, mamba_head_dim=64,
+                  mamba_num_groups=8, mamba_state_dim=128)
+
+
+def test_nemotronh_56b_parameters_by_hand():
+    m = model_preset("nemotronh-56b")
+    assert [m.hybrid_layer_pattern.count(c) for c in "M*-"] == [54, 10, 54]
+    # Mamba: in_proj 8192·(2·16384 + 2·8·256 + 256 = 37120) = 304,087,040; conv (16384 + 4096)·5 = 102,400;
+    # dt_bias, A_log, D 3·256 = 768; norm 16384; out_proj 16384·8192 = 134,217,728; pre-norm 8192: 438,432,512
+    assert M.part_params(m, "M") == 438_432_512
+    # attention: qkv 8192·(64·128 + 2·8·128) = 83,886,080, proj 8192² = 67,108,864, norm 8192: 151,003,136
+    assert M.part_params(m, "*") == 151_003_136
+    # MLP: 2·8192·32768 + 8192 = 536,879,104
+    assert M.part_params(m, "-") == 536_879_104
+    # 54·438,432,512 + 10·151,003,136 + 54·536,879,104 = 54,176,858,624; embedding and head 2·131072·8192 =
+    # 2,147,483,648; final norm 8192
+    assert M.total_params(m) == 56_324_350_464
+
+
+def test_nemotron_3_nano_parameters_by_hand():
+    m = model_preset("nemotron-3-nano")
+    assert [m.hybrid_layer_pattern.count(c) for c in "ME*"] == [23, 23, 6]
+    # Mamba: in_proj 2688·(8192 + 2048 + 64) = 27,697,152; conv 6144·5 = 30,720; 192; norm 4096; out_proj
+    # 4096·2688 = 11,010,048; pre-norm 2688: 38,744,896
+    assert M.part_params(m, "M") == 38_744_896
+    # attention: qkv 2688·(32·128 + 2·2·128) = 12,386,304, proj 4096·2688 = 11,010,048, norm 2688: 23,399,040
+    assert M.part_params(m, "*") == 23_399_040
+    # MoE but the routed experts: router 2688·128 = 344,064, shared 2·2688·3712 = 19,955,712, norm 2688
+    assert M.part_params(m, "E") == 20_302_464
+    # routed 128·2·2688·1856 = 1,277,165,568 per E layer; 23·38,744,896 + 6·23,399,040 + 23·(20,302,464 +
+    # 1,277,165,568) = 30,873,291,584; embeddings 2·131072·2688 = 704,643,072; final norm 2688
+    assert M.total_params(m) == 31_577_937_344
+    # a token's: top 6 of 128 experts, 23·(20,302,464 + 6·9,977,856) + 891,132,608 + 140,394,240 + 704,645,760
+    assert M.activated_params(m) == 3_580_073_408
+
+
+def test_layer_parts():
+    assert [M.layer_parts(SMALL, i) for i in range(4)] == ["M", "*", "M", "-"]
+    dense = ModelSpec(layers=3, hidden=64, heads=4, seq_len=16, vocab=8, experts=4, first_dense_layers=1)
+    assert [M.layer_parts(dense, i) for i in range(3)] == ["*-", "*E", "*E"]
+
+
+def test_mixer_kernels_by_hand():
+    L = Ly.part_shape(Ly.layer_shape(SMALL, 1, t=2, sp=True), "M")
+    # on one of 2 TP ranks: 16 heads, 4 groups, d_l 1024; in_proj 2·1024 + 2·4·128 + 16 = 3088 outputs
+    assert mixer.local_dims(L) == (16, 4, 1024, 3088)
+    steps = Ly.forward_steps(L)
+    names = [st.name for st in steps]
+    assert names == ["mamba.ln", "mamba.ln.ag", "mamba.in_proj", "mamba.transpose_in", "mamba.conv1d", "mamba.ssd",
+                     "mamba.transpose_out", "mamba.norm", "mamba.out_proj", "mamba.out_proj.rs", "mamba.bda"]
+    in_proj = steps[2]
+    assert (in_proj.m, in_proj.n, in_proj.k) == (2048, 3088, 1024)
+    ssd = steps[5]
+    # 2048·(4·1024·128 + 2·128·4·128 + 2·128·1024) = 2048·917,504
+    assert ssd.flops == 1_879_048_192
+    # per token 2·(4·1024 + 4·4·128 + 2·4·128) + 8·16 + 16·1024·128/128 = 14,336 + 128 + 16,384 = 30,848
+    assert ssd.bytes == 2048 * 30_848
+    bwd = Ly.backward_steps(L)
+    ssd_bwd = next(st for st in bwd if st.name == "mamba.ssd_bwd")
+    # twice the forward plus the chunk states rerun, 2·2048·16·64·128
+    assert ssd_bwd.flops == 2 * 1_879_048_192 + 2 * 2048 * 16 * 64 * 128
+    assert ssd_bwd.bytes == 2 * 2048 * 30_848
+
+
+def test_mixer_flops_as_megatron_counts_them():
+    # 2·s·h·6176 + 7·s·2048·128 + 2·s·2048·h, s = 2048, h = 1024 (in_proj 2·2048 + 2·8·128 + 32 = 6176):
+    # 4,194,304·6176 = 25,904,021,504; 7·536,870,912 = 3,758,096,384; 4,194,304·2048 = 8,589,934,592
+    assert hybrid.mixer_forward_flops(SMALL) == 25_904_021_504 + 3_758_096_384 + 8_589_934_592
+    # the model's layers: two mixers, an attention and an MLP of 4096
+    attention = F.part_forward_flops(SMALL, "*")
+    mlp = 2.0 * 2 * 2048 * 1024 * 4096
+    assert F.layers_forward_flops(SMALL) == pytest.approx(2 * hybrid.mixer_forward_flops(SMALL) + attention + mlp)
+
+
+def test_mixer_activations_by_hand():
+    # zxBCdt 2·6176, the scan's output and the norm's input 2·2048 each, out_proj's input 2·2048: 24,640 B a token,
+    # over 2 ranks; the norm input and in_proj's input 2·1024 each, sharded by SP: (4096 + 24,640)/2 · 2048 tokens
+    got = layer_activation_bytes(SMALL, 1, 2048, t=2, sp=True, flash=True, part="M")
+    assert got == 2048 * (4096 + 24_640) / 2
+
+
+BASE = """name: h
+cluster: {nodes: 1, node: {preset: dgx-h100, host_launch: 0 s}}
+model: {layers: %d, hidden: 1024, heads: 8, kv_heads: 4, ffn_hidden: 4096, seq_len: 2048, vocab: 32000,
+        activation: squared_relu, biases: false, dropout: false%s}
+training: {global_batch: 16, micro_batch: 1, attention: flash}
+parallel: {tp: 2, pp: %d, dp: %d, zero: 1, sequence_parallel: true}
+"""
+
+
+def _summary(text, tmp_path, capsys):
+    path = tmp_path / "h.yaml"
+    path.write_text(text)
+    assert main(["run", str(path), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("pp, dp, schedule", [(1, 4, ""), (2, 2, ""), (2, 2, ", schedule: interleaved-1f1b, "
+                                                                               "virtual_stages: 2"),
+                                              (2, 2, ", schedule: dualpipe")])
+def test_a_pattern_of_attention_and_mlp_is_the_transformer(pp, dp, schedule, tmp_path, capsys):
+    """ "*-*-*-*-" runs the kernels of four transformer layers, in the same order: the same step, MFU, memory and
+    closed form. (The host's cost is off in BASE: the host issues each layer's steps as one op, so a transformer
+    layer issued as two hybrid layers lets the GPU start sooner where the host is the bound.)"""
+    gpt = (BASE % (4, "", pp, dp)).replace("sequence_parallel: true", "sequence_parallel: true" + schedule)
+    hyb = (BASE % (8, ', hybrid_layer_pattern: "*-*-*-*-"', pp, dp)).replace("sequence_parallel: true",
+                                                                             "sequence_parallel: true" + schedule)
+    a, b = _summary(gpt, tmp_path, capsys), _summary(hyb, tmp_path, capsys)
+    assert b["iteration_time_s"] == a["iteration_time_s"]
+    assert b["mfu"] == pytest.approx(a["mfu"], rel=1e-12)
+    assert b["memory"]["peak_bytes_per_gpu"] == pytest.approx(a["memory"]["peak_bytes_per_gpu"], rel=1e-12)
+    ea, eb = (estimate_iteration(load_scenario_text(t, "h.yaml")) for t in (gpt, hyb))
+    assert eb.iteration_s == pytest.approx(ea.iteration_s, rel=1e-12)
+
+
+def test_a_hybrid_run_and_its_closed_form(tmp_path, capsys):
+    text = BASE % (8, ', hybrid_layer_pattern: "M-M*M-ME", experts: 8, top_k: 2', 1, 4)
+    text = text.replace("dp: 4,", "dp: 4, ep: 4,")
+    s = _summary(text, tmp_path, capsys)
+    assert 0 < s["mfu"] < 1
+    est = estimate_iteration(load_scenario_text(text, "h.yaml"))
+    assert est.iteration_s == pytest.approx(s["iteration_time_s"], rel=0.10)
+
+
+@pytest.mark.parametrize("extra, key, words", [
+    (', hybrid_layer_pattern: "M*MG"', "model.hybrid_layer_pattern", "'G' .a gated delta net. is not modelled"),
+    (', hybrid_layer_pattern: "M*M"', "model.hybrid_layer_pattern", "3 symbols, but layers is 4"),
+    (', hybrid_layer_pattern: "M*ME"', "model.hybrid_layer_pattern", "E layers need experts"),
+    (', hybrid_layer_pattern: "M*M-", mamba_num_groups: 3', "model.mamba_num_groups", "multiple of"),
+    (', hybrid_layer_pattern: "M*M-", mamba_num_heads: 33, mamba_num_groups: 3', "parallel.tp",
+     "tp .2. must divide the Mamba mixer's mamba_num_heads .33."),
+    (', mamba_num_heads: 32', "model.mamba_num_heads", "needs a hybrid model"),
+    (', hybrid_layer_pattern: "M*M-", mtp_num_layers: 1', "model.mtp_num_layers", "not taken by a hybrid"),
+])
+def test_the_rule_books_refusals(extra, key, words):
+    with pytest.raises(ScenarioError, match=words) as err:
+        load_scenario_text(BASE % (4, extra, 1, 4), "h.yaml")
+    assert err.value.key == key
+
+
+def test_context_parallelism_over_mamba_is_refused():
+    text = (BASE % (4, ', hybrid_layer_pattern: "M*M-"', 1, 2)).replace("dp: 2,", "dp: 2, cp: 2,")
+    with pytest.raises(ScenarioError, match="context parallelism over Mamba") as err:
+        load_scenario_text(text, "h.yaml")
+    assert err.value.key == "parallel.cp"
