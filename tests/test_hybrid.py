@@ -67,20 +67,27 @@ def test_mixer_kernels_by_hand():
     assert mixer.local_dims(L) == (16, 4, 1024, 3088)
     steps = Ly.forward_steps(L)
     names = [st.name for st in steps]
-    assert names == ["mamba.ln", "mamba.ln.ag", "mamba.in_proj", "mamba.transpose_in", "mamba.conv1d", "mamba.ssd",
-                     "mamba.transpose_out", "mamba.norm", "mamba.out_proj", "mamba.out_proj.rs", "mamba.bda"]
+    # one sequence a micro-batch: the transposes between (s, b, d) and (b, s, d) are views, no copies
+    assert names == ["mamba.ln", "mamba.ln.ag", "mamba.in_proj", "mamba.conv1d", "mamba.ssd", "mamba.norm",
+                     "mamba.out_proj", "mamba.out_proj.rs", "mamba.bda"]
     in_proj = steps[2]
     assert (in_proj.m, in_proj.n, in_proj.k) == (2048, 3088, 1024)
-    ssd = steps[5]
+    ssd = steps[4]
     # 2048·(4·1024·128 + 2·128·4·128 + 2·128·1024) = 2048·917,504
     assert ssd.flops == 1_879_048_192
-    # per token 2·(4·1024 + 4·4·128 + 2·4·128) + 8·16 + 16·1024·128/128 = 14,336 + 128 + 16,384 = 30,848
-    assert ssd.bytes == 2048 * 30_848
+    # per token 2·(4·1024 + 4·4·128) + 8·16 + 8·4·128 + (8 + 4)·1024·128/128 = 12,288 + 128 + 4096 + 12,288 = 28,800
+    assert ssd.bytes == 2048 * 28_800
     bwd = Ly.backward_steps(L)
     ssd_bwd = next(st for st in bwd if st.name == "mamba.ssd_bwd")
     # twice the forward plus the chunk states rerun, 2·2048·16·64·128
     assert ssd_bwd.flops == 2 * 1_879_048_192 + 2 * 2048 * 16 * 64 * 128
-    assert ssd_bwd.bytes == 2 * 2048 * 30_848
+    assert ssd_bwd.bytes == 2 * 2048 * 28_800
+    # two sequences: each transpose copies, reading and writing 2 bytes an element (2·4096 tokens·3088 outputs)
+    L2 = Ly.part_shape(Ly.layer_shape(SMALL, 2, t=2, sp=True), "M")
+    copies = {st.name: st.bytes for st in Ly.forward_steps(L2) + Ly.backward_steps(L2) if st.name.startswith(
+        "mamba.transpose")}
+    assert copies == {"mamba.transpose_in": 2 * 2 * 4096 * 3088, "mamba.transpose_out": 2 * 2 * 4096 * 1024,
+                      "mamba.transpose_out_bwd": 2 * 2 * 4096 * 1024, "mamba.transpose_in_bwd": 2 * 2 * 4096 * 3088}
 
 
 def test_mixer_flops_as_megatron_counts_them():

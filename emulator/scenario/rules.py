@@ -66,7 +66,7 @@ def _moe_violations(m: ModelSpec) -> list[Violation]:
                 out.append(Violation(f"model.{name}", f"{name} needs experts > 0 (an MoE model)"))
         for name in ("moe_router_force_load_balancing", "moe_expert_capacity_factor",
                      "moe_pad_expert_input_to_capacity", "moe_router_num_groups", "moe_router_group_topk",
-                     "moe_router_fusion"):
+                     "moe_router_fusion", "moe_latent_size"):
             if getattr(m, name):
                 out.append(Violation(f"model.{name}", f"{name} needs experts > 0 (an MoE model)"))
         return out
@@ -147,6 +147,11 @@ def _dispatch_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
             out.append(Violation("parallel.moe_shared_expert_overlap", "moe_shared_expert_overlap works with the "
                                                                        "alltoall or flex dispatcher only "
                                                                        "(Megatron-Core)"))
+        if m.moe_latent_size:
+            out.append(Violation("parallel.moe_shared_expert_overlap", "moe_shared_expert_overlap is not supported "
+                                                                       "with model.moe_latent_size in training "
+                                                                       "(Megatron-Core's MoELayer.preprocess "
+                                                                       "asserts it)"))
     return out
 
 

@@ -405,6 +405,12 @@ class ModelSpec:
     moe_paged_stash_buffer_size_factor_cpu: float = key(
         "The paged stash's pinned host buffer for what overflows the GPU buffer, sized as the GPU one (positive: "
         "mean, negative: actual); 0: none (Megatron-Core's default).", default=0.0, minimum=-1e6, maximum=1e6)
+    # Megatron-Core's latent MoE (moe_layer.py @ d98e8a64dd: fc1_latent_proj, fc2_latent_proj; Nemotron 3 Super)
+    moe_latent_size: int = key(
+        "Megatron-Core's moe_latent_size: the routed experts work in this latent width. A projection (replicated "
+        "over TP) takes the tokens from hidden to it before the dispatch and one takes them back after the combine, so "
+        "the dispatch, the combine and the experts' GEMMs move and take latent-wide rows; the shared experts keep "
+        "hidden. 0 or absent: none.", default=0, minimum=0, maximum=10**7)
     moe_permute_fusion_into_hybridep: bool = key(
         "Megatron-Core's moe_permute_fusion_into_hybridep: with the flex dispatcher's hybridep backend, the dispatch "
         "writes the tokens in the experts' order and the combine reads them from it (hybrid_ep_dispatch with "

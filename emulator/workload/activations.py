@@ -89,7 +89,7 @@ def _mlp_terms(r: ModelSpec, moe: bool, ep: int, g: float, tokens: int = 0, widt
         return mlp(width or r.ffn_hidden)
     routed = r.top_k * rank_load(r, ep, tokens)
     return routed * mlp(M.expert_ffn(r)) + expert_input_terms(r, ep, g, tokens, etp) \
-        + (mlp(M.shared_ffn(r)) if r.shared_experts else 0)
+        + (mlp(M.shared_ffn(r)) if r.shared_experts else 0) + latent_terms(r, g)
 
 
 def expert_input_terms(r: ModelSpec, ep: int, g: float, tokens: int = 0, etp: int = 1) -> float:
@@ -99,7 +99,15 @@ def expert_input_terms(r: ModelSpec, ep: int, g: float, tokens: int = 0, etp: in
     the experts' tensor parallelism (``etp`` ranks) each of them holds the tokens of all: the dispatcher gathers
     them over the expert-TP group (token_dispatcher.py @ d98e8a64dd, MoEAlltoAllTokenDispatcher.token_dispatch,
     lines 741-746), while their up outputs are split over it; so etp times the share of one."""
-    return r.top_k * rank_load(r, ep, tokens) * g * r.hidden * etp
+    return r.top_k * rank_load(r, ep, tokens) * g * (r.moe_latent_size or r.hidden) * etp
+
+
+def latent_terms(r: ModelSpec, g: float) -> float:
+    """Stored bytes per token of a latent MoE layer's projections (model.moe_latent_size): fc2_latent_proj's input,
+    ``g``·latent, and under a quantised recipe fc1_latent_proj's own quantised copy of its input, ``g``·h (in BF16
+    it saves the tensor the router saves); 0 without a latent size."""
+    n = r.moe_latent_size
+    return g * n + (g * r.hidden if g != 2 else 0.0) if n else 0.0
 
 
 def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: float,

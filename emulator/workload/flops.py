@@ -51,6 +51,15 @@ def _mlp_flops(s: ModelSpec, width: int) -> float:
     return 2.0 * s.seq_len * s.hidden * width * (3 if s.swiglu else 2)
 
 
+def _routed_flops(s: ModelSpec) -> float:
+    """The top_k routed experts of one sequence: in the latent width with ``moe_latent_size``, plus its two
+    projections 2·s·h·latent each (Megatron-LM's moe_layer_flops)."""
+    n = s.moe_latent_size
+    if not n:
+        return _mlp_flops(s, M.expert_ffn(s)) * s.top_k
+    return _mlp_flops(replace(s, hidden=n), M.expert_ffn(s)) * s.top_k + 2 * 2.0 * s.seq_len * s.hidden * n
+
+
 def _projection_flops(s: ModelSpec) -> float:
     """The attention's linear layers for one sequence: QKV and output, or MLA's five."""
     sl, h = s.seq_len, s.hidden
@@ -81,7 +90,7 @@ def layer_forward_flops(m: ModelSpec, layer: int | None = None) -> float:
         attn = qkv + attention_core_flops(s) + proj
     if not moe:
         return attn + _mlp_flops(s, s.ffn_hidden)
-    mlp = _mlp_flops(s, M.expert_ffn(s)) * s.top_k + 2.0 * sl * h * s.experts
+    mlp = _routed_flops(s) + 2.0 * sl * h * s.experts
     if s.shared_experts:
         mlp += _mlp_flops(s, M.shared_ffn(s))
     return attn + mlp

@@ -38,7 +38,8 @@ __all__ = ["Issue", "captured_modules", "module_of", "issue_time"]
 _ATTN_STEMS = ("ln1", "qkv", "q", "q_down", "q_up", "q_norm", "kv_down", "kv_up", "kv_norm", "rope", "attn",
                "ctx_copy", "proj", "bda1")
 _ROUTER_PREFIXES = ("moe.router", "moe.aux")  # with the pre-MLP norm (ln2), and the shared experts (below)
-_PREPROCESS_PREFIXES = ("moe.counts", "moe.permute", "moe.token_counts")
+# the latent MoE's fc1_latent_proj runs in MoELayer.preprocess, which moe_preprocess captures (moe_layer.py)
+_PREPROCESS_PREFIXES = ("moe.counts", "moe.permute", "moe.token_counts", "moe.latent_down")
 _SUFFIXES = ("_residual_grad", "_bwd")
 
 

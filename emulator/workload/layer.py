@@ -139,6 +139,8 @@ from emulator.workload.token_dispatch import (
     dispatch_backward,
     dispatch_steps,
     expert_padding,
+    latent_up,
+    latent_up_backward,
     permute_and_router_backward,
     route_and_permute,
     shared_split,
@@ -187,7 +189,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       cp_a2a=cp > 1 and parallel is not None and parallel.cp_comm_type == "a2a",
                       cp_hier=_cp_hier(parallel, cp),
                       cp_ag=cp > 1 and parallel is not None and parallel.cp_comm_type == "all_gather",
-                      positions=position_embedding(m), **_mixer_fields(m), **mla,
+                      positions=position_embedding(m), latent=m.moe_latent_size if m.experts else 0,
+                      **_mixer_fields(m), **mla,
                       **{**_dispatch_fields(m, parallel, sm_count),
                          **_quant_padding(m, parallel, recipe, micro_batch * (m.seq_len // cp), t, sp, ep, etp)})
 
@@ -695,7 +698,7 @@ def _moe_sizes(L: LayerShape) -> tuple[int, int, int, float]:
     load = L.rank_load
     received = routed if load == 1.0 else int(round(routed * load))
     m_e = max(1, received // local) + round(L.pad_rows)  # tokens per local expert (quantised: aligned)
-    return routed, local, m_e, routed * L.h * L.dtype * L.a2a_scale
+    return routed, local, m_e, routed * L.hx * L.dtype * L.a2a_scale
 
 
 def _shared_forward(L: LayerShape, cat: str) -> list[Step]:
@@ -721,11 +724,11 @@ def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
     steps += dispatch_steps(L, L.T, a2a, cat, first)
     act = _act_forward(L, cat, m_e * local if L.rank_load != 1.0 or L.pad_rows else routed, fe)
     steps += chunk_sort(L, "moe.sort_chunks", m_e * local, cat) + expert_padding(L, m_e * local, cat, True)
-    steps += [grouped_gemm("moe.up", m_e, up, L.h, L, local, cat), act,
-              grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
+    steps += [grouped_gemm("moe.up", m_e, up, L.hx, L, local, cat), act,
+              grouped_gemm("moe.down", m_e, L.hx, fe, L, local, cat)]
     steps += expert_padding(L, m_e * local, cat, False) + chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
     steps += combine_steps(L, L.T, a2a, cat, second)
-    steps += unpermute(L, routed, cat)
+    steps += unpermute(L, routed, cat) + latent_up(L, L.T, cat)
     return steps
 
 
@@ -754,7 +757,7 @@ def _folded_sizes(L: LayerShape) -> tuple[int, int, int, float]:
     load = L.rank_load
     received = routed if load == 1.0 else int(round(routed * load))
     m_e = max(1, received * L.etp // local) + round(L.pad_rows)
-    return routed, local, m_e, routed * L.h * L.dtype * L.a2a_scale
+    return routed, local, m_e, routed * L.hx * L.dtype * L.a2a_scale
 
 
 def _etp(L: LayerShape, name: str, collective: str, nbytes: float, cat: str) -> list[Step]:
@@ -765,7 +768,7 @@ def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
     routed, local, m_e, a2a = _folded_sizes(L)
     fe = L.fe_l
     up = 2 * fe if L.swiglu else fe
-    gathered = m_e * local * L.h * L.dtype  # the ETP all-gather's output (nccl-tests S)
+    gathered = m_e * local * L.hx * L.dtype  # the ETP all-gather's output (nccl-tests S)
     shared = _shared_forward(L, cat) if L.shared_ffn else []
     first, second = shared_split(L, shared)
     steps: list[Step] = route_and_permute(L, L.Te, routed, cat)
@@ -774,14 +777,14 @@ def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
     steps += dispatch_steps(L, L.Te, a2a, cat, first)
     steps += _etp(L, "moe.etp_ag", "all_gather", gathered, cat) + chunk_sort(L, "moe.sort_chunks", m_e * local, cat)
     steps += expert_padding(L, m_e * local, cat, True)
-    steps += [grouped_gemm("moe.up", m_e, up, L.h, L, local, cat), _act_forward(L, cat, m_e * local, fe),
-              grouped_gemm("moe.down", m_e, L.h, fe, L, local, cat)]
+    steps += [grouped_gemm("moe.up", m_e, up, L.hx, L, local, cat), _act_forward(L, cat, m_e * local, fe),
+              grouped_gemm("moe.down", m_e, L.hx, fe, L, local, cat)]
     steps += expert_padding(L, m_e * local, cat, False) + chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
     steps += _etp(L, "moe.etp_rs", "reduce_scatter", gathered, cat)
     steps += combine_steps(L, L.Te, a2a, cat, second)
     if first and L.shared_ffn:
         steps += _tp_out(L, "shared", cat)
-    steps += unpermute(L, routed, cat)
+    steps += unpermute(L, routed, cat) + latent_up(L, L.Te, cat)
     return steps
 
 
@@ -789,14 +792,14 @@ def _folded_moe_backward(L: LayerShape) -> list[Step]:
     routed, local, m_e, a2a = _folded_sizes(L)
     fe = L.fe_l
     up = 2 * fe if L.swiglu else fe
-    gathered = m_e * local * L.h * L.dtype
-    steps: list[Step] = [*unpermute_backward(L, routed)]
+    gathered = m_e * local * L.hx * L.dtype
+    steps: list[Step] = [*latent_up_backward(L, L.Te), *unpermute_backward(L, routed)]
     steps += combine_backward(L, L.Te, a2a)
     steps += _etp(L, "moe.etp_ag_bwd", "all_gather", gathered, BWD) + chunk_sort(L, "moe.unsort_chunks_bwd",
                                                                                   m_e * local, BWD)
     steps += expert_padding(L, m_e * local, BWD, False)
-    steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local), _act_backward(L, m_e * local, fe),
-              *_grouped_backward(L, "moe.up", m_e, up, L.h, local)]
+    steps += [*_grouped_backward(L, "moe.down", m_e, L.hx, fe, local), _act_backward(L, m_e * local, fe),
+              *_grouped_backward(L, "moe.up", m_e, up, L.hx, local)]
     steps += expert_padding(L, m_e * local, BWD, True) + chunk_sort(L, "moe.sort_chunks_bwd", m_e * local, BWD)
     steps += _etp(L, "moe.etp_rs_bwd", "reduce_scatter", gathered, BWD)
     steps += dispatch_backward(L, L.Te, a2a)
@@ -951,12 +954,12 @@ def _mlp_core_backward(L: LayerShape) -> list[Step]:
     routed, local, m_e, a2a = _moe_sizes(L)
     fe = L.fe_l
     up = 2 * fe if L.swiglu else fe
-    steps: list[Step] = [*unpermute_backward(L, routed)]
+    steps: list[Step] = [*latent_up_backward(L, L.T), *unpermute_backward(L, routed)]
     steps += combine_backward(L, L.T, a2a)
     steps += chunk_sort(L, "moe.unsort_chunks_bwd", m_e * local, BWD) + expert_padding(L, m_e * local, BWD, False)
-    steps += [*_grouped_backward(L, "moe.down", m_e, L.h, fe, local),
+    steps += [*_grouped_backward(L, "moe.down", m_e, L.hx, fe, local),
               _act_backward(L, m_e * local if L.rank_load != 1.0 or L.pad_rows else routed, fe),
-              *_grouped_backward(L, "moe.up", m_e, up, L.h, local)]
+              *_grouped_backward(L, "moe.up", m_e, up, L.hx, local)]
     steps += expert_padding(L, m_e * local, BWD, True) + chunk_sort(L, "moe.sort_chunks_bwd", m_e * local, BWD)
     steps += dispatch_backward(L, L.T, a2a)
     steps += [*_shared_backward(L), *permute_and_router_backward(L, L.T, routed)]

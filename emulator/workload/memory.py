@@ -120,7 +120,7 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
     if r.experts:
         shared = M.mlp_of_width(r, M.shared_ffn(r)) / t if r.shared_experts else 0.0
         one = M.expert_params(r) - (r.hidden if biases else 0)
-        moe_dense = dense + r.hidden * r.experts + shared
+        moe_dense = dense + r.hidden * r.experts + shared + M.latent_params(r)  # router, projections: replicated
         expert = (one / (par.etp or t) + (r.hidden if biases else 0)) * r.experts / par.ep  # etp: experts' TP
         dense = moe_dense * (layers - lead) + (dense + mlp_gpu) * lead
         expert *= layers - lead
@@ -156,9 +156,9 @@ def _hybrid_layer_params(r: ModelSpec, par: ParallelSpec, layers: list[int]) -> 
     for i in layers:
         part = M.layer_parts(r, i)
         own = M.part_params(r, part) - norm
-        if part == hybrid.MOE:
-            router = r.hidden * r.experts
-            dense += (own - router) / t + router + norm
+        if part == hybrid.MOE:  # the router and the latent projections on every rank
+            whole = r.hidden * r.experts + M.latent_params(r)
+            dense += (own - whole) / t + whole + norm
             expert += M.routed_params(r) / ((par.etp or t) * par.ep)
         else:
             dense += own / t + norm
@@ -204,14 +204,15 @@ def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) 
         mine = _layers_of(sc, stage)
         dense = sum(M.part_linear(r, M.layer_parts(r, i)) for i in mine) / par.tp
         moe = sum(M.is_moe_layer(r, i) for i in mine)
-        return dense, moe * M.expert_params(r) * r.experts / par.ep / (par.etp or par.tp) if r.experts else 0.0
+        return dense, moe * M.expert_linear(r) * r.experts / par.ep / (par.etp or par.tp) if r.experts else 0.0
     attn, per_width = M.linear_weights(r)
     lead = _dense_layers_of(sc, stage) if r.experts else 0
     dense_layer = (attn + per_width * r.ffn_hidden) / par.tp
     if not r.experts:
         return dense_layer * layers, 0.0
-    moe_layer = (attn + (per_width * M.shared_ffn(r) if r.shared_experts else 0)) / par.tp
-    experts = per_width * M.expert_ffn(r) * r.experts / par.ep / (par.etp or par.tp)
+    moe_layer = (attn + (per_width * M.shared_ffn(r) if r.shared_experts else 0)) / par.tp \
+        + 2 * r.hidden * r.moe_latent_size  # the latent projections, whole on every rank
+    experts = M.expert_linear(r) * r.experts / par.ep / (par.etp or par.tp)
     return dense_layer * lead + moe_layer * (layers - lead), experts * (layers - lead)
 
 
@@ -455,11 +456,13 @@ def cp_gather_bytes(m: ModelSpec, par: ParallelSpec, tr: TrainingSpec, dtype: fl
 
 def deepep_bytes(m: ModelSpec, par: ParallelSpec, dtype: int) -> float:
     """DeepEP's buffers (scenario/deepep_buffers.py) on each GPU of an MoE model under the flex dispatcher with
-    DeepEP: one ``Buffer`` for the EP group, rows of h · max(dtype, 2) bytes (Megatron-Core ``get_hidden_bytes``)."""
+    DeepEP: one ``Buffer`` for the EP group, rows of h (a latent MoE's: its latent size) · max(dtype, 2) bytes
+    (Megatron-Core ``get_hidden_bytes``)."""
     if not m.experts or par.moe_token_dispatcher_type != "flex" or par.moe_flex_dispatcher_backend != "deepep" \
             or par.ep not in DEEPEP.CONFIGS:
         return 0.0
-    return float(DEEPEP.buffer_bytes(m.hidden * max(dtype, 2), par.ep, par.moe_flex_dispatcher_num_sms))
+    width = m.moe_latent_size or m.hidden  # the dispatched rows' (get_hidden_bytes of the latent tokens)
+    return float(DEEPEP.buffer_bytes(width * max(dtype, 2), par.ep, par.moe_flex_dispatcher_num_sms))
 
 
 def hybridep_bytes(m: ModelSpec, par: ParallelSpec, tr: TrainingSpec, domain: int) -> float:
@@ -475,7 +478,8 @@ def hybridep_bytes(m: ModelSpec, par: ParallelSpec, tr: TrainingSpec, domain: in
     per_domain = {min(sum(1 for r in range(first, first + par.ep) if r // domain == d)
                       for d in {r // domain for r in range(first, first + par.ep)})
                   for first in range(0, span, par.ep)}
-    return float(max(HYBRIDEP.buffer_bytes(tokens, m.hidden, m.experts // par.ep, r, par.ep) for r in per_domain))
+    width = m.moe_latent_size or m.hidden  # the dispatched rows' (fused_a2a.py: x.shape of the latent tokens)
+    return float(max(HYBRIDEP.buffer_bytes(tokens, width, m.experts // par.ep, r, par.ep) for r in per_domain))
 
 
 def stage_memory(sc: Scenario) -> list[MemoryReport]:

@@ -11,7 +11,8 @@ d_l = H_l·P and chunk Q (workload/hybrid.py):
               rerun (it is not saved), the scan's backward, the conv1d's backward · transpose · in_proj dgrad, wgrad
 
 The layer (layer.py) wraps it with its pre-norm, the sequence-parallel all-gather into in_proj, the
-reduce-scatter (or all-reduce) out of out_proj and the residual add, as an attention block.
+reduce-scatter (or all-reduce) out of out_proj and the residual add, as an attention block. The transposes are
+copies only where a micro-batch holds more than one sequence: with one, both layouts are the same memory.
 
 The scan is mamba_ssm's chunked SSD (ssd_combined.py @ e9594ce, ``_mamba_chunk_scan_combined_fwd``: five Triton
 kernels, chunk_cumsum, chunk_state, state_passing, bmm_chunk, chunk_scan), costed as one kernel by its FLOPs and
@@ -23,8 +24,10 @@ algorithm's four steps):
            + 2·H_l·P·N (the off-diagonal blocks, C·states)
     bytes  x, z and the output twice (out and out_x) in the activations' type, 4·d_l of them; B and C read twice
            (chunk_state and bmm_chunk, bmm_chunk and chunk_scan), 4·G_l·N; dt and its cumulative sum in fp32, read
-           and written, 4·2·H_l; C·Bᵀ written and read, 2·G_l·Q; the chunk states in fp32 (one per Q tokens)
-           written by chunk_state, read and written by state_passing, read by chunk_scan: 4·4·H_l·P·N/Q.
+           and written, 4·2·H_l; C·Bᵀ in fp32 (``output_dtype=torch.float32``) written and read, 8·G_l·Q; the chunk
+           states (H_l·P·N per Q tokens) written by chunk_state in fp32 (``states_in_fp32=True``), read by
+           state_passing, which writes them in C's type (Megatron-Core's ``mamba_training_ssm_states_dtype`` left
+           unset), read by chunk_scan: (4 + 4 + 2 + 2)·d_l·N/Q with 2-byte activations.
 
 Its backward (``_mamba_chunk_scan_combined_bwd``) recomputes the chunk states and takes each forward product's two
 gradient products: 2·forward FLOPs + 2·H_l·P·N, and twice the forward's bytes (it reads the forward's operands and
@@ -57,7 +60,7 @@ def scan_bytes(L: LayerShape) -> float:
     """The chunked scan's forward bytes for T tokens (module docstring)."""
     heads, groups, d_l, _ = local_dims(L)
     n, q = L.m_state, hybrid.CHUNK
-    per_token = L.dtype * (4 * d_l + 4 * groups * n + 2 * groups * q) + 8 * heads + 16 * d_l * n / q
+    per_token = L.dtype * (4 * d_l + 4 * groups * n) + 8 * heads + 8 * groups * q + (8 + 2 * L.dtype) * d_l * n / q
     return float(L.T) * per_token
 
 
@@ -67,15 +70,20 @@ def _conv(L: LayerShape, name: str, passes: float, cat: str) -> Kernel:
     return elementwise(name, L.T * (d_l + 2 * groups * L.m_state), passes, L, 2 * hybrid.D_CONV + 4, cat)
 
 
+def _transpose(L: LayerShape, name: str, width: int, cat: str) -> list[Step]:
+    """A transpose between the sequence-first and the batch-first layout of T × ``width``: a copy, but for one
+    sequence a micro-batch, whose two layouts are the same memory (``contiguous()`` returns the tensor itself)."""
+    return [Kernel(name, "copy", 0.0, 2.0 * L.T * width * L.dtype, cat)] if L.b > 1 else []
+
+
 def mixer_forward(L: LayerShape, cat: str) -> list[Step]:
     """in_proj to out_proj (module docstring)."""
     _, _, d_l, width = local_dims(L)
     T = L.T
-    return [gemm("mamba.in_proj", T, width, L.h, L, 1, cat),
-            Kernel("mamba.transpose_in", "copy", 0.0, 2.0 * T * width * L.dtype, cat),
+    return [gemm("mamba.in_proj", T, width, L.h, L, 1, cat), *_transpose(L, "mamba.transpose_in", width, cat),
             _conv(L, "mamba.conv1d", 2.0, cat),
             Kernel("mamba.ssd", "scan", scan_flops(L), scan_bytes(L), cat),
-            Kernel("mamba.transpose_out", "copy", 0.0, 2.0 * T * d_l * L.dtype, cat),
+            *_transpose(L, "mamba.transpose_out", d_l, cat),
             elementwise("mamba.norm", T * d_l, 2.0, L, 8.0, cat),
             gemm("mamba.out_proj", T, L.h, d_l, L, 1, cat)]
 
@@ -88,8 +96,8 @@ def mixer_backward(L: LayerShape) -> list[Step]:
     state = 2.0 * T * heads * L.m_head_dim * L.m_state  # the chunk states recomputed
     return [*linear_backward(L, "mamba.out_proj", T, L.h, d_l),
             elementwise("mamba.norm_bwd", T * d_l, 3.0, L, 10.0, BWD),
-            Kernel("mamba.transpose_out_bwd", "copy", 0.0, 2.0 * T * d_l * L.dtype, BWD),
+            *_transpose(L, "mamba.transpose_out_bwd", d_l, BWD),
             _conv(L, "mamba.conv1d_rerun", 2.0, BWD),
             Kernel("mamba.ssd_bwd", "scan", 2 * scan_flops(L) + state, 2 * scan_bytes(L), BWD),
             _conv(L, "mamba.conv1d_bwd", 3.0, BWD),
-            Kernel("mamba.transpose_in_bwd", "copy", 0.0, 2.0 * T * width * L.dtype, BWD)]
+            *_transpose(L, "mamba.transpose_in_bwd", width, BWD)]

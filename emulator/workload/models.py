@@ -31,6 +31,8 @@ query and key/value ranks, d_n, d_r, d_v the per-head no-rope, rope and value di
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from emulator.scenario.spec import ModelSpec
 from emulator.workload import hybrid, routing
 
@@ -144,9 +146,25 @@ def shared_ffn(spec: ModelSpec) -> int:
 
 
 def expert_params(spec: ModelSpec) -> int:
-    """One routed expert's MLP."""
+    """One routed expert's MLP; with a latent size (``moe_latent_size``) its input and output are that wide."""
     s = resolve(spec)
+    if s.moe_latent_size:
+        return mlp_of_width(replace(s, hidden=s.moe_latent_size), expert_ffn(s))
     return mlp_of_width(s, expert_ffn(s))
+
+
+def expert_linear(spec: ModelSpec) -> int:
+    """One routed expert's GEMM weights: (2, or 3 gated)·width·f_e, width the latent size or h."""
+    s = resolve(spec)
+    return (3 if s.swiglu else 2) * (s.moe_latent_size or s.hidden) * expert_ffn(s)
+
+
+def latent_params(spec: ModelSpec) -> int:
+    """A latent MoE layer's two projections, h → latent and back (fc1_latent_proj, fc2_latent_proj), with their
+    biases if any; 0 without ``moe_latent_size``."""
+    s = resolve(spec)
+    n = s.moe_latent_size
+    return 2 * s.hidden * n + ((n + s.hidden) if has_biases(s) else 0) if n else 0
 
 
 def moe_rank_load(spec: ModelSpec, ep: int, tokens: int = 0, layer: int | None = None, step: int = 0) -> float:
@@ -255,7 +273,8 @@ def part_params(spec: ModelSpec, part: str) -> int:
     if part == hybrid.MLP:
         return mlp_params(s) + norm
     if part == hybrid.MOE:
-        return s.hidden * s.experts + (mlp_of_width(s, shared_ffn(s)) if s.shared_experts else 0) + norm
+        return s.hidden * s.experts + (mlp_of_width(s, shared_ffn(s)) if s.shared_experts else 0) + norm \
+            + latent_params(s)
     return hybrid.mixer_params(s) + norm
 
 
@@ -275,7 +294,7 @@ def part_linear(spec: ModelSpec, part: str) -> int:
     if part == hybrid.MLP:
         return per_width * r.ffn_hidden
     if part == hybrid.MOE:
-        return per_width * shared_ffn(r) if r.shared_experts else 0
+        return (per_width * shared_ffn(r) if r.shared_experts else 0) + 2 * r.hidden * r.moe_latent_size
     return hybrid.mixer_linear(r)
 
 
@@ -286,7 +305,7 @@ def dense_layer_params(spec: ModelSpec, moe: bool) -> int:
     if not moe:
         return attention_params(s) + mlp_params(s) + norm_params(s)
     shared = mlp_of_width(s, shared_ffn(s)) if s.shared_experts else 0
-    return attention_params(s) + s.hidden * s.experts + shared + norm_params(s)
+    return attention_params(s) + s.hidden * s.experts + shared + norm_params(s) + latent_params(s)
 
 
 def routed_params(spec: ModelSpec) -> int:

@@ -134,6 +134,7 @@ class LayerShape:
     # a hybrid model's layer (workload/hybrid.py): the parts it runs, "" a whole transformer layer (attention and its
     # MLP); its Mamba-2 mixer's heads H, head dim P, groups G and state N (whole, before TP; 0: no mixer)
     parts: str = ""
+    latent: int = 0  # model.moe_latent_size: the width of the rows the dispatcher moves and the experts take; 0: h
     m_heads: int = 0
     m_head_dim: int = 0
     m_groups: int = 0
@@ -156,6 +157,11 @@ class LayerShape:
     def rope(self) -> bool:
         """Rotary embeddings on q and k."""
         return self.positions == "rope" or (not self.positions and not self.biases)
+
+    @property
+    def hx(self) -> int:
+        """The width of an MoE layer's routed rows: the latent size (model.moe_latent_size), else h."""
+        return self.latent or self.h
 
     @property
     def T(self) -> int:

@@ -345,8 +345,8 @@ def _spread_rows(L: LayerShape, name: str, routed: int, cat: str) -> list[Kernel
     unfused index_select (a row read per copy); none where the dispatch permutes."""
     if _in_dispatch(L):
         return []
-    rows = routed * L.h * L.dtype
-    tokens = max(1, routed // max(1, L.top_k)) * L.h * L.dtype
+    rows = routed * L.hx * L.dtype
+    tokens = max(1, routed // max(1, L.top_k)) * L.hx * L.dtype
     return [_copy(name, rows + (tokens if L.permute_fusion else rows), cat)]
 
 
@@ -355,20 +355,42 @@ def _scatter_rows(L: LayerShape, name: str, routed: int, cat: str) -> list[Kerne
     the tokens written), or unfused a zeroed output and an atomic scatter_add_ / index_add_ into it (above)."""
     if _in_dispatch(L):
         return []
-    rows = routed * L.h * L.dtype
-    out = max(1, routed // max(1, L.top_k)) * L.h * L.dtype
+    rows = routed * L.hx * L.dtype
+    out = max(1, routed // max(1, L.top_k)) * L.hx * L.dtype
     if L.permute_fusion:
-        return [_copy(name, rows + out, cat, routed * L.h)]
-    return [_small(f"{name}.zeros", out, cat), _copy(name, rows + 2.0 * out + routed * IDX_BYTES, cat, routed * L.h)]
+        return [_copy(name, rows + out, cat, routed * L.hx)]
+    return [_small(f"{name}.zeros", out, cat), _copy(name, rows + 2.0 * out + routed * IDX_BYTES, cat, routed * L.hx)]
 
 
 def route_and_permute(L: LayerShape, tokens: int, routed: int, cat: str) -> list[Step]:
-    """The router GEMM, the routing, the aux loss, the dispatcher's counts, the permutation's map (TE's row-id
-    map, or unfused its argsort) and the permute of ``routed`` token copies: everything of the MoE layer before
-    the dispatch."""
+    """The router GEMM, the routing, the aux loss, [the latent projection], the dispatcher's counts, the
+    permutation's map (TE's row-id map, or unfused its argsort) and the permute of ``routed`` token copies:
+    everything of the MoE layer before the dispatch."""
     return [_router(L, tokens, cat), *_routing_kernels(L, tokens, cat), *_aux_loss_steps(L, tokens, cat),
-            *_count_kernels(L, tokens, cat), *_early_sync(L, cat), *_permute_map(L, tokens, routed, cat),
-            *_spread_rows(L, "moe.permute", routed, cat)]
+            *_latent_down(L, tokens, cat), *_count_kernels(L, tokens, cat), *_early_sync(L, cat),
+            *_permute_map(L, tokens, routed, cat), *_spread_rows(L, "moe.permute", routed, cat)]
+
+
+# Megatron-Core's latent MoE (moe_layer.py @ d98e8a64dd, model.moe_latent_size): ``preprocess`` projects the layer's
+# tokens from h to the latent size by fc1_latent_proj before the dispatcher's preprocess, ``postprocess`` projects
+# the combined output back by fc2_latent_proj, before the shared experts' output is added. Both are TELinear with
+# parallel_mode "duplicated": every TP rank holds the whole weight and runs it on the tokens it routes.
+
+def _latent_down(L: LayerShape, tokens: int, cat: str) -> list[Step]:
+    return [gemm("moe.latent_down", tokens, L.latent, L.h, L, 1, cat)] if L.latent else []
+
+
+def latent_up(L: LayerShape, tokens: int, cat: str) -> list[Step]:
+    """fc2_latent_proj: the combined tokens from the latent width back to h (none without a latent size)."""
+    return [gemm("moe.latent_up", tokens, L.h, L.latent, L, 1, cat)] if L.latent else []
+
+
+def latent_up_backward(L: LayerShape, tokens: int) -> list[Step]:
+    return linear_backward(L, "moe.latent_up", tokens, L.h, L.latent) if L.latent else []
+
+
+def _latent_down_backward(L: LayerShape, tokens: int) -> list[Step]:
+    return linear_backward(L, "moe.latent_down", tokens, L.latent, L.h) if L.latent else []
 
 
 def _count_exchange(L: LayerShape, cat: str) -> list[Step]:
@@ -388,9 +410,9 @@ def _early_sync(L: LayerShape, cat: str) -> list[Step]:
 
 
 def permute_and_router_backward(L: LayerShape, tokens: int, routed: int) -> list[Step]:
-    """The permute's gradient (TE's unpermute of the gradient, or unfused index_select's backward), the
-    routing's and aux loss's, the router GEMM's."""
-    return [*_scatter_rows(L, "moe.permute_bwd", routed, BWD),
+    """The permute's gradient (TE's unpermute of the gradient, or unfused index_select's backward), [the latent
+    projection's], the routing's and aux loss's, the router GEMM's."""
+    return [*_scatter_rows(L, "moe.permute_bwd", routed, BWD), *_latent_down_backward(L, tokens),
             *_router_small_backward(L, tokens),
             *_router_backward(L, tokens)]
 
@@ -405,7 +427,7 @@ def chunk_sort(L: LayerShape, name: str, received: int, cat: str) -> list[Step]:
     probabilities; backward (cat bwd) the copy alone. None without the sort."""
     if not _sorted(L):
         return []
-    copy = _copy(name, received * (L.h * L.dtype + SCORE_BYTES) * 2.0, cat)
+    copy = _copy(name, received * (L.hx * L.dtype + SCORE_BYTES) * 2.0, cat)
     if cat == BWD:
         return [copy]
     chunks = L.ep * (L.experts // L.ep) * max(L.t, 1)
@@ -444,7 +466,7 @@ def _a2a_name(L: LayerShape, direction: str, tokens: int = 0, probs: bool = Fals
     rows carry the routing probabilities (the dispatch and its gradient: fused_a2a.py ``HybridEPDispatch``)."""
     skew = L.rank_load / L.a2a_scale
     if L.dispatcher == "flex":
-        extra = dict(tokens=tokens, row=L.h * L.dtype, probs=float(probs)) if L.backend == "hybridep" else {}
+        extra = dict(tokens=tokens, row=L.hx * L.dtype, probs=float(probs)) if L.backend == "hybridep" else {}
         return dispatch_op(L.backend, direction, experts=L.experts, top_k=L.top_k, groups=L.groups or 1,
                            group_topk=L.group_topk or 1, load=skew, **extra)
     if skew == 1.0:
@@ -465,7 +487,7 @@ def expert_padding(L: LayerShape, rows: int, cat: str, first: bool) -> list[Step
     if not L.pad_copies:
         return []
     name = "moe.quant_pad" if first else "moe.quant_unpad"
-    return [_copy(name + ("_bwd" if cat == BWD else ""), 2.0 * rows * L.h * L.dtype, cat)]
+    return [_copy(name + ("_bwd" if cat == BWD else ""), 2.0 * rows * L.hx * L.dtype, cat)]
 
 
 def dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list[Step]) -> list[Step]:
@@ -479,11 +501,11 @@ def dispatch_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list
     if L.dispatcher == "allgather":
         return [Comm("moe.dispatch_routing", "ep", "all_gather", tokens * L.experts * (1 + _probs_bytes(L)) * L.ep,
                      0, cat),
-                Comm("moe.dispatch", "ep", "all_gather", tokens * L.h * L.dtype * L.ep, 0, cat), *under]
+                Comm("moe.dispatch", "ep", "all_gather", tokens * L.hx * L.dtype * L.ep, 0, cat), *under]
     if L.dispatcher == "flex":
         name = _a2a_name(L, "in", tokens, True)
         sync = [] if L.static_ep else [_host_sync(cat)]  # a static budget: num_permuted_tokens known on the host
-        return [*sync, Comm("moe.dispatch", "ep", name, tokens * L.h * L.dtype, len(under), cat), *under]
+        return [*sync, Comm("moe.dispatch", "ep", name, tokens * L.hx * L.dtype, len(under), cat), *under]
     probs = routed * _probs_bytes(L) * L.a2a_scale
     dispatch = Comm("moe.dispatch", "ep", _a2a_name(L, "in"), a2a + probs, len(under), cat)
     if L.drop_pad or L.early_sync:  # drop and pad: no count exchange nor sync; early: both before the permutation
@@ -496,8 +518,8 @@ def combine_steps(L: LayerShape, tokens: int, a2a: float, cat: str, under: list[
     if L.ep <= 1:
         return list(under)
     if L.dispatcher == "allgather":
-        return [Comm("moe.combine", "ep", "reduce_scatter", tokens * L.h * L.dtype * L.ep, 0, cat), *under]
-    nbytes = tokens * L.h * L.dtype if L.dispatcher == "flex" else a2a
+        return [Comm("moe.combine", "ep", "reduce_scatter", tokens * L.hx * L.dtype * L.ep, 0, cat), *under]
+    nbytes = tokens * L.hx * L.dtype if L.dispatcher == "flex" else a2a
     return [Comm("moe.combine", "ep", _a2a_name(L, "out", tokens), nbytes, len(under), cat), *under]
 
 
@@ -506,8 +528,8 @@ def combine_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
     if L.ep <= 1:
         return []
     if L.dispatcher == "allgather":
-        return [Comm("moe.combine_bwd", "ep", "all_gather", tokens * L.h * L.dtype * L.ep, 0, BWD)]
-    nbytes = tokens * L.h * L.dtype if L.dispatcher == "flex" else a2a
+        return [Comm("moe.combine_bwd", "ep", "all_gather", tokens * L.hx * L.dtype * L.ep, 0, BWD)]
+    nbytes = tokens * L.hx * L.dtype if L.dispatcher == "flex" else a2a
     return [Comm("moe.combine_bwd", "ep", _a2a_name(L, "in", tokens), nbytes, 0, BWD)]
 
 
@@ -516,9 +538,9 @@ def dispatch_backward(L: LayerShape, tokens: int, a2a: float) -> list[Step]:
     if L.ep <= 1:
         return []
     if L.dispatcher == "allgather":
-        return [Comm("moe.dispatch_bwd", "ep", "reduce_scatter", tokens * L.h * L.dtype * L.ep, 0, BWD)]
+        return [Comm("moe.dispatch_bwd", "ep", "reduce_scatter", tokens * L.hx * L.dtype * L.ep, 0, BWD)]
     if L.dispatcher == "flex":
-        return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out", tokens, True), tokens * L.h * L.dtype, 0,
+        return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out", tokens, True), tokens * L.hx * L.dtype, 0,
                      BWD)]
     probs = tokens * L.top_k * _probs_bytes(L) * L.a2a_scale
     return [Comm("moe.dispatch_bwd", "ep", _a2a_name(L, "out"), a2a + probs, 0, BWD)]
