@@ -55,6 +55,24 @@ def test_nemotron_3_nano_parameters_by_hand():
     assert M.activated_params(m) == 3_580_073_408
 
 
+def test_nemotron_3_super_parameters_by_hand():
+    m = model_preset("nemotron-3-super")
+    assert [m.hybrid_layer_pattern.count(c) for c in "ME*"] == [40, 40, 8]
+    # Mamba: in_proj 4096·(2·8192 + 2·8·128 + 128 = 18560) = 76,021,760; conv (8192 + 2048)·5 = 51,200; 384; norm
+    # 8192; out_proj 8192·4096 = 33,554,432; pre-norm 4096: 109,640,064
+    assert M.part_params(m, "M") == 109_640_064
+    # attention: qkv 4096·(32·128 + 2·2·128) = 18,874,368, proj 4096·4096 = 16,777,216, norm 4096
+    assert M.part_params(m, "*") == 35_655_680
+    # MoE but the routed experts: router 4096·512 = 2,097,152, shared 2·4096·5376 = 44,040,192, norm 4096, the
+    # latent projections 2·4096·1024 = 8,388,608
+    assert M.part_params(m, "E") == 54_530_048
+    # an expert in the latent width: 2·1024·2688 = 5,505,024; 512 of them 2,818,572,288 a layer. 40·109,640,064 +
+    # 8·35,655,680 + 40·(54,530,048 + 2,818,572,288) = 119,594,941,440; embeddings 2·131072·4096; final norm 4096
+    assert M.total_params(m) == 120_668_687_360
+    # a token's: top 22, 40·(54,530,048 + 22·5,505,024) + 4,670,848,000 + 1,073,745,920
+    assert M.activated_params(m) == 12_770_216_960
+
+
 def test_layer_parts():
     assert [M.layer_parts(SMALL, i) for i in range(4)] == ["M", "*", "M", "-"]
     dense = ModelSpec(layers=3, hidden=64, heads=4, seq_len=16, vocab=8, experts=4, first_dense_layers=1)
@@ -141,6 +159,28 @@ def test_a_pattern_of_attention_and_mlp_is_the_transformer(pp, dp, schedule, tmp
     assert eb.iteration_s == pytest.approx(ea.iteration_s, rel=1e-12)
 
 
+MOE = """name: m
+cluster: {nodes: 1, node: {preset: dgx-h100, host_launch: 0 s}}
+model: {layers: %d, hidden: 1024, heads: 8, kv_heads: 4, seq_len: 2048, vocab: 32000, experts: 8, top_k: 2,
+        expert_ffn_hidden: 1024, activation: squared_relu, biases: false, dropout: false, mtp_num_layers: 1%s}
+training: {global_batch: 16, micro_batch: 1, attention: flash}
+parallel: {tp: 2, pp: 2, dp: 2, ep: 2, zero: 1, sequence_parallel: true, grad_bucket: 100 GB}
+"""
+
+
+def test_an_mtp_depth_of_attention_and_moe_is_the_transformers_mtp(tmp_path, capsys):
+    """ "*E*E/*E" is two MoE transformer layers and one MTP module around a third: the same step, MFU, memory
+    and closed form as the transformer with mtp_num_layers 1. (One gradient bucket: with several, a layer's two
+    halves close buckets at other points, and the data-parallel reductions start at other times.)"""
+    gpt, hyb = MOE % (2, ""), MOE % (4, ', hybrid_layer_pattern: "*E*E/*E"')
+    a, b = _summary(gpt, tmp_path, capsys), _summary(hyb, tmp_path, capsys)
+    assert b["iteration_time_s"] == a["iteration_time_s"]
+    assert b["mfu"] == pytest.approx(a["mfu"], rel=1e-12)
+    assert b["memory"]["peak_bytes_per_gpu"] == pytest.approx(a["memory"]["peak_bytes_per_gpu"], rel=1e-12)
+    ea, eb = (estimate_iteration(load_scenario_text(t, "m.yaml")) for t in (gpt, hyb))
+    assert eb.iteration_s == pytest.approx(ea.iteration_s, rel=1e-12)
+
+
 def test_a_hybrid_run_and_its_closed_form(tmp_path, capsys):
     text = BASE % (8, ', hybrid_layer_pattern: "M-M*M-ME", experts: 8, top_k: 2', 1, 4)
     text = text.replace("dp: 4,", "dp: 4, ep: 4,")
@@ -158,7 +198,11 @@ def test_a_hybrid_run_and_its_closed_form(tmp_path, capsys):
     (', hybrid_layer_pattern: "M*M-", mamba_num_heads: 33, mamba_num_groups: 3', "parallel.tp",
      "tp .2. must divide the Mamba mixer's mamba_num_heads .33."),
     (', mamba_num_heads: 32', "model.mamba_num_heads", "needs a hybrid model"),
-    (', hybrid_layer_pattern: "M*M-", mtp_num_layers: 1', "model.mtp_num_layers", "not taken by a hybrid"),
+    (', hybrid_layer_pattern: "M*M-", mtp_num_layers: 1', "model.mtp_num_layers",
+     "must be the MTP depths of hybrid_layer_pattern .0"),
+    (', hybrid_layer_pattern: "M*M-/*-/-*", mtp_num_layers: 2', "model.hybrid_layer_pattern",
+     "all MTP patterns must be identical"),
+    (', hybrid_layer_pattern: "M*M-|"', "model.hybrid_layer_pattern", "a pipeline-stage boundary"),
 ])
 def test_the_rule_books_refusals(extra, key, words):
     with pytest.raises(ScenarioError, match=words) as err:

@@ -343,6 +343,19 @@ MODELS: dict[str, dict[str, Any]] = {
                             head_dim=128, experts=128, top_k=6, expert_ffn_hidden=1856, shared_experts=1,
                             shared_expert_ffn_hidden=3712, moe_router_dtype="fp32", mamba_state_dim=128,
                             mamba_num_heads=64),
+    # Nemotron 3 Super (120B-A12B; hybrid with latent MoE), Megatron-LM's own example (d98e8a64dd
+    # examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh): the 88-layer pattern
+    # below (40 Mamba, 8 attention, 40 MoE), hidden 4096, 32 heads of 128 in 2 query groups, 512 experts of 2688
+    # (--ffn-hidden-size), top 22, one shared MLP of 5376, latent size 1024, router in fp32, Mamba 128 heads of 64
+    # (state 128 and 8 groups, Megatron-Core's defaults); 8192 tokens. Its MTP depths (the release configuration's
+    # "/*E/*E", tests/functional_tests/test_cases/nemotron/nemotron3_super_release_gb200/model_config.yaml) are
+    # the scenario's to add, as that example leaves them out.
+    "nemotron-3-super": dict(_hybrid(88, 4096, 32, 2, 2688, 8192,
+                                     "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*"
+                                     "EMEMEMEME"),
+                             head_dim=128, experts=512, top_k=22, expert_ffn_hidden=2688, shared_experts=1,
+                             shared_expert_ffn_hidden=5376, moe_latent_size=1024, moe_router_dtype="fp32",
+                             mamba_state_dim=128, mamba_num_heads=128),
     "bert-large": dict(layers=24, hidden=1024, heads=16, seq_len=512, vocab=30522, tied_embeddings=True,
                        causal=False),  # an encoder: bidirectional attention
 }

@@ -1,12 +1,12 @@
 """The rule book's rules for hybrid models (``model.hybrid_layer_pattern``: Nemotron-H, workload/hybrid.py).
 
 Megatron-Core's own checks (megatron/core/models/hybrid/hybrid_layer_allocation.py and
-megatron/core/ssm/mamba_mixer.py @ d98e8a64dd): the pattern's symbols, one per layer; the Mamba-2
-mixer's heads and groups split over tensor parallelism, its heads over its groups. And what the
-emulator does not model for them, refused by name: the pattern's other symbols, MTP, multi-latent
-attention, sliding windows, context parallelism over Mamba layers, and the features whose per-layer
-models take a transformer layer (module recompute, activation offloading, the all-to-all overlap, the
-paged stash).
+megatron/core/ssm/mamba_mixer.py @ d98e8a64dd): the pattern's symbols, one per layer, and its MTP
+depths after "/", identical and as many as mtp_num_layers; the Mamba-2 mixer's heads and groups split
+over tensor parallelism, its heads over its groups. And what the emulator does not model for them,
+refused by name: the pattern's other symbols, multi-latent attention, sliding windows, context
+parallelism over Mamba layers, and the features whose per-layer models take a transformer layer
+(module recompute, activation offloading, the all-to-all overlap, the paged stash).
 """
 from __future__ import annotations
 
@@ -16,8 +16,17 @@ from emulator.scenario.violation import Violation
 _KEY = "model.hybrid_layer_pattern"
 SYMBOLS = "M*-E"  # workload/hybrid.py: Mamba, attention, MLP, MoE
 REFUSED = {"G": "a gated delta net", "D": "DeepSeek sparse attention", "+": "multi-latent attention",
-           "|": "a pipeline-stage boundary (set parallel.pipeline_model_parallel_layout or pp instead)",
-           "/": "an MTP pattern"}
+           "|": "a pipeline-stage boundary (set parallel.pipeline_model_parallel_layout or pp instead)"}
+
+
+MTP_SEPARATOR = "/"
+
+
+def split_pattern(pattern: str) -> tuple[str, list[str]]:
+    """(the decoder's pattern, one pattern per MTP depth): Megatron-Core's ``parse_hybrid_pattern``, which takes
+    "<main>/<mtp>/<mtp>..." (hybrid_layer_allocation.py @ d98e8a64dd)."""
+    main, *mtp = pattern.split(MTP_SEPARATOR)
+    return main, [p for p in mtp if p] if any(mtp) else []
 
 
 EXPAND = 2  # MambaMixer(expand=2) @ d98e8a64dd: d_inner = 2·hidden where mamba_num_heads is not given
@@ -36,7 +45,8 @@ def hybrid_model_violations(m: ModelSpec) -> list[Violation]:
         return [Violation("model.mamba_num_heads", "mamba_num_heads needs a hybrid model "
                                                    "(model.hybrid_layer_pattern with M layers)")] \
             if m.mamba_num_heads else []
-    for sym in pattern:
+    main, mtp = split_pattern(pattern)
+    for sym in pattern.replace(MTP_SEPARATOR, ""):
         if sym not in SYMBOLS:
             what = REFUSED.get(sym)
             return [Violation(_KEY, f"symbol {sym!r} ({what}) is not modelled; a pattern takes M (Mamba-2), * "
@@ -44,16 +54,21 @@ def hybrid_model_violations(m: ModelSpec) -> list[Violation]:
                                     f"unknown symbol {sym!r}; a pattern takes M (Mamba-2), * (attention), - (MLP) "
                                     f"and E (MoE), one per layer")]
     out: list[Violation] = []
-    if len(pattern) != m.layers:
-        out.append(Violation(_KEY, f"hybrid_layer_pattern has {len(pattern)} symbols, but layers is {m.layers}: one "
+    if len(main) != m.layers:
+        out.append(Violation(_KEY, f"hybrid_layer_pattern has {len(main)} symbols, but layers is {m.layers}: one "
                                    f"symbol per layer (Megatron-Core asserts it)"))
+    if len(set(mtp)) > 1:
+        out.append(Violation(_KEY, f"all MTP patterns must be identical, got {', '.join(mtp)} (Megatron-Core's "
+                                   f"parse_hybrid_pattern)"))
+    if len(mtp) != m.mtp_num_layers:
+        out.append(Violation("model.mtp_num_layers", f"mtp_num_layers ({m.mtp_num_layers}) must be the MTP depths of "
+                                                     f"hybrid_layer_pattern ({len(mtp)}: one pattern after each /)"))
     if "E" in pattern and not m.experts:
         out.append(Violation(_KEY, "the pattern's E layers need experts (model.experts > 0)"))
     if m.experts and "E" not in pattern:
         out.append(Violation("model.experts", "a hybrid model's experts live in its E layers; the pattern has none"))
     for name, what in (("first_dense_layers", "the pattern places the dense MLPs (-)"),
                        ("kv_lora_rank", "the pattern's attention (*) is standard attention"),
-                       ("mtp_num_layers", "Megatron-Core gives a hybrid model's MTP in the pattern, not modelled"),
                        ("sliding_window", "sliding windows are not modelled in a hybrid model")):
         if getattr(m, name):
             out.append(Violation(f"model.{name}", f"{name} is not taken by a hybrid model: {what}"))

@@ -163,7 +163,8 @@ def _expert_load_violations(m: ModelSpec) -> list[Violation]:
     rows = m.moe_expert_load
     if not rows:
         return out
-    moe_layers = m.hybrid_layer_pattern.count("E") if m.hybrid_layer_pattern else m.layers - m.first_dense_layers
+    main = m.hybrid_layer_pattern.split("/")[0]  # a hybrid model's decoder (hybrid_rules.split_pattern)
+    moe_layers = main.count("E") if m.hybrid_layer_pattern else m.layers - m.first_dense_layers
     where = ("the E layers of hybrid_layer_pattern" if m.hybrid_layer_pattern else
              f"layers {m.layers} − first_dense_layers {m.first_dense_layers}")
     if len(rows) not in (1, moe_layers):

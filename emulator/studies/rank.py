@@ -179,6 +179,7 @@ class Split:
     leads: tuple[int, ...]
     mtp: int = -1
     parts: tuple[str, ...] = ()  # a hybrid model's: each stage's layers, a pattern symbol each (workload/hybrid.py)
+    mtp_parts: str = ""  # a hybrid model's MTP depth's symbols (hybrid.mtp_pattern)
 
     def count(self, s: int) -> int:
         """The transformer layers of stage s (MTP modules apart)."""
@@ -198,10 +199,11 @@ def split_of(m: ModelSpec, par: ParallelSpec) -> Split:
     mtp = rank_of(plan.mtp_chunk, p, vee) if plan.mtp and plan.mtp_chunk >= 0 else -1
     parts: tuple[str, ...] = ()
     if m.hybrid_layer_pattern:  # each stage's chunks' slices of the pattern
-        chunk_parts = [m.hybrid_layer_pattern[a:a + n] for a, n in zip(starts, plan.layers)]
+        chunk_parts = [hybrid.main_pattern(m)[a:a + n] for a, n in zip(starts, plan.layers)]
         parts = tuple("".join(chunk_parts[k] for k in ks)
                       for ks in stage_layers(tuple(range(len(plan.layers))), p, vee))
-    return Split(stage_layers(plan.layers, p, vee), tuple(sum(c) for c in stage_layers(lead, p, vee)), mtp, parts)
+    return Split(stage_layers(plan.layers, p, vee), tuple(sum(c) for c in stage_layers(lead, p, vee)), mtp, parts,
+                 hybrid.mtp_pattern(m) if m.hybrid_layer_pattern else "")
 
 
 @dataclass(frozen=True)
@@ -220,9 +222,9 @@ class Params:
 
     def layers(self, split: Split, s: int) -> tuple[float, float]:
         """(dense, expert) parameters of stage s's layers and MTP modules."""
-        if split.parts:  # a hybrid model: each of its layers' part
+        if split.parts:  # a hybrid model: each of its layers' part, and its MTP modules
             of = {part: (d, e) for part, d, e in self.parts}
-            mine = [of[c] for c in split.parts[s]]
+            mine = [of[c] for c in split.parts[s]] + ([self.mtp] if s == split.mtp else [])
             return sum(d for d, _ in mine), sum(e for _, e in mine)
         n, k = split.count(s), split.leads[s]
         dense = self.layer_dense * (n - k) + self.lead * k
@@ -270,11 +272,13 @@ def params_of(m: ModelSpec, sc: Scenario, split: Split | None = None) -> Params:
     mtp = (0.0, 0.0)
     if split is not None and split.mtp >= 0:  # plan.py _mtp_units: eh_proj over tp, the norms whole
         copy = par.schedule != "dualpipe" and split.mtp != 0
-        one = dense + 2 * m.hidden * m.hidden / t + MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden \
+        layer = M.shared_layer_params(m, m.layers + 1) / t  # an MTP module's layer (models.layer_parts)
+        one = layer + 2 * m.hidden * m.hidden / t + MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden \
             + (m.vocab * m.hidden / t if copy else 0)
-        mtp = (one * m.mtp_num_layers, expert * m.mtp_num_layers)
+        mtp = (one * m.mtp_num_layers, (expert if M.is_moe_layer(m, m.layers + 1) else 0.0) * m.mtp_num_layers)
+    main = hybrid.main_pattern(m) if m.hybrid_layer_pattern else ""
     parts = tuple((part, M.part_params(m, part) / t, expert if part == hybrid.MOE else 0.0)
-                  for part in sorted(set(m.hybrid_layer_pattern)))  # as workload/plan.py's units hold them
+                  for part in sorted(set(main)))  # as workload/plan.py's units hold them
     return Params(dense, expert, first, last, lead, mtp, parts)
 
 
@@ -359,10 +363,12 @@ def _stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int
     modules), or with ``host`` the host's issuing of them."""
     per_layer, embed, head = pass_times(L, *args, host)
     lead, mtp, mtp_head = extra_times(L, *args, mtp_n, any(split.leads), host)
-    if split.parts:  # a hybrid model: each layer its part's passes
+    if split.parts:  # a hybrid model: each layer its part's passes; an MTP module around a layer of its depth's
         each = {part: pass_times(Ly.part_shape(L, part), *args, host)[0] for part in set("".join(split.parts))}
-        return [sum(each[c] for c in split.parts[s]) + (embed if s == 0 else 0.0) + (head if s == last else 0.0)
-                for s in range(p)]
+        if mtp_n:
+            _, mtp, mtp_head = extra_times(Ly.part_shape(L, split.mtp_parts), *args, mtp_n, False, host)
+        return [sum(each[c] for c in split.parts[s]) + (embed if s == 0 else 0.0)
+                + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
     return [split.count(s) * per_layer + split.leads[s] * (lead - per_layer) + (embed if s == 0 else 0.0)
             + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
 

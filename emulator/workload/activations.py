@@ -212,9 +212,11 @@ def scenario_layer_bytes(sc: Scenario, m: ModelSpec, moe: bool | None = None, pa
 
 
 def hybrid_layer_bytes(sc: Scenario, m: ModelSpec, layers: list[int]) -> float:
-    """The mean of :func:`scenario_layer_bytes` over a hybrid model's ``layers`` (each its own part): what one of
-    them keeps in flight, on average, where a stage holds them; 0 for none."""
+    """The mean of :func:`scenario_layer_bytes` over a hybrid model's ``layers`` (each its parts': an MTP module's
+    layer has its depth's, models.layer_parts): what one of them keeps in flight, on average, where a stage holds
+    them; 0 for none."""
     if not layers:
         return 0.0
-    by_part = {p: scenario_layer_bytes(sc, m, p == hybrid.MOE, p) for p in set(m.hybrid_layer_pattern)}
-    return sum(by_part[M.layer_parts(m, i)] for i in layers) / len(layers)
+    symbols = set(m.hybrid_layer_pattern) - {"/"}
+    by_part = {p: scenario_layer_bytes(sc, m, p == hybrid.MOE, p) for p in symbols}
+    return sum(sum(by_part[p] for p in M.layer_parts(m, i)) for i in layers) / len(layers)

@@ -133,8 +133,13 @@ def mtp_forward_flops(m: ModelSpec) -> float:
     s = resolve(m)
     if not s.mtp_num_layers:
         return 0.0
-    one = layer_forward_flops(s, s.layers - 1) + 2.0 * s.seq_len * (3 * s.hidden + 2 * s.hidden * s.hidden)
+    one = layer_forward_flops(s, _mtp_index(s)) + 2.0 * s.seq_len * (3 * s.hidden + 2 * s.hidden * s.hidden)
     return s.mtp_num_layers * (one + head_forward_flops(s))
+
+
+def _mtp_index(s: ModelSpec) -> int:
+    """The layer index whose kind an MTP module's layer is: the decoder's last, or a hybrid model's MTP depth's."""
+    return s.layers + 1 if hybrid.is_hybrid(s) else s.layers - 1
 
 
 def model_flops(m: ModelSpec, global_batch: int) -> float:
@@ -150,7 +155,7 @@ def module_recompute_flops(m: ModelSpec, modules: tuple[str, ...], fused_attenti
     experts, shared experts and router, shared_experts the shared experts; layernorm and moe_act are
     element-wise (not counted)."""
     s = resolve(m)
-    layers = list(range(s.layers)) + [s.layers - 1] * s.mtp_num_layers
+    layers = list(range(s.layers)) + [_mtp_index(s)] * s.mtp_num_layers
     total = 0.0
     for i in layers:
         moe = M.is_moe_layer(s, i) if s.experts else False
@@ -175,7 +180,7 @@ def recompute_flops(m: ModelSpec, global_batch: int, recompute: str, fused_atten
     unfused), or B·module_recompute_flops (selective with ``recompute_modules``)."""
     s = resolve(m)
     if recompute == "full":
-        return global_batch * (layers_forward_flops(s) + s.mtp_num_layers * layer_forward_flops(s, s.layers - 1))
+        return global_batch * (layers_forward_flops(s) + s.mtp_num_layers * layer_forward_flops(s, _mtp_index(s)))
     if recompute == "selective" and modules is not None:
         return global_batch * module_recompute_flops(s, modules, fused_attention)
     if recompute == "selective" and not fused_attention:

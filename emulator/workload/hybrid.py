@@ -19,13 +19,15 @@ G groups of state size N, a causal convolution of D_CONV taps:
     out_proj  d_inner → h                    (row-parallel)
 
 Tensor parallelism splits the heads and the groups (``nheads % tp == 0``, ``ngroups % tp == 0``).
-The pattern's other symbols (G, D, +, | and /) are refused by name (scenario/hybrid_rules.py).
+An MTP depth (the pattern after "/", Megatron-Core's ``parse_hybrid_pattern``) is a module of the emulator's MTP
+(workload/mtp.py) around a layer of its symbols: "*E" is a transformer MoE layer. The pattern's other symbols (G,
+D, + and |) are refused by name (scenario/hybrid_rules.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.scenario.hybrid_rules import mixer_heads
+from emulator.scenario.hybrid_rules import mixer_heads, split_pattern
 from emulator.scenario.spec import ModelSpec
 
 MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
@@ -38,6 +40,18 @@ CHUNK = 128  # MambaMixer(chunk_size=128): the SSD kernels' chunk length Q
 def is_hybrid(spec: ModelSpec) -> bool:
     """Whether ``spec`` is a hybrid model (a ``hybrid_layer_pattern`` is given)."""
     return bool(spec.hybrid_layer_pattern)
+
+
+def main_pattern(spec: ModelSpec) -> str:
+    """The decoder's symbols, one per layer (the pattern before any "/")."""
+    return split_pattern(spec.hybrid_layer_pattern)[0]
+
+
+def mtp_pattern(spec: ModelSpec) -> str:
+    """The symbols of one MTP depth (Megatron-Core's "<main>/<mtp>/<mtp>": each depth runs them, e.g. "*E"); ""
+    without MTP in the pattern."""
+    mtp = split_pattern(spec.hybrid_layer_pattern)[1]
+    return mtp[0] if mtp else ""
 
 
 @dataclass(frozen=True)

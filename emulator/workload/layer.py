@@ -325,7 +325,7 @@ def part_shape(L: LayerShape, parts: str) -> LayerShape:
 
 def _mixer_fields(m: ModelSpec) -> dict[str, Any]:
     """LayerShape's Mamba-2 mixer sizes of a hybrid model with M layers; {} otherwise."""
-    if hybrid.MAMBA not in m.hybrid_layer_pattern:
+    if hybrid.MAMBA not in m.hybrid_layer_pattern:  # in the decoder or an MTP depth
         return {}
     md = hybrid.mamba_dims(m)
     return dict(m_heads=md.heads, m_head_dim=md.head_dim, m_groups=md.groups, m_state=md.state)

@@ -168,10 +168,11 @@ def _hybrid_layer_params(r: ModelSpec, par: ParallelSpec, layers: list[int]) -> 
 def _mtp_stage_params(r: ModelSpec, par: ParallelSpec, mtp: int, embedding_copy: bool) -> tuple[float, float]:
     """(dense, expert) parameters one GPU holds for ``mtp`` MTP modules (workload/mtp.py): each a layer
     of the last decoder layer's kind, eh_proj 2h·h/t and three norms, and a copy of the word embedding
-    V·h/t when the stage is not the embedding's."""
-    moe = M.is_moe_layer(r, r.layers - 1)
+    V·h/t when the stage is not the embedding's (a hybrid model's: a layer of its MTP depth's symbols)."""
+    moe = M.is_moe_layer(r, r.layers + 1 if hybrid.is_hybrid(r) else r.layers - 1)
     norms = MTP.mtp_extra_params(r) - 2 * r.hidden * r.hidden
-    dense = M.dense_layer_params(r, moe) / par.tp + 2 * r.hidden * r.hidden / par.tp + norms
+    layer = M.shared_layer_params(r, r.layers + 1) if hybrid.is_hybrid(r) else M.dense_layer_params(r, moe)
+    dense = layer / par.tp + 2 * r.hidden * r.hidden / par.tp + norms
     expert = M.routed_params(r) / ((par.etp or par.tp) * par.ep) if moe else 0.0
     return mtp * dense + (r.vocab * r.hidden / par.tp if mtp and embedding_copy else 0.0), mtp * expert
 
@@ -541,8 +542,10 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         off_l, off_d = off_layer * share, off_dense * share
         lead = any(_dense_layers_of(sc, k) for k in held) and bool(m.experts)
         worst = max(per_layer - off_l, per_dense - off_d) if lead else per_layer - off_l
-        if hybrid.is_hybrid(m):  # a hybrid stage's layers differ: what one of them keeps on average
-            worst = hybrid_layer_bytes(sc, m, [i for k in held for i in _layers_of(sc, k)])
+        if hybrid.is_hybrid(m):  # a hybrid stage's layers differ: what one of them keeps on average, MTP's with them
+            mtp = [m.layers + 1 + d for d in range(plan.mtp)] \
+                if plan.mtp_chunk >= 0 and rank_of(plan.mtp_chunk, par.pp, v_shape) in held else []
+            worst = hybrid_layer_bytes(sc, m, [i for k in held for i in _layers_of(sc, k)] + mtp)
         weights = tuple(n for k in held for n in with_mtp[k])
         in_flight = max_in_flight(tasks, weights, combined=par.overlap_moe_expert_parallel_comm)  # layers in flight
         kept = max(in_flight - cpu_k, 0.0)  # layer-wise CPU offloading: (L − K) layers' worth (cpu_offload.py)

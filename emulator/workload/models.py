@@ -196,7 +196,9 @@ def moe_layer_indices(spec: ModelSpec) -> list[int]:
     """The global indices of the MoE layers: the decoder's past first_dense_layers, then the MTP modules'
     (layers + 1 + d, after the head's index layers: workload/plan.py's units)."""
     if hybrid.is_hybrid(spec):
-        return [i for i in range(spec.layers) if is_moe_layer(spec, i)]
+        mtp = [spec.layers + 1 + d for d in range(spec.mtp_num_layers)] if hybrid.MOE in hybrid.mtp_pattern(spec) \
+            else []
+        return [i for i in range(spec.layers) if is_moe_layer(spec, i)] + mtp
     return [*range(spec.first_dense_layers, spec.layers), *(spec.layers + 1 + d for d in range(spec.mtp_num_layers))]
 
 
@@ -213,7 +215,7 @@ def expert_loads(spec: ModelSpec, ep: int, tokens: int, layer: int | None, step:
         return rows[0]
     at = spec.layers - 1 if layer is None else layer
     # the MoE layers before it: a hybrid model's E layers, else the layers past first_dense_layers
-    j = spec.hybrid_layer_pattern[:at].count(hybrid.MOE) if hybrid.is_hybrid(spec) else at - spec.first_dense_layers
+    j = hybrid.main_pattern(spec)[:at].count(hybrid.MOE) if hybrid.is_hybrid(spec) else at - spec.first_dense_layers
     return rows[min(max(j, 0), len(rows) - 1)]
 
 
@@ -257,9 +259,9 @@ def layer_parts(spec: ModelSpec, layer: int) -> str:
     """What layer ``layer`` runs (hybrid.py's symbols): a hybrid model's pattern symbol, else a transformer
     layer's attention and its MLP, "*E" where it has experts and "*-" where not. An index past the decoder
     (an MTP module's) takes the last layer's."""
-    if hybrid.is_hybrid(spec):
-        pattern = spec.hybrid_layer_pattern
-        return pattern[min(layer, len(pattern) - 1)]
+    if hybrid.is_hybrid(spec):  # past the decoder: an MTP module's (index layers + 1 + d), or the last layer's
+        main = hybrid.main_pattern(spec)
+        return main[layer] if layer < len(main) else hybrid.mtp_pattern(spec) or main[-1]
     return hybrid.MOE_LAYER if is_moe_layer(spec, layer) else hybrid.DENSE_LAYER
 
 

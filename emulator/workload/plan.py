@@ -71,7 +71,7 @@ class Plan:
         if not self.param_q or u.layer < 0 or u.layer == m.layers or \
                 (u.layer < m.layers and bf16_layer(self.sc.training, m.layers, u.layer)):
             return dense, expert
-        lin = self._linear(min(u.layer, m.layers - 1))  # an MTP module's layer is the last layer's kind
+        lin = self._linear(u.layer)  # an MTP module's layer: the last layer's kind, or its depth's (layer_parts)
         return dense - lin * (self.dtype - self.param_q), u.expert_params * self.param_q
 
     def _linear(self, layer: int) -> float:
@@ -136,6 +136,12 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
         units.append(Unit("embed", -1, Ly.embedding_forward(L, learned_pos), Ly.embedding_backward(L), p))
     if hybrid.is_hybrid(m):
         units += _hybrid_units(plan, L, first, per)
+        if plan.chunks is not None and plan.chunks.mtp_chunk == k:  # MTP modules around a layer of their depth
+            Lm = Ly.part_shape(L, M.layer_parts(m, m.layers + 1))
+            fwd = Ly.forward_steps(Lm)
+            bwd = layer_backward(Lm, sc.training.recompute, sc.training.recompute_modules)
+            own = _LayerSteps(plan, Lm)
+            units += _mtp_units(plan, Lm, fwd, bwd, 0.0, 0.0, learned_pos, vs, own)
         return units + _head_unit(plan, L, k)
     fwd = Ly.forward_steps(L)
     bwd = layer_backward(L, sc.training.recompute, sc.training.recompute_modules)
@@ -243,7 +249,12 @@ def _mtp_units(plan: Plan, L: Ly.LayerShape, fwd: list, bwd: list, dense: float,
     An MTP module's MoE layer has its own load where the layers' loads differ (index layers + 1 + d)."""
     m, t = plan.model, plan.sc.parallel.tp
     moe = M.is_moe_layer(m, m.layers - 1)  # the MTP layer is the decoder's last layer's kind
-    if not moe:
+    if hybrid.is_hybrid(m):  # a hybrid model's: its MTP depth's symbols (``L`` is their layer already)
+        moe = M.is_moe_layer(m, m.layers + 1)
+        par = plan.sc.parallel
+        dense = M.shared_layer_params(m, m.layers + 1) / t
+        expert = M.routed_params(m) / ((par.etp or t) * par.ep) if moe else 0.0
+    elif not moe:
         L = Ly.dense_shape(L)
         fwd = Ly.forward_steps(L)
         bwd = layer_backward(L, plan.sc.training.recompute, plan.sc.training.recompute_modules)
