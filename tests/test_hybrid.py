@@ -215,3 +215,23 @@ def test_context_parallelism_over_mamba_is_refused():
     with pytest.raises(ScenarioError, match="context parallelism over Mamba") as err:
         load_scenario_text(text, "h.yaml")
     assert err.value.key == "parallel.cp"
+
+
+def test_the_summary_gives_each_layer_kinds_kernel_time(tmp_path, capsys):
+    """hybrid_layers_s: per layer kind, the kernels its layers run on a GPU in an iteration: here 4 micro-batches
+    (16 / (1 × 4)) of each layer's forward and backward kernels, costed as kernel_cost costs them."""
+    from emulator.workload.kernel_cost import kernel_cost
+    from emulator.workload.plan import make_plan
+    from emulator.workload.steps import Kernel
+
+    text = BASE % (4, ', hybrid_layer_pattern: "M*M-"', 1, 4)
+    s = _summary(text, tmp_path, capsys)
+    sc = load_scenario_text(text, "h.yaml")
+    plan = make_plan(sc)
+    want: dict[str, float] = {}
+    for u in plan.chunk_units[0]:
+        if u.name.startswith("layer"):
+            kind = {"M": "mamba", "*": "attention", "-": "mlp"}[M.layer_parts(sc.model, u.layer)]
+            kernels = [k for k in u.fwd + u.bwd if isinstance(k, Kernel)]
+            want[kind] = want.get(kind, 0.0) + 4 * sum(kernel_cost(k, sc.cluster.node.gpu)[0] for k in kernels)
+    assert s["hybrid_layers_s"] == pytest.approx(want, rel=1e-9)

@@ -188,6 +188,22 @@ def breakdown(spans: Iterable[Span], period: float, pipelined: bool, iterations:
     return mean_breakdown(rank_totals(spans, period, pipelined, iterations), period, iterations)
 
 
+def layer_time(spans: Iterable[Span], kind_of: dict[int, str], iterations: int = 1) -> dict[str, float]:
+    """Seconds per iteration of the compute stream's kernels of each layer kind (``kind_of``: a layer's index to
+    its kind; other layers are left out), averaged over the simulated ranks that run any of them. Seconds of
+    kernels, not of the wall: kernels that overlap count each."""
+    total: dict[str, float] = {}
+    ranks: set[int] = set()
+    for s in spans:
+        kind = kind_of.get(s.layer)
+        if kind is None or s.kind != "compute" or s.stream != "compute" or s.category == "optimizer":
+            continue
+        total[kind] = total.get(kind, 0.0) + (s.end_s - s.start_s)
+        ranks.add(s.rank)
+    n = max(1, len(ranks)) * max(1, iterations)
+    return {k: total[k] / n for k in sorted(total)}
+
+
 def stream_time(spans: Iterable[Span], stream: str | tuple[str, ...], iterations: int = 1) -> tuple[float, float]:
     """(busy, exposed) seconds per iteration of the communication on ``stream`` (the MoE dispatch's "ep"; or on
     any of several, as one: the offload copies' "d2h" and "h2d"),

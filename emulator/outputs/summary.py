@@ -61,6 +61,23 @@ def _sim(result: Result) -> dict[str, Any]:
     return sim
 
 
+HYBRID_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}  # workload/hybrid.py's symbols
+
+
+def _hybrid_layers(result: Result, iterations: int) -> dict[str, float]:
+    """A hybrid model's compute seconds per iteration and GPU by layer kind (mamba, attention, mlp, moe; an MTP
+    module's as mtp), from the spans' layer indices."""
+    from emulator.outputs.metrics import layer_time
+    from emulator.workload import models as M
+
+    m = M.resolve(result.scenario.model) if result.scenario.model else None
+    if m is None:
+        return {}
+    kinds = {i: HYBRID_KINDS[M.layer_parts(m, i)] for i in range(m.layers)}
+    kinds.update({m.layers + 1 + d: "mtp" for d in range(m.mtp_num_layers)})
+    return layer_time(result.spans, kinds, iterations)
+
+
 def summarize(result: Result) -> dict[str, Any]:
     """The summary object of a run."""
     sc = result.scenario
@@ -111,6 +128,8 @@ def summarize(result: Result) -> dict[str, Any]:
 
         busy, exposed = stream_time(result.spans, "ep", iterations)
         out["moe"] = {"dispatch_s": busy, "exposed_dispatch_s": exposed}
+    if facts is not None and sc.model is not None and sc.model.hybrid_layer_pattern:  # a hybrid model: by layer kind
+        out["hybrid_layers_s"] = _hybrid_layers(result, iterations)
     if facts is not None and (sc.training.fine_grained_activation_offloading or sc.training.cpu_offloading):
         from emulator.outputs.metrics import stream_time
 
@@ -252,6 +271,9 @@ def human_table(summary: dict) -> str:
                        ("other", "other")):
         share = bd[key] / T if T > 0 else 0.0
         rows.append((f"  {label}", f"{_fmt_time(bd[key]):>10}  {share:6.1%}"))
+    layers = summary.get("hybrid_layers_s")
+    if layers:
+        rows.append(("layers (kernels)", ", ".join(f"{k} {_fmt_time(v)}" for k, v in layers.items())))
     moe = summary.get("moe")
     if moe:
         rows.append(("MoE dispatch", f"{_fmt_time(moe['dispatch_s'])} in flight, "
