@@ -22,8 +22,8 @@ and the communicator-group file ``<out_dir>/comm_group.json`` (``chakra_groups.p
   the in-order stream semantics;
 - ``emu_*`` attributes keep what Chakra has no field for (stream, category, exact
   duration in seconds, group, root, micro-batch, stage, layer, position, deps on
-  other ranks, the ranks that have files), so that our own files import back to the
-  identical Program.
+  other ranks, the ranks that have files, a MoE token exchange's plan: ``_comm_type``),
+  so that our own files import back to the identical Program.
 
 Import (``load_chakra``) reads a directory of ``*.<rank>.et`` files (or one file) and the
 group file beside it (or the one given). Files without ``emu_*`` attributes (written by
@@ -58,7 +58,7 @@ from emulator.importers.chakra_groups import (
 from emulator.importers.native import TraceError
 from emulator.importers.pairs import pair_mismatch
 from emulator.meta import ProgramMeta, TraceFacts, TraceSource
-from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, OpKind, Program
+from emulator.program import COLLECTIVE, COMPUTE, RECV, SEND, Fold, Op, OpKind, Program, is_token_exchange
 
 _INSTALL = "the Chakra format needs the optional package mlc-chakra (pip install mlc-chakra)"
 _FOREIGN_IDS = 10**9  # id block per rank for files written by other tools
@@ -94,6 +94,18 @@ def bytes_of_comm_size(collective: str, size: float, members: int) -> float:
 _COMM_TYPES = {"all_reduce": 0, "all_gather": 2, "broadcast": 5, "all_to_all": 6, "reduce_scatter": 7}
 _FROM_COMM_TYPE = {0: "all_reduce", 1: "all_reduce", 2: "all_gather", 3: "all_gather", 4: "reduce_scatter",
                    5: "broadcast", 6: "all_to_all", 7: "reduce_scatter", 8: "reduce_scatter", 9: "all_reduce"}
+
+
+def _comm_type(op: Op) -> int:
+    """Chakra's comm_type of a collective. A MoE token exchange (``program.is_token_exchange``: the alltoall
+    dispatcher's all-to-all-v, DeepEP's or HybridEP's dispatch and combine) is ALL_TO_ALL of its bytes: Chakra has
+    no field for the routing's skew, the top-k copies or DeepEP's forwarding, which ``emu_collective`` keeps for
+    the emulator's own import (ASTRA-sim runs a balanced all-to-all)."""
+    if op.collective in _COMM_TYPES:
+        return _COMM_TYPES[op.collective]
+    if is_token_exchange(op.collective):
+        return _COMM_TYPES["all_to_all"]
+    raise TraceError(f"op {op.id} ({op.name}): collective {op.collective} has no Chakra comm_type")
 
 
 def _pb() -> Any:
@@ -263,7 +275,9 @@ def _node(pb: Any, op: Op, index: int, prev: int | None, rank_of: dict[int, int]
     else:
         add(_attr(pb, "comm_size", "int64_val", int(op.bytes)))
     if op.kind is COLLECTIVE:
-        add(_attr(pb, "comm_type", "int64_val", _COMM_TYPES[op.collective]))
+        add(_attr(pb, "comm_type", "int64_val", _comm_type(op)))
+        if op.collective not in _COMM_TYPES:  # a MoE token exchange: its plan's name, read back by the emulator
+            add(_attr(pb, "emu_collective", "string_val", op.collective))
     if op.kind is SEND or op.kind is RECV:
         src, dst = (op.rank, op.peer) if op.kind is SEND else (op.peer, op.rank)
         if not 0 <= op.tag < 2**31:
@@ -497,7 +511,8 @@ def _own_op(n: Any, a: dict, rank: int, path: str, groups: _Groups) -> Op:
               deps=tuple(int(d) for d in a["emu_dep_order"]),
               name=n.name, duration=a.get("emu_duration_s"), flops=a["emu_flops"], bytes=a["emu_bytes"],
               category=a["emu_category"],
-              collective=_FROM_COMM_TYPE[int(a["comm_type"])] if kind is COLLECTIVE else "",
+              collective=(a.get("emu_collective") or _FROM_COMM_TYPE[int(a["comm_type"])])
+              if kind is COLLECTIVE else "",
               group=group, root=root, peer=peer, tag=tag, microbatch=mb,
               stage=stage, layer=layer)
 
