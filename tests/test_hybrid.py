@@ -210,10 +210,35 @@ def test_the_rule_books_refusals(extra, key, words):
     assert err.value.key == key
 
 
-def test_context_parallelism_over_mamba_is_refused():
-    text = (BASE % (4, ', hybrid_layer_pattern: "M*M-"', 1, 2)).replace("dp: 2,", "dp: 2, cp: 2,")
-    with pytest.raises(ScenarioError, match="context parallelism over Mamba") as err:
-        load_scenario_text(text, "h.yaml")
+def test_context_parallelism_over_mamba_by_hand():
+    """Megatron-Core's MambaContextParallel: five all-to-alls of this rank's z, x, B, C and dt into the whole sequence
+    of 1/cp of the heads, the scan on that, one all-to-all of its output back."""
+    L = Ly.part_shape(Ly.layer_shape(SMALL, 1, t=2, sp=True, cp=2), "M")
+    # this rank: 1024 of the 2048 tokens, 16 heads, 4 groups, d_l 1024; the scan: 2048 tokens, 8 heads, 2 groups, 512
+    assert mixer.scan_dims(L) == (2048, 8, 2, 512)
+    fwd = {st.name: st for st in Ly.forward_steps(L)}
+    a2a = {n: st.bytes for n, st in fwd.items() if n.startswith("mamba.cp_a2a")}
+    # z, x 1024 tokens of 1024, B, C of 4 groups of 128, dt of 16, y of 1024; 2 bytes each
+    assert a2a == {"mamba.cp_a2a.z": 1024 * 1024 * 2, "mamba.cp_a2a.x": 1024 * 1024 * 2,
+                   "mamba.cp_a2a.B": 1024 * 512 * 2, "mamba.cp_a2a.C": 1024 * 512 * 2,
+                   "mamba.cp_a2a.dt": 1024 * 16 * 2, "mamba.cp_a2a.y": 1024 * 1024 * 2}
+    # the scan on 2048 tokens: 2048·(4·512·128 + 2·128·2·128 + 2·128·512) = 2048·458,752: half the rank's of cp 1
+    assert fwd["mamba.ssd"].flops == 2048 * 458_752
+    names = list(fwd)
+    assert names.index("mamba.in_proj") < names.index("mamba.cp_a2a.z") < names.index("mamba.conv1d")
+    assert names.index("mamba.ssd") < names.index("mamba.cp_a2a.y") < names.index("mamba.norm")
+    back = [st.name for st in Ly.backward_steps(L)]
+    assert back.index("mamba.norm_bwd") < back.index("mamba.cp_a2a.y_bwd") < back.index("mamba.ssd_bwd") \
+        < back.index("mamba.cp_a2a.z_bwd") < back.index("mamba.in_proj.dgrad")
+
+
+def test_context_parallelism_needs_heads_per_rank():
+    text = (BASE % (4, ', hybrid_layer_pattern: "M*M-", mamba_num_heads: 8, mamba_num_groups: 2', 1, 1))
+    text = text.replace("dp: 1,", "dp: 1, cp: 4,").replace("global_batch: 16", "global_batch: 1")
+    # 8 heads over tp 2: 4 a rank; cp 4 divides them; 2 groups: 1 a rank, which divides cp
+    load_scenario_text(text, "h.yaml")
+    with pytest.raises(ScenarioError, match="cp .8. must divide the Mamba heads of a TP rank .4.") as err:
+        load_scenario_text(text.replace("cp: 4", "cp: 8").replace("nodes: 1", "nodes: 2"), "h.yaml")
     assert err.value.key == "parallel.cp"
 
 

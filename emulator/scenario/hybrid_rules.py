@@ -4,8 +4,8 @@ Megatron-Core's own checks (megatron/core/models/hybrid/hybrid_layer_allocation.
 megatron/core/ssm/mamba_mixer.py @ d98e8a64dd): the pattern's symbols, one per layer, and its MTP
 depths after "/", identical and as many as mtp_num_layers; the Mamba-2 mixer's heads and groups split
 over tensor parallelism, its heads over its groups. And what the emulator does not model for them,
-refused by name: the pattern's other symbols, multi-latent attention, sliding windows, context
-parallelism over Mamba layers, and the features whose per-layer models take a transformer layer
+refused by name: the pattern's other symbols, multi-latent attention, sliding windows, and the features
+whose per-layer models take a transformer layer
 (module recompute, activation offloading, the all-to-all overlap, the paged stash).
 """
 from __future__ import annotations
@@ -80,6 +80,20 @@ def hybrid_model_violations(m: ModelSpec) -> list[Violation]:
     return out
 
 
+def _mamba_cp_violations(heads: int, groups: int, cp: int) -> list[Violation]:
+    """Megatron-Core's MambaContextParallel: cp divides a TP rank's heads, and its groups (or they divide cp, each
+    group's state then repeated)."""
+    if cp <= 1 or not heads or not groups:
+        return []
+    if heads % cp:
+        return [Violation("parallel.cp", f"cp ({cp}) must divide the Mamba heads of a TP rank ({heads}) "
+                                         f"(MambaContextParallel asserts it)")]
+    if (cp % groups) if groups < cp else (groups % cp):
+        return [Violation("parallel.cp", f"cp ({cp}) and the Mamba groups of a TP rank ({groups}) must divide one "
+                                         f"another (MambaContextParallel asserts it)")]
+    return []
+
+
 def hybrid_layout_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     """Tensor parallelism over the mixer's heads and groups, and the features not modelled for hybrid models."""
     pattern = m.hybrid_layer_pattern
@@ -93,8 +107,7 @@ def hybrid_layout_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> 
             if n % p.tp:
                 out.append(Violation("parallel.tp", f"tp ({p.tp}) must divide the Mamba mixer's {name} ({n}) "
                                                     f"(MambaMixer asserts it)"))
-        if p.cp > 1:
-            out.append(Violation("parallel.cp", "context parallelism over Mamba layers is not modelled"))
+        out += _mamba_cp_violations(heads // p.tp, m.mamba_num_groups // p.tp, p.cp)
     elif "mamba" in t.cuda_graph_modules:
         out.append(Violation("training.cuda_graph_modules", "mamba captures Mamba layers; the pattern has no M"))
     if "mlp" in t.cuda_graph_modules and "-" not in pattern:

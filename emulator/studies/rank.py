@@ -69,6 +69,7 @@ from typing import Callable, Sequence
 
 from emulator.devices import compute
 from emulator.network.collectives import ring_factors
+from emulator.network.domain import domain_size
 from emulator.program import is_token_exchange
 from emulator.scenario.spec import QUANTISED, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario
 from emulator.scenario.stages import V_SHAPED, model_chunks, rank_of, stage_layers
@@ -148,10 +149,12 @@ def inter_link(sc: Scenario, per_node: int, nodes: int) -> Link:
 
 
 def group_link(sc: Scenario, stride: int, n: int) -> Link:
-    """The path class of a group of n ranks ``stride`` apart (ranks fill nodes in order)."""
+    """The path class of a group of n ranks ``stride`` apart (ranks fill nodes in order): NVLink inside one NVLink
+    domain (a node, or ``nvlink_domain`` GPUs of an NVL72 rack's trays, as network/domain.py joins them), else the
+    NICs."""
     node = sc.cluster.node
     assert node is not None
-    g = node.gpus_per_node
+    g = domain_size(node)
     if stride * (n - 1) < g:
         return intra_link(node)
     per_node = max(1, g // stride)

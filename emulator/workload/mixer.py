@@ -39,7 +39,7 @@ reads the gradient and the input and writes the input gradient, 3 passes. The gr
 from __future__ import annotations
 
 from emulator.workload import hybrid
-from emulator.workload.steps import BWD, Kernel, LayerShape, Step, elementwise, gemm, linear_backward
+from emulator.workload.steps import BWD, Comm, Kernel, LayerShape, Step, elementwise, gemm, linear_backward
 
 
 def local_dims(L: LayerShape) -> tuple[int, int, int, int]:
@@ -49,25 +49,75 @@ def local_dims(L: LayerShape) -> tuple[int, int, int, int]:
     return heads, groups, d_l, 2 * d_l + 2 * groups * L.m_state + heads
 
 
-def scan_flops(L: LayerShape) -> float:
-    """The chunked scan's forward FLOPs for T tokens (module docstring)."""
+def scan_dims(L: LayerShape) -> tuple[int, int, int, int]:
+    """(tokens, heads, groups, d) the conv1d and the scan run on: this rank's T tokens of H_l heads, or with
+    context parallelism (Megatron-Core's MambaContextParallel, megatron/core/ssm/mamba_context_parallel.py @
+    d98e8a64dd) the whole sequence, cp·T tokens, of H_l/cp heads and G_l·r/cp groups, r = cp/G_l where G_l < cp
+    (each group's state repeated on the ranks that share it)."""
     heads, groups, d_l, _ = local_dims(L)
+    cp = L.cp
+    if cp <= 1:
+        return L.T, heads, groups, d_l
+    r = cp // groups if groups < cp else 1
+    return L.T * cp, heads // cp, groups * r // cp, d_l // cp
+
+
+def scan_flops(L: LayerShape) -> float:
+    """The chunked scan's forward FLOPs (module docstring)."""
+    tokens, _, groups, d = scan_dims(L)
     n, q = L.m_state, hybrid.CHUNK
-    return float(L.T) * (4 * d_l * n + 2 * q * groups * n + 2 * q * d_l)
+    return float(tokens) * (4 * d * n + 2 * q * groups * n + 2 * q * d)
 
 
 def scan_bytes(L: LayerShape) -> float:
-    """The chunked scan's forward bytes for T tokens (module docstring)."""
-    heads, groups, d_l, _ = local_dims(L)
+    """The chunked scan's forward bytes (module docstring)."""
+    tokens, heads, groups, d = scan_dims(L)
     n, q = L.m_state, hybrid.CHUNK
-    per_token = L.dtype * (4 * d_l + 4 * groups * n) + 8 * heads + 8 * groups * q + (8 + 2 * L.dtype) * d_l * n / q
-    return float(L.T) * per_token
+    per_token = L.dtype * (4 * d + 4 * groups * n) + 8 * heads + 8 * groups * q + (8 + 2 * L.dtype) * d * n / q
+    return float(tokens) * per_token
 
 
 def _conv(L: LayerShape, name: str, passes: float, cat: str) -> Kernel:
     """The causal conv1d over x, B and C: D_CONV multiply-adds and a SiLU per element."""
-    _, groups, d_l, _ = local_dims(L)
-    return elementwise(name, L.T * (d_l + 2 * groups * L.m_state), passes, L, 2 * hybrid.D_CONV + 4, cat)
+    tokens, _, groups, d = scan_dims(L)
+    return elementwise(name, tokens * (d + 2 * groups * L.m_state), passes, L, 2 * hybrid.D_CONV + 4, cat)
+
+
+# Context parallelism (Megatron-Core's MambaContextParallel): ``pre_conv_ssm`` splits in_proj's output and turns each
+# of z, x, B, C (their group states repeated r times) and dt from this rank's T tokens of all its heads into the whole
+# sequence of 1/cp of them (all_to_all_cp2hp, five all-to-alls of this rank's tensor each), concatenates them and
+# undoes the attention's load balancing (a reordering torch.cat): two copies of the result; ``post_conv_ssm`` redoes
+# the balancing (a copy) and turns the scan's output back (all_to_all_hp2cp, one all-to-all). The backward runs the
+# same in reverse.
+
+def _cp_pieces(L: LayerShape) -> list[tuple[str, int]]:
+    """(name, width) of the tensors pre_conv_ssm exchanges, per token of this rank."""
+    heads, groups, d_l, _ = local_dims(L)
+    r = L.cp // groups if groups < L.cp else 1
+    return [("z", d_l), ("x", d_l), ("B", groups * r * L.m_state), ("C", groups * r * L.m_state), ("dt", heads)]
+
+
+def _cp_in(L: LayerShape, cat: str) -> list[Step]:
+    if L.cp <= 1:
+        return []
+    pieces = _cp_pieces(L)
+    grad = "_bwd" if cat == BWD else ""
+    a2a: list[Step] = [Comm(f"mamba.cp_a2a.{name}{grad}", "cp", "all_to_all", L.T * w * L.dtype, 0, cat)
+                       for name, w in pieces]
+    nbytes = 2.0 * L.T * sum(w for _, w in pieces) * L.dtype
+    copies: list[Step] = [Kernel(f"mamba.cp_cat{grad}", "copy", 0.0, nbytes, cat),
+                          Kernel(f"mamba.cp_reorder{grad}", "copy", 0.0, nbytes, cat)]
+    return a2a + copies if cat != BWD else copies + a2a
+
+
+def _cp_out(L: LayerShape, cat: str) -> list[Step]:
+    if L.cp <= 1:
+        return []
+    d_l = local_dims(L)[2]
+    grad = "_bwd" if cat == BWD else ""
+    steps: list[Step] = [Kernel(f"mamba.cp_reorder_out{grad}", "copy", 0.0, 2.0 * L.T * d_l * L.dtype, cat),
+                         Comm(f"mamba.cp_a2a.y{grad}", "cp", "all_to_all", L.T * d_l * L.dtype, 0, cat)]
+    return steps if cat != BWD else steps[::-1]
 
 
 def _transpose(L: LayerShape, name: str, width: int, cat: str) -> list[Step]:
@@ -80,10 +130,10 @@ def mixer_forward(L: LayerShape, cat: str) -> list[Step]:
     """in_proj to out_proj (module docstring)."""
     _, _, d_l, width = local_dims(L)
     T = L.T
-    return [gemm("mamba.in_proj", T, width, L.h, L, 1, cat), *_transpose(L, "mamba.transpose_in", width, cat),
-            _conv(L, "mamba.conv1d", 2.0, cat),
+    return [gemm("mamba.in_proj", T, width, L.h, L, 1, cat), *_cp_in(L, cat),
+            *_transpose(L, "mamba.transpose_in", width, cat), _conv(L, "mamba.conv1d", 2.0, cat),
             Kernel("mamba.ssd", "scan", scan_flops(L), scan_bytes(L), cat),
-            *_transpose(L, "mamba.transpose_out", d_l, cat),
+            *_transpose(L, "mamba.transpose_out", d_l, cat), *_cp_out(L, cat),
             elementwise("mamba.norm", T * d_l, 2.0, L, 8.0, cat),
             gemm("mamba.out_proj", T, L.h, d_l, L, 1, cat)]
 
@@ -91,13 +141,14 @@ def mixer_forward(L: LayerShape, cat: str) -> list[Step]:
 def mixer_backward(L: LayerShape) -> list[Step]:
     """out_proj's backward to in_proj's output gradient (in_proj's own backward, with its TP communication, is the
     layer's): the reverse of :func:`mixer_forward`, the conv1d rerun first."""
-    heads, _, d_l, width = local_dims(L)
+    _, _, d_l, width = local_dims(L)
     T = L.T
-    state = 2.0 * T * heads * L.m_head_dim * L.m_state  # the chunk states recomputed
+    tokens, _, _, d = scan_dims(L)
+    state = 2.0 * tokens * d * L.m_state  # the chunk states recomputed
     return [*linear_backward(L, "mamba.out_proj", T, L.h, d_l),
-            elementwise("mamba.norm_bwd", T * d_l, 3.0, L, 10.0, BWD),
+            elementwise("mamba.norm_bwd", T * d_l, 3.0, L, 10.0, BWD), *_cp_out(L, BWD),
             *_transpose(L, "mamba.transpose_out_bwd", d_l, BWD),
             _conv(L, "mamba.conv1d_rerun", 2.0, BWD),
             Kernel("mamba.ssd_bwd", "scan", 2 * scan_flops(L) + state, 2 * scan_bytes(L), BWD),
             _conv(L, "mamba.conv1d_bwd", 3.0, BWD),
-            *_transpose(L, "mamba.transpose_in_bwd", width, BWD)]
+            *_transpose(L, "mamba.transpose_in_bwd", width, BWD), *_cp_in(L, BWD)]
