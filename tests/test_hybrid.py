@@ -143,14 +143,20 @@ def _summary(text, tmp_path, capsys):
 
 @pytest.mark.parametrize("pp, dp, schedule", [(1, 4, ""), (2, 2, ""), (2, 2, ", schedule: interleaved-1f1b, "
                                                                                "virtual_stages: 2"),
-                                              (2, 2, ", schedule: dualpipe")])
+                                              (2, 2, ", schedule: dualpipe"),
+                                              (2, 2, "}\ntraining: {global_batch: 16, micro_batch: 1, attention: flash, "
+                                                     "recompute: selective, recompute_modules: [layernorm, mlp]")])
 def test_a_pattern_of_attention_and_mlp_is_the_transformer(pp, dp, schedule, tmp_path, capsys):
     """ "*-*-*-*-" runs the kernels of four transformer layers, in the same order: the same step, MFU, memory and
-    closed form. (The host's cost is off in BASE: the host issues each layer's steps as one op, so a transformer
-    layer issued as two hybrid layers lets the GPU start sooner where the host is the bound.)"""
-    gpt = (BASE % (4, "", pp, dp)).replace("sequence_parallel: true", "sequence_parallel: true" + schedule)
-    hyb = (BASE % (8, ', hybrid_layer_pattern: "*-*-*-*-"', pp, dp)).replace("sequence_parallel: true",
-                                                                             "sequence_parallel: true" + schedule)
+    closed form; with recompute modules too (layernorm: one norm a part, mlp: the MLP part's). (The host's cost is
+    off in BASE: the host issues each layer's steps as one op, so a transformer layer issued as two hybrid layers
+    lets the GPU start sooner where the host is the bound.)"""
+    def spelled(text: str) -> str:  # the schedule, or a training section of recompute modules that replaces BASE's
+        if "training" in schedule:
+            text = text.replace("training: {global_batch: 16, micro_batch: 1, attention: flash}\n", "")
+        return text.replace("sequence_parallel: true", "sequence_parallel: true" + schedule)
+    gpt = spelled(BASE % (4, "", pp, dp))
+    hyb = spelled(BASE % (8, ', hybrid_layer_pattern: "*-*-*-*-"', pp, dp))
     a, b = _summary(gpt, tmp_path, capsys), _summary(hyb, tmp_path, capsys)
     assert b["iteration_time_s"] == a["iteration_time_s"]
     assert b["mfu"] == pytest.approx(a["mfu"], rel=1e-12)

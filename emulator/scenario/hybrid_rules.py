@@ -6,7 +6,7 @@ depths after "/", identical and as many as mtp_num_layers; the Mamba-2 mixer's h
 over tensor parallelism, its heads over its groups. And what the emulator does not model for them,
 refused by name: the pattern's other symbols, multi-latent attention, sliding windows, and the features
 whose per-layer models take a transformer layer
-(module recompute, activation offloading, the all-to-all overlap, the paged stash).
+(activation offloading, the all-to-all overlap, the paged stash).
 """
 from __future__ import annotations
 
@@ -113,9 +113,6 @@ def hybrid_layout_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> 
     if "mlp" in t.cuda_graph_modules and "-" not in pattern:
         out.append(Violation("training.cuda_graph_modules", "mlp captures the dense MLP layers (-); the pattern has "
                                                             "none"))
-    if t.recompute_modules is not None and set(t.recompute_modules) - {"core_attn"}:
-        out.append(Violation("training.recompute_modules", "a hybrid model's selective recompute is modelled for "
-                                                           "core_attn only"))
     for key, on in (("training.fine_grained_activation_offloading", t.fine_grained_activation_offloading),
                     ("training.cpu_offloading", t.cpu_offloading),
                     ("parallel.overlap_moe_expert_parallel_comm", p.overlap_moe_expert_parallel_comm),

@@ -159,6 +159,19 @@ def part_terms(r: ModelSpec, part: str, g: float, attn_rep: float, attn_sharded:
     return g * r.hidden, _mlp_terms(r, part == hybrid.MOE, ep, g, tokens, etp=etp)
 
 
+def part_freed_terms(r: ModelSpec, part: str, modules: tuple[str, ...], ep: int, g: float, tokens: int,
+                     etp: int) -> tuple[float, float]:
+    """:func:`freed_terms` of one part of a hybrid layer: layernorm frees its one norm's output (``g``·h; a Mamba
+    layer's norm is not a module Megatron-Core recomputes), mlp a dense MLP part's tensors, moe, moe_act and
+    shared_experts an MoE part's."""
+    if part == hybrid.MAMBA:
+        return 0.0, 0.0
+    mlp_modules = ("mlp", "moe", "moe_act", "shared_experts")
+    mine = tuple(x for x in modules if x != "layernorm" and (part != hybrid.ATTENTION or x not in mlp_modules))
+    rep, shard = freed_terms(r, mine, part == hybrid.MOE, ep, g, tokens, etp)
+    return rep + (g * r.hidden if "layernorm" in modules else 0.0), shard
+
+
 def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                            recompute: str = "none", flash: bool = False, dtype: int = 2,
                            ep: int = 1, moe: bool | None = None, fp8: bool = False,
@@ -189,6 +202,10 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
         replicated, sharded = part_terms(r, part, g, attn_rep, attn_sharded, ep, b * s, etp)
         replicated += 2 * h + mask * h
         scores = scores if part == hybrid.ATTENTION else 0.0
+        if recompute == "selective" and modules is not None:
+            free_rep, free_shard = part_freed_terms(r, part, modules, ep, g, b * s, etp)
+            replicated -= free_rep
+            sharded -= free_shard
     elif recompute == "selective" and modules is not None:
         free_rep, free_shard = freed_terms(r, modules, is_moe, ep, g, b * s, etp, dpa and fp8)
         replicated -= free_rep

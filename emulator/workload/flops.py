@@ -152,8 +152,8 @@ def module_recompute_flops(m: ModelSpec, modules: tuple[str, ...], fused_attenti
     """Forward FLOPs one sequence reruns under ``recompute_modules`` (workload/recompute.py), over the
     layers and the MTP layers: core_attn the attention core (fused too: Megatron reruns the kernel),
     mla_up_proj the query and key/value up projections, mlp a dense layer's MLP, moe an MoE layer's
-    experts, shared experts and router, shared_experts the shared experts; layernorm and moe_act are
-    element-wise (not counted)."""
+    experts, shared experts and router (and a latent MoE's projections), shared_experts the shared experts;
+    layernorm and moe_act are element-wise (not counted). A hybrid model's layers take what their parts have."""
     s = resolve(m)
     layers = list(range(s.layers)) + [_mtp_index(s)] * s.mtp_num_layers
     total = 0.0
@@ -165,10 +165,10 @@ def module_recompute_flops(m: ModelSpec, modules: tuple[str, ...], fused_attenti
             d_qk, d_v = M.head_dims(s)
             q = s.q_lora_rank * s.heads * d_qk if s.q_lora_rank else s.hidden * s.heads * d_qk
             total += 2.0 * s.seq_len * (q + s.kv_lora_rank * s.heads * (d_qk - s.qk_rope_head_dim + d_v))
-        if "mlp" in modules and not moe:
+        if "mlp" in modules and hybrid.MLP in M.layer_parts(s, i):
             total += _mlp_flops(s, s.ffn_hidden)
         if moe and "moe" in modules:
-            total += layer_forward_flops(s, i) - _projection_flops(s) - attention_core_flops(s)
+            total += part_forward_flops(s, hybrid.MOE)
         elif moe and "shared_experts" in modules and s.shared_experts:
             total += _mlp_flops(s, M.shared_ffn(s))
     return total
