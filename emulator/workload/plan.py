@@ -137,11 +137,13 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
     if hybrid.is_hybrid(m):
         units += _hybrid_units(plan, L, first, per)
         if plan.chunks is not None and plan.chunks.mtp_chunk == k:  # MTP modules around a layer of their depth
-            Lm = Ly.part_shape(L, M.layer_parts(m, m.layers + 1))
+            i = m.layers + 1  # an MTP module's index (models.layer_parts)
+            Lm = Ly.part_shape(L, M.layer_parts(m, i))
             fwd = Ly.forward_steps(Lm)
             bwd = layer_backward(Lm, sc.training.recompute, sc.training.recompute_modules)
-            own = _LayerSteps(plan, Lm)
-            units += _mtp_units(plan, Lm, fwd, bwd, 0.0, 0.0, learned_pos, vs, own)
+            expert = M.routed_params(m) / ((par.etp or t) * par.ep) if M.is_moe_layer(m, i) else 0.0
+            units += _mtp_units(plan, Lm, fwd, bwd, M.shared_layer_params(m, i) / t, expert, learned_pos, vs,
+                                _LayerSteps(plan, Lm))
         return units + _head_unit(plan, L, k)
     fwd = Ly.forward_steps(L)
     bwd = layer_backward(L, sc.training.recompute, sc.training.recompute_modules)
@@ -248,13 +250,9 @@ def _mtp_units(plan: Plan, L: Ly.LayerShape, fwd: list, bwd: list, dense: float,
     embedding where ``pre_process or mtp_process``; its gradient is all-reduced with the first stage's).
     An MTP module's MoE layer has its own load where the layers' loads differ (index layers + 1 + d)."""
     m, t = plan.model, plan.sc.parallel.tp
-    moe = M.is_moe_layer(m, m.layers - 1)  # the MTP layer is the decoder's last layer's kind
-    if hybrid.is_hybrid(m):  # a hybrid model's: its MTP depth's symbols (``L`` is their layer already)
-        moe = M.is_moe_layer(m, m.layers + 1)
-        par = plan.sc.parallel
-        dense = M.shared_layer_params(m, m.layers + 1) / t
-        expert = M.routed_params(m) / ((par.etp or t) * par.ep) if moe else 0.0
-    elif not moe:
+    # the MTP layer is the decoder's last layer's kind, or a hybrid model's MTP depth's (``L`` is its layer already)
+    moe = M.is_moe_layer(m, m.layers + 1)
+    if not moe and not hybrid.is_hybrid(m):
         L = Ly.dense_shape(L)
         fwd = Ly.forward_steps(L)
         bwd = layer_backward(L, plan.sc.training.recompute, plan.sc.training.recompute_modules)
