@@ -42,6 +42,15 @@ local − 1 experts of mean load, so it computes (f + local − 1)/local times t
 that one, because the all-to-alls wait for it, and the all-to-all buffers grow by the same
 factor (an upper bound of the traffic: only the busiest rank receives that much).
 
+Latent MoE (``model.moe_latent_size``, Megatron-Core's fc1_latent_proj and fc2_latent_proj): after the routing a
+GEMM takes the tokens from h to the latent width, the permutation, the dispatch, the experts and the combine move
+and take latent-wide rows (LayerShape.hx), and a GEMM takes them back after the unpermutation
+(token_dispatch.py).
+
+A hybrid model's layer (workload/hybrid.py, LayerShape.parts) runs its parts in order, each with its own norm and
+residual add: the attention block, the MLP block (dense or MoE) or a Mamba-2 mixer's (mixer.py, in an attention
+block's frame); its backward the parts in reverse.
+
 MoE parallel folding (``parallel.etp`` other than tp; Megatron-Core's alltoall dispatcher): the
 router and permutation run on this rank's Te sequence-parallel tokens, the all-to-all goes over the
 folded EP group, an all-gather and a reduce-scatter over the ETP group wrap the local experts'

@@ -203,8 +203,9 @@ def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) 
     par = sc.parallel
     if hybrid.is_hybrid(r):
         mine = _layers_of(sc, stage)
-        dense = sum(M.part_linear(r, M.layer_parts(r, i)) for i in mine) / par.tp
         moe = sum(M.is_moe_layer(r, i) for i in mine)
+        whole = 2 * r.hidden * r.moe_latent_size  # an E layer's latent projections, whole on every rank
+        dense = (sum(M.part_linear(r, M.layer_parts(r, i)) for i in mine) - moe * whole) / par.tp + moe * whole
         return dense, moe * M.expert_linear(r) * r.experts / par.ep / (par.etp or par.tp) if r.experts else 0.0
     attn, per_width = M.linear_weights(r)
     lead = _dense_layers_of(sc, stage) if r.experts else 0
