@@ -113,9 +113,12 @@ def hybrid_layout_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> 
     if "mlp" in t.cuda_graph_modules and "-" not in pattern:
         out.append(Violation("training.cuda_graph_modules", "mlp captures the dense MLP layers (-); the pattern has "
                                                             "none"))
+    if p.overlap_moe_expert_parallel_comm:
+        out.append(Violation("parallel.overlap_moe_expert_parallel_comm",
+                             "overlap_moe_expert_parallel_comm runs on Megatron-Core's GPTModel only (its combined "
+                             "steps: gpt_model.py build_schedule_plan); a hybrid model has none"))
     for key, on in (("training.fine_grained_activation_offloading", t.fine_grained_activation_offloading),
                     ("training.cpu_offloading", t.cpu_offloading),
-                    ("parallel.overlap_moe_expert_parallel_comm", p.overlap_moe_expert_parallel_comm),
                     ("model.moe_paged_stash", m.moe_paged_stash)):
         if on:
             out.append(Violation(key, f"{key.split('.')[-1]} is not modelled for a hybrid model"))
