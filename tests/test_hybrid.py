@@ -73,6 +73,24 @@ def test_nemotron_3_super_parameters_by_hand():
     assert M.activated_params(m) == 12_770_216_960
 
 
+def test_nemotron_3_ultra_parameters_by_hand():
+    m = model_preset("nemotron-3-ultra")
+    assert [m.hybrid_layer_pattern.count(c) for c in "ME*"] == [48, 48, 12]
+    # Mamba: in_proj 8192·(2·16384 + 2·8·128 + 256 = 35072) = 287,309,824; conv (16384 + 2048)·5 = 92,160; 768;
+    # norm 16384; out_proj 16384·8192 = 134,217,728; pre-norm 8192: 421,645,056
+    assert M.part_params(m, "M") == 421_645_056
+    # attention: qkv 8192·(64·128 + 2·2·128) = 71,303,168, proj 8192² = 67,108,864, norm 8192
+    assert M.part_params(m, "*") == 138_420_224
+    # MoE but the routed experts: router 8192·512 = 4,194,304, shared 2·8192·10240 = 167,772,160, norm 8192,
+    # latent projections 2·8192·2048 = 33,554,432
+    assert M.part_params(m, "E") == 205_529_088
+    # experts 2·2048·5120 = 20,971,520 each, 512 a layer: 48·421,645,056 + 12·138,420,224 + 48·(205,529,088 +
+    # 10,737,418,240) = 547,161,477,120; embeddings 2·131072·8192 = 2,147,483,648; the final norm 8192
+    assert M.total_params(m) == 549_308_968_960
+    # a token's: top 22 of 512
+    assert M.activated_params(m) == 56_058_818_560
+
+
 def test_layer_parts():
     assert [M.layer_parts(SMALL, i) for i in range(4)] == ["M", "*", "M", "-"]
     dense = ModelSpec(layers=3, hidden=64, heads=4, seq_len=16, vocab=8, experts=4, first_dense_layers=1)

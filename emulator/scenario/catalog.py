@@ -356,6 +356,17 @@ MODELS: dict[str, dict[str, Any]] = {
                              head_dim=128, experts=512, top_k=22, expert_ffn_hidden=2688, shared_experts=1,
                              shared_expert_ffn_hidden=5376, moe_latent_size=1024, moe_router_dtype="fp32",
                              mamba_state_dim=128, mamba_num_heads=128),
+    # Nemotron 3 Ultra (550B-A55B; hybrid with latent MoE), Megatron-LM's own example (d98e8a64dd
+    # examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.sh): 108 layers of the
+    # pattern below (48 Mamba, 12 attention, 48 MoE), hidden 8192, 64 heads of 128 in 2 query groups, 512 experts of
+    # 5120, top 22, one shared MLP of 10240, latent size 2048, router in fp32, Mamba 256 heads of 64 (state 128, 8
+    # groups: Megatron-Core's defaults); 8192 tokens. No MTP, as the example.
+    "nemotron-3-ultra": dict(_hybrid(108, 8192, 64, 2, 5120, 8192,
+                                     "MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*"
+                                     "EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"),
+                             head_dim=128, experts=512, top_k=22, expert_ffn_hidden=5120, shared_experts=1,
+                             shared_expert_ffn_hidden=10240, moe_latent_size=2048, moe_router_dtype="fp32",
+                             mamba_state_dim=128, mamba_num_heads=256),
     "bert-large": dict(layers=24, hidden=1024, heads=16, seq_len=512, vocab=30522, tied_embeddings=True,
                        causal=False),  # an encoder: bidirectional attention
 }
