@@ -61,14 +61,14 @@ def _sim(result: Result) -> dict[str, Any]:
     return sim
 
 
-HYBRID_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}  # workload/hybrid.py's symbols
-
-
 def _hybrid_layers(result: Result, iterations: int) -> dict[str, float]:
     """A hybrid model's compute seconds per iteration and GPU by layer kind (mamba, attention, mlp, moe; an MTP
     module's as mtp), from the spans' layer indices."""
     from emulator.outputs.metrics import layer_time
+    from emulator.workload import hybrid
     from emulator.workload import models as M
+
+    HYBRID_KINDS = {hybrid.MAMBA: "mamba", hybrid.ATTENTION: "attention", hybrid.MLP: "mlp", hybrid.MOE: "moe"}
 
     m = M.resolve(result.scenario.model) if result.scenario.model else None
     if m is None:

@@ -364,15 +364,22 @@ def _stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int
                  host: HostCost = NO_HOST) -> list[float]:
     """Each stage's forward and backward of one micro-batch (``pass_times``, ``extra_times``; ``mtp_n`` MTP
     modules), or with ``host`` the host's issuing of them."""
+    if split.parts:
+        return _hybrid_stage_times(L, args, split, mtp_n, p, last, host)
     per_layer, embed, head = pass_times(L, *args, host)
     lead, mtp, mtp_head = extra_times(L, *args, mtp_n, any(split.leads), host)
-    if split.parts:  # a hybrid model: each layer its part's passes; an MTP module around a layer of its depth's
-        each = {part: pass_times(Ly.part_shape(L, part), *args, host)[0] for part in set("".join(split.parts))}
-        if mtp_n:
-            _, mtp, mtp_head = extra_times(Ly.part_shape(L, split.mtp_parts), *args, mtp_n, False, host)
-        return [sum(each[c] for c in split.parts[s]) + (embed if s == 0 else 0.0)
-                + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
     return [split.count(s) * per_layer + split.leads[s] * (lead - per_layer) + (embed if s == 0 else 0.0)
+            + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
+
+
+def _hybrid_stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int, last: int,
+                        host: HostCost) -> list[float]:
+    """:func:`_stage_times` of a hybrid model: each layer its part's passes (the embedding's and the head's do not
+    depend on the part), an MTP module around a layer of its depth's symbols."""
+    each = {part: pass_times(Ly.part_shape(L, part), *args, host) for part in sorted(set("".join(split.parts)))}
+    _, embed, head = next(iter(each.values()))
+    _, mtp, mtp_head = extra_times(Ly.part_shape(L, split.mtp_parts), *args, mtp_n, False, host)
+    return [sum(each[c][0] for c in split.parts[s]) + (embed if s == 0 else 0.0)
             + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
 
 

@@ -88,12 +88,15 @@ def layer_forward_flops(m: ModelSpec, layer: int | None = None) -> float:
         qkv = 2.0 * sl * h * (s.heads * d + 2 * s.kv_heads * d)
         proj = 2.0 * sl * h * (s.heads * d)
         attn = qkv + attention_core_flops(s) + proj
-    if not moe:
-        return attn + _mlp_flops(s, s.ffn_hidden)
-    mlp = _routed_flops(s) + 2.0 * sl * h * s.experts
+    return attn + (_moe_mlp_flops(s) if moe else _mlp_flops(s, s.ffn_hidden))
+
+
+def _moe_mlp_flops(s: ModelSpec) -> float:
+    """An MoE MLP of one sequence: the routed experts, the router 2·s·h·E and the shared experts."""
+    mlp = _routed_flops(s) + 2.0 * s.seq_len * s.hidden * s.experts
     if s.shared_experts:
         mlp += _mlp_flops(s, M.shared_ffn(s))
-    return attn + mlp
+    return mlp
 
 
 def part_forward_flops(m: ModelSpec, part: str) -> float:
@@ -102,10 +105,9 @@ def part_forward_flops(m: ModelSpec, part: str) -> float:
     s = resolve(m)
     if part == hybrid.MAMBA:
         return hybrid.mixer_forward_flops(s)
-    attn = _projection_flops(s) + attention_core_flops(s)
-    whole = layer_forward_flops(replace(s, hybrid_layer_pattern="", experts=s.experts if part == hybrid.MOE else 0,
-                                        first_dense_layers=0))
-    return attn if part == hybrid.ATTENTION else whole - attn
+    if part == hybrid.ATTENTION:
+        return _projection_flops(s) + attention_core_flops(s)
+    return _moe_mlp_flops(s) if part == hybrid.MOE else _mlp_flops(s, s.ffn_hidden)
 
 
 def layers_forward_flops(m: ModelSpec) -> float:
