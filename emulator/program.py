@@ -458,7 +458,7 @@ class Program:
                     raise ValueError(f"op {op.id}: collective {op.collective!r} is not one of {known}")
                 if op.rank not in op.group:
                     raise ValueError(f"op {op.id}: rank {op.rank} is not in its group {list(op.group)}")
-                if any(not 0 <= g < self.ranks for g in op.group):
+                if min(op.group) < 0 or max(op.group) >= self.ranks:  # the group holds op.rank: not empty
                     raise ValueError(f"op {op.id}: group {list(op.group)} has a rank outside 0..{self.ranks - 1}")
             if op.kind is SEND or op.kind is RECV:
                 if not 0 <= op.peer < self.ranks or op.peer == op.rank:

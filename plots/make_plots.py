@@ -14,7 +14,10 @@
 7. cpu-offload-time and cpu-offload-memory: the iteration time and the memory per GPU against the layers
    offloaded to the host (Llama-3 70B on 64 GB200, Megatron-Bridge's recipe);
 8. hybrid-tp-time and hybrid-tp-memory: Nemotron-H 56B on 64 GB200 against the TP size (DP = 64 / TP), the
-   iteration time and the memory per GPU.
+   iteration time and the memory per GPU;
+9. sparse-attention: the attention block's time per token of a DeepSeek-V3.2 layer (DeepSeek Sparse Attention)
+   and of a DeepSeek-V3 layer (dense MLA) on one GB200 against the sequence length, forward and backward, the
+   indexer's share shown (workload/sparse_attention.py; kernel costs, no simulation).
 
 The result databases go to --db-dir (default: a temporary folder), so re-running with
 the same folder only draws. Takes about two minutes on 2 cores.
@@ -91,6 +94,7 @@ def main() -> None:
                metric="memory.peak_bytes_per_gpu")
 
     hybrid_tp(db, out, args.jobs)
+    sparse_attention(out("sparse-attention"))
 
     result = simulate(load_scenario(os.path.join(STUDIES, "hot-links.yaml")), record_links=True)
     plot_links(result, out("hot-links"), top=16)
@@ -104,6 +108,50 @@ def hybrid_tp(db, out, jobs: int) -> None:  # noqa: ANN001
     sweep("hybrid.yaml", [("parallel.tp", ["1", "2", "4", "8"])], db("hybrid"), jobs)
     plot_study(db("hybrid"), out("hybrid-tp-time"), x="parallel.tp", metric="iteration_time_s")
     plot_study(db("hybrid"), out("hybrid-tp-memory"), x="parallel.tp", metric="memory.peak_bytes_per_gpu")
+
+
+def sparse_attention(path: str) -> None:
+    """The attention block per token against the sequence length: DSA's (its indexer apart) and dense MLA's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from emulator.outputs.figures import save_figure
+    seqs = [4096, 8192, 16384, 32768, 65536, 131072]
+    rows = {name: [_attention_per_token(name, s) for s in seqs] for name in ("deepseek-v3", "deepseek-v3.2")}
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(seqs, [r[0] for r in rows["deepseek-v3"]], "o-", label="DeepSeek-V3: dense MLA (flash attention)")
+    ax.plot(seqs, [r[0] for r in rows["deepseek-v3.2"]], "s-", label="DeepSeek-V3.2: DSA, the whole block")
+    ax.plot(seqs, [r[1] for r in rows["deepseek-v3.2"]], "s--", label="DeepSeek-V3.2: its indexer and sparse loss")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel("attention block, forward + backward (us per token)")
+    ax.set_title("One layer's attention on one GB200 (TP 1, no CP)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def _attention_per_token(preset: str, seq: int) -> tuple[float, float]:
+    """(the attention block's, the indexer's and its loss's) kernel microseconds per token, forward and backward, of
+    one layer of ``preset`` at ``seq`` tokens on one GB200."""
+    from dataclasses import replace
+
+    from emulator.scenario.catalog import gpu, model_preset
+    from emulator.workload import layer as Ly
+    from emulator.workload.kernel_cost import kernel_time
+
+    g = gpu("B200-GB200")
+    L = Ly.layer_shape(replace(model_preset(preset), seq_len=seq), 1, flash=True)
+    kernels = Ly.kernels(Ly.forward_steps(L) + Ly.backward_steps(L))
+    block = [k for k in kernels if not k.name.startswith(("ln2", "mlp", "moe", "shared", "bda2", "swiglu"))]
+    indexer = [k for k in block if k.name.startswith("attn.indexer")]
+    per = 1e6 / seq
+    return sum(kernel_time(k, g) for k in block) * per, sum(kernel_time(k, g) for k in indexer) * per
 
 
 if __name__ == "__main__":

@@ -172,3 +172,31 @@ def test_recipe_scenarios_fit_and_shard_experts_by_etp():
     _dense, expert = _stage_params(sc.model, sc, 0, 11)
     assert expert == 11 * 128 * 3 * 4096 * 1536 / 32
     assert memory_report(load_scenario(DSV3)).fits
+
+
+RINGS = """
+name: tiny-ep-over-cp
+cluster: {nodes: 2, node: dgx-h100, fabric: {kind: fat_tree}}
+model: {layers: 4, hidden: 1024, heads: 16, kv_heads: 4, head_dim: 128, ffn_hidden: 2048, expert_ffn_hidden: 512,
+        experts: 16, top_k: 4, seq_len: 4096, vocab: 32000, swiglu: true}
+training: {global_batch: 16, micro_batch: 1, attention: flash}
+parallel: {tp: 1, pp: 1, dp: 4, cp: 4, ep: 8}
+"""
+
+
+@pytest.mark.parametrize("overrides", [[], ["parallel.cp_comm_type=all_gather"], ["model.moe_imbalance=1.5"],
+                                       ["parallel.ep=4", "parallel.moe_token_dispatcher_type=flex"]])
+def test_ep_over_whole_cp_rings_folds_the_ring(tmp_path, capsys, overrides):
+    """EP 8 over the (dp, cp) index j = cp + 4·dp takes two whole CP rings a group, so rotating cp maps each EP
+    group onto itself: the 4 CP ranks fold to one (16 GPUs, 4 simulated), and the run is the unfolded one's."""
+    import json
+
+    path = tmp_path / "rings.yaml"
+    path.write_text(RINGS)
+    out = []
+    for fold in ("auto", "off"):
+        sets = [x for o in overrides + [f"simulation.fold={fold}"] for x in ("--set", o)]
+        assert main(["run", str(path), "--json", *sets]) == 0
+        out.append(json.loads(capsys.readouterr().out))
+    assert out[0]["sim"]["ranks_simulated"] == 4 and out[1]["sim"]["ranks_simulated"] == 16
+    assert out[0]["iteration_time_s"] == pytest.approx(out[1]["iteration_time_s"], rel=1e-12)

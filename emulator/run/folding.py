@@ -25,7 +25,10 @@ This module decides which translations are automorphisms of the topology:
   each lie inside one axis of both grids; rotating such a digit maps TP, DP, EP, ETP and expert-DP
   groups onto groups of their kind, so it is a symmetry of the program, and it is folded where it is
   also one of the network (as a dp axis, ``_dp_axes``). Digits inside cp are not folded (the ring's
-  neighbours are a rotation of the whole cp axis only).
+  neighbours are a rotation of the whole cp axis only);
+- with expert parallelism over whole CP rings (cp divides ep: each EP group is a block of whole CP groups,
+  ``_ep_rings``), a rotation of cp maps every EP group onto itself, so the cp axis folds as without experts
+  (GLM-5's recipe: CP 32 = EP 32, 192 ranks simulated as 6).
 
 Each refusal comes with a note that the summary carries.
 """
@@ -138,7 +141,9 @@ def choose_fold(scenario: Scenario, in_effect: bool = True) -> tuple[Fold | None
         return fold, f"folding on (the experts' own grid, etp {p.etp}): {fold.copies} ranks per simulated rank"
     if _folded_experts(p):
         return None, "folding off: the expert grid (parallel.etp) and the attention's do not nest"
-    if p.ep > 1 and not _ep_splits(p):
+    if p.ep > 1 and _ep_rings(p):  # a cp rotation keeps every EP group (whole CP rings) onto itself
+        axes += [(d, False)] + [(size, cp_ok and size > 1) for size in _cp_digits(p)]
+    elif p.ep > 1 and not _ep_splits(p):
         axes += [(d, False), (cp, False)]
         note = "folding: tp only (expert parallelism with context parallelism regroups the dp ranks)"
     elif p.ep > 1:  # dp = (blocks of ep) × (position in the block): both rotate EP groups onto EP groups
@@ -205,6 +210,13 @@ def _ep_splits(p) -> bool:
     return p.cp == 1 and p.dp % p.ep == 0
 
 
+def _ep_rings(p) -> bool:
+    """Expert parallelism over whole CP rings: EP groups are blocks of ``ep`` consecutive ranks of the
+    (dp, cp) index j = cp + CP·dp (emulator.workload.placement), so where ``cp`` divides ``ep`` each group is
+    made of whole CP groups and a rotation of cp maps it onto itself (GLM-5's CP 32 = EP 32)."""
+    return p.cp > 1 and p.ep % p.cp == 0 and (p.cp * p.dp) % p.ep == 0
+
+
 def program_fold(scenario: Scenario) -> Fold | None:
     """The symmetry of the *program* alone (not the network): the builder emits the same
     ops, translated, for every tp, cp and dp coordinate (with expert parallelism, dp as
@@ -222,6 +234,9 @@ def program_fold(scenario: Scenario) -> Fold | None:
         return None
     if p.ep > 1 and _ep_splits(p):
         fold = Fold((p.pp, p.dp // p.ep, p.ep, p.cp, p.tp), (False, p.dp > p.ep, True, False, p.tp > 1))
+    elif p.ep > 1 and _ep_rings(p):
+        cp = _cp_digits(p)
+        fold = Fold((p.pp, p.dp, *cp, p.tp), (False, False, *(c > 1 for c in cp), p.tp > 1))
     else:
         plain = p.ep == 1
         cp = _cp_digits(p)

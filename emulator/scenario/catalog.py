@@ -246,6 +246,11 @@ def _deepseek(layers: int, hidden: int, heads: int, ffn: int, expert_ffn: int, e
                 seq_len=4096, swiglu=True, tied_embeddings=False)
 
 
+def _dsa(heads: int, dim: int, topk: int, loss: float) -> dict[str, Any]:
+    return dict(experimental_attention_variant="dsa", dsa_indexer_n_heads=heads, dsa_indexer_head_dim=dim,
+                dsa_indexer_topk=topk, dsa_indexer_loss_coeff=loss)
+
+
 MODELS: dict[str, dict[str, Any]] = {
     "gpt3-125m": _gpt3(12, 768, 12),
     "gpt3-350m": _gpt3(24, 1024, 16),
@@ -288,6 +293,23 @@ MODELS: dict[str, dict[str, Any]] = {
     # with its one multi-token prediction module: huggingface deepseek-ai/DeepSeek-V3 config.json
     # num_nextn_predict_layers 1 (DeepSeek-V3 Technical Report, arXiv 2412.19437, section 2.2: D = 1)
     "deepseek-v3": dict(_deepseek(61, 7168, 128, 18432, 2048, 256, 1, 8, 3, 1536, 129280), mtp_num_layers=1),
+    # DeepSeek-V3.2: DeepSeek-V3's architecture with DeepSeek Sparse Attention's lightning indexer (Megatron-Core
+    # d98e8a64dd dsa.py, DSAIndexer, after deepseek-ai/DeepSeek-V3.2-Exp inference/model.py); the indexer's 64 heads
+    # of 128 dims, its top 2048 keys and its loss coefficient 0.01 as Megatron-LM's own DSA test
+    # (tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2_dsa/model_config.yaml); the loss over each query's
+    # top-k keys, as DeepSeek's sparse training stage (the report's section 2.1, which compute_dsa_indexer_loss
+    # cites; its dense warm-up is dsa_indexer_use_sparse_loss: false)
+    "deepseek-v3.2": dict(_deepseek(61, 7168, 128, 18432, 2048, 256, 1, 8, 3, 1536, 129280), mtp_num_layers=1,
+                          **_dsa(64, 128, 2048, 0.01), dsa_indexer_use_sparse_loss=True),
+    # GLM-5 (zai-org/GLM-5, Megatron-Bridge 067f987df glm_moe_dsa/glm5_bridge.py: MLA, DSA and MoE): 78 layers, the
+    # first 3 dense, experts of 2048 with one shared, qk head 192 + rope 64, the indexer's 32 heads of 128 dims, top
+    # 2048, its sparse loss of coefficient 0.001 (the bridge's provider_bridge; tests/unit_tests/models/glm_moe_dsa/
+    # test_glm5_bridge.py); hidden 6144, 64 heads, dense ffn 12288, 256 experts, top 8, q rank 2048, kv rank 512,
+    # v head 256, vocabulary 154880 from the checkpoint's config.json, which the verification card confirms: its 78
+    # layers hold exactly 1,487,822,475,264 bytes (examples/model_verification_cards/glm5/card.yaml;
+    # tests/test_sparse_attention.py); one MTP layer (num_nextn_predict_layers 1, which the card leaves out)
+    "glm-5": dict(_deepseek(78, 6144, 64, 12288, 2048, 256, 1, 8, 3, 2048, 154880), qk_nope_head_dim=192,
+                  v_head_dim=256, mtp_num_layers=1, **_dsa(32, 128, 2048, 0.001), dsa_indexer_use_sparse_loss=True),
     # Kimi K2 (moonshotai/Kimi-K2-Instruct): Megatron-LM d98e8a64dd examples/post_training/modelopt/conf/moonshotai/
     # Kimi-K2-Instruct.sh: 61 layers, hidden 7168, 64 heads, dense ffn 18432, multi-latent attention (q rank 1536,
     # kv rank 512, qk head 128 + rope 64, v head 128), 384 experts of 2048, top 8, one shared expert of 2048

@@ -19,6 +19,7 @@ import difflib
 from emulator.errors import ScenarioError
 from emulator.scenario import deepep_buffers as DEEPEP
 from emulator.scenario.hybrid_rules import hybrid_layout_violations, hybrid_model_violations
+from emulator.scenario.sparse_attention_rules import dsa_layout_violations, dsa_model_violations
 from emulator.scenario.spec import QUANTISED, SCHEDULES, ModelSpec, ParallelSpec, TrainingSpec
 from emulator.scenario.stages import LAYOUT_KEY, V_SHAPED, model_chunks
 from emulator.scenario.violation import Violation
@@ -47,7 +48,7 @@ def model_violations(model: ModelSpec) -> list[Violation]:
     if m.swiglu and m.activation not in ("", "swiglu"):
         out.append(Violation("model.activation", f"activation {m.activation} contradicts swiglu: true "
                                                  "(yours or the preset's; set swiglu: false with it)"))
-    return out + _moe_violations(m) + _mla_violations(m) + hybrid_model_violations(m)
+    return out + _moe_violations(m) + _mla_violations(m) + hybrid_model_violations(m) + dsa_model_violations(m)
 
 
 def _moe_violations(m: ModelSpec) -> list[Violation]:
@@ -250,7 +251,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     out += _recompute_violations(m, t) + _offload_violations(m, t, p) + _router_padding_violations(m, t, p)
     out += _rank_budget_violations(m, t, p) + _cpu_offload_violations(m, t, p)
     out += _cuda_graph_violations(m, t, p)
-    out += _tensor_violations(m, p) + hybrid_layout_violations(m, t, p)
+    out += _tensor_violations(m, p) + hybrid_layout_violations(m, t, p) + dsa_layout_violations(m, t, p)
     out += _a2a_overlap_violations(m, t, p)
     micro_batches = t.global_batch // per_step
     if p.schedule == "dualpipev" and micro_batches < 2 * p.pp:

@@ -431,6 +431,25 @@ class ModelSpec:
         default=0, minimum=0, maximum=10**5)
     v_head_dim: int = key(
         "Multi-latent attention: per-head value dims; 0: hidden/heads.", default=0, minimum=0, maximum=10**5)
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5; workload/sparse_attention.py): Megatron-Core's
+    # experimental_attention_variant "dsa" and its dsa_indexer_* keys (transformer_config.py @ d98e8a64dd)
+    experimental_attention_variant: str = key(
+        "Megatron-Core's experimental_attention_variant: dsa (DeepSeek Sparse Attention: a lightning indexer picks "
+        "each query's dsa_indexer_topk keys and multi-latent attention attends only those); absent: dense "
+        "attention.", default="", choices=("dsa",))
+    dsa_indexer_n_heads: int = key("DSA: the indexer's heads (DeepSeek-V3.2: 64; GLM-5: 32).", default=0,
+                                   minimum=0, maximum=10**5)
+    dsa_indexer_head_dim: int = key("DSA: the indexer's head dimension (DeepSeek-V3.2, GLM-5: 128).", default=0,
+                                    minimum=0, maximum=10**5)
+    dsa_indexer_topk: int = key("DSA: the keys each query attends (DeepSeek-V3.2, GLM-5: 2048).", default=0,
+                                minimum=0, maximum=10**8)
+    dsa_indexer_loss_coeff: float = key(
+        "DSA: the indexer's KL loss coefficient (Megatron-Core's dsa_indexer_loss_coeff); above 0 the indexer is "
+        "trained: the loss's attention target is computed and the indexer has a backward. 0 or absent: the "
+        "indexer runs without gradients.", default=0.0, minimum=0.0, maximum=1e6)
+    dsa_indexer_use_sparse_loss: bool = key(
+        "DSA: the indexer's KL loss over each query's top-k keys only (Megatron-Core's "
+        "dsa_indexer_use_sparse_loss); false: over every key it may attend (the dense target).", default=False)
     head_dim: int = key(
         "Per-head query, key and value dims, for any attention kind (Qwen3: 128 with hidden 4096 and 64 heads; "
         "Megatron's kv_channels); 0 or absent: hidden/heads. With multi-latent attention, the default of "

@@ -62,6 +62,8 @@ def attention_parts(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) 
     d_v = M.head_dims(r)[1] if M.is_mla(r) else M.head_dim(r)
     out = a * d_v  # the projection's input width
     proj = 2 * out if g == 2 else g * out + (e * out if keeps_out else 0)
+    if M.is_dsa(r):
+        return _dsa_parts(r, g) + (proj,)
     if M.is_mla(r):
         d_qk = M.head_dims(r)[0]
         q, kv = r.q_lora_rank, r.kv_lora_rank
@@ -69,6 +71,21 @@ def attention_parts(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) 
         return g * h + latents, e * (2 * a * d_qk + a * d_v), proj  # QKV input; Q, K, V; projection
     kvd = r.kv_heads * M.head_dim(r)
     return g * h, e * (out + 2 * kvd), proj  # QKV input; Q, K, V; projection input
+
+
+def _dsa_parts(r: ModelSpec, g: float) -> tuple[float, float]:
+    """(replicated, sharded) stored bytes per token of DeepSeek Sparse Attention's absorbed MLA (workload/
+    sparse_attention.py) but the projection's input. Replicated: the layer input, the latent norms' inputs and
+    q_up's, the shared key r + d_r the core keeps, the top-k indices (int32, every TP rank's all), and with the loss
+    the indexer's q, weights and k. Sharded: the query's non-rope part (the absorb einsum's input), the absorbed
+    query (the core's), the latent output (the value einsum's input) and the core's fp32 log-sum-exp. The key
+    the core keeps is this rank's share (the CP-gathered copy is transient), an approximation."""
+    a, d_r, q, kv = r.heads, r.qk_rope_head_dim, r.q_lora_rank, r.kv_lora_rank
+    d_n = M.head_dims(r)[0] - d_r
+    H, D = r.dsa_indexer_n_heads, r.dsa_indexer_head_dim
+    indexer = 2 * (H * D + H + D) if r.dsa_indexer_loss_coeff > 0 else 0
+    rep = g * r.hidden + 2 * (q + kv + d_r) + g * q + 2 * (kv + d_r) + 4 * r.dsa_indexer_topk + indexer
+    return rep, 2 * a * d_n + 2 * a * (kv + d_r) + 2 * a * kv + 4 * a
 
 
 def attention_terms(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) -> tuple[float, float]:
@@ -121,7 +138,9 @@ def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: f
     rep = shard = 0.0
     if "layernorm" in modules:
         rep += 2 * g * r.hidden
-    if "mla_up_proj" in modules and M.is_mla(r):
+    if "mla_up_proj" in modules and M.is_dsa(r):  # the query's non-rope part and the absorbed query (_dsa_parts)
+        shard += 2 * r.heads * (M.head_dims(r)[0] - r.qk_rope_head_dim + r.kv_lora_rank + r.qk_rope_head_dim)
+    elif "mla_up_proj" in modules and M.is_mla(r):
         d_qk, d_v = M.head_dims(r)
         shard += (1 if dpa else 2) * (2 * r.heads * d_qk + r.heads * d_v)  # in FP8 with dpa (attention_parts)
     if moe:

@@ -12,7 +12,9 @@ MoE layers count the experts a token is routed to (top_k of width f_e), the shar
 (one MLP of their summed width) and the router; the ``first_dense_layers`` count their dense
 MLP: MFU counts the activated parameters. Token imbalance (``moe_imbalance``) makes the busiest
 rank slower, not the model bigger: it adds no model FLOPs. Multi-latent attention counts its
-projections (models.py) and a core of 2·s²·a·(d_qk + d_v) (d_qk = d_v = h/a: the 4·s²·h above).
+projections (models.py) and a core of 2·s²·a·(d_qk + d_v) (d_qk = d_v = h/a: the 4·s²·h above). DeepSeek Sparse
+Attention counts the absorbed einsums in place of kv_up (T·a·d_n·r and T·a·r·d_v: the same FLOPs), the indexer's
+three linears and its scores, and a core over each query's top-k keys (:func:`_dsa_core_flops`).
 
 Backward costs twice the forward, so model FLOPs = 3·B·(l·layer + head). Hardware
 FLOPs add what recomputation reruns: the layer forward (full) or the attention core
@@ -41,10 +43,21 @@ from emulator.workload.models import resolve
 def attention_core_flops(m: ModelSpec) -> float:
     """QKᵀ and P·V of one layer, one sequence: 4·s²·a·d (4·s²·h when d = h/a; MLA: 2·s²·a·(d_qk + d_v))."""
     s = resolve(m)
+    if M.is_dsa(s):
+        return _dsa_core_flops(s)
     if M.is_mla(s):
         d_qk, d_v = M.head_dims(s)
         return 2.0 * s.seq_len * s.seq_len * s.heads * (d_qk + d_v)
     return 4.0 * s.seq_len * s.seq_len * (s.heads * M.head_dim(s))
+
+
+def _dsa_core_flops(s: ModelSpec) -> float:
+    """DeepSeek Sparse Attention's core for one sequence (workload/sparse_attention.py): the indexer's scores
+    2·s²·H·D (the full square, as above) and the absorbed core over each query's top-k keys,
+    2·s·min(k, s)·a·(2·r + d_r)."""
+    sl, r = s.seq_len, s.kv_lora_rank
+    scores = 2.0 * sl * sl * s.dsa_indexer_n_heads * s.dsa_indexer_head_dim
+    return scores + 2.0 * sl * min(s.dsa_indexer_topk, sl) * s.heads * (2 * r + s.qk_rope_head_dim)
 
 
 def _mlp_flops(s: ModelSpec, width: int) -> float:
@@ -67,8 +80,10 @@ def _projection_flops(s: ModelSpec) -> float:
         d_qk, d_v = M.head_dims(s)
         a, rq, rkv, dr = s.heads, s.q_lora_rank, s.kv_lora_rank, s.qk_rope_head_dim
         q = h * rq + rq * a * d_qk if rq else h * a * d_qk
-        kv = h * (rkv + dr) + rkv * a * (d_qk - dr + d_v)
-        return 2.0 * sl * (q + kv + a * d_v * h)
+        kv = h * (rkv + dr) + rkv * a * (d_qk - dr + d_v)  # with DSA the absorbed einsums' (the same terms)
+        idx = (rq or h) * s.dsa_indexer_n_heads * s.dsa_indexer_head_dim + h * (s.dsa_indexer_head_dim
+                                                                               + s.dsa_indexer_n_heads)
+        return 2.0 * sl * (q + kv + a * d_v * h + (idx if M.is_dsa(s) else 0))
     d = M.head_dim(s)
     return 2.0 * sl * h * (s.heads * d + 2 * s.kv_heads * d) + 2.0 * sl * h * (s.heads * d)
 

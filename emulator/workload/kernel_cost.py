@@ -152,7 +152,9 @@ def _kernel_cost(kern: Kernel, gpu: GpuSpec, dtype: str) -> tuple[float, str]:
                                                                            kern.backward, kern.dtype))
     if kern.kind == "cast":  # a Transformer Engine FP8 cast: at the measured bandwidth of a cast
         return compute.elementwise_time(kern.bytes, gpu, compute.CAST_MEM_EFFICIENCY), "roofline"
-    if kern.kind == "scan":  # a Mamba-2 chunked scan (mixer.py): by its FLOPs and bytes on the roofline
+    # a Mamba-2 chunked scan (mixer.py), a DSA indexer or sparse attention kernel (sparse_attention.py): by its FLOPs
+    # and bytes on the roofline
+    if kern.kind in ("scan", "sparse"):
         return compute.roofline_time(kern.flops, kern.bytes, gpu), "roofline"
     if kern.kind == "copy":  # an MoE token copy (permute, unpermute, chunk sort): at the measured bandwidth of a copy
         return compute.elementwise_time(kern.bytes, gpu, compute.COPY_MEM_EFFICIENCY), "roofline"

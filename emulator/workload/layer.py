@@ -106,12 +106,13 @@ from dataclasses import replace
 from typing import Any
 
 from emulator.scenario.spec import ModelSpec, ParallelSpec
-from emulator.workload import hybrid, mixer, routing
+from emulator.workload import hybrid, mixer, routing, sparse_attention
 from emulator.workload.models import (
     expert_ffn,
     has_biases,
     has_dropout,
     head_dims,
+    is_dsa,
     is_mla,
     loads_vary,
     moe_rank_load,
@@ -181,7 +182,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
     causal = m.causal
     d_qk, d_v = head_dims(m)
     mla: dict[str, Any] = dict(q_rank=m.q_lora_rank, kv_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim, qk_head=d_qk,
-               v_head=d_v, kv_heads=m.heads) if is_mla(m) else dict(kv_heads=m.kv_heads)
+               v_head=d_v, kv_heads=m.heads, **_dsa_fields(m)) if is_mla(m) else dict(kv_heads=m.kv_heads)
     wbytes = weight_quant_bytes(recipe, non_tn, fp8_params) / max(1, micro_batches) if fp8 else 0.0
     ub = _ub_slow(parallel, t, sp, is_mla(m), sm_count)
     return LayerShape(b=micro_batch, s=m.seq_len // cp, s_kv=m.seq_len, h=m.hidden, heads=m.heads,
@@ -330,6 +331,15 @@ def part_shape(L: LayerShape, parts: str) -> LayerShape:
     """The layer that runs ``parts`` (workload/hybrid.py's symbols) of ``L``: a hybrid model's layer; without an
     E part it has no experts."""
     return replace(L if hybrid.MOE in parts else dense_shape(L), parts=parts)
+
+
+def _dsa_fields(m: ModelSpec) -> dict[str, Any]:
+    """DeepSeek Sparse Attention's LayerShape fields (sparse_attention.py); none without it."""
+    if not is_dsa(m):
+        return {}
+    loss = 0 if m.dsa_indexer_loss_coeff <= 0 else 1 if m.dsa_indexer_use_sparse_loss else 2
+    return dict(dsa_heads=m.dsa_indexer_n_heads, dsa_dim=m.dsa_indexer_head_dim, dsa_topk=m.dsa_indexer_topk,
+                dsa_loss=loss)
 
 
 def _mixer_fields(m: ModelSpec) -> dict[str, Any]:
@@ -674,9 +684,12 @@ def _mla_projections(L: LayerShape, cat: str) -> list[Step]:
     else:
         steps += [*_sp_gather(L, "q", L.h, cat), gemm("q", L.T, L.a_l * L.d_qk, L.h, L, 1, cat)]
     steps += [gemm("kv_down", L.Te, L.kv_rank + L.rope_dim, L.h, L, 1, cat),
-              elementwise("kv_norm", L.Te * L.kv_rank, 2.0, L, 8.0, cat),
-              *_sp_gather(L, "kv_up", L.kv_rank + L.rope_dim, cat),
-              gemm("kv_up", L.T, L.a_l * (L.d_qk - L.rope_dim + L.d_v), L.kv_rank, L, 1, cat)]
+              elementwise("kv_norm", L.Te * L.kv_rank, 2.0, L, 8.0, cat)]
+    if L.dsa_topk:  # absorbed MLA (sparse_attention.py): the latent key gathered whole, no kv_up
+        steps += [*_sp_gather(L, "kv", L.kv_rank + L.rope_dim, cat), sparse_attention.q_absorb(L, cat)]
+    else:
+        steps += [*_sp_gather(L, "kv_up", L.kv_rank + L.rope_dim, cat),
+                  gemm("kv_up", L.T, L.a_l * (L.d_qk - L.rope_dim + L.d_v), L.kv_rank, L, 1, cat)]
     if L.rope_dim:
         steps.append(elementwise("rope", L.T * (L.a_l + 1) * L.rope_dim, 2.0, L, 3.0, cat))
     return steps
@@ -690,9 +703,12 @@ def _attention_forward(L: LayerShape, cat: str) -> list[Step]:
         steps.append(gemm("qkv", L.T, L.qkv_n, L.h, L, 1, cat))
     if L.rope and not L.mla:  # rotary embeddings on q and k
         steps.append(elementwise("rope", L.T * (L.a_l + L.kv_l) * L.d, 2.0, L, 3.0, cat))
-    if L.kv_l < L.a_l and not L.fused_attention:  # unfused GQA expands K, V to every head
+    if L.kv_l < L.a_l and not L.fused_attention and not L.dsa_topk:  # unfused GQA expands K, V to every head
         steps.append(elementwise("kv_expand", L.T * L.d * (L.kv_l + L.a_l), 2.0, L, 0.0, cat))
-    steps += attention_core_forward(L, cat)
+    if L.dsa_topk:
+        steps += [*sparse_attention.core_forward(L, cat), sparse_attention.v_up(L, cat)]
+    else:
+        steps += attention_core_forward(L, cat)
     steps.append(elementwise("ctx_copy", L.T * L.a_l * L.d_v, 2.0, L, 0.0, cat))
     steps += [gemm("proj", L.T, L.h, L.a_l * L.d_v, L, 1, cat), *_tp_out(L, "proj", cat), _bda(L, "bda1", cat)]
     return steps
@@ -981,8 +997,12 @@ def _mla_backward(L: LayerShape) -> list[Step]:
     if L.rope_dim:
         steps.append(elementwise("rope_bwd", L.T * (L.a_l + 1) * L.rope_dim, 2.0, L, 3.0, BWD))
     kv_in = L.kv_rank + L.rope_dim  # the gathered latent and rope key
-    steps += [*_column_backward(L, "kv_up", L.T, L.a_l * (L.d_qk - L.rope_dim + L.d_v), L.kv_rank, kv_in),
-              elementwise("kv_norm_bwd", L.Te * L.kv_rank, 3.0, L, 10.0, BWD),
+    if L.dsa_topk:  # absorbed: the query's einsum, and the latent key's gradient summed over TP under it
+        steps += [*sparse_attention.kv_grad_comm(L),
+                  *sparse_attention.absorb_backward(L, "q_absorb", L.T, L.kv_rank, L.d_qk - L.rope_dim)]
+    else:
+        steps += _column_backward(L, "kv_up", L.T, L.a_l * (L.d_qk - L.rope_dim + L.d_v), L.kv_rank, kv_in)
+    steps += [elementwise("kv_norm_bwd", L.Te * L.kv_rank, 3.0, L, 10.0, BWD),
               *linear_backward(L, "kv_down", L.Te, kv_in, L.h)]
     if L.q_rank:
         steps += [*_column_backward(L, "q_up", L.T, L.a_l * L.d_qk, L.q_rank, L.q_rank),
@@ -1036,6 +1056,10 @@ def _attention_backward(L: LayerShape, recompute: str) -> list[Step]:
     steps += _grad_gather(L, "proj")
     steps += linear_backward(L, "proj", L.T, L.h, L.a_l * L.d_v)
     steps.append(elementwise("ctx_copy_bwd", L.T * L.a_l * L.d_v, 2.0, L, 0.0, BWD))
+    if L.dsa_topk:
+        steps += [*sparse_attention.absorb_backward(L, "v_up", L.T, L.d_v, L.kv_rank),
+                  *sparse_attention.core_backward(L)]
+        return steps + _mla_backward(L) + _norm_backward(L, "ln1")
     if recompute == "selective" and not L.fused_attention:
         steps += _with_category(attention_core_forward(L), RECOMPUTE)
     steps += attention_core_backward(L)

@@ -111,8 +111,9 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
         dense, expert = _hybrid_layer_params(r, par, _layers_of(sc, stage))
         return _with_ends(r, par, stage, dense), expert
     biases = M.has_biases(r)
-    attn = M.attention_params(r) - (r.hidden if biases else 0)
-    dense = attn / t + (r.hidden if biases else 0) + M.norm_params(r)
+    idx = M.indexer_params(r)  # DSA's indexer: replicated over TP
+    attn = M.attention_params(r) - (r.hidden if biases else 0) - idx
+    dense = attn / t + idx + (r.hidden if biases else 0) + M.norm_params(r)
     mlp = M.mlp_params(r) - (r.hidden if biases else 0)
     mlp_gpu = mlp / t + (r.hidden if biases else 0)
     expert = 0.0
@@ -448,9 +449,12 @@ def cp_gather_bytes(m: ModelSpec, par: ParallelSpec, tr: TrainingSpec, dtype: fl
     forward's dtype (TE context_parallel.py @ d0067d0da, AttnFuncWithCPAndKVAllGather.backward: dk, dv
     torch.zeros of cp·s rows, lines 3768-3777; k_ag, v_ag, lines 3788-3789): 2 · b · s · kv_l · (d_qk + d_v)
     bytes for the whole sequence s, kv_l = max(1, kv heads / tp) (MLA: every head). The forward's K/V gather
-    is half of it, and what it saves is the local K and V, as the ring's."""
+    is half of it, and what it saves is the local K and V, as the ring's. DeepSeek Sparse Attention gathers its one
+    latent key of r + d_r and the indexer's key of D instead, and their gradients."""
     if par.cp <= 1 or par.cp_comm_type != "all_gather":
         return 0.0
+    if M.is_dsa(m):  # DSA gathers the one latent key (r + d_r) and the indexer's key (sparse_attention.py)
+        return 2.0 * tr.micro_batch * m.seq_len * (m.kv_lora_rank + m.qk_rope_head_dim + m.dsa_indexer_head_dim) * dtype
     d_qk, d_v = M.head_dims(m)
     kv = m.heads if M.is_mla(m) else m.kv_heads
     return 2.0 * tr.micro_batch * m.seq_len * max(1, kv // par.tp) * (d_qk + d_v) * dtype

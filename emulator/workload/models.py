@@ -73,6 +73,21 @@ def is_mla(spec: ModelSpec) -> bool:
     return spec.kv_lora_rank > 0
 
 
+def is_dsa(spec: ModelSpec) -> bool:
+    """DeepSeek Sparse Attention (``experimental_attention_variant: dsa``; workload/sparse_attention.py)."""
+    return spec.experimental_attention_variant == "dsa"
+
+
+def indexer_params(spec: ModelSpec) -> int:
+    """A DSA layer's lightning indexer (Megatron-Core dsa.py @ d98e8a64dd, DSAIndexer): linear_wq_b r_q → H·D,
+    linear_wk h → D, the LayerNorm k_norm (weight and bias, 2·D) and linear_weights_proj h → H; replicated over
+    TP ("duplicated"); 0 without DSA. Without a query rank linear_wq_b takes h."""
+    if not is_dsa(spec):
+        return 0
+    H, D, h = spec.dsa_indexer_n_heads, spec.dsa_indexer_head_dim, spec.hidden
+    return (spec.q_lora_rank or h) * H * D + h * D + 2 * D + h * H
+
+
 def head_dim(spec: ModelSpec) -> int:
     """Dims per attention head: ``head_dim`` (Megatron's kv_channels), else h/a."""
     return spec.head_dim or spec.hidden // spec.heads
@@ -120,7 +135,7 @@ def _mla_params(s: ModelSpec) -> int:
     d_n = d_qk - s.qk_rope_head_dim
     q = h * s.q_lora_rank + s.q_lora_rank + s.q_lora_rank * a * d_qk if s.q_lora_rank else h * a * d_qk
     kv = h * (s.kv_lora_rank + s.qk_rope_head_dim) + s.kv_lora_rank + s.kv_lora_rank * a * (d_n + d_v)
-    return q + kv + a * d_v * h
+    return q + kv + a * d_v * h + indexer_params(s)
 
 
 def mlp_of_width(s: ModelSpec, width: int) -> int:
@@ -240,7 +255,8 @@ def linear_weights(r: ModelSpec) -> tuple[int, int]:
     or copies."""
     h = r.hidden
     if is_mla(r):
-        attn = attention_params(r) - r.q_lora_rank - r.kv_lora_rank  # less the two latent norms
+        # less the two latent norms and the indexer's k_norm
+        attn = attention_params(r) - r.q_lora_rank - r.kv_lora_rank - (2 * r.dsa_indexer_head_dim if is_dsa(r) else 0)
     else:
         d = head_dim(r)
         attn = h * (r.heads * d + 2 * r.kv_heads * d) + r.heads * d * h

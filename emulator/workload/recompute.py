@@ -16,7 +16,7 @@ category) that belong to it, by name, placed before the first backward step of t
   transformer_layer.py ``_checkpointed_attention_forward``), before the core's backward;
 - mla_up_proj: q_up/kv_up (or q) with their SP gathers and the rope (multi_latent_attention.py,
   ``qkv_up_proj_and_rope_apply``), whose recompute is registered on the core attention's output:
-  before the core's backward;
+  before the core's backward; under DSA (absorbed_mla.py) q_up, the query's absorb einsum and the rope;
 - layernorm: ln1 before the attention block's backward, ln2 before the MLP block's (registered on
   the attention and the MLP outputs, transformer_layer.py);
 - moe_act: the routed experts' activation, before the MLP block's backward;
@@ -48,7 +48,7 @@ def belongs(module: str, name: str, L: LayerShape) -> bool:
     if module == "core_attn":
         return n.startswith("attn.")
     if module == "mla_up_proj":
-        up = ("q_up", "q_up.ag", "kv_up", "kv_up.ag", "rope") + (() if L.q_rank else ("q", "q.ag"))
+        up = ("q_up", "q_up.ag", "kv_up", "kv_up.ag", "q_absorb", "rope") + (() if L.q_rank else ("q", "q.ag"))
         return L.mla and n in up
     if module == "layernorm":
         return n in ("ln1", "ln2")

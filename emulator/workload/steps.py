@@ -139,6 +139,12 @@ class LayerShape:
     m_head_dim: int = 0
     m_groups: int = 0
     m_state: int = 0
+    # DeepSeek Sparse Attention (workload/sparse_attention.py): the indexer's heads and head dim, the keys a query
+    # attends (0: dense attention), and the indexer's loss: 0 none, 1 over the top-k keys, 2 over every key
+    dsa_heads: int = 0
+    dsa_dim: int = 0
+    dsa_topk: int = 0
+    dsa_loss: int = 0
 
     @property
     def attended(self) -> float:
@@ -242,8 +248,9 @@ MXFP8_COPY = 1.0 + 1.0 / 32
 NVFP4_COPY = 0.5 + 1.0 / 16
 NVFP4_WEIGHT_COPY = 0.5 + 1.0 / 256
 
-# GEMMs that stay in BF16 under FP8: the core attention's, the router's, the output layer's (layer.py, FP8)
-BF16_GEMMS = ("attn.", "moe.router", "lm_head")
+# GEMMs that stay in BF16 under FP8: the core attention's, the router's, the output layer's (layer.py, FP8), and DSA's
+# absorbed MLA einsums (sparse_attention.py)
+BF16_GEMMS = ("attn.", "moe.router", "lm_head", "q_absorb", "v_up")
 
 
 def gemm(name: str, m: int, n: int, k: int, L: LayerShape, batch: int = 1, cat: str = FWD) -> Kernel:
