@@ -215,7 +215,7 @@ def test_a_hybrid_run_and_its_closed_form(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, key, words", [
-    (', hybrid_layer_pattern: "M*MG"', "model.hybrid_layer_pattern", "'G' .a gated delta net. is not modelled"),
+    (', hybrid_layer_pattern: "M*MD"', "model.hybrid_layer_pattern", "'D' .DeepSeek sparse attention. is not modelled"),
     (', hybrid_layer_pattern: "M*M"', "model.hybrid_layer_pattern", "3 symbols, but layers is 4"),
     (', hybrid_layer_pattern: "M*ME"', "model.hybrid_layer_pattern", "E layers need experts"),
     (', hybrid_layer_pattern: "M*M-", mamba_num_groups: 3', "model.mamba_num_groups", "multiple of"),

@@ -68,7 +68,8 @@ def _hybrid_layers(result: Result, iterations: int) -> dict[str, float]:
     from emulator.workload import hybrid
     from emulator.workload import models as M
 
-    HYBRID_KINDS = {hybrid.MAMBA: "mamba", hybrid.ATTENTION: "attention", hybrid.MLP: "mlp", hybrid.MOE: "moe"}
+    HYBRID_KINDS = {hybrid.MAMBA: "mamba", hybrid.GDN: "gdn", hybrid.ATTENTION: "attention", hybrid.MLP: "mlp",
+                    hybrid.MOE: "moe"}
 
     m = M.resolve(result.scenario.model) if result.scenario.model else None
     if m is None:

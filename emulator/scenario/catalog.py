@@ -329,6 +329,18 @@ MODELS: dict[str, dict[str, Any]] = {
     # Qwen3-235B preset. 30.5B parameters and 3.3B activated by our count.
     "qwen3-30b-a3b": dict(_llama(48, 2048, 32, 4, 6144, 151936, 4096), head_dim=128, expert_ffn_hidden=768,
                           experts=128, top_k=8),
+    # Qwen3-Next-80B-A3B (Megatron-Bridge 067f987df tests/unit_tests/models/qwen/test_qwen3_next_bridge.py, its config
+    # "matching the expected model structure"): 48 layers, hidden 2048, each a gated delta net (16 key heads, 32 value
+    # heads, both of 128, 4 taps: Megatron-Core's linear_* defaults) or, every 4th (full_attention_interval 4), gated
+    # attention (16 heads of 256, 2 KV heads; the bridge's attention_output_gate), each with an MoE MLP of 512 experts
+    # of 512, top 10, a shared expert of 512; vocabulary 151936, untied, RMSNorm, rope. As a hybrid pattern each layer
+    # is two symbols, its mixer and its MLP (the bridge's experimental_attention_variant "gated_delta_net" is the
+    # same stack: Megatron-Core's hybrid Symbols include G).
+    "qwen3-next-80b-a3b": dict(layers=96, hidden=2048, heads=16, kv_heads=2, head_dim=256, ffn_hidden=5120,
+                               vocab=151936, seq_len=4096, swiglu=True, biases=False, dropout=False, norm="rmsnorm",
+                               tied_embeddings=False, position_embedding_type="rope", experts=512, top_k=10,
+                               expert_ffn_hidden=512, shared_experts=1, attention_output_gate=True,
+                               hybrid_layer_pattern="GEGEGE*E" * 12),
     # GPT-OSS-120B: Hugging Face openai/gpt-oss-120b config.json, which Megatron-Bridge loads (067f987df
     # src/megatron/bridge/recipes/gpt_oss/h100/gpt_oss.py: AutoBridge.from_hf_pretrained("openai/gpt-oss-120b"),
     # seq_length 4096): num_hidden_layers 36, hidden_size 2880, num_attention_heads 64, num_key_value_heads 8,

@@ -14,8 +14,8 @@ from emulator.scenario.spec import ModelSpec, ParallelSpec, TrainingSpec
 from emulator.scenario.violation import Violation
 
 _KEY = "model.hybrid_layer_pattern"
-SYMBOLS = "M*-E"  # workload/hybrid.py: Mamba, attention, MLP, MoE
-REFUSED = {"G": "a gated delta net", "D": "DeepSeek sparse attention", "+": "multi-latent attention",
+SYMBOLS = "MG*-E"  # workload/hybrid.py: Mamba, gated delta net, attention, MLP, MoE
+REFUSED = {"D": "DeepSeek sparse attention", "+": "multi-latent attention",
            "|": "a pipeline-stage boundary (set parallel.pipeline_model_parallel_layout or pp instead)"}
 
 
@@ -49,10 +49,10 @@ def hybrid_model_violations(m: ModelSpec) -> list[Violation]:
     for sym in pattern.replace(MTP_SEPARATOR, ""):
         if sym not in SYMBOLS:
             what = REFUSED.get(sym)
-            return [Violation(_KEY, f"symbol {sym!r} ({what}) is not modelled; a pattern takes M (Mamba-2), * "
-                                    f"(attention), - (MLP) and E (MoE)" if what else
-                                    f"unknown symbol {sym!r}; a pattern takes M (Mamba-2), * (attention), - (MLP) "
-                                    f"and E (MoE), one per layer")]
+            return [Violation(_KEY, f"symbol {sym!r} ({what}) is not modelled; a pattern takes M (Mamba-2), G "
+                                    f"(gated delta net), * (attention), - (MLP) and E (MoE)" if what else
+                                    f"unknown symbol {sym!r}; a pattern takes M (Mamba-2), G (gated delta net), * "
+                                    f"(attention), - (MLP) and E (MoE), one per layer")]
     out: list[Violation] = []
     if len(main) != m.layers:
         out.append(Violation(_KEY, f"hybrid_layer_pattern has {len(main)} symbols, but layers is {m.layers}: one "
@@ -77,6 +77,10 @@ def hybrid_model_violations(m: ModelSpec) -> list[Violation]:
         out.append(Violation("model.mamba_num_groups", f"the Mamba heads ({heads}) must be a multiple of "
                                                        f"mamba_num_groups ({m.mamba_num_groups}) (MambaMixer asserts "
                                                        f"nheads % ngroups == 0)"))
+    if "G" in pattern and m.linear_num_value_heads % m.linear_num_key_heads:
+        out.append(Violation("model.linear_num_value_heads",
+                             f"the gated delta net's value heads ({m.linear_num_value_heads}) must be a multiple of "
+                             f"its key heads ({m.linear_num_key_heads}): each key head serves V/K value heads"))
     return out
 
 
@@ -92,6 +96,17 @@ def _mamba_cp_violations(heads: int, groups: int, cp: int) -> list[Violation]:
         return [Violation("parallel.cp", f"cp ({cp}) and the Mamba groups of a TP rank ({groups}) must divide one "
                                          f"another (MambaContextParallel asserts it)")]
     return []
+
+
+def _delta_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
+    """The gated delta net's heads split over tensor parallelism (GatedDeltaNet divides them by the TP size); its
+    context parallelism (all-to-alls of heads, as Mamba's) is not modelled."""
+    out = [Violation("parallel.tp", f"tp ({p.tp}) must divide the gated delta net's {name} ({n})")
+           for name, n in (("linear_num_key_heads", m.linear_num_key_heads),
+                           ("linear_num_value_heads", m.linear_num_value_heads)) if n % p.tp]
+    if p.cp > 1:
+        out.append(Violation("parallel.cp", "context parallelism over gated delta net layers is not modelled"))
+    return out
 
 
 def hybrid_layout_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
@@ -110,6 +125,8 @@ def hybrid_layout_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> 
         out += _mamba_cp_violations(heads // p.tp, m.mamba_num_groups // p.tp, p.cp)
     elif "mamba" in t.cuda_graph_modules:
         out.append(Violation("training.cuda_graph_modules", "mamba captures Mamba layers; the pattern has no M"))
+    if "G" in pattern:
+        out += _delta_violations(m, p)
     if "mlp" in t.cuda_graph_modules and "-" not in pattern:
         out.append(Violation("training.cuda_graph_modules", "mlp captures the dense MLP layers (-); the pattern has "
                                                             "none"))

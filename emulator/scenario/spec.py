@@ -500,6 +500,22 @@ class ModelSpec:
         "A Mamba-2 mixer's heads; 0 or absent: 2·hidden / mamba_head_dim (expand 2).", default=0, minimum=0,
         maximum=10**6)
 
+    # a hybrid model's gated delta net (G layers; workload/delta_net.py): Megatron-Core's linear_* keys and their
+    # defaults (transformer_config.py @ d98e8a64dd), Qwen3-Next's sizes
+    linear_num_key_heads: int = key("A gated delta net's query and key heads (Megatron-Core's linear_num_key_heads).",
+                                    default=16, minimum=1, maximum=10**5)
+    linear_num_value_heads: int = key("A gated delta net's value heads (linear_num_value_heads); a multiple of the "
+                                      "key heads.", default=32, minimum=1, maximum=10**5)
+    linear_key_head_dim: int = key("A gated delta net's query and key head dimension (linear_key_head_dim).",
+                                   default=128, minimum=1, maximum=10**5)
+    linear_value_head_dim: int = key("A gated delta net's value head dimension (linear_value_head_dim).",
+                                     default=128, minimum=1, maximum=10**5)
+    linear_conv_kernel_dim: int = key("A gated delta net's causal convolution taps (linear_conv_kernel_dim).",
+                                      default=4, minimum=1, maximum=1024)
+    attention_output_gate: bool = key(
+        "Megatron-Core's attention_output_gate (Qwen3-Next): the QKV projection also gives a gate of heads x head_dim, "
+        "and the attention's output is multiplied by its sigmoid before the output projection.", default=False)
+
     def resolved(self) -> "ModelSpec":
         """The implied defaults filled in: ffn_hidden 0 → 4·hidden, kv_heads 0 → heads,
         top_k 0 → 1 for an MoE model, the activation from ``swiglu`` (and back), biases

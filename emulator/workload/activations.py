@@ -70,7 +70,8 @@ def attention_parts(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) 
         latents = 2 * (q + kv + r.qk_rope_head_dim) + g * (q + kv)  # norm inputs; up-projection inputs
         return g * h + latents, e * (2 * a * d_qk + a * d_v), proj  # QKV input; Q, K, V; projection
     kvd = r.kv_heads * M.head_dim(r)
-    return g * h, e * (out + 2 * kvd), proj  # QKV input; Q, K, V; projection input
+    gate = 2 * 2 * out if r.attention_output_gate else 0  # the gate and the output it multiplies, for its backward
+    return g * h, e * (out + 2 * kvd) + gate, proj  # QKV input; Q, K, V; projection input
 
 
 def _dsa_parts(r: ModelSpec, g: float) -> tuple[float, float]:
@@ -166,6 +167,16 @@ def mixer_terms(r: ModelSpec, g: float) -> float:
     return 2 * md.in_proj + 2 * md.d_inner + 2 * md.d_inner + g * md.d_inner
 
 
+def delta_terms(r: ModelSpec, g: float) -> float:
+    """Stored bytes per token of a gated delta net, its TP-sharded tensors (before the split): the convolution's input
+    and output (2·(2·K·d_k + V·d_v) each), q and k as the rule reads them (normalised, repeated to the V heads:
+    2·2·V·d_k), the gates in fp32 (8·V), the rule's output and z for the gated norm (2·V·d_v each) and out_proj's
+    input (``g``·V·d_v): what the autograd of Megatron-Core's GatedDeltaNet keeps (workload/delta_net.py), an
+    ASSUMPTION of FLA's own saved tensors (q, k, v, g, beta: those above)."""
+    dd = hybrid.delta_dims(r)
+    return 4 * dd.conv_dim + 4 * dd.value_heads * dd.key_dim + 8 * dd.value_heads + 4 * dd.v + g * dd.v
+
+
 def part_terms(r: ModelSpec, part: str, g: float, attn_rep: float, attn_sharded: float, ep: int, tokens: int,
                etp: int) -> tuple[float, float]:
     """(replicated, sharded) stored bytes per token of one part of a hybrid layer, its norm input and mask apart:
@@ -175,6 +186,8 @@ def part_terms(r: ModelSpec, part: str, g: float, attn_rep: float, attn_sharded:
         return attn_rep, attn_sharded
     if part == hybrid.MAMBA:
         return g * r.hidden, mixer_terms(r, g)
+    if part == hybrid.GDN:
+        return g * r.hidden, delta_terms(r, g)
     return g * r.hidden, _mlp_terms(r, part == hybrid.MOE, ep, g, tokens, etp=etp)
 
 
@@ -183,7 +196,7 @@ def part_freed_terms(r: ModelSpec, part: str, modules: tuple[str, ...], ep: int,
     """:func:`freed_terms` of one part of a hybrid layer: layernorm frees its one norm's output (``g``·h; a Mamba
     layer's norm is not a module Megatron-Core recomputes), mlp a dense MLP part's tensors, moe, moe_act and
     shared_experts an MoE part's."""
-    if part == hybrid.MAMBA:
+    if part in (hybrid.MAMBA, hybrid.GDN):
         return 0.0, 0.0
     mlp_modules = ("mlp", "moe", "moe_act", "shared_experts")
     mine = tuple(x for x in modules if x != "layernorm" and (part != hybrid.ATTENTION or x not in mlp_modules))

@@ -85,24 +85,18 @@ def _projection_flops(s: ModelSpec) -> float:
                                                                                + s.dsa_indexer_n_heads)
         return 2.0 * sl * (q + kv + a * d_v * h + (idx if M.is_dsa(s) else 0))
     d = M.head_dim(s)
-    return 2.0 * sl * h * (s.heads * d + 2 * s.kv_heads * d) + 2.0 * sl * h * (s.heads * d)
+    gate = s.heads * d if s.attention_output_gate else 0  # attention_output_gate: the QKV GEMM's gate columns
+    return 2.0 * sl * h * (s.heads * d + 2 * s.kv_heads * d + gate) + 2.0 * sl * h * (s.heads * d)
 
 
 def layer_forward_flops(m: ModelSpec, layer: int | None = None) -> float:
     """Matmul FLOPs of one layer's forward for one sequence (``layer``: a dense leading layer of an MoE
     model when it is one of its ``first_dense_layers``; None: an MoE layer if the model has experts)."""
     s = resolve(m)
-    sl, h = s.seq_len, s.hidden
     if hybrid.is_hybrid(s) and layer is not None:
         return sum(part_forward_flops(s, part) for part in M.layer_parts(s, layer))
     moe = bool(s.experts) if layer is None else M.is_moe_layer(s, layer)
-    if M.is_mla(s):
-        attn = _projection_flops(s) + attention_core_flops(s)
-    else:
-        d = M.head_dim(s)
-        qkv = 2.0 * sl * h * (s.heads * d + 2 * s.kv_heads * d)
-        proj = 2.0 * sl * h * (s.heads * d)
-        attn = qkv + attention_core_flops(s) + proj
+    attn = _projection_flops(s) + attention_core_flops(s)
     return attn + (_moe_mlp_flops(s) if moe else _mlp_flops(s, s.ffn_hidden))
 
 
@@ -120,6 +114,8 @@ def part_forward_flops(m: ModelSpec, part: str) -> float:
     s = resolve(m)
     if part == hybrid.MAMBA:
         return hybrid.mixer_forward_flops(s)
+    if part == hybrid.GDN:
+        return hybrid.delta_forward_flops(s)
     if part == hybrid.ATTENTION:
         return _projection_flops(s) + attention_core_flops(s)
     return _moe_mlp_flops(s) if part == hybrid.MOE else _mlp_flops(s, s.ffn_hidden)

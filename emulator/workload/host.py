@@ -36,7 +36,7 @@ __all__ = ["Issue", "captured_modules", "module_of", "issue_time"]
 # A step's name (its stem, without the backward suffixes) → its module. Attention first: its names
 # (layer.py) are the input norm, the projections of MHA/GQA and MLA, the core and its output.
 _ATTN_STEMS = ("ln1", "qkv", "q", "q_down", "q_up", "q_norm", "kv_down", "kv_up", "kv_norm", "rope", "attn",
-               "ctx_copy", "proj", "bda1", "q_absorb", "v_up", "kv")  # the last three: DSA's absorbed MLA
+               "ctx_copy", "proj", "bda1", "q_absorb", "v_up", "kv", "attn_gate")  # DSA's absorbed MLA; the gate
 _ROUTER_PREFIXES = ("moe.router", "moe.aux")  # with the pre-MLP norm (ln2), and the shared experts (below)
 # the latent MoE's fc1_latent_proj runs in MoELayer.preprocess, which moe_preprocess captures (moe_layer.py)
 _PREPROCESS_PREFIXES = ("moe.counts", "moe.permute", "moe.token_counts", "moe.latent_down")

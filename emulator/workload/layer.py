@@ -106,7 +106,7 @@ from dataclasses import replace
 from typing import Any
 
 from emulator.scenario.spec import ModelSpec, ParallelSpec
-from emulator.workload import hybrid, mixer, routing, sparse_attention
+from emulator.workload import delta_net, hybrid, mixer, routing, sparse_attention
 from emulator.workload.models import (
     expert_ffn,
     has_biases,
@@ -200,6 +200,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       cp_hier=_cp_hier(parallel, cp),
                       cp_ag=cp > 1 and parallel is not None and parallel.cp_comm_type == "all_gather",
                       positions=position_embedding(m), latent=m.moe_latent_size if m.experts else 0,
+                      out_gate=m.attention_output_gate,
                       **_mixer_fields(m), **mla,
                       **{**_dispatch_fields(m, parallel, sm_count),
                          **_quant_padding(m, parallel, recipe, micro_batch * (m.seq_len // cp), t, sp, ep, etp)})
@@ -343,11 +344,16 @@ def _dsa_fields(m: ModelSpec) -> dict[str, Any]:
 
 
 def _mixer_fields(m: ModelSpec) -> dict[str, Any]:
-    """LayerShape's Mamba-2 mixer sizes of a hybrid model with M layers; {} otherwise."""
+    """LayerShape's Mamba-2 mixer and gated delta net sizes of a hybrid model with M or G layers; {} otherwise."""
+    out: dict[str, Any] = {}
+    if hybrid.GDN in m.hybrid_layer_pattern:
+        dd = hybrid.delta_dims(m)
+        out = dict(g_key_heads=dd.key_heads, g_value_heads=dd.value_heads, g_key_dim=dd.key_dim,
+                   g_value_dim=dd.value_dim, g_conv=dd.conv)
     if hybrid.MAMBA not in m.hybrid_layer_pattern:  # in the decoder or an MTP depth
-        return {}
+        return out
     md = hybrid.mamba_dims(m)
-    return dict(m_heads=md.heads, m_head_dim=md.head_dim, m_groups=md.groups, m_state=md.state)
+    return dict(out, m_heads=md.heads, m_head_dim=md.head_dim, m_groups=md.groups, m_state=md.state)
 
 
 # --- quantisation (the kernels' constructors are steps.py's) -----------------------------------------
@@ -709,6 +715,8 @@ def _attention_forward(L: LayerShape, cat: str) -> list[Step]:
         steps += [*sparse_attention.core_forward(L, cat), sparse_attention.v_up(L, cat)]
     else:
         steps += attention_core_forward(L, cat)
+    if L.out_gate:  # attention_output_gate: the output times the gate's sigmoid (read both, write one)
+        steps.append(elementwise("attn_gate", L.T * L.a_l * L.d_v, 3.0, L, 5.0, cat))
     steps.append(elementwise("ctx_copy", L.T * L.a_l * L.d_v, 2.0, L, 0.0, cat))
     steps += [gemm("proj", L.T, L.h, L.a_l * L.d_v, L, 1, cat), *_tp_out(L, "proj", cat), _bda(L, "bda1", cat)]
     return steps
@@ -847,9 +855,23 @@ def _mamba_backward(L: LayerShape) -> list[Step]:
             *_column_backward(L, "mamba.in_proj", L.T, width, L.h), *_norm_backward(L, "mamba.ln")]
 
 
+def _delta_forward(L: LayerShape, cat: str) -> list[Step]:
+    """A hybrid model's G layer: a Mamba layer's frame around the gated delta net (delta_net.py)."""
+    return [_norm(L, "gdn.ln", cat), *_tp_in(L, "gdn.ln", cat), *delta_net.delta_forward(L, cat),
+            *_tp_out(L, "gdn.out_proj", cat), _bda(L, "gdn.bda", cat)]
+
+
+def _delta_backward(L: LayerShape) -> list[Step]:
+    width = delta_net.local_dims(L)[3]
+    return [*_bda_backward(L, "gdn.bda_bwd"), *_grad_gather(L, "gdn.out_proj"), *delta_net.delta_backward(L),
+            *_column_backward(L, "gdn.in_proj", L.T, width, L.h), *_norm_backward(L, "gdn.ln")]
+
+
 def _part_forward(L: LayerShape, part: str, cat: str) -> list[Step]:
     if part == hybrid.MAMBA:
         return _mamba_forward(L, cat)
+    if part == hybrid.GDN:
+        return _delta_forward(L, cat)
     return _attention_forward(L, cat) if part == hybrid.ATTENTION else _mlp_forward(L, cat)
 
 
@@ -1036,6 +1058,8 @@ def _backward_steps(L: LayerShape, recompute: str) -> list[Step]:
 def _part_backward(L: LayerShape, part: str, recompute: str) -> list[Step]:
     if part == hybrid.MAMBA:
         return _mamba_backward(L)
+    if part == hybrid.GDN:
+        return _delta_backward(L)
     return _attention_backward(L, recompute) if part == hybrid.ATTENTION else _mlp_backward(L)
 
 
@@ -1056,6 +1080,8 @@ def _attention_backward(L: LayerShape, recompute: str) -> list[Step]:
     steps += _grad_gather(L, "proj")
     steps += linear_backward(L, "proj", L.T, L.h, L.a_l * L.d_v)
     steps.append(elementwise("ctx_copy_bwd", L.T * L.a_l * L.d_v, 2.0, L, 0.0, BWD))
+    if L.out_gate:  # the gradients of the output and of the gate (read dy, the output and the gate; write two)
+        steps.append(elementwise("attn_gate_bwd", L.T * L.a_l * L.d_v, 5.0, L, 8.0, BWD))
     if L.dsa_topk:
         steps += [*sparse_attention.absorb_backward(L, "v_up", L.T, L.d_v, L.kv_rank),
                   *sparse_attention.core_backward(L)]

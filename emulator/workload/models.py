@@ -109,7 +109,7 @@ def attention_params(spec: ModelSpec) -> int:
     if is_mla(s):
         return _mla_params(s)
     d = head_dim(s)
-    qkv_out = s.heads * d + 2 * s.kv_heads * d
+    qkv_out = s.heads * d + 2 * s.kv_heads * d + (s.heads * d if s.attention_output_gate else 0)
     n = s.hidden * qkv_out + s.heads * d * s.hidden
     if has_biases(s):
         n += qkv_out + s.hidden
@@ -259,7 +259,8 @@ def linear_weights(r: ModelSpec) -> tuple[int, int]:
         attn = attention_params(r) - r.q_lora_rank - r.kv_lora_rank - (2 * r.dsa_indexer_head_dim if is_dsa(r) else 0)
     else:
         d = head_dim(r)
-        attn = h * (r.heads * d + 2 * r.kv_heads * d) + r.heads * d * h
+        attn = h * (r.heads * d + 2 * r.kv_heads * d + (r.heads * d if r.attention_output_gate else 0)) \
+            + r.heads * d * h
     return attn, (3 if r.swiglu else 2) * h
 
 
@@ -283,7 +284,8 @@ def layer_parts(spec: ModelSpec, layer: int) -> str:
 
 def part_params(spec: ModelSpec, part: str) -> int:
     """The weights every rank of an expert-parallel group holds of one layer's part (hybrid.py's symbols) with
-    its pre-norm: the attention, a dense MLP, the router and shared experts of an MoE MLP, or a Mamba-2 mixer."""
+    its pre-norm: the attention, a dense MLP, the router and shared experts of an MoE MLP, a Mamba-2 mixer or a gated
+    delta net."""
     s = resolve(spec)
     norm = norm_params(s) // 2
     if part == hybrid.ATTENTION:
@@ -293,7 +295,7 @@ def part_params(spec: ModelSpec, part: str) -> int:
     if part == hybrid.MOE:
         return s.hidden * s.experts + (mlp_of_width(s, shared_ffn(s)) if s.shared_experts else 0) + norm \
             + latent_params(s)
-    return hybrid.mixer_params(s) + norm
+    return (hybrid.delta_params(s) if part == hybrid.GDN else hybrid.mixer_params(s)) + norm
 
 
 def shared_layer_params(spec: ModelSpec, layer: int) -> int:
@@ -313,7 +315,7 @@ def part_linear(spec: ModelSpec, part: str) -> int:
         return per_width * r.ffn_hidden
     if part == hybrid.MOE:
         return (per_width * shared_ffn(r) if r.shared_experts else 0) + 2 * r.hidden * r.moe_latent_size
-    return hybrid.mixer_linear(r)
+    return hybrid.delta_linear(r) if part == hybrid.GDN else hybrid.mixer_linear(r)
 
 
 def dense_layer_params(spec: ModelSpec, moe: bool) -> int:

@@ -16,7 +16,8 @@ FWD, BWD, RECOMPUTE = "fwd", "bwd", "recompute"
 @dataclass(frozen=True)
 class Kernel:
     """One compute kernel. kind: gemm | elementwise | flash | cast (an FP8 cast, memory-bound) | copy (a token copy
-    or transpose, memory-bound) | scan (a Mamba-2 chunked scan: mixer.py) | host."""
+    or transpose, memory-bound) | scan (a Mamba-2 chunked scan: mixer.py; a gated delta rule: delta_net.py) | sparse
+    (DeepSeek Sparse Attention's indexer and core: sparse_attention.py) | host."""
 
     name: str
     kind: str
@@ -145,6 +146,13 @@ class LayerShape:
     dsa_dim: int = 0
     dsa_topk: int = 0
     dsa_loss: int = 0
+    # a hybrid model's gated delta net (workload/delta_net.py): key and value heads (whole), their dims, the taps
+    g_key_heads: int = 0
+    g_value_heads: int = 0
+    g_key_dim: int = 0
+    g_value_dim: int = 0
+    g_conv: int = 0
+    out_gate: bool = False  # model.attention_output_gate: the QKV GEMM also gives a gate of a_l·d
 
     @property
     def attended(self) -> float:
@@ -225,7 +233,8 @@ class LayerShape:
 
     @property
     def qkv_n(self) -> int:
-        return (self.a_l + 2 * self.kv_l) * self.d
+        """The QKV GEMM's outputs on this rank: the query, key and value heads, and the output gate's a_l·d."""
+        return (self.a_l + 2 * self.kv_l + (self.a_l if self.out_gate else 0)) * self.d
 
     @property
     def f_l(self) -> int:
