@@ -140,7 +140,7 @@ def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: f
     if "layernorm" in modules:
         rep += 2 * g * r.hidden
     if "mla_up_proj" in modules and M.is_dsa(r):  # the query's non-rope part and the absorbed query (_dsa_parts)
-        shard += 2 * r.heads * (M.head_dims(r)[0] - r.qk_rope_head_dim + r.kv_lora_rank + r.qk_rope_head_dim)
+        shard += 2 * r.heads * (M.head_dims(r)[0] + r.kv_lora_rank)  # d_n, and r + d_r
     elif "mla_up_proj" in modules and M.is_mla(r):
         d_qk, d_v = M.head_dims(r)
         shard += (1 if dpa else 2) * (2 * r.heads * d_qk + r.heads * d_v)  # in FP8 with dpa (attention_parts)
