@@ -136,3 +136,24 @@ def test_rule_book(extra, message):
     with pytest.raises(ScenarioError) as info:
         load_scenario_text(HEAD + extra, "x.yaml")
     assert str(info.value) == message
+
+
+def test_the_down_projections_are_whole_on_every_tensor_parallel_rank():
+    """Megatron-Core builds MLA's linear_q_down_proj and linear_kv_down_proj "duplicated" over TP: each rank holds
+    them whole, with their latent norms, and splits the rest of the attention."""
+    from emulator.workload.memory import _stage_params
+
+    v3 = catalog.model_preset("deepseek-v3")
+    # q_down 7168·1536 and its norm 1536, kv_down 7168·(512 + 64) and its norm 512
+    assert M.replicated_attention_params(v3) == 7168 * 1536 + 1536 + 7168 * 576 + 512 == 15_140_864
+    m = ModelSpec(layers=2, hidden=1024, heads=8, seq_len=1024, vocab=32000, q_lora_rank=256, kv_lora_rank=128,
+                  qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=64, swiglu=True)
+    one, two = (Scenario(name="mla", cluster=ClusterSpec(nodes=1, node=catalog.node("dgx-h100")), model=m,
+                         training=TrainingSpec(global_batch=8), parallel=ParallelSpec(tp=t, dp=8 // t))
+                for t in (1, 2))
+    rep = M.replicated_attention_params(m)  # 1024·256 + 256 + 1024·160 + 128
+    assert rep == 426_368
+    # TP 2 halves all but the replicated weights, the norms, and with pp 1 nothing else: the embedding and the
+    # head are split too
+    split = 2 * (M.attention_params(m) - rep + M.mlp_params(m)) + 2 * 32000 * 1024
+    assert _stage_params(m, one, 0, 2)[0] - _stage_params(m, two, 0, 2)[0] == pytest.approx(split / 2)

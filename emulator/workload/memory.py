@@ -111,9 +111,9 @@ def _stage_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) -> tupl
         dense, expert = _hybrid_layer_params(r, par, _layers_of(sc, stage))
         return _with_ends(r, par, stage, dense), expert
     biases = M.has_biases(r)
-    idx = M.indexer_params(r)  # DSA's indexer: replicated over TP
-    attn = M.attention_params(r) - (r.hidden if biases else 0) - idx
-    dense = attn / t + idx + (r.hidden if biases else 0) + M.norm_params(r)
+    rep = M.replicated_attention_params(r)  # MLA's down projections, DSA's indexer: whole on every TP rank
+    attn = M.attention_params(r) - (r.hidden if biases else 0) - rep
+    dense = attn / t + rep + (r.hidden if biases else 0) + M.norm_params(r)
     mlp = M.mlp_params(r) - (r.hidden if biases else 0)
     mlp_gpu = mlp / t + (r.hidden if biases else 0)
     expert = 0.0
@@ -173,7 +173,8 @@ def _mtp_stage_params(r: ModelSpec, par: ParallelSpec, mtp: int, embedding_copy:
     moe = M.is_moe_layer(r, r.layers + 1 if hybrid.is_hybrid(r) else r.layers - 1)
     norms = MTP.mtp_extra_params(r) - 2 * r.hidden * r.hidden
     layer = M.shared_layer_params(r, r.layers + 1) if hybrid.is_hybrid(r) else M.dense_layer_params(r, moe)
-    dense = layer / par.tp + 2 * r.hidden * r.hidden / par.tp + norms
+    rep = M.replicated_attention_params(r)  # whole on every TP rank (_stage_params)
+    dense = (layer - rep) / par.tp + rep + 2 * r.hidden * r.hidden / par.tp + norms
     expert = M.routed_params(r) / ((par.etp or par.tp) * par.ep) if moe else 0.0
     return mtp * dense + (r.vocab * r.hidden / par.tp if mtp and embedding_copy else 0.0), mtp * expert
 

@@ -88,6 +88,17 @@ def indexer_params(spec: ModelSpec) -> int:
     return (spec.q_lora_rank or h) * H * D + h * D + 2 * D + h * H
 
 
+def replicated_attention_params(spec: ModelSpec) -> int:
+    """The attention weights every TP rank holds whole: multi-latent attention's down projections and latent norms
+    (Megatron-Core multi_latent_attention.py @ d98e8a64dd: linear_q_down_proj and linear_kv_down_proj are
+    "duplicated", their q_layernorm and kv_layernorm over the whole latent) and DSA's indexer; 0 otherwise."""
+    s = resolve(spec)
+    if not is_mla(s):
+        return 0
+    q = s.hidden * s.q_lora_rank + s.q_lora_rank if s.q_lora_rank else 0
+    return q + s.hidden * (s.kv_lora_rank + s.qk_rope_head_dim) + s.kv_lora_rank + indexer_params(s)
+
+
 def head_dim(spec: ModelSpec) -> int:
     """Dims per attention head: ``head_dim`` (Megatron's kv_channels), else h/a."""
     return spec.head_dim or spec.hidden // spec.heads
