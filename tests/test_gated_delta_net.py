@@ -94,3 +94,16 @@ def test_a_small_model_runs_and_names_its_gdn_layers():
     kinds = summarize(res)["hybrid_layers_s"]
     assert set(kinds) == {"gdn", "attention", "moe"} and kinds["gdn"] > 0
     assert DN.local_dims(replace(Ly.layer_shape(NEXT, 1, t=2), parts="G"))[2] == 16
+
+
+def test_the_output_gate_is_refused_with_mla():
+    text = """
+name: gated-mla
+cluster: {nodes: 1, node: dgx-h100}
+model: {preset: deepseek-v2-lite, attention_output_gate: true}
+training: {global_batch: 8, micro_batch: 1, attention: flash}
+parallel: {tp: 1, dp: 8, ep: 8}
+"""
+    with pytest.raises(ScenarioError) as err:
+        load_scenario_text(text)
+    assert err.value.key == "model.attention_output_gate" and "not modelled" in err.value.message

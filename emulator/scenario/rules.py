@@ -217,6 +217,9 @@ def _mla_violations(m: ModelSpec) -> list[Violation]:
     if m.kv_heads and m.kv_heads != m.heads:
         out.append(Violation("model.kv_heads", f"multi-latent attention has one key/value head per query head: "
                                                f"kv_heads ({m.kv_heads}) must be 0 or heads ({m.heads})"))
+    if m.attention_output_gate:
+        out.append(Violation("model.attention_output_gate", "attention_output_gate with multi-latent attention is "
+                                                            "not modelled (Megatron-Core gates the QKV projection)"))
     return out
 
 

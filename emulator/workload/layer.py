@@ -48,8 +48,13 @@ and take latent-wide rows (LayerShape.hx), and a GEMM takes them back after the 
 (token_dispatch.py).
 
 A hybrid model's layer (workload/hybrid.py, LayerShape.parts) runs its parts in order, each with its own norm and
-residual add: the attention block, the MLP block (dense or MoE) or a Mamba-2 mixer's (mixer.py, in an attention
-block's frame); its backward the parts in reverse.
+residual add: the attention block, the MLP block (dense or MoE), a Mamba-2 mixer's (mixer.py, in an attention
+block's frame) or a gated delta net's (delta_net.py, in the same frame); its backward the parts in reverse.
+
+DeepSeek Sparse Attention (``model.experimental_attention_variant: dsa``; sparse_attention.py) runs MLA absorbed: no
+kv_up GEMM but the query's and the output's per-head einsums (q_absorb, v_up) around the indexer, its top-k and the
+sparse core. Megatron-Core's ``attention_output_gate`` widens the QKV GEMM by a gate of a_l·d whose sigmoid
+multiplies the attention's output before the projection.
 
 MoE parallel folding (``parallel.etp`` other than tp; Megatron-Core's alltoall dispatcher): the
 router and permutation run on this rank's Te sequence-parallel tokens, the all-to-all goes over the
