@@ -81,9 +81,7 @@ def _projection_flops(s: ModelSpec) -> float:
         a, rq, rkv, dr = s.heads, s.q_lora_rank, s.kv_lora_rank, s.qk_rope_head_dim
         q = h * rq + rq * a * d_qk if rq else h * a * d_qk
         kv = h * (rkv + dr) + rkv * a * (d_qk - dr + d_v)  # with DSA the absorbed einsums' (the same terms)
-        idx = (rq or h) * s.dsa_indexer_n_heads * s.dsa_indexer_head_dim + h * (s.dsa_indexer_head_dim
-                                                                               + s.dsa_indexer_n_heads)
-        return 2.0 * sl * (q + kv + a * d_v * h + (idx if M.is_dsa(s) else 0))
+        return 2.0 * sl * (q + kv + a * d_v * h + M.indexer_linear(s))
     d = M.head_dim(s)
     gate = s.heads * d if s.attention_output_gate else 0  # attention_output_gate: the QKV GEMM's gate columns
     return 2.0 * sl * h * (s.heads * d + 2 * s.kv_heads * d + gate) + 2.0 * sl * h * (s.heads * d)

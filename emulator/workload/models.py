@@ -82,10 +82,15 @@ def indexer_params(spec: ModelSpec) -> int:
     """A DSA layer's lightning indexer (Megatron-Core dsa.py @ d98e8a64dd, DSAIndexer): linear_wq_b r_q → H·D,
     linear_wk h → D, the LayerNorm k_norm (weight and bias, 2·D) and linear_weights_proj h → H; replicated over
     TP ("duplicated"); 0 without DSA. Without a query rank linear_wq_b takes h."""
+    return indexer_linear(spec) + (2 * spec.dsa_indexer_head_dim if is_dsa(spec) else 0)
+
+
+def indexer_linear(spec: ModelSpec) -> int:
+    """The indexer's GEMM weights (:func:`indexer_params` less k_norm): (r_q or h)·H·D + h·D + h·H; 0 without DSA."""
     if not is_dsa(spec):
         return 0
     H, D, h = spec.dsa_indexer_n_heads, spec.dsa_indexer_head_dim, spec.hidden
-    return (spec.q_lora_rank or h) * H * D + h * D + 2 * D + h * H
+    return (spec.q_lora_rank or h) * H * D + h * D + h * H
 
 
 def replicated_attention_params(spec: ModelSpec) -> int:
@@ -267,7 +272,7 @@ def linear_weights(r: ModelSpec) -> tuple[int, int]:
     h = r.hidden
     if is_mla(r):
         # less the two latent norms and the indexer's k_norm
-        attn = attention_params(r) - r.q_lora_rank - r.kv_lora_rank - (2 * r.dsa_indexer_head_dim if is_dsa(r) else 0)
+        attn = attention_params(r) - r.q_lora_rank - r.kv_lora_rank - (indexer_params(r) - indexer_linear(r))
     else:
         d = head_dim(r)
         attn = h * (r.heads * d + 2 * r.kv_heads * d + (r.heads * d if r.attention_output_gate else 0)) \

@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import math
 
+from emulator.scenario.sparse_attention_rules import FLASH_MLA_HEADS
 from emulator.workload.steps import BWD, Comm, Kernel, LayerShape, Step, elementwise, gemm
 
-HEAD_ALIGN = 64  # FlashMLA's sparse prefill runs 64 or 128 heads: fewer local heads are padded to 64
 INDEX_BYTES = 4  # the top-k indices are int32 (dsa_cudnn_kernels.py _indexer_topk_bshd)
 SCORE_BYTES = 4  # the indexer's scores and the loss's target are fp32
 
@@ -57,8 +57,8 @@ def mean_topk(S: int, k: int) -> float:
 
 
 def padded_heads(a_l: int) -> int:
-    """The heads FlashMLA's sparse kernel runs for a_l local ones: at least HEAD_ALIGN."""
-    return max(a_l, HEAD_ALIGN)
+    """The heads FlashMLA's sparse kernel runs for a_l local ones: at least FLASH_MLA_HEADS (fewer are padded)."""
+    return max(a_l, FLASH_MLA_HEADS)
 
 
 def _key_dims(L: LayerShape) -> int:
