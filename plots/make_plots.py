@@ -17,7 +17,10 @@
    iteration time and the memory per GPU;
 9. sparse-attention: the attention block's time per token of a DeepSeek-V3.2 layer (DeepSeek Sparse Attention)
    and of a DeepSeek-V3 layer (dense MLA) on one GB200 against the sequence length, forward and backward, the
-   indexer's share shown (workload/sparse_attention.py; kernel costs, no simulation).
+   indexer's share shown (workload/sparse_attention.py; kernel costs, no simulation);
+10. deepseek-v4: the attention block's time per token of DeepSeek-V4-Flash's three layer kinds (sliding, CSA, HCA)
+   and of DeepSeek-V3.2's DSA layer on one GB200 against the sequence length, and mHC's two blocks (fused kernels)
+   (workload/compressed_attention.py, workload/hyper_connection.py; kernel costs, no simulation).
 
 The result databases go to --db-dir (default: a temporary folder), so re-running with
 the same folder only draws. Takes about two minutes on 2 cores.
@@ -95,6 +98,7 @@ def main() -> None:
 
     hybrid_tp(db, out, args.jobs)
     sparse_attention(out("sparse-attention"))
+    deepseek_v4(out("deepseek-v4"))
 
     result = simulate(load_scenario(os.path.join(STUDIES, "hot-links.yaml")), record_links=True)
     plot_links(result, out("hot-links"), top=16)
@@ -136,9 +140,43 @@ def sparse_attention(path: str) -> None:
     plt.close(fig)
 
 
-def _attention_per_token(preset: str, seq: int) -> tuple[float, float]:
-    """(the attention block's, the indexer's and its loss's) kernel microseconds per token, forward and backward, of
-    one layer of ``preset`` at ``seq`` tokens on one GB200."""
+def deepseek_v4(path: str) -> None:
+    """DeepSeek-V4-Flash's attention per token against the sequence length, each layer kind, beside DSA's."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from emulator.outputs.figures import save_figure
+    seqs = [4096, 8192, 16384, 32768, 65536, 131072]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    kinds = ((0, "o-", "V4-Flash sliding (window 128)"), (4, "s-", "V4-Flash CSA (ratio 4, top 512)"),
+             (128, "^-", "V4-Flash HCA (ratio 128)"))
+    for ratio, marker, label in kinds:
+        ax.plot(seqs, [_attention_per_token("deepseek-v4-flash", s, ratio)[0] for s in seqs], marker, label=label)
+    ax.plot(seqs, [_attention_per_token("deepseek-v4-flash", s, 0)[2] for s in seqs], "k:",
+            label="V4-Flash mHC, both blocks (fused)")
+    ax.plot(seqs, [_attention_per_token("deepseek-v3.2", s)[0] for s in seqs], "d--", color="grey",
+            label="DeepSeek-V3.2 DSA (top 2048)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel("forward + backward (us per token)")
+    ax.set_title("One layer's attention on one GB200 (TP 1, no CP)")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_yticks([0.1, 0.2, 0.5, 1, 2, 5])
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 0.1), ncol=2)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def _attention_per_token(preset: str, seq: int, ratio: int = -1) -> tuple[float, float, float]:
+    """(the attention block's, the indexer's and its loss's, mHC's fused kernels') microseconds per token, forward
+    and backward, of one layer of ``preset`` at ``seq`` tokens on one GB200 (``ratio``: a DeepSeek-V4 layer's)."""
     from dataclasses import replace
 
     from emulator.scenario.catalog import gpu, model_preset
@@ -146,12 +184,14 @@ def _attention_per_token(preset: str, seq: int) -> tuple[float, float]:
     from emulator.workload.kernel_cost import kernel_time
 
     g = gpu("B200-GB200")
-    L = Ly.layer_shape(replace(model_preset(preset), seq_len=seq), 1, flash=True)
+    L = Ly.layer_shape(replace(model_preset(preset), seq_len=seq, use_fused_mhc=True), 1, flash=True)
+    L = replace(L, csa=ratio) if ratio >= 0 else L
     kernels = Ly.kernels(Ly.forward_steps(L) + Ly.backward_steps(L))
-    block = [k for k in kernels if not k.name.startswith(("ln2", "mlp", "moe", "shared", "bda2", "swiglu"))]
+    hc = [k for k in kernels if k.name.startswith("hc.")]
+    block = [k for k in kernels if not k.name.startswith(("ln2", "mlp", "moe", "shared", "bda2", "swiglu", "hc."))]
     indexer = [k for k in block if k.name.startswith("attn.indexer")]
     per = 1e6 / seq
-    return sum(kernel_time(k, g) for k in block) * per, sum(kernel_time(k, g) for k in indexer) * per
+    return tuple(sum(kernel_time(k, g) for k in ks) * per for ks in (block, indexer, hc))  # type: ignore[return-value]
 
 
 if __name__ == "__main__":

@@ -85,10 +85,35 @@ def test_a_dispatch_issued_under_another_collective_is_counted_on_the_clock():
            Op(4, 0, COMPUTE, deps=(1,)), Op(5, 0, COLLECTIVE, "ep", (4,), collective=a2a, group=(0, 1))]
     off, to, _ = wire(ops)
     succ = [tuple(to[a:b]) for a, b in zip(off, off[1:])]
-    engine = SimpleNamespace(tops=ops, succ=succ, private=[False] * 6, timed=[False] * 6)
+    alone = {"reduce_scatter": 1e-3, a2a: 1e-4}  # each collective's seconds run alone
+    runs = SimpleNamespace(alone_run=lambda c, g, r, b: SimpleNamespace(duration=alone[c]))
+    engine = SimpleNamespace(tops=ops, succ=succ, private=[False] * 6, timed=[False] * 6, runs=runs)
     assert _met(engine) == {2}  # type: ignore[arg-type]
     engine.private[1] = True
     assert _met(engine) == set()  # type: ignore[arg-type]
+
+
+def test_a_collective_the_kernels_outlast_meets_no_dispatch():
+    """``_met`` in time: a kernel of 2 ms between the reduce-scatter (1 ms alone, issued at 1 ms) and the dispatch
+    outlasts it, so the dispatch (issued at 3 ms) meets nothing; a reduce-scatter of 3 ms (to 4 ms) it meets."""
+    from types import SimpleNamespace
+
+    from emulator.program import COLLECTIVE, COMPUTE, Op
+    from emulator.run.wiring import wire
+    from emulator.studies.estimate import _met
+
+    a2a = "all_to_all"
+    ops = [Op(0, 0, COMPUTE, duration=1e-3), Op(1, 0, COLLECTIVE, "dp", (0,), collective="reduce_scatter",
+                                                group=(0, 8)),
+           Op(2, 0, COMPUTE, duration=2e-3, deps=(0,)), Op(3, 0, COLLECTIVE, "ep", (2,), collective=a2a, group=(0, 1)),
+           Op(4, 0, COMPUTE, deps=(1, 3), duration=1e-3)]
+    off, to, _ = wire(ops)
+    succ = [tuple(to[a:b]) for a, b in zip(off, off[1:])]
+    for rs, met in ((1e-3, set()), (3e-3, {3})):
+        alone = {"reduce_scatter": rs, a2a: 1e-4}
+        runs = SimpleNamespace(alone_run=lambda c, g, r, b, alone=alone: SimpleNamespace(duration=alone[c]))
+        engine = SimpleNamespace(tops=ops, succ=succ, private=[False] * 5, timed=[False] * 5, runs=runs)
+        assert _met(engine) == met  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name, sets, gpus", [

@@ -13,6 +13,7 @@ from emulator.outputs.metrics import mean_breakdown, rank_totals
 from emulator.outputs.printable import printable
 from emulator.outputs.ranks import rank_rows
 from emulator.result import Result
+from emulator.scenario.spec import Scenario
 
 
 def _memory(result: Result) -> dict[str, Any]:
@@ -116,7 +117,7 @@ def summarize(result: Result) -> dict[str, Any]:
         "model_tflops_per_gpu": per_gpu / 1e12,
         "hardware_tflops_per_gpu": hw_per_gpu / 1e12,
         "mfu": per_gpu / peak if peak else None,
-        "mfu_convention": MFU_CONVENTION if facts is not None or result.jobs else TRACE_MFU_CONVENTION,
+        "mfu_convention": _convention(sc, facts is not None or bool(result.jobs)),
         "hfu": hw_per_gpu / peak if peak else None,
         "breakdown_s": bd.as_dict(),
         "ranks": rank_rows(totals, iterations, result.program.fold),
@@ -191,8 +192,21 @@ def summarize(result: Result) -> dict[str, Any]:
 # sequences); a replayed trace's FLOPs are those its ops declare.
 MFU_CONVENTION = "megatron-full-attention"
 TRACE_MFU_CONVENTION = "trace-declared"
+# DeepSeek-V4's hybrid attention: Megatron-Bridge's count (067f987df training/utils/flop_utils.py): the window and
+# the compressed keys each query attends, the indexer's scores over the compressed square (workload/flops.py)
+DSV4_MFU_CONVENTION = "megatron-bridge-dsv4"
 CONVENTION_TEXT = {MFU_CONVENTION: "Megatron-LM model FLOPs: attention's full s^2, causal or not",
-                   TRACE_MFU_CONVENTION: "the FLOPs the trace's ops declare"}
+                   TRACE_MFU_CONVENTION: "the FLOPs the trace's ops declare",
+                   DSV4_MFU_CONVENTION: "Megatron-Bridge's DeepSeek-V4 FLOPs: window, compressed keys, indexer"}
+
+
+def _convention(sc: Scenario, generated: bool) -> str:
+    """How the run's model FLOPs were counted: a trace's declared ones, Megatron-Bridge's for DeepSeek-V4's
+    attention, else Megatron-LM's."""
+    if not generated:
+        return TRACE_MFU_CONVENTION
+    dsv4 = sc.model is not None and sc.model.experimental_attention_variant == "dsv4_hybrid"
+    return DSV4_MFU_CONVENTION if dsv4 else MFU_CONVENTION
 
 
 def fault_lines(summary: dict) -> list[str]:

@@ -310,6 +310,23 @@ MODELS: dict[str, dict[str, Any]] = {
     # tests/test_sparse_attention.py); one MTP layer (num_nextn_predict_layers 1, which the card leaves out)
     "glm-5": dict(_deepseek(78, 6144, 64, 12288, 2048, 256, 1, 8, 3, 2048, 154880), qk_nope_head_dim=192,
                   v_head_dim=256, mtp_num_layers=1, **_dsa(32, 128, 2048, 0.001), dsa_indexer_use_sparse_loss=True),
+    # DeepSeek-V4-Flash: HF transformers 5.25 configuration_deepseek_v4.py, DeepseekV4Config's defaults, which are
+    # the deepseek-ai/DeepSeek-V4-Flash-Base checkpoint's (its auto_docstring; the shapes its GroupedLinear docstring
+    # gives for Flash): 43 layers, hidden 4096, 64 heads of 512 with one shared key/value head (rope 64), q rank 1024,
+    # o_groups 8 of 1024, 256 experts of 2048 (top 6) and one shared, vocabulary 129280, untied, one MTP layer; mHC of
+    # 4 streams and 20 Sinkhorn iterations; window 128; the indexer's 64 heads of 128, top 512. Its layer types: the
+    # first two sliding (Megatron-Bridge 067f987df deepseek_v4_bridge.py: "pure sliding-window layers (layers 0,1)"),
+    # then CSA and HCA alternating from CSA (as the bridge test's checkpoint, [0, 4, 128, 4, 0]: an ASSUMPTION of
+    # the order; the checkpoint's config.json is not read), the MTP layer's 0 (the bridge appends one for it). The
+    # indexer's sparse loss of 0.01 as the bridge's GB200 recipes set it. 284B parameters by our count.
+    "deepseek-v4-flash": dict(layers=43, hidden=4096, heads=64, kv_heads=1, head_dim=512, ffn_hidden=2048,
+                              expert_ffn_hidden=2048, experts=256, shared_experts=1, top_k=6, q_lora_rank=1024,
+                              qk_rope_head_dim=64, vocab=129280, seq_len=4096, swiglu=True, tied_embeddings=False,
+                              mtp_num_layers=1, experimental_attention_variant="dsv4_hybrid",
+                              csa_compress_ratios=(0, 0, *(4, 128) * 20, 4, 0), csa_window_size=128, o_groups=8,
+                              o_lora_rank=1024, dsa_indexer_n_heads=64, dsa_indexer_head_dim=128,
+                              dsa_indexer_topk=512, dsa_indexer_loss_coeff=0.01, dsa_indexer_use_sparse_loss=True,
+                              enable_mhc_connections=True, mhc_num_residual_streams=4, mhc_sinkhorn_iterations=20),
     # Kimi K2 (moonshotai/Kimi-K2-Instruct): Megatron-LM d98e8a64dd examples/post_training/modelopt/conf/moonshotai/
     # Kimi-K2-Instruct.sh: 61 layers, hidden 7168, 64 heads, dense ffn 18432, multi-latent attention (q rank 1536,
     # kv rank 512, qk head 128 + rope 64, v head 128), 384 experts of 2048, top 8, one shared expert of 2048

@@ -51,7 +51,8 @@ MAX_LATENCY = 1.0  # s
 KEY = "scenario_key"  # the field-metadata entry that holds a field's Key
 INTERNAL = "internal"  # the field-metadata entry of a field that is not a key: why it is kept
 # kind= → the annotation it needs
-_KINDS = {"ratio": float, "path": str, "axis_order": tuple, "placement": str, "expert_load": tuple}
+_KINDS = {"ratio": float, "path": str, "axis_order": tuple, "placement": str, "expert_load": tuple,
+          "layer_list": tuple}
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ def key(doc: str, *, default: Any = MISSING, factory: Callable[[], Any] | None =
 
     ``doc``: the help text (the JSON Schema's description and the reference page's entry).
     ``default`` / ``factory``: the field's default (none: the dataclass needs it). ``unit``: a unit
-    kind of units.py. ``kind``: ratio, path, axis_order, placement or expert_load. ``choices``: the allowed
+    kind of units.py. ``kind``: ratio, path, axis_order, placement, expert_load or layer_list (one integer a layer,
+    in the key's bounds). ``choices``: the allowed
     values of a string. ``minimum`` / ``maximum`` / ``positive``: bounds (inclusive; positive: > 0).
     ``required``: the file must give it (``required_unless``: (sibling key path, value) that
     waives it). ``catalog``: gpu, node or model, whose names may stand in for it. ``name``: the

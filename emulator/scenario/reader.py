@@ -173,6 +173,8 @@ class _Reader:
         t = key.type
         if t == "int_list":
             return self.int_list(v, kp)
+        if t == "layer_list":
+            return self.layer_list(v, key, kp)
         if t == "number_list":
             return self.number_list(v, kp)
         if t == "name_list":
@@ -258,6 +260,13 @@ class _Reader:
         if not 1 <= len(items) <= 6:
             raise self.fail(v.where, kp, f"expected 1 to 6 dimensions, got {len(items)}")
         return tuple(self.read(item, dim, f"{kp}[{i}]") for i, item in enumerate(items))
+
+    def layer_list(self, v: YamlValue, key: Key, kp: str) -> tuple[int, ...]:
+        """One integer a layer, each in ``key``'s bounds (model.csa_compress_ratios)."""
+        if v.items is None or not v.items:
+            raise self.fail(v.where, kp, f"expected {EXPECTED['layer_list']}, got {describe(v)}")
+        item = Key("int", "", minimum=key.minimum, maximum=key.maximum)
+        return tuple(self.read(x, item, f"{kp}[{i}]") for i, x in enumerate(v.items))
 
     def number_list(self, v: YamlValue, kp: str) -> tuple[float, ...]:
         """A list of plain numbers of at least 0 (model.moe_expert_load)."""

@@ -18,6 +18,11 @@ import difflib
 
 from emulator.errors import ScenarioError
 from emulator.scenario import deepep_buffers as DEEPEP
+from emulator.scenario.compressed_attention_rules import (
+    dsv4_layout_violations,
+    dsv4_model_violations,
+    mhc_violations,
+)
 from emulator.scenario.hybrid_rules import hybrid_layout_violations, hybrid_model_violations
 from emulator.scenario.sparse_attention_rules import dsa_layout_violations, dsa_model_violations
 from emulator.scenario.spec import QUANTISED, SCHEDULES, ModelSpec, ParallelSpec, TrainingSpec
@@ -48,7 +53,8 @@ def model_violations(model: ModelSpec) -> list[Violation]:
     if m.swiglu and m.activation not in ("", "swiglu"):
         out.append(Violation("model.activation", f"activation {m.activation} contradicts swiglu: true "
                                                  "(yours or the preset's; set swiglu: false with it)"))
-    return out + _moe_violations(m) + _mla_violations(m) + hybrid_model_violations(m) + dsa_model_violations(m)
+    return out + _moe_violations(m) + _mla_violations(m) + hybrid_model_violations(m) + dsa_model_violations(m) \
+        + dsv4_model_violations(m)
 
 
 def _moe_violations(m: ModelSpec) -> list[Violation]:
@@ -209,7 +215,9 @@ def _mla_violations(m: ModelSpec) -> list[Violation]:
     """Multi-latent attention: its dims need kv_lora_rank, and it is multi-head (no separate KV heads)."""
     out: list[Violation] = []
     if not m.kv_lora_rank:
-        for name in ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        # dsv4_hybrid takes the query's rank and the rope dims (compressed_attention_rules.py)
+        own = ("q_lora_rank", "qk_rope_head_dim") if m.experimental_attention_variant == "dsv4_hybrid" else ()
+        for name in sorted({"q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"} - set(own)):
             if getattr(m, name):
                 out.append(Violation(f"model.{name}", f"{name} ({getattr(m, name)}) needs kv_lora_rank > 0 "
                                                       "(multi-latent attention)"))
@@ -255,6 +263,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     out += _rank_budget_violations(m, t, p) + _cpu_offload_violations(m, t, p)
     out += _cuda_graph_violations(m, t, p)
     out += _tensor_violations(m, p) + hybrid_layout_violations(m, t, p) + dsa_layout_violations(m, t, p)
+    out += dsv4_layout_violations(m, t, p) + mhc_violations(m, t)
     out += _a2a_overlap_violations(m, t, p)
     micro_batches = t.global_batch // per_step
     if p.schedule == "dualpipev" and micro_batches < 2 * p.pp:
@@ -385,9 +394,9 @@ def _recompute_violations(m: ModelSpec, t: TrainingSpec) -> list[Violation]:
         return [Violation("training.recompute_modules", f"recompute_modules are recomputed under recompute: "
                                                         f"selective (Megatron's --recompute-granularity selective); "
                                                         f"recompute is {t.recompute}")]
-    if "mla_up_proj" in mods and not m.kv_lora_rank:
+    if "mla_up_proj" in mods and not m.kv_lora_rank and m.experimental_attention_variant != "dsv4_hybrid":
         return [Violation("training.recompute_modules", "mla_up_proj needs multi-latent attention "
-                                                        "(model.kv_lora_rank > 0)")]
+                                                        "(model.kv_lora_rank > 0) or dsv4_hybrid's q_b")]
     return []
 
 

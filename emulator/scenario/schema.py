@@ -107,7 +107,7 @@ def _default(key: Key, name: str, cls: type | None) -> Any:
                 return MISSING
             if key.type in UNIT_TYPES:
                 return f"{value:g} {UNIT_KINDS[key.type].si_unit}"
-            if key.type in ("int_list", "axis_order", "number_list", "name_list", "expert_load"):
+            if key.type in ("int_list", "layer_list", "axis_order", "number_list", "name_list", "expert_load"):
                 return list(value)
             return value
     return MISSING
@@ -139,6 +139,9 @@ def _scalar_schema(key: Key, names: Names) -> dict[str, Any]:
         return {"type": "array", "items": {"type": "integer", "minimum": 1}, "maxItems": 6}
     if t == "number_list":
         return {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 1}
+    if t == "layer_list":
+        return {"type": "array", "items": {"type": "integer", "minimum": key.minimum, "maximum": key.maximum},
+                "minItems": 1}
     if t == "expert_load":
         row = {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 1}
         return {"oneOf": [row, {"type": "array", "items": row, "minItems": 1}, {"type": "string", "minLength": 1}]}

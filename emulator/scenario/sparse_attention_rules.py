@@ -19,8 +19,11 @@ FLASH_MLA_HEADS = 64  # FlashMLA's sparse kernel runs a multiple of 64 heads; fe
 def dsa_model_violations(m: ModelSpec) -> list[Violation]:
     """DSA needs multi-latent attention, a causal mask, its three indexer sizes and the indexer's rope to fit its
     head; its keys need the variant; not on a hybrid model."""
+    if m.experimental_attention_variant == "dsv4_hybrid":  # its indexer (compressed_attention_rules.py)
+        return []
     if m.experimental_attention_variant != "dsa":
-        return [Violation(f"model.{name}", f"{name} ({getattr(m, name)}) needs experimental_attention_variant: dsa")
+        return [Violation(f"model.{name}", f"{name} ({getattr(m, name)}) needs experimental_attention_variant: dsa "
+                                           f"or dsv4_hybrid")
                 for name in (*INDEXER_KEYS, "dsa_indexer_loss_coeff") if getattr(m, name)]
     out: list[Violation] = []
     if not m.kv_lora_rank:

@@ -436,7 +436,9 @@ class ModelSpec:
     experimental_attention_variant: str = key(
         "Megatron-Core's experimental_attention_variant: dsa (DeepSeek Sparse Attention: a lightning indexer picks "
         "each query's dsa_indexer_topk keys and multi-latent attention attends only those); absent: dense "
-        "attention.", default="", choices=("dsa",))
+        "attention. dsv4_hybrid (DeepSeek-V4: each layer's own attention by csa_compress_ratios: a sliding window "
+        "over one shared key/value head, plus compressed keys, of which the indexer picks top-k at ratio 4).",
+        default="", choices=("dsa", "dsv4_hybrid"))
     dsa_indexer_n_heads: int = key("DSA: the indexer's heads (DeepSeek-V3.2: 64; GLM-5: 32).", default=0,
                                    minimum=0, maximum=10**5)
     dsa_indexer_head_dim: int = key("DSA: the indexer's head dimension (DeepSeek-V3.2, GLM-5: 128).", default=0,
@@ -450,6 +452,36 @@ class ModelSpec:
     dsa_indexer_use_sparse_loss: bool = key(
         "DSA: the indexer's KL loss over each query's top-k keys only (Megatron-Core's "
         "dsa_indexer_use_sparse_loss); false: over every key it may attend (the dense target).", default=False)
+    # DeepSeek-V4's hybrid attention (workload/compressed_attention.py): the keys of Megatron-Bridge's DeepSeek-V4
+    # provider (067f987df, deepseek_v4_bridge.py) and of its FLOP count (training/utils/flop_utils.py)
+    csa_compress_ratios: tuple[int, ...] = key(
+        "dsv4_hybrid: each layer's compression ratio, the decoder's then the MTP modules' (Megatron-Bridge's "
+        "csa_compress_ratios): 0 a sliding window alone, 4 compressed sparse attention (CSA: every 4 tokens pooled "
+        "into one key, of which the indexer picks dsa_indexer_topk), 128 heavily compressed attention (HCA: every "
+        "128 tokens pooled into one key, all attended).", default=(), kind="layer_list", minimum=0, maximum=10**6)
+    csa_window_size: int = key(
+        "dsv4_hybrid: the sliding window every layer attends (DeepSeek-V4: 128; HF's sliding_window).", default=128,
+        minimum=1, maximum=10**7)
+    o_groups: int = key(
+        "dsv4_hybrid: the grouped output projection's head groups (DeepSeek-V4-Flash: 8): each group's heads x "
+        "head_dim go to o_lora_rank, then one linear takes o_groups x o_lora_rank to hidden.", default=0, minimum=0,
+        maximum=10**5)
+    o_lora_rank: int = key("dsv4_hybrid: the grouped output projection's width per group (DeepSeek-V4: 1024).",
+                           default=0, minimum=0, maximum=10**7)
+    # Manifold-constrained hyper-connections (Megatron-Core transformer_config.py @ d98e8a64dd; workload/
+    # hyper_connection.py)
+    enable_mhc_connections: bool = key(
+        "Megatron-Core's enable_mhc_connections (mHC, DeepSeek-V4): the residual stream is mhc_num_residual_streams "
+        "copies of hidden; around each attention and MLP block a small projection mixes them (pre, post and a "
+        "Sinkhorn-normalised residual matrix).", default=False)
+    mhc_num_residual_streams: int = key("mHC: the residual streams (Megatron-Core's default and DeepSeek-V4: 4).",
+                                        default=4, minimum=1, maximum=64)
+    mhc_sinkhorn_iterations: int = key("mHC: Sinkhorn-Knopp iterations (Megatron-Core's default and DeepSeek-V4: "
+                                       "20).", default=20, minimum=1, maximum=10**4)
+    use_fused_mhc: bool = key(
+        "use_fused_mhc, as Megatron-Bridge's DeepSeek-V4 Blackwell recipes set it (Megatron-Core's dev branch): "
+        "one kernel projects, normalises and aggregates the streams, one mixes the residual, expands the block's "
+        "output and adds them; false: the separate PyTorch kernels of hyper_connection.py.", default=False)
     head_dim: int = key(
         "Per-head query, key and value dims, for any attention kind (Qwen3: 128 with hidden 4096 and 64 heads; "
         "Megatron's kv_channels); 0 or absent: hidden/heads. With multi-latent attention, the default of "
@@ -530,7 +562,7 @@ class ModelSpec:
 
 
 # Megatron-Core transformer_config.py @ d98e8a64dd, ``recompute_modules`` (the choices a GPT or MoE layer has)
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "moe", "shared_experts", "mlp")
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "moe", "shared_experts", "mlp", "mhc")
 # Megatron-Core transformer_config.py @ d98e8a64dd, ``cuda_graph_impl`` and ``cuda_graph_modules`` (mamba: a hybrid
 # model's Mamba layers; the deprecated enable_cuda_graph, external_cuda_graph and cuda_graph_scope are not taken)
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")

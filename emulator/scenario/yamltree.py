@@ -236,6 +236,7 @@ def describe(v: YamlValue) -> str:
 EXPECTED = {"int": "an integer", "number": "a number", "bool": "true or false", "str": "a string",
              "path": "a file path", "ratio": 'a number or a ratio such as 0.8, "230/300" or "2:1"',
              "int_list": "a list of integers such as [4, 4, 2]",
+             "layer_list": "a list of integers, one a layer, such as [0, 0, 4, 128]",
              "number_list": "a list of numbers of at least 0, such as [1.3, 0.9, 1.0, 0.8]",
              "name_list": "a list of names, such as [mla_up_proj, layernorm]",
              "axis_order": "the four axes pp, dp, cp, tp in some order, such as [pp, dp, cp, tp]",

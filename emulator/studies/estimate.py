@@ -79,9 +79,12 @@ FLOOR_TIMEOUTS = 20_000  # machine_factor's floor: ~14 ms
 
 
 @functools.cache
+@functools.lru_cache(maxsize=1)
 def machine_factor() -> float:
     """This machine's SimPy floor over the reference machine's: CPU seconds (this thread's) of one process waiting on
-    ``FLOOR_TIMEOUTS`` timeouts (``benchmarks/run.py``'s floor, shortened), once per process."""
+    ``FLOOR_TIMEOUTS`` timeouts (``benchmarks/run.py``'s floor, shortened), once per process. The collector is paused
+    while it is timed: a full collection of the caller's heap (DeepSeek-V3 1024's 854k ops and what the estimate made
+    beside them) had taken 1.6x the floor."""
     import simpy
 
     env = simpy.Environment()
@@ -91,9 +94,15 @@ def machine_factor() -> float:
             yield env.timeout(1)
 
     env.process(wait(env))
-    c0 = time.thread_time()  # this thread's: numpy's BLAS threads, spinning a while after a build's matrix
-    env.run()  # work, count in the process's CPU time (2.3x on the quickstart's floor, 2026-12-06)
-    spent = time.thread_time() - c0
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        c0 = time.thread_time()  # this thread's: numpy's BLAS threads, spinning a while after a build's matrix
+        env.run()  # work, count in the process's CPU time (2.3x on the quickstart's floor, 2026-12-06)
+        spent = time.thread_time() - c0
+    finally:
+        if was:
+            gc.enable()
     return max(1e-3, spent / FLOOR_TIMEOUTS / REFERENCE_TIMEOUT_S)
 
 
@@ -281,22 +290,35 @@ def _met(engine: Engine) -> set[int]:
     bound of
     program order on the run's timing (counted 2026-12-06: 88 marked of 90,624 on DeepSeek-V3 1024, 48
     refused in its run; 52 of 208 on DeepSeek-V2-Lite, 33 refused, the last micro-batch's backward under
-    the gradient reduce-scatters and the first forward under the parameter all-gathers)."""
+    the gradient reduce-scatters and the first forward under the parameter all-gathers). A rank's collective that
+    its kernels have outlasted, each run alone in program order, no longer counts for its token exchanges
+    (DeepSeek-V4-Flash on 128 GB200, whose MXFP8 parameter all-gathers end within the layer they prefetch for)."""
     from emulator.program import is_token_exchange
 
     tops, succ = engine.tops, engine.succ
+    moe = {op.rank for op in tops if op.kind is COLLECTIVE and is_token_exchange(op.collective)}
     # rank → stream → the place up to which one of the rank's collectives on that stream is in flight; a
     # collective meets those of other streams only: its own stream's run before it (the buckets one by one)
     until: dict[int, dict[str, int]] = {}
+    # a rank with token exchanges: its compute seconds so far in program order (its kernels, and its exchanges,
+    # which its layers wait for), and per stream the time its collectives there end, each run alone after the one
+    # before; an exchange meets a collective still in flight in program order and in time (``_alone_s``)
+    clock: dict[int, float] = {}
+    busy: dict[int, dict[str, float]] = {}
     met: set[int] = set()
     for t, op in enumerate(tops):
+        rank = op.rank
+        if op.kind is COMPUTE and rank in moe:
+            clock[rank] = clock.get(rank, 0.0) + _compute_s(op)
         if op.kind is not COLLECTIVE:
             continue
-        rank = op.rank
         mine = until.setdefault(rank, {})
+        now = clock.get(rank, 0.0)
         if is_token_exchange(op.collective):
-            if any(u > t for s, u in mine.items() if s != op.stream):
+            ends = busy.get(rank, {})
+            if any(u > t and ends.get(s, now) > now for s, u in mine.items() if s != op.stream):
                 met.add(t)
+            clock[rank] = now + _alone_s(engine, op)
             continue
         if engine.private[t] or engine.timed[t]:
             continue
@@ -305,7 +327,22 @@ def _met(engine: Engine) -> set[int]:
         waits = [s for s in succ[t] if tops[s].rank == rank and tops[s].stream != op.stream]
         if waits:
             mine[op.stream] = max(mine.get(op.stream, -1), min(waits))
+            if rank in moe:
+                on = busy.setdefault(rank, {})
+                on[op.stream] = max(now, on.get(op.stream, 0.0)) + _alone_s(engine, op)
     return met
+
+
+def _compute_s(op: Op) -> float:
+    """A compute op's seconds as costed (a block op's: its kernels')."""
+    if op.duration is not None:
+        return op.duration
+    return sum(p.duration or 0.0 for p in op.parts if p.kind is COMPUTE)
+
+
+def _alone_s(engine: Engine, op: Op) -> float:
+    """Collective ``op``'s seconds run alone on the idle fabric (the engine's cached runs)."""
+    return engine.runs.alone_run(op.collective, op.group, op.root, op.bytes).duration
 
 
 def _instance_events(plans: list[Plan], ahead: bool, on_clock: bool = False) -> tuple[float, float, bool]:

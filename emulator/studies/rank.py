@@ -183,6 +183,8 @@ class Split:
     mtp: int = -1
     parts: tuple[str, ...] = ()  # a hybrid model's: each stage's layers, a pattern symbol each (workload/hybrid.py)
     mtp_parts: str = ""  # a hybrid model's MTP depth's symbols (hybrid.mtp_pattern)
+    csa: tuple[tuple[int, ...], ...] = ()  # a dsv4_hybrid model's: each stage's layers' compression ratios
+    mtp_csa: int = 0  # and its MTP modules' ratio
 
     def count(self, s: int) -> int:
         """The transformer layers of stage s (MTP modules apart)."""
@@ -205,8 +207,12 @@ def split_of(m: ModelSpec, par: ParallelSpec) -> Split:
         chunk_parts = [hybrid.main_pattern(m)[a:a + n] for a, n in zip(starts, plan.layers)]
         parts = tuple("".join(chunk_parts[k] for k in ks)
                       for ks in stage_layers(tuple(range(len(plan.layers))), p, vee))
+    csa: tuple[tuple[int, ...], ...] = ()
+    if M.is_dsv4(m):  # each stage's chunks' layers' ratios
+        chunk_csa = [tuple(M.compress_ratio(m, i) for i in range(a, a + n)) for a, n in zip(starts, plan.layers)]
+        csa = tuple(sum((chunk_csa[k] for k in ks), ()) for ks in stage_layers(tuple(range(len(plan.layers))), p, vee))
     return Split(stage_layers(plan.layers, p, vee), tuple(sum(c) for c in stage_layers(lead, p, vee)), mtp, parts,
-                 hybrid.mtp_pattern(m) if m.hybrid_layer_pattern else "")
+                 hybrid.mtp_pattern(m) if m.hybrid_layer_pattern else "", csa, M.compress_ratio(m, m.layers + 1))
 
 
 @dataclass(frozen=True)
@@ -349,6 +355,8 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     compute_s = micro * slow
     fill = (sum(stage_t) - slow) * _fill_share(par.schedule, v, p)
     pp_bytes = float(tr.micro_batch * (m.seq_len // par.cp) * m.hidden * dtype)
+    if m.enable_mhc_connections:  # mHC's residual streams (workload/builder.py)
+        pp_bytes *= m.mhc_num_residual_streams
     if par.sequence_parallel and par.tp > 1:
         pp_bytes /= par.tp
     p2p = ring_time("p2p", 2, pp_bytes, group_link(sc, st["pp"], 2)) if p > 1 else 0.0
@@ -366,9 +374,22 @@ def _stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int
     modules), or with ``host`` the host's issuing of them."""
     if split.parts:
         return _hybrid_stage_times(L, args, split, mtp_n, p, last, host)
+    if split.csa:
+        return _ratio_stage_times(L, args, split, mtp_n, p, last, host)
     per_layer, embed, head = pass_times(L, *args, host)
     lead, mtp, mtp_head = extra_times(L, *args, mtp_n, any(split.leads), host)
     return [split.count(s) * per_layer + split.leads[s] * (lead - per_layer) + (embed if s == 0 else 0.0)
+            + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
+
+
+def _ratio_stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int, last: int,
+                       host: HostCost) -> list[float]:
+    """:func:`_stage_times` of a dsv4_hybrid model (no dense leading layers: the rule book's): each layer at its
+    compression ratio, an MTP module at its own."""
+    each = {r: pass_times(replace(L, csa=r), *args, host) for r in sorted({*sum(split.csa, ()), split.mtp_csa})}
+    _, embed, head = each[split.mtp_csa]
+    _, mtp, mtp_head = extra_times(replace(L, csa=split.mtp_csa), *args, mtp_n, False, host)
+    return [sum(each[r][0] for r in split.csa[s]) + (embed if s == 0 else 0.0)
             + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
 
 

@@ -64,6 +64,8 @@ def attention_parts(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) 
     proj = 2 * out if g == 2 else g * out + (e * out if keeps_out else 0)
     if M.is_dsa(r):
         return _dsa_parts(r, g) + (proj,)
+    if M.is_dsv4(r):
+        return _dsv4_parts(r, g, keeps_out) + (g * r.o_groups * r.o_lora_rank,)
     if M.is_mla(r):
         d_qk = M.head_dims(r)[0]
         q, kv = r.q_lora_rank, r.kv_lora_rank
@@ -87,6 +89,33 @@ def _dsa_parts(r: ModelSpec, g: float) -> tuple[float, float]:
     indexer = 2 * (H * D + H + D) if r.dsa_indexer_loss_coeff > 0 else 0
     rep = g * r.hidden + 2 * (q + kv + d_r) + g * q + 2 * (kv + d_r) + 4 * r.dsa_indexer_topk + indexer
     return rep, 2 * a * d_n + 2 * a * (kv + d_r) + 2 * a * kv + 4 * a
+
+
+def _dsv4_parts(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, float]:
+    """(replicated, sharded) stored bytes per token of DeepSeek-V4's attention (workload/compressed_attention.py) but
+    o_b's input, at its largest layer's ratio (models.attention_ratio). Replicated: q_a's input, q_a_norm's and q_b's
+    (r_q each), kv_norm's input and the shared key the core keeps (D each), the compressor's kv and gate (2·w each,
+    for the pooling's backward), the top-k indices (int32) and with the loss the indexer's q, weights and its
+    compressor's kv and gate. Sharded: q_b's output (its norm's input) and the query the core keeps (a·D each), the
+    core's output (o_a's input, a BF16 bmm) and log-sum-exp, and with ``keeps_out`` the core's own output beside it.
+    An ASSUMPTION of what Megatron-Core's dev branch saves, read from HF's modules."""
+    a, D, q, ratio = r.heads, M.head_dim(r), r.q_lora_rank, M.attention_ratio(r)
+    comp = 2 * 2 * (2 * D if ratio == 4 else D) if ratio else 0
+    indexer = 0
+    if ratio == 4:
+        H, DI = r.dsa_indexer_n_heads, r.dsa_indexer_head_dim
+        indexer = 4 * r.dsa_indexer_topk + (2 * (H * DI + H) + 2 * 2 * 4 * DI if r.dsa_indexer_loss_coeff > 0 else 0)
+    rep = g * r.hidden + 2 * q + g * q + 2 * D + 2 * D + comp + indexer
+    return rep, 2 * a * D * (2 + 1 + (1 if keeps_out else 0)) + 4 * a
+
+
+def mhc_terms(r: ModelSpec) -> float:
+    """Stored bytes per token of one layer's mHC (workload/hyper_connection.py), beside the norms' inputs the layer
+    counts: each block's n·h streams (its projection's and aggregate's input) and its output (h, H_post's input);
+    0 without enable_mhc_connections."""
+    if not r.enable_mhc_connections:
+        return 0.0
+    return 2 * (2 * r.mhc_num_residual_streams * r.hidden + 2 * r.hidden)
 
 
 def attention_terms(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) -> tuple[float, float]:
@@ -131,7 +160,8 @@ def latent_terms(r: ModelSpec, g: float) -> float:
 def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: float,
                 tokens: int = 0, etp: int = 1, dpa: bool = False) -> tuple[float, float]:
     """(replicated, sharded) bytes per token that ``recompute_modules`` do not keep (workload/recompute.py):
-    mla_up_proj the query, key and value of the up projections (2·a·d_qk twice and 2·a·d_v); layernorm
+    mla_up_proj the query, key and value of the up projections (2·a·d_qk twice and 2·a·d_v; DeepSeek-V4's q_b
+    output and query, 2·a·D each); mhc the MLP block's n·h streams and the two aggregates (2h each); layernorm
     the two norm outputs, the attention's and the MLP's input (g·h each); moe_act the routed experts'
     activation output (g·f_e per routed copy); mlp a dense MLP's stored tensors; moe the MoE layer's
     (routed and shared experts); shared_experts the shared experts'. core_attn frees the s² scores
@@ -139,6 +169,10 @@ def freed_terms(r: ModelSpec, modules: tuple[str, ...], moe: bool, ep: int, g: f
     rep = shard = 0.0
     if "layernorm" in modules:
         rep += 2 * g * r.hidden
+    if "mhc" in modules and r.enable_mhc_connections:  # the MLP block's streams (rerun from the layer's), aggregates
+        rep += 2 * r.mhc_num_residual_streams * r.hidden + 2 * 2 * r.hidden
+    if "mla_up_proj" in modules and M.is_dsv4(r):  # q_b's output and the normed, rotated query (_dsv4_parts)
+        shard += 2 * 2 * r.heads * M.head_dim(r)
     if "mla_up_proj" in modules and M.is_dsa(r):  # the query's non-rope part and the absorbed query (_dsa_parts)
         shard += 2 * r.heads * (M.head_dims(r)[0] + r.kv_lora_rank)  # d_n, and r + d_r
     elif "mla_up_proj" in modules and M.is_mla(r):
@@ -225,7 +259,8 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     mask = 1.0 if dropout else 0.0  # 1-byte dropout mask per element of h
     g = saved if fp8 else 2
     attn_rep, attn_sharded = attention_terms(r, g, keeps_out=flash and recompute == "none", dpa=dpa and fp8)
-    replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h  # 2 norm inputs, 2 masks, QKV and MLP inputs
+    # 2 norm inputs, 2 masks, QKV and MLP inputs, mHC's streams
+    replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h + mhc_terms(r)
     is_moe = bool(r.experts) if moe is None else moe
     sharded = attn_sharded + _mlp_terms(r, is_moe, ep, g, b * s, etp=etp)
     drop_scores = recompute == "selective" and (modules is None or "core_attn" in modules)

@@ -441,10 +441,12 @@ class _RankBuilder(Emitter):
     def _pp_bytes(self, vs: int) -> float:
         """b·s·h activations (or gradients) of one micro-batch between virtual stages vs and vs + 1 (s/t
         each with SP, as Megatron's scatter-gather optimisation sends 1/t and all-gathers over NVLink);
-        (1 + mtp_num_layers) times that after the MTP layers, whose hidden states go on beside the
-        model's (mtp.py)."""
+        n times that with mHC's n residual streams; (1 + mtp_num_layers) times that after the MTP layers,
+        whose hidden states go on beside the model's (mtp.py)."""
         m, tr, par = self.plan.model, self.plan.sc.training, self.plan.sc.parallel
         n = tr.micro_batch * (m.seq_len // par.cp) * m.hidden * self.plan.dtype
+        if m.enable_mhc_connections:  # the n residual streams (hyper_connection.py)
+            n *= m.mhc_num_residual_streams
         chunks = self.plan.chunks
         if chunks is not None and 0 <= chunks.mtp_chunk <= self.plan.model_stage(vs):
             n *= 1 + chunks.mtp

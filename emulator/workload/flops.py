@@ -40,9 +40,12 @@ from emulator.workload import models as M
 from emulator.workload.models import resolve
 
 
-def attention_core_flops(m: ModelSpec) -> float:
-    """QKᵀ and P·V of one layer, one sequence: 4·s²·a·d (4·s²·h when d = h/a; MLA: 2·s²·a·(d_qk + d_v))."""
+def attention_core_flops(m: ModelSpec, layer: int | None = None) -> float:
+    """QKᵀ and P·V of one layer, one sequence: 4·s²·a·d (4·s²·h when d = h/a; MLA: 2·s²·a·(d_qk + d_v)); a
+    dsv4_hybrid layer's at its ratio (``layer`` None: models.attention_ratio's), :func:`_dsv4_core_flops`."""
     s = resolve(m)
+    if M.is_dsv4(s):
+        return _dsv4_core_flops(s, M.attention_ratio(s) if layer is None else M.compress_ratio(s, layer))
     if M.is_dsa(s):
         return _dsa_core_flops(s)
     if M.is_mla(s):
@@ -58,6 +61,27 @@ def _dsa_core_flops(s: ModelSpec) -> float:
     sl, r = s.seq_len, s.kv_lora_rank
     scores = 2.0 * sl * sl * s.dsa_indexer_n_heads * s.dsa_indexer_head_dim
     return scores + 2.0 * sl * min(s.dsa_indexer_topk, sl) * s.heads * (2 * r + s.qk_rope_head_dim)
+
+
+def _dsv4_core_flops(s: ModelSpec, ratio: int) -> float:
+    """A dsv4_hybrid layer's attention but its linear layers, for one sequence, as Megatron-Bridge counts it
+    (067f987df training/utils/flop_utils.py, experimental_attention_variant "dsv4_hybrid"; a heads of D dims, w the
+    window): the window 2·s·a·w·D·2 at every ratio; at 128 the compressor 2·s·h·D·2 and the compressed keys
+    2·s²·a·D/128; at 4 the compressor 2·s·h·2D·2, the indexer's linears 2·s·(h·2D_I·2 + r_q·H·D_I + h·H), its
+    scores 2·s²·H·D_I/4 and a core over k̄ = k·(1 − 4k/(2s)) more keys (k = min(dsa_indexer_topk, s/4))."""
+    sl, h, a, D = s.seq_len, s.hidden, s.heads, M.head_dim(s)
+    per_token = a * s.csa_window_size * D * 2.0
+    square = 0.0
+    if ratio == 128:
+        per_token += h * D * 2
+        square = a * D / 128
+    elif ratio == 4:
+        H, DI = s.dsa_indexer_n_heads, s.dsa_indexer_head_dim
+        k = min(s.dsa_indexer_topk, sl // 4)
+        per_token += a * k * (1 - k * 4 / (2 * sl)) * D * 2 + h * 2 * D * 2
+        per_token += h * 2 * DI * 2 + s.q_lora_rank * H * DI + h * H
+        square = H * DI / 4
+    return 2.0 * sl * per_token + 2.0 * sl * sl * square
 
 
 def _mlp_flops(s: ModelSpec, width: int) -> float:
@@ -76,6 +100,9 @@ def _routed_flops(s: ModelSpec) -> float:
 def _projection_flops(s: ModelSpec) -> float:
     """The attention's linear layers for one sequence: QKV and output, or MLA's five."""
     sl, h = s.seq_len, s.hidden
+    if M.is_dsv4(s):  # q_a and q_b with the q norm's r_q, kv_proj with its norm's D, o_a and o_b (flop_utils.py)
+        a, D, rq, r_o = s.heads, M.head_dim(s), s.q_lora_rank, s.o_lora_rank
+        return 2.0 * sl * (rq * (h + a * D + 1) + h * D + D + a * D * r_o + s.o_groups * r_o * h)
     if M.is_mla(s):
         d_qk, d_v = M.head_dims(s)
         a, rq, rkv, dr = s.heads, s.q_lora_rank, s.kv_lora_rank, s.qk_rope_head_dim
@@ -94,7 +121,7 @@ def layer_forward_flops(m: ModelSpec, layer: int | None = None) -> float:
     if hybrid.is_hybrid(s) and layer is not None:
         return sum(part_forward_flops(s, part) for part in M.layer_parts(s, layer))
     moe = bool(s.experts) if layer is None else M.is_moe_layer(s, layer)
-    attn = _projection_flops(s) + attention_core_flops(s)
+    attn = _projection_flops(s) + attention_core_flops(s, layer)
     return attn + (_moe_mlp_flops(s) if moe else _mlp_flops(s, s.ffn_hidden))
 
 
@@ -123,7 +150,7 @@ def layers_forward_flops(m: ModelSpec) -> float:
     """All layers' forward for one sequence: l·layer_forward, the dense leading layers counted as such (a hybrid
     model: each layer's parts)."""
     s = resolve(m)
-    if hybrid.is_hybrid(s):
+    if hybrid.is_hybrid(s) or M.is_dsv4(s):
         return sum(layer_forward_flops(s, i) for i in range(s.layers))
     dense = min(s.first_dense_layers, s.layers) if s.experts else 0
     if not dense:
@@ -150,7 +177,7 @@ def mtp_forward_flops(m: ModelSpec) -> float:
 
 def _mtp_index(s: ModelSpec) -> int:
     """The layer index whose kind an MTP module's layer is: the decoder's last, or a hybrid model's MTP depth's."""
-    return s.layers + 1 if hybrid.is_hybrid(s) else s.layers - 1
+    return s.layers + 1 if hybrid.is_hybrid(s) or M.is_dsv4(s) else s.layers - 1
 
 
 def model_flops(m: ModelSpec, global_batch: int) -> float:
@@ -171,7 +198,9 @@ def module_recompute_flops(m: ModelSpec, modules: tuple[str, ...], fused_attenti
     for i in layers:
         moe = M.is_moe_layer(s, i) if s.experts else False
         if "core_attn" in modules and hybrid.ATTENTION in M.layer_parts(s, i):
-            total += attention_core_flops(s)
+            total += attention_core_flops(s, i)
+        if "mla_up_proj" in modules and M.is_dsv4(s):  # q_b (layer.py's DeepSeek-V4 attention)
+            total += 2.0 * s.seq_len * s.q_lora_rank * s.heads * M.head_dim(s)
         if "mla_up_proj" in modules and M.is_mla(s):
             d_qk, d_v = M.head_dims(s)
             q = s.q_lora_rank * s.heads * d_qk if s.q_lora_rank else s.hidden * s.heads * d_qk
@@ -195,8 +224,8 @@ def recompute_flops(m: ModelSpec, global_batch: int, recompute: str, fused_atten
     if recompute == "selective" and modules is not None:
         return global_batch * module_recompute_flops(s, modules, fused_attention)
     if recompute == "selective" and not fused_attention:
-        attention_layers = sum(hybrid.ATTENTION in M.layer_parts(s, i) for i in range(s.layers))
-        return global_batch * attention_layers * attention_core_flops(s)
+        return global_batch * sum(attention_core_flops(s, i) for i in range(s.layers)
+                                  if hybrid.ATTENTION in M.layer_parts(s, i))
     return 0.0
 
 

@@ -111,13 +111,17 @@ from dataclasses import replace
 from typing import Any
 
 from emulator.scenario.spec import ModelSpec, ParallelSpec
-from emulator.workload import delta_net, hybrid, mixer, routing, sparse_attention
+from emulator.workload import compressed_attention, delta_net, hybrid, mixer, routing, sparse_attention
+from emulator.workload import hyper_connection as HC
 from emulator.workload.models import (
+    attention_ratio,
+    compress_ratio,
     expert_ffn,
     has_biases,
     has_dropout,
     head_dims,
     is_dsa,
+    is_dsv4,
     is_mla,
     loads_vary,
     moe_rank_load,
@@ -187,7 +191,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
     causal = m.causal
     d_qk, d_v = head_dims(m)
     mla: dict[str, Any] = dict(q_rank=m.q_lora_rank, kv_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim, qk_head=d_qk,
-               v_head=d_v, kv_heads=m.heads, **_dsa_fields(m)) if is_mla(m) else dict(kv_heads=m.kv_heads)
+               v_head=d_v, kv_heads=m.heads, **_dsa_fields(m)) if is_mla(m) else dict(kv_heads=m.kv_heads,
+                                                                                      **_dsv4_fields(m))
     wbytes = weight_quant_bytes(recipe, non_tn, fp8_params) / max(1, micro_batches) if fp8 else 0.0
     ub = _ub_slow(parallel, t, sp, is_mla(m), sm_count)
     return LayerShape(b=micro_batch, s=m.seq_len // cp, s_kv=m.seq_len, h=m.hidden, heads=m.heads,
@@ -205,7 +210,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       cp_hier=_cp_hier(parallel, cp),
                       cp_ag=cp > 1 and parallel is not None and parallel.cp_comm_type == "all_gather",
                       positions=position_embedding(m), latent=m.moe_latent_size if m.experts else 0,
-                      out_gate=m.attention_output_gate,
+                      out_gate=m.attention_output_gate, **_hc_fields(m),
                       **_mixer_fields(m), **mla,
                       **{**_dispatch_fields(m, parallel, sm_count),
                          **_quant_padding(m, parallel, recipe, micro_batch * (m.seq_len // cp), t, sp, ep, etp)})
@@ -346,6 +351,29 @@ def _dsa_fields(m: ModelSpec) -> dict[str, Any]:
     loss = 0 if m.dsa_indexer_loss_coeff <= 0 else 1 if m.dsa_indexer_use_sparse_loss else 2
     return dict(dsa_heads=m.dsa_indexer_n_heads, dsa_dim=m.dsa_indexer_head_dim, dsa_topk=m.dsa_indexer_topk,
                 dsa_loss=loss)
+
+
+def _dsv4_fields(m: ModelSpec) -> dict[str, Any]:
+    """DeepSeek-V4's attention's LayerShape fields (compressed_attention.py) at models.attention_ratio (ratio_shape
+    gives a layer its own); none without dsv4_hybrid."""
+    if not is_dsv4(m):
+        return {}
+    return dict(dsv4=True, csa=attention_ratio(m), csa_window=m.csa_window_size, o_groups=m.o_groups,
+                o_rank=m.o_lora_rank, q_rank=m.q_lora_rank, rope_dim=m.qk_rope_head_dim,
+                dsa_heads=m.dsa_indexer_n_heads, dsa_dim=m.dsa_indexer_head_dim, dsa_topk=m.dsa_indexer_topk,
+                dsa_loss=0 if m.dsa_indexer_loss_coeff <= 0 else 1 if m.dsa_indexer_use_sparse_loss else 2)
+
+
+def ratio_shape(L: LayerShape, m: ModelSpec, layer: int) -> LayerShape:
+    """``L`` at layer ``layer``'s compression ratio (a dsv4_hybrid model's; ``L`` itself otherwise)."""
+    return replace(L, csa=compress_ratio(m, layer)) if L.dsv4 else L
+
+
+def _hc_fields(m: ModelSpec) -> dict[str, Any]:
+    """mHC's LayerShape fields (hyper_connection.py); none without enable_mhc_connections."""
+    if not m.enable_mhc_connections:
+        return {}
+    return dict(hc=m.mhc_num_residual_streams, hc_iters=m.mhc_sinkhorn_iterations, hc_fused=m.use_fused_mhc)
 
 
 def _mixer_fields(m: ModelSpec) -> dict[str, Any]:
@@ -523,6 +551,16 @@ def _bda(L: LayerShape, name: str, cat: str) -> Kernel:
 
 def _norm(L: LayerShape, name: str, cat: str) -> Kernel:
     return elementwise(name, L.Te * L.h, 2.0, L, 8.0, cat)
+
+
+def _pre(L: LayerShape, block: str, name: str, cat: str) -> list[Step]:
+    """A block's entry: its pre-norm, after mHC's mappings and aggregate where the model has them."""
+    return [*(HC.pre(L, block, cat) if L.hc else []), _norm(L, name, cat)]
+
+
+def _post(L: LayerShape, block: str, name: str, cat: str) -> list[Step]:
+    """A block's exit: the bias-dropout-add into the residual, or mHC's residual mix."""
+    return HC.post(L, block, cat) if L.hc else [_bda(L, name, cat)]
 
 
 # Context parallelism by all-to-all (parallel.cp_comm_type a2a; DeepSpeed-Ulysses), as Transformer Engine runs it
@@ -707,7 +745,9 @@ def _mla_projections(L: LayerShape, cat: str) -> list[Step]:
 
 
 def _attention_forward(L: LayerShape, cat: str) -> list[Step]:
-    steps: list[Step] = [_norm(L, "ln1", cat), *([] if L.mla else _tp_in(L, "ln1", cat))]
+    if L.dsv4:
+        return _dsv4_forward(L, cat)
+    steps: list[Step] = [*_pre(L, "attn", "ln1", cat), *([] if L.mla else _tp_in(L, "ln1", cat))]
     if L.mla:
         steps += _mla_projections(L, cat)
     else:
@@ -723,8 +763,47 @@ def _attention_forward(L: LayerShape, cat: str) -> list[Step]:
     if L.out_gate:  # attention_output_gate: the output times the gate's sigmoid (read both, write one)
         steps.append(elementwise("attn_gate", L.T * L.a_l * L.d_v, 3.0, L, 5.0, cat))
     steps.append(elementwise("ctx_copy", L.T * L.a_l * L.d_v, 2.0, L, 0.0, cat))
-    steps += [gemm("proj", L.T, L.h, L.a_l * L.d_v, L, 1, cat), *_tp_out(L, "proj", cat), _bda(L, "bda1", cat)]
+    steps += [gemm("proj", L.T, L.h, L.a_l * L.d_v, L, 1, cat), *_tp_out(L, "proj", cat),
+              *_post(L, "attn", "bda1", cat)]
     return steps
+
+
+def _dsv4_forward(L: LayerShape, cat: str) -> list[Step]:
+    """DeepSeek-V4's attention block (compressed_attention.py): q_a (replicated, on Te tokens) and its norm, [SP
+    all-gather of the query latent], q_b (column-parallel) and its weightless per-head norm, kv_proj (replicated) and
+    its norm, [SP all-gather of the key], the rope on the query heads and the key, the compressor, indexer and sparse
+    core, the grouped o_a (a_l·D/g_l → o_lora_rank for each of this rank's g_l = o_groups/t groups) and o_b, the
+    row-parallel projection."""
+    g_l = L.o_groups // L.t
+    return [*_pre(L, "attn", "ln1", cat), gemm("q_a", L.Te, L.q_rank, L.h, L, 1, cat),
+            elementwise("q_a_norm", L.Te * L.q_rank, 2.0, L, 8.0, cat), *_sp_gather(L, "q_b", L.q_rank, cat),
+            gemm("q_b", L.T, L.a_l * L.d, L.q_rank, L, 1, cat),
+            elementwise("q_b_norm", L.T * L.a_l * L.d, 2.0, L, 4.0, cat), gemm("kv_proj", L.Te, L.d, L.h, L, 1, cat),
+            elementwise("kv_norm", L.Te * L.d, 2.0, L, 8.0, cat), *_sp_gather(L, "kv", L.d, cat),
+            elementwise("rope", L.T * (L.a_l + 1) * L.rope_dim, 2.0, L, 3.0, cat),
+            *compressed_attention.core_forward(L, cat), gemm("o_a", L.T, L.o_rank, L.a_l * L.d // g_l, L, g_l, cat),
+            gemm("proj", L.T, L.h, g_l * L.o_rank, L, 1, cat), *_tp_out(L, "proj", cat),
+            *_post(L, "attn", "bda1", cat)]
+
+
+def _dsv4_backward(L: LayerShape) -> list[Step]:
+    """DeepSeek-V4's attention block backward, :func:`_dsv4_forward` reversed; the shared key's gradient is summed
+    over TP (each rank's heads give a part: reduce-scattered with SP, else all-reduced) under its norm's backward."""
+    g_l = L.o_groups // L.t
+    steps: list[Step] = [*_post_backward(L, "attn", "bda1_bwd"), *_grad_gather(L, "proj"),
+                         *linear_backward(L, "proj", L.T, L.h, g_l * L.o_rank),
+                         *linear_backward(L, "o_a", L.T, L.o_rank, L.a_l * L.d // g_l, g_l),
+                         *compressed_attention.core_backward(L),
+                         elementwise("rope_bwd", L.T * (L.a_l + 1) * L.rope_dim, 2.0, L, 3.0, BWD)]
+    if L.t > 1:
+        op = "reduce_scatter" if L.sp else "all_reduce"
+        steps.append(Comm(f"kv.{'rs' if L.sp else 'ar'}_dgrad", "tp", op, L.T * L.d * L.dtype, 1, BWD))
+    return steps + [elementwise("kv_norm_bwd", L.Te * L.d, 3.0, L, 10.0, BWD),
+                    *linear_backward(L, "kv_proj", L.Te, L.d, L.h),
+                    elementwise("q_b_norm_bwd", L.T * L.a_l * L.d, 3.0, L, 6.0, BWD),
+                    *_column_backward(L, "q_b", L.T, L.a_l * L.d, L.q_rank, L.q_rank),
+                    elementwise("q_a_norm_bwd", L.Te * L.q_rank, 3.0, L, 10.0, BWD),
+                    *linear_backward(L, "q_a", L.Te, L.q_rank, L.h), *_pre_backward(L, "attn", "ln1")]
 
 
 def _moe_sizes(L: LayerShape) -> tuple[int, int, int, float]:
@@ -772,9 +851,9 @@ def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
 
 def _mlp_forward(L: LayerShape, cat: str) -> list[Step]:
     if L.folded:
-        return [_norm(L, "ln2", cat), *_folded_moe_forward(L, cat), _bda(L, "bda2", cat)]
-    return [_norm(L, "ln2", cat), *_tp_in(L, "ln2", cat), *_mlp_core_forward(L, cat),
-            *_tp_out(L, "mlp", cat), _bda(L, "bda2", cat)]
+        return [*_pre(L, "mlp", "ln2", cat), *_folded_moe_forward(L, cat), *_post(L, "mlp", "bda2", cat)]
+    return [*_pre(L, "mlp", "ln2", cat), *_tp_in(L, "ln2", cat), *_mlp_core_forward(L, cat),
+            *_tp_out(L, "mlp", cat), *_post(L, "mlp", "bda2", cat)]
 
 
 # --- MoE parallel folding (parallel.etp other than tp) --------------------------------------
@@ -924,6 +1003,18 @@ def _bda_backward(L: LayerShape, name: str) -> list[Step]:
     return [elementwise(name, L.Te * L.h, passes, L, 2.0, BWD)] if passes else []
 
 
+def _post_backward(L: LayerShape, block: str, name: str) -> list[Step]:
+    return HC.post_backward(L, block) if L.hc else _bda_backward(L, name)
+
+
+def _pre_backward(L: LayerShape, block: str, name: str) -> list[Step]:
+    """The pre-norm's backward and the residual gradient's accumulation, or with mHC the streams' (hyper_connection.py:
+    the pre's backward sums them)."""
+    if L.hc:
+        return [elementwise(f"{name}_bwd", L.Te * L.h, 3.0, L, 10.0, BWD), *HC.pre_backward(L, block)]
+    return _norm_backward(L, name)
+
+
 def _norm_backward(L: LayerShape, name: str) -> list[Step]:
     """Norm backward (3 passes) and the residual-gradient accumulation (3 passes)."""
     return [elementwise(f"{name}_bwd", L.Te * L.h, 3.0, L, 10.0, BWD),
@@ -1070,18 +1161,20 @@ def _part_backward(L: LayerShape, part: str, recompute: str) -> list[Step]:
 
 def _mlp_backward(L: LayerShape) -> list[Step]:
     steps: list[Step] = []
-    steps += _bda_backward(L, "bda2_bwd")
+    steps += _post_backward(L, "mlp", "bda2_bwd")
     if L.folded:
         steps += _folded_moe_backward(L)
     else:
         steps += _grad_gather(L, "mlp.down")
         steps += _mlp_core_backward(L)
-    return steps + _norm_backward(L, "ln2")
+    return steps + _pre_backward(L, "mlp", "ln2")
 
 
 def _attention_backward(L: LayerShape, recompute: str) -> list[Step]:
     steps: list[Step] = []
-    steps += _bda_backward(L, "bda1_bwd")
+    if L.dsv4:
+        return _dsv4_backward(L)
+    steps += _post_backward(L, "attn", "bda1_bwd")
     steps += _grad_gather(L, "proj")
     steps += linear_backward(L, "proj", L.T, L.h, L.a_l * L.d_v)
     steps.append(elementwise("ctx_copy_bwd", L.T * L.a_l * L.d_v, 2.0, L, 0.0, BWD))
@@ -1090,12 +1183,12 @@ def _attention_backward(L: LayerShape, recompute: str) -> list[Step]:
     if L.dsa_topk:
         steps += [*sparse_attention.absorb_backward(L, "v_up", L.T, L.d_v, L.kv_rank),
                   *sparse_attention.core_backward(L)]
-        return steps + _mla_backward(L) + _norm_backward(L, "ln1")
+        return steps + _mla_backward(L) + _pre_backward(L, "attn", "ln1")
     if recompute == "selective" and not L.fused_attention:
         steps += _with_category(attention_core_forward(L), RECOMPUTE)
     steps += attention_core_backward(L)
     if L.mla:
-        return steps + _mla_backward(L) + _norm_backward(L, "ln1")
+        return steps + _mla_backward(L) + _pre_backward(L, "attn", "ln1")
     if L.kv_l < L.a_l and not L.fused_attention:
         steps.append(elementwise("kv_expand_bwd", L.T * L.d * (L.kv_l + L.a_l), 2.0, L, 1.0, BWD))
     if L.rope:
@@ -1103,7 +1196,7 @@ def _attention_backward(L: LayerShape, recompute: str) -> list[Step]:
     if L.biases:
         steps.append(elementwise("qkv.bias_grad", L.T * L.qkv_n, 1.0, L, 1.0, BWD))
     steps += _column_backward(L, "qkv", L.T, L.qkv_n, L.h)
-    steps += _norm_backward(L, "ln1")
+    steps += _pre_backward(L, "attn", "ln1")
     return steps
 
 
@@ -1118,12 +1211,12 @@ def embedding_forward(L: LayerShape, learned_positions: bool) -> list[Step]:
         steps += _tp_out(L, "embed", FWD)
     if L.dropout:
         steps.append(elementwise("embed.dropout", L.Te * L.h, 2.5, L, 2.0, FWD))
-    return steps
+    return steps + HC.expand(L)
 
 
 def embedding_backward(L: LayerShape) -> list[Step]:
     """[SP: AG of dy] · scatter-add of dy into the embedding-table gradient (3 passes of T·h)."""
-    steps: list[Step] = []
+    steps: list[Step] = HC.expand_backward(L)
     if L.dropout:
         steps.append(elementwise("embed.dropout_bwd", L.Te * L.h, 2.5, L, 1.0, BWD))
     steps += _grad_gather(L, "embed")
@@ -1139,7 +1232,8 @@ def head_forward(L: LayerShape, vocab: int) -> list[Step]:
     4 twice); its small TP all-reduces of T floats are left out.
     """
     v_l = vocab // L.t
-    return [_norm(L, "final_norm", FWD), *_tp_in(L, "head", FWD), gemm("lm_head", L.T, v_l, L.h, L, 1, FWD),
+    return [*HC.contract(L), _norm(L, "final_norm", FWD), *_tp_in(L, "head", FWD),
+            gemm("lm_head", L.T, v_l, L.h, L, 1, FWD),
             Kernel("loss", "elementwise", 5.0 * L.T * v_l, 18.0 * L.T * v_l, FWD)]
 
 
@@ -1149,4 +1243,4 @@ def head_backward(L: LayerShape, vocab: int) -> list[Step]:
     v_l = vocab // L.t
     return [Kernel("loss_bwd", "elementwise", 2.0 * L.T * v_l, 10.0 * L.T * v_l, BWD),
             *_column_backward(L, "lm_head", L.T, v_l, L.h),
-            elementwise("final_norm_bwd", L.Te * L.h, 3.0, L, 10.0, BWD)]
+            elementwise("final_norm_bwd", L.Te * L.h, 3.0, L, 10.0, BWD), *HC.contract_backward(L)]

@@ -78,6 +78,59 @@ def is_dsa(spec: ModelSpec) -> bool:
     return spec.experimental_attention_variant == "dsa"
 
 
+def is_dsv4(spec: ModelSpec) -> bool:
+    """DeepSeek-V4's hybrid attention (``experimental_attention_variant: dsv4_hybrid``; workload/
+    compressed_attention.py)."""
+    return spec.experimental_attention_variant == "dsv4_hybrid"
+
+
+def compress_ratio(spec: ModelSpec, layer: int) -> int:
+    """The compression ratio of layer ``layer`` (0, 4 or 128; the global index: an MTP module's is layers + 1 + d,
+    whose ratio is csa_compress_ratios[layers + d]); 0 without dsv4_hybrid. A list shorter than the layers repeats
+    its last entry."""
+    ratios = spec.csa_compress_ratios
+    if not is_dsv4(spec) or not ratios:
+        return 0
+    i = layer if layer < spec.layers else layer - 1
+    return ratios[min(i, len(ratios) - 1)]
+
+
+def attention_ratio(spec: ModelSpec) -> int:
+    """The ratio whose layer has the most attention weights, the one a per-layer size stands for where the layer is
+    not named: 4 (the compressor and the indexer) if any layer has it, else the largest."""
+    ratios = set(spec.csa_compress_ratios[:spec.layers])
+    return 4 if 4 in ratios else max(ratios, default=0)
+
+
+def dsv4_attention_params(spec: ModelSpec, ratio: int) -> int:
+    """A dsv4_hybrid layer's attention weights at compression ratio ``ratio`` (HF transformers 5.25
+    modeling_deepseek_v4.py, DeepseekV4Attention and its compressors; a heads of D = head_dim dims, g = o_groups):
+    q_a h·r_q with its norm r_q, q_b r_q·a·D (its norm has no weight), kv_proj h·D with its norm D, the grouped
+    o_a a·D·o_lora_rank and o_b g·o_lora_rank·h, the sinks a; a compressor at ratio m of width w (2D at 4: its
+    windows overlap, D at 128): kv_proj and gate_proj h·w each, a position bias m·w and a norm D; at ratio 4 the
+    indexer: its own compressor (w = 2·D_I, norm D_I), q_b r_q·H·D_I and weights_proj h·H."""
+    s = resolve(spec)
+    h, a, D, rq = s.hidden, s.heads, head_dim(s), s.q_lora_rank
+    n = h * rq + rq + rq * a * D + h * D + D + a * D * s.o_lora_rank + s.o_groups * s.o_lora_rank * h + a
+    if ratio:
+        w = 2 * D if ratio == 4 else D
+        n += 2 * h * w + ratio * w + D
+    if ratio == 4:
+        H, DI = s.dsa_indexer_n_heads, s.dsa_indexer_head_dim
+        n += 2 * h * 2 * DI + 4 * 2 * DI + DI + rq * H * DI + h * H
+    return n
+
+
+def mhc_params(spec: ModelSpec) -> int:
+    """One layer's two hyper-connection modules (Megatron-Core hyper_connection.py @ d98e8a64dd,
+    HyperConnectionModule: mapping_proj n·h → n² + 2n without a bias, its bias n² + 2n and three alphas); 0 without
+    enable_mhc_connections."""
+    if not spec.enable_mhc_connections:
+        return 0
+    n = spec.mhc_num_residual_streams
+    return 2 * ((n * spec.hidden + 1) * (n * n + 2 * n) + 3)
+
+
 def indexer_params(spec: ModelSpec) -> int:
     """A DSA layer's lightning indexer (Megatron-Core dsa.py @ d98e8a64dd, DSAIndexer): linear_wq_b r_q → H·D,
     linear_wk h → D, the LayerNorm k_norm (weight and bias, 2·D) and linear_weights_proj h → H; replicated over
@@ -96,8 +149,13 @@ def indexer_linear(spec: ModelSpec) -> int:
 def replicated_attention_params(spec: ModelSpec) -> int:
     """The attention weights every TP rank holds whole: multi-latent attention's down projections and latent norms
     (Megatron-Core multi_latent_attention.py @ d98e8a64dd: linear_q_down_proj and linear_kv_down_proj are
-    "duplicated", their q_layernorm and kv_layernorm over the whole latent) and DSA's indexer; 0 otherwise."""
+    "duplicated", their q_layernorm and kv_layernorm over the whole latent) and DSA's indexer; dsv4_hybrid's all but
+    q_b, the grouped output projection and the sinks (split by heads), as MLA's; 0 otherwise."""
     s = resolve(spec)
+    if is_dsv4(s):  # q_a with its norm, kv_proj with its norm, the compressor and the indexer (an ASSUMPTION)
+        D = head_dim(s)
+        sharded = s.q_lora_rank * s.heads * D + s.heads * D * s.o_lora_rank + s.o_groups * s.o_lora_rank * s.hidden
+        return attention_params(s) - sharded - s.heads
     if not is_mla(s):
         return 0
     q = s.hidden * s.q_lora_rank + s.q_lora_rank if s.q_lora_rank else 0
@@ -124,6 +182,8 @@ def attention_params(spec: ModelSpec) -> int:
     s = resolve(spec)
     if is_mla(s):
         return _mla_params(s)
+    if is_dsv4(s):
+        return dsv4_attention_params(s, attention_ratio(s))
     d = head_dim(s)
     qkv_out = s.heads * d + 2 * s.kv_heads * d + (s.heads * d if s.attention_output_gate else 0)
     n = s.hidden * qkv_out + s.heads * d * s.hidden
@@ -318,7 +378,7 @@ def shared_layer_params(spec: ModelSpec, layer: int) -> int:
     """:func:`dense_layer_params` of layer ``layer``: its parts' (:func:`part_params`) in a hybrid model."""
     if hybrid.is_hybrid(spec):
         return sum(part_params(spec, p) for p in layer_parts(spec, layer))
-    return dense_layer_params(spec, is_moe_layer(spec, layer))
+    return dense_layer_params(spec, is_moe_layer(spec, layer)) + attention_delta(spec, layer)
 
 
 def part_linear(spec: ModelSpec, part: str) -> int:
@@ -350,9 +410,18 @@ def routed_params(spec: ModelSpec) -> int:
 
 
 def norm_params(spec: ModelSpec) -> int:
-    """Two norms per layer: layernorm (gain + shift, 2h each) or RMSNorm (gain, h each)."""
+    """Two norms per layer: layernorm (gain + shift, 2h each) or RMSNorm (gain, h each); with mHC its two
+    hyper-connection modules too (:func:`mhc_params`), one a block, which every TP rank holds whole as the norms."""
     s = resolve(spec)
-    return 2 * (2 * s.hidden if has_norm_shift(s) else s.hidden)
+    return 2 * (2 * s.hidden if has_norm_shift(s) else s.hidden) + mhc_params(s)
+
+
+def attention_delta(spec: ModelSpec, layer: int) -> int:
+    """Layer ``layer``'s attention weights less :func:`attention_params` (which stands for every layer): a
+    dsv4_hybrid layer's own ratio's; 0 for any other model."""
+    if not is_dsv4(spec):
+        return 0
+    return dsv4_attention_params(spec, compress_ratio(spec, layer)) - attention_params(spec)
 
 
 def layer_params(spec: ModelSpec, layer: int | None = None) -> int:
@@ -360,7 +429,7 @@ def layer_params(spec: ModelSpec, layer: int | None = None) -> int:
     dense leading layer of a model with ``first_dense_layers`` (None: an MoE layer when there are experts)."""
     s = resolve(spec)
     moe = bool(s.experts) if layer is None else is_moe_layer(s, layer)
-    if hybrid.is_hybrid(s) and layer is not None:
+    if (hybrid.is_hybrid(s) or is_dsv4(s)) and layer is not None:
         return shared_layer_params(s, layer) + (routed_params(s) if moe else 0)
     return dense_layer_params(s, moe) + (routed_params(s) if moe else 0)
 
@@ -388,7 +457,7 @@ def head_params(spec: ModelSpec) -> int:
 def total_params(spec: ModelSpec) -> int:
     """Parameters of the whole model."""
     s = resolve(spec)
-    if hybrid.is_hybrid(s):
+    if hybrid.is_hybrid(s) or is_dsv4(s):
         return sum(layer_params(s, i) for i in range(s.layers)) + embedding_params(s) + head_params(s)
     dense = min(s.first_dense_layers, s.layers) if s.experts else 0
     return (dense * layer_params(s, 0) + (s.layers - dense) * layer_params(s) + embedding_params(s)

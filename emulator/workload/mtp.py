@@ -41,7 +41,8 @@ def mtp_params(m: ModelSpec) -> int:
     """One module's own weights: its transformer layer (the last decoder layer's kind) and
     :func:`mtp_extra_params`; the embedding and output head are the model's."""
     s = M.resolve(m)
-    return M.layer_params(s, s.layers + 1 if s.hybrid_layer_pattern else s.layers - 1) + mtp_extra_params(s)
+    layer = s.layers + 1 if s.hybrid_layer_pattern or M.is_dsv4(s) else s.layers - 1  # an MTP index (plan.py)
+    return M.layer_params(s, layer) + mtp_extra_params(s)
 
 
 def mtp_extra_flops(m: ModelSpec) -> float:

@@ -16,13 +16,16 @@ category) that belong to it, by name, placed before the first backward step of t
   transformer_layer.py ``_checkpointed_attention_forward``), before the core's backward;
 - mla_up_proj: q_up/kv_up (or q) with their SP gathers and the rope (multi_latent_attention.py,
   ``qkv_up_proj_and_rope_apply``), whose recompute is registered on the core attention's output:
-  before the core's backward; under DSA (absorbed_mla.py) q_up, the query's absorb einsum and the rope;
+  before the core's backward; under DSA (absorbed_mla.py) q_up, the query's absorb einsum and the rope; under
+  DeepSeek-V4's attention q_b, its norm and the rope (an ASSUMPTION: Megatron-Core's dev branch is not read);
 - layernorm: ln1 before the attention block's backward, ln2 before the MLP block's (registered on
   the attention and the MLP outputs, transformer_layer.py);
 - moe_act: the routed experts' activation, before the MLP block's backward;
 - mlp: a dense MLP (the SP gather, up, activation, down, its reduce-scatter), before the MLP block's backward;
 - moe: the whole MoE layer (router, permutation, dispatch, experts, combine, shared experts);
-- shared_experts: the shared experts (``shared.*``), before their backward.
+- shared_experts: the shared experts (``shared.*``), before their backward;
+- mhc: mHC's aggregates and posts (hyper_connection.py; CheckpointWithoutOutputManager reruns the layer's at once,
+  when its backward begins), before the layer's first backward step.
 """
 from __future__ import annotations
 
@@ -47,6 +50,10 @@ def belongs(module: str, name: str, L: LayerShape) -> bool:
     n = _base(name)
     if module == "core_attn":
         return n.startswith("attn.")
+    if module == "mla_up_proj" and L.dsv4:
+        return n in ("q_b", "q_b.ag", "q_b_norm", "rope")
+    if module == "mhc":
+        return n.startswith("hc.") and n.endswith((".aggregate", ".pre", ".post"))
     if module == "mla_up_proj":
         up = ("q_up", "q_up.ag", "kv_up", "kv_up.ag", "q_absorb", "rope") + (() if L.q_rank else ("q", "q.ag"))
         return L.mla and n in up
@@ -68,6 +75,8 @@ def _anchor(module: str, name: str) -> bool:
     """Whether backward step ``name`` is where ``module``'s recompute goes (the first one that is)."""
     if module in ("core_attn", "mla_up_proj"):
         return name.startswith("attn.")
+    if module == "mhc":
+        return name.startswith("hc.")
     if module == "shared_experts":
         return name.startswith("shared.")
     return name.startswith(("mlp.", "moe."))

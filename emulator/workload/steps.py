@@ -153,6 +153,17 @@ class LayerShape:
     g_value_dim: int = 0
     g_conv: int = 0
     out_gate: bool = False  # model.attention_output_gate: the QKV GEMM also gives a gate of a_l·d
+    # DeepSeek-V4's hybrid attention (workload/compressed_attention.py): whether the layer has it, its compression
+    # ratio (0, 4 or 128), its window, and its grouped output projection's groups and width a group (whole)
+    dsv4: bool = False
+    csa: int = 0
+    csa_window: int = 0
+    o_groups: int = 0
+    o_rank: int = 0
+    # mHC (workload/hyper_connection.py): the residual streams (0: none), the Sinkhorn iterations, fused kernels
+    hc: int = 0
+    hc_iters: int = 0
+    hc_fused: bool = False
 
     @property
     def attended(self) -> float:
@@ -257,9 +268,10 @@ MXFP8_COPY = 1.0 + 1.0 / 32
 NVFP4_COPY = 0.5 + 1.0 / 16
 NVFP4_WEIGHT_COPY = 0.5 + 1.0 / 256
 
-# GEMMs that stay in BF16 under FP8: the core attention's, the router's, the output layer's (layer.py, FP8), and DSA's
-# absorbed MLA einsums (sparse_attention.py)
-BF16_GEMMS = ("attn.", "moe.router", "lm_head", "q_absorb", "v_up")
+# GEMMs that stay in BF16 under FP8: the core attention's, the router's, the output layer's (layer.py, FP8), DSA's
+# absorbed MLA einsums (sparse_attention.py) and DeepSeek-V4's grouped o_a (a torch.bmm in HF's model; an ASSUMPTION
+# for Megatron-Core's dev branch)
+BF16_GEMMS = ("attn.", "moe.router", "lm_head", "q_absorb", "v_up", "o_a")
 
 
 def gemm(name: str, m: int, n: int, k: int, L: LayerShape, batch: int = 1, cat: str = FWD) -> Kernel:
