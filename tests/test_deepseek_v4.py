@@ -75,6 +75,10 @@ def test_each_ratio_has_its_own_kernels():
     assert hca["attn.core"].flops == 2.0 * 4096 * 64 * 142 * 2 * 512 == 76_235_669_504
     # at 4: 126 + 384 keys; the indexer's scores over 1024/2 compressed keys a query, 64 heads of 128
     assert csa["attn.core"].flops == 2.0 * 4096 * 64 * 510 * 2 * 512
+    # its bytes: the query and the output (4096 × 64 × 512 each: 268,435,456 together), each distinct key once (the 4096 the windows slide
+    # over and the 1024 compressed, of 512), in bf16; the top-512 indices (int32) and the log-sum-exp (fp32)
+    assert CA.unique_keys(_shape(4)) == 5120
+    assert csa["attn.core"].bytes == (268_435_456 + 5120 * 512) * 2 + 4096 * 512 * 4 + 4096 * 64 * 4 == 551_550_976
     pairs = 4096 * 1024 / 2
     assert csa["attn.indexer.scores"].flops == 2.0 * pairs * 64 * 128 + 3.0 * pairs * 64
     # the grouped o_a, 8 GEMMs of 4096 × 1024 × 4096, in BF16 under MXFP8 (a bmm); o_b 4096 × 4096 × 8192
@@ -200,3 +204,13 @@ def test_a_small_model_runs_and_its_pipeline_sends_the_streams():
     assert sends == {"mhc": 4 * 4096 * 4096 * 2, "plain": 4096 * 4096 * 2}
     with_streams = simulate(one, record_links=False).iteration_time_s
     assert with_streams > simulate(plain, record_links=False).iteration_time_s > 0
+
+
+def test_the_cuda_graph_modules_take_the_new_kernels():
+    from emulator.workload import host as H
+
+    # DeepSeek-V4's projections and compressor with the attention; mHC's kernels with their block, the MLP's with
+    # its pre-norm (the router's module in an MoE layer)
+    assert {H.module_of(n, True) for n in ("q_a", "q_b.dgrad", "kv_proj.wgrad", "compress.proj", "o_a.dgrad",
+                                            "hc.attn.pre", "hc.attn.post_bwd")} == {"attn"}
+    assert H.module_of("hc.mlp.post", True) == "moe_router" and H.module_of("hc.mlp.pre", False) == "mlp"

@@ -29,7 +29,8 @@ row-parallel; the TP split is an ASSUMPTION: Megatron-Bridge's DeepSeek-V4 recip
   ../shared/calibration): 4·D FLOPs a (query, key, head) over the window's w − w²/(2S) keys a query on average
   and the compressed ones, k − k²/(2·S/4) at 4 (sparse_attention.mean_topk over S/4) and S/256 at 128, its heads
   padded to 64 as FlashMLA's sparse kernel pads them (D = 512 is FlashMLA's value width); the sinks' extra logit
-  a head is in its softmax;
+  a head is in its softmax. Its memory traffic reads each distinct key once (:func:`unique_keys`): the keys a
+  query shares with its neighbours stay in the cache;
 - the indexer's KL loss at 4 (dsa_indexer_loss_coeff > 0) as DSA's (sparse_attention.py), over the compressed
   keys; without it the indexer runs without gradients.
 
@@ -108,12 +109,21 @@ def _keys(L: LayerShape) -> float:
     return window_keys(L.s_kv, L.csa_window) + compressed_keys(L.s_kv, L.csa, L.dsa_topk)
 
 
+def unique_keys(L: LayerShape) -> float:
+    """The distinct keys the core reads from memory, once each: the sequence's keys, which the windows slide over,
+    and its compressed ones (an ASSUMPTION: the cache keeps what neighbouring queries share, a window's 128 keys and
+    the S/4 or S/128 compressed keys of D dims, 1 MB at 4,096 tokens and ratio 4; DSA's top-k over a 576-dim
+    latent of the whole sequence, 151 MB at 131,072 tokens, is read per query: sparse_attention.py)."""
+    return L.s_kv + (L.s_kv / L.csa if L.csa else 0.0)
+
+
 def _core(L: LayerShape, cat: str) -> Kernel:
-    """The sparse core: each query's window and compressed keys gathered, its padded heads attending them (QK and
-    PV over D each)."""
+    """The sparse core: each query's window and compressed keys, its padded heads attending them (QK and PV over D
+    each); it reads the query, writes the output and its log-sum-exp, reads the top-k indices and the keys
+    (:func:`unique_keys`)."""
     T, D, a, keys = L.T, L.d, padded_heads(L.a_l), _keys(L)
     index = T * L.dsa_topk * INDEX_BYTES if L.csa == CSA else 0
-    nbytes = float((2 * T * a * D + T * keys * D) * L.dtype + index + T * a * 4)
+    nbytes = float((2 * T * a * D + unique_keys(L) * D) * L.dtype + index + T * a * 4)
     return Kernel("attn.core", "sparse", 2.0 * T * a * keys * 2 * D, nbytes, cat)
 
 
@@ -129,7 +139,7 @@ def _loss(L: LayerShape, cat: str) -> list[Step]:
     if L.csa != CSA or not L.dsa_loss:
         return []
     T, D, a, keys = L.T, L.d, padded_heads(L.a_l), _loss_keys(L)
-    read = T * keys if L.dsa_loss == 1 else L.s_kv / CSA
+    read = L.s_kv / CSA  # the compressed keys, once each (unique_keys)
     steps: list[Step] = [Kernel("attn.indexer_loss", "sparse", 2.0 * T * a * keys * D,
                                 float((T * a * D + read * D) * L.dtype + 2 * T * keys * SCORE_BYTES), cat)]
     if L.t > 1:
@@ -166,9 +176,10 @@ def _indexer_backward(L: LayerShape) -> list[Step]:
 
 def _core_backward(L: LayerShape) -> Kernel:
     """The sparse core's backward: the scores recomputed, dP and dV, dQ and dK (5·D FLOPs a pair and head against the
-    forward's 2·D: 2.5 times), the keys read and their gradient added into an fp32 buffer (an ASSUMPTION)."""
+    forward's 2·D: 2.5 times); it reads the query, the output, their gradients and the log-sum-exp, writes dQ, reads
+    the keys and adds their gradient into an fp32 buffer (:func:`unique_keys` each, an ASSUMPTION)."""
     T, D, a, keys = L.T, L.d, padded_heads(L.a_l), _keys(L)
-    nbytes = float(2 * T * a * 2 * D * L.dtype + T * keys * D * (L.dtype + 4) + T * a * 4)
+    nbytes = float(5 * T * a * D * L.dtype + unique_keys(L) * D * (L.dtype + 4) + T * a * 4)
     return Kernel("attn.core_bwd", "sparse", 2.0 * T * a * keys * 5 * D, nbytes, BWD)
 
 

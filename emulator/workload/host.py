@@ -36,7 +36,8 @@ __all__ = ["Issue", "captured_modules", "module_of", "issue_time"]
 # A step's name (its stem, without the backward suffixes) → its module. Attention first: its names
 # (layer.py) are the input norm, the projections of MHA/GQA and MLA, the core and its output.
 _ATTN_STEMS = ("ln1", "qkv", "q", "q_down", "q_up", "q_norm", "kv_down", "kv_up", "kv_norm", "rope", "attn",
-               "ctx_copy", "proj", "bda1", "q_absorb", "v_up", "kv", "attn_gate")  # DSA's absorbed MLA; the gate
+               "ctx_copy", "proj", "bda1", "q_absorb", "v_up", "kv", "attn_gate",  # DSA's absorbed MLA; the gate
+               "q_a", "q_a_norm", "q_b", "q_b_norm", "kv_proj", "compress", "o_a")  # DeepSeek-V4's attention
 _ROUTER_PREFIXES = ("moe.router", "moe.aux")  # with the pre-MLP norm (ln2), and the shared experts (below)
 # the latent MoE's fc1_latent_proj runs in MoELayer.preprocess, which moe_preprocess captures (moe_layer.py)
 _PREPROCESS_PREFIXES = ("moe.counts", "moe.permute", "moe.token_counts", "moe.latent_down")
@@ -60,6 +61,8 @@ def module_of(name: str, moe_layer: bool, shared_overlap: bool = False) -> str |
     stem = _stem(name)
     if stem in _ATTN_STEMS:
         return "attn"
+    if stem == "hc":  # mHC's kernels (hyper_connection.py): with their block, the MLP's with its pre-norm
+        return "attn" if name.split(".")[1] == "attn" else module_of("ln2", moe_layer, shared_overlap)
     if stem == "mamba":  # a hybrid model's Mamba layer (layer.py's mamba.* steps)
         return "mamba"
     if not moe_layer:
