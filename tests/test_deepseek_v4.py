@@ -172,6 +172,8 @@ def test_the_ratios(ratios, key, words):
     (", enable_mhc_connections: false", "tp: 1, dp: 32", ", recompute: selective, recompute_modules: [mhc]",
      "training.recompute_modules", "requires enable_mhc_connections"),
     (", kv_lora_rank: 512, kv_heads: 0", "tp: 1, dp: 32", "", "model.kv_lora_rank", "not multi-latent attention's"),
+    ("", "tp: 1, dp: 32", ", recompute: selective, recompute_modules: [mhc], fine_grained_activation_offloading: true, "
+     "offload_modules: [core_attn]", "training.recompute_modules", "fine-grained activation offloading"),
 ])
 def test_the_rules(model, parallel, training, key, words):
     with pytest.raises(ScenarioError) as err:

@@ -101,6 +101,9 @@ def mhc_violations(m: ModelSpec, t: TrainingSpec) -> list[Violation]:
     if "mhc" in mods and "mlp" in mods:
         out.append(Violation("training.recompute_modules", "'mhc' and 'mlp' in recompute_modules cannot be used "
                                                            "together (Megatron-Core)"))
+    if "mhc" in mods and t.fine_grained_activation_offloading:
+        out.append(Violation("training.recompute_modules", "'mhc' in recompute_modules with fine-grained activation "
+                                                           "offloading is not yet supported (Megatron-Core)"))
     if t.recompute == "full":
         out.append(Violation("training.recompute", "enable_mhc_connections is not yet compatible with full "
                                                    "activation recompute (Megatron-Core): use selective with 'mhc'"))
