@@ -153,3 +153,42 @@ def test_a_small_dsa_model_runs():
     # at 4096 tokens the sparse core is the dearer one: a query attends 1536 keys on average at 2·(576 + 512)
     # FLOPs a head against the dense core's 2048 at 2·(192 + 128), and the indexer comes on top
     assert sparse.iteration_time_s > dense.iteration_time_s > 0
+
+
+def test_top_k_sharing_skips_the_indexer_of_the_layers_between():
+    from emulator.scenario.sparse_attention_rules import skips_topk
+
+    # Megatron-Core's is_dsa_skip_topk_layer: every 2nd layer from layer 1 computes (the offset 0 counts as 1);
+    # from offset 3, layers 1-3 and then every 2nd from 3 compute
+    assert [n for n in range(1, 9) if skips_topk(n, 0, 2)] == [2, 4, 6, 8]
+    assert [n for n in range(1, 9) if skips_topk(n, 3, 2)] == [4, 6, 8]
+    assert not any(skips_topk(n, 0, 1) for n in range(1, 9))
+    glm = replace(model_preset("glm-5"), dsa_indexer_topk_freq=2)
+    # 39 of GLM-5's 78 layers hold no indexer: 2048·32·128 + 6144·128 + 2·128 + 6144·32 = 9,371,904 each; the MTP
+    # module numbers its layer 1: it computes
+    assert M.indexer_params(glm) == 9_371_904
+    assert M.total_params(model_preset("glm-5")) - M.total_params(glm) == 39 * 9_371_904
+    assert not M.dsa_skips(glm, glm.layers + 1)
+
+
+def test_a_skip_layer_runs_only_the_sparse_core():
+    v32 = replace(model_preset("deepseek-v3.2"), dsa_indexer_topk_freq=2)
+    L = Ly.layer_shape(v32, 1, flash=True)
+    skip, compute = Ly.attention_shape(L, v32, 3), Ly.attention_shape(L, v32, 4)  # layers 4 and 5
+    names = [st.name for st in Ly.forward_steps(skip) + Ly.backward_steps(skip)]
+    assert "attn.sparse" in names and "attn.sparse_bwd" in names
+    assert not [n for n in names if n.startswith("attn.indexer")]
+    assert "attn.indexer.scores" in [st.name for st in Ly.forward_steps(compute)]
+    # its FLOPs lose the indexer's scores 2·4096²·64·128 and linears 2·4096·(1536·64·128 + 7168·128 + 7168·64)
+    assert F.layer_forward_flops(v32, 4) - F.layer_forward_flops(v32, 3) == pytest.approx(
+        274_877_906_944 + 114_353_504_256)
+
+
+def test_top_k_sharing_stays_within_a_pipeline_stage():
+    # two stages of 2 layers: the second starts at layer 3, which computes at N = 2 ((3 − 1) % 2 = 0) and reuses
+    # layer 1's top-k at N = 3
+    ok = _scenario(", dsa_indexer_topk_freq: 2", "tp: 1, pp: 2, dp: 16")
+    assert load_scenario_text(ok).model.dsa_indexer_topk_freq == 2
+    with pytest.raises(ScenarioError) as err:
+        load_scenario_text(_scenario(", dsa_indexer_topk_freq: 3", "tp: 1, pp: 2, dp: 16"))
+    assert err.value.key == "model.dsa_indexer_topk_freq" and "layer 3 reuses the top-k of layer 1" in err.value.message

@@ -9,11 +9,19 @@ FlashMLA takes (_flash_mla_head_padding). Pure functions of the specs, as rules.
 """
 from __future__ import annotations
 
+from emulator.errors import ScenarioError
 from emulator.scenario.spec import QUANTISED, ModelSpec, ParallelSpec, TrainingSpec
+from emulator.scenario.stages import model_chunks
 from emulator.scenario.violation import Violation
 
 INDEXER_KEYS = ("dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk")
 FLASH_MLA_HEADS = 64  # FlashMLA's sparse kernel runs a multiple of 64 heads; fewer local heads must divide 64
+
+
+def skips_topk(number: int, offset: int, freq: int) -> bool:
+    """Whether the 1-based DSA layer ``number`` reuses an earlier layer's top-k (dsa.py is_dsa_skip_topk_layer: the
+    offset counts as at least 1)."""
+    return freq > 1 and max(number - max(offset, 1), 0) % freq != 0
 
 
 def dsa_model_violations(m: ModelSpec) -> list[Violation]:
@@ -66,9 +74,33 @@ def dsa_layout_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> lis
         out.append(Violation("training.recompute_modules", "mla_up_proj under a quantised precision: "
                                                            "AbsorbedMLASelfAttention asserts \"FP8/FP4 is not "
                                                            "supported for AbsorbedMLA\""))
+    out += _share_violations(m, p)
     local = m.heads // p.tp if m.heads % p.tp == 0 else 0
     if local and local % FLASH_MLA_HEADS and FLASH_MLA_HEADS % local:
         out.append(Violation("parallel.tp", f"{local} attention heads a GPU (heads {m.heads} / tp {p.tp}): FlashMLA's "
                                             f"sparse kernel takes a multiple of {FLASH_MLA_HEADS}, or a divisor of it "
                                             f"that it pads"))
     return out
+
+
+def _share_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
+    """Cross-layer top-k sharing stays within a pipeline stage: each model chunk starts on a layer that computes its
+    top-k (experimental_attention_variant_module_specs.py, _validate_dsa_index_share_pipeline_split)."""
+    f, offset = m.dsa_indexer_topk_freq, m.dsa_indexer_skip_topk_offset
+    if f <= 1:
+        return []
+    try:
+        plan = model_chunks(m.layers, p.pp, p.virtual_stages, p.first_chunk_layers, p.last_chunk_layers,
+                            p.pipeline_model_parallel_layout, m.mtp_num_layers)
+    except ScenarioError:  # the rule book's layout rules report it
+        return []
+    start = 0
+    for n in plan.layers:
+        if n and skips_topk(start + 1, offset, f):
+            source = start + 1 - (start + 1 - max(offset, 1)) % f
+            return [Violation("model.dsa_indexer_topk_freq",
+                              f"the pipeline chunk that starts at layer {start + 1} reuses the top-k of layer "
+                              f"{source}, on an earlier stage: Megatron-Core's top-k sharing does not cross PP "
+                              f"boundaries (give each stage a first layer that computes, or dsa_indexer_topk_freq 1)")]
+        start += n
+    return []

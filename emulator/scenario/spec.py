@@ -449,6 +449,14 @@ class ModelSpec:
         "DSA: the indexer's KL loss coefficient (Megatron-Core's dsa_indexer_loss_coeff); above 0 the indexer is "
         "trained: the loss's attention target is computed and the indexer has a backward. 0 or absent: the "
         "indexer runs without gradients.", default=0.0, minimum=0.0, maximum=1e6)
+    dsa_indexer_topk_freq: int = key(
+        "DSA: Megatron-Core's dsa_indexer_topk_freq, cross-layer top-k sharing: above 1, only every N-th layer past "
+        "dsa_indexer_skip_topk_offset has an indexer and computes its top-k; the layers between reuse it (dsa.py "
+        "is_dsa_skip_topk_layer). An MTP module numbers its layers anew. 1: every layer computes its own.",
+        default=1, minimum=1, maximum=10**4)
+    dsa_indexer_skip_topk_offset: int = key(
+        "DSA: Megatron-Core's dsa_indexer_skip_topk_offset, the layer (1-based; 0 counts as 1) from which the top-k "
+        "sharing cadence counts.", default=0, minimum=0, maximum=10**6)
     dsa_indexer_use_sparse_loss: bool = key(
         "DSA: the indexer's KL loss over each query's top-k keys only (Megatron-Core's "
         "dsa_indexer_use_sparse_loss); false: over every key it may attend (the dense target).", default=False)

@@ -183,8 +183,10 @@ class Split:
     mtp: int = -1
     parts: tuple[str, ...] = ()  # a hybrid model's: each stage's layers, a pattern symbol each (workload/hybrid.py)
     mtp_parts: str = ""  # a hybrid model's MTP depth's symbols (hybrid.mtp_pattern)
-    csa: tuple[tuple[int, ...], ...] = ()  # a dsv4_hybrid model's: each stage's layers' compression ratios
-    mtp_csa: int = 0  # and its MTP modules' ratio
+    # a model whose layers' attention differs (models.layers_differ): each stage's layers' kinds (ratio, whether a
+    # DSA layer reuses the top-k, whether a dense leading layer), and the MTP modules' kind
+    kinds: tuple[tuple[tuple[int, bool, bool], ...], ...] = ()
+    mtp_kind: tuple[int, bool, bool] = (0, False, False)
 
     def count(self, s: int) -> int:
         """The transformer layers of stage s (MTP modules apart)."""
@@ -207,12 +209,18 @@ def split_of(m: ModelSpec, par: ParallelSpec) -> Split:
         chunk_parts = [hybrid.main_pattern(m)[a:a + n] for a, n in zip(starts, plan.layers)]
         parts = tuple("".join(chunk_parts[k] for k in ks)
                       for ks in stage_layers(tuple(range(len(plan.layers))), p, vee))
-    csa: tuple[tuple[int, ...], ...] = ()
-    if M.is_dsv4(m):  # each stage's chunks' layers' ratios
-        chunk_csa = [tuple(M.compress_ratio(m, i) for i in range(a, a + n)) for a, n in zip(starts, plan.layers)]
-        csa = tuple(sum((chunk_csa[k] for k in ks), ()) for ks in stage_layers(tuple(range(len(plan.layers))), p, vee))
+    kinds: tuple[tuple[tuple[int, bool, bool], ...], ...] = ()
+    if M.layers_differ(m):  # each stage's chunks' layers' kinds
+        chunk = [tuple(_kind(m, i) for i in range(a, a + n)) for a, n in zip(starts, plan.layers)]
+        kinds = tuple(sum((chunk[k] for k in ks), ()) for ks in stage_layers(tuple(range(len(plan.layers))), p, vee))
     return Split(stage_layers(plan.layers, p, vee), tuple(sum(c) for c in stage_layers(lead, p, vee)), mtp, parts,
-                 hybrid.mtp_pattern(m) if m.hybrid_layer_pattern else "", csa, M.compress_ratio(m, m.layers + 1))
+                 hybrid.mtp_pattern(m) if m.hybrid_layer_pattern else "", kinds, _kind(m, m.layers + 1))
+
+
+def _kind(m: ModelSpec, layer: int) -> tuple[int, bool, bool]:
+    """Layer ``layer``'s attention kind (its compression ratio, whether it reuses a DSA top-k) and whether it is a
+    dense leading layer."""
+    return M.compress_ratio(m, layer), M.dsa_skips(m, layer), bool(m.experts) and not M.is_moe_layer(m, layer)
 
 
 @dataclass(frozen=True)
@@ -374,22 +382,25 @@ def _stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int
     modules), or with ``host`` the host's issuing of them."""
     if split.parts:
         return _hybrid_stage_times(L, args, split, mtp_n, p, last, host)
-    if split.csa:
-        return _ratio_stage_times(L, args, split, mtp_n, p, last, host)
+    if split.kinds:
+        return _kind_stage_times(L, args, split, mtp_n, p, last, host)
     per_layer, embed, head = pass_times(L, *args, host)
     lead, mtp, mtp_head = extra_times(L, *args, mtp_n, any(split.leads), host)
     return [split.count(s) * per_layer + split.leads[s] * (lead - per_layer) + (embed if s == 0 else 0.0)
             + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
 
 
-def _ratio_stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int, last: int,
-                       host: HostCost) -> list[float]:
-    """:func:`_stage_times` of a dsv4_hybrid model (no dense leading layers: the rule book's): each layer at its
-    compression ratio, an MTP module at its own."""
-    each = {r: pass_times(replace(L, csa=r), *args, host) for r in sorted({*sum(split.csa, ()), split.mtp_csa})}
-    _, embed, head = each[split.mtp_csa]
-    _, mtp, mtp_head = extra_times(replace(L, csa=split.mtp_csa), *args, mtp_n, False, host)
-    return [sum(each[r][0] for r in split.csa[s]) + (embed if s == 0 else 0.0)
+def _kind_stage_times(L: Ly.LayerShape, args: tuple, split: Split, mtp_n: int, p: int, last: int,
+                      host: HostCost) -> list[float]:
+    """:func:`_stage_times` of a model whose layers' attention differs: each layer its kind's passes (Split.kinds),
+    an MTP module at its own."""
+    def shape(kind: tuple[int, bool, bool]) -> Ly.LayerShape:
+        Lk = replace(L, csa=kind[0], dsa_skip=kind[1])
+        return Ly.dense_shape(Lk) if kind[2] else Lk
+    each = {k: pass_times(shape(k), *args, host) for k in sorted({*sum(split.kinds, ()), split.mtp_kind})}
+    _, embed, head = each[split.mtp_kind]
+    _, mtp, mtp_head = extra_times(shape(split.mtp_kind), *args, mtp_n, False, host)
+    return [sum(each[k][0] for k in split.kinds[s]) + (embed if s == 0 else 0.0)
             + (head + mtp_head if s == last else 0.0) + (mtp if s == split.mtp else 0.0) for s in range(p)]
 
 

@@ -47,19 +47,19 @@ def attention_core_flops(m: ModelSpec, layer: int | None = None) -> float:
     if M.is_dsv4(s):
         return _dsv4_core_flops(s, M.attention_ratio(s) if layer is None else M.compress_ratio(s, layer))
     if M.is_dsa(s):
-        return _dsa_core_flops(s)
+        return _dsa_core_flops(s, layer is not None and M.dsa_skips(s, layer))
     if M.is_mla(s):
         d_qk, d_v = M.head_dims(s)
         return 2.0 * s.seq_len * s.seq_len * s.heads * (d_qk + d_v)
     return 4.0 * s.seq_len * s.seq_len * (s.heads * M.head_dim(s))
 
 
-def _dsa_core_flops(s: ModelSpec) -> float:
+def _dsa_core_flops(s: ModelSpec, skips: bool = False) -> float:
     """DeepSeek Sparse Attention's core for one sequence (workload/sparse_attention.py): the indexer's scores
-    2·s²·H·D (the full square, as above) and the absorbed core over each query's top-k keys,
-    2·s·min(k, s)·a·(2·r + d_r)."""
+    2·s²·H·D (the full square, as above; none where the layer reuses an earlier one's top-k, ``skips``) and the
+    absorbed core over each query's top-k keys, 2·s·min(k, s)·a·(2·r + d_r)."""
     sl, r = s.seq_len, s.kv_lora_rank
-    scores = 2.0 * sl * sl * s.dsa_indexer_n_heads * s.dsa_indexer_head_dim
+    scores = 0.0 if skips else 2.0 * sl * sl * s.dsa_indexer_n_heads * s.dsa_indexer_head_dim
     return scores + 2.0 * sl * min(s.dsa_indexer_topk, sl) * s.heads * (2 * r + s.qk_rope_head_dim)
 
 
@@ -97,8 +97,9 @@ def _routed_flops(s: ModelSpec) -> float:
     return _mlp_flops(replace(s, hidden=n), M.expert_ffn(s)) * s.top_k + 2 * 2.0 * s.seq_len * s.hidden * n
 
 
-def _projection_flops(s: ModelSpec) -> float:
-    """The attention's linear layers for one sequence: QKV and output, or MLA's five."""
+def _projection_flops(s: ModelSpec, layer: int | None = None) -> float:
+    """The attention's linear layers for one sequence: QKV and output, or MLA's five (with DSA's indexer but where
+    layer ``layer`` reuses an earlier one's top-k)."""
     sl, h = s.seq_len, s.hidden
     if M.is_dsv4(s):  # q_a and q_b with the q norm's r_q, kv_proj with its norm's D, o_a and o_b (flop_utils.py)
         a, D, rq, r_o = s.heads, M.head_dim(s), s.q_lora_rank, s.o_lora_rank
@@ -108,7 +109,8 @@ def _projection_flops(s: ModelSpec) -> float:
         a, rq, rkv, dr = s.heads, s.q_lora_rank, s.kv_lora_rank, s.qk_rope_head_dim
         q = h * rq + rq * a * d_qk if rq else h * a * d_qk
         kv = h * (rkv + dr) + rkv * a * (d_qk - dr + d_v)  # with DSA the absorbed einsums' (the same terms)
-        return 2.0 * sl * (q + kv + a * d_v * h + M.indexer_linear(s))
+        indexer = 0 if layer is not None and M.dsa_skips(s, layer) else M.indexer_linear(s)
+        return 2.0 * sl * (q + kv + a * d_v * h + indexer)
     d = M.head_dim(s)
     gate = s.heads * d if s.attention_output_gate else 0  # attention_output_gate: the QKV GEMM's gate columns
     return 2.0 * sl * h * (s.heads * d + 2 * s.kv_heads * d + gate) + 2.0 * sl * h * (s.heads * d)
@@ -121,7 +123,7 @@ def layer_forward_flops(m: ModelSpec, layer: int | None = None) -> float:
     if hybrid.is_hybrid(s) and layer is not None:
         return sum(part_forward_flops(s, part) for part in M.layer_parts(s, layer))
     moe = bool(s.experts) if layer is None else M.is_moe_layer(s, layer)
-    attn = _projection_flops(s) + attention_core_flops(s, layer)
+    attn = _projection_flops(s, layer) + attention_core_flops(s, layer)
     return attn + (_moe_mlp_flops(s) if moe else _mlp_flops(s, s.ffn_hidden))
 
 
@@ -150,7 +152,7 @@ def layers_forward_flops(m: ModelSpec) -> float:
     """All layers' forward for one sequence: l·layer_forward, the dense leading layers counted as such (a hybrid
     model: each layer's parts)."""
     s = resolve(m)
-    if hybrid.is_hybrid(s) or M.is_dsv4(s):
+    if hybrid.is_hybrid(s) or M.layers_differ(s):
         return sum(layer_forward_flops(s, i) for i in range(s.layers))
     dense = min(s.first_dense_layers, s.layers) if s.experts else 0
     if not dense:
@@ -177,7 +179,7 @@ def mtp_forward_flops(m: ModelSpec) -> float:
 
 def _mtp_index(s: ModelSpec) -> int:
     """The layer index whose kind an MTP module's layer is: the decoder's last, or a hybrid model's MTP depth's."""
-    return s.layers + 1 if hybrid.is_hybrid(s) or M.is_dsv4(s) else s.layers - 1
+    return s.layers + 1 if hybrid.is_hybrid(s) or M.layers_differ(s) else s.layers - 1
 
 
 def model_flops(m: ModelSpec, global_batch: int) -> float:

@@ -116,6 +116,7 @@ from emulator.workload import hyper_connection as HC
 from emulator.workload.models import (
     attention_ratio,
     compress_ratio,
+    dsa_skips,
     expert_ffn,
     has_biases,
     has_dropout,
@@ -354,7 +355,7 @@ def _dsa_fields(m: ModelSpec) -> dict[str, Any]:
 
 
 def _dsv4_fields(m: ModelSpec) -> dict[str, Any]:
-    """DeepSeek-V4's attention's LayerShape fields (compressed_attention.py) at models.attention_ratio (ratio_shape
+    """DeepSeek-V4's attention's LayerShape fields (compressed_attention.py) at models.attention_ratio (attention_shape
     gives a layer its own); none without dsv4_hybrid."""
     if not is_dsv4(m):
         return {}
@@ -364,9 +365,12 @@ def _dsv4_fields(m: ModelSpec) -> dict[str, Any]:
                 dsa_loss=0 if m.dsa_indexer_loss_coeff <= 0 else 1 if m.dsa_indexer_use_sparse_loss else 2)
 
 
-def ratio_shape(L: LayerShape, m: ModelSpec, layer: int) -> LayerShape:
-    """``L`` at layer ``layer``'s compression ratio (a dsv4_hybrid model's; ``L`` itself otherwise)."""
-    return replace(L, csa=compress_ratio(m, layer)) if L.dsv4 else L
+def attention_shape(L: LayerShape, m: ModelSpec, layer: int) -> LayerShape:
+    """``L`` with layer ``layer``'s own attention: a dsv4_hybrid layer's compression ratio, a DSA layer that reuses
+    an earlier one's top-k (models.dsa_skips); ``L`` itself where the layers do not differ."""
+    if L.dsv4:
+        return replace(L, csa=compress_ratio(m, layer))
+    return replace(L, dsa_skip=dsa_skips(m, layer)) if L.dsa_topk else L
 
 
 def _hc_fields(m: ModelSpec) -> dict[str, Any]:

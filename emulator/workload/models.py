@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from emulator.scenario.sparse_attention_rules import skips_topk
 from emulator.scenario.spec import ModelSpec
 from emulator.workload import hybrid, routing
 
@@ -93,6 +94,22 @@ def compress_ratio(spec: ModelSpec, layer: int) -> int:
         return 0
     i = layer if layer < spec.layers else layer - 1
     return ratios[min(i, len(ratios) - 1)]
+
+
+def dsa_skips(spec: ModelSpec, layer: int) -> bool:
+    """Whether DSA layer ``layer`` (the global index; an MTP module's is layers + 1 + d) reuses an earlier layer's
+    top-k and has no indexer (Megatron-Core dsa.py @ d98e8a64dd, is_dsa_skip_topk_layer, with 1-based layer numbers
+    and the offset at least 1; an MTP module's layers are numbered from 1 anew); False without top-k sharing."""
+    if not is_dsa(spec):
+        return False
+    number = layer + 1 if layer < spec.layers else layer - spec.layers  # MTP module d: its layer number d + 1
+    return skips_topk(number, spec.dsa_indexer_skip_topk_offset, spec.dsa_indexer_topk_freq)
+
+
+def layers_differ(spec: ModelSpec) -> bool:
+    """Whether a model's layers differ in their attention (dsv4_hybrid's ratios, DSA's top-k sharing): the plan, the
+    parameters and the FLOPs then go layer by layer."""
+    return is_dsv4(spec) or (is_dsa(spec) and spec.dsa_indexer_topk_freq > 1)
 
 
 def attention_ratio(spec: ModelSpec) -> int:
@@ -418,7 +435,9 @@ def norm_params(spec: ModelSpec) -> int:
 
 def attention_delta(spec: ModelSpec, layer: int) -> int:
     """Layer ``layer``'s attention weights less :func:`attention_params` (which stands for every layer): a
-    dsv4_hybrid layer's own ratio's; 0 for any other model."""
+    dsv4_hybrid layer's own ratio's, a DSA layer that reuses the top-k without its indexer; 0 otherwise."""
+    if dsa_skips(spec, layer):
+        return -indexer_params(spec)
     if not is_dsv4(spec):
         return 0
     return dsv4_attention_params(spec, compress_ratio(spec, layer)) - attention_params(spec)
@@ -429,7 +448,7 @@ def layer_params(spec: ModelSpec, layer: int | None = None) -> int:
     dense leading layer of a model with ``first_dense_layers`` (None: an MoE layer when there are experts)."""
     s = resolve(spec)
     moe = bool(s.experts) if layer is None else is_moe_layer(s, layer)
-    if (hybrid.is_hybrid(s) or is_dsv4(s)) and layer is not None:
+    if (hybrid.is_hybrid(s) or layers_differ(s)) and layer is not None:
         return shared_layer_params(s, layer) + (routed_params(s) if moe else 0)
     return dense_layer_params(s, moe) + (routed_params(s) if moe else 0)
 
@@ -457,7 +476,7 @@ def head_params(spec: ModelSpec) -> int:
 def total_params(spec: ModelSpec) -> int:
     """Parameters of the whole model."""
     s = resolve(spec)
-    if hybrid.is_hybrid(s) or is_dsv4(s):
+    if hybrid.is_hybrid(s) or layers_differ(s):
         return sum(layer_params(s, i) for i in range(s.layers)) + embedding_params(s) + head_params(s)
     dense = min(s.first_dense_layers, s.layers) if s.experts else 0
     return (dense * layer_params(s, 0) + (s.layers - dense) * layer_params(s) + embedding_params(s)

@@ -41,7 +41,7 @@ def mtp_params(m: ModelSpec) -> int:
     """One module's own weights: its transformer layer (the last decoder layer's kind) and
     :func:`mtp_extra_params`; the embedding and output head are the model's."""
     s = M.resolve(m)
-    layer = s.layers + 1 if s.hybrid_layer_pattern or M.is_dsv4(s) else s.layers - 1  # an MTP index (plan.py)
+    layer = s.layers + 1 if s.hybrid_layer_pattern or M.layers_differ(s) else s.layers - 1  # an MTP index (plan.py)
     return M.layer_params(s, layer) + mtp_extra_params(s)
 
 

@@ -158,10 +158,10 @@ def _units_of(plan: Plan, vs: int, L: Ly.LayerShape) -> list[Unit]:
         Ld = Ly.dense_shape(L)
         lead = (Ly.forward_steps(Ld), layer_backward(Ld, sc.training.recompute, sc.training.recompute_modules),
                 M.dense_layer_params(m, False) / t)
-    own = _LayerSteps(plan, L)  # MoE layers with loads of their own (models.loads_vary), DeepSeek-V4's ratios
+    own = _LayerSteps(plan, L)  # MoE layers with loads of their own (models.loads_vary), layers' own attention
     for i in range(first, first + per):
         bf16 = plain is not None and bf16_layer(sc.training, m.layers, i)
-        if M.is_dsv4(m):  # each layer its own compression ratio (and load)
+        if M.layers_differ(m):  # each layer its own attention (a ratio, DSA's top-k sharing) and load
             moe = M.is_moe_layer(m, i)
             units.append(Unit(f"layer{i}", i, *own.of(i, bf16, not moe), M.shared_layer_params(m, i) / t,
                               expert if moe else 0.0))
@@ -231,18 +231,19 @@ def _head_unit(plan: Plan, L: Ly.LayerShape, k: int) -> list[Unit]:
 
 class _LayerSteps:
     """The forward and backward steps of MoE layers whose loads differ by layer (a row of moe_expert_load
-    each, or drawn from moe_load_seed at the plan's step), and of a dsv4_hybrid model's layers, each at its
-    compression ratio (``dense``: a dense one), built once per distinct (load, ratio, BF16, dense)."""
+    each, or drawn from moe_load_seed at the plan's step), and of a model whose layers' attention differs
+    (models.layers_differ: a ratio, DSA's top-k sharing; ``dense``: a dense one), built once per distinct (load,
+    ratio, sharing, BF16, dense)."""
 
     def __init__(self, plan: Plan, L: Ly.LayerShape) -> None:  # noqa: D107
         self.plan, self.L = plan, L
-        self.built: dict[tuple[float, int, bool, bool], tuple[list, list]] = {}
+        self.built: dict[tuple[float, int, bool, bool, bool], tuple[list, list]] = {}
 
     def of(self, layer: int, bf16: bool = False, dense: bool = False) -> tuple[list, list]:
         tr, m = self.plan.sc.training, self.plan.model
-        Li = Ly.ratio_shape(Ly.dense_shape(self.L) if dense else Ly.layer_load_shape(self.L, m, layer, self.plan.step),
-                            m, layer)
-        key = (Li.load, Li.csa, bf16, dense)
+        Li = Ly.attention_shape(Ly.dense_shape(self.L) if dense else Ly.layer_load_shape(self.L, m, layer,
+                                                                                         self.plan.step), m, layer)
+        key = (Li.load, Li.csa, Li.dsa_skip, bf16, dense)
         if key not in self.built:
             Lb = Ly.unquantised(Li) if bf16 else Li
             self.built[key] = (Ly.forward_steps(Lb), layer_backward(Lb, tr.recompute, tr.recompute_modules))
@@ -266,7 +267,7 @@ def _mtp_units(plan: Plan, L: Ly.LayerShape, fwd: list, bwd: list, dense: float,
     norm = MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden
     copy = not plan.dual and rank_of(vs, plan.sc.parallel.pp, plan.v_shape) != 0  # not on an embedding's rank
     params = dense + 2 * m.hidden * m.hidden / t + norm + (m.vocab * m.hidden / t if copy else 0)
-    each = moe and (M.loads_vary(m) or M.is_dsv4(m))
+    each = moe and (M.loads_vary(m) or M.layers_differ(m))
     f, b = MTP.mtp_forward(L, fwd, learned_pos), MTP.mtp_backward(L, bwd)
     units = []
     for d in range(m.mtp_num_layers):

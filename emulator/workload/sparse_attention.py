@@ -30,9 +30,13 @@ indexer's H heads of D dims:
 
 The indexer's kernels, the sparse core and the loss are costed on the roofline by their FLOPs and bytes (kind
 ``sparse``: FLOPs at a large GEMM's efficiency), an ASSUMPTION: no DSA kernel timing is in ../shared/calibration.
+Cross-layer top-k sharing (``dsa_indexer_topk_freq`` N > 1; dsa.py is_dsa_skip_topk_layer): only every N-th layer
+past the offset builds an indexer; the layers between (LayerShape.dsa_skip, layer.attention_shape) reuse its top-k
+indices and run only the latent key's CP gather and the sparse core: no indexer, no loss, no indexer backward. An
+MTP module numbers its layers from 1 anew, so its first computes.
+
 Left out: the indexer loss's fp32 target kept between its forward and backward, and the dense loss's reference
-path that Megatron-Core takes under CP (the fused kernel declines a dense loss with varlen bounds); the
-index-sharing of dsa_indexer_topk_freq.
+path that Megatron-Core takes under CP (the fused kernel declines a dense loss with varlen bounds).
 """
 from __future__ import annotations
 
@@ -112,11 +116,14 @@ def _scores(L: LayerShape, cat: str) -> list[Step]:
 
 
 def _cp_gathers(L: LayerShape, cat: str) -> list[Step]:
-    """Under CP (all_gather): the compressed key and the indexer's key of the whole sequence."""
+    """Under CP (all_gather): the compressed key and (where the layer computes its top-k) the indexer's key of the
+    whole sequence."""
     if L.cp <= 1:
         return []
-    return [Comm("attn.kv_ag", "cp", "all_gather", L.cp * L.T * _key_dims(L) * L.dtype, 0, cat),
-            Comm("attn.indexer.k_ag", "cp", "all_gather", L.cp * L.T * L.dsa_dim * L.dtype, 0, cat)]
+    steps: list[Step] = [Comm("attn.kv_ag", "cp", "all_gather", L.cp * L.T * _key_dims(L) * L.dtype, 0, cat)]
+    if not L.dsa_skip:
+        steps.append(Comm("attn.indexer.k_ag", "cp", "all_gather", L.cp * L.T * L.dsa_dim * L.dtype, 0, cat))
+    return steps
 
 
 def _sparse_core(L: LayerShape, cat: str) -> Kernel:
@@ -145,7 +152,10 @@ def _loss_forward(L: LayerShape, cat: str) -> list[Step]:
 
 
 def core_forward(L: LayerShape, cat: str) -> list[Step]:
-    """DSAttention's forward: the indexer, the CP gathers, the scores and top-k, the sparse core, the loss."""
+    """DSAttention's forward: the indexer, the CP gathers, the scores and top-k, the sparse core, the loss; a layer
+    that reuses an earlier one's top-k (``dsa_skip``) only the gathers and the core."""
+    if L.dsa_skip:
+        return [*_cp_gathers(L, cat), _sparse_core(L, cat)]
     return [*_indexer_projections(L, cat), *_cp_gathers(L, cat), *_scores(L, cat), _sparse_core(L, cat),
             *_loss_forward(L, cat)]
 
@@ -183,7 +193,7 @@ def _sparse_core_backward(L: LayerShape) -> Kernel:
 def core_backward(L: LayerShape) -> list[Step]:
     """DSAttention's backward: the indexer's (with the loss), the sparse core's, and under CP the reduce-scatter of
     the gathered key's gradient."""
-    steps: list[Step] = [*_indexer_backward(L), _sparse_core_backward(L)]
+    steps: list[Step] = [*([] if L.dsa_skip else _indexer_backward(L)), _sparse_core_backward(L)]
     if L.cp > 1:
         steps.append(Comm("attn.dkv_rs", "cp", "reduce_scatter", L.cp * L.T * _key_dims(L) * L.dtype, 0, BWD))
     return steps

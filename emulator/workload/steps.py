@@ -146,6 +146,7 @@ class LayerShape:
     dsa_dim: int = 0
     dsa_topk: int = 0
     dsa_loss: int = 0
+    dsa_skip: bool = False  # the layer reuses an earlier one's top-k (dsa_indexer_topk_freq): no indexer of its own
     # a hybrid model's gated delta net (workload/delta_net.py): key and value heads (whole), their dims, the taps
     g_key_heads: int = 0
     g_value_heads: int = 0
