@@ -10,7 +10,7 @@ the specs, as rules.py's.
 """
 from __future__ import annotations
 
-from emulator.scenario.sparse_attention_rules import FLASH_MLA_HEADS, INDEXER_KEYS
+from emulator.scenario.sparse_attention_rules import INDEXER_KEYS, head_padding_violations
 from emulator.scenario.spec import ModelSpec, ParallelSpec, TrainingSpec
 from emulator.scenario.violation import Violation
 
@@ -80,11 +80,7 @@ def dsv4_layout_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> li
     if t.fp8_dot_product_attention:
         out.append(Violation("training.fp8_dot_product_attention", "dsv4_hybrid's core attention is not Transformer "
                                                                    "Engine's: no FP8 attention"))
-    local = m.heads // p.tp if m.heads % p.tp == 0 else 0
-    if local and local % FLASH_MLA_HEADS and FLASH_MLA_HEADS % local:
-        out.append(Violation("parallel.tp", f"{local} attention heads a GPU: the sparse kernel takes a multiple of "
-                                            f"{FLASH_MLA_HEADS}, or a divisor of it that it pads"))
-    return out
+    return out + head_padding_violations(m, p)
 
 
 def mhc_violations(m: ModelSpec, t: TrainingSpec) -> list[Violation]:

@@ -74,13 +74,18 @@ def dsa_layout_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> lis
         out.append(Violation("training.recompute_modules", "mla_up_proj under a quantised precision: "
                                                            "AbsorbedMLASelfAttention asserts \"FP8/FP4 is not "
                                                            "supported for AbsorbedMLA\""))
-    out += _share_violations(m, p)
+    return out + _share_violations(m, p) + head_padding_violations(m, p)
+
+
+def head_padding_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
+    """A local head count FlashMLA's sparse kernel takes: a multiple of FLASH_MLA_HEADS, or a divisor it pads (DSA's
+    and DeepSeek-V4's cores)."""
     local = m.heads // p.tp if m.heads % p.tp == 0 else 0
     if local and local % FLASH_MLA_HEADS and FLASH_MLA_HEADS % local:
-        out.append(Violation("parallel.tp", f"{local} attention heads a GPU (heads {m.heads} / tp {p.tp}): FlashMLA's "
-                                            f"sparse kernel takes a multiple of {FLASH_MLA_HEADS}, or a divisor of it "
-                                            f"that it pads"))
-    return out
+        return [Violation("parallel.tp", f"{local} attention heads a GPU (heads {m.heads} / tp {p.tp}): FlashMLA's "
+                                         f"sparse kernel takes a multiple of {FLASH_MLA_HEADS}, or a divisor of it "
+                                         f"that it pads")]
+    return []
 
 
 def _share_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:

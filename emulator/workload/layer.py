@@ -347,8 +347,12 @@ def part_shape(L: LayerShape, parts: str) -> LayerShape:
 
 def _dsa_fields(m: ModelSpec) -> dict[str, Any]:
     """DeepSeek Sparse Attention's LayerShape fields (sparse_attention.py); none without it."""
-    if not is_dsa(m):
-        return {}
+    return _indexer_fields(m) if is_dsa(m) else {}
+
+
+def _indexer_fields(m: ModelSpec) -> dict[str, Any]:
+    """The lightning indexer's LayerShape fields (DSA's, DeepSeek-V4's CSA layers'): its heads and head dim, the
+    keys a query attends, and its loss: 0 none, 1 over the top-k keys, 2 over every key."""
     loss = 0 if m.dsa_indexer_loss_coeff <= 0 else 1 if m.dsa_indexer_use_sparse_loss else 2
     return dict(dsa_heads=m.dsa_indexer_n_heads, dsa_dim=m.dsa_indexer_head_dim, dsa_topk=m.dsa_indexer_topk,
                 dsa_loss=loss)
@@ -360,9 +364,7 @@ def _dsv4_fields(m: ModelSpec) -> dict[str, Any]:
     if not is_dsv4(m):
         return {}
     return dict(dsv4=True, csa=attention_ratio(m), csa_window=m.csa_window_size, o_groups=m.o_groups,
-                o_rank=m.o_lora_rank, q_rank=m.q_lora_rank, rope_dim=m.qk_rope_head_dim,
-                dsa_heads=m.dsa_indexer_n_heads, dsa_dim=m.dsa_indexer_head_dim, dsa_topk=m.dsa_indexer_topk,
-                dsa_loss=0 if m.dsa_indexer_loss_coeff <= 0 else 1 if m.dsa_indexer_use_sparse_loss else 2)
+                o_rank=m.o_lora_rank, q_rank=m.q_lora_rank, rope_dim=m.qk_rope_head_dim, **_indexer_fields(m))
 
 
 def attention_shape(L: LayerShape, m: ModelSpec, layer: int) -> LayerShape:
