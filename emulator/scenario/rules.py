@@ -243,7 +243,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
         out.append(Violation("training.optimizer", f"optimizer apex (DistributedFusedAdam) shards the optimizer "
                                                    f"state over the data-parallel ranks: it needs parallel.zero 1 "
                                                    f"or 2, got {p.zero}"))
-    out += _precision_aware_violations(t) + _fp8_attention_violations(t)
+    out += _precision_aware_violations(t) + _fp8_attention_violations(t) + _output_proj_violations(t)
     out += _expert_grid_violations(m, p) + _dispatch_violations(m, p)
     if p.ep > 1 and not m.experts:
         out.append(Violation("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)"))
@@ -431,6 +431,15 @@ def _fp8_attention_violations(t: TrainingSpec) -> list[Violation]:
         return [Violation(key, f"FP8 attention runs only in Transformer Engine's FusedAttention (cuDNN) backend: set "
                                f"training.attention flash (it is {t.attention})")]
     return []
+
+
+def _output_proj_violations(t: TrainingSpec) -> list[Violation]:
+    """Megatron-Core's MXFP8 LM head: fp8 mode with the mxfp8 recipe only (transformer_config.py @ d98e8a64dd,
+    __post_init__: "fp8_output_proj requires fp8_recipe='mxfp8'")."""
+    if not t.fp8_output_proj or t.precision == "mxfp8":
+        return []
+    return [Violation("training.fp8_output_proj", f"the MXFP8 output layer needs training.precision mxfp8 (Megatron-"
+                                                  f"Core requires fp8_recipe mxfp8 for it; it is {t.precision})")]
 
 
 def _precision_aware_violations(t: TrainingSpec) -> list[Violation]:

@@ -621,6 +621,13 @@ class TrainingSpec:
         "With a quantised precision and attention flash: Transformer Engine's FP8 dot product attention (Megatron-"
         "Core's fp8_dot_product_attention, TE's fp8_dpa): Q, K and V are cast to FP8, cuDNN's fused attention runs "
         "in FP8 and its output is cast back; the backward likewise.", default=False)
+    # Megatron-Core's MXFP8 LM head (transformer_config.py fp8_output_proj; gpt_model.py builds the output layer as
+    # extensions/transformer_engine.py TELMHeadColumnParallelLinear when fp8_utils.is_mxfp8_output_proj_active)
+    fp8_output_proj: bool = key(
+        "With precision mxfp8: the output layer (the LM head, and its passes over the MTP modules' hidden states) "
+        "runs its GEMMs in MXFP8 as Transformer Engine's linear layer (Megatron-Core's fp8_output_proj, "
+        "TELMHeadColumnParallelLinear), with its input, weight and output-gradient casts and the weight's two "
+        "MXFP8 copies in memory; false: the head stays in BF16.", default=False)
     # Megatron-LM's BF16 layers of a quantised run (megatron/core/fp8_utils.py, is_first_last_bf16_layer)
     first_last_layers_bf16: bool = key(
         "With a quantised precision (fp8, mxfp8, nvfp4), keep the first num_layers_at_start_in_bf16 and the last "

@@ -333,7 +333,8 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     L = Ly.layer_shape(m, tr.micro_batch, par.tp, par.sequence_parallel, par.cp, par.ep, dtype, flash,
                        fa2=tr.attention == "fa2", etp=par.etp, recipe=Ly.recipe_of(tr.precision, tr.fp8_recipe),
                        non_tn=non_tn_fp8(gpu), parallel=par, sm_count=gpu.sm_count,
-                       fp8_dpa=tr.fp8_dot_product_attention)
+                       fp8_dpa=tr.fp8_dot_product_attention,
+                       fp8_head=tr.fp8_output_proj)
     st = strides(sc)
     hier = par.hierarchical_context_parallel_sizes if par.cp_comm_type == "a2a+p2p" else None
     a = hier[0] if hier else 1  # a2a+p2p: the all-to-all level's consecutive ranks; the ring's step a ranks along CP

@@ -174,14 +174,15 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                 ep: int = 1, dtype: int = 2, flash: bool = False, micro_batches: int = 1,
                 fp8_params: bool = False, fa2: bool = False, etp: int | None = None, recipe: str = "",
                 non_tn: bool = False, parallel: ParallelSpec | None = None, sm_count: int = 0,
-                fp8_dpa: bool = False) -> LayerShape:
+                fp8_dpa: bool = False, fp8_head: bool = False) -> LayerShape:
     """The per-GPU layer shape of ``model`` under the given parallelism. ``dtype`` 1 is quantised training
     (Transformer Engine: quantised GEMMs, BF16 activations) by ``recipe`` (delayed | tensorwise | mxfp8 |
     nvfp4; "": delayed); its weights are quantised once per step of ``micro_batches``
     (:func:`weight_quant_bytes`). ``non_tn``: the GPU runs FP8 GEMMs of every layout (Blackwell).
     ``etp``: the experts' own tensor parallelism (None or t: as the attention's). ``parallel``: its MoE
     dispatch keys; ``sm_count``: the GPU's SMs (the flex dispatcher's kernels take moe_flex_dispatcher_num_sms
-    of them). ``fp8_dpa``: Transformer Engine's FP8 attention (quantised training only)."""
+    of them). ``fp8_dpa``: Transformer Engine's FP8 attention (quantised training only); ``fp8_head``: the LM head
+    in MXFP8 (training.fp8_output_proj; the mxfp8 recipe only)."""
     fp8 = dtype == 1
     if fp8:
         dtype = 2
@@ -203,6 +204,7 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       expert_ffn=expert_ffn(m) if m.experts else 0, shared_ffn=shared_ffn(m) if m.experts else 0,
                       imbalance=m.moe_imbalance, fp8=fp8, recipe=recipe, non_tn=non_tn and fp8, fa2=fa2,
                       fp8_dpa=fp8_dpa and fp8 and flash and not fa2,
+                      fp8_head=fp8_head and recipe == "mxfp8",
                       fp8_weight_bytes=wbytes, head=m.head_dim,
                       load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
                       etp=etp if etp and etp != t else 0, window=m.sliding_window, window_share=window_share(m),
@@ -331,7 +333,7 @@ def _ub_cfg(par: ParallelSpec | None, sm_count: int) -> tuple[tuple[str, str, fl
 
 def unquantised(L: LayerShape) -> LayerShape:
     """The same layer in BF16 (Megatron's first and last BF16 layers of a quantised run)."""
-    return replace(L, fp8=False, recipe="", non_tn=False, fp8_weight_bytes=0.0, fp8_dpa=False)
+    return replace(L, fp8=False, recipe="", non_tn=False, fp8_weight_bytes=0.0, fp8_dpa=False, fp8_head=False)
 
 
 def dense_shape(L: LayerShape) -> LayerShape:
@@ -1238,15 +1240,25 @@ def head_forward(L: LayerShape, vocab: int) -> list[Step]:
     4 twice); its small TP all-reduces of T floats are left out.
     """
     v_l = vocab // L.t
-    return [*HC.contract(L), _norm(L, "final_norm", FWD), *_tp_in(L, "head", FWD),
-            gemm("lm_head", L.T, v_l, L.h, L, 1, FWD),
-            Kernel("loss", "elementwise", 5.0 * L.T * v_l, 18.0 * L.T * v_l, FWD)]
+    return head_casts([*HC.contract(L), _norm(L, "final_norm", FWD), *_tp_in(L, "head", FWD),
+                       gemm("lm_head", L.T, v_l, L.h, L, 1, FWD),
+                       Kernel("loss", "elementwise", 5.0 * L.T * v_l, 18.0 * L.T * v_l, FWD)], L)
 
 
 def head_backward(L: LayerShape, vocab: int) -> list[Step]:
     """Cross-entropy gradient (10 B per logit: read fp32 softmax, write bf16 grad and a
     fp32 pass), the logits GEMM backward as a column-parallel linear, the final norm."""
     v_l = vocab // L.t
-    return [Kernel("loss_bwd", "elementwise", 2.0 * L.T * v_l, 10.0 * L.T * v_l, BWD),
-            *_column_backward(L, "lm_head", L.T, v_l, L.h),
-            elementwise("final_norm_bwd", L.Te * L.h, 3.0, L, 10.0, BWD), *HC.contract_backward(L)]
+    return head_casts([Kernel("loss_bwd", "elementwise", 2.0 * L.T * v_l, 10.0 * L.T * v_l, BWD),
+                       *_column_backward(L, "lm_head", L.T, v_l, L.h),
+                       elementwise("final_norm_bwd", L.Te * L.h, 3.0, L, 10.0, BWD), *HC.contract_backward(L)], L,
+                      backward=True)
+
+
+def head_casts(steps: list[Step], L: LayerShape, backward: bool = False) -> list[Step]:
+    """The LM head's ``steps`` with Transformer Engine's casts where its GEMMs run in MXFP8 (``L.fp8_head``,
+    training.fp8_output_proj): the input's and, once a step, the weight's before the forward GEMM, the output
+    gradient's before dgrad; ``steps`` as they are otherwise."""
+    if not L.fp8_head:
+        return steps
+    return fp8_backward_casts(steps, L) if backward else fp8_forward_casts(steps, L)

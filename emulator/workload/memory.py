@@ -565,6 +565,8 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
             work += 2 * WEIGHT_BYTES * (dense + expert) / max(sum(mine), 1)
         if head_stage(par) in held:
             work += 4.0 * s * tr.micro_batch * m.vocab / par.tp * (1 + m.mtp_num_layers)  # the MTP heads' too
+            if tr.fp8_output_proj and recipe == "mxfp8":  # the MXFP8 head's two cached copies beside its bf16 weight
+                states["params"] += quant_weight_bytes(m.vocab * m.hidden / par.tp, recipe, False)
         breakdown = {**states, "activations": acts, "workspace": work}
         peak = sum(breakdown.values())
         out.append(MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage,

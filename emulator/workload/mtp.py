@@ -95,7 +95,7 @@ def mtp_head_forward(L: LayerShape, vocab: int, mtp: int) -> list[Step]:
                          if L.t > 1 and L.sp else []),
                        Ly.gemm("lm_head.mtp", L.T, v_l, L.h, L, 1, FWD),
                        Kernel("loss.mtp", "elementwise", 5.0 * L.T * v_l, 18.0 * L.T * v_l, FWD)]
-    return one * mtp
+    return Ly.head_casts(one, L) * mtp
 
 
 def mtp_head_backward(L: LayerShape, vocab: int, mtp: int) -> list[Step]:
@@ -103,4 +103,4 @@ def mtp_head_backward(L: LayerShape, vocab: int, mtp: int) -> list[Step]:
     v_l = vocab // L.t
     one: list[Step] = [Kernel("loss.mtp_bwd", "elementwise", 2.0 * L.T * v_l, 10.0 * L.T * v_l, BWD),
                        *Ly.column_backward(L, "lm_head.mtp", L.T, v_l, L.h)]
-    return one * mtp
+    return Ly.head_casts(one, L, backward=True) * mtp

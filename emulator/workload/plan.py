@@ -343,7 +343,8 @@ def make_plan(sc: Scenario, step: int = 0) -> Plan:
                        micro_batches=micro, fp8_params=tr.fp8_params or tr.fp4_param, fa2=tr.attention == "fa2",
                        etp=par.etp,
                        recipe=Ly.recipe_of(tr.precision, tr.fp8_recipe), non_tn=non_tn_fp8(gpu),
-                       parallel=par, sm_count=gpu.sm_count, fp8_dpa=tr.fp8_dot_product_attention)
+                       parallel=par, sm_count=gpu.sm_count, fp8_dpa=tr.fp8_dot_product_attention,
+                       fp8_head=tr.fp8_output_proj)
     # fp8 (Transformer Engine): GEMM operands in FP8, the activations that move in BF16, the weights too but with
     # fp8_params (Plan.gathered)
     chunks = chunk_plan(m, par)

@@ -100,6 +100,7 @@ class LayerShape:
     fp8_weight_bytes: float = 0.0  # bytes per weight element per micro-batch of the step's weight cast
     fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
     fp8_dpa: bool = False  # training.fp8_dot_product_attention: cuDNN's fused attention in FP8, with TE's casts
+    fp8_head: bool = False  # training.fp8_output_proj: the LM head's GEMMs in MXFP8 (TELMHeadColumnParallelLinear)
     head: int = 0  # dims per head (model.head_dim); 0: h / heads
     etp: int = 0  # expert tensor-parallel size when it is not t (MoE parallel folding); 0: the experts use t
     dispatcher: str = "alltoall"  # parallel.moe_token_dispatcher_type (workload/dispatch.py)
@@ -278,7 +279,7 @@ BF16_GEMMS = ("attn.", "moe.router", "lm_head", "q_absorb", "v_up", "o_a")
 def gemm(name: str, m: int, n: int, k: int, L: LayerShape, batch: int = 1, cat: str = FWD) -> Kernel:
     """A GEMM; one of a quantised run's linear layers has dtype 1 and its recipe's precision (``quant``), its
     operands read at the quantised size (MXFP8 and NVFP4 with their block scales)."""
-    if L.fp8 and not name.startswith(BF16_GEMMS):
+    if L.fp8 and (not name.startswith(BF16_GEMMS) or (L.fp8_head and name.startswith("lm_head"))):
         quant = L.recipe if L.recipe in ("mxfp8", "nvfp4") else "fp8"
         per = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}.get(quant, 1.0)
         nbytes = float((m * k + k * n) * batch) * per + float(m * n * batch) * 2.0
