@@ -216,3 +216,27 @@ def test_the_cuda_graph_modules_take_the_new_kernels():
     assert {H.module_of(n, True) for n in ("q_a", "q_b.dgrad", "kv_proj.wgrad", "compress.proj", "o_a.dgrad",
                                             "hc.attn.pre", "hc.attn.post_bwd")} == {"attn"}
     assert H.module_of("hc.mlp.post", True) == "moe_router" and H.module_of("hc.mlp.pre", False) == "mlp"
+
+
+def test_a_stage_keeps_each_layer_s_own_attention_activations():
+    from emulator.scenario import load_scenario
+    from emulator.workload.memory import stage_memory
+
+    sc = load_scenario("scenarios/deepseek-v4-flash-64-gb200-bf16.yaml")
+    m = M.resolve(sc.model)
+    assert [M.compress_ratio(m, i) for i in range(4)] == [0, 0, 4, 128]
+    b = [A.scenario_layer_bytes(sc, m, True, layer=i) for i in range(4)]
+    # BF16, 4096 tokens, TP 1: 4096 B per per-token byte. A ratio-4 layer over a ratio-128 one: the compressor's kv and
+    # gate at width 2D instead of D, 2·2·(2·512 − 512) = 2048, and the indexer: its top-k indices 4·512 = 2048, its q
+    # and weights 2·(64·128 + 64) = 16,512, its compressor's kv and gate as _dsv4_parts counts them, 2·2·4·128 = 2048:
+    # 2048 + 2048 + 16,512 + 2048 = 22,656 B a token, 92,798,976 B
+    assert b[2] - b[3] == 22_656 * 4096
+    # a ratio-0 layer (the window only) has no compressor: 2·2·512 = 2048 B a token less than a ratio-128 one
+    assert b[3] - b[0] == 2048 * 4096
+    # the largest kind's bytes stand for a layer not named, as before
+    assert A.scenario_layer_bytes(sc, m, True) == b[2]
+    # a stage keeps the mean of its layers: [2, 3] holds one of each
+    assert A.differing_layer_bytes(sc, m, [2, 3], (0.0, 0.0)) == (b[2] + b[3]) / 2
+    # the first stage holds layers 0-5 (ratios 0, 0, 4, 128, 4, 128) and, in 1F1B over PP 8, eight micro-batches
+    # of them in flight: 48 layers at their mean, 8·(2·b0 + 2·b4 + 2·b128), not 48 ratio-4 layers
+    assert stage_memory(sc)[0].breakdown["activations"] == 8 * (2 * b[0] + 2 * b[2] + 2 * b[3])

@@ -192,3 +192,18 @@ def test_top_k_sharing_stays_within_a_pipeline_stage():
     with pytest.raises(ScenarioError) as err:
         load_scenario_text(_scenario(", dsa_indexer_topk_freq: 3", "tp: 1, pp: 2, dp: 16"))
     assert err.value.key == "model.dsa_indexer_topk_freq" and "layer 3 reuses the top-k of layer 1" in err.value.message
+
+
+def test_a_layer_that_shares_the_top_k_keeps_no_indexer_tensors():
+    from emulator.scenario import load_scenario
+    from emulator.workload import activations as A
+
+    sc = load_scenario("scenarios/glm-5-192-gb200.yaml", ["model.dsa_indexer_topk_freq=2", "training.recompute=none"])
+    m = M.resolve(sc.model)
+    assert [M.dsa_skips(m, i) for i in (4, 5)] == [False, True]
+    own, shared = (A.scenario_layer_bytes(sc, m, True, layer=i) for i in (4, 5))
+    # 131,072 tokens over CP 32: 4096 a rank, BF16, TP 1: 4096 B per per-token byte. The sharing layer keeps no top-k
+    # indices, 4·2048 = 8192, and no indexer q, weights and k for the indexer loss, 2·(32·128 + 32 + 128) = 8512:
+    # 16,704 B a token, 68,419,584 B
+    assert own - shared == 16_704 * 4096
+    assert A.differing_layer_bytes(sc, m, [4, 5], (0.0, 0.0)) == (own + shared) / 2

@@ -51,21 +51,24 @@ def rank_load(r: ModelSpec, ep: int, tokens: int = 0) -> float:
     return routing.stashed_load(r, M.moe_rank_load(r, ep, tokens))
 
 
-def attention_parts(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) -> tuple[float, float, float]:
+def attention_parts(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False,
+                    layer: int | None = None) -> tuple[float, float, float]:
     """(replicated, Q K V, projection) stored bytes per token of the attention block; ``g`` bytes per element of a
     saved GEMM input (2, or 1 in fp8); ``keeps_out``: the attention also keeps its output, which in fp8 is not the
     tensor the projection saves. ``dpa`` (training.fp8_dot_product_attention): Transformer Engine's FP8 attention
     saves Q, K, V and its output in FP8, one byte an element (its fused attention's save_for_backward of the FP8
-    tensors), not two."""
+    tensors), not two. ``layer``: the global index of the layer where the layers' attention differs
+    (models.layers_differ; None: the largest kind's)."""
     h, a = r.hidden, r.heads
     e = 1 if dpa else 2
     d_v = M.head_dims(r)[1] if M.is_mla(r) else M.head_dim(r)
     out = a * d_v  # the projection's input width
     proj = 2 * out if g == 2 else g * out + (e * out if keeps_out else 0)
     if M.is_dsa(r):
-        return _dsa_parts(r, g) + (proj,)
+        return _dsa_parts(r, g, layer is not None and M.dsa_skips(r, layer)) + (proj,)
     if M.is_dsv4(r):
-        return _dsv4_parts(r, g, keeps_out) + (g * r.o_groups * r.o_lora_rank,)
+        ratio = M.attention_ratio(r) if layer is None else M.compress_ratio(r, layer)
+        return _dsv4_parts(r, g, keeps_out, ratio) + (g * r.o_groups * r.o_lora_rank,)
     if M.is_mla(r):
         d_qk = M.head_dims(r)[0]
         q, kv = r.q_lora_rank, r.kv_lora_rank
@@ -76,30 +79,31 @@ def attention_parts(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) 
     return g * h, e * (out + 2 * kvd) + gate, proj  # QKV input; Q, K, V; projection input
 
 
-def _dsa_parts(r: ModelSpec, g: float) -> tuple[float, float]:
+def _dsa_parts(r: ModelSpec, g: float, skip: bool = False) -> tuple[float, float]:
     """(replicated, sharded) stored bytes per token of DeepSeek Sparse Attention's absorbed MLA (workload/
     sparse_attention.py) but the projection's input. Replicated: the layer input, the latent norms' inputs and
     q_up's, the shared key r + d_r the core keeps, the top-k indices (int32, every TP rank's all), and with the loss
     the indexer's q, weights and k. Sharded: the query's non-rope part (the absorb einsum's input), the absorbed
     query (the core's), the latent output (the value einsum's input) and the core's fp32 log-sum-exp. The key
-    the core keeps is this rank's share (the CP-gathered copy is transient), an approximation."""
+    the core keeps is this rank's share (the CP-gathered copy is transient), an approximation. A layer that
+    reuses an earlier layer's top-k (``skip``, models.dsa_skips) has no indexer and keeps no indices of its own."""
     a, d_r, q, kv = r.heads, r.qk_rope_head_dim, r.q_lora_rank, r.kv_lora_rank
     d_n = M.head_dims(r)[0] - d_r
     H, D = r.dsa_indexer_n_heads, r.dsa_indexer_head_dim
-    indexer = 2 * (H * D + H + D) if r.dsa_indexer_loss_coeff > 0 else 0
-    rep = g * r.hidden + 2 * (q + kv + d_r) + g * q + 2 * (kv + d_r) + 4 * r.dsa_indexer_topk + indexer
+    indexer = 0 if skip else 4 * r.dsa_indexer_topk + (2 * (H * D + H + D) if r.dsa_indexer_loss_coeff > 0 else 0)
+    rep = g * r.hidden + 2 * (q + kv + d_r) + g * q + 2 * (kv + d_r) + indexer
     return rep, 2 * a * d_n + 2 * a * (kv + d_r) + 2 * a * kv + 4 * a
 
 
-def _dsv4_parts(r: ModelSpec, g: float, keeps_out: bool) -> tuple[float, float]:
+def _dsv4_parts(r: ModelSpec, g: float, keeps_out: bool, ratio: int) -> tuple[float, float]:
     """(replicated, sharded) stored bytes per token of DeepSeek-V4's attention (workload/compressed_attention.py) but
-    o_b's input, at its largest layer's ratio (models.attention_ratio). Replicated: q_a's input, q_a_norm's and q_b's
+    o_b's input, of a layer at compression ratio ``ratio``. Replicated: q_a's input, q_a_norm's and q_b's
     (r_q each), kv_norm's input and the shared key the core keeps (D each), the compressor's kv and gate (2·w each,
     for the pooling's backward), the top-k indices (int32) and with the loss the indexer's q, weights and its
     compressor's kv and gate. Sharded: q_b's output (its norm's input) and the query the core keeps (a·D each), the
     core's output (o_a's input, a BF16 bmm) and log-sum-exp, and with ``keeps_out`` the core's own output beside it.
     An ASSUMPTION of what Megatron-Core's dev branch saves, read from HF's modules."""
-    a, D, q, ratio = r.heads, M.head_dim(r), r.q_lora_rank, M.attention_ratio(r)
+    a, D, q = r.heads, M.head_dim(r), r.q_lora_rank
     comp = 2 * 2 * (2 * D if ratio == 4 else D) if ratio else 0
     indexer = 0
     if ratio == 4:
@@ -118,9 +122,10 @@ def mhc_terms(r: ModelSpec) -> float:
     return 2 * (2 * r.mhc_num_residual_streams * r.hidden + 2 * r.hidden)
 
 
-def attention_terms(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False) -> tuple[float, float]:
+def attention_terms(r: ModelSpec, g: float, keeps_out: bool, dpa: bool = False,
+                    layer: int | None = None) -> tuple[float, float]:
     """(replicated, sharded) stored bytes per token of the attention block (:func:`attention_parts`)."""
-    rep, qkv, proj = attention_parts(r, g, keeps_out, dpa)
+    rep, qkv, proj = attention_parts(r, g, keeps_out, dpa, layer)
     return rep, qkv + proj
 
 
@@ -242,14 +247,15 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
                            recompute: str = "none", flash: bool = False, dtype: int = 2,
                            ep: int = 1, moe: bool | None = None, fp8: bool = False,
                            modules: tuple[str, ...] | None = None, saved: float = 1.0, etp: int = 1,
-                           dpa: bool = False, part: str = "") -> float:
+                           dpa: bool = False, part: str = "", layer: int | None = None) -> float:
     """Stored activations of one layer, one micro-batch, on one GPU (see module docstring); ``etp``: the experts'
     tensor-parallel size (:func:`expert_input_terms`); ``moe``
     False: a dense leading layer of an MoE model (None: an MoE layer if the model has experts);
     ``fp8``: Transformer Engine saves the GEMM inputs quantised, ``saved`` bytes an element (1 in FP8;
     SAVED_INPUT_BYTES); ``modules``: selective recompute of those modules (:func:`freed_terms`); ``dpa``: FP8
     attention (:func:`attention_parts`); ``part``: one part of a hybrid model's layer (workload/hybrid.py's
-    symbols, :func:`part_terms`), "" a whole transformer layer."""
+    symbols, :func:`part_terms`), "" a whole transformer layer; ``layer``: the global index of the layer whose
+    attention it is where the layers' attention differs (models.layers_differ; None: the largest kind's)."""
     r = M.resolve(m)
     h, a = r.hidden, r.heads
     dropout = M.has_dropout(r)
@@ -258,7 +264,8 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
         return 2 * s * b * h * dtype / 2 / (t if sp else 1)
     mask = 1.0 if dropout else 0.0  # 1-byte dropout mask per element of h
     g = saved if fp8 else 2
-    attn_rep, attn_sharded = attention_terms(r, g, keeps_out=flash and recompute == "none", dpa=dpa and fp8)
+    attn_rep, attn_sharded = attention_terms(r, g, keeps_out=flash and recompute == "none", dpa=dpa and fp8,
+                                             layer=layer)
     # 2 norm inputs, 2 masks, QKV and MLP inputs, mHC's streams
     replicated = 2 * 2 * h + 2 * mask * h + attn_rep + g * h + mhc_terms(r)
     is_moe = bool(r.experts) if moe is None else moe
@@ -282,9 +289,10 @@ def layer_activation_bytes(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     return unit * (replicated + (sharded + scores) / t)
 
 
-def scenario_layer_bytes(sc: Scenario, m: ModelSpec, moe: bool | None = None, part: str = "") -> float:
+def scenario_layer_bytes(sc: Scenario, m: ModelSpec, moe: bool | None = None, part: str = "",
+                         layer: int | None = None) -> float:
     """:func:`layer_activation_bytes` of model ``m`` at scenario ``sc``'s shape, parallelism, precision, recompute and
-    attention (``moe`` and ``part`` as there): what workload/memory.py keeps per layer in flight and
+    attention (``moe``, ``part`` and ``layer`` as there): what workload/memory.py keeps per layer in flight and
     workload/cpu_offload.py sends."""
     par, tr = sc.parallel, sc.training
     return layer_activation_bytes(
@@ -292,7 +300,7 @@ def scenario_layer_bytes(sc: Scenario, m: ModelSpec, moe: bool | None = None, pa
         tr.attention in ("flash", "fa2") or par.cp > 1, 4 if tr.precision in ("fp32", "tf32") else 2, par.ep, moe,
         tr.precision in QUANTISED, tr.recompute_modules, SAVED_INPUT_BYTES.get(recipe_of(tr.precision, tr.fp8_recipe),
                                                                                1.0),
-        par.etp or par.tp, tr.fp8_dot_product_attention, part)
+        par.etp or par.tp, tr.fp8_dot_product_attention, part, layer)
 
 
 def hybrid_layer_bytes(sc: Scenario, m: ModelSpec, layers: list[int]) -> float:
@@ -304,3 +312,18 @@ def hybrid_layer_bytes(sc: Scenario, m: ModelSpec, layers: list[int]) -> float:
     symbols = set(m.hybrid_layer_pattern) - {"/"}
     by_part = {p: scenario_layer_bytes(sc, m, p == hybrid.MOE, p) for p in symbols}
     return sum(sum(by_part[p] for p in M.layer_parts(m, i)) for i in layers) / len(layers)
+
+
+def differing_layer_bytes(sc: Scenario, m: ModelSpec, layers: list[int], offloaded: tuple[float, float]) -> float:
+    """The mean of :func:`scenario_layer_bytes` over ``layers`` of a model whose layers' attention differs
+    (models.layers_differ: DeepSeek-V4's compression ratios, DSA's top-k sharing), each at its own attention and
+    kind (an MoE model's leading dense layers dense; an MTP module's index layers + 1 + d), less what fine-grained
+    offloading sends away from it (``offloaded``: an MoE layer's, a dense one's): what one of them keeps in flight,
+    on average, where a stage holds them; 0 for none."""
+    if not layers:
+        return 0.0
+    total = 0.0
+    for i in layers:
+        moe = M.is_moe_layer(m, i) or not m.experts
+        total += scenario_layer_bytes(sc, m, moe, layer=i) - offloaded[0 if moe else 1]
+    return total / len(layers)

@@ -53,7 +53,12 @@ from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of,
 from emulator.workload import hybrid, routing
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
-from emulator.workload.activations import hybrid_layer_bytes, layer_activation_bytes, scenario_layer_bytes
+from emulator.workload.activations import (
+    differing_layer_bytes,
+    hybrid_layer_bytes,
+    layer_activation_bytes,
+    scenario_layer_bytes,
+)
 from emulator.workload.cpu_offload import offloaded_layers
 from emulator.workload.layer import MXFP8_COPY, NVFP4_WEIGHT_COPY, recipe_of
 from emulator.workload.offload import OFFLOAD_RESIDENT_LAYERS, layer_offload, offload_share
@@ -548,10 +553,12 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         off_l, off_d = off_layer * share, off_dense * share
         lead = any(_dense_layers_of(sc, k) for k in held) and bool(m.experts)
         worst = max(per_layer - off_l, per_dense - off_d) if lead else per_layer - off_l
-        if hybrid.is_hybrid(m):  # a hybrid stage's layers differ: what one of them keeps on average, MTP's with them
+        if hybrid.is_hybrid(m) or M.layers_differ(m):  # the layers differ: what one keeps on average, MTP's with them
             mtp = [m.layers + 1 + d for d in range(plan.mtp)] \
                 if plan.mtp_chunk >= 0 and rank_of(plan.mtp_chunk, par.pp, v_shape) in held else []
-            worst = hybrid_layer_bytes(sc, m, [i for k in held for i in _layers_of(sc, k)] + mtp)
+            layers = [i for k in held for i in _layers_of(sc, k)] + mtp
+            worst = hybrid_layer_bytes(sc, m, layers) if hybrid.is_hybrid(m) \
+                else differing_layer_bytes(sc, m, layers, (off_l, off_d))
         weights = tuple(n for k in held for n in with_mtp[k])
         in_flight = max_in_flight(tasks, weights, combined=par.overlap_moe_expert_parallel_comm)  # layers in flight
         kept = max(in_flight - cpu_k, 0.0)  # layer-wise CPU offloading: (L − K) layers' worth (cpu_offload.py)
