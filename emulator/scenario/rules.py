@@ -24,6 +24,7 @@ from emulator.scenario.compressed_attention_rules import (
     mhc_violations,
 )
 from emulator.scenario.hybrid_rules import hybrid_layout_violations, hybrid_model_violations
+from emulator.scenario.op_fuser_rules import op_fuser_violations
 from emulator.scenario.sparse_attention_rules import dsa_layout_violations, dsa_model_violations
 from emulator.scenario.spec import QUANTISED, SCHEDULES, ModelSpec, ParallelSpec, TrainingSpec
 from emulator.scenario.stages import LAYOUT_KEY, V_SHAPED, model_chunks
@@ -263,7 +264,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     out += _rank_budget_violations(m, t, p) + _cpu_offload_violations(m, t, p)
     out += _cuda_graph_violations(m, t, p)
     out += _tensor_violations(m, p) + hybrid_layout_violations(m, t, p) + dsa_layout_violations(m, t, p)
-    out += dsv4_layout_violations(m, t, p) + mhc_violations(m, t)
+    out += dsv4_layout_violations(m, t, p) + mhc_violations(m, t) + op_fuser_violations(m, t, p)
     out += _a2a_overlap_violations(m, t, p)
     micro_batches = t.global_batch // per_step
     if p.schedule == "dualpipev" and micro_batches < 2 * p.pp:

@@ -411,6 +411,16 @@ class ModelSpec:
         "over TP) takes the tokens from hidden to it before the dispatch and one takes them back after the combine, so "
         "the dispatch, the combine and the experts' GEMMs move and take latent-wide rows; the shared experts keep "
         "hidden. 0 or absent: none.", default=0, minimum=0, maximum=10**7)
+    use_transformer_engine_op_fuser: bool = key(
+        "Megatron-Core's use_transformer_engine_op_fuser: the routed experts as Transformer Engine's fusible ops "
+        "(experts.py TEGroupedMLP._fused_forward; Megatron-Core asserts it for SwiGLU experts only with TE's "
+        "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, which the bridge's recipes set beside it). On a GPU with block-scaled "
+        "tensor cores under mxfp8 or nvfp4, TE runs them as its CuTe DSL fused grouped MLP (ops/fused/"
+        "grouped_mlp.py): fc1 with the activation, the probabilities and the quantisation of fc2's input in one "
+        "grouped GEMM, fc2's dgrad with the activation's backward and the quantisation of fc1's output gradient in "
+        "another; elsewhere the same kernels as without it. Needs the experts' TP 1 and SwiGLU or squared-ReLU "
+        "experts. Megatron's default, false.",
+        default=False)
     moe_permute_fusion_into_hybridep: bool = key(
         "Megatron-Core's moe_permute_fusion_into_hybridep: with the flex dispatcher's hybridep backend, the dispatch "
         "writes the tokens in the experts' order and the combine reads them from it (hybrid_ep_dispatch with "

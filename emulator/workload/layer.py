@@ -205,6 +205,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                       imbalance=m.moe_imbalance, fp8=fp8, recipe=recipe, non_tn=non_tn and fp8, fa2=fa2,
                       fp8_dpa=fp8_dpa and fp8 and flash and not fa2,
                       fp8_head=fp8_head and recipe == "mxfp8",
+                      fused_mlp=bool(m.experts) and m.use_transformer_engine_op_fuser and non_tn
+                      and recipe in ("mxfp8", "nvfp4"),
                       fp8_weight_bytes=wbytes, head=m.head_dim,
                       load=_load(m, ep, micro_batch * (m.seq_len // cp), t, sp, etp),
                       etp=etp if etp and etp != t else 0, window=m.sliding_window, window_share=window_share(m),
@@ -487,6 +489,8 @@ def fp8_forward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
         if isinstance(st, Kernel) and st.kind == "gemm" and st.dtype == 1:
             casts = _quant_kernels(f"{st.name}.fp8_cast_x", float(st.m * st.k * st.batch), 3, st.category, L,
                                    _gathered(out, L))
+            if L.fused_mlp and f"{st.name}.fp8_cast_x" in _FUSED_MLP_SKIPS:  # fc1's epilogue quantised it
+                casts = []
             if st.category != RECOMPUTE and L.fp8_weight_bytes > 0:
                 w = float(st.n * st.k * st.batch)
                 casts.append(Kernel(f"{st.name}.fp8_cast_w", "cast", w / 4.0 * L.fp8_weight_bytes,
@@ -500,7 +504,8 @@ def fp8_backward_casts(steps: list[Step], L: LayerShape) -> list[Step]:
     """Before each quantised dgrad GEMM: the quantisation of the output gradient (m × its k elements)."""
     out: list[Step] = []
     for st in steps:
-        if isinstance(st, Kernel) and st.kind == "gemm" and st.dtype == 1 and st.name.endswith(".dgrad"):
+        if isinstance(st, Kernel) and st.kind == "gemm" and st.dtype == 1 and st.name.endswith(".dgrad") \
+                and not (L.fused_mlp and f"{st.name[:-6]}.fp8_cast_dy" in _FUSED_MLP_SKIPS):
             _insert(out, _quant_kernels(f"{st.name[:-6]}.fp8_cast_dy", float(st.m * st.k * st.batch), 2, BWD, L,
                                         _gathered(out, L), grad=True))
         out.append(st)
@@ -842,15 +847,13 @@ def _mlp_core_forward(L: LayerShape, cat: str) -> list[Step]:
         return [gemm("mlp.up", L.T, L.up_n, L.h, L, 1, cat), act, gemm("mlp.down", L.T, L.h, L.f_l, L, 1, cat)]
     routed, local, m_e, a2a = _moe_sizes(L)
     fe = L.fe_l
-    up = 2 * fe if L.swiglu else fe
     shared = _shared_forward(L, cat)
     first, second = shared_split(L, shared)
     steps: list[Step] = [*route_and_permute(L, L.T, routed, cat), *(shared if not first else [])]
     steps += dispatch_steps(L, L.T, a2a, cat, first)
     act = _act_forward(L, cat, m_e * local if L.rank_load != 1.0 or L.pad_rows else routed, fe)
     steps += chunk_sort(L, "moe.sort_chunks", m_e * local, cat) + expert_padding(L, m_e * local, cat, True)
-    steps += [grouped_gemm("moe.up", m_e, up, L.hx, L, local, cat), act,
-              grouped_gemm("moe.down", m_e, L.hx, fe, L, local, cat)]
+    steps += _experts_forward(L, m_e, local, act, cat)
     steps += expert_padding(L, m_e * local, cat, False) + chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
     steps += combine_steps(L, L.T, a2a, cat, second)
     steps += unpermute(L, routed, cat) + latent_up(L, L.T, cat)
@@ -892,7 +895,6 @@ def _etp(L: LayerShape, name: str, collective: str, nbytes: float, cat: str) -> 
 def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
     routed, local, m_e, a2a = _folded_sizes(L)
     fe = L.fe_l
-    up = 2 * fe if L.swiglu else fe
     gathered = m_e * local * L.hx * L.dtype  # the ETP all-gather's output (nccl-tests S)
     shared = _shared_forward(L, cat) if L.shared_ffn else []
     first, second = shared_split(L, shared)
@@ -902,8 +904,7 @@ def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
     steps += dispatch_steps(L, L.Te, a2a, cat, first)
     steps += _etp(L, "moe.etp_ag", "all_gather", gathered, cat) + chunk_sort(L, "moe.sort_chunks", m_e * local, cat)
     steps += expert_padding(L, m_e * local, cat, True)
-    steps += [grouped_gemm("moe.up", m_e, up, L.hx, L, local, cat), _act_forward(L, cat, m_e * local, fe),
-              grouped_gemm("moe.down", m_e, L.hx, fe, L, local, cat)]
+    steps += _experts_forward(L, m_e, local, _act_forward(L, cat, m_e * local, fe), cat)
     steps += expert_padding(L, m_e * local, cat, False) + chunk_sort(L, "moe.unsort_chunks", m_e * local, cat)
     steps += _etp(L, "moe.etp_rs", "reduce_scatter", gathered, cat)
     steps += combine_steps(L, L.Te, a2a, cat, second)
@@ -916,15 +917,13 @@ def _folded_moe_forward(L: LayerShape, cat: str) -> list[Step]:
 def _folded_moe_backward(L: LayerShape) -> list[Step]:
     routed, local, m_e, a2a = _folded_sizes(L)
     fe = L.fe_l
-    up = 2 * fe if L.swiglu else fe
     gathered = m_e * local * L.hx * L.dtype
     steps: list[Step] = [*latent_up_backward(L, L.Te), *unpermute_backward(L, routed)]
     steps += combine_backward(L, L.Te, a2a)
     steps += _etp(L, "moe.etp_ag_bwd", "all_gather", gathered, BWD) + chunk_sort(L, "moe.unsort_chunks_bwd",
                                                                                   m_e * local, BWD)
     steps += expert_padding(L, m_e * local, BWD, False)
-    steps += [*_grouped_backward(L, "moe.down", m_e, L.hx, fe, local), _act_backward(L, m_e * local, fe),
-              *_grouped_backward(L, "moe.up", m_e, up, L.hx, local)]
+    steps += _experts_backward(L, m_e, local, _act_backward(L, m_e * local, fe))
     steps += expert_padding(L, m_e * local, BWD, True) + chunk_sort(L, "moe.sort_chunks_bwd", m_e * local, BWD)
     steps += _etp(L, "moe.etp_rs_bwd", "reduce_scatter", gathered, BWD)
     steps += dispatch_backward(L, L.Te, a2a)
@@ -1092,6 +1091,43 @@ def _shared_backward(L: LayerShape) -> list[Step]:
             *linear_backward(L, "shared.up", L.T, up, L.h)]
 
 
+# Transformer Engine's CuTe DSL fused grouped MLP (model.use_transformer_engine_op_fuser; transformer_engine/pytorch/
+# ops/fused/grouped_mlp.py @ d0067d0da, _GroupedMLP_CuTeGEMMBase: sm_100, MXFP8 or NVFP4). Forward, cuDNN frontend's
+# grouped_gemm_glu (or _srelu) runs fc1 and in its epilogue the activation, the router's probabilities and the
+# quantisation of fc2's input, writing the BF16 pre-activation (c_tensor, the GEMM's own output here) and fc2's input
+# in both quantised copies (d_tensor, d_col_tensor); fc2 then reads that input as it is. Backward, grouped_gemm_dglu
+# runs fc2's dgrad and in its epilogue the activation's backward from the saved pre-activation and the quantisation of
+# fc1's output gradient, both copies (d_row_tensor, d_col_tensor), in place of the BF16 gradient of the activation's
+# output. The separate activation kernels and those two casts go.
+_FUSED_MLP_SKIPS = ("moe.down.fp8_cast_x", "moe.up.fp8_cast_dy")
+
+
+def _experts_forward(L: LayerShape, m_e: int, local: int, act: Kernel, cat: str) -> list[Step]:
+    """The local experts' fc1 · activation (``act``) · fc2 grouped GEMMs of ``m_e`` rows each; under TE's fused
+    grouped MLP (``L.fused_mlp``) the activation in fc1's epilogue, which writes fc2's input both quantised copies."""
+    fe = L.fe_l
+    up = grouped_gemm("moe.up", m_e, 2 * fe if L.swiglu else fe, L.hx, L, local, cat)
+    down = grouped_gemm("moe.down", m_e, L.hx, fe, L, local, cat)
+    if not L.fused_mlp:
+        return [up, act, down]
+    return [replace(up, bytes=up.bytes + 2 * _QUANT_BYTES[L.recipe] * m_e * local * fe), down]
+
+
+def _experts_backward(L: LayerShape, m_e: int, local: int, act: Kernel) -> list[Step]:
+    """fc2's dgrad and wgrad, the activation's backward (``act``), fc1's; under TE's fused grouped MLP the activation's
+    backward in fc2's dgrad epilogue, which reads the saved BF16 pre-activation and writes fc1's output gradient in
+    both quantised copies instead of the BF16 gradient of the activation's output."""
+    fe = L.fe_l
+    up = 2 * fe if L.swiglu else fe
+    fc2, fc1 = _grouped_backward(L, "moe.down", m_e, L.hx, fe, local), _grouped_backward(L, "moe.up", m_e, up, L.hx,
+                                                                                          local)
+    if not L.fused_mlp:
+        return [*fc2, act, *fc1]
+    rows = m_e * local
+    epilogue = rows * up * (2.0 + 2 * _QUANT_BYTES[L.recipe]) - rows * fe * 2.0
+    return [replace(fc2[0], bytes=fc2[0].bytes + epilogue), fc2[1], *fc1]
+
+
 def _grouped_backward(L: LayerShape, name: str, m: int, n_out: int, k_in: int, groups: int) -> list[Step]:
     """dgrad then wgrad of the local experts' grouped GEMM."""
     return [grouped_gemm(f"{name}.dgrad", m, k_in, n_out, L, groups, BWD),
@@ -1104,13 +1140,11 @@ def _mlp_core_backward(L: LayerShape) -> list[Step]:
                 *_column_backward(L, "mlp.up", L.T, L.up_n, L.h)]
     routed, local, m_e, a2a = _moe_sizes(L)
     fe = L.fe_l
-    up = 2 * fe if L.swiglu else fe
     steps: list[Step] = [*latent_up_backward(L, L.T), *unpermute_backward(L, routed)]
     steps += combine_backward(L, L.T, a2a)
     steps += chunk_sort(L, "moe.unsort_chunks_bwd", m_e * local, BWD) + expert_padding(L, m_e * local, BWD, False)
-    steps += [*_grouped_backward(L, "moe.down", m_e, L.hx, fe, local),
-              _act_backward(L, m_e * local if L.rank_load != 1.0 or L.pad_rows else routed, fe),
-              *_grouped_backward(L, "moe.up", m_e, up, L.hx, local)]
+    steps += _experts_backward(L, m_e, local, _act_backward(L, m_e * local if L.rank_load != 1.0 or L.pad_rows
+                                                          else routed, fe))
     steps += expert_padding(L, m_e * local, BWD, True) + chunk_sort(L, "moe.sort_chunks_bwd", m_e * local, BWD)
     steps += dispatch_backward(L, L.T, a2a)
     steps += [*_shared_backward(L), *permute_and_router_backward(L, L.T, routed)]

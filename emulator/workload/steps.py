@@ -101,6 +101,7 @@ class LayerShape:
     fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
     fp8_dpa: bool = False  # training.fp8_dot_product_attention: cuDNN's fused attention in FP8, with TE's casts
     fp8_head: bool = False  # training.fp8_output_proj: the LM head's GEMMs in MXFP8 (TELMHeadColumnParallelLinear)
+    fused_mlp: bool = False  # model.use_transformer_engine_op_fuser on sm_100 in MXFP8/NVFP4: TE's CuTe DSL grouped MLP
     head: int = 0  # dims per head (model.head_dim); 0: h / heads
     etp: int = 0  # expert tensor-parallel size when it is not t (MoE parallel folding); 0: the experts use t
     dispatcher: str = "alltoall"  # parallel.moe_token_dispatcher_type (workload/dispatch.py)
