@@ -85,3 +85,15 @@ def test_tile_quantisation():
     assert C.tile_efficiency(129, 128, A100) == pytest.approx(129 / (108 * 128), rel=1e-9)
     # 108 tiles fill one wave exactly.
     assert C.tile_efficiency(128 * 108, 128, A100) == pytest.approx(1.0)
+
+
+def test_flash_attention_takes_its_tiles_shape_not_an_unaligned_gemms():
+    # a sliding window's key count (round(8192 * r)) is rarely a multiple of 8: the kernel masks its last tile's
+    # tail; before, 4223 and 4225 keys took cuBLAS's align1 fraction, 0.1665, and ran about 6 times slower
+    b200 = catalog.gpu("B200")
+    t = {n: C.flash_attention_time(32, 8192, n, 64, b200, True) - b200.launch_overhead
+         for n in (4223, 4224, 4225)}
+    # 4223 keys fill the same 33 tiles as 4224: the same efficiency, so the times go as the FLOPs, 4·32·8192·n·64·0.5
+    assert t[4223] == pytest.approx(t[4224] * 4223 / 4224)
+    # 4225 starts a 34th tile: a hair's other tile efficiency, within 1%, not the align1 kernel's 6 times
+    assert t[4224] < t[4225] < 1.01 * t[4224]

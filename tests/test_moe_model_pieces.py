@@ -185,7 +185,7 @@ parallel: {tp: 1, pp: 4, dp: 2, pipeline_model_parallel_layout: "Et*5|t*6|t*6|t*
 
 
 @pytest.mark.parametrize("override, words", [
-    ("parallel.virtual_stages=2", "parallel.virtual_stages: pipeline_model_parallel_layout sets the virtual stages"),
+    ("parallel.virtual_stages=2", "parallel.virtual_stages: virtual_stages (2) conflicts with pipeline_model_"),
     ("parallel.first_chunk_layers=3", "parallel.first_chunk_layers: pipeline_model_parallel_layout places every"),
     ("parallel.pipeline_model_parallel_layout=Et*5|t*6|t*7L", "has 3 stages, which must be pp (4) x virtual"),
     ("training.recompute_modules=[attn]", "training.recompute_modules[0]: expected one of core_attn"),
@@ -203,3 +203,12 @@ def test_errors_exit_2_with_one_line(tmp_path, override, words):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1
     assert (words or "recompute_modules are recomputed under recompute: selective") in lines[0]
+
+
+def test_virtual_stages_beside_a_layout_may_repeat_its_count():
+    # Megatron-Core takes virtual_pipeline_model_parallel_size beside a layout when they agree (transformer_config.py
+    # @ d98e8a64dd); the bridge's Llama 3 70B H100 FP8 recipe gives both. BAD's layout: 4 stages over pp 4, 1 each
+    from emulator.scenario import load_scenario_text
+
+    sc = load_scenario_text(BAD.replace("pp: 4,", "pp: 4, virtual_stages: 1,"), "x.yaml")
+    assert sc.parallel.virtual_stages == 1

@@ -318,6 +318,16 @@ def roofline_time(flops: float, nbytes: float, gpu: GpuSpec) -> float:
     return max(t_flops, t_mem) + gpu.launch_overhead
 
 
+# the query and key tile of the fused attention kernels, 128 rows (an ASSUMPTION: the usual block of FlashAttention's
+# and cuDNN's kernels; only the rounding of an odd count depends on it)
+FLASH_TILE = 128
+
+
+def _tiled(n: int) -> int:
+    """``n`` rows rounded up to whole flash-attention tiles."""
+    return -(-n // FLASH_TILE) * FLASH_TILE
+
+
 def flash_attention_time(batch_heads: int, sq: int, sk: int, head_dim: int, gpu: GpuSpec,
                          causal: bool, backward: bool = False, dtype_bytes: int = 2) -> float:
     """A fused (flash) attention kernel: 2 GEMMs forward (QKᵀ, PV), 5 backward.
@@ -328,6 +338,8 @@ def flash_attention_time(batch_heads: int, sq: int, sk: int, head_dim: int, gpu:
     (and their gradients backward). UNCALIBRATED: layers.csv has no fused-attention row.
     """
     flops = 4.0 * batch_heads * sq * sk * head_dim * (2.5 if backward else 1.0) * (0.5 if causal else 1.0)
-    e = gemm_efficiency(sq, sk, head_dim, gpu, batch_heads)
+    # the kernel walks queries and keys in tiles and masks the last one's tail: its shape is the tiles', never an
+    # unaligned GEMM's (a window's or a CP share's odd key count does not take cuBLAS's align1 kernels)
+    e = gemm_efficiency(_tiled(sq), _tiled(sk), head_dim, gpu, batch_heads)
     nbytes = (2 if backward else 1) * batch_heads * (2 * sq + 2 * sk) * head_dim * dtype_bytes
     return max(flops / (gpu.peak_flops * e), nbytes / (gpu.hbm_bandwidth * mem_efficiency(gpu))) + gpu.launch_overhead

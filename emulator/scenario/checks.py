@@ -315,15 +315,12 @@ class ScenarioChecks:
 
     def derive_virtual_stages(self, p: ParallelSpec) -> ParallelSpec:
         """With a pipeline layout, the virtual stages are its stages over pp (Megatron-LM arguments.py:
-        ``virtual_pipeline_model_parallel_size = num_stages // pipeline_model_parallel_size``), so
-        ``virtual_stages`` may not be given beside it."""
+        ``virtual_pipeline_model_parallel_size = num_stages // pipeline_model_parallel_size``); a
+        ``virtual_stages`` given beside it must be that count (transformer_config.py @ d98e8a64dd asserts that
+        the two agree)."""
         text = p.pipeline_model_parallel_layout
         if not text:
             return p
-        if self.given("parallel.virtual_stages"):
-            raise self.fail("parallel.virtual_stages", "pipeline_model_parallel_layout sets the virtual stages "
-                                                       "(its stages / pp, as Megatron derives them): remove "
-                                                       "virtual_stages")
         for key in ("first_chunk_layers", "last_chunk_layers"):
             if self.given(f"parallel.{key}"):
                 raise self.fail(f"parallel.{key}", f"pipeline_model_parallel_layout places every layer itself: "
@@ -336,6 +333,11 @@ class ScenarioChecks:
         if p.pp < 1 or stages % p.pp:
             raise self.fail(LAYOUT_KEY, f"pipeline_model_parallel_layout has {stages} stages, which must be pp "
                                         f"({p.pp}) x virtual stages: {stages} is not a multiple of {p.pp}")
+        if self.given("parallel.virtual_stages") and p.virtual_stages != stages // p.pp:
+            raise self.fail("parallel.virtual_stages", f"virtual_stages ({p.virtual_stages}) conflicts with "
+                                                       f"pipeline_model_parallel_layout, whose {stages} stages over "
+                                                       f"pp {p.pp} are {stages // p.pp} virtual stages (Megatron-Core "
+                                                       f"asserts they agree): give {stages // p.pp}, or leave it out")
         return dataclasses.replace(p, virtual_stages=stages // p.pp)
 
     def derive_dp(self, p: ParallelSpec) -> ParallelSpec:
