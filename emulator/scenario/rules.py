@@ -387,7 +387,12 @@ def _layout_violations(p: ParallelSpec) -> list[Violation]:
 
 def _recompute_violations(m: ModelSpec, t: TrainingSpec) -> list[Violation]:
     """recompute_modules are read under selective recompute only (Megatron's recompute_granularity
-    "selective"), and mla_up_proj needs multi-latent attention (transformer_config.py raises)."""
+    "selective"), and mla_up_proj needs multi-latent attention (transformer_config.py raises); recompute_method and
+    recompute_num_layers shape a full recompute only (Megatron-Core takes recompute_num_layers under full alone)."""
+    if t.recompute != "full" and (t.recompute_method != "uniform" or t.recompute_num_layers != 1):
+        key = "training.recompute_method" if t.recompute_method != "uniform" else "training.recompute_num_layers"
+        return [Violation(key, f"recompute_method and recompute_num_layers shape a full recompute (Megatron's "
+                               f"--recompute-granularity full); recompute is {t.recompute}")]
     mods = t.recompute_modules
     if mods is None:
         return []

@@ -603,6 +603,16 @@ class TrainingSpec:
         "rate, both on Blackwell only (Transformer Engine recipes: docs/guides/precisions.md).",
         default="bf16", choices=tuple(PRECISION_PEAK))
     recompute: str = key("Activation recomputation.", default="none", choices=('none', 'selective', 'full'))
+    # Megatron-Core's recompute_method and recompute_num_layers under full recompute (recompute.py @ d98e8a64dd,
+    # _checkpointed_forward, over each model chunk's layers)
+    recompute_method: str = key(
+        "With recompute full, Megatron-Core's recompute_method: uniform (the chunk's layers in groups of "
+        "recompute_num_layers, each group's input kept and the group rerun before its backward) or block (only the "
+        "first recompute_num_layers layers of each model chunk are rerun; the others keep their activations).",
+        default="uniform", choices=('uniform', 'block'))
+    recompute_num_layers: int = key(
+        "With recompute full, Megatron-Core's recompute_num_layers: the layers of a uniform group, or the layers of "
+        "each model chunk that block recomputes.", default=1, minimum=1, maximum=10**6)
     attention: str = key(
         "Attention kernels: unfused (Megatron's, as in layers.csv), flash (cuDNN's fused flash attention, as "
         "Transformer Engine and PyTorch SDPA run it on Hopper) or fa2 (FlashAttention-2's kernels; "

@@ -349,12 +349,18 @@ def estimate_iteration(sc: Scenario) -> Estimate:
     p, v = par.pp, par.virtual_stages
     last = rank_of(p * v - 1, p, par.schedule in V_SHAPED)  # a V: the head on the first stage
     mtp_n = m.mtp_num_layers if split.mtp >= 0 else 0
-    if m.experts:  # each stage as its slowest expert-parallel group (the others wait for it at the reduction)
-        variants = ep_variants(lo, node)
-        by_group = {ep: _stage_times(L, (*args, ep), split, mtp_n, p, last) for eps in variants.values() for ep in eps}
-        stage_t = [max(by_group[ep][s] for ep in variants[s]) for s in range(p)]
-    else:
-        stage_t = _stage_times(L, (*args, None), split, mtp_n, p, last)
+    def stage_times(a: tuple) -> list[float]:
+        if m.experts:  # each stage as its slowest expert-parallel group (the others wait for it at the reduction)
+            variants = ep_variants(lo, node)
+            by_group = {ep: _stage_times(L, (*a, ep), split, mtp_n, p, last) for eps in variants.values() for ep in eps}
+            return [max(by_group[ep][s] for ep in variants[s]) for s in range(p)]
+        return _stage_times(L, (*a, None), split, mtp_n, p, last)
+    stage_t = stage_times(args)
+    if tr.recompute == "full" and tr.recompute_method == "block":  # each stage's share of rerun layers (plan.py)
+        plain = stage_times(("none", *args[1:]))
+        n = tr.recompute_num_layers
+        shares = [sum(min(n, c) for c in split.layers[s]) / max(1, split.count(s)) for s in range(p)]
+        stage_t = [f * sh + t * (1 - sh) for f, t, sh in zip(stage_t, plain, shares)]
     host = host_cost(sc)
     if host[0] > 0:  # a stage's micro-batch takes at least the host's issuing of it (workload/host.py)
         stage_t = [max(t, h) for t, h in zip(stage_t, _stage_times(L, (*args, None), split, mtp_n, p, last, host))]

@@ -552,13 +552,10 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         share = offload_share(sc, m, plan, stage, v_shape) if off_layer + off_dense else 1.0
         off_l, off_d = off_layer * share, off_dense * share
         lead = any(_dense_layers_of(sc, k) for k in held) and bool(m.experts)
-        worst = max(per_layer - off_l, per_dense - off_d) if lead else per_layer - off_l
-        if hybrid.is_hybrid(m) or M.layers_differ(m):  # the layers differ: what one keeps on average, MTP's with them
-            mtp = [m.layers + 1 + d for d in range(plan.mtp)] \
-                if plan.mtp_chunk >= 0 and rank_of(plan.mtp_chunk, par.pp, v_shape) in held else []
-            layers = [i for k in held for i in _layers_of(sc, k)] + mtp
-            worst = hybrid_layer_bytes(sc, m, layers) if hybrid.is_hybrid(m) \
-                else differing_layer_bytes(sc, m, layers, (off_l, off_d))
+        worst = _layer_mean(sc, m, held, (per_layer, per_dense), (off_l, off_d), lead)
+        if tr.recompute == "full" and (tr.recompute_method == "block" or tr.recompute_num_layers > 1):
+            worst = _grouped_recompute_mean(sc, m, held, [n for k in held for n in split[k]], worst,
+                                            (off_l, off_d), lead)
         weights = tuple(n for k in held for n in with_mtp[k])
         in_flight = max_in_flight(tasks, weights, combined=par.overlap_moe_expert_parallel_comm)  # layers in flight
         kept = max(in_flight - cpu_k, 0.0)  # layer-wise CPU offloading: (L − K) layers' worth (cpu_offload.py)
@@ -579,6 +576,40 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         out.append(MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage,
                                 pages * in_flight, host_layer * in_flight + worst * min(cpu_k, in_flight)))
     return out
+
+
+def _layer_mean(sc: Scenario, m: ModelSpec, held: list[int], per: tuple[float, float], off: tuple[float, float],
+                lead: bool) -> float:
+    """What one layer of the stage that holds pipeline stages ``held`` keeps in flight, of a model ``m`` (padded):
+    the larger of an MoE layer's and, with ``lead``, a dense leading layer's (``per``: their bytes at scenario
+    ``sc``, ``off``: what fine-grained offloading sends of each); a hybrid model's or one whose layers' attention
+    differs, the mean of its layers', the MTP modules' with them."""
+    if not (hybrid.is_hybrid(m) or M.layers_differ(m)):
+        return max(per[0] - off[0], per[1] - off[1]) if lead else per[0] - off[0]
+    par = sc.parallel
+    plan, v_shape = chunk_plan_of(sc, m), par.schedule in V_SHAPED
+    mtp = [m.layers + 1 + d for d in range(plan.mtp)] \
+        if plan.mtp_chunk >= 0 and rank_of(plan.mtp_chunk, par.pp, v_shape) in held else []
+    layers = [i for k in held for i in _layers_of(sc, k)] + mtp
+    return hybrid_layer_bytes(sc, m, layers) if hybrid.is_hybrid(m) else differing_layer_bytes(sc, m, layers, off)
+
+
+def _grouped_recompute_mean(sc: Scenario, m: ModelSpec, held: list[int], chunks: list[int], full: float,
+                            off: tuple[float, float], lead: bool) -> float:
+    """What one layer keeps on average, of the stage that holds pipeline stages ``held`` (their model chunks of
+    ``chunks`` layers), under a full recompute by Megatron-Core's recompute_method (recompute.py @ d98e8a64dd,
+    _checkpointed_forward; ``full``: a layer's kept input). uniform: each group of recompute_num_layers keeps its
+    input, ceil(n/N) of a chunk of n; block: the first N layers of a chunk keep their input, the others what they
+    keep without recompute (:func:`_layer_mean`, ``off`` and ``lead`` as there). The rerun group's activations,
+    alive during its backward, are left out, as for one layer under full."""
+    tr, n, total = sc.training, sc.training.recompute_num_layers, max(1, sum(chunks))
+    if tr.recompute_method == "uniform":
+        return full * sum(-(-c // n) for c in chunks) / total
+    share = sum(min(n, c) for c in chunks) / total
+    plain = replace(sc, training=replace(tr, recompute="none"))
+    per_layer = scenario_layer_bytes(plain, m)
+    per = (per_layer, scenario_layer_bytes(plain, m, False) if m.experts and m.first_dense_layers else per_layer)
+    return share * full + (1 - share) * _layer_mean(plain, m, held, per, off, lead)
 
 
 def paged_stash_bytes(m: ModelSpec, layer_bytes: Callable[[ModelSpec], float]) -> tuple[float, float, float]:

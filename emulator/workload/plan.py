@@ -354,8 +354,30 @@ def make_plan(sc: Scenario, step: int = 0) -> Plan:
                 chunk_layers=chunks.layers, chunks=chunks, v_shape=par.schedule in V_SHAPED or dual, dual=dual,
                 step=step, param_q=param_gather_bytes(tr))
     for vs in range(par.pp * plan.v):
-        plan.chunk_units[vs] = _units_of(plan, vs, L)
+        plan.chunk_units[vs] = _block_recompute(plan, vs, _units_of(plan, vs, L))
     return plan
+
+
+def _block_recompute(plan: Plan, vs: int, units: list[Unit]) -> list[Unit]:
+    """``units`` of virtual stage ``vs`` under Megatron-Core's block recompute (training.recompute full with
+    recompute_method block): only the chunk's first recompute_num_layers layers rerun their forward before their
+    backward (recompute.py @ d98e8a64dd, _checkpointed_forward); the others, and the MTP modules (multi_token_
+    prediction.py: "block is not supported for MTP yet. Skipping recompute."), drop their RECOMPUTE steps."""
+    tr = plan.sc.training
+    if tr.recompute != "full" or tr.recompute_method != "block":
+        return units
+    k = plan.model_stage(vs)
+    first = sum(plan.chunk_layers[:k])
+    stripped: dict[int, list] = {}  # a unit's backward steps are shared between layers: strip each list once
+    out: list[Unit] = []
+    for u in units:
+        if u.name.startswith("layer") and u.layer < first + tr.recompute_num_layers:
+            out.append(u)
+            continue
+        if id(u.bwd) not in stripped:
+            stripped[id(u.bwd)] = [st for st in u.bwd if st.category != Ly.RECOMPUTE]
+        out.append(replace(u, bwd=stripped[id(u.bwd)]))
+    return out
 
 
 def chunk_plan(m: ModelSpec, par: ParallelSpec) -> ChunkPlan:
