@@ -212,3 +212,23 @@ def test_virtual_stages_beside_a_layout_may_repeat_its_count():
 
     sc = load_scenario_text(BAD.replace("pp: 4,", "pp: 4, virtual_stages: 1,"), "x.yaml")
     assert sc.parallel.virtual_stages == 1
+
+
+def test_the_embedding_and_loss_counted_in_the_split_as_megatron_core_counts_them():
+    # Llama 3 405B: 126 layers + the embedding + the loss = 128 over PP 16 x 2 virtual stages = 32 chunks of 4; the
+    # first chunk holds 4 - 1 = 3 layers beside the embedding, the last 3 beside the loss, the 30 others 4 each
+    # (30 x 4 + 3 + 3 = 126)
+    from emulator.scenario import load_scenario
+    from emulator.workload import models as M
+    from emulator.workload.plan import chunk_plan
+
+    sets = ["parallel.first_chunk_layers=null", "parallel.last_chunk_layers=null", "parallel.virtual_stages=2",
+            "parallel.schedule=interleaved-1f1b", "parallel.account_for_embedding_in_pipeline_split=true",
+            "parallel.account_for_loss_in_pipeline_split=true"]
+    sc = load_scenario("scenarios/llama3-405b-balanced-pp-h100.yaml", sets)
+    assert (sc.parallel.first_chunk_layers, sc.parallel.last_chunk_layers) == (3, 3)
+    assert chunk_plan(M.resolve(sc.model), sc.parallel).layers == (3,) + (4,) * 30 + (3,)
+    # only the embedding: 127 layers do not split over 32 chunks, refused by key
+    with pytest.raises(ScenarioError, match="127, must split evenly") as err:
+        load_scenario("scenarios/llama3-405b-balanced-pp-h100.yaml", sets[:-1])
+    assert err.value.key == "parallel.account_for_embedding_in_pipeline_split"

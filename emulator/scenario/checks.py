@@ -133,6 +133,7 @@ class ScenarioChecks:
             if v.key in ("parallel.virtual_stages", "parallel.schedule", LAYOUT_KEY) and (p.virtual_stages > 1
                                                                                or p.schedule in V_SHAPED):
                 raise self.fail(v.key, v.message)
+        p = self.derive_pipeline_split(p, s.model)
         p = self.derive_dp(p)
         s = dataclasses.replace(s, parallel=p)
         node = s.cluster.node
@@ -312,6 +313,31 @@ class ScenarioChecks:
         if s.collectives.algorithm == "collnet" and not fabric.sharp:
             raise self.fail("collectives.algorithm", "collnet reduces in the switches: set cluster.fabric.sharp: "
                                                      "true (InfiniBand SHARP) or choose another algorithm")
+
+    def derive_pipeline_split(self, p: ParallelSpec, model: ModelSpec | None) -> ParallelSpec:
+        """Megatron-Core's account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split as the
+        chunk sizes they give (transformer_block.py @ d98e8a64dd, get_num_layers_to_build): (layers + 1 for each)
+        split evenly over the pp x virtual_stages chunks, the first chunk one layer fewer for the embedding, the last
+        one fewer for the loss. Megatron-Core takes them with neither an uneven first or last stage nor a layout."""
+        flags = [name for name in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+                 if getattr(p, name)]
+        if not flags or model is None:
+            return p
+        for other in ("first_chunk_layers", "last_chunk_layers", "pipeline_model_parallel_layout"):
+            if getattr(p, other) is not None:
+                raise self.fail(f"parallel.{flags[0]}", f"{flags[0]} splits the layers evenly: it does not go with "
+                                                        f"parallel.{other} (Megatron-Core refuses the two together)")
+        chunks = p.pp * p.virtual_stages
+        if chunks < 2:
+            return p
+        total = model.resolved().layers + len(flags)
+        if total % chunks:
+            raise self.fail(f"parallel.{flags[0]}", f"the layers with the embedding and loss counted, {total}, must "
+                                                    f"split evenly over pp x virtual_stages = {chunks} chunks")
+        per = total // chunks
+        embed, loss = (int(getattr(p, name)) for name in ("account_for_embedding_in_pipeline_split",
+                                                          "account_for_loss_in_pipeline_split"))
+        return dataclasses.replace(p, first_chunk_layers=per - embed, last_chunk_layers=per - loss)
 
     def derive_virtual_stages(self, p: ParallelSpec) -> ParallelSpec:
         """With a pipeline layout, the virtual stages are its stages over pp (Megatron-LM arguments.py:

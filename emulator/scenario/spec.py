@@ -784,6 +784,14 @@ class ParallelSpec:
     last_chunk_layers: int | None = key(
         "Layers of the last model chunk (0: the LM head alone); see first_chunk_layers.",
         default=None, minimum=0, maximum=10**6)
+    # Megatron-Core's: the embedding and the loss counted as layers in the even split (transformer_block.py
+    # get_num_layers_to_build @ d98e8a64dd); the loader turns them into first_chunk_layers and last_chunk_layers
+    account_for_embedding_in_pipeline_split: bool = key(
+        "Megatron-Core's account_for_embedding_in_pipeline_split: the embedding counts as one layer when the layers "
+        "are split evenly over pp x virtual_stages, so the first model chunk holds one layer fewer.", default=False)
+    account_for_loss_in_pipeline_split: bool = key(
+        "Megatron-Core's account_for_loss_in_pipeline_split: the loss counts as one layer in the even split, so the "
+        "last model chunk holds one layer fewer.", default=False)
     # Megatron's flexible layout, e.g. "Et*3|(tt|)*29,m|L" (scenario/stages.py); None: the split above
     pipeline_model_parallel_layout: str | None = key(
         "Megatron's flexible pipeline layout: the stages in model order, split by |, of E (embedding), t "
