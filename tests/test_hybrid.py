@@ -284,3 +284,26 @@ def test_the_summary_gives_each_layer_kinds_kernel_time(tmp_path, capsys):
             kernels = [k for k in u.fwd + u.bwd if isinstance(k, Kernel)]
             want[kind] = want.get(kind, 0.0) + 4 * sum(kernel_cost(k, sc.cluster.node.gpu)[0] for k in kernels)
     assert s["hybrid_layers_s"] == pytest.approx(want, rel=1e-9)
+
+
+def test_a_repeated_mtp_layer_holds_one_module_s_weights():
+    # Nemotron 3 Super's two MTP depths as Megatron-Core's mtp_use_repeated_layer builds them: one module, run twice
+    from dataclasses import replace
+
+    from emulator.scenario import load_scenario
+    from emulator.workload.memory import _mtp_stage_params, stage_memory
+    from emulator.workload.plan import make_plan
+
+    path = "scenarios/nemotron-3-super-64-gb200.yaml"
+    two, one = (load_scenario(path, sets) for sets in ([], ["model.mtp_use_repeated_layer=true"]))
+    m = replace(M.resolve(two.model), vocab=M.padded_vocab(M.resolve(two.model).vocab, two.parallel.tp))
+    dense, expert = _mtp_stage_params(m, two.parallel, 1, False)  # one module on a GPU: TP 2, EP 64
+    a, b = stage_memory(two)[0].breakdown, stage_memory(one)[0].breakdown
+    # one module fewer: bf16 weights and gradients, 2 B each; Adam's 12 B over DP 32 (dense) and over the experts'
+    # data parallelism, TP 2 x DP 32 / EP 64 = 1
+    assert a["params"] - b["params"] == a["grads"] - b["grads"] == 2 * (dense + expert)
+    assert a["optimizer"] - b["optimizer"] == pytest.approx(12 * dense / 32 + 12 * expert)
+    assert a["activations"] == b["activations"]  # both depths still run and keep their activations
+    units = [u for u in make_plan(one).chunk_units[0] if u.name.startswith("mtp")]
+    assert [u.name for u in units] == ["mtp0", "mtp1"] and units[1].params == units[1].expert_params == 0.0
+    assert units[1].bwd == units[0].bwd  # the second depth's compute is the first's

@@ -510,6 +510,10 @@ class ModelSpec:
         "transformer layer (an MoE layer in an MoE model), a 2h-to-h projection, norms of the hidden state and of "
         "the shared embedding, and one more pass of the output head with its cross-entropy. 0 or absent: none.",
         default=0, minimum=0, maximum=64)
+    mtp_use_repeated_layer: bool = key(
+        "Megatron-Core's mtp_use_repeated_layer: the MTP depths run one module, its weights shared "
+        "(gpt_layer_specs.py builds a single MTP layer spec): the compute of mtp_num_layers modules, the "
+        "parameters, gradients and optimizer state of one.", default=False)
     # sliding-window attention (GPT-OSS: 128): each query attends its last sliding_window keys; 0: none
     sliding_window: int = key(
         "Sliding-window attention: each query attends its last N keys (itself included; GPT-OSS: 128, HF's "

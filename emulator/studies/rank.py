@@ -290,9 +290,10 @@ def params_of(m: ModelSpec, sc: Scenario, split: Split | None = None) -> Params:
     if split is not None and split.mtp >= 0:  # plan.py _mtp_units: eh_proj over tp, the norms whole
         copy = par.schedule != "dualpipe" and split.mtp != 0
         layer = M.shared_layer_params(m, m.layers + 1) / t  # an MTP module's layer (models.layer_parts)
-        one = layer + 2 * m.hidden * m.hidden / t + MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden \
-            + (m.vocab * m.hidden / t if copy else 0)
-        mtp = (one * m.mtp_num_layers, (expert if M.is_moe_layer(m, m.layers + 1) else 0.0) * m.mtp_num_layers)
+        one = layer + 2 * m.hidden * m.hidden / t + MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden
+        n = 1 if m.mtp_use_repeated_layer else m.mtp_num_layers  # one module's weights for all depths
+        mtp = (one * n + (m.vocab * m.hidden / t if copy else 0),
+               (expert if M.is_moe_layer(m, m.layers + 1) else 0.0) * n)
     main = hybrid.main_pattern(m) if m.hybrid_layer_pattern else ""
     parts = tuple((part, M.part_params(m, part) / t, expert if part == hybrid.MOE else 0.0)
                   for part in sorted(set(main)))  # as workload/plan.py's units hold them

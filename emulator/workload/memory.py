@@ -532,7 +532,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
             d_k, e_k = _stage_params(m, sc, k, sum(split[k]))
             dense, expert = dense + d_k, expert + e_k
         if plan.mtp_chunk >= 0 and rank_of(plan.mtp_chunk, par.pp, v_shape) in held:
-            d_mtp, e_mtp = _mtp_stage_params(m, par, plan.mtp, 0 not in held)
+            d_mtp, e_mtp = _mtp_stage_params(m, par, 1 if m.mtp_use_repeated_layer else plan.mtp, 0 not in held)
             dense, expert = dense + d_mtp, expert + e_mtp
         d = par.dp * par.cp
         states = model_state_bytes(dense, d, par.zero, grad_bytes, state_bytes)

@@ -266,7 +266,7 @@ def _mtp_units(plan: Plan, L: Ly.LayerShape, fwd: list, bwd: list, dense: float,
         dense, expert = M.dense_layer_params(m, False) / t, 0.0
     norm = MTP.mtp_extra_params(m) - 2 * m.hidden * m.hidden
     copy = not plan.dual and rank_of(vs, plan.sc.parallel.pp, plan.v_shape) != 0  # not on an embedding's rank
-    params = dense + 2 * m.hidden * m.hidden / t + norm + (m.vocab * m.hidden / t if copy else 0)
+    params = dense + 2 * m.hidden * m.hidden / t + norm
     each = moe and (M.loads_vary(m) or M.layers_differ(m))
     f, b = MTP.mtp_forward(L, fwd, learned_pos), MTP.mtp_backward(L, bwd)
     units = []
@@ -275,7 +275,10 @@ def _mtp_units(plan: Plan, L: Ly.LayerShape, fwd: list, bwd: list, dense: float,
         if each:
             fi, bi = own.of(i)
             f, b = MTP.mtp_forward(L, fi, learned_pos), MTP.mtp_backward(L, bi)
-        units.append(Unit(f"mtp{d}", i, f, b, params, expert))
+        # one embedding copy for the stage's modules; with mtp_use_repeated_layer one module's weights for all
+        mine = d == 0 or not m.mtp_use_repeated_layer
+        embedding = m.vocab * m.hidden / t if copy and d == 0 else 0.0
+        units.append(Unit(f"mtp{d}", i, f, b, (params if mine else 0.0) + embedding, expert if mine else 0.0))
     return units
 
 
