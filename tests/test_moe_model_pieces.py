@@ -232,3 +232,35 @@ def test_the_embedding_and_loss_counted_in_the_split_as_megatron_core_counts_the
     with pytest.raises(ScenarioError, match="127, must split evenly") as err:
         load_scenario("scenarios/llama3-405b-balanced-pp-h100.yaml", sets[:-1])
     assert err.value.key == "parallel.account_for_embedding_in_pipeline_split"
+
+
+EMPTY_STAGE = """
+name: empty-stage
+cluster: {nodes: 1, node: dgx-a100}
+model: {preset: gpt3-125m}
+training: {global_batch: 8, micro_batch: 1, precision: bf16}
+parallel: {tp: 1, pp: 4, dp: 2, schedule: 1f1b, pipeline_model_parallel_layout: "Et*6||t*6|L"}
+"""
+
+
+def test_an_empty_pipeline_stage_passes_the_hidden_states_on():
+    # Megatron-Core's layout parser keeps an empty stage ("||", pipeline_parallel_layer_layout.py @ d98e8a64dd:
+    # "(empty stage)"), as Megatron-Bridge's GLM-5.2 H100 recipe uses: it holds nothing and forwards what it receives
+    from emulator.run.simulation import simulate
+    from emulator.scenario import load_scenario_text
+    from emulator.workload.memory import stage_memory
+
+    sc = load_scenario_text(EMPTY_STAGE, "x.yaml")
+    stages = stage_memory(sc)
+    assert stages[1].breakdown["params"] == stages[1].breakdown["activations"] == 0.0
+    # the loss stage holds the head alone: GPT-3 125M's 50,257-row vocabulary padded to 50,304, x 768 x 2 B =
+    # 77,266,944 B of bf16 weights, and the final LayerNorm's 2 x 768 x 2 B = 3072 B: 77,270,016 B
+    assert stages[3].breakdown["params"] == 77_270_016
+    r = simulate(sc)
+    assert r.iteration_time_s > 0
+    # stage 1 receives each micro-batch's hidden states, 1 x 2048 x 768 x 2 B = 3,145,728 B, and sends them on after
+    # a zero-cost join on that receive; its only compute
+    mine = [op for op in r.program.ops if op.stage == 1 and op.microbatch == 0 and op.category != "host"]
+    fwd = [(op.name, op.bytes) for op in mine if op.name.endswith(("recv_act", "join", "send_act"))]
+    assert fwd[:3] == [("mb0.recv_act", 3_145_728), ("mb0.join", 0.0), ("mb0.send_act", 3_145_728)]
+    assert all(op.flops == 0 for op in mine)

@@ -150,6 +150,15 @@ class _RankBuilder(Emitter):
             if self.plan.sc.parallel.zero >= 3:
                 self._zero3_reduce(unit, vs, mb, last)
 
+    def _edge_layer(self, vs: int, first: bool) -> int:
+        """The layer index of virtual stage ``vs``'s first (or last) unit; an empty stage (a layout's "||", which
+        Megatron-Core accepts: it receives and passes on the hidden states) takes its model position, the index of
+        the next layer."""
+        units = self.plan.chunk_units[vs]
+        if units:
+            return int(units[0 if first else -1].layer)
+        return sum(self.plan.chunk_layers[:self.plan.model_stage(vs)])
+
     def _recv(self, fwd: bool, mb: int, vs: int) -> list[int]:
         """The pipeline receive a task's first unit waits for (activations, or the gradient), if any."""
         p = self.lo.sizes["pp"]
@@ -160,11 +169,10 @@ class _RankBuilder(Emitter):
             return []
         stream = ("pp_recv_fwd" if fwd else "pp_recv_bwd") + self._leg(vs, src_vs)
         tag = self._pp_tag(mb, src_vs if fwd else vs, 0 if fwd else 1)
-        L0 = self.plan.chunk_units[vs][0]
         return [self._emit(kind=RECV, stream=stream, name=f"mb{mb}.recv_{'act' if fwd else 'grad'}",
                            bytes=self._pp_bytes(vs - 1 if fwd else vs), peer=self._peer(src_vs), tag=tag,
                            deps=() if self.last_compute is None else (self.last_compute,),
-                           category="comm", microbatch=mb, stage=vs, layer=L0.layer)]
+                           category="comm", microbatch=mb, stage=vs, layer=self._edge_layer(vs, True))]
 
     def _send(self, fwd: bool, mb: int, vs: int) -> None:
         """The pipeline send after a task's last unit (activations on, or the gradient back), if any."""
@@ -180,7 +188,7 @@ class _RankBuilder(Emitter):
             kind=SEND, stream=stream, name=f"mb{mb}.send_{'act' if fwd else 'grad'}",
             bytes=self._pp_bytes(vs if fwd else vs - 1),
             peer=self._peer(dst_vs), tag=tag, deps=(self.last_compute,), category="comm", microbatch=mb,
-            stage=vs, layer=self.plan.chunk_units[vs][-1].layer)
+            stage=vs, layer=self._edge_layer(vs, False))
         if self._p2p_syncs:
             self._unsynced.append(self.pp_sent[stream])
 
@@ -194,14 +202,14 @@ class _RankBuilder(Emitter):
             name = f"mb{mb}.{'fwd' if fwd else 'bwd'}.host.p2p_sync"
             self._host_last = self._emit(kind=COMPUTE, stream="cpu", name=name, duration=0.0,
                                          deps=tuple(sorted(set(waits))), category="host", microbatch=mb, stage=vs,
-                                         layer=self.plan.chunk_units[vs][0].layer)
+                                         layer=self._edge_layer(vs, True))
 
     def _join(self, carry: list[int], fwd: bool, mb: int, vs: int) -> None:
         """An overlapped comm that outlives the task: a zero-cost join keeps it on the path."""
         if carry:
             self._compute([Ly.Kernel("join", "elementwise", 0.0, 0.0, "bwd" if not fwd else "fwd")],
                           carry, UnitTag(prefix=f"mb{mb}.", mb=mb, stage=vs,
-                                          layer=self.plan.chunk_units[vs][-1].layer))
+                                          layer=self._edge_layer(vs, False)))
 
     def _where(self, unit: Unit, fwd: bool, mb: int, vs: int) -> UnitTag:
         V = self.lo.sizes["pp"] * self.plan.v
@@ -301,7 +309,7 @@ class _RankBuilder(Emitter):
         order = units if fwd else list(reversed(units))
         zero3 = self.plan.sc.parallel.zero >= 3
         prefetch: dict[int, int] = {}
-        if zero3:
+        if zero3 and order:
             prefetch[0] = self._zero3_gather(order[0], vs, mb, phase, [])
         for i, unit in enumerate(order):
             udeps = deps + self._carry
@@ -324,6 +332,8 @@ class _RankBuilder(Emitter):
                                                      [before] if before is not None else [])
             if not fwd:
                 self._backward_done(unit, vs, mb, last, split)
+        if not units:  # an empty stage passes the hidden states on: its send waits for its receive
+            self._carry = deps
         self._join(self._carry, fwd, mb, vs)
         self._carry = []
         self._send(fwd, mb, vs)
