@@ -76,3 +76,14 @@ def test_selective_offloading_of_the_experts_is_refused_with_it():
                       ["model.moe_paged_stash=false", "training.fine_grained_activation_offloading=true",
                        "training.offload_modules=[moe_act]"])
     assert err.value.key == "training.offload_modules"
+
+
+def test_the_fused_experts_pad_each_expert_to_256_rows():
+    # Megatron-Core pads for TE's grouped-tensor kernels to 256 rows with the op fuser, 32 under MXFP8 without
+    # (moe_utils.py get_align_size_for_quantization); a count spread evenly modulo a gains (a - 1)/2 rows
+    from emulator.scenario.spec import ParallelSpec
+
+    par = ParallelSpec()
+    pad = {m.use_transformer_engine_op_fuser: Ly._quant_padding(m, par, "mxfp8", 128, 1, False, 1, None)["pad_rows"]
+           for m in (MOE, FUSED)}
+    assert pad == {False: 15.5, True: 127.5}

@@ -106,6 +106,24 @@ def test_mxfp8_quantises_both_copies_from_the_bf16_tensor():
     assert KC.kernel_precision(k["ln1"], "mxfp8") == "bf16"
 
 
+def test_blockwise_quantises_both_copies_with_block_scales_and_no_amax():
+    # Float8BlockScaling on an H100, TP 2 with SP: the local half of qkv's input, read 2 B and written as a row-wise and
+    # a column-wise copy of 1 B + an fp32 scale per 128 elements, 2 + 2·(1 + 4/128) = 4.0625 B an element, no amax
+    # pass, no MAX all-reduce (each block finds its own scale), no transpose after the gather
+    by = {st.name: st for st in Ly.forward_steps(_shape("blockwise", False, t=2, sp=True))}
+    assert by["qkv.fp8_cast_x"].bytes == 4.0625 * X / 2  # 66560
+    assert not {"qkv.fp8_cast_x_amax", "qkv.fp8_cast_x_amax_ar"} & set(by)
+    # the weight, 128x128 blocks: 2 + 2·(1 + 4/16384) = 4.00048828125 B an element over 2 micro-batches; qkv's
+    # weight at t = 2 is half of W
+    assert by["qkv.fp8_cast_w"].bytes == pytest.approx(W / 2 * 4.00048828125 / 2)
+    assert by["qkv"].quant == "fp8"  # the GEMM at the FP8 rate (an ASSUMPTION: no blockwise rows measured)
+    # memory: two copies of the weight, 2·(1 + 1/4096) B; the saved GEMM inputs 1 + 1/32 B
+    assert quant_weight_bytes(1000.0, "blockwise", False) == pytest.approx(2000.48828125)
+    fp8 = layer_activation_bytes(SMALL, 1, 128, flash=True, fp8=True)
+    block = layer_activation_bytes(SMALL, 1, 128, flash=True, fp8=True, saved=1.03125)
+    assert block - fp8 == pytest.approx(0.03125 * (256 * 3 + 1024) * 128)
+
+
 def test_nvfp4_casts():
     k = _fwd(_shape("nvfp4", True))
     assert k["qkv.fp8_cast_x_amax"].bytes == 2 * X  # the per-tensor FP32 scale needs the amax: 65536

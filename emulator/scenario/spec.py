@@ -70,7 +70,7 @@ BLOCK_SCALED = ("mxfp8", "nvfp4")
 # Quantised precisions (Transformer Engine recipes: emulator/workload/layer.py) and fp8's scaling recipes
 # (Megatron-LM's --fp8-recipe names): delayed (an amax history) | tensorwise (current scaling).
 QUANTISED = ("fp8", "mxfp8", "nvfp4")
-FP8_RECIPES = ("delayed", "tensorwise")
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
 
 # live.skew_base / live.skew_slope defaults: the fit σ(c) = a + b·c of the arrival spread of 4 gloo
 # processes on this project's 2-core machine, 2026-12-03 16:14 UTC, 150 rounds of 7 kernel lengths
@@ -638,8 +638,10 @@ class TrainingSpec:
     # precision fp8's scaling recipe (Megatron-LM --fp8-recipe): delayed | tensorwise; "": delayed (layer.py)
     fp8_recipe: str = key(
         "With precision fp8, the scaling recipe (Megatron-LM --fp8-recipe): delayed (Transformer Engine's "
-        "DelayedScaling: scales from an amax history) or tensorwise (Float8CurrentScaling: an amax pass before each "
-        "cast, no history). Absent: delayed.", default="", choices=FP8_RECIPES)
+        "DelayedScaling: scales from an amax history), tensorwise (Float8CurrentScaling: an amax pass before each "
+        "cast, no history) or blockwise (Float8BlockScaling: an fp32 scale per 1x128 block of activations and "
+        "gradients and per 128x128 block of weights, both copies of a tensor quantised from it in one pass; sm_90 "
+        "and later). Absent: delayed.", default="", choices=FP8_RECIPES)
     # Transformer Engine's FP8 attention (Megatron-Core fp8_dot_product_attention: the recipe's fp8_dpa; layer.py)
     fp8_dot_product_attention: bool = key(
         "With a quantised precision and attention flash: Transformer Engine's FP8 dot product attention (Megatron-"

@@ -35,12 +35,12 @@ from __future__ import annotations
 from emulator.scenario.spec import QUANTISED, ModelSpec, Scenario
 from emulator.workload import hybrid, routing
 from emulator.workload import models as M
-from emulator.workload.layer import MXFP8_COPY, NVFP4_COPY, recipe_of
+from emulator.workload.layer import BLOCK_COPY, MXFP8_COPY, NVFP4_COPY, recipe_of
 
 # Bytes per element of a GEMM input saved for the backward pass, by quantised recipe: per-tensor FP8 1
 # (the default); MXFP8 and NVFP4 the column-wise copy the weight gradient reads, with its block scales
 # (layer.py's MXFP8_COPY, NVFP4_COPY).
-SAVED_INPUT_BYTES = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY}
+SAVED_INPUT_BYTES = {"mxfp8": MXFP8_COPY, "nvfp4": NVFP4_COPY, "blockwise": BLOCK_COPY}
 
 
 def rank_load(r: ModelSpec, ep: int, tokens: int = 0) -> float:

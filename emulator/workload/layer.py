@@ -134,6 +134,8 @@ from emulator.workload.models import (
 
 # the steps and their constructors (steps.py): the passes' callers name them as layer's too
 from emulator.workload.steps import (
+    BLOCK_COPY,
+    BLOCK_WEIGHT_COPY,
     BWD,
     FWD,
     MXFP8_COPY,
@@ -232,7 +234,10 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
 # - else the experts pad (experts.py: TE's Fp8Padding of the rows and the probabilities, by the host's token counts;
 #   Fp8Unpadding after fc2).
 # ASSUMPTION: a routed count is spread evenly modulo the alignment a, so a padded count gains (a − 1)/2 rows.
-QUANT_ALIGN = {"delayed": 16, "tensorwise": 16, "mxfp8": 32, "nvfp4": 32}
+QUANT_ALIGN = {"delayed": 16, "tensorwise": 16, "blockwise": 16, "mxfp8": 32, "nvfp4": 32}
+# Megatron-Core's op fuser (model.use_transformer_engine_op_fuser): TE's grouped-tensor and fused grouped-MLP kernels
+# take 256-row groups (moe_utils.py @ d98e8a64dd, get_align_size_for_quantization)
+OP_FUSER_ALIGN = 256
 
 
 def _quant_padding(m: ModelSpec, par: ParallelSpec | None, recipe: str, tokens: int, t: int, sp: bool, ep: int,
@@ -240,6 +245,8 @@ def _quant_padding(m: ModelSpec, par: ParallelSpec | None, recipe: str, tokens: 
     """LayerShape's pad_rows and pad_copies (and a2a_scale's padded share where the alltoall dispatcher's router
     pads) for a quantised MoE layer; {} otherwise."""
     align = QUANT_ALIGN.get(recipe, 0)
+    if align and m.use_transformer_engine_op_fuser:
+        align = OP_FUSER_ALIGN
     if not m.experts or not align or par is None:
         return {}
     half = (align - 1) / 2
@@ -427,6 +434,8 @@ def weight_quant_bytes(recipe: str, non_tn: bool, fp8_params: bool) -> float:
     both 16×16-block copies."""
     if recipe == "mxfp8":
         return 2.0 + 2 * MXFP8_COPY
+    if recipe == "blockwise":  # both copies from the bf16 weight (ASSUMPTION: as MXFP8's, fp8 weights or not)
+        return 2.0 + 2 * BLOCK_WEIGHT_COPY
     if recipe == "nvfp4":  # fp4_param (passed as fp8_params): the column-wise copy made from the gathered row-wise
         return 2 * NVFP4_WEIGHT_COPY if fp8_params else 2.0 + 2.0 + 2 * NVFP4_WEIGHT_COPY
     if fp8_params:
@@ -453,6 +462,8 @@ def _quant_kernels(name: str, elements: float, tensors: int, cat: str, L: LayerS
             steps.append(Comm(f"{name}_amax_ar", "tp", "all_reduce", 8.0 if r == "nvfp4" else 4.0, 0, cat))
     if r == "mxfp8":
         steps.append(Kernel(name, "cast", elements, (2.0 + 2 * MXFP8_COPY) * elements * local, cat))
+    elif r == "blockwise":  # both copies from the high-precision tensor, block scales found in the same pass
+        steps.append(Kernel(name, "cast", elements, (2.0 + 2 * BLOCK_COPY) * elements * local, cat))
     elif r == "nvfp4":  # rowwise; column-wise of the RHT'd tensor, stochastically rounded for gradients
         steps.append(Kernel(name, "cast", elements * (1 + RHT_FLOPS + (1 if grad else 0)),
                             (2.0 + 2 * NVFP4_COPY) * elements * local, cat))

@@ -60,7 +60,7 @@ from emulator.workload.activations import (
     scenario_layer_bytes,
 )
 from emulator.workload.cpu_offload import offloaded_layers
-from emulator.workload.layer import MXFP8_COPY, NVFP4_WEIGHT_COPY, recipe_of
+from emulator.workload.layer import BLOCK_WEIGHT_COPY, MXFP8_COPY, NVFP4_WEIGHT_COPY, recipe_of
 from emulator.workload.offload import OFFLOAD_RESIDENT_LAYERS, layer_offload, offload_share
 from emulator.workload.optimizer import optimizer_state_bytes
 from emulator.workload.plan import grad_reduce_bytes, non_tn_fp8
@@ -235,6 +235,8 @@ def quant_weight_bytes(linear: float, recipe: str, fp8_params: bool, non_tn: boo
     weight. NVFP4: both copies of 4-bit values with an E4M3 scale per 16×16 block, 2·(1/2 + 1/256) B."""
     if recipe == "mxfp8":
         return (2 * MXFP8_COPY - (2.0 if fp8_params else 0.0)) * linear
+    if recipe == "blockwise":  # Float8BlockScaling: both copies, a 128x128 block's fp32 scale each
+        return (2 * BLOCK_WEIGHT_COPY - (2.0 if fp8_params else 0.0)) * linear
     if recipe == "nvfp4":  # with fp4_param (passed as fp8_params) the copies are the parameters
         return (2 * NVFP4_WEIGHT_COPY - (2.0 if fp8_params else 0.0)) * linear
     if non_tn:

@@ -270,6 +270,10 @@ class LayerShape:
 MXFP8_COPY = 1.0 + 1.0 / 32
 NVFP4_COPY = 0.5 + 1.0 / 16
 NVFP4_WEIGHT_COPY = 0.5 + 1.0 / 256
+# Float8BlockScaling (fp8_recipe blockwise; transformer_engine/common/recipe/__init__.py @ d0067d0): one FP8 byte an
+# element and an fp32 scale per 1x128 block (activations, gradients) or per 128x128 block (weights)
+BLOCK_COPY = 1.0 + 4.0 / 128
+BLOCK_WEIGHT_COPY = 1.0 + 4.0 / (128 * 128)
 
 # GEMMs that stay in BF16 under FP8: the core attention's, the router's, the output layer's (layer.py, FP8), DSA's
 # absorbed MLA einsums (sparse_attention.py) and DeepSeek-V4's grouped o_a (a torch.bmm in HF's model; an ASSUMPTION
