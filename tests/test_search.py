@@ -26,7 +26,8 @@ def test_rules_name_the_broken_constraint(tmp_path):
     assert rule_violation(sc, Layout(tp=8, pp=1, dp=1)) == "model.heads (12) must be divisible by tp (8)"
     assert rule_violation(sc, Layout(tp=1, pp=2, dp=4, schedule="interleaved-1f1b", virtual_stages=4)) == \
         ("model.layers (12) must be divisible by pp*virtual_stages = 2*4 = 8, or set parallel.first_chunk_layers"
-         " / last_chunk_layers for an uneven split")  # 12 % 8, and the layout gives no lighter ends
+         " / last_chunk_layers for an uneven split (or account_for_embedding_in_pipeline_split /"
+         " account_for_loss_in_pipeline_split, which count the embedding and the loss as layers)")  # 12 % 8
     assert rule_violation(sc, Layout(tp=1, pp=1, dp=8, micro_batch=4)) == \
         "global_batch (16) must be divisible by micro_batch*dp = 4*8 = 32"  # 16 % 32
     assert rule_violation(sc, Layout(tp=1, pp=4, dp=2, micro_batch=4, schedule="interleaved-1f1b",
@@ -158,7 +159,9 @@ def test_v_and_dualpipe_schedules_are_offered_when_asked(tmp_path, capsys):
     assert res.plan.considered == 39 and len(res.plan.layouts) == 12
     assert dict(res.plan.pruned) == {
         "model.layers (12) must be divisible by pp*virtual_stages = 4*4 = 16, or set parallel.first_chunk_layers"
-        " / last_chunk_layers for an uneven split": 3, "more recompute than needed to fit": 24}
+        " / last_chunk_layers for an uneven split (or account_for_embedding_in_pipeline_split /"
+        " account_for_loss_in_pipeline_split, which count the embedding and the loss as layers)": 3,
+        "more recompute than needed to fit": 24}
     got = sorted((lay.pp, lay.schedule, lay.virtual_stages) for lay in res.plan.layouts)
     assert [x for x in got if x[1] in ("zb-v", "dualpipev", "dualpipe")] == [
         (2, "dualpipe", 1), (2, "dualpipev", 2), (2, "zb-v", 2), (4, "dualpipe", 1), (4, "dualpipev", 2),

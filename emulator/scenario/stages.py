@@ -32,7 +32,9 @@ def chunk_layers(layers: int, pp: int, virtual: int = 1, first: int | None = Non
     if first is None and last is None:
         if layers % V:
             raise ScenarioError(f"model.layers ({layers}) must be divisible by pp*virtual_stages = {pp}*{virtual} = "
-                                f"{V}, or set parallel.first_chunk_layers / last_chunk_layers for an uneven split",
+                                f"{V}, or set parallel.first_chunk_layers / last_chunk_layers for an uneven split "
+                                f"(or account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split, "
+                                f"which count the embedding and the loss as layers)",
                                 key="parallel.pp")
         return (layers // V,) * V
     if V == 1:  # one chunk holds everything; the ends do not apply (a sweep over pp may include 1)
