@@ -87,3 +87,19 @@ def test_the_fused_experts_pad_each_expert_to_256_rows():
     pad = {m.use_transformer_engine_op_fuser: Ly._quant_padding(m, par, "mxfp8", 128, 1, False, 1, None)["pad_rows"]
            for m in (MOE, FUSED)}
     assert pad == {False: 15.5, True: 127.5}
+
+
+def test_a_bf16_layer_of_a_quantised_run_runs_the_experts_unfused():
+    # first_last_layers_bf16 keeps the end layers out of the quantised autocast, where TE does not fuse
+    # (fuse_grouped_mlp_ops: no recipe); Nemotron 3 Super's release recipe keeps its last 14 layers in BF16
+    plain, fused = (Ly.unquantised(_shape(m)) for m in (MOE, FUSED))
+    assert not fused.fused_mlp
+    assert Ly.forward_steps(fused) + Ly.backward_steps(fused) == Ly.forward_steps(plain) + Ly.backward_steps(plain)
+    from emulator.workload.plan import make_plan
+
+    plan = make_plan(load_scenario("scenarios/nemotron-3-super-64-gb200.yaml",
+                                   ["model.use_transformer_engine_op_fuser=true"]))
+    # the quantised MoE layers run no activation kernel of their own, the BF16 ones at the end do
+    acts = [any(isinstance(st, Ly.Kernel) and st.name == "squared_relu" for st in u.fwd)
+            for u in plan.chunk_units[0] if any(getattr(st, "name", "") == "moe.up" for st in u.fwd)]
+    assert False in acts and True in acts and acts.index(True) > acts.index(False)

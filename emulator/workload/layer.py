@@ -342,7 +342,8 @@ def _ub_cfg(par: ParallelSpec | None, sm_count: int) -> tuple[tuple[str, str, fl
 
 def unquantised(L: LayerShape) -> LayerShape:
     """The same layer in BF16 (Megatron's first and last BF16 layers of a quantised run)."""
-    return replace(L, fp8=False, recipe="", non_tn=False, fp8_weight_bytes=0.0, fp8_dpa=False, fp8_head=False)
+    return replace(L, fp8=False, recipe="", non_tn=False, fp8_weight_bytes=0.0, fp8_dpa=False, fp8_head=False,
+                   fused_mlp=False)
 
 
 def dense_shape(L: LayerShape) -> LayerShape:
