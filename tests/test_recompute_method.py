@@ -56,3 +56,22 @@ def test_they_need_a_full_recompute(sets: list[str], key: str):
     with pytest.raises(ScenarioError, match="shape a full recompute") as err:
         load_scenario(PATH, sets)
     assert err.value.key == key
+
+
+def test_block_leaves_the_mtp_module_unrecomputed():
+    # DeepSeek-V3 on 1,024 H100: the last stage holds one layer and the MTP module ("...,tmL"), one micro-batch in
+    # flight under 1F1B; block 1 reruns the layer, which keeps its input, and not the MTP module (Megatron-Core skips
+    # it under block), which keeps what it keeps without recompute
+    from dataclasses import replace
+
+    from emulator.workload import models as M
+    from emulator.workload.activations import scenario_layer_bytes
+
+    sets = ["training.recompute=full", "training.recompute_modules=null", "training.recompute_method=block",
+            "training.recompute_num_layers=1"]
+    sc = load_scenario("scenarios/deepseek-v3-1024-h100.yaml", sets)
+    m = replace(M.resolve(sc.model), vocab=M.padded_vocab(M.resolve(sc.model).vocab, sc.parallel.tp))
+    full = scenario_layer_bytes(sc, m)
+    assert full == 4096 * 7168 * 2 / 2  # its input, s·h·2 B over TP 2 with sequence parallelism: 29,360,128 B
+    none = scenario_layer_bytes(replace(sc, training=replace(sc.training, recompute="none")), m)
+    assert stage_memory(sc)[-1].breakdown["activations"] == pytest.approx(full + none)

@@ -556,7 +556,8 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         lead = any(_dense_layers_of(sc, k) for k in held) and bool(m.experts)
         worst = _layer_mean(sc, m, held, (per_layer, per_dense), (off_l, off_d), lead)
         if tr.recompute == "full" and (tr.recompute_method == "block" or tr.recompute_num_layers > 1):
-            worst = _grouped_recompute_mean(sc, m, held, [n for k in held for n in split[k]], worst,
+            mtp_here = sum(with_mtp[k][c] - split[k][c] for k in held for c in range(len(split[k])))
+            worst = _grouped_recompute_mean(sc, m, held, [n for k in held for n in split[k]], mtp_here, worst,
                                             (off_l, off_d), lead)
         weights = tuple(n for k in held for n in with_mtp[k])
         in_flight = max_in_flight(tasks, weights, combined=par.overlap_moe_expert_parallel_comm)  # layers in flight
@@ -596,17 +597,18 @@ def _layer_mean(sc: Scenario, m: ModelSpec, held: list[int], per: tuple[float, f
     return hybrid_layer_bytes(sc, m, layers) if hybrid.is_hybrid(m) else differing_layer_bytes(sc, m, layers, off)
 
 
-def _grouped_recompute_mean(sc: Scenario, m: ModelSpec, held: list[int], chunks: list[int], full: float,
+def _grouped_recompute_mean(sc: Scenario, m: ModelSpec, held: list[int], chunks: list[int], mtp: int, full: float,
                             off: tuple[float, float], lead: bool) -> float:
     """What one layer keeps on average, of the stage that holds pipeline stages ``held`` (their model chunks of
-    ``chunks`` layers), under a full recompute by Megatron-Core's recompute_method (recompute.py @ d98e8a64dd,
-    _checkpointed_forward; ``full``: a layer's kept input). uniform: each group of recompute_num_layers keeps its
-    input, ceil(n/N) of a chunk of n; block: the first N layers of a chunk keep their input, the others what they
-    keep without recompute (:func:`_layer_mean`, ``off`` and ``lead`` as there). The rerun group's activations,
-    alive during its backward, are left out, as for one layer under full."""
-    tr, n, total = sc.training, sc.training.recompute_num_layers, max(1, sum(chunks))
+    ``chunks`` layers, and ``mtp`` MTP layers), under a full recompute by Megatron-Core's recompute_method
+    (recompute.py @ d98e8a64dd, _checkpointed_forward; ``full``: a layer's kept input). uniform: each group of
+    recompute_num_layers keeps its input, ceil(n/N) of a chunk of n, an MTP layer its input; block: the first N layers
+    of a chunk keep their input, the others and the MTP layers (multi_token_prediction.py skips them under block)
+    what they keep without recompute (:func:`_layer_mean`, ``off`` and ``lead`` as there). The rerun group's
+    activations, alive during its backward, are left out, as for one layer under full."""
+    tr, n, total = sc.training, sc.training.recompute_num_layers, max(1, sum(chunks) + mtp)
     if tr.recompute_method == "uniform":
-        return full * sum(-(-c // n) for c in chunks) / total
+        return full * (sum(-(-c // n) for c in chunks) + mtp) / total
     share = sum(min(n, c) for c in chunks) / total
     plain = replace(sc, training=replace(tr, recompute="none"))
     per_layer = scenario_layer_bytes(plain, m)
