@@ -93,7 +93,9 @@ cast-transposed (read 2, write 1 + 1), the weight's spread over the step's micro
 adds 2·4·1024 bytes per quantized tensor to the cast before its GEMM. A cast moves its bytes at
 the bandwidth a cast reached on the H200 (compute.CAST_MEM_EFFICIENCY, from
 ../shared/calibration/h200/elementwise.csv). The all-reduce (MAX) of the
-amaxes over the data-parallel group, a few kB once per pass, is left out.
+amaxes over the data-parallel group, a few kB once per pass, is left out. The other recipes (current scaling,
+blockwise, MXFP8, NVFP4) differ in these casts only (:func:`_quant_kernels`); with ``training.fp8_output_proj`` the
+output layer runs in MXFP8 too (:func:`head_casts`).
 
 Backward of a linear layer is two GEMMs, dgrad then wgrad. As in Megatron
 (LinearWithGradAccumulationAndAsyncCommunication), the TP all-reduce (SP: reduce-scatter)
@@ -178,8 +180,8 @@ def layer_shape(model: ModelSpec, micro_batch: int, t: int = 1, sp: bool = False
                 non_tn: bool = False, parallel: ParallelSpec | None = None, sm_count: int = 0,
                 fp8_dpa: bool = False, fp8_head: bool = False) -> LayerShape:
     """The per-GPU layer shape of ``model`` under the given parallelism. ``dtype`` 1 is quantised training
-    (Transformer Engine: quantised GEMMs, BF16 activations) by ``recipe`` (delayed | tensorwise | mxfp8 |
-    nvfp4; "": delayed); its weights are quantised once per step of ``micro_batches``
+    (Transformer Engine: quantised GEMMs, BF16 activations) by ``recipe`` (delayed | tensorwise | blockwise |
+    mxfp8 | nvfp4; "": delayed); its weights are quantised once per step of ``micro_batches``
     (:func:`weight_quant_bytes`). ``non_tn``: the GPU runs FP8 GEMMs of every layout (Blackwell).
     ``etp``: the experts' own tensor parallelism (None or t: as the attention's). ``parallel``: its MoE
     dispatch keys; ``sm_count``: the GPU's SMs (the flex dispatcher's kernels take moe_flex_dispatcher_num_sms
@@ -421,7 +423,7 @@ def _with_category(steps: list[Step], cat: str) -> list[Step]:
 
 def recipe_of(precision: str, fp8_recipe: str = "") -> str:
     """The quantisation recipe of ``training.precision`` (``training.fp8_recipe`` for fp8): delayed |
-    tensorwise | mxfp8 | nvfp4; "" for an unquantised precision."""
+    tensorwise | blockwise | mxfp8 | nvfp4; "" for an unquantised precision."""
     if precision == "fp8":
         return fp8_recipe or "delayed"
     return precision if precision in ("mxfp8", "nvfp4") else ""
