@@ -556,7 +556,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         lead = any(_dense_layers_of(sc, k) for k in held) and bool(m.experts)
         worst = _layer_mean(sc, m, held, (per_layer, per_dense), (off_l, off_d), lead)
         if tr.recompute == "full" and (tr.recompute_method == "block" or tr.recompute_num_layers > 1):
-            mtp_here = sum(with_mtp[k][c] - split[k][c] for k in held for c in range(len(split[k])))
+            mtp_here = sum(sum(with_mtp[k]) - sum(split[k]) for k in held)  # the MTP layers this stage holds
             worst = _grouped_recompute_mean(sc, m, held, [n for k in held for n in split[k]], mtp_here, worst,
                                             (off_l, off_d), lead)
         weights = tuple(n for k in held for n in with_mtp[k])

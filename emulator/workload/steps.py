@@ -95,7 +95,7 @@ class LayerShape:
     qk_head: int = 0  # MLA query/key dims per head (d_n + d_r); 0: d
     v_head: int = 0  # MLA value dims per head; 0: d
     fp8: bool = False  # Transformer Engine quantised GEMMs (fp8, mxfp8, nvfp4): the linear layers', with their casts
-    recipe: str = ""  # with fp8: delayed | tensorwise | mxfp8 | nvfp4 (recipe_of); "": delayed
+    recipe: str = ""  # with fp8: delayed | tensorwise | blockwise | mxfp8 | nvfp4 (recipe_of); "": delayed
     non_tn: bool = False  # the GPU's FP8 GEMMs take every layout (Blackwell): per-tensor FP8 makes no transposes
     fp8_weight_bytes: float = 0.0  # bytes per weight element per micro-batch of the step's weight cast
     fa2: bool = False  # fused attention by FlashAttention-2's kernels (training.attention: fa2), not cuDNN's
