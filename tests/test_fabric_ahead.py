@@ -17,11 +17,13 @@ from emulator.network.flows import FlowSpec
 PLAN = [[FlowSpec((0,), (1.0,), 1.0, 0.0), FlowSpec((0, 1), (1.0, 1.0), 0.5, 0.25)]]
 
 
-def run_tiny(ahead, joiner_at=None):
+def run_tiny(ahead, joiner_at=None, joins=False):
     """Start PLAN at t = 2 s (and, at ``joiner_at``, a flow C of 100 B on link 1): the plan's end, C's end,
-    the bytes on each link, how many plans were woken, and whether the plan ran ahead."""
+    the bytes on each link, how many plans were woken, and whether the plan ran ahead. With ``joins``, a flow
+    meeting the plan may join it (``Fabric._join``); without, it wakes it."""
     env = simpy.Environment()
     fab = Fabric(env, [100.0, 100.0])
+    fab.joins = joins
     ends = {}
     ran_ahead = []
 
@@ -64,6 +66,38 @@ def test_a_flow_meeting_a_plan_run_ahead_wakes_it():
     assert run_tiny(ahead=False, joiner_at=2.75)[:2] == (ends, moved)
 
 
+def test_a_flow_meeting_a_plan_run_ahead_on_free_links_joins_it():
+    # C's link 1 is the plan's, and it has no other: C is joined to the plan, the two run together from the
+    # plan's start with C begun 0.75 s in; the same ends and bytes as woken (above), and no plan woken
+    ends, moved, woken, ran_ahead = run_tiny(ahead=True, joiner_at=2.75, joins=True)
+    assert ran_ahead
+    assert woken == 0
+    assert ends == {"plan": 3.5, "C": 4.0}
+    assert moved == [150.0, 150.0]
+
+
+def test_a_flow_meeting_a_plan_and_a_busy_link_wakes_the_plan():
+    # Three links of 100 B/s. PLAN from t = 2 s; D, 100 B on link 2, streams on the clock from 2.5 s; C, 100 B
+    # over links 1 and 2, at 2.75 s meets the plan on link 1 and D on link 2: not joined, the plan is woken.
+    # At 2.75: A has 50 B left, B 25 B, D 75 B; links 0 (A, B), 1 (B, C), 2 (C, D) split 50/50: all at 50 B/s.
+    # B ends at 3.25 s; A (25 B left) alone at 100 B/s ends at 3.5 s. C (75 B left) and D (50 B left) share
+    # link 2 at 50 B/s: D ends at 4.25 s, C's last 25 B alone at 100 B/s at 4.5 s. Bytes: link 0 A's 100 + B's
+    # 50, link 1 B's 50 + C's 100, link 2 D's 100 + C's 100.
+    env = simpy.Environment()
+    fab = Fabric(env, [100.0, 100.0, 100.0])
+    ends = {}
+    env.timeout(2.0).callbacks.append(
+        lambda _e: fab.run_plan(PLAN, 100.0, lambda: ends.__setitem__("plan", env.now), ahead=True))
+    env.timeout(2.5).callbacks.append(
+        lambda _e: fab.transfer((2,), (1.0,), 100.0, 0.0, lambda: ends.__setitem__("D", env.now)))
+    env.timeout(2.75).callbacks.append(
+        lambda _e: fab.transfer((1, 2), (1.0, 1.0), 100.0, 0.0, lambda: ends.__setitem__("C", env.now)))
+    env.run()
+    assert (fab.woken, fab.late) == (1, 0)
+    assert ends == {"plan": 3.5, "D": 4.25, "C": 4.5}
+    assert fab.bytes_on_link == [150.0, 150.0, 200.0]
+
+
 def test_a_plan_on_a_busy_link_runs_on_the_clock():
     # C starts on link 1 at t = 1 and streams alone until 1 + 100 B / 100 B/s = 2 s; the plan started at
     # 1.5 s finds B's link 1 busy and runs flow by flow: nothing ahead, no plan to wake
@@ -80,10 +114,12 @@ def test_a_plan_on_a_busy_link_runs_on_the_clock():
 PHASES = [[FlowSpec((0,), (1.0,), 1.0, 0.0)], [FlowSpec((0, 1), (1.0, 1.0), 0.5, 0.25)]]
 
 
-def run_phases(ahead, joiner_at=None):
-    """PHASES from t = 2 s (and at ``joiner_at`` a flow C of 100 B on link 1): ends, bytes, plans woken."""
+def run_phases(ahead, joiner_at=None, joins=False):
+    """PHASES from t = 2 s (and at ``joiner_at`` a flow C of 100 B on link 1): ends, bytes, plans woken (with
+    ``joins``: flows joined as they began instead)."""
     env = simpy.Environment()
     fab = Fabric(env, [100.0, 100.0])
+    fab.joins = joins
     ends = {}
     env.timeout(2.0).callbacks.append(
         lambda _e: fab.run_plan(PHASES, 100.0, lambda: ends.__setitem__("plan", env.now), ahead=ahead))
@@ -91,7 +127,7 @@ def run_phases(ahead, joiner_at=None):
         env.timeout(joiner_at).callbacks.append(
             lambda _e: fab.transfer((1,), (1.0,), 100.0, 0.0, lambda: ends.__setitem__("C", env.now)))
     env.run()
-    return ends, list(fab.bytes_on_link), fab.woken
+    return ends, list(fab.bytes_on_link), fab.late if joins else fab.woken
 
 
 # X alone ends at 2 + 100/100 = 3 s; Y streams from 3.25 s, 50 B alone at 100 B/s: the plan ends at 3.75 s.
@@ -106,14 +142,17 @@ def run_phases(ahead, joiner_at=None):
 def test_a_plan_of_phases_runs_ahead_and_wakes_in_its_later_phase(joiner_at, ends, moved):
     assert run_phases(True, joiner_at) == (ends, moved, 0 if joiner_at is None else 1)
     assert run_phases(False, joiner_at)[:2] == (ends, moved)
+    # C joined to the plan instead (link 1 is the plan's alone): the same ends and bytes, one flow joined
+    assert run_phases(True, joiner_at, joins=True) == (ends, moved, 0 if joiner_at is None else 1)
 
 
-def run_joined(ahead, joiner_at=None, lazy_at=2.0, lazy_latency=0.5):
+def run_joined(ahead, joiner_at=None, lazy_at=2.0, lazy_latency=0.5, joins=False):
     """Three links of 100 B/s. At ``lazy_at`` a flow L of 50 B over links 1 and 2 is started with a latency of
     ``lazy_latency`` (the fabric idle: started ahead, its end scheduled), at t = 2 s PLAN (S = 100 B); at
     ``joiner_at`` a flow C of 100 B on link 2. Ends, bytes per link, plans woken, whether the plan ran ahead."""
     env = simpy.Environment()
     fab = Fabric(env, [100.0, 100.0, 100.0])
+    fab.joins = joins
     ends = {}
     ran_ahead = []
 
@@ -166,6 +205,8 @@ def test_a_flow_meeting_a_joined_flow_wakes_the_plan(joiner_at, ends, moved):
     assert woken == 1
     assert (got, got_moved) == (ends, moved)
     assert run_joined(ahead=False, joiner_at=joiner_at)[:2] == (ends, moved)
+    # with joins, C (on link 2, which the plan holds through L) joins the plan and L: the same, none woken
+    assert run_joined(ahead=True, joiner_at=joiner_at, joins=True)[:3] == (ends, moved, 0)
 
 
 def test_a_capacity_change_wakes_a_plan_and_its_joined_flow():
@@ -220,21 +261,24 @@ PADDED = PIPELINE + ["--set", "model.moe_expert_capacity_factor=1.0", "--set",
                      "model.moe_pad_expert_input_to_capacity=true"]
 
 
-def summary_and_counts(args, ahead, monkeypatch, capsys):
-    """The run's --json summary (wall time dropped), plans run ahead, plans woken."""
+def summary_and_counts(args, ahead, monkeypatch, capsys, joins=True):
+    """The run's --json summary (wall time dropped), plans run ahead, plans woken, flows joined to a plan as it
+    began (``joined``) and as they began (``late``, with ``joins``)."""
     monkeypatch.setattr(fabric_mod, "PLANS_AHEAD", ahead)
-    counts = {"ahead": 0, "woken": 0, "joined": 0}
+    monkeypatch.setattr(fabric_mod, "JOINS", joins)
+    counts = {"ahead": 0, "woken": 0, "joined": 0, "late": 0}
     run_ahead, wake_plan = Fabric._run_ahead, Fabric._wake_plan
 
     def counted_run_ahead(self, *a):
         went = run_ahead(self, *a)
         counts["ahead"] += went
-        counts["joined"] = self.joined
+        counts["joined"], counts["late"] = self.joined, self.late
         return went
 
     def counted_wake(self, a):
         counts["woken"] += 1
         wake_plan(self, a)
+        counts["late"] = self.late
 
     monkeypatch.setattr(Fabric, "_run_ahead", counted_run_ahead)
     monkeypatch.setattr(Fabric, "_wake_plan", counted_wake)
@@ -278,13 +322,19 @@ def assert_same(fast, exact, path="summary"):
         assert fast == exact, path
 
 
+EXACT: dict = {}  # id(args) → the exact path's summary and counts (each case runs it once for both joins)
+
+
+@pytest.mark.parametrize("joins", [True, False], ids=["joins", "wakes"])
 @pytest.mark.parametrize("args", [TWO_NODES, PIPELINE, EP_OVER_TP, HYBRID_EP, PADDED],
                          ids=["ep16-2-nodes", "ep16-pp3-6-nodes", "ep16-over-tp2-deepep", "ep16-over-tp2-hybridep",
                               "ep16-pp3-padded-all-to-all"])
-def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, monkeypatch, capsys):
-    fast, counts = summary_and_counts(args, True, monkeypatch, capsys)
-    exact, none = summary_and_counts(args, False, monkeypatch, capsys)
-    assert counts["ahead"] > 0 and none == {"ahead": 0, "woken": 0, "joined": 0}
+def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, joins, monkeypatch, capsys):
+    fast, counts = summary_and_counts(args, True, monkeypatch, capsys, joins)
+    if id(args) not in EXACT:
+        EXACT[id(args)] = summary_and_counts(args, False, monkeypatch, capsys)
+    exact, none = json.loads(json.dumps(EXACT[id(args)][0])), EXACT[id(args)][1]
+    assert counts["ahead"] > 0 and none == {"ahead": 0, "woken": 0, "joined": 0, "late": 0}
     assert fast["sim"].pop("events") < exact["sim"].pop("events")  # what the fast path is for
     fast_list, fast_named = split_busiest(fast)
     exact_list, exact_named = split_busiest(exact)
@@ -302,10 +352,13 @@ def test_the_dispatch_fast_path_gives_the_exact_paths_summary(args, monkeypatch,
         program, _ = build_workload(load_scenario(args[0], sets), blocks=True)
         names = {p.collective for op in program.ops for p in (op.parts or (op,)) if p.collective}
         assert "all_to_all" in names and not any(n.startswith("all_to_all_v") for n in names)
+    met = counts["late"] if joins else counts["woken"]  # a flow met a dispatch run ahead: joined to it, or woken
+    if not joins:
+        assert counts["late"] == 0
     if args is PIPELINE or args is PADDED:
-        assert counts["woken"] > 0  # a pipeline transfer met a dispatch run ahead: woken onto the fabric
+        assert met > 0  # a pipeline transfer met a dispatch run ahead
     if args is EP_OVER_TP or args is HYBRID_EP:
-        assert counts["joined"] > 0 and counts["woken"] > 0  # all-gathers run with dispatches; some met
+        assert counts["joined"] > 0 and met > 0  # all-gathers run with dispatches; some met them later
 
 
 @pytest.mark.parametrize("args", [["scenarios/quickstart.yaml"], EP_OVER_TP], ids=["quickstart", "ep16-over-tp2-deepep"])

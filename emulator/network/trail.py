@@ -83,6 +83,10 @@ class Moment:
         """``Fabric._settle`` of ``f`` at ``tau`` (:func:`settle`)."""
         settle(f, self.tau, self._paths)
 
+    def paths(self) -> list[list[Any]]:
+        """The bytes the run has moved per path, [links, weights, bytes], in the order paths first moved."""
+        return list(self._paths.values())
+
     def bytes_on(self) -> dict[int, float]:
         """Bytes per link the run has moved (``Fabric.bytes_on_link`` of a fresh fabric: paths in order)."""
         out: dict[int, float] = {}
