@@ -68,6 +68,10 @@ CASES = {
     "deepseek-v3-1024-skewed": ("scenarios/deepseek-v3-1024-h100.yaml",
                                 ["model.moe_router_force_load_balancing=false", "model.moe_imbalance=3"]),
     "deepseek-v3-4096": ("scenarios/deepseek-v3-1024-h100.yaml", ["cluster.nodes=512", "parallel.dp=128"]),
+    # the recipe's 1F1B all-to-all overlap (parallel.overlap_moe_expert_parallel_comm): a sequence-parallel
+    # collective of one micro-batch begins on the NVLinks of the other's dispatch run ahead (Fabric._join)
+    "qwen3-235b-256-overlap": ("scenarios/qwen3-235b-256-h100.yaml",
+                               ["parallel.overlap_moe_expert_parallel_comm=true", "parallel.delay_wgrad_compute=true"]),
     "qwen3-235b-256-skewed": ("scenarios/qwen3-235b-256-h100.yaml",
                               ["model.moe_expert_capacity_factor=null", "model.moe_pad_expert_input_to_capacity=false",
                                "model.moe_imbalance=3"]),
