@@ -120,6 +120,11 @@ def _times(mx: Matrix, count: float) -> Matrix:
     return Matrix(mx.rows, mx.cols, mx.count * count, mx.split, mx.expert)
 
 
+def times(matrices: tuple[Matrix, ...], count: float) -> tuple[Matrix, ...]:
+    """``matrices`` of ``count`` layers alike."""
+    return tuple(_times(x, count) for x in matrices) if count else ()
+
+
 def _attention(r: ModelSpec, t: int, mode: str, split_qkv: bool) -> list[Matrix]:
     """The attention's weight matrices (MLA's four projections and the output; or QKV and the output)."""
     h, a = r.hidden, r.heads
