@@ -144,3 +144,12 @@ def test_dist_muon_gathers_experts_over_their_own_group():
     # every expert-parallel rank holds 128/4 = 32 experts of fc1 2·768×2048 and fc2 2048×768 a layer, 48 layers:
     # 48·32·3·768·2048 parameters, gathered in bf16
     assert sum(op.bytes for op in expert) == pytest.approx(2 * 48 * 32 * 3 * 768 * 2048, rel=1e-12)
+
+
+def test_the_search_tries_dist_muon_at_zero_1_only():
+    from emulator.studies.search import Limits, plan
+
+    sc = _sc(zero=1, training=", optimizer: dist_muon")
+    p = plan(sc, 8, Limits(max_pp=1, max_tp=2))
+    assert p.layouts and {lay.zero for lay in p.layouts} == {1}
+    assert p.pruned["Muon's optimizer takes one ZeRO stage"] > 0
