@@ -825,8 +825,8 @@ class ParallelSpec:
     overlap_grad_reduce: bool = key("Overlap gradient reduction with backward.", default=True)
     # ZeRO-1/2 parameter all-gather under the next forward; None: as
     overlap_param_gather: bool | None = key(
-        "ZeRO-1/2: the distributed optimizer's parameter all-gather overlaps the next iteration's forward, bucket by "
-        "bucket; absent: as overlap_grad_reduce.", default=None)
+        "ZeRO-1/2: the distributed optimizer's (or dist_muon's) parameter all-gather overlaps the next iteration's "
+        "forward, bucket by bucket; absent: as overlap_grad_reduce.", default=None)
     # overlap_grad_reduce (Megatron's --overlap-param-gather, which NeMo's recipes turn on with it)
     grad_bucket: float = key('Gradient bucket size, e.g. "25 MB".', default=25e6 * 4, unit="bytes", positive=True)
     order: tuple[str, ...] = key(
