@@ -179,6 +179,7 @@ def _with_trace(tmp_path, trace: str) -> str:
     ("training: {attention: fa2}\n", "training.attention", "fa2"),  # the trace's cuDNN flash kernel
     # fp32 weights: their own main copy (zero 1: apex's own rule, checked before the profile is read)
     ("training: {optimizer: apex}\nparallel: {zero: 1}\n", "training.optimizer", "apex"),
+    ("training: {optimizer: muon}\n", "training.optimizer", "muon"),  # Muon's matrices are a model description's
 ])
 def test_a_key_the_profile_fixes_is_refused_by_name(tmp_path, capsys, extra, key, value):
     err = _exit2(capsys, _scenario(tmp_path, extra))

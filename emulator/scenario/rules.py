@@ -101,7 +101,8 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
         out.append(Violation("training.optimizer", f"optimizer apex (DistributedFusedAdam) shards the optimizer "
                                                    f"state over the data-parallel ranks: it needs parallel.zero 1 "
                                                    f"or 2, got {p.zero}"))
-    out += _precision_aware_violations(t) + _fp8_attention_violations(t) + _output_proj_violations(t)
+    out += _precision_aware_violations(t) + _muon_violations(m, t, p) + _fp8_attention_violations(t)
+    out += _output_proj_violations(t)
     out += expert_grid_violations(m, p) + dispatch_violations(m, p)
     if p.ep > 1 and not m.experts:
         out.append(Violation("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)"))
@@ -253,6 +254,46 @@ def _precision_aware_violations(t: TrainingSpec) -> list[Violation]:
                                                   f"optimizer (set training.use_precision_aware_optimizer: true; "
                                                   f"Megatron-Core)")]
     return []
+
+
+MUON_KEYS = {"muon_num_ns_steps": 5, "muon_tp_mode": "duplicated", "muon_split_qkv": True}
+
+
+def _muon_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
+    """Megatron-Core's Muon (workload/muon.py) where Megatron-Core and Megatron-LM take it, and the models the
+    emulator knows its matrices of: muon keeps its states whole (Megatron-LM arguments.py @ d98e8a64dd turns
+    muon with --use-distributed-optimizer into the layer-wise optimizer, dist_muon); dist_muon's
+    LayerWiseDistributedOptimizer shards the states and keeps whole gradients (layer_wise_optimizer.py), and
+    neither runs on Megatron-FSDP or Torch-FSDP2 (arguments.py: "Emerging optimizer does not support ...") nor
+    with fp16 (optimizer/__init__.py: "emerging optimizer with fp16 is not supported")."""
+    if t.optimizer not in ("muon", "dist_muon"):
+        return [Violation(f"training.{k}", f"training.{k} is a setting of Megatron-Core's Muon: it needs "
+                                           f"training.optimizer muon or dist_muon (it is {t.optimizer})")
+                for k, default in MUON_KEYS.items() if getattr(t, k) != default][:1]
+    out: list[Violation] = []
+    if t.optimizer == "muon" and p.zero != 0:
+        out.append(Violation("parallel.zero", f"optimizer muon keeps its states whole on every data-parallel rank "
+                                              f"(parallel.zero 0); Megatron-LM turns muon with the distributed "
+                                              f"optimizer into the layer-wise one (megatron/training/arguments.py): "
+                                              f"set training.optimizer dist_muon with parallel.zero 1 (got zero "
+                                              f"{p.zero})"))
+    if t.optimizer == "dist_muon" and p.zero != 1:
+        out.append(Violation("parallel.zero", f"optimizer dist_muon (Megatron-Core's LayerWiseDistributedOptimizer, "
+                                              f"megatron/core/optimizer/layer_wise_optimizer.py) shards the "
+                                              f"optimizer states over the data-parallel ranks and keeps whole "
+                                              f"gradients, which DDP all-reduces: it needs parallel.zero 1, got "
+                                              f"{p.zero}" + (" (emerging optimizers do not run on Megatron-FSDP "
+                                                             "or Torch-FSDP2: megatron/training/arguments.py)"
+                                                             if p.zero == 3 else "")))
+    if t.precision == "fp16":
+        out.append(Violation("training.precision", "Megatron-Core refuses Muon with fp16 ('emerging optimizer with "
+                                                   "fp16 is not supported', megatron/core/optimizer/__init__.py): "
+                                                   "use bf16"))
+    if m.hybrid_layer_pattern or m.experimental_attention_variant or m.enable_mhc_connections:
+        out.append(Violation("training.optimizer", "the emulator models Muon's weight matrices for transformer "
+                                                   "layers of MHA, GQA or MLA attention only (not hybrid layers, "
+                                                   "DSA, dsv4_hybrid or mHC)"))
+    return out
 
 
 def _cpu_offload_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:

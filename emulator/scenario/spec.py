@@ -668,11 +668,29 @@ class TrainingSpec:
     # the distributed optimizer's implementation (optimizer.py, optimizer_state_bytes): megatron (Megatron-Core's
     # DistributedOptimizer, fp32 main weights) | apex (Apex DistributedFusedAdam as NeMo sets it up: bf16
     # weights' fp32 masters kept as their 16-bit remainders)
+    # muon | dist_muon: Megatron-Core's optimizer names for Muon (OptimizerConfig.optimizer @ d98e8a64dd;
+    # workload/muon.py), the scalar parameters on Adam
     optimizer: str = key(
-        "The distributed optimizer (parallel.zero 1 or 2): megatron (Megatron-Core's "
-        "DistributedOptimizer: fp32 main weight, momentum and variance, 12 B a parameter over the data-parallel "
-        "ranks) or apex (Apex DistributedFusedAdam as NeMo sets it up: with bf16 weights the fp32 master is kept as "
-        "its 16-bit remainder, 10 B).", default="megatron", choices=('megatron', 'apex'))
+        "The optimizer. Adam, as the distributed optimizer (parallel.zero 1 or 2) implements it: megatron "
+        "(Megatron-Core's DistributedOptimizer: fp32 main weight, momentum and variance, 12 B a parameter over the "
+        "data-parallel ranks) or apex (Apex DistributedFusedAdam as NeMo sets it up: with bf16 weights the fp32 "
+        "master is kept as its 16-bit remainder, 10 B). Or Megatron-Core's Muon, by its optimizer names: muon "
+        "(parallel.zero 0: every 2-D weight but the embeddings and the output layer orthogonalised by Newton-Schulz, "
+        "an fp32 main weight and momentum, 8 B; the rest on Adam, 12 B) or dist_muon (parallel.zero 1: Megatron-"
+        "Core's LayerWiseDistributedOptimizer deals whole parameters out over the data-parallel ranks, all-reduces "
+        "the gradients and all-gathers the updated weights).", default="megatron",
+        choices=('megatron', 'apex', 'muon', 'dist_muon'))
+    muon_num_ns_steps: int = key(
+        "With optimizer muon or dist_muon: Newton-Schulz steps per weight matrix (Megatron-Core's muon_num_ns_steps).",
+        default=5, minimum=1, maximum=100)
+    muon_tp_mode: str = key(
+        "With optimizer muon or dist_muon and tp > 1 (Megatron-Core's muon_tp_mode): duplicated (each TP rank "
+        "all-gathers a split matrix's momentum and orthogonalises it whole) or blockwise (each rank its own shard; "
+        "Megatron-Bridge's distributed_muon_with_cosine_annealing default).", default="duplicated",
+        choices=("duplicated", "blockwise"))
+    muon_split_qkv: bool = key(
+        "With optimizer muon or dist_muon: a fused QKV weight is orthogonalised as its Q, K and V blocks (Megatron-"
+        "Core's muon_split_qkv).", default=True)
     # Megatron-Core's precision-aware optimizer (optimizer_config.py @ d98e8a64dd; workload/optimizer.py)
     use_precision_aware_optimizer: bool = key(
         "Megatron-Core's use_precision_aware_optimizer (optimizer megatron): Transformer Engine's FusedAdam keeps "
@@ -807,8 +825,8 @@ class ParallelSpec:
     overlap_grad_reduce: bool = key("Overlap gradient reduction with backward.", default=True)
     # ZeRO-1/2 parameter all-gather under the next forward; None: as
     overlap_param_gather: bool | None = key(
-        "ZeRO-1/2: the distributed optimizer's parameter all-gather overlaps the next iteration's forward, bucket by "
-        "bucket; absent: as overlap_grad_reduce.", default=None)
+        "ZeRO-1/2: the distributed optimizer's (or dist_muon's) parameter all-gather overlaps the next iteration's "
+        "forward, bucket by bucket; absent: as overlap_grad_reduce.", default=None)
     # overlap_grad_reduce (Megatron's --overlap-param-gather, which NeMo's recipes turn on with it)
     grad_bucket: float = key('Gradient bucket size, e.g. "25 MB".', default=25e6 * 4, unit="bytes", positive=True)
     order: tuple[str, ...] = key(

@@ -80,8 +80,9 @@ from emulator.workload import kernel_cost as KC
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
+from emulator.workload import muon as MU
 from emulator.workload.cpu_offload import offloaded_bytes, offloaded_layers, pass_with_copies
-from emulator.workload.memory import chunk_plan_of, held_stages
+from emulator.workload.memory import chunk_plan_of, expert_dp, held_stages
 from emulator.workload.offload import layer_offload, offload_share
 from emulator.workload.optimizer import adam_step_bytes
 from emulator.workload.placement import ORDER, Layout
@@ -664,7 +665,11 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: Split, stage
             t = _reduction(sc, params_, split, s, 0, dense, d, dp_link, grad)
             if expert and len(edp) > 1:  # the experts' gradients over their own group, after the dense ones
                 t += _reduction(sc, params_, split, s, 1, expert, len(edp), group_link_of(sc, edp), grad)
-            if par.zero in (1, 2):  # the updated weights, experts' too, gathered over dp·cp
+            if par.zero in (1, 2) and MU.layer_wise(tr):  # dist_muon: the experts' over their expert-DP group
+                t += _param_gather(dense * dtype, d, dp_link, par)
+                if expert and len(edp) > 1:
+                    t += _param_gather(expert * dtype, len(edp), group_link_of(sc, edp), par)
+            elif par.zero in (1, 2):  # the updated weights, experts' too, gathered over dp·cp
                 t += _param_gather((dense + expert) * dtype, d, dp_link, par)
         worst = max(worst, t)
     if m.tied_embeddings and head_apart(par):
@@ -703,7 +708,7 @@ def _reduction(sc: Scenario, params_: Params, split: Split, s: int, which: int, 
     (workload/builder.py ``_mirror_per_chunk``) with the overlap: the chunk that finishes last, stage
     min(s, p − 1 − s) (DualPipeV's phase 0 on both ranks of the pair), exposed whole; else both."""
     par = sc.parallel
-    op = "all_reduce" if par.zero == 0 else "reduce_scatter"
+    op = "all_reduce" if par.zero == 0 or MU.layer_wise(sc.training) else "reduce_scatter"
     if len(held_stages(par, s)) > 1:
         k = min(s, par.pp - 1 - s)
         tail = params_.stage(split, k, par.pp)[which] if par.overlap_grad_reduce else params
@@ -725,12 +730,40 @@ def _param_gather(nbytes: float, d: int, link: Link, par: ParallelSpec) -> float
 
 
 def _optimizer(sc: Scenario, params: Params, split: Split, gpu: GpuSpec) -> float:
-    """The Adam step of the rank with the most local parameters (workload/builder.py's cost)."""
+    """The Adam step of the rank with the most local parameters (workload/builder.py's cost); with Megatron-Core's
+    Muon its matrices' stream, Newton–Schulz iterations and TP momentum all-gathers (:func:`_muon_step`)."""
     par = sc.parallel
     d = par.dp * par.cp
     best = 0.0
     for s in range(par.pp):
         dense, expert = params.rank(split, s, par)
         psi = dense / (d if par.zero >= 1 else 1) + expert / (max(1, d // par.ep) if par.zero >= 1 else 1)
+        if MU.is_muon(sc.training):
+            best = max(best, _muon_step(sc, split, s, psi, gpu))
+            continue
         best = max(best, compute.elementwise_time(psi * adam_step_bytes(sc.training), gpu))
     return best
+
+
+def _muon_step(sc: Scenario, split: Split, r: int, psi: float, gpu: GpuSpec) -> float:
+    """Pipeline rank ``r``'s step under Megatron-Core's Muon, as workload/builder.py emits it: the elementwise
+    stream of its ``psi`` local parameters (Muon's matrices at muon.MUON_STEP_BYTES, the rest at Adam's), then the
+    TP all-gathers of the momenta (duplicated mode) and its share of the Newton–Schulz iterations (muon.rank_ns).
+    Every MoE layer has the same matrices (the rule book refuses models whose layers differ)."""
+    par, tr = sc.parallel, sc.training
+    assert sc.model is not None
+    m = M.resolve(sc.model)
+    moe, lead = (m.first_dense_layers, 0) if m.experts else (0, 0)
+    mats: tuple[MU.Matrix, ...] = ()
+    for s in held_stages(par, r):
+        n, k = split.count(s), split.leads[s]
+        mats += MU.times(MU.layer_matrices(m, moe, par, tr), n - k) + MU.times(MU.layer_matrices(m, lead, par, tr), k)
+    d, d_exp = par.dp * par.cp, expert_dp(par)
+    dense, expert = MU.muon_params(mats)
+    mine = dense / (d if par.zero >= 1 else 1) + expert / (d_exp if par.zero >= 1 else 1)
+    nbytes, _ = MU.step_bytes_and_flops(psi - mine, mine, adam_step_bytes(tr), 0.0)
+    ns = MU.rank_ns(mats, tr, gpu, d, d_exp)
+    tp_link = group_link(sc, strides(sc)["tp"], par.tp)
+    gather = max((ring_time("all_gather", par.tp, b, tp_link) for b in (ns.tp_gather, ns.etp_gather) if b),
+                 default=0.0)  # the two streams run side by side
+    return compute.elementwise_time(nbytes, gpu) + gather + ns.seconds

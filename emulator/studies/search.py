@@ -234,6 +234,11 @@ def plan(sc: Scenario, gpus: int, lim: Limits) -> Plan:
         zeros = [z for z in lim.zero if shape.dp * shape.cp > 1 or z == 0] or [0]
         n = len(zeros) * len(RECOMPUTE)
         considered += n
+        if sc.training.optimizer in ("muon", "dist_muon"):  # Muon takes one ZeRO stage: 0 (muon), 1 (dist_muon)
+            fixed = 1 if sc.training.optimizer == "dist_muon" else 0
+            pruned["Muon's optimizer takes one ZeRO stage"] += len(RECOMPUTE) * sum(z != fixed for z in zeros)
+            zeros, shape = [fixed], dataclasses.replace(shape, zero=fixed)
+            n = len(RECOMPUTE)
         why = rule_violation(sc, shape)
         if why:
             pruned[why] += n

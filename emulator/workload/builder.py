@@ -58,6 +58,7 @@ from emulator.scenario.stages import rank_of, virtual_stage
 from emulator.workload import flops as F
 from emulator.workload import layer as Ly
 from emulator.workload import models as M
+from emulator.workload import muon as MU
 from emulator.workload.cpu_offload import finish_before, reload_at
 from emulator.workload.cpu_offload import layer_bytes as cpu_layer_bytes
 from emulator.workload.cpu_offload import offloaded_layers as cpu_offloaded_layers
@@ -491,20 +492,20 @@ class _RankBuilder(Emitter):
             return
         # Bucket order for the forward: the reverse of the gradient order (first layers first).
         units = [(vs, u) for vs in self._my_chunks() for u in self.plan.chunk_units[vs]]
-        cur, nbytes = [], 0.0
+        cur, nbytes, dense, expert = [], 0.0, 0.0, 0.0
         for i, (vs, u) in enumerate(units):
             cur.append((vs, u))
-            nbytes += sum(self.plan.gathered(u))
+            d, e = self.plan.gathered(u)
+            nbytes, dense, expert = nbytes + (d + e), dense + d, expert + e
             if nbytes >= par.grad_bucket or i == len(units) - 1:
-                oid = self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{cur[0][1].name}",
-                                 collective="all_gather", group=self.dpcp, bytes=nbytes, category="comm",
-                                 stage=vs, layer=cur[0][1].layer)
+                oid = self._param_gather(cur[0][1], vs, dense, expert, (), nbytes)
                 for key in cur:
-                    self.zero_ag[(key[0], key[1].name)] = oid
-                cur, nbytes = [], 0.0
+                    if oid >= 0:
+                        self.zero_ag[(key[0], key[1].name)] = oid
+                cur, nbytes, dense, expert = [], 0.0, 0.0, 0.0
 
     def finish(self) -> None:
-        par = self.plan.sc.parallel
+        par, tr = self.plan.sc.parallel, self.plan.sc.training
         end_bwd = self.last_compute
         reduce_ops: list[int] = []
         d_dense, d_exp = len(self.dpcp), len(self.edp)
@@ -518,7 +519,7 @@ class _RankBuilder(Emitter):
                 deps: tuple[int | None, ...] = (dep,) if mirror is None else (mirror,)
                 if per_chunk:
                     deps = tuple(sorted({self._chunk_mirror(c, mirrors) for c in dict.fromkeys(c for c, _ in units)}))
-                op = "all_reduce" if par.zero == 0 else "reduce_scatter"
+                op = "all_reduce" if par.zero == 0 or MU.layer_wise(tr) else "reduce_scatter"
                 if d_dense > 1 and dense:
                     reduce_ops.append(self._emit(kind=COLLECTIVE, stream="dp", name=f"grad_{op}.{last_u.name}",
                                                  collective=op, group=self.dpcp, bytes=dense, deps=deps,
@@ -531,23 +532,70 @@ class _RankBuilder(Emitter):
         if mirror is not None:
             reduce_ops.append(mirror)
         reduce_ops += sorted(mirrors.values())
+        held = [u for vs in self._my_chunks() for u in self.plan.chunk_units[vs]]
         psi = sum(u.params / (d_dense if par.zero >= 1 else 1) + u.expert_params / (d_exp if par.zero >= 1 else 1)
-                  for vs in self._my_chunks() for u in self.plan.chunk_units[vs])
-        nbytes = psi * adam_step_bytes(self.plan.sc.training)
+                  for u in held)
+        nbytes, flops = psi * adam_step_bytes(tr), psi * ADAM_FLOPS_PER_PARAM
+        matrices = self._muon_matrices(held)
+        if matrices:  # Muon's parameters leave Adam's stream for Muon's (workload/muon.py)
+            dense, expert = MU.muon_params(matrices)
+            mine = dense / (d_dense if par.zero >= 1 else 1) + expert / (d_exp if par.zero >= 1 else 1)
+            nbytes, flops = MU.step_bytes_and_flops(psi - mine, mine, adam_step_bytes(tr), ADAM_FLOPS_PER_PARAM)
         per = self.plan.optimizer_s_per_param
         t_opt = compute.elementwise_time(nbytes, self.gpu) if per is None else psi * per
         costed = (0.0, 0.0, t_opt) if per is None else (t_opt, 0.0, 0.0)  # a profiled step: measured
         opt = self._emit(kind=COMPUTE, stream="compute", name="optimizer", category="optimizer",
-                         duration=t_opt, costed=costed, flops=psi * ADAM_FLOPS_PER_PARAM,
+                         duration=t_opt, costed=costed, flops=flops,
                          bytes=nbytes, deps=tuple(sorted(set(reduce_ops + ([end_bwd] if end_bwd is not None else []) +
                                                              ([self._host_last] if self._host_last is not None
                                                               else [])))))
+        if matrices:
+            opt = self._newton_schulz(matrices, opt, d_dense, d_exp)
         if 1 <= par.zero <= 2 and not _overlap_param_gather(par) and d_dense > 1:
-            for units, dense, expert in self._buckets(par.grad_bucket):
-                vs, u = units[-1]
-                self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{u.name}", collective="all_gather",
-                           group=self.dpcp, bytes=dense + expert, deps=(opt,), category="comm", stage=vs,
-                           layer=u.layer)
+            for units_, dense, expert in self._buckets(par.grad_bucket):
+                vs, u = units_[-1]
+                self._param_gather(u, vs, dense, expert, (opt,))
+
+    def _muon_matrices(self, units: list[Unit]) -> tuple[MU.Matrix, ...]:
+        """The weight matrices of this rank's decoder layers that Megatron-Core's Muon orthogonalises (workload/
+        muon.py); () under Adam. The embedding, the head and the MTP modules stay on Adam (ASSUMPTION for MTP's)."""
+        sc = self.plan.sc
+        if not MU.is_muon(sc.training) or self.plan.model is None:
+            return ()
+        return tuple(x for u in units if u.name.startswith("layer") and 0 <= u.layer < self.plan.model.layers
+                     for x in MU.layer_matrices(self.plan.model, u.layer, sc.parallel, sc.training))
+
+    def _newton_schulz(self, matrices: tuple[MU.Matrix, ...], after: int, d_dense: int, d_exp: int) -> int:
+        """Muon's Newton–Schulz iterations after the step's elementwise stream (``after``): this rank's share of
+        ``matrices`` (muon.rank_ns), after the TP all-gathers of their momenta (duplicated mode) on the ``tp`` and
+        ``etp`` streams, one op of their summed bytes a group (ASSUMPTION: the per-matrix gathers' latencies left
+        out). Returns the last op."""
+        ns = MU.rank_ns(matrices, self.plan.sc.training, self.gpu, d_dense, d_exp)
+        deps = [after]
+        for stream, group, nbytes in (("tp", self.tp, ns.tp_gather), ("etp", self.etp, ns.etp_gather)):
+            if nbytes and len(group) > 1:
+                deps.append(self._emit(kind=COLLECTIVE, stream=stream, name="muon_momentum_ag",
+                                       collective="all_gather", group=group, bytes=nbytes, deps=(after,),
+                                       category="comm", stage=self._vs(0)))
+        return self._emit(kind=COMPUTE, stream="compute", name="newton_schulz", category="optimizer",
+                          duration=ns.seconds, costed=ns.costed, flops=ns.flops, bytes=0.0, deps=tuple(deps))
+
+    def _param_gather(self, u: Unit, vs: int, dense: float, expert: float, deps: tuple[int, ...],
+                      total: float | None = None) -> int:
+        """The all-gather of updated weights (``dense`` and ``expert`` bytes, ``total`` both) of the bucket named
+        by unit ``u``: the distributed optimizer's over dp·cp; dist_muon's (layer_wise_optimizer.py
+        ``allgather_params``) the dense weights over dp·cp and the experts' over their expert-data-parallel
+        group. Returns the last op (-1: none)."""
+        if not MU.layer_wise(self.plan.sc.training):
+            return self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{u.name}", collective="all_gather",
+                              group=self.dpcp, bytes=dense + expert if total is None else total, deps=deps,
+                              category="comm", stage=vs, layer=u.layer)
+        last = -1
+        for name, group, nbytes in (("param_ag", self.dpcp, dense), ("expert_param_ag", self.edp, expert)):
+            if nbytes and len(group) > 1:
+                last = self._emit(kind=COLLECTIVE, stream="zero", name=f"{name}.{u.name}", collective="all_gather",
+                                  group=group, bytes=nbytes, deps=deps, category="comm", stage=vs, layer=u.layer)
+        return last
 
     def _mirror_allreduce(self, sharded: bool) -> int | None:
         """DualPipe: rank r and rank pp − 1 − r hold the same two stages (r's module 0 is the other's

@@ -3,7 +3,8 @@
 Model states (mixed-precision Adam, Rajbhandari et al. 2020): 2 bytes of bf16 weight,
 g bytes of gradient and 12 of fp32 master weight, momentum and variance per parameter (10 with
 ``training.optimizer: apex``, whose master is a 16-bit remainder; less with Megatron-Core's precision-aware
-optimizer: workload/optimizer.py ``optimizer_state_bytes``),
+optimizer: workload/optimizer.py ``optimizer_state_bytes``; with Megatron-Core's Muon, ``training.optimizer``
+muon or dist_muon, 8 for the weight matrices it orthogonalises: workload/muon.py),
 with Ψ = parameters on this GPU after TP/PP/EP sharding and d = the ranks that share them
 (DP·CP for dense weights, as Megatron's distributed optimizer; DP·CP/EP for experts, or with MoE
 parallel folding TP·DP·CP/(ETP·EP), the expert grid's expert-DP; experts split over ETP, not TP):
@@ -53,6 +54,7 @@ from emulator.scenario.stages import V_SHAPED, ChunkPlan, model_chunks, rank_of,
 from emulator.workload import hybrid, routing
 from emulator.workload import models as M
 from emulator.workload import mtp as MTP
+from emulator.workload import muon as MU
 from emulator.workload.activations import (
     differing_layer_bytes,
     hybrid_layer_bytes,
@@ -541,6 +543,8 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         if expert:
             ex = model_state_bytes(expert, expert_dp(par), par.zero, grad_bytes, state_bytes)
             states = {k: states[k] + ex[k] for k in states}
+        if MU.is_muon(tr):
+            states["optimizer"] -= _muon_saving(sc, m, held, state_bytes)
         if fp8:
             lin = [_stage_linear_params(m, sc, k, sum(split[k])) for k in held]
             lin_dense, lin_expert = sum(x for x, _ in lin), sum(y for _, y in lin)
@@ -579,6 +583,21 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         out.append(MemoryReport(peak, gpu.memory_bytes, peak <= gpu.memory_bytes, breakdown, stage,
                                 pages * in_flight, host_layer * in_flight + worst * min(cpu_k, in_flight)))
     return out
+
+
+def _muon_saving(sc: Scenario, m: ModelSpec, held: list[int], adam_bytes: float) -> float:
+    """What Megatron-Core's Muon keeps less than Adam (``adam_bytes`` a parameter) on one GPU of the pipeline rank
+    that holds stages ``held``: its weight matrices (workload/muon.py) take 8 B a parameter, sharded as Adam's
+    states (dist_muon: parallel.zero 1, over dp·cp and the expert-data-parallel group)."""
+    par = sc.parallel
+    dense = expert = 0.0
+    for k in held:
+        for i in _layers_of(sc, k):
+            d_i, e_i = MU.muon_params(MU.layer_matrices(m, i, par, sc.training))
+            dense, expert = dense + d_i, expert + e_i
+    z = par.zero >= 1
+    return (adam_bytes - MU.MUON_STATE_BYTES) * (dense / (par.dp * par.cp if z else 1)
+                                                 + expert / (expert_dp(par) if z else 1))
 
 
 def _layer_mean(sc: Scenario, m: ModelSpec, held: list[int], per: tuple[float, float], off: tuple[float, float],

@@ -132,6 +132,10 @@ def check_keys(s: Scenario, prof: Profile) -> None:
                    "fine-grained activation offloading is Megatron-Core's, by module; a profiled script's saved "
                    "tensors are its own: leave it out")
     _check_peak(s, prof, fail)
+    if t.optimizer in ("muon", "dist_muon"):  # its matrices are the model description's (workload/muon.py)
+        raise fail("training.optimizer", f"training.optimizer is {t.optimizer}, Megatron-Core's Muon, whose "
+                                         "matrices come from a model description; a profiled script's step is "
+                                         "its own: leave training.optimizer out")
     if "training.optimizer" in given and prof.param_bytes not in (2,):
         raise fail("training.optimizer", f"training.optimizer is {t.optimizer}, which keeps an fp32 main copy "
                                          "of 16-bit weights, but the profiled script's weights are "

@@ -1,0 +1,206 @@
+"""Megatron-Core's Muon optimizer (``training.optimizer`` muon or dist_muon): which weights it orthogonalises, its
+state, and the cost of its Newton–Schulz iterations. Pure functions of the specs and the GPU.
+
+Sources (Megatron-LM @ d98e8a64dd, NVIDIA-NeMo/Emerging-Optimizers @ fd77292):
+
+- **Which parameters.** Muon takes every 2-D weight that is no embedding or output layer; the rest (embeddings, the
+  output layer, norms, biases: any parameter that is not 2-D) go to the scalar optimizer, Adam by default
+  (megatron/core/optimizer/emerging_optimizers.py ``_is_nonlinear_or_embedding``, ``_is_muon_excluded``;
+  optimizer_config.py ``muon_scalar_optimizer = 'adam'``). So each attention projection, MLP fc1 (one
+  matrix, the gated halves together) and fc2, the router, the shared experts and every routed expert's fc1 and fc2
+  (Transformer Engine's grouped linear keeps one 2-D weight per expert) are orthogonalised one by one; MLA's four
+  projections each. With ``muon_split_qkv`` (default true) a fused QKV weight is split into its Q, K and V
+  (and gate) blocks, each orthogonalised on its own (``TensorParallelMuon.orthogonalize``).
+- **State.** The momentum buffer, ``torch.zeros_like(p)`` of the fp32 main parameter (emerging_optimizers
+  orthogonalized_optimizer.py ``_init_group``): 4 B; and the fp32 main copy that Megatron's
+  ``Float16OptimizerWithFloat16Params`` keeps of each bf16 weight (optimizer/__init__.py wraps the Muon
+  optimizer in it under bf16; layer_wise_optimizer.py does so after sharding, "so master weights are only
+  created for the local shard"): 4 B. 8 B a Muon parameter, against Adam's 12.
+- **dist_muon** (``LayerWiseDistributedOptimizer``, layer_wise_optimizer.py): whole parameters are dealt out
+  to the data-parallel ranks (``_shard_params_ping_pong``: sorted by size, ping-pong over dp·cp for dense
+  weights, over the expert-data-parallel group for experts); each rank keeps the states of and steps only its
+  own, then ``allgather_params`` all-gathers the updated bf16 weights over dp·cp and the expert-DP group. DDP
+  keeps full gradients and all-reduces them (Megatron-LM arguments.py turns ``use_distributed_optimizer`` off
+  for it; Megatron-Bridge's Kimi K2 recipe sets ``ddp.use_distributed_optimizer = False``). Adam's parameters
+  are dealt out with the rest.
+- **Tensor parallelism** (``muon_tp_mode``, default duplicated): duplicated all-gathers a TP-split matrix's
+  momentum (fp32) over TP and every TP rank orthogonalises the whole matrix (muon_utils.py ``newton_schulz_tp``);
+  blockwise orthogonalises each rank's shard, no communication. Replicated weights (MLA's down projections, the
+  router) are whole on every rank already.
+- **Newton–Schulz** (muon_utils.py ``newton_schulz``, ``newton_schulz_step``): X is the m×n matrix with m ≤ n
+  (transposed if need be), normalised, cast to bf16 (``muon_fp32_matmul_prec`` medium, the default), then
+  ``muon_num_ns_steps`` (5) quintic steps of A = X·Xᵀ (2m²n FLOPs), B = b·A + c·A·A (2m³),
+  X = a·X + B·X (2m²n): 4m²n + 2m³ FLOPs a step, three bf16 GEMMs, costed by devices/compute.py ``gemm_cost``.
+
+ASSUMPTION: the matrices of a rank's dist_muon share are 1/d of the stage's (d: dp·cp or the expert-DP size);
+Megatron-Core balances the shards by size, not by Newton–Schulz time, and a rank may hold a few more.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from emulator.devices import compute
+from emulator.scenario.spec import GpuSpec, ModelSpec, ParallelSpec, TrainingSpec
+from emulator.workload import models as M
+
+MUON_OPTIMIZERS = ("muon", "dist_muon")
+MUON_STATE_BYTES = 8  # fp32 main weight 4 + fp32 momentum buffer 4 (module docstring)
+MOMENTUM_GATHER_BYTES = 4  # duplicated TP mode gathers the fp32 momentum
+# The step's stream per Muon parameter (unfused PyTorch ops; ASSUMPTION: each reads and writes its operands once):
+# clip_grad_norm reads the gradient 4; momentum lerp_ (read m, g; write m) 12; Nesterov's lerp (Megatron-Bridge's
+# distributed_muon_with_cosine_annealing sets muon_use_nesterov=True) 12; the Frobenius normalisation (a read for
+# the norm, a read and a write to divide) 12; the cast to bf16 and back (4 + 2, 2 + 4) 12; the scale factor 8; the
+# decoupled weight decay (p.mul_) 8; p.add_ (read p and the update, write p) 12; the fp32 main weight copied to
+# the bf16 weight (4 + 2) 6.
+MUON_STEP_BYTES = 4 + 12 + 12 + 12 + 12 + 8 + 8 + 12 + 6
+# and its elementwise FLOPs: two lerps 3 + 3, the norm 2 and the division 1, the scale 1, the decay 1, the add 2
+MUON_FLOPS_PER_PARAM = 13.0
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """``count`` weight matrices one GPU orthogonalises, each ``rows`` × ``cols`` as Newton–Schulz sees it (the
+    whole matrix under duplicated TP, the shard under blockwise); ``split``: the ranks it is split over (its
+    shard is 1/split of it: the momentum all-gathered over them under duplicated); ``expert``: a routed expert's."""
+
+    rows: int
+    cols: int
+    count: float = 1.0
+    split: int = 1
+    expert: bool = False
+
+    @property
+    def local(self) -> float:
+        """Parameters of these matrices held on one GPU."""
+        return self.rows * self.cols * self.count / self.split
+
+
+def is_muon(tr: TrainingSpec) -> bool:
+    """Whether the scenario runs Megatron-Core's Muon (``training.optimizer`` muon or dist_muon)."""
+    return tr.optimizer in MUON_OPTIMIZERS
+
+
+def layer_wise(tr: TrainingSpec) -> bool:
+    """dist_muon: Megatron-Core's LayerWiseDistributedOptimizer deals whole parameters out over DP."""
+    return tr.optimizer == "dist_muon"
+
+
+def ns_step_flops(rows: int, cols: int) -> float:
+    """One Newton–Schulz step of an m×n matrix, m = min(rows, cols), n the other: 4m²n + 2m³."""
+    m, n = min(rows, cols), max(rows, cols)
+    return 4.0 * m * m * n + 2.0 * m ** 3
+
+
+@lru_cache(maxsize=4096)
+def ns_cost(rows: int, cols: int, steps: int, gpu: GpuSpec) -> tuple[float, float, tuple[float, float, float]]:
+    """(seconds, FLOPs, seconds by source: measured, interpolated, roofline) of ``steps`` Newton–Schulz steps of one
+    ``rows`` × ``cols`` matrix on ``gpu``: per step the bf16 GEMMs (m×n)(n×m), (m×m)(m×m) and (m×m)(m×n)."""
+    from emulator.devices.kernels import SOURCES
+
+    m, n = min(rows, cols), max(rows, cols)
+    by = dict.fromkeys(SOURCES, 0.0)
+    for dims in ((m, m, n), (m, m, m), (m, n, m)):
+        t, src = compute.gemm_cost(*dims, gpu, "bf16")
+        by[src] += t * steps
+    costed = (by[SOURCES[0]], by[SOURCES[1]], by[SOURCES[2]])
+    return sum(costed), steps * ns_step_flops(rows, cols), costed
+
+
+def _sharded(rows: int, cols: int, dim: int, t: int, mode: str, expert: bool = False) -> Matrix:
+    """A weight split over ``t`` TP ranks along ``dim`` (0: column-parallel, rows; 1: row-parallel, cols)."""
+    if t <= 1:
+        return Matrix(rows, cols, expert=expert)
+    if mode == "blockwise":
+        return Matrix(rows // t if dim == 0 else rows, cols // t if dim == 1 else cols, expert=expert)
+    return Matrix(rows, cols, split=t, expert=expert)
+
+
+def _times(mx: Matrix, count: float) -> Matrix:
+    return Matrix(mx.rows, mx.cols, mx.count * count, mx.split, mx.expert)
+
+
+def times(matrices: tuple[Matrix, ...], count: float) -> tuple[Matrix, ...]:
+    """``matrices`` of ``count`` layers alike."""
+    return tuple(_times(x, count) for x in matrices) if count else ()
+
+
+def _attention(r: ModelSpec, t: int, mode: str, split_qkv: bool) -> list[Matrix]:
+    """The attention's weight matrices (MLA's four projections and the output; or QKV and the output)."""
+    h, a = r.hidden, r.heads
+    if M.is_mla(r):
+        d_qk, d_v = M.head_dims(r)
+        d_n = d_qk - r.qk_rope_head_dim
+        q = [Matrix(r.q_lora_rank, h), _sharded(a * d_qk, r.q_lora_rank, 0, t, mode)] if r.q_lora_rank \
+            else [_sharded(a * d_qk, h, 0, t, mode)]
+        kv = [Matrix(r.kv_lora_rank + r.qk_rope_head_dim, h), _sharded(a * (d_n + d_v), r.kv_lora_rank, 0, t, mode)]
+        return q + kv + [_sharded(h, a * d_v, 1, t, mode)]
+    d = M.head_dim(r)
+    blocks = [a * d] + ([a * d] if r.attention_output_gate else []) + [r.kv_heads * d] * 2
+    qkv = [_sharded(b, h, 0, t, mode) for b in blocks] if split_qkv else [_sharded(sum(blocks), h, 0, t, mode)]
+    return qkv + [_sharded(h, a * d, 1, t, mode)]
+
+
+def _mlp(width: int, h: int, gated: bool, t: int, mode: str, expert: bool = False) -> list[Matrix]:
+    """An MLP's fc1 (both gated halves in one matrix) and fc2."""
+    return [_sharded((2 if gated else 1) * width, h, 0, t, mode, expert), _sharded(h, width, 1, t, mode, expert)]
+
+
+def layer_matrices(m: ModelSpec, layer: int, par: ParallelSpec, tr: TrainingSpec) -> tuple[Matrix, ...]:
+    """The matrices one GPU's Muon orthogonalises of decoder layer ``layer`` (before dist_muon deals them out):
+    its attention, and its dense MLP, or its router, shared experts, latent projections and local routed experts."""
+    r = M.resolve(m)
+    t, mode = par.tp, tr.muon_tp_mode
+    out = _attention(r, t, mode, tr.muon_split_qkv)
+    if not M.is_moe_layer(r, layer):
+        return tuple(out + _mlp(r.ffn_hidden, r.hidden, r.swiglu, t, mode))
+    out.append(Matrix(r.experts, r.hidden))  # the router: replicated over TP
+    if r.shared_experts:
+        out += _mlp(M.shared_ffn(r), r.hidden, r.swiglu, t, mode)
+    width = r.moe_latent_size or r.hidden
+    if r.moe_latent_size:  # fc1_latent_proj and fc2_latent_proj, whole on every rank
+        out += [Matrix(r.moe_latent_size, r.hidden), Matrix(r.hidden, r.moe_latent_size)]
+    local = r.experts / par.ep
+    out += [_times(x, local) for x in _mlp(M.expert_ffn(r), width, r.swiglu, par.etp or t, mode, True)]
+    return tuple(out)
+
+
+def muon_params(matrices: tuple[Matrix, ...]) -> tuple[float, float]:
+    """(dense, expert) parameters of ``matrices`` held on one GPU: the ones Muon steps."""
+    return (sum(x.local for x in matrices if not x.expert), sum(x.local for x in matrices if x.expert))
+
+
+@dataclass(frozen=True)
+class NsCost:
+    """A rank's Newton–Schulz work in one step: seconds, FLOPs, seconds by kernel source, and the bytes of the
+    momenta it all-gathers over TP (duplicated mode) for the dense and the expert matrices."""
+
+    seconds: float = 0.0
+    flops: float = 0.0
+    costed: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    tp_gather: float = 0.0
+    etp_gather: float = 0.0
+
+    def __add__(self, o: NsCost) -> NsCost:
+        return NsCost(self.seconds + o.seconds, self.flops + o.flops,
+                      (self.costed[0] + o.costed[0], self.costed[1] + o.costed[1], self.costed[2] + o.costed[2]),
+                      self.tp_gather + o.tp_gather, self.etp_gather + o.etp_gather)
+
+
+def rank_ns(matrices: tuple[Matrix, ...], tr: TrainingSpec, gpu: GpuSpec, d_dense: int, d_expert: int) -> NsCost:
+    """One rank's share of the Newton–Schulz work of ``matrices``: all of it under muon; under dist_muon 1/d_dense
+    of the dense matrices' and 1/d_expert of the experts' (see the module's ASSUMPTION)."""
+    out = NsCost()
+    for x in matrices:
+        share = x.count / ((d_expert if x.expert else d_dense) if layer_wise(tr) else 1)
+        sec, flops, by = ns_cost(x.rows, x.cols, tr.muon_num_ns_steps, gpu)
+        gather = x.rows * x.cols * MOMENTUM_GATHER_BYTES * share if x.split > 1 else 0.0
+        out = out + NsCost(sec * share, flops * share, (by[0] * share, by[1] * share, by[2] * share),
+                           0.0 if x.expert else gather, gather if x.expert else 0.0)
+    return out
+
+
+def step_bytes_and_flops(adam_params: float, muon: float, adam_bytes: float, adam_flops: float) -> tuple[float, float]:
+    """(bytes, FLOPs) of the step's elementwise stream over ``adam_params`` scalar-optimizer (Adam) parameters at
+    ``adam_bytes`` and ``adam_flops`` each and ``muon`` Muon parameters (MUON_STEP_BYTES, MUON_FLOPS_PER_PARAM)."""
+    return adam_params * adam_bytes + muon * MUON_STEP_BYTES, adam_params * adam_flops + muon * MUON_FLOPS_PER_PARAM

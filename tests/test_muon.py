@@ -1,0 +1,155 @@
+"""Megatron-Core's Muon (emulator/workload/muon.py): its matrices, states, Newton–Schulz cost, dist_muon's
+collectives, the closed form's agreement with the builder, and the rule book's refusals."""
+import pytest
+
+from emulator.devices import compute
+from emulator.errors import ScenarioError
+from emulator.scenario import load_scenario_text
+from emulator.studies.rank import estimate_iteration
+from emulator.workload import muon as MU
+from emulator.workload.builder import build_program
+from emulator.workload.memory import memory_report
+
+BASE = """name: m
+cluster: {nodes: %(nodes)d, node: {preset: dgx-h100, gpus_per_node: %(gpn)d}}
+model: {preset: %(model)s}
+training: {global_batch: 16, micro_batch: 1%(training)s}
+parallel: {tp: %(tp)d, pp: %(pp)d, dp: %(dp)d, zero: %(zero)d%(par)s}
+"""
+
+
+def _sc(model="gpt3-125m", training="", tp=1, pp=1, dp=8, zero=0, nodes=1, par=""):
+    return load_scenario_text(BASE % dict(model=model, training=training, tp=tp, pp=pp, dp=dp, zero=zero, par=par,
+                                          nodes=nodes, gpn=tp * pp * dp // nodes), "m.yaml")
+
+
+def test_one_newton_schulz_step_of_a_kimi_expert_fc1():
+    # fc1 of a Kimi K2 expert, 4096 x 7168 (m = 4096 <= n = 7168): 4m²n + 2m³
+    # = 4·16 777 216·7168 + 2·68 719 476 736 = 481 036 337 152 + 137 438 953 472
+    assert MU.ns_step_flops(4096, 7168) == 618_475_290_624
+    assert MU.ns_step_flops(7168, 4096) == 618_475_290_624  # transposed to whiten the smaller side
+    gpu = _sc().cluster.node.gpu
+    sec, flops, by = MU.ns_cost(4096, 7168, 5, gpu)
+    assert flops == 5 * 618_475_290_624
+    # per step the three bf16 GEMMs A = X·Xᵀ (4096×4096×7168), A·A (4096³), B·X (4096×7168×4096)
+    gemms = sum(compute.gemm_cost(*dims, gpu, "bf16")[0] for dims in ((4096, 4096, 7168), (4096, 4096, 4096),
+                                                                       (4096, 7168, 4096)))
+    assert sec == pytest.approx(5 * gemms, rel=1e-12) and sum(by) == pytest.approx(sec, rel=1e-12)
+
+
+def test_kimi_k2s_moe_layer_matrices():
+    sc = load_scenario_text("name: k\ncluster: {nodes: 64, node: {preset: gb200-nvl72, nvlink_domain: 64}}\n"
+                            "model: {preset: kimi-k2}\ntraining: {global_batch: 2048, micro_batch: 1, optimizer: "
+                            "dist_muon}\nparallel: {tp: 1, pp: 4, dp: 64, ep: 64, zero: 1, schedule: "
+                            "interleaved-1f1b, virtual_stages: 4, first_chunk_layers: 4, last_chunk_layers: 1}\n",
+                            "k.yaml")
+    mats = MU.layer_matrices(sc.model, 5, sc.parallel, sc.training)
+    shapes = [(x.rows, x.cols, x.count, x.expert) for x in mats]
+    # MLA: q_down 1536×7168, q_up 64·192×1536, kv_down (512+64)×7168, kv_up 64·(128+128)×512, proj 7168×64·128;
+    # the router 384×7168; the shared expert's fc1 2·2048×7168 and fc2; 384/64 = 6 local experts of each
+    assert shapes == [(1536, 7168, 1, False), (12288, 1536, 1, False), (576, 7168, 1, False),
+                      (16384, 512, 1, False), (7168, 8192, 1, False), (384, 7168, 1, False),
+                      (4096, 7168, 1, False), (7168, 2048, 1, False), (4096, 7168, 6, True), (7168, 2048, 6, True)]
+    # a dense leading layer: the attention and the 18432-wide MLP
+    assert [(x.rows, x.cols) for x in MU.layer_matrices(sc.model, 0, sc.parallel, sc.training)][-2:] == \
+        [(36864, 7168), (7168, 18432)]
+
+
+def test_muon_keeps_8_bytes_for_each_weight_matrix_parameter():
+    adam = memory_report(_sc(dp=1)).breakdown
+    muon = memory_report(_sc(dp=1, training=", optimizer: muon")).breakdown
+    # GPT-3 125M: 12 layers of Q, K, V, proj (768² each) and fc1, fc2 (3072·768 each):
+    # 12·(4·589 824 + 2·2 359 296) = 84 934 656 Muon parameters at 8 B instead of Adam's 12
+    assert adam["optimizer"] - muon["optimizer"] == 4 * 84_934_656
+    assert (adam["params"], adam["grads"]) == (muon["params"], muon["grads"])
+    # dist_muon over 8 ranks (zero 1): the states are dealt out, the gradients stay whole
+    dist = memory_report(_sc(dp=8, zero=1, training=", optimizer: dist_muon")).breakdown
+    z1 = memory_report(_sc(dp=8, zero=1)).breakdown
+    assert z1["optimizer"] - dist["optimizer"] == pytest.approx(4 * 84_934_656 / 8, rel=1e-12)
+    assert dist["grads"] == z1["grads"] == adam["grads"]
+
+
+def test_dist_muon_all_reduces_steps_a_share_and_all_gathers():
+    prog = build_program(_sc(dp=8, zero=1, training=", optimizer: dist_muon", par=", overlap_param_gather: false"))
+    ops = [op for op in prog.ops if op.rank == 0]
+    names = [op.name for op in ops]
+    assert any(n.startswith("grad_all_reduce") for n in names) and not any("reduce_scatter" in n for n in names)
+    ns = next(op for op in ops if op.name == "newton_schulz")
+    # 12 layers of 4 768×768 (6·768³ a step) and 2 3072×768 (4·768²·3072 + 2·768³) over 5 steps:
+    # 5·12·(4·6·768³ + 2·(4·768²·3072 + 2·768³)) = 1 630 745 395 200, an eighth of it on each of 8 ranks
+    assert ns.flops == pytest.approx(1_630_745_395_200 / 8, rel=1e-12)
+    gathers = [op for op in ops if op.name.startswith("param_ag")]
+    assert gathers and all(ns.id in op.deps for op in gathers)  # without overlap_param_gather: after the step
+    assert all(len(op.group) == 8 for op in gathers)  # dense weights over dp·cp (GPT-3 has no experts)
+    muon = [op for op in build_program(_sc(dp=8, training=", optimizer: muon")).ops
+            if op.rank == 0 and op.name == "newton_schulz"]
+    assert muon[0].flops == pytest.approx(1_630_745_395_200, rel=1e-12)  # muon: every rank all of it
+
+
+def test_duplicated_tp_gathers_the_momenta_and_blockwise_does_not():
+    dup = [op for op in build_program(_sc("gpt3-1.3b", ", optimizer: dist_muon", tp=4, pp=2, dp=2, zero=1,
+                                          nodes=2)).ops if op.rank == 0]
+    ag = next(op for op in dup if op.name == "muon_momentum_ag")
+    # GPT-3 1.3B, h 2048: per layer Q, K, V, proj (2048² each) and fc1, fc2 (8192·2048) gathered whole in fp32:
+    # 4·(4·4 194 304 + 2·16 777 216) = 201 326 592 B; 12 layers a stage, half of them on each of 2 DP ranks
+    assert ag.bytes == 201_326_592 * 12 / 2 and len(ag.group) == 4
+    block = [op for op in build_program(_sc("gpt3-1.3b", ", optimizer: dist_muon, muon_tp_mode: blockwise", tp=4,
+                                            pp=2, dp=2, zero=1, nodes=2)).ops if op.rank == 0]
+    assert not any(op.name == "muon_momentum_ag" for op in block)
+    f_dup = next(op.flops for op in dup if op.name == "newton_schulz")
+    f_block = next(op.flops for op in block if op.name == "newton_schulz")
+    assert f_block < f_dup / 4  # a quarter of each matrix's rows or columns: less than a quarter of the FLOPs
+
+
+@pytest.mark.parametrize("training, zero, dp", [(", optimizer: muon", 0, 8), (", optimizer: dist_muon", 1, 8),
+                                                (", optimizer: dist_muon, muon_num_ns_steps: 3", 1, 4)])
+def test_the_closed_form_steps_as_the_builder(training, zero, dp):
+    sc = _sc(training=training, zero=zero, dp=dp)
+    step = sum(op.duration for op in build_program(sc).ops
+               if op.rank == 0 and op.name in ("optimizer", "newton_schulz"))
+    assert estimate_iteration(sc).optimizer_s == pytest.approx(step, rel=1e-9)
+
+
+@pytest.mark.parametrize("training, zero, key, words", [
+    (", optimizer: dist_muon", 0, "parallel.zero", "needs parallel.zero 1"),
+    (", optimizer: dist_muon", 3, "parallel.zero", "Megatron-FSDP"),
+    (", optimizer: muon", 1, "parallel.zero", "set training.optimizer dist_muon"),
+    (", optimizer: muon, precision: fp16", 0, "training.precision", "emerging optimizer with fp16"),
+    (", muon_num_ns_steps: 3", 1, "training.muon_num_ns_steps", "needs training.optimizer muon or dist_muon"),
+    (", optimizer: muon, use_precision_aware_optimizer: true", 0, "training.use_precision_aware_optimizer",
+     "set training.optimizer megatron"),
+])
+def test_megatron_cores_refusals(training, zero, key, words):
+    with pytest.raises(ScenarioError) as err:
+        _sc(training=training, zero=zero)
+    assert err.value.key == key and words in err.value.message
+
+
+def test_adam_scenarios_are_untouched():
+    # the default optimizer emits no Newton–Schulz op and reduce-scatters under zero 1
+    ops = [op for op in build_program(_sc(zero=1)).ops if op.rank == 0]
+    assert not any(op.name == "newton_schulz" for op in ops)
+    assert any(op.name.startswith("grad_reduce_scatter") for op in ops)
+
+
+def test_dist_muon_gathers_experts_over_their_own_group():
+    sc = load_scenario_text("name: q\ncluster: {nodes: 1, node: dgx-h100}\nmodel: {preset: qwen3-30b-a3b}\n"
+                            "training: {global_batch: 8, micro_batch: 1, optimizer: dist_muon}\n"
+                            "parallel: {tp: 1, pp: 1, dp: 8, ep: 4, zero: 1, overlap_param_gather: false}\n", "q.yaml")
+    ops = [op for op in build_program(sc).ops if op.rank == 0]
+    dense = [op for op in ops if op.name.startswith("param_ag.")]
+    expert = [op for op in ops if op.name.startswith("expert_param_ag.")]
+    # dp·cp = 8 for the dense weights; the experts' expert-data-parallel group: dp·cp/ep = 2 ranks
+    assert dense and expert and {len(op.group) for op in dense} == {8} and {len(op.group) for op in expert} == {2}
+    # every expert-parallel rank holds 128/4 = 32 experts of fc1 2·768×2048 and fc2 2048×768 a layer, 48 layers:
+    # 48·32·3·768·2048 parameters, gathered in bf16
+    assert sum(op.bytes for op in expert) == pytest.approx(2 * 48 * 32 * 3 * 768 * 2048, rel=1e-12)
+
+
+def test_the_search_tries_dist_muon_at_zero_1_only():
+    from emulator.studies.search import Limits, plan
+
+    sc = _sc(zero=1, training=", optimizer: dist_muon")
+    p = plan(sc, 8, Limits(max_pp=1, max_tp=2))
+    assert p.layouts and {lay.zero for lay in p.layouts} == {1}
+    assert p.pruned["Muon's optimizer takes one ZeRO stage"] > 0
