@@ -76,13 +76,16 @@ def test_a_flow_meeting_a_plan_run_ahead_on_free_links_joins_it():
     assert moved == [150.0, 150.0]
 
 
-def test_a_second_flow_joining_a_plan_with_no_run_kept_wakes_it():
-    # C joins PLAN at 2.75 s (above: a run made, none kept served a join yet); E, 100 B on link 1, comes at 3.0 s.
-    # Its run together would be new, and the runs kept have served no join for the one made (JOIN_HITS): the
-    # plan is woken. At 3.0: A has 37.5 B left, B 12.5, C 87.5. Link 1 splits B, C, E at 100/3 B/s each, link 0
-    # gives A the rest, 200/3. B ends at 3.0 + 12.5 · 3/100 = 3.375 s; A has 37.5 − 25 = 12.5 B left, alone at
-    # 100 B/s: the plan ends at 3.5 s. C (75 B) and E (87.5 B) share link 1 at 50 B/s: C ends at 3.375 + 1.5 =
-    # 4.875 s, E's last 12.5 B alone at 5.0 s. Bytes: link 0 A's 100 + B's 50, link 1 B's 50 + C's + E's 100.
+@pytest.mark.parametrize("trials, late, woken", [(8, 2, 0), (1, 1, 1)], ids=["joined", "woken"])
+def test_a_second_flow_meeting_a_plan_joins_it_while_trials_last(trials, late, woken, monkeypatch):
+    # C joins PLAN at 2.75 s (above); E, 100 B on link 1, comes at 3.0 s. Its run together is new: with a trial
+    # left for the plan (JOIN_TRIALS) it is made and E joins; with none, and no join served by the one run made
+    # (JOIN_HITS), the plan is woken. Either way: at 3.0 A has 37.5 B left, B 12.5, C 87.5. Link 1 splits B, C, E
+    # at 100/3 B/s each, link 0 gives A the rest, 200/3. B ends at 3.0 + 12.5 · 3/100 = 3.375 s; A has
+    # 37.5 − 25 = 12.5 B left, alone at 100 B/s: the plan ends at 3.5 s. C (75 B) and E (87.5 B) share link 1 at
+    # 50 B/s: C ends at 3.375 + 1.5 = 4.875 s, E's last 12.5 B alone at 5.0 s. Bytes: link 0 A's 100 + B's 50,
+    # link 1 B's 50 + C's + E's 100.
+    monkeypatch.setattr(fabric_mod, "JOIN_TRIALS", trials)
     env = simpy.Environment()
     fab = Fabric(env, [100.0, 100.0])
     ends = {}
@@ -92,7 +95,7 @@ def test_a_second_flow_joining_a_plan_with_no_run_kept_wakes_it():
         env.timeout(at).callbacks.append(
             lambda _e, name=name: fab.transfer((1,), (1.0,), 100.0, 0.0, lambda: ends.__setitem__(name, env.now)))
     env.run()
-    assert (fab.late, fab.woken) == (1, 1)
+    assert (fab.late, fab.woken) == (late, woken)
     assert ends == pytest.approx({"plan": 3.5, "C": 4.875, "E": 5.0}, rel=1e-12)
     assert fab.bytes_on_link == pytest.approx([150.0, 250.0], rel=1e-12)
 

@@ -47,7 +47,9 @@ PLANS_AHEAD = True
 # Whether a flow that begins streaming on the links of one plan run ahead (and on no busy link) is joined to it
 # (``Fabric._join``); False wakes the plan onto the clock, as any other meeting does (``_wake_plan``).
 JOINS = True
-JOIN_HITS = 4  # a chain of joins makes a new run only while the runs kept serve this many joins for each one made
+# after JOIN_TRIALS runs together made for joins to a plan of a size, another is made only while the runs kept
+# serve JOIN_HITS joins for each one made (``Fabric._join``)
+JOIN_TRIALS, JOIN_HITS = 8, 4
 
 
 class Fabric(FlowFabric):
@@ -67,7 +69,8 @@ class Fabric(FlowFabric):
         self.joined = 0  # flows started ahead that a plan run ahead took in (``_run_ahead``)
         self.joins = JOINS  # whether a flow meeting a plan run ahead may join it (``_join``)
         self.late = 0  # flows joined so, as they began streaming
-        self._join_runs = self._join_hits = 0  # joins that made a run together, and that found one kept
+        # (id(plan), bytes) → the runs together made for joins to it (``_join``), and the joins that found one kept
+        self._families: dict[tuple[object, ...], list[int]] = {}
 
     @property
     def _aheads(self) -> int:
@@ -140,19 +143,22 @@ class Fabric(FlowFabric):
         joined = a.joined + ((f.links, f.weights, f.remaining, now - a.start),)
         key: tuple[object, ...] = (id(a.plan), a.nbytes, *joined)
         hit = self._solo.get(key)
+        fam = self._families.setdefault((id(a.plan), a.nbytes), [0, 0])
         if hit is None:
-            # a run together not seen yet costs a run from the plan's start: one more for each flow a chain of
-            # joins takes in, where a wake costs one. A chain goes on only while the runs kept serve JOIN_HITS
-            # joins for each run made (the plan's micro-batches recur: Qwen3-235B with the 1F1B overlap, 26 to 1);
-            # where they do not (DeepSeek-V4-Flash: each flow of another all-to-all's phase joined, every run
-            # new; 9.9 s against 1.8 s woken), the plan is woken.
-            if a.late and self._join_runs * JOIN_HITS > self._join_hits:
+            # a run together not seen yet costs a run from the plan's start, where a wake reads a trail kept. Per
+            # plan and size, after JOIN_TRIALS such runs one is made only while the runs kept serve JOIN_HITS joins
+            # for each one made: the offsets of a sequence-parallel collective beside the other micro-batch's
+            # dispatch recur (Qwen3-235B with the 1F1B overlap), those of a pipeline transfer seldom (Qwen3-235B
+            # without it: 2.5 joins a run, 8.2 -> 11.5 s of CPU joined), nor those of each flow of another
+            # all-to-all's phase joining in turn (DeepSeek-V4-Flash: every run new, 1.8 -> 9.9 s): those plans
+            # are woken
+            if fam[0] >= JOIN_TRIALS and fam[0] * JOIN_HITS > fam[1]:
                 return False
-            self._join_runs += 1
+            fam[0] += 1
             solo = alone(a.plan, a.nbytes, self.capacity, joined, record=False, rates=self._solo_rates)
             hit = self._solo[key] = (a.plan, solo, [None])
         else:
-            self._join_hits += 1
+            fam[1] += 1
         self._unmark_plan(a)
         a.woken = True  # its ends are stale: the run together's follow
         f.last, f.rate = now, 0.0
@@ -161,7 +167,6 @@ class Fabric(FlowFabric):
                    a.extras + (f,), a.mask | hm, joined, hit[2])
         b.ended[:len(a.ended)] = a.ended
         b.ended_plan = a.ended_plan
-        b.late = a.late + 1
         b.left = (not b.ended_plan) + b.ended.count(False)
         self._m_plan |= b.mask
         self._plan_on[b] = None
@@ -459,7 +464,7 @@ class _Ahead:
     flows joined to it, which of them and whether the plan have ended, and how many of those are left."""
 
     __slots__ = ("plan", "nbytes", "done", "start", "solo", "links", "mask", "woken", "extras", "ended",
-                 "ended_plan", "left", "joined", "trail", "late")
+                 "ended_plan", "left", "joined", "trail")
 
     def __init__(self, plan: Plan, nbytes: float, done: Callable[[], None], start: float, solo: "Alone",
                  links: tuple[int, ...], extras: tuple[Flow, ...] = (), mask: int = 0, joined: tuple[Extra, ...] = (),
@@ -474,7 +479,6 @@ class _Ahead:
         self.ended = [False] * len(extras)
         self.ended_plan = False
         self.left = 1 + len(extras)
-        self.late = 0  # of the joined flows, those joined as they began (``Fabric._join``)
 
 
 @dataclass(frozen=True)
