@@ -113,7 +113,7 @@ def test_the_closed_form_steps_as_the_builder(training, zero, dp):
 @pytest.mark.parametrize("training, zero, key, words", [
     (", optimizer: dist_muon", 0, "parallel.zero", "needs parallel.zero 1"),
     (", optimizer: dist_muon", 3, "parallel.zero", "Megatron-FSDP"),
-    (", optimizer: muon", 1, "parallel.zero", "set training.optimizer dist_muon"),
+    (", optimizer: muon", 2, "parallel.zero", "got zero 2"),
     (", optimizer: muon, precision: fp16", 0, "training.precision", "emerging optimizer with fp16"),
     (", muon_num_ns_steps: 3", 1, "training.muon_num_ns_steps", "needs training.optimizer muon or dist_muon"),
     (", optimizer: muon, use_precision_aware_optimizer: true", 0, "training.use_precision_aware_optimizer",
@@ -152,4 +152,20 @@ def test_the_search_tries_dist_muon_at_zero_1_only():
     sc = _sc(zero=1, training=", optimizer: dist_muon")
     p = plan(sc, 8, Limits(max_pp=1, max_tp=2))
     assert p.layouts and {lay.zero for lay in p.layouts} == {1}
-    assert p.pruned["Muon's optimizer takes one ZeRO stage"] > 0
+    assert p.pruned["Muon's optimizer takes ZeRO 0 or 1 (dist_muon 1)"] > 0
+    # muon takes ZeRO 0 (states whole) and 1 (the layer-wise optimizer), never 2 or 3
+    p = plan(_sc(training=", optimizer: muon"), 8, Limits(max_pp=1, max_tp=2))
+    assert {lay.zero for lay in p.layouts} == {0, 1}
+
+
+def test_muon_with_the_distributed_optimizer_is_dist_muon():
+    # Megatron-LM (arguments.py @ d98e8a64dd) turns --optimizer muon --use-distributed-optimizer into the
+    # layer-wise optimizer, the old dist_muon: the same program, op for op, and the same memory
+    def ops(name):
+        sc = _sc(zero=1, training=f", optimizer: {name}", par=", overlap_param_gather: false")
+        return [(op.name, op.kind, op.duration, op.bytes, op.group) for op in build_program(sc).ops], \
+            memory_report(sc).breakdown
+
+    muon, dist = ops("muon"), ops("dist_muon")
+    assert muon == dist
+    assert any(name.startswith("grad_all_reduce") for name, *_ in muon[0])  # whole gradients, all-reduced

@@ -261,8 +261,8 @@ MUON_KEYS = {"muon_num_ns_steps": 5, "muon_tp_mode": "duplicated", "muon_split_q
 
 def _muon_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     """Megatron-Core's Muon (workload/muon.py) where Megatron-Core and Megatron-LM take it, and the models the
-    emulator knows its matrices of: muon keeps its states whole (Megatron-LM arguments.py @ d98e8a64dd turns
-    muon with --use-distributed-optimizer into the layer-wise optimizer, dist_muon); dist_muon's
+    emulator knows its matrices of: muon keeps its states whole at ZeRO 0 (Megatron-LM arguments.py @ d98e8a64dd
+    turns muon with --use-distributed-optimizer, ZeRO 1, into the layer-wise optimizer, dist_muon); dist_muon's
     LayerWiseDistributedOptimizer shards the states and keeps whole gradients (layer_wise_optimizer.py), and
     neither runs on Megatron-FSDP or Torch-FSDP2 (arguments.py: "Emerging optimizer does not support ...") nor
     with fp16 (optimizer/__init__.py: "emerging optimizer with fp16 is not supported")."""
@@ -271,12 +271,13 @@ def _muon_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Vio
                                            f"training.optimizer muon or dist_muon (it is {t.optimizer})")
                 for k, default in MUON_KEYS.items() if getattr(t, k) != default][:1]
     out: list[Violation] = []
-    if t.optimizer == "muon" and p.zero != 0:
+    if t.optimizer == "muon" and p.zero not in (0, 1):
         out.append(Violation("parallel.zero", f"optimizer muon keeps its states whole on every data-parallel rank "
-                                              f"(parallel.zero 0); Megatron-LM turns muon with the distributed "
-                                              f"optimizer into the layer-wise one (megatron/training/arguments.py): "
-                                              f"set training.optimizer dist_muon with parallel.zero 1 (got zero "
-                                              f"{p.zero})"))
+                                              f"(parallel.zero 0), or, with the distributed optimizer (zero 1), "
+                                              f"deals them out layer-wise as dist_muon does "
+                                              f"(megatron/training/arguments.py); got zero {p.zero}"
+                                              + (" (emerging optimizers do not run on Megatron-FSDP or Torch-FSDP2)"
+                                                 if p.zero == 3 else "")))
     if t.optimizer == "dist_muon" and p.zero != 1:
         out.append(Violation("parallel.zero", f"optimizer dist_muon (Megatron-Core's LayerWiseDistributedOptimizer, "
                                               f"megatron/core/optimizer/layer_wise_optimizer.py) shards the "

@@ -676,7 +676,8 @@ class TrainingSpec:
         "data-parallel ranks) or apex (Apex DistributedFusedAdam as NeMo sets it up: with bf16 weights the fp32 "
         "master is kept as its 16-bit remainder, 10 B). Or Megatron-Core's Muon, by its optimizer names: muon "
         "(parallel.zero 0: every 2-D weight but the embeddings and the output layer orthogonalised by Newton-Schulz, "
-        "an fp32 main weight and momentum, 8 B; the rest on Adam, 12 B) or dist_muon (parallel.zero 1: Megatron-"
+        "an fp32 main weight and momentum, 8 B; the rest on Adam, 12 B; at zero 1 it is dist_muon, as Megatron-LM "
+        "turns muon with the distributed optimizer) or dist_muon (parallel.zero 1: Megatron-"
         "Core's LayerWiseDistributedOptimizer deals whole parameters out over the data-parallel ranks, all-reduces "
         "the gradients and all-gathers the updated weights).", default="megatron",
         choices=('megatron', 'apex', 'muon', 'dist_muon'))

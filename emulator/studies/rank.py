@@ -665,7 +665,7 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: Split, stage
             t = _reduction(sc, params_, split, s, 0, dense, d, dp_link, grad)
             if expert and len(edp) > 1:  # the experts' gradients over their own group, after the dense ones
                 t += _reduction(sc, params_, split, s, 1, expert, len(edp), group_link_of(sc, edp), grad)
-            if par.zero in (1, 2) and MU.layer_wise(tr):  # dist_muon: the experts' over their expert-DP group
+            if par.zero in (1, 2) and MU.layer_wise(tr, par):  # dist_muon: the experts' over their expert-DP group
                 t += _param_gather(dense * dtype, d, dp_link, par)
                 if expert and len(edp) > 1:
                     t += _param_gather(expert * dtype, len(edp), group_link_of(sc, edp), par)
@@ -708,7 +708,7 @@ def _reduction(sc: Scenario, params_: Params, split: Split, s: int, which: int, 
     (workload/builder.py ``_mirror_per_chunk``) with the overlap: the chunk that finishes last, stage
     min(s, p − 1 − s) (DualPipeV's phase 0 on both ranks of the pair), exposed whole; else both."""
     par = sc.parallel
-    op = "all_reduce" if par.zero == 0 or MU.layer_wise(sc.training) else "reduce_scatter"
+    op = "all_reduce" if par.zero == 0 or MU.layer_wise(sc.training, par) else "reduce_scatter"
     if len(held_stages(par, s)) > 1:
         k = min(s, par.pp - 1 - s)
         tail = params_.stage(split, k, par.pp)[which] if par.overlap_grad_reduce else params
@@ -762,7 +762,7 @@ def _muon_step(sc: Scenario, split: Split, r: int, psi: float, gpu: GpuSpec) -> 
     dense, expert = MU.muon_params(mats)
     mine = dense / (d if par.zero >= 1 else 1) + expert / (d_exp if par.zero >= 1 else 1)
     nbytes, _ = MU.step_bytes_and_flops(psi - mine, mine, adam_step_bytes(tr), 0.0)
-    ns = MU.rank_ns(mats, tr, gpu, d, d_exp)
+    ns = MU.rank_ns(mats, tr, par, gpu, d, d_exp)
     tp_link = group_link(sc, strides(sc)["tp"], par.tp)
     gather = max((ring_time("all_gather", par.tp, b, tp_link) for b in (ns.tp_gather, ns.etp_gather) if b),
                  default=0.0)  # the two streams run side by side

@@ -234,11 +234,13 @@ def plan(sc: Scenario, gpus: int, lim: Limits) -> Plan:
         zeros = [z for z in lim.zero if shape.dp * shape.cp > 1 or z == 0] or [0]
         n = len(zeros) * len(RECOMPUTE)
         considered += n
-        if sc.training.optimizer in ("muon", "dist_muon"):  # Muon takes one ZeRO stage: 0 (muon), 1 (dist_muon)
-            fixed = 1 if sc.training.optimizer == "dist_muon" else 0
-            pruned["Muon's optimizer takes one ZeRO stage"] += len(RECOMPUTE) * sum(z != fixed for z in zeros)
-            zeros, shape = [fixed], dataclasses.replace(shape, zero=fixed)
-            n = len(RECOMPUTE)
+        if sc.training.optimizer in ("muon", "dist_muon"):  # Muon takes ZeRO 0 or 1 (muon), 1 (dist_muon)
+            takes = (1,) if sc.training.optimizer == "dist_muon" else (0, 1)
+            pruned["Muon's optimizer takes ZeRO 0 or 1 (dist_muon 1)"] += len(RECOMPUTE) * sum(z not in takes
+                                                                                            for z in zeros)
+            zeros = [z for z in zeros if z in takes] or [takes[-1]]
+            shape = dataclasses.replace(shape, zero=zeros[0])
+            n = len(zeros) * len(RECOMPUTE)
         why = rule_violation(sc, shape)
         if why:
             pruned[why] += n

@@ -519,7 +519,7 @@ class _RankBuilder(Emitter):
                 deps: tuple[int | None, ...] = (dep,) if mirror is None else (mirror,)
                 if per_chunk:
                     deps = tuple(sorted({self._chunk_mirror(c, mirrors) for c in dict.fromkeys(c for c, _ in units)}))
-                op = "all_reduce" if par.zero == 0 or MU.layer_wise(tr) else "reduce_scatter"
+                op = "all_reduce" if par.zero == 0 or MU.layer_wise(tr, par) else "reduce_scatter"
                 if d_dense > 1 and dense:
                     reduce_ops.append(self._emit(kind=COLLECTIVE, stream="dp", name=f"grad_{op}.{last_u.name}",
                                                  collective=op, group=self.dpcp, bytes=dense, deps=deps,
@@ -570,7 +570,7 @@ class _RankBuilder(Emitter):
         ``matrices`` (muon.rank_ns), after the TP all-gathers of their momenta (duplicated mode) on the ``tp`` and
         ``etp`` streams, one op of their summed bytes a group (ASSUMPTION: the per-matrix gathers' latencies left
         out). Returns the last op."""
-        ns = MU.rank_ns(matrices, self.plan.sc.training, self.gpu, d_dense, d_exp)
+        ns = MU.rank_ns(matrices, self.plan.sc.training, self.plan.sc.parallel, self.gpu, d_dense, d_exp)
         deps = [after]
         for stream, group, nbytes in (("tp", self.tp, ns.tp_gather), ("etp", self.etp, ns.etp_gather)):
             if nbytes and len(group) > 1:
@@ -586,7 +586,7 @@ class _RankBuilder(Emitter):
         by unit ``u``: the distributed optimizer's over dp·cp; dist_muon's (layer_wise_optimizer.py
         ``allgather_params``) the dense weights over dp·cp and the experts' over their expert-data-parallel
         group. Returns the last op (-1: none)."""
-        if not MU.layer_wise(self.plan.sc.training):
+        if not MU.layer_wise(self.plan.sc.training, self.plan.sc.parallel):
             return self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{u.name}", collective="all_gather",
                               group=self.dpcp, bytes=dense + expert if total is None else total, deps=deps,
                               category="comm", stage=vs, layer=u.layer)

@@ -81,9 +81,11 @@ def is_muon(tr: TrainingSpec) -> bool:
     return tr.optimizer in MUON_OPTIMIZERS
 
 
-def layer_wise(tr: TrainingSpec) -> bool:
-    """dist_muon: Megatron-Core's LayerWiseDistributedOptimizer deals whole parameters out over DP."""
-    return tr.optimizer == "dist_muon"
+def layer_wise(tr: TrainingSpec, par: ParallelSpec) -> bool:
+    """Megatron-Core's LayerWiseDistributedOptimizer deals whole parameters out over DP: dist_muon, or muon with the
+    distributed optimizer (parallel.zero 1), which Megatron-LM turns into it (arguments.py @ d98e8a64dd: "dist_muon is
+    deprecated. Use --optimizer muon --use-distributed-optimizer instead")."""
+    return tr.optimizer == "dist_muon" or (tr.optimizer == "muon" and par.zero == 1)
 
 
 def ns_step_flops(rows: int, cols: int) -> float:
@@ -187,12 +189,13 @@ class NsCost:
                       self.tp_gather + o.tp_gather, self.etp_gather + o.etp_gather)
 
 
-def rank_ns(matrices: tuple[Matrix, ...], tr: TrainingSpec, gpu: GpuSpec, d_dense: int, d_expert: int) -> NsCost:
+def rank_ns(matrices: tuple[Matrix, ...], tr: TrainingSpec, par: ParallelSpec, gpu: GpuSpec, d_dense: int,
+            d_expert: int) -> NsCost:
     """One rank's share of the Newton–Schulz work of ``matrices``: all of it under muon; under dist_muon 1/d_dense
     of the dense matrices' and 1/d_expert of the experts' (see the module's ASSUMPTION)."""
     out = NsCost()
     for x in matrices:
-        share = x.count / ((d_expert if x.expert else d_dense) if layer_wise(tr) else 1)
+        share = x.count / ((d_expert if x.expert else d_dense) if layer_wise(tr, par) else 1)
         sec, flops, by = ns_cost(x.rows, x.cols, tr.muon_num_ns_steps, gpu)
         gather = x.rows * x.cols * MOMENTUM_GATHER_BYTES * share if x.split > 1 else 0.0
         out = out + NsCost(sec * share, flops * share, (by[0] * share, by[1] * share, by[2] * share),
