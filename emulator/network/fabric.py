@@ -143,7 +143,9 @@ class Fabric(FlowFabric):
         joined = a.joined + ((f.links, f.weights, f.remaining, now - a.start),)
         key: tuple[object, ...] = (id(a.plan), a.nbytes, *joined)
         hit = self._solo.get(key)
-        fam = self._families.setdefault((id(a.plan), a.nbytes), [0, 0])
+        fam = self._families.get((id(a.plan), a.nbytes))
+        if fam is None:
+            fam = self._families[(id(a.plan), a.nbytes)] = [0, 0]
         if hit is None:
             # a run together not seen yet costs a run from the plan's start, where a wake reads a trail kept. Per
             # plan and size, after JOIN_TRIALS such runs one is made only while the runs kept serve JOIN_HITS joins

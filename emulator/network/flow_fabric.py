@@ -182,14 +182,14 @@ class FlowFabric:
 
     def _mask(self, links: tuple[int, ...]) -> int:
         """The bits of ``links`` (kept per tuple: a plan's flows recur)."""
-        hit = self._masks.get(id(links))
-        if hit is None or hit[0] is not links:
-            hit = self._entry(links)
-        return hit[1]
+        return self._entry(links)[1]
 
     def _entry(self, links: tuple[int, ...]) -> tuple[tuple[int, ...], int, frozenset[int], bool]:
         """``links``, their bits, those of them that can bind (not slack), and whether they ascend, kept
         per tuple (the memo starts again past MASKS_KEPT tuples, and when links turn slack or back)."""
+        hit = self._masks.get(id(links))
+        if hit is not None and hit[0] is links:
+            return hit
         if len(self._masks) >= MASKS_KEPT:
             self._masks.clear()
         slack = self.slack
@@ -363,9 +363,7 @@ class FlowFabric:
         """Put ``flow`` on each of its links (insertion-ordered sets) and ask for a re-solve; a flow
         whose links carry nothing else is its own component, and gets its rate at once."""
         on_link, slack, links = self.on_link, self.slack, flow.links
-        hit = self._masks.get(id(links))
-        if hit is None or hit[0] is not links:
-            hit = self._entry(links)
+        hit = self._entry(links)
         fm = hit[1]
         met = self._owners(fm) if fm & self._m_plan or fm & self._m_lazy else None
         if not met and hit[3]:  # no holder to wake, no link twice: both loops in C
@@ -478,7 +476,7 @@ class FlowFabric:
                 got.add(f)
                 flows.append(f)
                 links = f.links
-                hit = masks.get(id(links))
+                hit = masks.get(id(links))  # ``_entry``'s lookup, inline: once per flow of every component
                 if hit is None or hit[0] is not links:
                     hit = self._entry(links)
                 new = hit[2].difference(seen)
@@ -566,9 +564,7 @@ class FlowFabric:
         # another; both loops in C (a folded all-to-all flow crosses 58 links)
         n = len(links)
         deque(map(dict.pop, map(on_link.__getitem__, links), repeat(f, n), repeat(None, n)), 0)
-        hit = self._masks.get(id(links))
-        if hit is None or hit[0] is not links:
-            hit = self._entry(links)
+        hit = self._entry(links)
         alone = not any(map(on_link.__getitem__, hit[2]))
         if alone:  # it ran alone: no survivor to speed up; its links report 0 load (a slack link, the rest's)
             if self.listeners:

@@ -552,8 +552,8 @@ class _RankBuilder(Emitter):
         if matrices:
             opt = self._newton_schulz(matrices, opt, d_dense, d_exp)
         if 1 <= par.zero <= 2 and not _overlap_param_gather(par) and d_dense > 1:
-            for units_, dense, expert in self._buckets(par.grad_bucket):
-                vs, u = units_[-1]
+            for bucket, dense, expert in self._buckets(par.grad_bucket):
+                vs, u = bucket[-1]
                 self._param_gather(u, vs, dense, expert, (opt,))
 
     def _muon_matrices(self, units: list[Unit]) -> tuple[MU.Matrix, ...]:
