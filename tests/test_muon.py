@@ -169,3 +169,108 @@ def test_muon_with_the_distributed_optimizer_is_dist_muon():
     muon, dist = ops("muon"), ops("dist_muon")
     assert muon == dist
     assert any(name.startswith("grad_all_reduce") for name, *_ in muon[0])  # whole gradients, all-reduced
+
+
+V4 = "scenarios/deepseek-v4-flash-64-gb200-muon.yaml"
+
+
+def test_deepseek_v4s_layer_matrices_are_its_2d_weights():
+    from emulator.scenario import load_scenario
+    from emulator.workload import models as M
+
+    sc = load_scenario(V4)
+    m = M.resolve(sc.model)
+    # V4-Flash, h 4096, a 64 heads of D 512, q rank 1024, 8 output groups of rank 1024, TP 1: q_a 1024·4096
+    # = 4,194,304; q_b 32,768·1024 = 33,554,432; kv_proj 512·4096 = 2,097,152; o_a (8·1024)·(64·512/8) = 33,554,432;
+    # o_b 4096·8192 = 33,554,432: 106,954,752. Ratio 128: the compressor's kv and gate 2·512·4096 and its position
+    # bias 128·512, + 4,259,840. Ratio 4: the compressor at 2D, 2·1024·4096 + 4·1024 = 8,392,704, and the indexer:
+    # its compressor 2·256·4096 + 4·256 = 2,098,176, q_b (64·128)·1024 = 8,388,608, weights_proj 64·4096 = 262,144:
+    # + 19,141,632
+    attention = {0: 106_954_752, 128: 111_214_592, 4: 126_096_384}
+    # the rest of each layer's Muon weights: mHC's two mapping_proj (4·4096 → 4² + 2·4), 2·24·16,384 = 786,432; the
+    # router 256·4096 = 1,048,576; the shared expert's fc1 4096·4096 and fc2 4096·2048, 25,165,824
+    rest = 786_432 + 1_048_576 + 25_165_824
+    for layer, ratio in ((0, 0), (3, 128), (2, 4)):
+        dense, expert = MU.muon_params(MU.layer_matrices(sc.model, layer, sc.parallel, sc.training))
+        assert dense == attention[ratio] + rest
+        # the attention's other weights are 1-D: q_a's norm 1024, kv_proj's 512, the sinks 64; a compressor's norm
+        # 512; the indexer's compressor's norm 128 (models.py counts them all)
+        one_d = 1024 + 512 + 64 + (512 if ratio else 0) + (128 if ratio == 4 else 0)
+        assert M.dsv4_attention_params(m, ratio) == attention[ratio] + one_d
+        # 256 experts over EP 8: 32 local, each fc1 4096·4096 and fc2 4096·2048
+        assert expert == 32 * 25_165_824
+    # the MTP module: its layer (ratio 0, the last entry of csa_compress_ratios) and eh_proj 4096·8192
+    dense, expert = MU.muon_params(MU.mtp_matrices(sc.model, sc.parallel, sc.training, 1))
+    assert dense == attention[0] + rest + 33_554_432 and expert == 32 * 25_165_824
+
+
+def test_highest_precision_runs_newton_schulz_in_fp32():
+    gpu = _sc().cluster.node.gpu
+    sec, flops, _ = MU.ns_cost(768, 3072, 5, gpu, "fp32")
+    # per step the three GEMMs of a 768×3072 matrix (m = 768): 768×768×3072, 768³, 768×3072×768, in fp32
+    gemms = sum(compute.gemm_cost(*dims, gpu, "fp32")[0] for dims in ((768, 768, 3072), (768, 768, 768),
+                                                                       (768, 3072, 768)))
+    assert sec == pytest.approx(5 * gemms, rel=1e-12) and flops == 5 * MU.ns_step_flops(768, 3072)
+    ops = {p: {op.name: op for op in build_program(_sc(dp=1, training=f", optimizer: muon, "
+                                                       f"muon_fp32_matmul_prec: {p}")).ops}
+           for p in ("medium", "high", "highest")}
+    # the same FLOPs at the bf16, TF32 (989 TFLOP/s dense on H100) and FP32 (67 TFLOP/s) rates: slower in turn
+    ns = [ops[p]["newton_schulz"] for p in ("medium", "high", "highest")]
+    assert ns[0].flops == ns[1].flops == ns[2].flops
+    assert ns[0].duration < ns[1].duration < ns[2].duration
+    # without medium's cast to bf16 and back (4 + 2 + 2 + 4 B), 12 B less a Muon parameter: 12·84,934,656 (GPT-3
+    # 125M's weight matrices, test_muon_keeps_8_bytes_for_each_weight_matrix_parameter)
+    assert ops["medium"]["optimizer"].bytes - ops["highest"]["optimizer"].bytes == pytest.approx(
+        12 * 84_934_656, rel=1e-12)
+
+
+def test_a_gpu_without_an_fp32_rate_refuses_highest_by_name():
+    sc = load_scenario_text(BASE % dict(model="gpt3-125m", training=", optimizer: muon, muon_fp32_matmul_prec: "
+                                        "highest", tp=1, pp=1, dp=8, zero=0, par="", nodes=1, gpn=8), "m.yaml",
+                            ["cluster.node.gpu.peak_flops_fp32=0 TFLOP/s"])
+    with pytest.raises(ScenarioError) as err:
+        build_program(sc)
+    assert err.value.key == "training.muon_fp32_matmul_prec" and "no fp32 rate" in err.value.message
+
+
+def test_deepseek_v4_flash_muon_recipe_steps_its_fp32_newton_schulz():
+    from emulator.scenario import load_scenario
+
+    sc = load_scenario(V4)
+    ns = {op.rank: op for op in build_program(sc).ops if op.name == "newton_schulz"}
+    # stage 0 holds layers 0-5 (ratios 0, 0, 4, 128, 4, 128), every one MoE; muon at zero 0: each rank all of it.
+    # Per step, 4m²n + 2m³ with m the smaller side: an expert's fc1 (4096²) 6·4096³ = 412,316,860,416 and fc2
+    # (4096×2048) 4·2048²·4096 + 2·2048³ = 85,899,345,920; 32 local experts and the shared expert: 33 of each
+    expert = 33 * (412_316_860_416 + 85_899_345_920)
+    # the attention, per step: q_a (1024×4096) 4·1024²·4096 + 2·1024³ = 19,327,352,832; q_b (32768×1024)
+    # 4·1024²·32768 + 2·1024³ = 139,586,437,120; kv_proj (512×4096) 4·512²·4096 + 2·512³ = 4,563,402,752; o_a and
+    # o_b (8192×4096) 4·4096²·8192 + 2·4096³ = 687,194,767,360 each
+    attn = 19_327_352_832 + 139_586_437_120 + 4_563_402_752 + 2 * 687_194_767_360
+    # ratio 128's compressor: kv and gate (512×4096) 2·4,563,402,752, its bias (128×512) 4·128²·512 + 2·128³;
+    # ratio 4's: kv and gate (1024×4096) 2·19,327,352,832, its bias (4×1024) 4·16·1024 + 2·64, and the indexer's:
+    # its kv and gate (256×4096) 2·(4·256²·4096 + 2·256³), bias (4×256) 4·16·256 + 2·64, q_b (8192×1024)
+    # 4·1024²·8192 + 2·1024³, weights_proj (64×4096) 4·64²·4096 + 2·64³
+    c128 = 2 * 4_563_402_752 + 4 * 128**2 * 512 + 2 * 128**3
+    c4 = (2 * 19_327_352_832 + 4 * 16 * 1024 + 2 * 64 + 2 * (4 * 256**2 * 4096 + 2 * 256**3) + 4 * 16 * 256 + 2 * 64
+          + 4 * 1024**2 * 8192 + 2 * 1024**3 + 4 * 64**2 * 4096 + 2 * 64**3)
+    # mHC's two mapping_proj (24×16384) 2·(4·24²·16384 + 2·24³), the router (256×4096) 4·256²·4096 + 2·256³
+    other = 2 * (4 * 24**2 * 16384 + 2 * 24**3) + 4 * 256**2 * 4096 + 2 * 256**3
+    per_step = 6 * (expert + attn + other) + 2 * c4 + 2 * c128
+    assert ns[0].flops == pytest.approx(5 * per_step, rel=1e-12)
+    # in full FP32 on GB200 (80 TFLOP/s): ~5.4e14 FLOPs take at least 6.7 s on every rank of stage 0
+    assert ns[0].duration > ns[0].flops / 80e12 > 6.7
+
+
+def test_the_closed_form_steps_deepseek_v4_as_the_builder():
+    from emulator.scenario import load_scenario
+
+    sc = load_scenario(V4)
+    ops = build_program(sc).ops
+    # each layer's own matrices by its ratio, and the MTP module's on the last stage: the slowest rank's step. The
+    # closed form's elementwise stream counts every layer's parameters as a ratio-4 layer's (rank.py params_of), a
+    # few µs more of 12.6 s; its Newton–Schulz share is the builder's, layer by layer
+    step = max(sum(op.duration for op in ops if op.rank == r and op.name in ("optimizer", "newton_schulz"))
+               for r in {op.rank for op in ops})
+    assert estimate_iteration(sc).optimizer_s == pytest.approx(step, rel=1e-5)
+    ns = max(op.duration for op in ops if op.name == "newton_schulz")
+    assert estimate_iteration(sc).optimizer_s - step < 1e-3 * (step - ns)

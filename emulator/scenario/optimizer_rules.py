@@ -37,7 +37,8 @@ def _precision_aware_violations(t: TrainingSpec) -> list[Violation]:
     return []
 
 
-MUON_KEYS = {"muon_num_ns_steps": 5, "muon_tp_mode": "duplicated", "muon_split_qkv": True}
+MUON_KEYS = {"muon_num_ns_steps": 5, "muon_tp_mode": "duplicated", "muon_split_qkv": True,
+             "muon_fp32_matmul_prec": "medium"}
 
 
 def _muon_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
@@ -71,8 +72,8 @@ def _muon_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Vio
         out.append(Violation("training.precision", "Megatron-Core refuses Muon with fp16 ('emerging optimizer with "
                                                    "fp16 is not supported', megatron/core/optimizer/__init__.py): "
                                                    "use bf16"))
-    if m.hybrid_layer_pattern or m.experimental_attention_variant or m.enable_mhc_connections:
+    if m.hybrid_layer_pattern:
         out.append(Violation("training.optimizer", "the emulator models Muon's weight matrices for transformer "
-                                                   "layers of MHA, GQA or MLA attention only (not hybrid layers, "
-                                                   "DSA, dsv4_hybrid or mHC)"))
+                                                   "layers (MHA, GQA, MLA, DSA, dsv4_hybrid, mHC), not hybrid "
+                                                   "(Mamba, gated delta net) layers"))
     return out

@@ -692,6 +692,11 @@ class TrainingSpec:
     muon_split_qkv: bool = key(
         "With optimizer muon or dist_muon: a fused QKV weight is orthogonalised as its Q, K and V blocks (Megatron-"
         "Core's muon_split_qkv).", default=True)
+    muon_fp32_matmul_prec: str = key(
+        "With optimizer muon or dist_muon: the precision of the Newton-Schulz matmuls (Megatron-Core's "
+        "muon_fp32_matmul_prec, torch's float32 matmul precision): medium (bf16 GEMMs, X cast to bf16 and back), "
+        "high (TF32 tensor cores) or highest (full FP32 on the CUDA cores; Megatron-Bridge's DeepSeek-V4-Flash Muon "
+        "recipe).", default="medium", choices=("medium", "high", "highest"))
     # Megatron-Core's precision-aware optimizer (optimizer_config.py @ d98e8a64dd; workload/optimizer.py)
     use_precision_aware_optimizer: bool = key(
         "Megatron-Core's use_precision_aware_optimizer (optimizer megatron): Transformer Engine's FusedAdam keeps "

@@ -71,7 +71,7 @@ from emulator.devices import compute
 from emulator.network.collectives import ring_factors
 from emulator.network.domain import domain_size
 from emulator.program import is_token_exchange
-from emulator.scenario.spec import QUANTISED, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario
+from emulator.scenario.spec import QUANTISED, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario, TrainingSpec
 from emulator.scenario.stages import V_SHAPED, model_chunks, rank_of, stage_layers
 from emulator.studies.exchange_cost import EpNodes, ep_nodes, exchange_time
 from emulator.workload import host as HOST
@@ -745,23 +745,35 @@ def _optimizer(sc: Scenario, params: Params, split: Split, gpu: GpuSpec) -> floa
     return best
 
 
+def _stage_matrices(m: ModelSpec, split: Split, s: int, par: ParallelSpec, tr: TrainingSpec
+                    ) -> tuple[MU.Matrix, ...]:
+    """The Muon matrices of stage ``s``'s decoder layers: n − k MoE layers' and k leading dense layers', or, where
+    the layers differ, each layer's by the first layer of its kind."""
+    if split.kinds:
+        first = {_kind(m, i): i for i in reversed(range(m.layers))}
+        return tuple(x for kind in split.kinds[s] for x in MU.layer_matrices(m, first[kind], par, tr))
+    moe, lead = (m.first_dense_layers, 0) if m.experts else (0, 0)
+    n, k = split.count(s), split.leads[s]
+    return MU.times(MU.layer_matrices(m, moe, par, tr), n - k) + MU.times(MU.layer_matrices(m, lead, par, tr), k)
+
+
 def _muon_step(sc: Scenario, split: Split, r: int, psi: float, gpu: GpuSpec) -> float:
     """Pipeline rank ``r``'s step under Megatron-Core's Muon, as workload/builder.py emits it: the elementwise
     stream of its ``psi`` local parameters (Muon's matrices at muon.MUON_STEP_BYTES, the rest at Adam's), then the
     TP all-gathers of the momenta (duplicated mode) and its share of the Newton–Schulz iterations (muon.rank_ns).
-    Every MoE layer has the same matrices (the rule book refuses models whose layers differ)."""
+    A model whose layers differ: each layer's matrices by its kind (``Split.kinds``); the MTP modules' on theirs."""
     par, tr = sc.parallel, sc.training
     assert sc.model is not None
     m = M.resolve(sc.model)
-    moe, lead = (m.first_dense_layers, 0) if m.experts else (0, 0)
     mats: tuple[MU.Matrix, ...] = ()
     for s in held_stages(par, r):
-        n, k = split.count(s), split.leads[s]
-        mats += MU.times(MU.layer_matrices(m, moe, par, tr), n - k) + MU.times(MU.layer_matrices(m, lead, par, tr), k)
+        mats += _stage_matrices(m, split, s, par, tr)
+        if s == split.mtp:
+            mats += MU.mtp_matrices(m, par, tr, 1 if m.mtp_use_repeated_layer else m.mtp_num_layers)
     d, d_exp = par.dp * par.cp, expert_dp(par)
     dense, expert = MU.muon_params(mats)
     mine = dense / (d if par.zero >= 1 else 1) + expert / (d_exp if par.zero >= 1 else 1)
-    nbytes, _ = MU.step_bytes_and_flops(psi - mine, mine, adam_step_bytes(tr), 0.0)
+    nbytes, _ = MU.step_bytes_and_flops(psi - mine, mine, adam_step_bytes(tr), 0.0, tr)
     ns = MU.rank_ns(mats, tr, par, gpu, d, d_exp)
     tp_link = group_link(sc, strides(sc)["tp"], par.tp)
     gather = max((ring_time("all_gather", par.tp, b, tp_link) for b in (ns.tp_gather, ns.etp_gather) if b),

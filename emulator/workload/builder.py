@@ -540,7 +540,7 @@ class _RankBuilder(Emitter):
         if matrices:  # Muon's parameters leave Adam's stream for Muon's (workload/muon.py)
             dense, expert = MU.muon_params(matrices)
             mine = dense / (d_dense if par.zero >= 1 else 1) + expert / (d_exp if par.zero >= 1 else 1)
-            nbytes, flops = MU.step_bytes_and_flops(psi - mine, mine, adam_step_bytes(tr), ADAM_FLOPS_PER_PARAM)
+            nbytes, flops = MU.step_bytes_and_flops(psi - mine, mine, adam_step_bytes(tr), ADAM_FLOPS_PER_PARAM, tr)
         per = self.plan.optimizer_s_per_param
         t_opt = compute.elementwise_time(nbytes, self.gpu) if per is None else psi * per
         costed = (0.0, 0.0, t_opt) if per is None else (t_opt, 0.0, 0.0)  # a profiled step: measured
@@ -558,12 +558,15 @@ class _RankBuilder(Emitter):
 
     def _muon_matrices(self, units: list[Unit]) -> tuple[MU.Matrix, ...]:
         """The weight matrices of this rank's decoder layers that Megatron-Core's Muon orthogonalises (workload/
-        muon.py); () under Adam. The embedding, the head and the MTP modules stay on Adam (ASSUMPTION for MTP's)."""
-        sc = self.plan.sc
-        if not MU.is_muon(sc.training) or self.plan.model is None:
+        muon.py), its MTP modules' with their own weights (each, or the first with ``mtp_use_repeated_layer``);
+        () under Adam. The embedding and the head stay on Adam."""
+        sc, m = self.plan.sc, self.plan.model
+        if not MU.is_muon(sc.training) or m is None:
             return ()
-        return tuple(x for u in units if u.name.startswith("layer") and 0 <= u.layer < self.plan.model.layers
-                     for x in MU.layer_matrices(self.plan.model, u.layer, sc.parallel, sc.training))
+        layers = tuple(x for u in units if u.name.startswith("layer") and 0 <= u.layer < m.layers
+                       for x in MU.layer_matrices(m, u.layer, sc.parallel, sc.training))
+        mtp = [u for u in units if u.name.startswith("mtp") and (u.name == "mtp0" or not m.mtp_use_repeated_layer)]
+        return layers + MU.mtp_matrices(m, sc.parallel, sc.training, len(mtp))
 
     def _newton_schulz(self, matrices: tuple[MU.Matrix, ...], after: int, d_dense: int, d_exp: int) -> int:
         """Muon's Newton–Schulz iterations after the step's elementwise stream (``after``): this rank's share of

@@ -544,7 +544,9 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
             ex = model_state_bytes(expert, expert_dp(par), par.zero, grad_bytes, state_bytes)
             states = {k: states[k] + ex[k] for k in states}
         if MU.is_muon(tr):
-            states["optimizer"] -= _muon_saving(sc, m, held, state_bytes)
+            mtp = (1 if m.mtp_use_repeated_layer else plan.mtp) if plan.mtp_chunk >= 0 and rank_of(
+                plan.mtp_chunk, par.pp, v_shape) in held else 0
+            states["optimizer"] -= _muon_saving(sc, m, held, state_bytes, mtp)
         if fp8:
             lin = [_stage_linear_params(m, sc, k, sum(split[k])) for k in held]
             lin_dense, lin_expert = sum(x for x, _ in lin), sum(y for _, y in lin)
@@ -585,12 +587,13 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
     return out
 
 
-def _muon_saving(sc: Scenario, m: ModelSpec, held: list[int], adam_bytes: float) -> float:
+def _muon_saving(sc: Scenario, m: ModelSpec, held: list[int], adam_bytes: float, mtp: int) -> float:
     """What Megatron-Core's Muon keeps less than Adam (``adam_bytes`` a parameter) on one GPU of the pipeline rank
-    that holds stages ``held``: its weight matrices (workload/muon.py) take 8 B a parameter, sharded as Adam's
-    states (dist_muon: parallel.zero 1, over dp·cp and the expert-data-parallel group)."""
+    that holds stages ``held`` and ``mtp`` MTP modules' own weights: its weight matrices (workload/muon.py) take
+    8 B a parameter, sharded as Adam's states (dist_muon: parallel.zero 1, over dp·cp and the expert-data-parallel
+    group)."""
     par = sc.parallel
-    dense = expert = 0.0
+    dense, expert = MU.muon_params(MU.mtp_matrices(m, par, sc.training, mtp))
     for k in held:
         for i in _layers_of(sc, k):
             d_i, e_i = MU.muon_params(MU.layer_matrices(m, i, par, sc.training))

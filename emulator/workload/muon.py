@@ -28,9 +28,21 @@ Sources (Megatron-LM @ d98e8a64dd, NVIDIA-NeMo/Emerging-Optimizers @ fd77292):
   blockwise orthogonalises each rank's shard, no communication. Replicated weights (MLA's down projections, the
   router) are whole on every rank already.
 - **Newton–Schulz** (muon_utils.py ``newton_schulz``, ``newton_schulz_step``): X is the m×n matrix with m ≤ n
-  (transposed if need be), normalised, cast to bf16 (``muon_fp32_matmul_prec`` medium, the default), then
-  ``muon_num_ns_steps`` (5) quintic steps of A = X·Xᵀ (2m²n FLOPs), B = b·A + c·A·A (2m³),
-  X = a·X + B·X (2m²n): 4m²n + 2m³ FLOPs a step, three bf16 GEMMs, costed by devices/compute.py ``gemm_cost``.
+  (transposed if need be), normalised, then ``muon_num_ns_steps`` (5) quintic steps of A = X·Xᵀ (2m²n FLOPs),
+  B = b·A + c·A·A (2m³), X = a·X + B·X (2m²n): 4m²n + 2m³ FLOPs a step, three GEMMs, costed by devices/compute.py
+  ``gemm_cost`` in the type ``muon_fp32_matmul_prec`` sets (Emerging-Optimizers ``utils.fp32_matmul_precision``
+  sets torch's float32 matmul precision around it): medium, the default, casts X to bf16 and runs bf16 GEMMs
+  ("PyTorch doesn't really have FP32 I/O BF16 compute kernels for precision medium. We explicitly convert to BF16
+  and back"); high runs fp32 GEMMs on TF32 tensor cores; highest runs them in full FP32 (cuBLAS SGEMM on the CUDA
+  cores: its cuBLAS 12.9 BF16x9 emulation is opt-in, an ASSUMPTION that it is off). Megatron-Bridge's DeepSeek-V4-
+  Flash Muon recipe sets highest.
+- **Which matrices, by model** (``layer_matrices``): multi-head, grouped-query and multi-latent attention; DSA's
+  indexer (Megatron-Core dsa.py ``DSAIndexer``: linear_wq_b, linear_wk, linear_weights_proj, on the layers that
+  compute their own top-k); DeepSeek-V4's hybrid attention (models.py ``dsv4_attention_params``, HF transformers
+  5.25 DeepseekV4Attention: q_a, q_b, kv_proj, the grouped o_a as one 2-D weight of g·r_o rows and a·D/g columns,
+  as its ``nn.Linear``, o_b; a compressor's kv_proj and gate_proj and its 2-D position bias; at ratio 4 the
+  indexer's compressor, q_b and weights_proj); mHC's mapping_proj, two a layer (Megatron-Core hyper_connection.py
+  ``nn.Linear``); an MTP module's layer and its eh_proj (``mtp_matrices``). Hybrid (Mamba) layers are refused.
 
 ASSUMPTION: the matrices of a rank's dist_muon share are 1/d of the stage's (d: dp·cp or the expert-DP size);
 Megatron-Core balances the shards by size, not by Newton–Schulz time, and a rank may hold a few more.
@@ -41,10 +53,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from emulator.devices import compute
+from emulator.errors import ScenarioError
 from emulator.scenario.spec import GpuSpec, ModelSpec, ParallelSpec, TrainingSpec
 from emulator.workload import models as M
 
 MUON_OPTIMIZERS = ("muon", "dist_muon")
+# muon_fp32_matmul_prec → the Newton–Schulz GEMMs' type (module docstring)
+NS_DTYPE = {"medium": "bf16", "high": "tf32", "highest": "fp32"}
+CAST_BYTES = 12  # medium's cast of X to bf16 and back (4 + 2, 2 + 4), part of MUON_STEP_BYTES
 MUON_STATE_BYTES = 8  # fp32 main weight 4 + fp32 momentum buffer 4 (module docstring)
 MOMENTUM_GATHER_BYTES = 4  # duplicated TP mode gathers the fp32 momentum
 # The step's stream per Muon parameter (unfused PyTorch ops; ASSUMPTION: each reads and writes its operands once):
@@ -94,16 +110,22 @@ def ns_step_flops(rows: int, cols: int) -> float:
     return 4.0 * m * m * n + 2.0 * m ** 3
 
 
+def ns_dtype(tr: TrainingSpec) -> str:
+    """The Newton–Schulz GEMMs' type: bf16, tf32 or fp32 by ``muon_fp32_matmul_prec`` (module docstring)."""
+    return NS_DTYPE[tr.muon_fp32_matmul_prec]
+
+
 @lru_cache(maxsize=4096)
-def ns_cost(rows: int, cols: int, steps: int, gpu: GpuSpec) -> tuple[float, float, tuple[float, float, float]]:
+def ns_cost(rows: int, cols: int, steps: int, gpu: GpuSpec, dtype: str = "bf16"
+            ) -> tuple[float, float, tuple[float, float, float]]:
     """(seconds, FLOPs, seconds by source: measured, interpolated, roofline) of ``steps`` Newton–Schulz steps of one
-    ``rows`` × ``cols`` matrix on ``gpu``: per step the bf16 GEMMs (m×n)(n×m), (m×m)(m×m) and (m×m)(m×n)."""
+    ``rows`` × ``cols`` matrix on ``gpu``: per step the ``dtype`` GEMMs (m×n)(n×m), (m×m)(m×m) and (m×m)(m×n)."""
     from emulator.devices.kernels import SOURCES
 
     m, n = min(rows, cols), max(rows, cols)
     by = dict.fromkeys(SOURCES, 0.0)
     for dims in ((m, m, n), (m, m, m), (m, n, m)):
-        t, src = compute.gemm_cost(*dims, gpu, "bf16")
+        t, src = compute.gemm_cost(*dims, gpu, dtype)
         by[src] += t * steps
     costed = (by[SOURCES[0]], by[SOURCES[1]], by[SOURCES[2]])
     return sum(costed), steps * ns_step_flops(rows, cols), costed
@@ -143,6 +165,39 @@ def _attention(r: ModelSpec, t: int, mode: str, split_qkv: bool) -> list[Matrix]
     return qkv + [_sharded(h, a * d, 1, t, mode)]
 
 
+def _dsv4_attention(r: ModelSpec, ratio: int, t: int, mode: str) -> list[Matrix]:
+    """DeepSeek-V4's hybrid attention at compression ratio ``ratio`` (the module docstring; the 2-D terms of
+    models.py ``dsv4_attention_params``): q_b, the grouped o_a and o_b split by heads over TP, the rest whole."""
+    h, a, D, rq = r.hidden, r.heads, M.head_dim(r), r.q_lora_rank
+    g, ro = r.o_groups, r.o_lora_rank
+    out = [Matrix(rq, h), _sharded(a * D, rq, 0, t, mode), Matrix(D, h),
+           _sharded(g * ro, a * D // g, 0, t, mode), _sharded(h, g * ro, 1, t, mode)]
+    if ratio:
+        w = 2 * D if ratio == 4 else D
+        out += [Matrix(w, h), Matrix(w, h), Matrix(ratio, w)]
+    if ratio == 4:
+        H, DI = r.dsa_indexer_n_heads, r.dsa_indexer_head_dim
+        out += [Matrix(2 * DI, h), Matrix(2 * DI, h), Matrix(4, 2 * DI), Matrix(H * DI, rq), Matrix(H, h)]
+    return out
+
+
+def _dsa_indexer(r: ModelSpec, layer: int) -> list[Matrix]:
+    """DSA's lightning indexer (models.py ``indexer_linear``), whole on every TP rank; none on a layer that reuses
+    an earlier layer's top-k, or without DSA."""
+    if not M.is_dsa(r) or M.dsa_skips(r, layer):
+        return []
+    H, D, h = r.dsa_indexer_n_heads, r.dsa_indexer_head_dim, r.hidden
+    return [Matrix(H * D, r.q_lora_rank or h), Matrix(D, h), Matrix(H, h)]
+
+
+def _mhc(r: ModelSpec) -> list[Matrix]:
+    """mHC's two mapping_proj weights a layer, n·h → n² + 2n, whole on every TP rank (models.py ``mhc_params``)."""
+    if not r.enable_mhc_connections:
+        return []
+    n = r.mhc_num_residual_streams
+    return [Matrix(n * n + 2 * n, n * r.hidden, 2.0)]
+
+
 def _mlp(width: int, h: int, gated: bool, t: int, mode: str, expert: bool = False) -> list[Matrix]:
     """An MLP's fc1 (both gated halves in one matrix) and fc2."""
     return [_sharded((2 if gated else 1) * width, h, 0, t, mode, expert), _sharded(h, width, 1, t, mode, expert)]
@@ -153,7 +208,11 @@ def layer_matrices(m: ModelSpec, layer: int, par: ParallelSpec, tr: TrainingSpec
     its attention, and its dense MLP, or its router, shared experts, latent projections and local routed experts."""
     r = M.resolve(m)
     t, mode = par.tp, tr.muon_tp_mode
-    out = _attention(r, t, mode, tr.muon_split_qkv)
+    if M.is_dsv4(r):
+        out = _dsv4_attention(r, M.compress_ratio(r, layer), t, mode)
+    else:
+        out = _attention(r, t, mode, tr.muon_split_qkv) + _dsa_indexer(r, layer)
+    out += _mhc(r)
     if not M.is_moe_layer(r, layer):
         return tuple(out + _mlp(r.ffn_hidden, r.hidden, r.swiglu, t, mode))
     out.append(Matrix(r.experts, r.hidden))  # the router: replicated over TP
@@ -164,6 +223,17 @@ def layer_matrices(m: ModelSpec, layer: int, par: ParallelSpec, tr: TrainingSpec
         out += [Matrix(r.moe_latent_size, r.hidden), Matrix(r.hidden, r.moe_latent_size)]
     local = r.experts / par.ep
     out += [_times(x, local) for x in _mlp(M.expert_ffn(r), width, r.swiglu, par.etp or t, mode, True)]
+    return tuple(out)
+
+
+def mtp_matrices(m: ModelSpec, par: ParallelSpec, tr: TrainingSpec, modules: int) -> tuple[Matrix, ...]:
+    """The matrices of ``modules`` MTP modules (one with ``mtp_use_repeated_layer``, whose modules share their
+    weights): each its transformer layer (index layers + 1 + d, plan.py's) and eh_proj, 2h → h, column-parallel
+    (Megatron-Core multi_token_prediction.py)."""
+    out: list[Matrix] = []
+    for d in range(modules):
+        out += layer_matrices(m, m.layers + 1 + d, par, tr)
+        out.append(_sharded(m.hidden, 2 * m.hidden, 0, par.tp, tr.muon_tp_mode))
     return tuple(out)
 
 
@@ -192,18 +262,27 @@ class NsCost:
 def rank_ns(matrices: tuple[Matrix, ...], tr: TrainingSpec, par: ParallelSpec, gpu: GpuSpec, d_dense: int,
             d_expert: int) -> NsCost:
     """One rank's share of the Newton–Schulz work of ``matrices``: all of it under muon; under dist_muon 1/d_dense
-    of the dense matrices' and 1/d_expert of the experts' (see the module's ASSUMPTION)."""
+    of the dense matrices' and 1/d_expert of the experts' (see the module's ASSUMPTION). A ScenarioError (key
+    training.muon_fp32_matmul_prec) where the GPU's catalog entry has no rate for its GEMMs' type."""
+    dtype = ns_dtype(tr)
+    if dtype != "bf16" and gpu.peak_at(dtype) <= 0:
+        raise ScenarioError(f"muon_fp32_matmul_prec {tr.muon_fp32_matmul_prec} runs the Newton-Schulz GEMMs in "
+                            f"{dtype}, but GPU {gpu.name} has no {dtype} rate in its catalog entry (peak_flops_"
+                            f"{dtype}): give it, or use medium (bf16)", key="training.muon_fp32_matmul_prec")
     out = NsCost()
     for x in matrices:
         share = x.count / ((d_expert if x.expert else d_dense) if layer_wise(tr, par) else 1)
-        sec, flops, by = ns_cost(x.rows, x.cols, tr.muon_num_ns_steps, gpu)
+        sec, flops, by = ns_cost(x.rows, x.cols, tr.muon_num_ns_steps, gpu, ns_dtype(tr))
         gather = x.rows * x.cols * MOMENTUM_GATHER_BYTES * share if x.split > 1 else 0.0
         out = out + NsCost(sec * share, flops * share, (by[0] * share, by[1] * share, by[2] * share),
                            0.0 if x.expert else gather, gather if x.expert else 0.0)
     return out
 
 
-def step_bytes_and_flops(adam_params: float, muon: float, adam_bytes: float, adam_flops: float) -> tuple[float, float]:
+def step_bytes_and_flops(adam_params: float, muon: float, adam_bytes: float, adam_flops: float,
+                         tr: TrainingSpec) -> tuple[float, float]:
     """(bytes, FLOPs) of the step's elementwise stream over ``adam_params`` scalar-optimizer (Adam) parameters at
-    ``adam_bytes`` and ``adam_flops`` each and ``muon`` Muon parameters (MUON_STEP_BYTES, MUON_FLOPS_PER_PARAM)."""
-    return adam_params * adam_bytes + muon * MUON_STEP_BYTES, adam_params * adam_flops + muon * MUON_FLOPS_PER_PARAM
+    ``adam_bytes`` and ``adam_flops`` each and ``muon`` Muon parameters (MUON_STEP_BYTES, MUON_FLOPS_PER_PARAM; the
+    cast to bf16 and back only at ``muon_fp32_matmul_prec`` medium)."""
+    per = MUON_STEP_BYTES - (0 if ns_dtype(tr) == "bf16" else CAST_BYTES)
+    return adam_params * adam_bytes + muon * per, adam_params * adam_flops + muon * MUON_FLOPS_PER_PARAM
