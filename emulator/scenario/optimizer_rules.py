@@ -44,7 +44,7 @@ MUON_KEYS = {"muon_num_ns_steps": 5, "muon_tp_mode": "duplicated", "muon_split_q
 def _muon_violations(m: ModelSpec, t: TrainingSpec, p: ParallelSpec) -> list[Violation]:
     """Megatron-Core's Muon (workload/muon.py) where Megatron-Core and Megatron-LM take it, and the models the
     emulator knows its matrices of: muon keeps its states whole at ZeRO 0 (Megatron-LM arguments.py @ d98e8a64dd
-    turns muon with --use-distributed-optimizer, ZeRO 1, into the layer-wise optimizer, dist_muon); dist_muon's
+    turns muon with --use-distributed-optimizer, ZeRO 1, into the layer-wise optimizer); dist_muon's
     LayerWiseDistributedOptimizer shards the states and keeps whole gradients (layer_wise_optimizer.py), and
     neither runs on Megatron-FSDP or Torch-FSDP2 (arguments.py: "Emerging optimizer does not support ...") nor
     with fp16 (optimizer/__init__.py: "emerging optimizer with fp16 is not supported")."""

@@ -676,10 +676,11 @@ class TrainingSpec:
         "data-parallel ranks) or apex (Apex DistributedFusedAdam as NeMo sets it up: with bf16 weights the fp32 "
         "master is kept as its 16-bit remainder, 10 B). Or Megatron-Core's Muon, by its optimizer names: muon "
         "(parallel.zero 0: every 2-D weight but the embeddings and the output layer orthogonalised by Newton-Schulz, "
-        "an fp32 main weight and momentum, 8 B; the rest on Adam, 12 B; at zero 1 it is dist_muon, as Megatron-LM "
-        "turns muon with the distributed optimizer) or dist_muon (parallel.zero 1: Megatron-"
-        "Core's LayerWiseDistributedOptimizer deals whole parameters out over the data-parallel ranks, all-reduces "
-        "the gradients and all-gathers the updated weights).", default="megatron",
+        "an fp32 main weight and momentum, 8 B; the rest on Adam, 12 B; at zero 1 Megatron-LM's muon with the "
+        "distributed optimizer: Megatron-Core's LayerWiseDistributedOptimizer deals whole parameters out over the "
+        "data-parallel ranks, reduce-scatters the gradients into shard-aligned buckets and all-gathers the updated "
+        "weights) or dist_muon (parallel.zero 1: Megatron-Bridge's name, without the distributed optimizer: the "
+        "same, but the gradients all-reduced whole).", default="megatron",
         choices=('megatron', 'apex', 'muon', 'dist_muon'))
     muon_num_ns_steps: int = key(
         "With optimizer muon or dist_muon: Newton-Schulz steps per weight matrix (Megatron-Core's muon_num_ns_steps).",

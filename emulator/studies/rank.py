@@ -708,7 +708,7 @@ def _reduction(sc: Scenario, params_: Params, split: Split, s: int, which: int, 
     (workload/builder.py ``_mirror_per_chunk``) with the overlap: the chunk that finishes last, stage
     min(s, p − 1 − s) (DualPipeV's phase 0 on both ranks of the pair), exposed whole; else both."""
     par = sc.parallel
-    op = "all_reduce" if par.zero == 0 or MU.layer_wise(sc.training, par) else "reduce_scatter"
+    op = "all_reduce" if MU.all_reduces(sc.training, par) else "reduce_scatter"
     if len(held_stages(par, s)) > 1:
         k = min(s, par.pp - 1 - s)
         tail = params_.stage(split, k, par.pp)[which] if par.overlap_grad_reduce else params

@@ -519,7 +519,7 @@ class _RankBuilder(Emitter):
                 deps: tuple[int | None, ...] = (dep,) if mirror is None else (mirror,)
                 if per_chunk:
                     deps = tuple(sorted({self._chunk_mirror(c, mirrors) for c in dict.fromkeys(c for c, _ in units)}))
-                op = "all_reduce" if par.zero == 0 or MU.layer_wise(tr, par) else "reduce_scatter"
+                op = "all_reduce" if MU.all_reduces(tr, par) else "reduce_scatter"
                 if d_dense > 1 and dense:
                     reduce_ops.append(self._emit(kind=COLLECTIVE, stream="dp", name=f"grad_{op}.{last_u.name}",
                                                  collective=op, group=self.dpcp, bytes=dense, deps=deps,

@@ -17,12 +17,24 @@ Sources (Megatron-LM @ d98e8a64dd, NVIDIA-NeMo/Emerging-Optimizers @ fd77292):
   optimizer in it under bf16; layer_wise_optimizer.py does so after sharding, "so master weights are only
   created for the local shard"): 4 B. 8 B a Muon parameter, against Adam's 12.
 - **dist_muon** (``LayerWiseDistributedOptimizer``, layer_wise_optimizer.py): whole parameters are dealt out
-  to the data-parallel ranks (``_shard_params_ping_pong``: sorted by size, ping-pong over dp·cp for dense
-  weights, over the expert-data-parallel group for experts); each rank keeps the states of and steps only its
-  own, then ``allgather_params`` all-gathers the updated bf16 weights over dp·cp and the expert-DP group. DDP
-  keeps full gradients and all-reduces them (Megatron-LM arguments.py turns ``use_distributed_optimizer`` off
-  for it; Megatron-Bridge's Kimi K2 recipe sets ``ddp.use_distributed_optimizer = False``). Adam's parameters
-  are dealt out with the rest.
+  to the data-parallel ranks (dense weights over dp·cp, experts over the expert-data-parallel group); each rank
+  keeps the states of and steps only its own, then the updated bf16 weights are all-gathered over those groups.
+  Megatron-Core has two paths for it, and the emulator takes the one each front end takes:
+
+  - ``training.optimizer: dist_muon``, Megatron-Bridge's name (recipes/utils/optimizer_utils.py
+    ``distributed_muon_with_cosine_annealing``, optim.py: ``layer_wise_distributed_optimizer="dist" in
+    optimizer``), with ``ddp.use_distributed_optimizer = False`` as its Kimi K2 recipe sets: no parameter layout,
+    so the legacy path. DDP keeps full gradients and all-reduces them; ``_shard_params_ping_pong`` deals the
+    parameters out sorted by size, ping-pong; ``allgather_params`` gathers them; Adam's parameters are dealt out
+    with the rest.
+  - ``training.optimizer: muon`` at ``parallel.zero: 1``, Megatron-LM's ``--optimizer muon
+    --use-distributed-optimizer`` (arguments.py: "dist_muon is deprecated. Use --optimizer muon
+    --use-distributed-optimizer instead"). ``use_layer_wise_param_layout`` is on by default, so
+    ``wrap_model_chunks_with_ddp`` (training.py) "forces ``ddp_config.use_distributed_optimizer=True`` (... needed
+    for reduce-scatter)": the gradients are reduce-scattered into shard-aligned buckets
+    (``_compute_per_buffer_param_layout``: whole parameters, balanced by Newton–Schulz cost), the weights all-
+    gathered by DDP's ``start_param_sync``, and Adam's parameters go to a DistributedOptimizer of their own
+    (optimizer/__init__.py). The same states and the same step as dist_muon; half its gradient traffic.
 - **Tensor parallelism** (``muon_tp_mode``, default duplicated): duplicated all-gathers a TP-split matrix's
   momentum (fp32) over TP and every TP rank orthogonalises the whole matrix (muon_utils.py ``newton_schulz_tp``);
   blockwise orthogonalises each rank's shard, no communication. Replicated weights (MLA's down projections, the
@@ -44,8 +56,9 @@ Sources (Megatron-LM @ d98e8a64dd, NVIDIA-NeMo/Emerging-Optimizers @ fd77292):
   indexer's compressor, q_b and weights_proj); mHC's mapping_proj, two a layer (Megatron-Core hyper_connection.py
   ``nn.Linear``); an MTP module's layer and its eh_proj (``mtp_matrices``). Hybrid (Mamba) layers are refused.
 
-ASSUMPTION: the matrices of a rank's dist_muon share are 1/d of the stage's (d: dp·cp or the expert-DP size);
-Megatron-Core balances the shards by size, not by Newton–Schulz time, and a rank may hold a few more.
+ASSUMPTION: the matrices of a rank's layer-wise share are 1/d of the stage's (d: dp·cp or the expert-DP size);
+Megatron-Core balances the shards by size (the legacy ping-pong) or by Newton–Schulz cost within each bucket (the
+layout path), and a rank may hold a few more.
 """
 from __future__ import annotations
 
@@ -95,6 +108,13 @@ class Matrix:
 def is_muon(tr: TrainingSpec) -> bool:
     """Whether the scenario runs Megatron-Core's Muon (``training.optimizer`` muon or dist_muon)."""
     return tr.optimizer in MUON_OPTIMIZERS
+
+
+def all_reduces(tr: TrainingSpec, par: ParallelSpec) -> bool:
+    """Whether DDP all-reduces whole gradients: at ZeRO 0, and under dist_muon (the legacy layer-wise path);
+    muon at ZeRO 1 reduce-scatters them into shard-aligned buckets, as Adam's distributed optimizer (module
+    docstring)."""
+    return par.zero == 0 or tr.optimizer == "dist_muon"
 
 
 def layer_wise(tr: TrainingSpec, par: ParallelSpec) -> bool:
