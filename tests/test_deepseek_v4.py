@@ -240,3 +240,25 @@ def test_a_stage_keeps_each_layer_s_own_attention_activations():
     # the first stage holds layers 0-5 (ratios 0, 0, 4, 128, 4, 128) and, in 1F1B over PP 8, eight micro-batches
     # of them in flight: 48 layers at their mean, 8·(2·b0 + 2·b4 + 2·b128), not 48 ratio-4 layers
     assert stage_memory(sc)[0].breakdown["activations"] == 8 * (2 * b[0] + 2 * b[2] + 2 * b[3])
+
+
+def test_fp8_param_gather_moves_each_layer_s_own_gemm_weights_in_1_byte():
+    from emulator.scenario import load_scenario
+    from emulator.workload.builder import make_plan
+
+    sc = load_scenario("scenarios/deepseek-v4-flash-128-gb200.yaml")  # MXFP8 with fp8_params, TP 1
+    m = M.resolve(sc.model)
+    # the GEMM weights fp8 stores: q_a 4096·1024 = 4,194,304, q_b 1024·32,768 = 33,554,432, kv_proj 4096·512
+    # = 2,097,152, o_b 8192·4096 = 33,554,432: 73,400,320 (o_a is a BF16 bmm); ratio 128's compressor 2·4096·512
+    # = 4,194,304; ratio 4's 2·4096·1024 = 8,388,608 and its indexer's compressor 2·4096·256 = 2,097,152, q_b
+    # 1024·8192 = 8,388,608, weights_proj 4096·64 = 262,144
+    assert [M.dsv4_linear(m, r) for r in (0, 128, 4)] == [73_400_320, 77_594_624, 92_536_832]
+    plan = make_plan(sc, 0)
+    units = {u.layer: u for u in plan.chunk_units[0] if u.name.startswith("layer")}
+    # an MoE layer's dense part also holds the shared expert, 3·4096·2048 = 25,165,824 GEMM weights; those move in
+    # 1 B (plan.param_q) instead of 2, the rest (norms, mHC, the router, the sinks, o_a, the biases) in 2. The
+    # ratio-128 layer 3 less than the ratio-4 layer 2 by its own weights, not the widest layer's for both
+    for layer, ratio in ((3, 128), (2, 4)):
+        u = units[layer]
+        assert plan.gathered(u)[0] == 2 * u.params - (M.dsv4_linear(m, ratio) + 25_165_824) * (2 - 1)
+        assert plan.gathered(u)[0] > 0

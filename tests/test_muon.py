@@ -132,9 +132,12 @@ def test_adam_scenarios_are_untouched():
     assert any(op.name.startswith("grad_reduce_scatter") for op in ops)
 
 
-def test_dist_muon_gathers_experts_over_their_own_group():
+@pytest.mark.parametrize("optimizer", ["dist_muon", "megatron"])
+def test_zero_1_gathers_experts_over_their_own_group(optimizer):
+    # Adam's distributed optimizer too: Megatron-Core's DDP keeps the experts in buffers over the expert-data-
+    # parallel group (distributed_data_parallel.py expert_parallel_buffers), which gathers them after the step
     sc = load_scenario_text("name: q\ncluster: {nodes: 1, node: dgx-h100}\nmodel: {preset: qwen3-30b-a3b}\n"
-                            "training: {global_batch: 8, micro_batch: 1, optimizer: dist_muon}\n"
+                            f"training: {{global_batch: 8, micro_batch: 1, optimizer: {optimizer}}}\n"
                             "parallel: {tp: 1, pp: 1, dp: 8, ep: 4, zero: 1, overlap_param_gather: false}\n", "q.yaml")
     ops = [op for op in build_program(sc).ops if op.rank == 0]
     dense = [op for op in ops if op.name.startswith("param_ag.")]

@@ -665,12 +665,10 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: Split, stage
             t = _reduction(sc, params_, split, s, 0, dense, d, dp_link, grad)
             if expert and len(edp) > 1:  # the experts' gradients over their own group, after the dense ones
                 t += _reduction(sc, params_, split, s, 1, expert, len(edp), group_link_of(sc, edp), grad)
-            if par.zero in (1, 2) and MU.layer_wise(tr, par):  # dist_muon: the experts' over their expert-DP group
+            if par.zero in (1, 2):  # the updated weights: the experts' over their expert-DP group
                 t += _param_gather(dense * dtype, d, dp_link, par)
                 if expert and len(edp) > 1:
                     t += _param_gather(expert * dtype, len(edp), group_link_of(sc, edp), par)
-            elif par.zero in (1, 2):  # the updated weights, experts' too, gathered over dp·cp
-                t += _param_gather((dense + expert) * dtype, d, dp_link, par)
         worst = max(worst, t)
     if m.tied_embeddings and head_apart(par):
         worst += ring_time("all_reduce", 2, m.vocab * m.hidden / par.tp * dtype,

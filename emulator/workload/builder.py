@@ -498,7 +498,7 @@ class _RankBuilder(Emitter):
             d, e = self.plan.gathered(u)
             nbytes, dense, expert = nbytes + (d + e), dense + d, expert + e
             if nbytes >= par.grad_bucket or i == len(units) - 1:
-                oid = self._param_gather(cur[0][1], vs, dense, expert, (), nbytes)
+                oid = self._param_gather(cur[0][1], vs, dense, expert, ())
                 for key in cur:
                     if oid >= 0:
                         self.zero_ag[(key[0], key[1].name)] = oid
@@ -583,16 +583,12 @@ class _RankBuilder(Emitter):
         return self._emit(kind=COMPUTE, stream="compute", name="newton_schulz", category="optimizer",
                           duration=ns.seconds, costed=ns.costed, flops=ns.flops, bytes=0.0, deps=tuple(deps))
 
-    def _param_gather(self, u: Unit, vs: int, dense: float, expert: float, deps: tuple[int, ...],
-                      total: float | None = None) -> int:
-        """The all-gather of updated weights (``dense`` and ``expert`` bytes, ``total`` both) of the bucket named
-        by unit ``u``: the distributed optimizer's over dp·cp; dist_muon's (layer_wise_optimizer.py
-        ``allgather_params``) the dense weights over dp·cp and the experts' over their expert-data-parallel
-        group. Returns the last op (-1: none)."""
-        if not MU.layer_wise(self.plan.sc.training, self.plan.sc.parallel):
-            return self._emit(kind=COLLECTIVE, stream="zero", name=f"param_ag.{u.name}", collective="all_gather",
-                              group=self.dpcp, bytes=dense + expert if total is None else total, deps=deps,
-                              category="comm", stage=vs, layer=u.layer)
+    def _param_gather(self, u: Unit, vs: int, dense: float, expert: float, deps: tuple[int, ...]) -> int:
+        """The all-gather of updated weights (``dense`` and ``expert`` bytes) of the bucket named by unit ``u``:
+        the dense weights over dp·cp and the experts' over their expert-data-parallel group, as Megatron-Core's DDP
+        keeps the experts in buffers of their own over that group (distributed_data_parallel.py @ d98e8a64dd,
+        ``expert_parallel_buffers``, ``data_parallel_group = self.intra_expt_dp_group``) and as the layer-wise
+        optimizer gathers them (layer_wise_optimizer.py ``allgather_params``). Returns the last op (-1: none)."""
         last = -1
         for name, group, nbytes in (("param_ag", self.dpcp, dense), ("expert_param_ag", self.edp, expert)):
             if nbytes and len(group) > 1:

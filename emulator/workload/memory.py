@@ -217,6 +217,9 @@ def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) 
         dense = (sum(M.part_linear(r, M.layer_parts(r, i)) for i in mine) - moe * whole) / par.tp + moe * whole
         return dense, moe * M.expert_linear(r) * r.experts / par.ep / (par.etp or par.tp) if r.experts else 0.0
     attn, per_width = M.linear_weights(r)
+    if M.is_dsv4(r):  # each layer's attention at its own ratio: their mean over the stage's layers
+        mine = _layers_of(sc, stage)
+        attn = sum(M.linear_weights(r, i)[0] for i in mine) / len(mine) if mine else attn
     lead = _dense_layers_of(sc, stage) if r.experts else 0
     dense_layer = (attn + per_width * r.ffn_hidden) / par.tp
     if not r.experts:

@@ -342,12 +342,32 @@ def _routed_load(spec: ModelSpec, ep: int, tokens: int, layer: int | None, step:
     return (spec.moe_imbalance + local - 1) / local
 
 
-def linear_weights(r: ModelSpec) -> tuple[int, int]:
+def dsv4_linear(spec: ModelSpec, ratio: int) -> int:
+    """A dsv4_hybrid layer's GEMM weights at compression ratio ``ratio`` that fp8 stores and gathers (the 2-D terms
+    of :func:`dsv4_attention_params` but the grouped o_a, a BF16 batched matmul: steps.py ``BF16_GEMMS``, and the
+    compressors' position biases, which are added, not multiplied): q_a h·r_q, q_b r_q·a·D, kv_proj h·D, o_b
+    g·o_lora_rank·h; a compressor's kv_proj and gate_proj 2·h·w; at ratio 4 the indexer's compressor 2·h·2·D_I, q_b
+    r_q·H·D_I and weights_proj h·H."""
+    s = resolve(spec)
+    h, a, D, rq = s.hidden, s.heads, head_dim(s), s.q_lora_rank
+    n = h * rq + rq * a * D + h * D + s.o_groups * s.o_lora_rank * h
+    if ratio:
+        n += 2 * h * (2 * D if ratio == 4 else D)
+    if ratio == 4:
+        H, DI = s.dsa_indexer_n_heads, s.dsa_indexer_head_dim
+        n += 2 * h * 2 * DI + rq * H * DI + h * H
+    return n
+
+
+def linear_weights(r: ModelSpec, layer: int | None = None) -> tuple[int, int]:
     """(attention, one MLP of ``ffn_hidden``'s shape per unit width) GEMM weights of one layer of resolved
     ``r``, without biases or norms: the weights Transformer Engine's Linear modules hold, which fp8 stores
-    or copies."""
+    or copies. dsv4_hybrid: layer ``layer``'s (its compression ratio), or, not named, the ratio with the most
+    (:func:`attention_ratio`)."""
     h = r.hidden
-    if is_mla(r):
+    if is_dsv4(r):
+        attn = dsv4_linear(r, attention_ratio(r) if layer is None else compress_ratio(r, layer))
+    elif is_mla(r):
         # less the two latent norms and the indexer's k_norm
         attn = attention_params(r) - r.q_lora_rank - r.kv_lora_rank - (indexer_params(r) - indexer_linear(r))
     else:
@@ -398,10 +418,11 @@ def shared_layer_params(spec: ModelSpec, layer: int) -> int:
     return dense_layer_params(spec, is_moe_layer(spec, layer)) + attention_delta(spec, layer)
 
 
-def part_linear(spec: ModelSpec, part: str) -> int:
-    """GEMM weights of one layer's part that every expert-parallel rank holds (linear_weights' split by part)."""
+def part_linear(spec: ModelSpec, part: str, layer: int | None = None) -> int:
+    """GEMM weights of one layer's part that every expert-parallel rank holds (linear_weights' split by part;
+    ``layer`` names the layer where the layers' attention differs)."""
     r = resolve(spec)
-    attn, per_width = linear_weights(r)
+    attn, per_width = linear_weights(r, layer)
     if part == hybrid.ATTENTION:
         return attn
     if part == hybrid.MLP:

@@ -78,7 +78,7 @@ class Plan:
         """GEMM weights on one GPU of layer ``layer``'s part every expert-parallel rank holds (attention, the
         dense MLP or the shared experts)."""
         m, t = self.model, self.sc.parallel.tp
-        return sum(M.part_linear(m, part) for part in M.layer_parts(m, layer)) / t
+        return sum(M.part_linear(m, part, layer) for part in M.layer_parts(m, layer)) / t
 
     def model_stage(self, vs: int) -> int:
         """The model chunk (of ``chunk_layers``) that virtual stage ``vs`` runs: itself, or with dualpipe
