@@ -271,14 +271,15 @@ PIPELINE = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep
             "--set", "cluster.nodes=6", "--set", "training.global_batch=64"]
 # EP 16 over the attention's TP 2 × DP 8 (MoE parallel folding, etp 1, as the DeepSeek-V3 layout) with DeepEP:
 # a tensor-parallel all-gather started ahead on the NVLink its dispatch uses, about to stream as it begins,
-# is run with it (``Fabric._run_ahead``'s joined flows). Micro-batches of 2: a flow then meets a dispatch run
-# ahead (woken), which at 1 the router's small kernels (token_dispatch.py) now keep apart.
+# is run with it (``Fabric._run_ahead``'s joined flows). The parameter all-gathers of the step's first forward and
+# the gradient reduce-scatters of its last backward, over DP 8, stream beside dispatches too and meet some run
+# ahead (woken, or with joins joined late). (The experts, over their expert-DP group of 1, gather nothing.)
 EP_OVER_TP = ["scenarios/deepseek-v2-lite-moe-16-h100.yaml", "--set", "parallel.ep=16", "--set", "parallel.tp=2",
               "--set", "parallel.etp=1", "--set", "parallel.dp=8", "--set", "training.global_batch=16",
               "--set", "parallel.sequence_parallel=true", "--set", "parallel.moe_token_dispatcher_type=flex",
-              "--set", "training.micro_batch=2", "--set", "parallel.moe_flex_dispatcher_backend=deepep"]
-# The same with HybridEP, whose plans have three phases (its 64-token pipeline), at micro-batches of 1
-HYBRID_EP = EP_OVER_TP[:-3] + ["parallel.moe_flex_dispatcher_backend=hybridep"]
+              "--set", "parallel.moe_flex_dispatcher_backend=deepep"]
+# The same with HybridEP, whose plans have three phases (its 64-token pipeline)
+HYBRID_EP = EP_OVER_TP[:-1] + ["parallel.moe_flex_dispatcher_backend=hybridep"]
 # The alltoall dispatcher padded to capacity (Qwen3-235B's recipe): every rank receives the mean, a plain
 # all_to_all (program.is_token_exchange), over the pipeline's 6 nodes
 PADDED = PIPELINE + ["--set", "model.moe_expert_capacity_factor=1.0", "--set",
