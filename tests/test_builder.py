@@ -221,3 +221,26 @@ def test_overlap_param_gather_places_the_zero1_gathers(overlap):
     t = {ov: run_program(build_program(scen(4, ParallelSpec(dp=4, zero=1, overlap_param_gather=ov, grad_bucket=1e6))),
                          scen(4, ParallelSpec(dp=4, zero=1))).iteration_time_s for ov in (True, False)}
     assert t[False] > t[True]
+
+
+def test_zero_3_shards_the_experts_over_their_expert_data_parallel_group():
+    # Megatron-FSDP puts an expert parameter group on the expert FSDP group (megatron_fsdp param_and_grad_buffer.py,
+    # get_fsdp_group(is_expert_parallel=...)): Qwen3-30B-A3B over DP 8 and EP 4, expert-DP 8/4 = 2
+    from emulator.scenario import load_scenario_text
+    from emulator.workload.builder import build_program
+
+    sc = load_scenario_text("name: q\ncluster: {nodes: 1, node: dgx-h100}\nmodel: {preset: qwen3-30b-a3b}\n"
+                            "training: {global_batch: 8, micro_batch: 1}\n"
+                            "parallel: {tp: 1, pp: 1, dp: 8, ep: 4, zero: 3}\n", "q.yaml")
+    ops = {op.name: op for op in build_program(sc).ops if op.rank == 0 and op.name.startswith("mb0.layer3.")}
+    # the layer's dense weights: QKV 2048·(32·128 + 2·4·128) = 10,485,760, the output 4096·2048 = 8,388,608, the
+    # router 128·2048 = 262,144, two norms 2·2048: 19,140,608, gathered in bf16 over dp·cp = 8
+    for phase in ("F", "B"):
+        dense, expert = ops[f"mb0.layer3.{phase}.zero3_ag"], ops[f"mb0.layer3.{phase}.expert_zero3_ag"]
+        assert (dense.bytes, len(dense.group)) == (2 * 19_140_608, 8)
+        # 128/4 = 32 local experts of 3·2048·768 = 4,718,592: 150,994,944, over the expert-DP group of 2
+        assert (expert.bytes, len(expert.group)) == (2 * 150_994_944, 2)
+    # the gradients reduce-scattered in fp32 over the same groups
+    assert (ops["mb0.layer3.zero3_rs"].bytes, len(ops["mb0.layer3.zero3_rs"].group)) == (4 * 19_140_608, 8)
+    assert (ops["mb0.layer3.expert_zero3_rs"].bytes, len(ops["mb0.layer3.expert_zero3_rs"].group)) == \
+        (4 * 150_994_944, 2)

@@ -658,8 +658,10 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: Split, stage
     worst = 0.0
     for s in range(p):
         dense, expert = params_.rank(split, s, par)
-        if par.zero >= 3:  # every unit's weights, experts' too, gathered and reduced over dp·cp (workload/builder.py)
-            per_mb, t = _zero3(sc, params_, s, dense + expert, d, dp_link, grad, dtype, micro)
+        if par.zero >= 3:  # every unit's weights gathered and reduced: the experts' over their expert-DP group
+            groups = ((dense, params_.layer_dense, d, dp_link),
+                      (expert, params_.layer_expert, len(edp), group_link_of(sc, edp) if len(edp) > 1 else dp_link))
+            per_mb, t = _zero3(sc, s, groups, grad, dtype, micro)
             t += micro * max(0.0, per_mb - stage_t[s])  # hidden under the micro-batch's compute
         else:
             t = _reduction(sc, params_, split, s, 0, dense, d, dp_link, grad)
@@ -681,20 +683,25 @@ def _pair_link(sc: Scenario, s: int) -> Link:
     return group_link(sc, strides(sc)["pp"] * abs(sc.parallel.pp - 1 - 2 * s), 2)
 
 
-def _zero3(sc: Scenario, params_: Params, s: int, params: float, d: int, dp_link: Link, grad: int, dtype: float,
+def _zero3(sc: Scenario, s: int, groups: tuple[tuple[float, float, int, Link], ...], grad: int, dtype: float,
            micro: int) -> tuple[float, float]:
-    """(traffic per micro-batch, the rest exposed) of ZeRO-3 on pipeline rank ``s`` holding ``params``: each
-    micro-batch gathers its weights twice (forward, backward) and reduce-scatters their gradients; each task's
-    first unit waits for its own gather (the next ones are prefetched); dualpipe adds the pair's all-reduce
-    of the shards after the flush."""
+    """(traffic per micro-batch, the rest exposed) of ZeRO-3 on pipeline rank ``s``, whose ``groups`` are (its
+    parameters, a layer's, the ranks that shard them, their link): the dense over dp·cp, the experts over their
+    expert-DP group (workload/builder.py ``_zero3_groups``). Each micro-batch gathers its weights twice (forward,
+    backward) and reduce-scatters their gradients; each task's first unit waits for its own gather (the next ones
+    are prefetched); dualpipe adds the pair's all-reduce of the shards after the flush."""
     par = sc.parallel
     held = len(held_stages(par, s))
-    one = params / held  # a task runs one of the held stages: their mean (ring_time is affine in bytes)
-    per_mb = 2 * ring_time("all_gather", d, one * dtype, dp_link) + ring_time("reduce_scatter", d, one * grad, dp_link)
-    unit = params_.layer_dense + params_.layer_expert
-    rest = micro * 2 * par.virtual_stages * ring_time("all_gather", d, unit * dtype, dp_link)
+    per_mb = rest = pair = 0.0
+    for params, layer, n, link in groups:
+        pair += params * grad / max(1, n)  # the pair's shards (builder.py ``_mirror_allreduce``)
+        if not params or n < 2:
+            continue
+        one = params / held  # a task runs one of the held stages: their mean (ring_time is affine in bytes)
+        per_mb += 2 * ring_time("all_gather", n, one * dtype, link) + ring_time("reduce_scatter", n, one * grad, link)
+        rest += micro * 2 * par.virtual_stages * ring_time("all_gather", n, layer * dtype, link)
     if held > 1:
-        rest += ring_time("all_reduce", 2, params * grad / d, _pair_link(sc, s))
+        rest += ring_time("all_reduce", 2, pair, _pair_link(sc, s))
     return per_mb, rest
 
 

@@ -124,17 +124,32 @@ class _RankBuilder(Emitter):
     def _pp_tag(self, mb: int, vs: int, direction: int) -> int:
         return ((mb * self.lo.sizes["pp"] * self.plan.v + vs) * 2 + direction) * 4
 
+    def _zero3_groups(self, dense: float, expert: float) -> list[tuple[str, tuple[int, ...], float]]:
+        """ZeRO-3's collectives of a unit: its dense part over dp·cp and its experts over their expert-data-parallel
+        group, as Megatron-FSDP shards an expert parameter group over the expert FSDP group (megatron_fsdp/
+        param_and_grad_buffer.py @ d98e8a64dd: ``get_fsdp_group(is_expert_parallel=group.is_expert_param)``);
+        (name prefix, group, bytes), the experts' only where their group has several ranks."""
+        out = [("", self.dpcp, dense)]
+        if expert and len(self.edp) > 1:
+            out.append(("expert_", self.edp, expert))
+        return out
+
     def _zero3_gather(self, unit: Unit, vs: int, mb: int, phase: str, deps: list[int]) -> int:
-        nbytes = sum(self.plan.gathered(unit))  # the gathered TP shard
-        return self._emit(kind=COLLECTIVE, stream="zero", name=f"mb{mb}.{unit.name}.{phase}.zero3_ag",
-                          collective="all_gather", group=self.dpcp, bytes=nbytes, deps=tuple(deps),
-                          category="comm", microbatch=mb, stage=vs, layer=unit.layer)
+        """ZeRO-3: the unit's weights (the TP shard) gathered before its pass; the last op."""
+        last = -1
+        for prefix, group, nbytes in self._zero3_groups(*self.plan.gathered(unit)):
+            last = self._emit(kind=COLLECTIVE, stream="zero", name=f"mb{mb}.{unit.name}.{phase}.{prefix}zero3_ag",
+                              collective="all_gather", group=group, bytes=nbytes, deps=tuple(deps),
+                              category="comm", microbatch=mb, stage=vs, layer=unit.layer)
+        return last
 
     def _zero3_reduce(self, unit: Unit, vs: int, mb: int, after: int) -> None:
         """ZeRO-3: the unit's gradient reduce-scatter once its weight gradient is done."""
-        self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.zero3_rs", collective="reduce_scatter",
-                   group=self.dpcp, bytes=(unit.params + unit.expert_params) * self.plan.grad_dtype,
-                   deps=(after,), category="comm", microbatch=mb, stage=vs, layer=unit.layer)
+        g = self.plan.grad_dtype
+        for prefix, group, nbytes in self._zero3_groups(unit.params * g, unit.expert_params * g):
+            self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.{prefix}zero3_rs",
+                       collective="reduce_scatter", group=group, bytes=nbytes, deps=(after,), category="comm",
+                       microbatch=mb, stage=vs, layer=unit.layer)
 
     def _weight_task(self, mb: int, chunk: int) -> None:
         """A split backward's W task: the wgrad kernels of the chunk's units, last unit first; no

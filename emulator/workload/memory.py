@@ -216,7 +216,8 @@ def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) 
         whole = 2 * r.hidden * r.moe_latent_size  # an E layer's latent projections, whole on every rank
         dense = (sum(M.part_linear(r, M.layer_parts(r, i)) for i in mine) - moe * whole) / par.tp + moe * whole
         return dense, moe * M.expert_linear(r) * r.experts / par.ep / (par.etp or par.tp) if r.experts else 0.0
-    attn, per_width = M.linear_weights(r)
+    attn_w, per_width = M.linear_weights(r)
+    attn = float(attn_w)
     if M.is_dsv4(r):  # each layer's attention at its own ratio: their mean over the stage's layers
         mine = _layers_of(sc, stage)
         attn = sum(M.linear_weights(r, i)[0] for i in mine) / len(mine) if mine else attn
