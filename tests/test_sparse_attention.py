@@ -169,6 +169,11 @@ def test_top_k_sharing_skips_the_indexer_of_the_layers_between():
     assert M.indexer_params(glm) == 9_371_904
     assert M.total_params(model_preset("glm-5")) - M.total_params(glm) == 39 * 9_371_904
     assert not M.dsa_skips(glm, glm.layers + 1)
+    # nor its GEMM weights, which fp8 stores and gathers: the indexer's 2048·32·128 + 6144·128 + 6144·32 = 9,371,648
+    # (its k_norm is no GEMM's)
+    r = M.resolve(glm)
+    assert M.linear_weights(r)[0] - M.linear_weights(r, 1)[0] == 9_371_648  # layer 2 (0-based 1) reuses layer 1's
+    assert M.linear_weights(r, 0)[0] == M.linear_weights(r)[0]
 
 
 def test_a_skip_layer_runs_only_the_sparse_core():

@@ -218,7 +218,7 @@ def _stage_linear_params(m: ModelSpec, sc: Scenario, stage: int, layers: float) 
         return dense, moe * M.expert_linear(r) * r.experts / par.ep / (par.etp or par.tp) if r.experts else 0.0
     attn_w, per_width = M.linear_weights(r)
     attn = float(attn_w)
-    if M.is_dsv4(r):  # each layer's attention at its own ratio: their mean over the stage's layers
+    if M.layers_differ(r):  # each layer's own attention (its ratio, its indexer): their mean over the stage's
         mine = _layers_of(sc, stage)
         attn = sum(M.linear_weights(r, i)[0] for i in mine) / len(mine) if mine else attn
     lead = _dense_layers_of(sc, stage) if r.experts else 0

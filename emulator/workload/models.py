@@ -363,13 +363,15 @@ def linear_weights(r: ModelSpec, layer: int | None = None) -> tuple[int, int]:
     """(attention, one MLP of ``ffn_hidden``'s shape per unit width) GEMM weights of one layer of resolved
     ``r``, without biases or norms: the weights Transformer Engine's Linear modules hold, which fp8 stores
     or copies. dsv4_hybrid: layer ``layer``'s (its compression ratio), or, not named, the ratio with the most
-    (:func:`attention_ratio`)."""
+    (:func:`attention_ratio`); DSA: without the indexer where layer ``layer`` reuses an earlier top-k."""
     h = r.hidden
     if is_dsv4(r):
         attn = dsv4_linear(r, attention_ratio(r) if layer is None else compress_ratio(r, layer))
     elif is_mla(r):
-        # less the two latent norms and the indexer's k_norm
+        # less the two latent norms and the indexer's k_norm; a named DSA layer that reuses the top-k has no indexer
         attn = attention_params(r) - r.q_lora_rank - r.kv_lora_rank - (indexer_params(r) - indexer_linear(r))
+        if layer is not None and dsa_skips(r, layer):
+            attn -= indexer_linear(r)
     else:
         d = head_dim(r)
         attn = h * (r.heads * d + 2 * r.kv_heads * d + (r.heads * d if r.attention_output_gate else 0)) \
