@@ -244,3 +244,58 @@ def test_zero_3_shards_the_experts_over_their_expert_data_parallel_group():
     assert (ops["mb0.layer3.zero3_rs"].bytes, len(ops["mb0.layer3.zero3_rs"].group)) == (4 * 19_140_608, 8)
     assert (ops["mb0.layer3.expert_zero3_rs"].bytes, len(ops["mb0.layer3.expert_zero3_rs"].group)) == \
         (4 * 150_994_944, 2)
+
+
+HSDP = ("name: h\ncluster: {nodes: 2, node: dgx-h100}\nmodel: {preset: qwen3-30b-a3b}\n"
+        "training: {global_batch: 16, micro_batch: 1}\n"
+        "parallel: {tp: 1, pp: 1, dp: 16, ep: 4, zero: %d%s}\n")
+
+
+def test_hsdp_shards_within_an_instance_and_reduces_across_instances_once_a_step():
+    # Megatron-FSDP's HSDP: 2 instances of 8 consecutive DP ranks (one node each), outer sharding "optim"
+    from emulator.scenario import load_scenario_text
+    from emulator.workload.builder import build_program
+    from emulator.workload.memory import memory_report
+
+    sc = load_scenario_text(HSDP % (3, ", num_distributed_optimizer_instances: 2, outer_dp_sharding_strategy: optim"),
+                            "h.yaml")
+    ops = {op.name: op for op in build_program(sc).ops if op.rank == 0}
+    # each micro-batch within the instance: the dense weights of layer 3 (19,140,608, bf16) over ranks 0-7; the 32
+    # local experts (150,994,944) over the instance's share of the expert-DP group {0, 4, 8, 12}: {0, 4}
+    assert (ops["mb0.layer3.F.zero3_ag"].bytes, ops["mb0.layer3.F.zero3_ag"].group) == (2 * 19_140_608,
+                                                                                          tuple(range(8)))
+    assert ops["mb0.layer3.F.expert_zero3_ag"].group == (0, 4)
+    # once a step, across the instances (rank 0 and its peer 8): the gradient shards, fp32, reduce-scattered:
+    # 4·19,140,608/8 = 9,570,304 and 4·150,994,944/2 = 301,989,888 B, after the last micro-batch's reduce-scatter
+    rs, ers = ops["layer3.hsdp_reduce_scatter"], ops["layer3.expert_hsdp_reduce_scatter"]
+    assert (rs.bytes, rs.group, ers.bytes, ers.group) == (9_570_304, (0, 8), 301_989_888, (0, 8))
+    assert set(rs.deps) == {ops["mb0.layer3.zero3_rs"].id, ops["mb0.layer3.expert_zero3_rs"].id}  # one micro-batch
+    # the step waits for them; the updated shards come back after it: 2·19,140,608/8 = 4,785,152 B
+    assert rs.id in ops["optimizer"].deps
+    ag = ops["layer3.hsdp_all_gather"]
+    assert (ag.bytes, ag.group, ag.deps) == (4_785_152, (0, 8), (ops["optimizer"].id,))
+    # memory: weights and gradients over the instance (dense 8, experts 2 ranks: twice plain ZeRO-3's over 16 and
+    # 4), the optimizer states over all 16 (and 4) as before
+    plain = memory_report(load_scenario_text(HSDP % (3, ""), "h.yaml")).breakdown
+    hsdp = memory_report(sc).breakdown
+    assert hsdp["params"] == 2 * plain["params"] and hsdp["grads"] == 2 * plain["grads"]
+    assert hsdp["optimizer"] == plain["optimizer"]
+    # no_shard: the instances replicate the states and all-reduce the gradient shards, and gather nothing back
+    ns = load_scenario_text(HSDP % (3, ", num_distributed_optimizer_instances: 2"), "h.yaml")
+    names = {op.name for op in build_program(ns).ops if op.rank == 0}
+    assert "layer3.hsdp_all_reduce" in names and "layer3.hsdp_all_gather" not in names
+    assert memory_report(ns).breakdown["optimizer"] == 2 * plain["optimizer"]
+
+
+@pytest.mark.parametrize("zero, extra, words", [
+    (1, ", num_distributed_optimizer_instances: 2", "Megatron-FSDP's HSDP (parallel.zero 3)"),
+    (3, ", outer_dp_sharding_strategy: optim", "needs HSDP"),
+    (3, ", num_distributed_optimizer_instances: 3", "must divide dp*cp = 16*1 = 16"),
+    (3, ", num_distributed_optimizer_instances: 8", "must divide the expert-data-parallel size (4)"),
+])
+def test_hsdp_refusals_name_the_key(zero, extra, words):
+    from emulator.scenario import load_scenario_text
+
+    with pytest.raises(ScenarioError) as err:
+        load_scenario_text(HSDP % (zero, extra), "h.yaml")
+    assert words in err.value.message and "parallel." in err.value.key

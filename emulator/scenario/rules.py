@@ -26,6 +26,7 @@ from emulator.scenario.compressed_attention_rules import (
     dsv4_model_violations,
     mhc_violations,
 )
+from emulator.scenario.fsdp_rules import hsdp_violations
 from emulator.scenario.hybrid_rules import hybrid_layout_violations, hybrid_model_violations
 from emulator.scenario.moe_rules import (
     a2a_overlap_violations,
@@ -101,7 +102,7 @@ def layout_violations(model: ModelSpec, training: TrainingSpec, parallel: Parall
     out += schedule_violations(p)
     out += optimizer_violations(m, t, p) + _fp8_attention_violations(t)
     out += _output_proj_violations(t)
-    out += expert_grid_violations(m, p) + dispatch_violations(m, p)
+    out += expert_grid_violations(m, p) + dispatch_violations(m, p) + hsdp_violations(m, p)
     if p.ep > 1 and not m.experts:
         out.append(Violation("parallel.ep", f"ep = {p.ep} needs an MoE model (model.experts > 0)"))
     if m.experts and m.experts % p.ep:

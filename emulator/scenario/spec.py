@@ -799,6 +799,19 @@ class ParallelSpec:
         "pass them): per GEMM its method, the SMs its communication holds and whether the GEMM gives them up; "
         "absent: Transformer Engine's defaults (emulator/data/userbuffers.yaml lists the names).", default="")
     zero: int = key("ZeRO stage, 0 to 3.", default=0, minimum=0, maximum=3)
+    # Megatron-FSDP's hybrid sharding (HSDP; workload/builder.py, memory.py): Megatron-Core's DDP config names
+    num_distributed_optimizer_instances: int = key(
+        "With zero 3 (Megatron-FSDP): HSDP, the data-parallel ranks split into this many instances of consecutive "
+        "ranks (Megatron-Core's num_distributed_optimizer_instances). Weights and gradients are sharded within an "
+        "instance, gathered and reduce-scattered there each micro-batch; once a step the gradient shards are "
+        "reduced across the instances (outer_dp_sharding_strategy). 1: plain FSDP over all of dp x cp.",
+        default=1, minimum=1, maximum=4096)
+    outer_dp_sharding_strategy: str = key(
+        "With num_distributed_optimizer_instances > 1 (Megatron-Core's outer_dp_sharding_strategy): no_shard "
+        "(the instances replicate the shards: their gradients all-reduced across the instances, the optimizer "
+        "states sharded within one) or optim (the optimizer states and main weights sharded across the instances "
+        "too: the gradient shards reduce-scattered across them, and the updated weights all-gathered back after "
+        "the step).", default="no_shard", choices=("no_shard", "optim"))
     schedule: str = key("Pipeline schedule (docs/guides/pipeline-schedules.md). zb-v and dualpipev place two "
                         "chunks on each rank in a V (rank i holds chunks i and 2*pp-1-i): virtual_stages is 2 "
                         "(unset: 2), a pipeline_model_parallel_layout has 2*pp stages in model order; dualpipev "

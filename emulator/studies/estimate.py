@@ -307,6 +307,7 @@ def _met(engine: Engine) -> set[int]:
     # rank → stream → the place up to which one of the rank's collectives on that stream is in flight; a
     # collective meets those of other streams only: its own stream's run before it (the buckets one by one)
     until: dict[int, dict[str, int]] = {}
+    queued: dict[int, dict[str, int]] = {}  # the same for a collective nothing on another stream waits for
     # a rank with token exchanges: its compute seconds so far in program order (its kernels, and its exchanges,
     # which its layers wait for), and per stream the time its collectives there end, each run alone after the one
     # before; an exchange meets a collective still in flight in program order and in time (``_alone_s``)
@@ -323,7 +324,8 @@ def _met(engine: Engine) -> set[int]:
         now = clock.get(rank, 0.0)
         if is_token_exchange(op.collective):
             ends = busy.get(rank, {})
-            if any(u > t and ends.get(s, now) > now for s, u in mine.items() if s != op.stream):
+            flying = {**queued.get(rank, {}), **mine}
+            if any(u > t and ends.get(s, now) > now for s, u in flying.items() if s != op.stream):
                 met.add(t)
             clock[rank] = now + _alone_s(engine, op)
             continue
@@ -334,9 +336,14 @@ def _met(engine: Engine) -> set[int]:
         waits = [s for s in succ[t] if tops[s].rank == rank and tops[s].stream != op.stream]
         if waits:
             mine[op.stream] = max(mine.get(op.stream, -1), min(waits))
-            if rank in moe:
-                on = busy.setdefault(rank, {})
-                on[op.stream] = max(now, on.get(op.stream, 0.0)) + _alone_s(engine, op)
+        elif rank in moe:  # nothing on another stream waits (a ZeRO-3 reduce-scatter but the step's last): for the
+            # token exchanges, in flight until the next op on its stream
+            waits = [s for s in succ[t] if tops[s].rank == rank]
+            if waits:
+                queued.setdefault(rank, {})[op.stream] = min(waits)
+        if waits and rank in moe:
+            on = busy.setdefault(rank, {})
+            on[op.stream] = max(now, on.get(op.stream, 0.0)) + _alone_s(engine, op)
     return met
 
 

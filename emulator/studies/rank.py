@@ -85,7 +85,7 @@ from emulator.workload.cpu_offload import offloaded_bytes, offloaded_layers, pas
 from emulator.workload.memory import chunk_plan_of, expert_dp, held_stages
 from emulator.workload.offload import layer_offload, offload_share
 from emulator.workload.optimizer import adam_step_bytes
-from emulator.workload.placement import ORDER, Layout
+from emulator.workload.placement import ORDER, Layout, hsdp_groups
 from emulator.workload.plan import (
     DTYPE_BYTES,
     grad_reduce_bytes,
@@ -659,10 +659,14 @@ def _dp_exposed(sc: Scenario, m: ModelSpec, params_: Params, split: Split, stage
     for s in range(p):
         dense, expert = params_.rank(split, s, par)
         if par.zero >= 3:  # every unit's weights gathered and reduced: the experts' over their expert-DP group
-            groups = ((dense, params_.layer_dense, d, dp_link),
-                      (expert, params_.layer_expert, len(edp), group_link_of(sc, edp) if len(edp) > 1 else dp_link))
-            per_mb, t = _zero3(sc, s, groups, grad, dtype, micro)
-            t += micro * max(0.0, per_mb - stage_t[s])  # hidden under the micro-batch's compute
+            if par.num_distributed_optimizer_instances > 1:
+                t = _hsdp(sc, params_, (dense, expert), edp, grad, dtype, micro, stage_t[s], s)
+            else:
+                groups = ((dense, params_.layer_dense, d, dp_link),
+                          (expert, params_.layer_expert, len(edp),
+                           group_link_of(sc, edp) if len(edp) > 1 else dp_link))
+                per_mb, t = _zero3(sc, s, groups, grad, dtype, micro)
+                t += micro * max(0.0, per_mb - stage_t[s])  # hidden under the micro-batch's compute
         else:
             t = _reduction(sc, params_, split, s, 0, dense, d, dp_link, grad)
             if expert and len(edp) > 1:  # the experts' gradients over their own group, after the dense ones
@@ -703,6 +707,33 @@ def _zero3(sc: Scenario, s: int, groups: tuple[tuple[float, float, int, Link], .
     if held > 1:
         rest += ring_time("all_reduce", 2, pair, _pair_link(sc, s))
     return per_mb, rest
+
+
+def _hsdp(sc: Scenario, params_: Params, held: tuple[float, float], edp: Sequence[int], grad: int, dtype: float,
+          micro: int, stage_s: float, s: int) -> float:
+    """Exposed HSDP traffic of pipeline rank ``s`` holding ``held`` (dense, expert) parameters, as workload/
+    builder.py emits it: ZeRO-3 within each instance (:func:`_zero3`, the part above the micro-batch's compute
+    exposed), then once a step each gradient shard reduced across the instances, beside the backward's tail but the
+    last layer's (whole without overlap_grad_reduce), and, with outer sharding, the updated shards all-gathered
+    back after the step, exposed."""
+    par = sc.parallel
+    k, optim = par.num_distributed_optimizer_instances, par.outer_dp_sharding_strategy == "optim"
+    lay = Layout.from_parallel(par, sc.gpus, par.order or None)
+    dpcp = lay.dp_cp_group(0)
+    groups, outer = [], 0.0
+    for params, layer, group in ((held[0], params_.layer_dense, dpcp), (held[1], params_.layer_expert, tuple(edp))):
+        inner, across = hsdp_groups(group, k, group[0]) if group else ((), ())
+        if not params or not inner:
+            continue
+        link = group_link_of(sc, inner) if len(inner) > 1 else group_link_of(sc, group)
+        groups.append((params, layer, len(inner), link))
+        if len(across) > 1:
+            shard, out_link = params / len(inner), group_link_of(sc, across)
+            tail = layer / len(inner) if par.overlap_grad_reduce else shard
+            outer += ring_time("reduce_scatter" if optim else "all_reduce", len(across), tail * grad, out_link)
+            outer += ring_time("all_gather", len(across), shard * dtype, out_link) if optim else 0.0
+    per_mb, t = _zero3(sc, s, tuple(groups), grad, dtype, micro)
+    return t + micro * max(0.0, per_mb - stage_s) + outer
 
 
 def _reduction(sc: Scenario, params_: Params, split: Split, s: int, which: int, params: float, d: int,

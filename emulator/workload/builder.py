@@ -65,6 +65,7 @@ from emulator.workload.cpu_offload import offloaded_layers as cpu_offloaded_laye
 from emulator.workload.emitter import Emitter, UnitTag
 from emulator.workload.offload import chunk_offload, layer_offload
 from emulator.workload.optimizer import adam_step_bytes
+from emulator.workload.placement import hsdp_groups
 from emulator.workload.plan import ADAM_FLOPS_PER_PARAM, Plan, Unit, make_plan
 from emulator.workload.profiled import reshape_plan
 from emulator.workload.schedules import Task, combined_steps, dualpipe_steps, dualpipev_steps, schedule
@@ -81,9 +82,16 @@ class _RankBuilder(Emitter):
         self._peers: dict[int, int] = {}  # virtual stage → this rank's peer there
         self.dpcp = self.lo.dp_cp_group(rank)
         self.edp = self.lo.edp_group(rank)
+        # HSDP (parallel.num_distributed_optimizer_instances): the instance's ranks, and this rank's peers in the
+        # other instances, of the dense and the expert data-parallel groups
+        k = plan.sc.parallel.num_distributed_optimizer_instances
+        self.dpcp_in, self.dpcp_out = hsdp_groups(self.dpcp, k, rank)
+        self.edp_in, self.edp_out = hsdp_groups(self.edp, k, rank)
         self.grad_ready: dict[tuple[int, str], int] = {}  # (vs, unit) → op id of its last backward
         self.pp_sent: dict[str, int] = {}  # pipeline send stream → its last send so far
         self.zero_ag: dict[tuple[int, str], int] = {}  # ZeRO-1/2 overlapped param gather, per unit
+        self._hsdp_ops: list[int] = []  # HSDP: the gradient shards' reductions across the instances
+        self._z3_last: list[int] = []  # ZeRO-3: the last micro-batch's gradient reduce-scatters
         # fine-grained activation offloading: whether any layer sends anything to the host, the copy rate, each
         # offloaded unit's D2H copy, and the op before the last backward layer began (reloads wait on it)
         self._offloading = any(layer_offload(plan.sc, plan.model))
@@ -128,10 +136,11 @@ class _RankBuilder(Emitter):
         """ZeRO-3's collectives of a unit: its dense part over dp·cp and its experts over their expert-data-parallel
         group, as Megatron-FSDP shards an expert parameter group over the expert FSDP group (megatron_fsdp/
         param_and_grad_buffer.py @ d98e8a64dd: ``get_fsdp_group(is_expert_parallel=group.is_expert_param)``);
-        (name prefix, group, bytes), the experts' only where their group has several ranks."""
-        out = [("", self.dpcp, dense)]
-        if expert and len(self.edp) > 1:
-            out.append(("expert_", self.edp, expert))
+        with HSDP each within its instance. (name prefix, group, bytes), the experts' only where their group has
+        several ranks."""
+        out = [("", self.dpcp_in, dense)]
+        if expert and len(self.edp_in) > 1:
+            out.append(("expert_", self.edp_in, expert))
         return out
 
     def _zero3_gather(self, unit: Unit, vs: int, mb: int, phase: str, deps: list[int]) -> int:
@@ -146,10 +155,14 @@ class _RankBuilder(Emitter):
     def _zero3_reduce(self, unit: Unit, vs: int, mb: int, after: int) -> None:
         """ZeRO-3: the unit's gradient reduce-scatter once its weight gradient is done."""
         g = self.plan.grad_dtype
-        for prefix, group, nbytes in self._zero3_groups(unit.params * g, unit.expert_params * g):
-            self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.{prefix}zero3_rs",
-                       collective="reduce_scatter", group=group, bytes=nbytes, deps=(after,), category="comm",
-                       microbatch=mb, stage=vs, layer=unit.layer)
+        inner = [self._emit(kind=COLLECTIVE, stream="dp", name=f"mb{mb}.{unit.name}.{prefix}zero3_rs",
+                            collective="reduce_scatter", group=group, bytes=nbytes, deps=(after,), category="comm",
+                            microbatch=mb, stage=vs, layer=unit.layer)
+                 for prefix, group, nbytes in self._zero3_groups(unit.params * g, unit.expert_params * g)]
+        if mb == self.plan.micro - 1:  # the step waits for the last micro-batch's (finish_grad_sync)
+            self._z3_last += inner
+            if self.plan.sc.parallel.num_distributed_optimizer_instances > 1:
+                self._hsdp_reduce(unit, vs, tuple(inner))
 
     def _weight_task(self, mb: int, chunk: int) -> None:
         """A split backward's W task: the wgrad kernels of the chunk's units, last unit first; no
@@ -543,7 +556,8 @@ class _RankBuilder(Emitter):
                     reduce_ops.append(self._emit(kind=COLLECTIVE, stream="dp", name=f"expert_grad_{op}.{last_u.name}",
                                                  collective=op, group=self.edp, bytes=expert, deps=deps,
                                                  category="comm", stage=vs, layer=last_u.layer))
-        reduce_ops += self._tied_embedding_allreduce()
+        outer = self._hsdp_ops
+        reduce_ops += self._z3_last + outer + self._tied_embedding_allreduce()
         if mirror is not None:
             reduce_ops.append(mirror)
         reduce_ops += sorted(mirrors.values())
@@ -566,10 +580,49 @@ class _RankBuilder(Emitter):
                                                               else [])))))
         if matrices:
             opt = self._newton_schulz(matrices, opt, d_dense, d_exp)
+        if outer and par.outer_dp_sharding_strategy == "optim":
+            self._hsdp_gather(opt)
         if 1 <= par.zero <= 2 and not _overlap_param_gather(par) and d_dense > 1:
             for bucket, dense, expert in self._buckets(par.grad_bucket):
                 vs, u = bucket[-1]
                 self._param_gather(u, vs, dense, expert, (opt,))
+
+    def _hsdp_units(self) -> list[tuple[int, Unit]]:
+        """HSDP's units in the order their gradients became ready."""
+        return sorted(((vs, u) for vs in self._my_chunks() for u in self.plan.chunk_units[vs]),
+                      key=lambda x: self.grad_ready[(x[0], x[1].name)])
+
+    def _hsdp_outer(self, dense: float, expert: float) -> list[tuple[str, tuple[int, ...], float]]:
+        """A unit's shards (``dense`` and ``expert`` bytes of the whole unit, sharded within the instance) and the
+        groups across the instances they go over: (name prefix, group, bytes of the instance's shard)."""
+        out = []
+        for prefix, inner, outer, nbytes in (("", self.dpcp_in, self.dpcp_out, dense),
+                                             ("expert_", self.edp_in, self.edp_out, expert)):
+            if nbytes and len(outer) > 1:
+                out.append((prefix, outer, nbytes / len(inner)))
+        return out
+
+    def _hsdp_reduce(self, u: Unit, vs: int, inner: tuple[int, ...]) -> None:
+        """HSDP, once a step: unit ``u``'s gradient shards reduced across the instances after its last micro-batch's
+        reduce-scatters within the instance (``inner``; ``sync_model_each_microbatch`` off: megatron_fsdp "delay
+        HSDP gather and reduce operations per optimization cycle"), on a stream of their own so they overlap the
+        backward's tail: all-reduced (outer_dp_sharding_strategy no_shard) or reduce-scattered (optim)."""
+        par = self.plan.sc.parallel
+        op = "reduce_scatter" if par.outer_dp_sharding_strategy == "optim" else "all_reduce"
+        g = self.plan.grad_dtype
+        for prefix, group, nbytes in self._hsdp_outer(u.params * g, u.expert_params * g):
+            self._hsdp_ops.append(self._emit(kind=COLLECTIVE, stream="hsdp", name=f"{u.name}.{prefix}hsdp_{op}",
+                                             collective=op, group=group, bytes=nbytes,
+                                             deps=inner or (self.grad_ready[(vs, u.name)],), category="comm",
+                                             stage=vs, layer=u.layer))
+
+    def _hsdp_gather(self, after: int) -> None:
+        """HSDP with outer sharding: the updated weight shards all-gathered across the instances after the step."""
+        for vs, u in self._hsdp_units():
+            for prefix, group, nbytes in self._hsdp_outer(*self.plan.gathered(u)):
+                self._emit(kind=COLLECTIVE, stream="zero", name=f"{u.name}.{prefix}hsdp_all_gather",
+                           collective="all_gather", group=group, bytes=nbytes, deps=(after,), category="comm",
+                           stage=vs, layer=u.layer)
 
     def _muon_matrices(self, units: list[Unit]) -> tuple[MU.Matrix, ...]:
         """The weight matrices of this rank's decoder layers that Megatron-Core's Muon orthogonalises (workload/

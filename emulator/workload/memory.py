@@ -99,13 +99,16 @@ class MemoryReport:
 
 
 def model_state_bytes(psi: float, d: int, zero: int, grad_bytes: int = 2,
-                      state_bytes: float = ADAM_STATE_BYTES) -> dict:
+                      state_bytes: float = ADAM_STATE_BYTES, instances: int = 1, outer_shard: bool = False) -> dict:
     """{'params', 'grads', 'optimizer'} bytes for Ψ parameters shared by d ranks under ZeRO ``zero``,
     gradients held in ``grad_bytes``-byte elements (the main_grad buffer's type), ``state_bytes`` of
-    optimizer state per parameter (:func:`optimizer_state_bytes`)."""
-    params = WEIGHT_BYTES * psi / (d if zero >= 3 else 1)
-    grads = grad_bytes * psi / (d if zero >= 2 else 1)
-    optim = state_bytes * psi / (d if zero >= 1 else 1)
+    optimizer state per parameter (:func:`optimizer_state_bytes`). HSDP (``instances`` > 1, ZeRO 3): weights and
+    gradients sharded over the d/instances ranks of an instance, the states too, or with ``outer_shard``
+    (outer_dp_sharding_strategy optim) over all d."""
+    inner = d // instances if instances > 1 and d >= instances else d
+    params = WEIGHT_BYTES * psi / (inner if zero >= 3 else 1)
+    grads = grad_bytes * psi / (inner if zero >= 2 else 1)
+    optim = state_bytes * psi / ((d if outer_shard else inner) if zero >= 1 else 1)
     return {"params": params, "grads": grads, "optimizer": optim}
 
 
@@ -543,9 +546,10 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
             d_mtp, e_mtp = _mtp_stage_params(m, par, 1 if m.mtp_use_repeated_layer else plan.mtp, 0 not in held)
             dense, expert = dense + d_mtp, expert + e_mtp
         d = par.dp * par.cp
-        states = model_state_bytes(dense, d, par.zero, grad_bytes, state_bytes)
+        hsdp = (par.num_distributed_optimizer_instances, par.outer_dp_sharding_strategy == "optim")
+        states = model_state_bytes(dense, d, par.zero, grad_bytes, state_bytes, *hsdp)
         if expert:
-            ex = model_state_bytes(expert, expert_dp(par), par.zero, grad_bytes, state_bytes)
+            ex = model_state_bytes(expert, expert_dp(par), par.zero, grad_bytes, state_bytes, *hsdp)
             states = {k: states[k] + ex[k] for k in states}
         if MU.is_muon(tr):
             mtp = (1 if m.mtp_use_repeated_layer else plan.mtp) if plan.mtp_chunk >= 0 and rank_of(
@@ -554,9 +558,10 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
         if fp8:
             lin = [_stage_linear_params(m, sc, k, sum(split[k])) for k in held]
             lin_dense, lin_expert = sum(x for x, _ in lin), sum(y for _, y in lin)
+            k = par.num_distributed_optimizer_instances  # HSDP: within an instance
             z3 = par.zero >= 3  # ZeRO-3 shards the weights, and so their fp8 forms
-            states["params"] += quant_weight_bytes(lin_dense / (d if z3 else 1)
-                                                   + lin_expert / (expert_dp(par) if z3 else 1), recipe,
+            states["params"] += quant_weight_bytes(lin_dense / (max(1, d // k) if z3 else 1)
+                                                   + lin_expert / (max(1, expert_dp(par) // k) if z3 else 1), recipe,
                                                    tr.fp8_params or tr.fp4_param, non_tn_fp8(gpu))
         tasks = schedule(par.schedule, stage, par.pp, micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)  # its one more warm-up forward holds one more

@@ -180,3 +180,14 @@ class Layout:
         c = self.coords(rank)
         c[axis] = (c[axis] + offset) % self.sizes[axis]
         return self.rank(**c)
+
+
+def hsdp_groups(group: tuple[int, ...], k: int, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """HSDP's split of data-parallel ``group`` (its ranks in order) into ``k`` instances of consecutive ranks, as
+    Megatron-Core's hierarchical groups [intra size, k] (parallel_state.py @ d98e8a64dd ``create_hierarchical_
+    groups``): (``rank``'s instance, ``rank``'s peers at its place in every instance). k = 1: (group, (rank,))."""
+    if k <= 1 or len(group) < k:
+        return group, (rank,)
+    size = len(group) // k
+    i = group.index(rank)
+    return group[i // size * size:(i // size + 1) * size], group[i % size::size]

@@ -34,6 +34,7 @@ from emulator.scenario.spec import ModelSpec
 WINDOW_SD = 14.0  # the binomial beyond ±14 standard deviations of its mean: below 1e-40 of its mass
 
 
+@functools.lru_cache(maxsize=1024)  # a scenario asks the same one for each layer and each report
 def binomial_max_mean(n: int, p: float, count: int) -> float:
     """E[max of ``count`` independent Binomial(n, p)] = Σ_{x=0}^{n−1} (1 − F(x)^count), exact over the
     whole range for small n, else over the mean ± WINDOW_SD standard deviations (below it every term is 1
