@@ -9,13 +9,6 @@ from emulator.scenario.violation import Violation
 __all__ = ["hsdp_violations"]
 
 
-def _expert_dp(p: ParallelSpec) -> int:
-    """The ranks that share one expert's weights (workload/memory.py ``expert_dp``)."""
-    if p.etp and p.etp != p.tp:
-        return max(1, p.tp * p.dp * p.cp // (p.etp * p.ep))
-    return max(1, p.dp * p.cp // p.ep)
-
-
 def hsdp_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
     """HSDP is Megatron-FSDP's (``zero`` 3): the instances split dp·cp, and the experts' data-parallel group
     (Megatron-Core parallel_state.py @ d98e8a64dd: "Expert data parallel size should be divisible by partial
@@ -35,8 +28,8 @@ def hsdp_violations(m: ModelSpec, p: ParallelSpec) -> list[Violation]:
     if (p.dp * p.cp) % k:
         return [Violation("parallel.num_distributed_optimizer_instances",
                           f"instances ({k}) must divide dp*cp = {p.dp}*{p.cp} = {p.dp * p.cp}")]
-    if m.experts and _expert_dp(p) % k:
+    if m.experts and p.expert_dp() % k:
         return [Violation("parallel.num_distributed_optimizer_instances",
-                          f"instances ({k}) must divide the expert-data-parallel size ({_expert_dp(p)}), as "
+                          f"instances ({k}) must divide the expert-data-parallel size ({p.expert_dp()}), as "
                           f"Megatron-Core's parallel_state.py asserts")]
     return []

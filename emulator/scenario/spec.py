@@ -885,6 +885,13 @@ class ParallelSpec:
         "after their input gradients, so the backward dispatch starts sooner and the wgrad GEMMs run under it "
         "(Megatron-Core's delay_wgrad_compute).", default=False)
 
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size, the ranks that share one expert's weights: dp·cp/ep, or with MoE parallel
+        folding tp·dp·cp/(etp·ep) (world/(etp·ep·pp), Megatron-Core's expert_data_parallel_size)."""
+        if self.etp and self.etp != self.tp:
+            return max(1, self.tp * self.dp * self.cp // (self.etp * self.ep))
+        return max(1, self.dp * self.cp // self.ep)
+
 
 @dataclass(frozen=True)
 class CollectivesSpec:

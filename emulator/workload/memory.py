@@ -265,11 +265,8 @@ def fp8_weight_bytes(linear: float, fp8_params: bool) -> float:
 
 
 def expert_dp(par: ParallelSpec) -> int:
-    """Expert-data-parallel size, the ranks that share one expert's weights: dp·cp/ep, or with MoE parallel
-    folding tp·dp·cp/(etp·ep) (world/(etp·ep·pp), Megatron-Core's expert_data_parallel_size)."""
-    if par.etp and par.etp != par.tp:
-        return max(1, par.tp * par.dp * par.cp // (par.etp * par.ep))
-    return max(1, par.dp * par.cp // par.ep)
+    """Expert-data-parallel size (``ParallelSpec.expert_dp``)."""
+    return par.expert_dp()
 
 
 def _layers_of(sc: Scenario, stage: int) -> list[int]:

@@ -292,7 +292,7 @@ def rank_ns(matrices: tuple[Matrix, ...], tr: TrainingSpec, par: ParallelSpec, g
     out = NsCost()
     for x in matrices:
         share = x.count / ((d_expert if x.expert else d_dense) if layer_wise(tr, par) else 1)
-        sec, flops, by = ns_cost(x.rows, x.cols, tr.muon_num_ns_steps, gpu, ns_dtype(tr))
+        sec, flops, by = ns_cost(x.rows, x.cols, tr.muon_num_ns_steps, gpu, dtype)
         gather = x.rows * x.cols * MOMENTUM_GATHER_BYTES * share if x.split > 1 else 0.0
         out = out + NsCost(sec * share, flops * share, (by[0] * share, by[1] * share, by[2] * share),
                            0.0 if x.expert else gather, gather if x.expert else 0.0)
