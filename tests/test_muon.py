@@ -62,10 +62,15 @@ def test_muon_keeps_8_bytes_for_each_weight_matrix_parameter():
     # 12·(4·589 824 + 2·2 359 296) = 84 934 656 Muon parameters at 8 B instead of Adam's 12
     assert adam["optimizer"] - muon["optimizer"] == 4 * 84_934_656
     assert (adam["params"], adam["grads"]) == (muon["params"], muon["grads"])
-    # dist_muon over 8 ranks (zero 1): the states are dealt out, the gradients stay whole
+    # dist_muon over 8 ranks (zero 1): the parameters are dealt out whole, Adam's with Muon's (the legacy path), the
+    # gradients stay whole. The ping-pong (test_dist_muon_all_reduces_steps_a_share_and_all_gathers) gives rank 3
+    # two projs, a QKV and three fcs, 1 179 648 + 1 769 472 + 7 077 888 = 10 027 008 Muon parameters at 8 B, and
+    # the word embedding, 50 304·768 = 38 633 472 at Adam's 12: 80 216 064 + 463 601 664 = 543 817 728 B, the most
+    # of any rank. Adam at ZeRO 1 shards them all evenly: 12·(84 934 656 + 38 633 472 + the positions'
+    # 2048·768 = 1 572 864)/8 = 187 711 488 B. The rank that draws the embedding holds 356 106 240 B more
     dist = memory_report(_sc(dp=8, zero=1, training=", optimizer: dist_muon")).breakdown
     z1 = memory_report(_sc(dp=8, zero=1)).breakdown
-    assert z1["optimizer"] - dist["optimizer"] == pytest.approx(4 * 84_934_656 / 8, rel=1e-12)
+    assert dist["optimizer"] - z1["optimizer"] == 356_106_240
     assert dist["grads"] == z1["grads"] == adam["grads"]
 
 
@@ -75,9 +80,15 @@ def test_dist_muon_all_reduces_steps_a_share_and_all_gathers():
     names = [op.name for op in ops]
     assert any(n.startswith("grad_all_reduce") for n in names) and not any("reduce_scatter" in n for n in names)
     ns = next(op for op in ops if op.name == "newton_schulz")
-    # 12 layers of 4 768×768 (6·768³ a step) and 2 3072×768 (4·768²·3072 + 2·768³) over 5 steps:
-    # 5·12·(4·6·768³ + 2·(4·768²·3072 + 2·768³)) = 1 630 745 395 200, an eighth of it on each of 8 ranks
-    assert ns.flops == pytest.approx(1_630_745_395_200 / 8, rel=1e-12)
+    # 12 layers of QKV (one 2304×768 parameter, three 768×768 blocks: 3P a step, P = 6·768³ = 2 717 908 992),
+    # proj 768×768 (P), fc1 and fc2 3072×768 (4·768²·3072 + 2·768³ = 18·768³ = 3P each); all of it over 5 steps
+    # 5·12·10P = 1 630 745 395 200. Dealt whole, ping-pong over 8 ranks (loop 0..7, 7..0), by size, after 98 1-D
+    # parameters (two LayerNorms of gain and shift and four biases a layer, 96, and the final LayerNorm's 2: the
+    # loop starts at 98 mod 16 = 2): the 12 projs (589 824) to ranks 2..7, 7..2; the positions' embedding
+    # (2048·768 = 1 572 864, Adam's) to 1; the 12 QKVs (1 769 472) to 0, 0..7, 7..5; the 24 fcs (2 359 296) to
+    # 4..0, 0..7, 7..0, 0..2. Rank 0: two QKVs and four fcs, 6P + 12P = 18P a step, the most (rank 2: 2P + 3P +
+    # 12P = 17P; the mean 15P). The heaviest, 5·18P = 244 611 809 280, runs the step
+    assert ns.flops == pytest.approx(244_611_809_280, rel=1e-12)
     gathers = [op for op in ops if op.name.startswith("param_ag")]
     assert gathers and all(ns.id in op.deps for op in gathers)  # without overlap_param_gather: after the step
     assert all(len(op.group) == 8 for op in gathers)  # dense weights over dp·cp (GPT-3 has no experts)
@@ -165,17 +176,30 @@ def test_muon_with_the_distributed_optimizer_reduce_scatters_where_dist_muon_all
     # Megatron-LM (arguments.py @ d98e8a64dd) turns --optimizer muon --use-distributed-optimizer into the
     # layer-wise optimizer with its default parameter layout, which reduce-scatters the gradients (training.py
     # wrap_model_chunks_with_ddp); Megatron-Bridge's dist_muon, without the distributed optimizer, all-reduces them.
-    # The rest is the same program, op for op, and the same memory
+    # The rest is the same program, op for op, but for the Newton–Schulz step, whose share each path deals its own
+    # way (test_layer_wise.py), and the memory: the layout path keeps Adam's parameters in a distributed optimizer
+    # of their own, sharded evenly, where the legacy path deals them whole (the word embedding on one rank)
     def ops(name):
         sc = _sc(zero=1, training=f", optimizer: {name}", par=", overlap_param_gather: false")
-        return [(op.name, op.kind, op.duration, op.bytes, op.group) for op in build_program(sc).ops
-                if not op.name.startswith("grad_")], \
-            [op.name for op in build_program(sc).ops if op.name.startswith("grad_")], memory_report(sc).breakdown
+        prog = build_program(sc).ops
+        return [(op.name, op.kind, op.duration, op.bytes, op.group) for op in prog
+                if not op.name.startswith("grad_") and op.name != "newton_schulz"], \
+            [op.name for op in prog if op.name.startswith("grad_")], memory_report(sc).breakdown, \
+            next(op.flops for op in prog if op.rank == 0 and op.name == "newton_schulz")
 
     muon, dist = ops("muon"), ops("dist_muon")
-    assert muon[0] == dist[0] and muon[2] == dist[2]
+    assert muon[0] == dist[0]
     assert muon[1] and all(n.startswith("grad_reduce_scatter") for n in muon[1])
     assert [n.replace("reduce_scatter", "all_reduce") for n in muon[1]] == dist[1]
+    # the layout path's LPT by Newton–Schulz cost over 8 shards, three buckets of 17, 15 and 16 parameters walked
+    # from the last layer: ranks 0-2 hold a proj, two QKVs and three fcs, P + 6P + 9P = 16P a step (P = 6·768³),
+    # the most: 5·16P = 217 432 719 360 (the legacy ping-pong's heaviest, 5·18P = 244 611 809 280). That rank's
+    # 589 824 + 2·1 769 472 + 3·2 359 296 = 11 206 656 Muon parameters take 8 B, the rest Adam's 12 B shared by 8
+    assert (muon[3], dist[3]) == (217_432_719_360, 244_611_809_280)
+    z1 = memory_report(_sc(zero=1)).breakdown
+    # against Adam: 12·84 934 656/8 − 8·11 206 656 = 127 401 984 − 89 653 248 = 37 748 736 B less
+    assert z1["optimizer"] - muon[2]["optimizer"] == 37_748_736
+    assert dist[2]["optimizer"] - z1["optimizer"] == 356_106_240  # test_muon_keeps_8_bytes_for_each_weight_matrix
     # GPT-3 125M over dp 8: a ring reduce-scatter moves half the bytes of a ring all-reduce, so muon's closed-form
     # iteration is the shorter (equal, were both all-reduced)
     assert estimate_iteration(_sc(zero=1, training=", optimizer: muon")).iteration_s < \

@@ -67,6 +67,13 @@ def chunk_layers(layers: int, pp: int, virtual: int = 1, first: int | None = Non
 V_SHAPED = ("zb-v", "dualpipev")
 
 
+def head_apart(pp: int, schedule: str) -> bool:
+    """The LM head on another rank than the embedding (then it holds a copy of a tied word embedding, and
+    the two are all-reduced): pp > 1, and neither a V (the head on rank 0) nor dualpipe (each end rank holds
+    an embedding and a head; workload/plan.py)."""
+    return pp > 1 and schedule not in (*V_SHAPED, "dualpipe")
+
+
 def virtual_stage(chunk: int, stage: int, pp: int, v_shape: bool = False) -> int:
     """The virtual stage (chunk in model order) that is chunk ``chunk`` of pipeline rank ``stage``:
     c·pp + stage, or in a V 2·pp − 1 − stage for the second chunk."""

@@ -71,8 +71,9 @@ from emulator.devices import compute
 from emulator.network.collectives import ring_factors
 from emulator.network.domain import domain_size
 from emulator.program import is_token_exchange
-from emulator.scenario.spec import QUANTISED, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario, TrainingSpec
+from emulator.scenario.spec import QUANTISED, GpuSpec, ModelSpec, NodeSpec, ParallelSpec, Scenario
 from emulator.scenario.stages import V_SHAPED, model_chunks, rank_of, stage_layers
+from emulator.scenario.stages import head_apart as stages_head_apart
 from emulator.studies.exchange_cost import EpNodes, ep_nodes, exchange_time
 from emulator.workload import host as HOST
 from emulator.workload import hybrid
@@ -82,7 +83,7 @@ from emulator.workload import models as M
 from emulator.workload import mtp as MTP
 from emulator.workload import muon as MU
 from emulator.workload.cpu_offload import offloaded_bytes, offloaded_layers, pass_with_copies
-from emulator.workload.memory import chunk_plan_of, expert_dp, held_stages
+from emulator.workload.memory import chunk_plan_of, expert_dp, held_stages, muon_chunks
 from emulator.workload.offload import layer_offload, offload_share
 from emulator.workload.optimizer import adam_step_bytes
 from emulator.workload.placement import ORDER, Layout, hsdp_groups
@@ -268,10 +269,8 @@ class Params:
 
 
 def head_apart(par: ParallelSpec) -> bool:
-    """The LM head on another rank than the embedding (then it holds a copy of a tied word embedding, and
-    the two are all-reduced): pp > 1, and neither a V (the head on rank 0) nor dualpipe (each end rank holds
-    an embedding and a head; workload/plan.py)."""
-    return par.pp > 1 and par.schedule not in (*V_SHAPED, "dualpipe")
+    """The LM head on another rank than the embedding (scenario/stages.py ``head_apart``)."""
+    return stages_head_apart(par.pp, par.schedule)
 
 
 def params_of(m: ModelSpec, sc: Scenario, split: Split | None = None) -> Params:
@@ -775,42 +774,27 @@ def _optimizer(sc: Scenario, params: Params, split: Split, gpu: GpuSpec) -> floa
         dense, expert = params.rank(split, s, par)
         psi = dense / (d if par.zero >= 1 else 1) + expert / (max(1, d // par.ep) if par.zero >= 1 else 1)
         if MU.is_muon(sc.training):
-            best = max(best, _muon_step(sc, split, s, psi, gpu))
+            best = max(best, _muon_step(sc, s, psi, gpu))
             continue
         best = max(best, compute.elementwise_time(psi * adam_step_bytes(sc.training), gpu))
     return best
 
 
-def _stage_matrices(m: ModelSpec, split: Split, s: int, par: ParallelSpec, tr: TrainingSpec
-                    ) -> tuple[MU.Matrix, ...]:
-    """The Muon matrices of stage ``s``'s decoder layers: n − k MoE layers' and k leading dense layers', or, where
-    the layers differ, each layer's by the first layer of its kind."""
-    if split.kinds:
-        first = {_kind(m, i): i for i in reversed(range(m.layers))}
-        return tuple(x for kind in split.kinds[s] for x in MU.layer_matrices(m, first[kind], par, tr))
-    moe, lead = (m.first_dense_layers, 0) if m.experts else (0, 0)
-    n, k = split.count(s), split.leads[s]
-    return MU.times(MU.layer_matrices(m, moe, par, tr), n - k) + MU.times(MU.layer_matrices(m, lead, par, tr), k)
-
-
-def _muon_step(sc: Scenario, split: Split, r: int, psi: float, gpu: GpuSpec) -> float:
+def _muon_step(sc: Scenario, r: int, psi: float, gpu: GpuSpec) -> float:
     """Pipeline rank ``r``'s step under Megatron-Core's Muon, as workload/builder.py emits it: the elementwise
     stream of its ``psi`` local parameters (Muon's matrices at muon.MUON_STEP_BYTES, the rest at Adam's), then the
-    TP all-gathers of the momenta (duplicated mode) and its share of the Newton–Schulz iterations (muon.rank_ns).
-    A model whose layers differ: each layer's matrices by its kind (``Split.kinds``); the MTP modules' on theirs."""
+    TP all-gathers of the momenta (duplicated mode) and its share of the Newton–Schulz iterations (muon.rank_ns)
+    of its model chunks' matrices (memory.muon_chunks)."""
     par, tr = sc.parallel, sc.training
     assert sc.model is not None
     m = M.resolve(sc.model)
-    mats: tuple[MU.Matrix, ...] = ()
-    for s in held_stages(par, r):
-        mats += _stage_matrices(m, split, s, par, tr)
-        if s == split.mtp:
-            mats += MU.mtp_matrices(m, par, tr, 1 if m.mtp_use_repeated_layer else m.mtp_num_layers)
+    chunks = muon_chunks(sc, m, held_stages(par, r))
     d, d_exp = par.dp * par.cp, expert_dp(par)
-    dense, expert = MU.muon_params(mats)
+    dense, expert = MU.muon_params(tuple(x for c in chunks for x in c.matrices))
     mine = dense / (d if par.zero >= 1 else 1) + expert / (d_exp if par.zero >= 1 else 1)
     nbytes, _ = MU.step_bytes_and_flops(psi - mine, mine, adam_step_bytes(tr), 0.0, tr)
-    ns = MU.rank_ns(mats, tr, par, gpu, d, d_exp)
+    ns = MU.rank_ns(chunks, tr, par, gpu, d, d_exp,
+                    MU.layout_bucket(par, grad_reduce_bytes(tr.precision, tr.grad_reduce)))
     tp_link = group_link(sc, strides(sc)["tp"], par.tp)
     gather = max((ring_time("all_gather", par.tp, b, tp_link) for b in (ns.tp_gather, ns.etp_gather) if b),
                  default=0.0)  # the two streams run side by side

@@ -565,7 +565,8 @@ class _RankBuilder(Emitter):
         psi = sum(u.params / (d_dense if par.zero >= 1 else 1) + u.expert_params / (d_exp if par.zero >= 1 else 1)
                   for u in held)
         nbytes, flops = psi * adam_step_bytes(tr), psi * ADAM_FLOPS_PER_PARAM
-        matrices = self._muon_matrices(held)
+        chunks = self._muon_chunks()
+        matrices = tuple(x for c in chunks for x in c.matrices)
         if matrices:  # Muon's parameters leave Adam's stream for Muon's (workload/muon.py)
             dense, expert = MU.muon_params(matrices)
             mine = dense / (d_dense if par.zero >= 1 else 1) + expert / (d_exp if par.zero >= 1 else 1)
@@ -579,7 +580,7 @@ class _RankBuilder(Emitter):
                                                              ([self._host_last] if self._host_last is not None
                                                               else [])))))
         if matrices:
-            opt = self._newton_schulz(matrices, opt, d_dense, d_exp)
+            opt = self._newton_schulz(chunks, opt, d_dense, d_exp)
         if outer and par.outer_dp_sharding_strategy == "optim":
             self._hsdp_gather(opt)
         if 1 <= par.zero <= 2 and not _overlap_param_gather(par) and d_dense > 1:
@@ -624,24 +625,30 @@ class _RankBuilder(Emitter):
                            collective="all_gather", group=group, bytes=nbytes, deps=(after,), category="comm",
                            stage=vs, layer=u.layer)
 
-    def _muon_matrices(self, units: list[Unit]) -> tuple[MU.Matrix, ...]:
-        """The weight matrices of this rank's decoder layers that Megatron-Core's Muon orthogonalises (workload/
-        muon.py), its MTP modules' with their own weights (each, or the first with ``mtp_use_repeated_layer``);
-        () under Adam. The embedding and the head stay on Adam."""
+    def _muon_chunks(self) -> tuple[MU.Chunk, ...]:
+        """Each model chunk's weights as Megatron-Core's Muon sees them (muon.chunk): the matrices it
+        orthogonalises of its decoder layers and its MTP modules with their own weights (each, or the first with
+        ``mtp_use_repeated_layer``), and the embedding and head that stay on Adam; () under Adam."""
         sc, m = self.plan.sc, self.plan.model
         if not MU.is_muon(sc.training) or m is None:
             return ()
-        layers = tuple(x for u in units if u.name.startswith("layer") and 0 <= u.layer < m.layers
-                       for x in MU.layer_matrices(m, u.layer, sc.parallel, sc.training))
-        mtp = [u for u in units if u.name.startswith("mtp") and (u.name == "mtp0" or not m.mtp_use_repeated_layer)]
-        return layers + MU.mtp_matrices(m, sc.parallel, sc.training, len(mtp))
+        out = []
+        for vs in self._my_chunks():
+            units = self.plan.chunk_units[vs]
+            names = {u.name for u in units}
+            layers = [u.layer for u in units if u.name.startswith("layer") and 0 <= u.layer < m.layers]
+            mtp = [u for u in units if u.name.startswith("mtp") and (u.name == "mtp0" or not m.mtp_use_repeated_layer)]
+            out.append(MU.chunk(m, sc.parallel, sc.training, layers, len(mtp), "embed" in names, "head" in names))
+        return tuple(out)
 
-    def _newton_schulz(self, matrices: tuple[MU.Matrix, ...], after: int, d_dense: int, d_exp: int) -> int:
+    def _newton_schulz(self, chunks: tuple[MU.Chunk, ...], after: int, d_dense: int, d_exp: int) -> int:
         """Muon's Newton–Schulz iterations after the step's elementwise stream (``after``): this rank's share of
-        ``matrices`` (muon.rank_ns), after the TP all-gathers of their momenta (duplicated mode) on the ``tp`` and
-        ``etp`` streams, one op of their summed bytes a group (ASSUMPTION: the per-matrix gathers' latencies left
-        out). Returns the last op."""
-        ns = MU.rank_ns(matrices, self.plan.sc.training, self.plan.sc.parallel, self.gpu, d_dense, d_exp)
+        the matrices of its ``chunks`` (muon.rank_ns: the heaviest rank's under the layer-wise optimizer), after
+        the TP all-gathers of their momenta (duplicated mode) on the ``tp`` and ``etp`` streams, one op of their
+        summed bytes a group (ASSUMPTION: the per-matrix gathers' latencies left out). Returns the last op."""
+        sc = self.plan.sc
+        ns = MU.rank_ns(chunks, sc.training, sc.parallel, self.gpu, d_dense, d_exp,
+                        MU.layout_bucket(sc.parallel, self.plan.grad_dtype))
         deps = [after]
         for stream, group, nbytes in (("tp", self.tp, ns.tp_gather), ("etp", self.etp, ns.etp_gather)):
             if nbytes and len(group) > 1:

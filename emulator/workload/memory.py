@@ -549,9 +549,7 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
             ex = model_state_bytes(expert, expert_dp(par), par.zero, grad_bytes, state_bytes, *hsdp)
             states = {k: states[k] + ex[k] for k in states}
         if MU.is_muon(tr):
-            mtp = (1 if m.mtp_use_repeated_layer else plan.mtp) if plan.mtp_chunk >= 0 and rank_of(
-                plan.mtp_chunk, par.pp, v_shape) in held else 0
-            states["optimizer"] -= _muon_saving(sc, m, held, state_bytes, mtp)
+            states["optimizer"] -= _muon_saving(sc, m, held, state_bytes)
         if fp8:
             lin = [_stage_linear_params(m, sc, k, sum(split[k])) for k in held]
             lin_dense, lin_expert = sum(x for x, _ in lin), sum(y for _, y in lin)
@@ -593,20 +591,39 @@ def stage_memory(sc: Scenario) -> list[MemoryReport]:
     return out
 
 
-def _muon_saving(sc: Scenario, m: ModelSpec, held: list[int], adam_bytes: float, mtp: int) -> float:
-    """What Megatron-Core's Muon keeps less than Adam (``adam_bytes`` a parameter) on one GPU of the pipeline rank
-    that holds stages ``held`` and ``mtp`` MTP modules' own weights: its weight matrices (workload/muon.py) take
-    8 B a parameter, sharded as Adam's states (dist_muon: parallel.zero 1, over dp·cp and the expert-data-parallel
-    group)."""
-    par = sc.parallel
-    dense, expert = MU.muon_params(MU.mtp_matrices(m, par, sc.training, mtp))
-    for k in held:
-        for i in _layers_of(sc, k):
-            d_i, e_i = MU.muon_params(MU.layer_matrices(m, i, par, sc.training))
-            dense, expert = dense + d_i, expert + e_i
-    z = par.zero >= 1
-    return (adam_bytes - MU.MUON_STATE_BYTES) * (dense / (par.dp * par.cp if z else 1)
-                                                 + expert / (expert_dp(par) if z else 1))
+def muon_chunks(sc: Scenario, m: ModelSpec, held: list[int]) -> tuple[MU.Chunk, ...]:
+    """The Muon Chunks (workload/muon.py) of the model chunks of pipeline stages ``held``, in order: each its
+    decoder layers, the MTP modules' own weights (one module's with ``mtp_use_repeated_layer``), the embedding
+    on chunk 0 and the head on the last. Layers alike list the first of their kind's matrices."""
+    par, tr = sc.parallel, sc.training
+    plan, v_shape = chunk_plan_of(sc, m), par.schedule in V_SHAPED
+    first: dict[tuple[int, bool, bool], int] = {}
+    out, start = [], 0
+    for vs, count in enumerate(plan.layers):
+        if rank_of(vs, par.pp, v_shape) in held:
+            layers = [first.setdefault((M.compress_ratio(m, i), M.dsa_skips(m, i), M.is_moe_layer(m, i)), i)
+                      for i in range(start, start + count)]
+            mtp = (1 if m.mtp_use_repeated_layer else plan.mtp) if vs == plan.mtp_chunk else 0
+            out.append(MU.chunk(m, par, tr, layers, mtp, vs == 0, vs == len(plan.layers) - 1))
+        start += count
+    return tuple(out)
+
+
+def _muon_saving(sc: Scenario, m: ModelSpec, held: list[int], adam_bytes: float) -> float:
+    """What Megatron-Core's Muon keeps less than Adam (``adam_bytes`` a parameter, sharded evenly at ZeRO 1) on one
+    GPU of the pipeline rank that holds stages ``held``: its weight matrices (workload/muon.py) take 8 B a
+    parameter, and under the layer-wise optimizer (dist_muon and muon at parallel.zero 1, over dp·cp and the
+    expert-data-parallel group) each is whole on one rank, as under the legacy path (dist_muon) are Adam's
+    embeddings and output layer: the rank dealt the most state bytes (muon.dealt_state_bytes) holds them."""
+    par, tr = sc.parallel, sc.training
+    chunks = muon_chunks(sc, m, held)
+    dense, expert = MU.muon_params(tuple(x for c in chunks for x in c.matrices))
+    d, d_exp = (par.dp * par.cp, expert_dp(par)) if par.zero >= 1 else (1, 1)
+    if MU.layer_wise(tr, par) and MU.legacy(tr):
+        dense += sum(n for c in chunks for n in c.adam)
+    held_bytes = MU.dealt_state_bytes(chunks, tr, par, d, d_exp, adam_bytes,
+                                      MU.layout_bucket(par, grad_reduce_bytes(tr.precision, tr.grad_reduce)))
+    return adam_bytes * (dense / d + expert / d_exp) - held_bytes
 
 
 def _layer_mean(sc: Scenario, m: ModelSpec, held: list[int], per: tuple[float, float], off: tuple[float, float],

@@ -56,18 +56,25 @@ Sources (Megatron-LM @ d98e8a64dd, NVIDIA-NeMo/Emerging-Optimizers @ fd77292):
   indexer's compressor, q_b and weights_proj); mHC's mapping_proj, two a layer (Megatron-Core hyper_connection.py
   ``nn.Linear``); an MTP module's layer and its eh_proj (``mtp_matrices``). Hybrid (Mamba) layers are refused.
 
-ASSUMPTION: the matrices of a rank's layer-wise share are 1/d of the stage's (d: dp·cp or the expert-DP size);
-Megatron-Core balances the shards by size (the legacy ping-pong) or by Newton–Schulz cost within each bucket (the
-layout path), and a rank may hold a few more.
+- **A rank's share** under the layer-wise optimizer: whole parameters, dealt as Megatron-Core deals them
+  (workload/layer_wise.py: the legacy ping-pong by size under dist_muon, the layout path's LPT by Newton–Schulz cost
+  under muon at ZeRO 1). The step is costed on the rank that draws the most Newton–Schulz seconds, as the weights'
+  all-gather after it waits for the slowest rank. ASSUMPTION: the heaviest dense share and the heaviest expert share
+  fall on one rank (an upper bound; exact where either group is 1 or deals evenly). The legacy deal counts Adam's
+  1-D parameters ahead of the matrices (smaller than any, they shift the loop): the norms (two a layer, MLA's q and
+  kv norms, twice with LayerNorm's shift) and the linear biases; ASSUMPTION: the other 1-D parameters (the final
+  norm, DeepSeek-V4's sinks and compressor norms, DSA's k_norm, mHC's scalars) are left out.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from emulator.devices import compute
 from emulator.errors import ScenarioError
 from emulator.scenario.spec import GpuSpec, ModelSpec, ParallelSpec, TrainingSpec
+from emulator.scenario.stages import head_apart
+from emulator.workload import layer_wise as LW
 from emulator.workload import models as M
 
 MUON_OPTIMIZERS = ("muon", "dist_muon")
@@ -98,11 +105,35 @@ class Matrix:
     count: float = 1.0
     split: int = 1
     expert: bool = False
+    dim: int = 0  # the dimension ``split`` cuts (0: rows, column-parallel; 1: cols, row-parallel)
+    blocks: tuple[int, ...] = ()  # rows of the blocks Newton–Schulz takes one by one (muon_split_qkv); (): whole
 
     @property
     def local(self) -> float:
         """Parameters of these matrices held on one GPU."""
         return self.rows * self.cols * self.count / self.split
+
+    @property
+    def stored(self) -> tuple[int, int]:
+        """One matrix's shape as the GPU stores it (its TP shard)."""
+        return (self.rows // self.split, self.cols) if self.dim == 0 else (self.rows, self.cols // self.split)
+
+    @property
+    def ns_shapes(self) -> tuple[tuple[int, int], ...]:
+        """The (rows, cols) of each matrix Newton–Schulz orthogonalises for one of these."""
+        return tuple((b, self.cols) for b in self.blocks) if self.blocks else ((self.rows, self.cols),)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """The Muon matrices of one model chunk of a rank (a virtual pipeline stage), in model order; the number of
+    Adam's 1-D parameters the legacy deal counts ahead of them (``vectors`` dense, ``expert_vectors`` experts'); and
+    the sizes of Adam's embeddings and output layer (:func:`adam_params`)."""
+
+    matrices: tuple[Matrix, ...]
+    vectors: int = 0
+    expert_vectors: int = 0
+    adam: tuple[int, ...] = ()  # Adam's embeddings and output layer, dealt whole with the rest by the legacy path
 
 
 def is_muon(tr: TrainingSpec) -> bool:
@@ -157,11 +188,11 @@ def _sharded(rows: int, cols: int, dim: int, t: int, mode: str, expert: bool = F
         return Matrix(rows, cols, expert=expert)
     if mode == "blockwise":
         return Matrix(rows // t if dim == 0 else rows, cols // t if dim == 1 else cols, expert=expert)
-    return Matrix(rows, cols, split=t, expert=expert)
+    return Matrix(rows, cols, split=t, expert=expert, dim=dim)
 
 
 def _times(mx: Matrix, count: float) -> Matrix:
-    return Matrix(mx.rows, mx.cols, mx.count * count, mx.split, mx.expert)
+    return replace(mx, count=mx.count * count)
 
 
 def times(matrices: tuple[Matrix, ...], count: float) -> tuple[Matrix, ...]:
@@ -181,8 +212,10 @@ def _attention(r: ModelSpec, t: int, mode: str, split_qkv: bool) -> list[Matrix]
         return q + kv + [_sharded(h, a * d_v, 1, t, mode)]
     d = M.head_dim(r)
     blocks = [a * d] + ([a * d] if r.attention_output_gate else []) + [r.kv_heads * d] * 2
-    qkv = [_sharded(b, h, 0, t, mode) for b in blocks] if split_qkv else [_sharded(sum(blocks), h, 0, t, mode)]
-    return qkv + [_sharded(h, a * d, 1, t, mode)]
+    qkv = _sharded(sum(blocks), h, 0, t, mode)
+    if split_qkv:  # one parameter, orthogonalised block by block (each block's rows cut as the whole's)
+        qkv = replace(qkv, blocks=tuple(b * qkv.rows // sum(blocks) for b in blocks))
+    return [qkv, _sharded(h, a * d, 1, t, mode)]
 
 
 def _dsv4_attention(r: ModelSpec, ratio: int, t: int, mode: str) -> list[Matrix]:
@@ -279,23 +312,140 @@ class NsCost:
                       self.tp_gather + o.tp_gather, self.etp_gather + o.etp_gather)
 
 
-def rank_ns(matrices: tuple[Matrix, ...], tr: TrainingSpec, par: ParallelSpec, gpu: GpuSpec, d_dense: int,
-            d_expert: int) -> NsCost:
-    """One rank's share of the Newton–Schulz work of ``matrices``: all of it under muon; under dist_muon 1/d_dense
-    of the dense matrices' and 1/d_expert of the experts' (see the module's ASSUMPTION). A ScenarioError (key
-    training.muon_fp32_matmul_prec) where the GPU's catalog entry has no rate for its GEMMs' type."""
+def layer_vectors(m: ModelSpec, layer: int, par: ParallelSpec) -> tuple[int, int]:
+    """(dense, expert) 1-D parameters of decoder layer ``layer`` on one GPU that the legacy deal counts (module
+    docstring): the input and pre-MLP norms, MLA's q and kv norms (each with its shift under LayerNorm) and, with
+    linear biases, the QKV and projection biases, the dense MLP's or the shared experts' two, and each local
+    expert's two."""
+    r = M.resolve(m)
+    norms = 2 + ((2 if r.q_lora_rank else 1) if M.is_mla(r) else 0)
+    dense = norms * (2 if M.has_norm_shift(r) else 1)
+    if not M.has_biases(r):
+        return dense, 0
+    moe = M.is_moe_layer(r, layer)
+    dense += 2 + (2 if not moe or r.shared_experts else 0)
+    return dense, (2 * r.experts // par.ep if moe else 0)
+
+
+def layout_bucket(par: ParallelSpec, grad_bytes: int) -> int | None:
+    """The layout path's soft bucket minimum in elements: ``grad_bucket`` bytes of ``grad_bytes`` gradients, as the
+    emulator's own buckets; None (one bucket) without ``overlap_grad_reduce``, as Megatron-LM's
+    ``resolve_ddp_bucket_size``."""
+    return int(par.grad_bucket // grad_bytes) if par.overlap_grad_reduce else None
+
+
+def _expand(matrices: tuple[Matrix, ...]) -> list[Matrix]:
+    """One Matrix a parameter, in order (a count of k: k parameters alike)."""
+    return [replace(x, count=1.0) for x in matrices for _ in range(round(x.count))]
+
+
+def _ns(x: Matrix, tr: TrainingSpec, gpu: GpuSpec, dtype: str) -> NsCost:
+    """The Newton–Schulz work of one parameter ``x`` (count 1) on one GPU, with its TP momentum gather."""
+    secs, flops, costed = 0.0, 0.0, (0.0, 0.0, 0.0)
+    for rows, cols in x.ns_shapes:
+        sec, f, by = ns_cost(rows, cols, tr.muon_num_ns_steps, gpu, dtype)
+        secs, flops, costed = secs + sec, flops + f, (costed[0] + by[0], costed[1] + by[1], costed[2] + by[2])
+    gather = x.rows * x.cols * MOMENTUM_GATHER_BYTES * x.count if x.split > 1 else 0.0
+    return NsCost(secs, flops, costed, 0.0 if x.expert else gather, gather if x.expert else 0.0)
+
+
+def adam_params(m: ModelSpec, par: ParallelSpec, embedding: bool, output: bool) -> tuple[int, ...]:
+    """The sizes of the Adam parameters of a chunk that holds the ``embedding`` (the word embedding V·h/t and
+    GPT's learned positions s·h, whole on every TP rank) or the ``output`` layer's own weight (V·h/t), ``m``'s
+    vocabulary as the caller pads it."""
+    r, t = M.resolve(m), par.tp
+    word = (r.vocab * r.hidden // t,)
+    return ((word + ((r.seq_len * r.hidden,) if M.learned_positions(r) else ())) if embedding else ()) + \
+        (word if output else ())
+
+
+def head_vectors(m: ModelSpec) -> int:
+    """The final norm's 1-D parameters: its gain, and its shift under LayerNorm."""
+    return 2 if M.has_norm_shift(M.resolve(m)) else 1
+
+
+def chunk(m: ModelSpec, par: ParallelSpec, tr: TrainingSpec, layers: list[int], mtp: int = 0,
+          embedding: bool = False, head: bool = False) -> Chunk:
+    """The Chunk of a model chunk that holds decoder ``layers`` (in order), ``mtp`` MTP modules' own weights, and
+    the ``embedding`` or the ``head`` (its final norm, and its output layer where the weight is its own: untied,
+    or a tied copy on another rank than the embedding's, scenario/stages.py ``head_apart``)."""
+    mats = {i: layer_matrices(m, i, par, tr) for i in set(layers)}
+    vec = {i: layer_vectors(m, i, par) for i in set(layers)}
+    output = head and (not m.tied_embeddings or head_apart(par.pp, par.schedule))
+    return Chunk(tuple(x for i in layers for x in mats[i]) + mtp_matrices(m, par, tr, mtp),
+                 sum(vec[i][0] for i in layers) + (head_vectors(m) if head else 0), sum(vec[i][1] for i in layers),
+                 adam_params(m, par, embedding, output))
+
+
+def _deal(chunks: tuple[Chunk, ...], expert: bool, d: int, legacy: bool, bucket: int | None
+          ) -> tuple[list[tuple[Matrix, int]], list[tuple[int, int]]]:
+    """Each dense (or ``expert``) matrix of ``chunks`` with the rank of ``d`` it is dealt to, and (legacy, dense)
+    each of Adam's embeddings and output layer with its rank: the legacy ping-pong over all of them, after the
+    chunks' 1-D parameters, or the layout path's LPT chunk by chunk."""
+    per = [[x for x in _expand(c.matrices) if x.expert == expert] for c in chunks]
+    if d <= 1:
+        return [(x, 0) for xs in per for x in xs], []
+    if legacy:
+        items = [x for xs in per for x in xs]
+        pad = sum(c.expert_vectors if expert else c.vectors for c in chunks)
+        adam = [] if expert else [n for c in chunks for n in c.adam]
+        deal = LW.ping_pong(tuple([0] * pad + [round(x.local) for x in items] + adam), d)
+        return list(zip(items, deal[pad:])), list(zip(adam, deal[pad + len(items):]))
+    out: list[tuple[Matrix, int]] = []
+    for xs in per:
+        out += zip(xs, LW.lpt_layout(tuple(round(x.local) for x in xs), tuple(LW.ns_cost_key(*x.stored) for x in xs),
+                                     d, bucket))
+    return out, []
+
+
+def _groups(tr: TrainingSpec, par: ParallelSpec, d_dense: int, d_expert: int) -> tuple[tuple[bool, int], ...]:
+    """(expert, the ranks its parameters are dealt over) for the dense and the expert parameters: 1 (all on every
+    rank) unless the layer-wise optimizer deals them."""
+    lw = layer_wise(tr, par)
+    return (False, max(1, d_dense) if lw else 1), (True, max(1, d_expert) if lw else 1)
+
+
+def legacy(tr: TrainingSpec) -> bool:
+    """Whether the layer-wise optimizer takes its legacy path (dist_muon), which deals Adam's parameters too."""
+    return tr.optimizer == "dist_muon"
+
+
+def dealt_state_bytes(chunks: tuple[Chunk, ...], tr: TrainingSpec, par: ParallelSpec, d_dense: int, d_expert: int,
+                      adam_bytes: float, bucket: int | None = None) -> float:
+    """Optimizer-state bytes of the parameters a rank is dealt whole, on the rank that holds the most (the
+    heaviest dense share and the heaviest expert share, the module's ASSUMPTION): Muon's matrices at
+    MUON_STATE_BYTES, and under the legacy path Adam's embeddings and output layer at ``adam_bytes``; all of the
+    matrices unless the layer-wise optimizer deals them."""
+    out = 0.0
+    for expert, d in _groups(tr, par, d_dense, d_expert):
+        mats, adam = _deal(chunks, expert, d, legacy(tr), bucket)
+        total = [0.0] * d
+        for x, r in mats:
+            total[r] += MUON_STATE_BYTES * x.local
+        for n, r in adam:
+            total[r] += adam_bytes * n
+        out += max(total)
+    return out
+
+
+def rank_ns(chunks: tuple[Chunk, ...], tr: TrainingSpec, par: ParallelSpec, gpu: GpuSpec, d_dense: int,
+            d_expert: int, bucket: int | None = None) -> NsCost:
+    """One rank's Newton–Schulz work on the matrices of its model ``chunks``: all of them under muon at ZeRO 0;
+    under the layer-wise optimizer the heaviest rank's share of the dense matrices over ``d_dense`` ranks and of the
+    experts' over ``d_expert`` (module docstring; ``bucket``: the layout path's soft bucket minimum in elements,
+    :func:`layout_bucket`). A ScenarioError (key training.muon_fp32_matmul_prec) where the GPU's catalog entry has no
+    rate for its GEMMs' type."""
     dtype = ns_dtype(tr)
     if dtype != "bf16" and gpu.peak_at(dtype) <= 0:
         raise ScenarioError(f"muon_fp32_matmul_prec {tr.muon_fp32_matmul_prec} runs the Newton-Schulz GEMMs in "
                             f"{dtype}, but GPU {gpu.name} has no {dtype} rate in its catalog entry (peak_flops_"
                             f"{dtype}): give it, or use medium (bf16)", key="training.muon_fp32_matmul_prec")
     out = NsCost()
-    for x in matrices:
-        share = x.count / ((d_expert if x.expert else d_dense) if layer_wise(tr, par) else 1)
-        sec, flops, by = ns_cost(x.rows, x.cols, tr.muon_num_ns_steps, gpu, dtype)
-        gather = x.rows * x.cols * MOMENTUM_GATHER_BYTES * share if x.split > 1 else 0.0
-        out = out + NsCost(sec * share, flops * share, (by[0] * share, by[1] * share, by[2] * share),
-                           0.0 if x.expert else gather, gather if x.expert else 0.0)
+    for expert, d in _groups(tr, par, d_dense, d_expert):
+        dealt, _ = _deal(chunks, expert, d, legacy(tr), bucket)
+        cost = {x: _ns(x, tr, gpu, dtype) for x, _ in dealt}
+        top = LW.heaviest(tuple(r for _, r in dealt), tuple(cost[x].seconds for x, _ in dealt), d)
+        out = sum((cost[x] for x, r in dealt if r == top), out)
     return out
 
 
