@@ -270,10 +270,16 @@ def test_hsdp_shards_within_an_instance_and_reduces_across_instances_once_a_step
     rs, ers = ops["layer3.hsdp_reduce_scatter"], ops["layer3.expert_hsdp_reduce_scatter"]
     assert (rs.bytes, rs.group, ers.bytes, ers.group) == (9_570_304, (0, 8), 301_989_888, (0, 8))
     assert set(rs.deps) == {ops["mb0.layer3.zero3_rs"].id, ops["mb0.layer3.expert_zero3_rs"].id}  # one micro-batch
-    # the step waits for them; the updated shards come back after it: 2·19,140,608/8 = 4,785,152 B
+    # the step waits for them; the updated shards come back at the unit's first forward of the step, before its
+    # gather within the instance (Megatron-FSDP gathers across the instances "at the beginning of a new optimization
+    # step cycle"): the dense 2·19,140,608/8 = 4,785,152 B and the experts' 2·150,994,944/2 = 150,994,944 B, issued
+    # on what the inner gather would wait for; the inner gather waits for both
     assert rs.id in ops["optimizer"].deps
-    ag = ops["layer3.hsdp_all_gather"]
-    assert (ag.bytes, ag.group, ag.deps) == (4_785_152, (0, 8), (ops["optimizer"].id,))
+    ag, eag = ops["mb0.layer3.hsdp_all_gather"], ops["mb0.layer3.expert_hsdp_all_gather"]
+    assert (ag.bytes, ag.group, eag.bytes, eag.group) == (4_785_152, (0, 8), 150_994_944, (0, 8))
+    inner = ops["mb0.layer3.F.zero3_ag"]
+    assert set(ag.deps) == set(inner.deps) - {ag.id, eag.id} and {ag.id, eag.id} <= set(inner.deps)
+    assert not any(n.endswith("hsdp_all_gather") and not n.startswith("mb0.") for n in ops)  # once a step
     # memory: weights and gradients over the instance (dense 8, experts 2 ranks: twice plain ZeRO-3's over 16 and
     # 4), the optimizer states over all 16 (and 4) as before
     plain = memory_report(load_scenario_text(HSDP % (3, ""), "h.yaml")).breakdown

@@ -64,6 +64,22 @@ def test_plan_units_follow_the_split():
                      3: ["head"]}
 
 
+@pytest.mark.parametrize("tied, pp, head", [
+    # Llama 3 8B at tp 2: vocab 128,256 (a multiple of 128·2) × 4096 / 2 = 262,668,288, and the final RMSNorm's 4096
+    ("false", 1, 262_672_384),  # untied: the output layer's own weight, once
+    ("false", 2, 262_672_384),
+    ("true", 1, 4_096),  # tied on the embedding's rank: the embedding's weight serves it
+    ("true", 2, 262_672_384),  # tied, on another rank: a copy of the word embedding
+])
+def test_the_head_holds_its_output_layer_once(tied, pp, head):
+    sc = load_scenario_text(f"name: h\ncluster: {{nodes: 1, node: {{preset: dgx-h100}}}}\nmodel: {{preset: llama3-8b, "
+                            f"tied_embeddings: {tied}}}\ntraining: {{global_batch: 8, micro_batch: 1}}\n"
+                            f"parallel: {{tp: 2, pp: {pp}, dp: {4 // pp}}}\n", "h.yaml")
+    plan = make_plan(sc)
+    units = [u for vs in sorted(plan.chunk_units) for u in plan.chunk_units[vs]]
+    assert [u.params for u in units if u.name == "head"] == [head]
+
+
 def test_scenario_file_error_names_line_and_key():
     with pytest.raises(ScenarioError) as err:
         _scenario(extra=", first_chunk_layers: 3")

@@ -282,7 +282,7 @@ def params_of(m: ModelSpec, sc: Scenario, split: Split | None = None) -> Params:
     dense = M.dense_layer_params(m, bool(m.experts)) / t
     expert = M.routed_params(m) / ((par.etp or t) * par.ep) if m.experts else 0.0
     first = m.vocab * m.hidden / t + (m.seq_len * m.hidden if M.learned_positions(m) else 0)
-    last = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or head_apart(par)) else 0)
+    last = M.head_params(m) + (m.vocab * m.hidden / t if (m.tied_embeddings and head_apart(par)) else 0)
     if not m.tied_embeddings:
         last -= m.vocab * m.hidden * (1 - 1 / t)
     lead = M.dense_layer_params(m, False) / t if m.experts else 0.0
@@ -714,12 +714,13 @@ def _hsdp(sc: Scenario, params_: Params, held: tuple[float, float], edp: Sequenc
     builder.py emits it: ZeRO-3 within each instance (:func:`_zero3`, the part above the micro-batch's compute
     exposed), then once a step each gradient shard reduced across the instances, beside the backward's tail but the
     last layer's (whole without overlap_grad_reduce), and, with outer sharding, the updated shards all-gathered
-    back after the step, exposed."""
+    across the instances in the first micro-batch's forward, before each unit's gather (``_hsdp_gather``): the part
+    of that micro-batch's traffic above its compute exposed, and a chunk's first layer's whole."""
     par = sc.parallel
     k, optim = par.num_distributed_optimizer_instances, par.outer_dp_sharding_strategy == "optim"
     lay = Layout.from_parallel(par, sc.gpus, par.order or None)
     dpcp = lay.dp_cp_group(0)
-    groups, outer = [], 0.0
+    groups, outer, gather, first = [], 0.0, 0.0, 0.0
     for params, layer, group in ((held[0], params_.layer_dense, dpcp), (held[1], params_.layer_expert, tuple(edp))):
         inner, across = hsdp_groups(group, k, group[0]) if group else ((), ())
         if not params or not inner:
@@ -730,9 +731,12 @@ def _hsdp(sc: Scenario, params_: Params, held: tuple[float, float], edp: Sequenc
             shard, out_link = params / len(inner), group_link_of(sc, across)
             tail = layer / len(inner) if par.overlap_grad_reduce else shard
             outer += ring_time("reduce_scatter" if optim else "all_reduce", len(across), tail * grad, out_link)
-            outer += ring_time("all_gather", len(across), shard * dtype, out_link) if optim else 0.0
+            if optim:
+                gather += ring_time("all_gather", len(across), shard * dtype, out_link)
+                first += ring_time("all_gather", len(across), layer / len(inner) * dtype, out_link)
     per_mb, t = _zero3(sc, s, tuple(groups), grad, dtype, micro)
-    return t + micro * max(0.0, per_mb - stage_s) + outer
+    mb0 = max(0.0, per_mb + gather - stage_s) - max(0.0, per_mb - stage_s) + par.virtual_stages * first
+    return t + micro * max(0.0, per_mb - stage_s) + outer + (mb0 if gather else 0.0)
 
 
 def _reduction(sc: Scenario, params_: Params, split: Split, s: int, which: int, params: float, d: int,

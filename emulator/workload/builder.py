@@ -91,6 +91,7 @@ class _RankBuilder(Emitter):
         self.pp_sent: dict[str, int] = {}  # pipeline send stream → its last send so far
         self.zero_ag: dict[tuple[int, str], int] = {}  # ZeRO-1/2 overlapped param gather, per unit
         self._hsdp_ops: list[int] = []  # HSDP: the gradient shards' reductions across the instances
+        self._hsdp_gathered: set[tuple[int, str]] = set()  # HSDP with optim: units whose shards are gathered
         self._z3_last: list[int] = []  # ZeRO-3: the last micro-batch's gradient reduce-scatters
         # fine-grained activation offloading: whether any layer sends anything to the host, the copy rate, each
         # offloaded unit's D2H copy, and the op before the last backward layer began (reloads wait on it)
@@ -144,7 +145,11 @@ class _RankBuilder(Emitter):
         return out
 
     def _zero3_gather(self, unit: Unit, vs: int, mb: int, phase: str, deps: list[int]) -> int:
-        """ZeRO-3: the unit's weights (the TP shard) gathered before its pass; the last op."""
+        """ZeRO-3: the unit's weights (the TP shard) gathered before its pass; the last op. With HSDP's outer
+        sharding, the unit's first forward gathers its shards across the instances first (:func:`_hsdp_gather`)."""
+        if phase == "F" and (vs, unit.name) not in self._hsdp_gathered:
+            self._hsdp_gathered.add((vs, unit.name))
+            deps = deps + self._hsdp_gather(unit, vs, mb, deps)
         last = -1
         for prefix, group, nbytes in self._zero3_groups(*self.plan.gathered(unit)):
             last = self._emit(kind=COLLECTIVE, stream="zero", name=f"mb{mb}.{unit.name}.{phase}.{prefix}zero3_ag",
@@ -581,17 +586,10 @@ class _RankBuilder(Emitter):
                                                               else [])))))
         if matrices:
             opt = self._newton_schulz(chunks, opt, d_dense, d_exp)
-        if outer and par.outer_dp_sharding_strategy == "optim":
-            self._hsdp_gather(opt)
         if 1 <= par.zero <= 2 and not _overlap_param_gather(par) and d_dense > 1:
             for bucket, dense, expert in self._buckets(par.grad_bucket):
                 vs, u = bucket[-1]
                 self._param_gather(u, vs, dense, expert, (opt,))
-
-    def _hsdp_units(self) -> list[tuple[int, Unit]]:
-        """HSDP's units in the order their gradients became ready."""
-        return sorted(((vs, u) for vs in self._my_chunks() for u in self.plan.chunk_units[vs]),
-                      key=lambda x: self.grad_ready[(x[0], x[1].name)])
 
     def _hsdp_outer(self, dense: float, expert: float) -> list[tuple[str, tuple[int, ...], float]]:
         """A unit's shards (``dense`` and ``expert`` bytes of the whole unit, sharded within the instance) and the
@@ -617,13 +615,21 @@ class _RankBuilder(Emitter):
                                              deps=inner or (self.grad_ready[(vs, u.name)],), category="comm",
                                              stage=vs, layer=u.layer))
 
-    def _hsdp_gather(self, after: int) -> None:
-        """HSDP with outer sharding: the updated weight shards all-gathered across the instances after the step."""
-        for vs, u in self._hsdp_units():
-            for prefix, group, nbytes in self._hsdp_outer(*self.plan.gathered(u)):
-                self._emit(kind=COLLECTIVE, stream="zero", name=f"{u.name}.{prefix}hsdp_all_gather",
-                           collective="all_gather", group=group, bytes=nbytes, deps=(after,), category="comm",
-                           stage=vs, layer=u.layer)
+    def _hsdp_gather(self, u: Unit, vs: int, mb: int, deps: list[int]) -> list[int]:
+        """HSDP with outer sharding (outer_dp_sharding_strategy optim): unit ``u``'s updated shards all-gathered
+        across the instances at its first forward of the step, before its gather within the instance, on a stream
+        of their own (megatron_fsdp.py @ d98e8a64dd ``all_gather_and_wait_parameters_ready``: the DP-Outer gather
+        "is performed at the beginning of a new optimization step cycle", with ``microbatch_count == 0``;
+        param_and_grad_buffer.py ``all_gather_params`` runs it on ``outer_fsdp_group_param_gather_stream``, after
+        the current stream, and the inner gather's stream waits for it). The step's gathers are the next step's, as
+        ZeRO 1's overlapped ones (:func:`_param_gathers_first`). ASSUMPTION: a unit's dense and expert gathers
+        within the instance both wait for both its outer gathers. The ops; none otherwise."""
+        if self.plan.sc.parallel.outer_dp_sharding_strategy != "optim":
+            return []
+        return [self._emit(kind=COLLECTIVE, stream="hsdp", name=f"mb{mb}.{u.name}.{prefix}hsdp_all_gather",
+                           collective="all_gather", group=group, bytes=nbytes, deps=tuple(deps), category="comm",
+                           microbatch=mb, stage=vs, layer=u.layer)
+                for prefix, group, nbytes in self._hsdp_outer(*self.plan.gathered(u))]
 
     def _muon_chunks(self) -> tuple[MU.Chunk, ...]:
         """Each model chunk's weights as Megatron-Core's Muon sees them (muon.chunk): the matrices it

@@ -215,10 +215,11 @@ def _head_unit(plan: Plan, L: Ly.LayerShape, k: int) -> list[Unit]:
     V = len(plan.chunk_layers)  # model chunks (pp·v; pp with dualpipe, whose 2·pp chunks hold two copies)
     units: list[Unit] = []
     if k == V - 1:
-        # tied embeddings share the word embedding's weight where the head is on the embedding's rank (pp 1, a V,
-        # or DualPipe's, each end rank holding an embedding and a head)
+        # its final norm, and its output layer's weight over TP: its own (untied), or a copy of a tied word
+        # embedding where the head is on another rank than the embedding's (not pp 1, a V, or DualPipe's, each end
+        # rank holding an embedding and a head)
         apart = not plan.dual and rank_of(V - 1, par.pp, plan.v_shape) != 0
-        p = M.head_params(m) + (m.vocab * m.hidden / t if (not m.tied_embeddings or apart) else 0)
+        p = M.head_params(m) + (m.vocab * m.hidden / t if (m.tied_embeddings and apart) else 0)
         if not m.tied_embeddings:
             p -= m.vocab * m.hidden * (1 - 1 / t)
         mtp = m.mtp_num_layers
