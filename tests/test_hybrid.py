@@ -168,11 +168,12 @@ def test_a_pattern_of_attention_and_mlp_is_the_transformer(pp, dp, schedule, tmp
     """ "*-*-*-*-" runs the kernels of four transformer layers, in the same order: the same step, MFU, memory and
     closed form; with recompute modules too (layernorm: one norm a part, mlp: the MLP part's). (The host's cost is
     off in BASE: the host issues each layer's steps as one op, so a transformer layer issued as two hybrid layers
-    lets the GPU start sooner where the host is the bound.)"""
+    lets the GPU start sooner where the host is the bound. One gradient bucket: with several, the bucket bounds fall
+    between a layer's two halves in the one and between layers in the other, and the last bucket differs.)"""
     def spelled(text: str) -> str:  # the schedule, or a training section of recompute modules that replaces BASE's
         if "training" in schedule:
             text = text.replace("training: {global_batch: 16, micro_batch: 1, attention: flash}\n", "")
-        return text.replace("sequence_parallel: true", "sequence_parallel: true" + schedule)
+        return text.replace("sequence_parallel: true", "sequence_parallel: true, grad_bucket: 100 GB" + schedule)
     gpt = spelled(BASE % (4, "", pp, dp))
     hyb = spelled(BASE % (8, ', hybrid_layer_pattern: "*-*-*-*-"', pp, dp))
     a, b = _summary(gpt, tmp_path, capsys), _summary(hyb, tmp_path, capsys)
