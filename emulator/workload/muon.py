@@ -60,10 +60,12 @@ Sources (Megatron-LM @ d98e8a64dd, NVIDIA-NeMo/Emerging-Optimizers @ fd77292):
   (workload/layer_wise.py: the legacy ping-pong by size under dist_muon, the layout path's LPT by Newton–Schulz cost
   under muon at ZeRO 1). The step is costed on the rank that draws the most Newton–Schulz seconds, as the weights'
   all-gather after it waits for the slowest rank. ASSUMPTION: the heaviest dense share and the heaviest expert share
-  fall on one rank (an upper bound; exact where either group is 1 or deals evenly). The legacy deal counts Adam's
-  1-D parameters ahead of the matrices (smaller than any, they shift the loop): the norms (two a layer, MLA's q and
-  kv norms, twice with LayerNorm's shift) and the linear biases; ASSUMPTION: the other 1-D parameters (the final
-  norm, DeepSeek-V4's sinks and compressor norms, DSA's k_norm, mHC's scalars) are left out.
+  fall on one rank (an upper bound; exact where either group is 1 or deals evenly). The legacy deal takes Adam's
+  parameters too: the 1-D ones ahead of the matrices (smaller than any, they shift the loop: the layers' norms, two
+  a layer, MLA's q and kv norms, twice with LayerNorm's shift, the linear biases and the final norm), and the
+  embeddings and the output layer, dealt whole (the largest, they go last; their 12 B of Adam state land on one
+  rank: ``dealt_state_bytes``). ASSUMPTION: the other 1-D parameters (DeepSeek-V4's sinks and compressor norms,
+  DSA's k_norm, mHC's scalars) are left out, and the step's elementwise stream is the mean share's.
 """
 from __future__ import annotations
 
@@ -191,15 +193,6 @@ def _sharded(rows: int, cols: int, dim: int, t: int, mode: str, expert: bool = F
     return Matrix(rows, cols, split=t, expert=expert, dim=dim)
 
 
-def _times(mx: Matrix, count: float) -> Matrix:
-    return replace(mx, count=mx.count * count)
-
-
-def times(matrices: tuple[Matrix, ...], count: float) -> tuple[Matrix, ...]:
-    """``matrices`` of ``count`` layers alike."""
-    return tuple(_times(x, count) for x in matrices) if count else ()
-
-
 def _attention(r: ModelSpec, t: int, mode: str, split_qkv: bool) -> list[Matrix]:
     """The attention's weight matrices (MLA's four projections and the output; or QKV and the output)."""
     h, a = r.hidden, r.heads
@@ -275,7 +268,7 @@ def layer_matrices(m: ModelSpec, layer: int, par: ParallelSpec, tr: TrainingSpec
     if r.moe_latent_size:  # fc1_latent_proj and fc2_latent_proj, whole on every rank
         out += [Matrix(r.moe_latent_size, r.hidden), Matrix(r.hidden, r.moe_latent_size)]
     local = r.experts / par.ep
-    out += [_times(x, local) for x in _mlp(M.expert_ffn(r), width, r.swiglu, par.etp or t, mode, True)]
+    out += [replace(x, count=x.count * local) for x in _mlp(M.expert_ffn(r), width, r.swiglu, par.etp or t, mode, True)]
     return tuple(out)
 
 
