@@ -98,3 +98,24 @@ def test_the_closed_form_deals_as_the_builder(optimizer):
         if op.name in ("optimizer", "newton_schulz"):
             step[op.rank] = step.get(op.rank, 0.0) + op.duration
     assert estimate_iteration(sc).optimizer_s == max(step.values())
+
+
+def test_the_summary_says_how_uneven_the_deal_is():
+    from emulator.run.simulation import _layer_wise_notes
+    from emulator.scenario.units import format_time
+
+    text = ("name: m\ncluster: {nodes: 1, node: {preset: dgx-h100}}\nmodel: {preset: gpt3-125m}\n"
+            "training: {global_batch: 16, micro_batch: 1, optimizer: dist_muon}\n"
+            "parallel: {tp: 1, pp: 1, dp: 8, zero: 1, overlap_param_gather: false}\n")
+    sc = load_scenario_text(text, "m.yaml")
+    heavy = next(op.duration for op in build_program(sc).ops if op.rank == 0 and op.name == "newton_schulz")
+    # test_muon.py's ping-pong: rank 0 holds two QKVs (six 768×768 blocks) and four fcs; the mean share is 12 layers'
+    # 3 QKV blocks, a proj and 2 fcs over 8 ranks: six blocks and three fcs, one 3072×768 fc less than the heaviest
+    fc = MU.ns_cost(3072, 768, 5, sc.cluster.node.gpu)[0]
+    mean = heavy - fc
+    assert _layer_wise_notes(sc) == [
+        f"training.optimizer dist_muon: Megatron-Core's layer-wise optimizer deals whole parameters; the heaviest "
+        f"rank of pipeline rank 0 runs {format_time(heavy)} of Newton-Schulz a step, the mean share "
+        f"{format_time(mean)} ({heavy / mean:.2f}x)"]
+    assert _layer_wise_notes(load_scenario_text(text.replace("dist_muon", "muon").replace("zero: 1", "zero: 0"),
+                                                "m.yaml")) == []  # plain Muon steps all of its own

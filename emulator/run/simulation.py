@@ -59,7 +59,7 @@ def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) 
     if scenario.workload.profile is not None and (pr is None or not pr.peak_memory):
         note += ("; memory of a profiled workload: the model-shape estimate (a kernel profile does not record "
                  "the script's own allocations; give workload.profiled.peak_memory to scale the measured peak)")
-    notes = [note, *_overlap_notes(scenario)]
+    notes = [note, *_overlap_notes(scenario), *_layer_wise_notes(scenario)]
     with _collector_paused():
         if fold is None:  # simulate every rank; build the representatives once and stamp the copies
             pfold = program_fold(scenario)
@@ -82,6 +82,31 @@ def _overlap_notes(scenario: Scenario) -> list[str]:
         return ["parallel.tp_comm_overlap: no overlap in the steps (Megatron-Core's TELinear turns it off for the "
                 "whole model when it builds MLA's down-projections); its Userbuffers are still allocated"]
     return []
+
+
+def _layer_wise_notes(scenario: Scenario) -> list[str]:
+    """Under Megatron-Core's layer-wise optimizer (workload/layer_wise.py), how uneven the deal of whole parameters
+    is: the pipeline rank whose heaviest data-parallel rank runs the most Newton–Schulz work, against its mean share."""
+    from emulator.scenario.units import format_time
+    from emulator.workload import models as M
+    from emulator.workload import muon as MU
+    from emulator.workload.memory import expert_dp, held_stages, muon_chunks
+
+    tr, par, node = scenario.training, scenario.parallel, scenario.cluster.node
+    if scenario.model is None or node is None or not (MU.is_muon(tr) and MU.layer_wise(tr, par)):
+        return []
+    from emulator.workload.plan import grad_reduce_bytes
+
+    m, d, d_exp = M.resolve(scenario.model), par.dp * par.cp, expert_dp(par)
+    bucket = MU.layout_bucket(par, grad_reduce_bytes(tr.precision, tr.grad_reduce))
+    heavy, mean, r = max((MU.rank_ns(c, tr, par, node.gpu, d, d_exp, bucket).seconds,
+                          MU.mean_ns_seconds(c, tr, par, node.gpu, d, d_exp), r)
+                         for r, c in ((r, muon_chunks(scenario, m, held_stages(par, r))) for r in range(par.pp)))
+    if not mean:
+        return []
+    return [f"training.optimizer {tr.optimizer}: Megatron-Core's layer-wise optimizer deals whole parameters; the "
+            f"heaviest rank of pipeline rank {r} runs {format_time(heavy)} of Newton-Schulz a step, the mean share "
+            f"{format_time(mean)} ({heavy / mean:.2f}x)"]
 
 
 def _refused_note(note: str, refused: str) -> str:

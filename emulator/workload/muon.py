@@ -421,6 +421,16 @@ def dealt_state_bytes(chunks: tuple[Chunk, ...], tr: TrainingSpec, par: Parallel
     return out
 
 
+def mean_ns_seconds(chunks: tuple[Chunk, ...], tr: TrainingSpec, par: ParallelSpec, gpu: GpuSpec, d_dense: int,
+                    d_expert: int) -> float:
+    """Newton–Schulz seconds of the mean share of ``chunks``' matrices: the dense over ``d_dense`` ranks, the
+    experts' over ``d_expert`` (all of them unless the layer-wise optimizer deals them), what a rank would run were
+    the parameters split evenly."""
+    dtype = ns_dtype(tr)
+    return sum(sum(_ns(x, tr, gpu, dtype).seconds for c in chunks for x in _expand(c.matrices) if x.expert == expert)
+               / d for expert, d in _groups(tr, par, d_dense, d_expert))
+
+
 def rank_ns(chunks: tuple[Chunk, ...], tr: TrainingSpec, par: ParallelSpec, gpu: GpuSpec, d_dense: int,
             d_expert: int, bucket: int | None = None) -> NsCost:
     """One rank's Newton–Schulz work on the matrices of its model ``chunks``: all of them under muon at ZeRO 0;
