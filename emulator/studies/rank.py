@@ -213,16 +213,10 @@ def split_of(m: ModelSpec, par: ParallelSpec) -> Split:
                       for ks in stage_layers(tuple(range(len(plan.layers))), p, vee))
     kinds: tuple[tuple[tuple[int, bool, bool], ...], ...] = ()
     if M.layers_differ(m):  # each stage's chunks' layers' kinds
-        chunk = [tuple(_kind(m, i) for i in range(a, a + n)) for a, n in zip(starts, plan.layers)]
+        chunk = [tuple(M.layer_kind(m, i) for i in range(a, a + n)) for a, n in zip(starts, plan.layers)]
         kinds = tuple(sum((chunk[k] for k in ks), ()) for ks in stage_layers(tuple(range(len(plan.layers))), p, vee))
     return Split(stage_layers(plan.layers, p, vee), tuple(sum(c) for c in stage_layers(lead, p, vee)), mtp, parts,
-                 hybrid.mtp_pattern(m) if m.hybrid_layer_pattern else "", kinds, _kind(m, m.layers + 1))
-
-
-def _kind(m: ModelSpec, layer: int) -> tuple[int, bool, bool]:
-    """Layer ``layer``'s attention kind (its compression ratio, whether it reuses a DSA top-k) and whether it is a
-    dense leading layer."""
-    return M.compress_ratio(m, layer), M.dsa_skips(m, layer), bool(m.experts) and not M.is_moe_layer(m, layer)
+                 hybrid.mtp_pattern(m) if m.hybrid_layer_pattern else "", kinds, M.layer_kind(m, m.layers + 1))
 
 
 @dataclass(frozen=True)

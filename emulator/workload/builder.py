@@ -147,7 +147,8 @@ class _RankBuilder(Emitter):
     def _zero3_gather(self, unit: Unit, vs: int, mb: int, phase: str, deps: list[int]) -> int:
         """ZeRO-3: the unit's weights (the TP shard) gathered before its pass; the last op. With HSDP's outer
         sharding, the unit's first forward gathers its shards across the instances first (:func:`_hsdp_gather`)."""
-        if phase == "F" and (vs, unit.name) not in self._hsdp_gathered:
+        if phase == "F" and self.plan.sc.parallel.outer_dp_sharding_strategy == "optim" \
+                and (vs, unit.name) not in self._hsdp_gathered:
             self._hsdp_gathered.add((vs, unit.name))
             deps = deps + self._hsdp_gather(unit, vs, mb, deps)
         last = -1
@@ -623,9 +624,7 @@ class _RankBuilder(Emitter):
         param_and_grad_buffer.py ``all_gather_params`` runs it on ``outer_fsdp_group_param_gather_stream``, after
         the current stream, and the inner gather's stream waits for it). The step's gathers are the next step's, as
         ZeRO 1's overlapped ones (:func:`_param_gathers_first`). ASSUMPTION: a unit's dense and expert gathers
-        within the instance both wait for both its outer gathers. The ops; none otherwise."""
-        if self.plan.sc.parallel.outer_dp_sharding_strategy != "optim":
-            return []
+        within the instance both wait for both its outer gathers. The ops (none without instances)."""
         return [self._emit(kind=COLLECTIVE, stream="hsdp", name=f"mb{mb}.{u.name}.{prefix}hsdp_all_gather",
                            collective="all_gather", group=group, bytes=nbytes, deps=tuple(deps), category="comm",
                            microbatch=mb, stage=vs, layer=u.layer)

@@ -601,8 +601,7 @@ def muon_chunks(sc: Scenario, m: ModelSpec, held: list[int]) -> tuple[MU.Chunk, 
     out, start = [], 0
     for vs, count in enumerate(plan.layers):
         if rank_of(vs, par.pp, v_shape) in held:
-            layers = [first.setdefault((M.compress_ratio(m, i), M.dsa_skips(m, i), M.is_moe_layer(m, i)), i)
-                      for i in range(start, start + count)]
+            layers = [first.setdefault(M.layer_kind(m, i), i) for i in range(start, start + count)]
             mtp = (1 if m.mtp_use_repeated_layer else plan.mtp) if vs == plan.mtp_chunk else 0
             out.append(MU.chunk(m, par, tr, layers, mtp, vs == 0, vs == len(plan.layers) - 1))
         start += count

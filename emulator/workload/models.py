@@ -387,6 +387,12 @@ def is_moe_layer(spec: ModelSpec, layer: int) -> bool:
     return bool(spec.experts) and layer >= spec.first_dense_layers
 
 
+def layer_kind(spec: ModelSpec, layer: int) -> tuple[int, bool, bool]:
+    """Layer ``layer``'s kind, alike wherever layers of one kind are: its attention (its compression ratio, whether
+    it reuses a DSA top-k) and whether it is a dense leading layer of an MoE model."""
+    return compress_ratio(spec, layer), dsa_skips(spec, layer), bool(spec.experts) and not is_moe_layer(spec, layer)
+
+
 def layer_parts(spec: ModelSpec, layer: int) -> str:
     """What layer ``layer`` runs (hybrid.py's symbols): a hybrid model's pattern symbol, else a transformer
     layer's attention and its MLP, "*E" where it has experts and "*-" where not. An index past the decoder
