@@ -12,7 +12,11 @@ Semantics (DESIGN.md, "The IR"):
   the k-th collective a rank issues on a group matches the k-th of every other
   member (NCCL's rule);
 - a send and a recv match on (src, dst, tag), first in first out, and both
-  complete when the last byte arrives.
+  complete when the last byte arrives;
+- with one hardware queue a GPU (``parallel.cuda_device_max_connections: 1``), an op is
+  also launched only once the op its rank issued before it has been launched: compute ops
+  are issued in program order, any other op right after its last prerequisite
+  (``emulator.run.wiring.issue_order``).
 
 Units are SI: seconds, bytes, FLOPs.
 

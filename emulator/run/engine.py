@@ -5,7 +5,10 @@ streams, the rendezvous of collectives (the calls of a communicator match in pro
 order, as NCCL matches them in issue order, whatever stream each runs on), send/recv
 matching by (src, dst, tag), the sharing of one GPU by compute ops on several of its
 streams (``emulator.devices.sharing``; a rank with one compute stream keeps the fast
-path below), and deadlock detection. It records one Span per op (``emulator.spans.SpanTable``).
+path below), one hardware queue a GPU where the job sets CUDA_DEVICE_MAX_CONNECTIONS=1 (``one_queue``: an
+op is launched only after the op its rank issued before it, ``wiring.issue_order``, so an op that waits for
+its stream or a dep holds back every op issued after it), and deadlock detection. It records one Span
+per op (``emulator.spans.SpanTable``).
 
 Hot path notes: ops are indexed by position; each op keeps a counter of unmet
 prerequisites (its deps plus the previous op on its stream), in flat arrays; no SimPy process
@@ -62,7 +65,7 @@ from emulator.run.deadlock import DeadlockError, deadlock_report
 from emulator.run.folding import Stamped, back
 from emulator.run.private import PrivateRuns
 from emulator.run.shared_gpus import SharedGpus
-from emulator.run.wiring import OpFields, call_numbers, sharing, wire
+from emulator.run.wiring import OpFields, call_numbers, issue_order, sharing, wire
 from emulator.spans import SpanTable
 
 __all__ = ["BLOCK", "DeadlockError", "Engine", "PROGRESS_EVERY"]
@@ -90,7 +93,7 @@ class Engine:
 
     def __init__(self, program: Program, collectives: CollectiveModel, capacity: list[float],
                  gpus: dict[int, Gpu], progress: Callable[[float, int], None] | None = None,
-                 blocks: bool = True) -> None:
+                 blocks: bool = True, one_queue: bool = False) -> None:
         self.program = program
         self.env = simpy.Environment()
         self.fabric = Fabric(self.env, capacity)
@@ -130,6 +133,11 @@ class Engine:
         to = self.to
         self.succ = [tuple(to[a:b]) for a, b in zip(self.off, self.off[1:])]
         self.call = call_numbers(self.tops)
+        # one hardware queue (``one_queue``): an op is launched only once the op its rank issued before it is
+        self.issue_next: array[int] | None = issue_order(self.tops) if one_queue else None
+        for j in self.issue_next or ():
+            if j >= 0:
+                wait[j] += 1
         self.shares = sharing(self.tops)
         self.shared = SharedGpus(self.env, overlap, self._kernels_ended)
         # flat arrays, not lists: no float object per op, and nothing for the garbage collector
@@ -235,10 +243,19 @@ class Engine:
         succ, waiting, ready_at, kind = self.succ, self.waiting, self.ready_at, self.kind
         listening, owe = bool(self.fabric.listeners), self.fabric.owe
         runs, early = self.runs, self.early
+        nxt = self.issue_next
         while ready:
             i = ready.pop()
             k, t = divmod(i, T)
             at = ready_at[i]
+            if nxt is not None and nxt[t] >= 0:  # launched: the next op issued may be launched too
+                j = nxt[t] + i - t
+                if ready_at[j] < at:
+                    ready_at[j] = at
+                w = waiting[j] - 1
+                waiting[j] = w
+                if not w:
+                    ready.append(j)
             if not timed[t]:
                 if at > now:
                     if not (early[t] and self._issue(i, k, t, at)):

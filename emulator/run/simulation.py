@@ -297,7 +297,9 @@ def _run_program(program: Program, scenario: Scenario, progress: Progress | None
 
     try:  # routes are worked out while the engine prepares its plans, and while it runs
         with _collector_paused(set_aside=True):
-            engine = Engine(program, model, topo.capacity, gpus, progress, blocks=not cluster.timed)
+            engine = Engine(program, model, topo.capacity, gpus, progress, blocks=not cluster.timed,
+                            one_queue=scenario.parallel.cuda_device_max_connections == 1
+                            and not scenario.workload.trace)
             if record_links:
                 engine.fabric.listeners.append(record)
             schedule = FaultSchedule(engine.env, engine.fabric, topo, cluster.timed, model.link_alias)

@@ -75,6 +75,51 @@ def wire(ops: list[Op]) -> tuple[array[int], array[int], list[int]]:
     return (*by_source(src, dst, n), wait)
 
 
+# Streams whose ops the host issues in program order, from the training loop itself: the compute stream, and the
+# host's own time. Every other stream's op is issued by a hook the moment its last prerequisite is issued.
+ISSUED_IN_PLACE = frozenset({"compute", "cpu"})
+# The longest key of ``issue_order`` (hooks on hooks on ...): it bounds the keys' memory on a long chain of
+# hooked ops, each on the one before (deeper ones are placed right behind their prerequisite, not after it).
+MAX_HOOK_DEPTH = 8
+
+
+def issue_order(ops: list[Op]) -> array[int]:
+    """Per template op, the next GPU op its rank issues (-1 for the last). Host ops (stream ``cpu``) take no
+    place in the GPU's queue.
+
+    The host issues compute ops in program order. Any other op it issues from a hook, as soon as it has issued
+    the op's last prerequisite (its deps and its stream's previous op): a gradient bucket's reduce-scatter right
+    after the backward that fills the bucket (Megatron-Core's ``register_grad_ready``), wherever the builder
+    wrote it; ops hooked on the same one keep their program order. An op with no deps stays where it was
+    written. Each op gets a key of program positions, compared as tuples: a compute op's, or a dep-less one's,
+    is its own position; a hooked op's is its last prerequisite's key with its own position after it (past
+    ``MAX_HOOK_DEPTH`` hooks on hooks, the prerequisite's last position replaced by its own: right behind it,
+    no deeper). A prerequisite's key is always lower, so the order is a topological one, and a single queue
+    adds no cycle to the program."""
+    n = len(ops)
+    ids = [op.id for op in ops]
+    index: dict[int, int] | None = None if ids == list(range(n)) else dict(zip(ids, range(n)))
+    last_on_stream: dict[tuple[int, str], int] = {}
+    keys: list[tuple[int, ...]] = [()] * n
+    for i, op in enumerate(ops):
+        prev = last_on_stream.get((op.rank, op.stream))
+        last_on_stream[(op.rank, op.stream)] = i
+        if op.stream in ISSUED_IN_PLACE or not op.deps:
+            keys[i] = (i,)
+            continue
+        pre = [d if index is None else index[d] for d in op.deps] + ([prev] if prev is not None else [])
+        top = keys[max(pre, key=keys.__getitem__)]
+        keys[i] = (*top, i) if len(top) < MAX_HOOK_DEPTH else (*top[:-1], i)
+    out = array("q", [-1]) * n
+    by_rank: dict[int, list[int]] = {}
+    for i in sorted((i for i, op in enumerate(ops) if op.stream != "cpu"), key=keys.__getitem__):
+        by_rank.setdefault(ops[i].rank, []).append(i)
+    for order in by_rank.values():
+        for a, b in zip(order, order[1:]):
+            out[a] = b
+    return out
+
+
 def call_numbers(ops: list[Op]) -> array[int]:
     """Per template op, its call number on its (rank, group) communicator, in program order
     (-1 for other ops). NCCL matches the calls of a communicator in the order each rank

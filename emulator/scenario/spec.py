@@ -848,6 +848,13 @@ class ParallelSpec:
         "ZeRO-1/2: the distributed optimizer's (or dist_muon's) parameter all-gather overlaps the next iteration's "
         "forward, bucket by bucket; absent: as overlap_grad_reduce.", default=None)
     # overlap_grad_reduce (Megatron's --overlap-param-gather, which NeMo's recipes turn on with it)
+    # the job's CUDA_DEVICE_MAX_CONNECTIONS (emulator/run/wiring.py issue_order: one hardware queue)
+    cuda_device_max_connections: int = key(
+        "The job's CUDA_DEVICE_MAX_CONNECTIONS: the hardware queues a GPU feeds its streams through; 0 (the default): "
+        "not set (CUDA's 8, ASSUMPTION: a queue per stream). 1, as Megatron-Core asks for with tp or cp > 1 before "
+        "Blackwell (training/arguments.py) and Megatron-Bridge's H100 recipes set: one queue, where a kernel that "
+        "waits for another stream holds back every kernel issued after it (a gradient bucket's reduce-scatter "
+        "behind the one before it stalls the backward issued after it).", default=0, minimum=0, maximum=32)
     grad_bucket: float = key('Gradient bucket size, e.g. "25 MB".', default=25e6 * 4, unit="bytes", positive=True)
     order: tuple[str, ...] = key(
         "Rank placement, slowest to fastest axis, e.g. [pp, dp, cp, tp] (Megatron's, the default: TP fastest inside "

@@ -89,7 +89,11 @@ class _RankBuilder(Emitter):
         self.edp_in, self.edp_out = hsdp_groups(self.edp, k, rank)
         self.grad_ready: dict[tuple[int, str], int] = {}  # (vs, unit) → op id of its last backward
         self.pp_sent: dict[str, int] = {}  # pipeline send stream → its last send so far
-        self.zero_ag: dict[tuple[int, str], int] = {}  # ZeRO-1/2 overlapped param gather, per unit
+        # ZeRO-1/2 overlapped param gathers: each unit's bucket, each bucket's (first unit, stage, bytes), and the
+        # op of each issued so far (``_zero_ag``)
+        self._ag_bucket: dict[tuple[int, str], int] = {}
+        self._ag_plan: list[tuple[Unit, int, float, float]] = []
+        self._ag_ops: list[int | None] = []
         self._hsdp_ops: list[int] = []  # HSDP: the gradient shards' reductions across the instances
         self._hsdp_gathered: set[tuple[int, str]] = set()  # HSDP with optim: units whose shards are gathered
         self._z3_last: list[int] = []  # ZeRO-3: the last micro-batch's gradient reduce-scatters
@@ -350,8 +354,9 @@ class _RankBuilder(Emitter):
             udeps = deps + self._carry
             if zero3:
                 udeps.append(prefetch[i])
-            if fwd and (vs, unit.name) in self.zero_ag:
-                udeps.append(self.zero_ag[(vs, unit.name)])
+            ag = self._zero_ag(vs, unit.name) if fwd else None
+            if ag is not None:
+                udeps.append(ag)
             if not fwd:
                 udeps = self._reload_before(unit, vs, mb, udeps)
             elif self._cpu_k:
@@ -376,8 +381,9 @@ class _RankBuilder(Emitter):
     # --- Megatron-Core's 1F1B all-to-all overlap (overlap_moe_expert_parallel_comm) ----------------
     def _plain(self, unit: Unit, fwd: bool, mb: int, vs: int, deps: list[int]) -> list[int]:
         """One unit's forward or whole backward, alone; returns the comms it leaves running."""
-        if fwd and (vs, unit.name) in self.zero_ag:
-            deps = deps + [self.zero_ag[(vs, unit.name)]]
+        ag = self._zero_ag(vs, unit.name) if fwd else None
+        if ag is not None:
+            deps = deps + [ag]
         if not fwd:
             deps = self._reload_before(unit, vs, mb, deps)
         _first, last = self._emit_steps(unit.fwd if fwd else unit.bwd, deps, self._where(unit, fwd, mb, vs))
@@ -414,8 +420,9 @@ class _RankBuilder(Emitter):
             return None
         delay = self.plan.sc.parallel.delay_wgrad_compute
         fw, bw = self._where(fu, True, *f), self._where(bu, False, *b)
-        if (f[1], fu.name) in self.zero_ag:
-            f_wait = f_wait + [self.zero_ag[(f[1], fu.name)]]
+        ag = self._zero_ag(f[1], fu.name)
+        if ag is not None:
+            f_wait = f_wait + [ag]
         b_wait = self._segment(bs[0], self._reload_before(bu, b[1], b[0], b_wait), bw)  # the unpermute backward
         combine_bwd = self._a2a(bs[1], bw)
         f_wait = self._segment(fs[0], f_wait, fw)  # attention, router, permute
@@ -520,11 +527,11 @@ class _RankBuilder(Emitter):
         return [self._vs(c) for c in range(self.plan.v)]
 
     def _param_gathers_first(self) -> None:
-        """ZeRO-1/2 with overlap: this step's parameter all-gathers, before each bucket's forward."""
+        """ZeRO-1/2 with overlap: this step's parameter all-gathers, a bucket each, in the forward's order (the
+        reverse of the gradients'); the first is issued now, the others by ``_zero_ag``."""
         par = self.plan.sc.parallel
         if not (1 <= par.zero <= 2 and _overlap_param_gather(par) and len(self.dpcp) > 1):
             return
-        # Bucket order for the forward: the reverse of the gradient order (first layers first).
         units = [(vs, u) for vs in self._my_chunks() for u in self.plan.chunk_units[vs]]
         cur, nbytes, dense, expert = [], 0.0, 0.0, 0.0
         for i, (vs, u) in enumerate(units):
@@ -532,11 +539,28 @@ class _RankBuilder(Emitter):
             d, e = self.plan.gathered(u)
             nbytes, dense, expert = nbytes + (d + e), dense + d, expert + e
             if nbytes >= par.grad_bucket or i == len(units) - 1:
-                oid = self._param_gather(cur[0][1], vs, dense, expert, ())
                 for key in cur:
-                    if oid >= 0:
-                        self.zero_ag[(key[0], key[1].name)] = oid
+                    self._ag_bucket[(key[0], key[1].name)] = len(self._ag_plan)
+                self._ag_plan.append((cur[0][1], vs, dense, expert))
                 cur, nbytes, dense, expert = [], 0.0, 0.0, 0.0
+        self._issue_gathers(0)
+
+    def _issue_gathers(self, last: int) -> None:
+        """Issue the planned parameter all-gathers up to bucket ``last`` (``_param_gathers_first``)."""
+        while len(self._ag_ops) <= min(last, len(self._ag_plan) - 1):
+            oid = self._param_gather(*self._ag_plan[len(self._ag_ops)], ())
+            self._ag_ops.append(oid if oid >= 0 else None)
+
+    def _zero_ag(self, vs: int, name: str) -> int | None:
+        """The all-gather that unit ``name``'s forward waits for (None: none). As Megatron-Core's forward pre-hook
+        (param_and_grad_buffer.py @ d98e8a64dd ``finish_param_sync``), the unit's bucket's wait issues the next
+        bucket's all-gather: it runs under this bucket's forward, and a single hardware queue
+        (``parallel.cuda_device_max_connections`` 1) sees it issued there, not all at the step's start."""
+        b = self._ag_bucket.get((vs, name))
+        if b is None:
+            return None
+        self._issue_gathers(b + 1)
+        return self._ag_ops[b]
 
     def finish(self) -> None:
         par, tr = self.plan.sc.parallel, self.plan.sc.training
