@@ -89,3 +89,14 @@ def test_a_mix_of_jobs_refuses_one_queue_by_its_key():
     # the key's own line, 7
     assert str(info.value) == ("x.yaml:7: jobs[0].parallel.cuda_device_max_connections: one hardware queue is not "
                                "modelled in a mix of jobs yet: run the job alone, or remove it")
+
+
+def test_the_run_says_when_it_models_one_queue():
+    from emulator.run.simulation import build_workload
+
+    note = ("one hardware queue a GPU (parallel.cuda_device_max_connections: 1): an op waiting for its stream or a "
+            "dep holds back every op issued after it")
+    for queues, said in ((1, True), (0, False), (8, False)):
+        text = ZERO1.replace('grad_bucket: "1 B"}', f'grad_bucket: "1 B", cuda_device_max_connections: {queues}}}')
+        _, notes = build_workload(load_scenario_text(text))
+        assert (note in notes) is said

@@ -60,6 +60,9 @@ def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) 
         note += ("; memory of a profiled workload: the model-shape estimate (a kernel profile does not record "
                  "the script's own allocations; give workload.profiled.peak_memory to scale the measured peak)")
     notes = [note, *_overlap_notes(scenario), *_layer_wise_notes(scenario)]
+    if scenario.parallel.cuda_device_max_connections == 1:
+        notes.append("one hardware queue a GPU (parallel.cuda_device_max_connections: 1): an op waiting for its "
+                     "stream or a dep holds back every op issued after it")
     with _collector_paused():
         if fold is None:  # simulate every rank; build the representatives once and stamp the copies
             pfold = program_fold(scenario)
