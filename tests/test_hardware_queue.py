@@ -1,6 +1,7 @@
 """One hardware queue (parallel.cuda_device_max_connections: 1): a kernel waiting for another stream holds back
 every kernel issued after it (emulator/run/wiring.py issue_order, emulator/run/engine.py)."""
 import dataclasses
+from pathlib import Path
 
 import pytest
 from helpers import custom_scenario, star
@@ -10,6 +11,8 @@ from emulator.run.simulation import run_program
 from emulator.run.wiring import issue_order
 from emulator.scenario.reader import load_scenario_text
 from emulator.workload.builder import build_program
+
+V2_LITE_SCENARIO = str(Path(__file__).resolve().parents[1] / "scenarios" / "deepseek-v2-lite-moe-16-h100.yaml")
 
 
 def _bucketed() -> list[Op]:
@@ -78,17 +81,29 @@ def test_each_parameter_gather_is_issued_at_the_forward_of_the_bucket_before():
     assert names[i + 1].startswith("mb0.layer0.fwd") and names[i - 1].startswith("mb0.embed.fwd")
 
 
-def test_a_mix_of_jobs_refuses_one_queue_by_its_key():
-    from emulator.errors import ScenarioError
+V2_LITE = ("model: {preset: deepseek-v2-lite, moe_permute_fusion: true, moe_imbalance: 1.2}, "
+           "training: {global_batch: 32, micro_batch: 1, recompute: selective, attention: flash}, "
+           "parallel: {tp: 1, pp: 1, dp: 16, ep: 8, zero: 1%s}")
 
-    text = ("name: x\ncluster:\n  nodes: 2\n  node: dgx-a100\njobs:\n"
-            "  - {name: a, nodes: 1, model: {preset: gpt3-1.3b, layers: 4}, training: {global_batch: 8},\n"
-            "     parallel: {tp: 8, cuda_device_max_connections: 1}}\n")
-    with pytest.raises(ScenarioError) as info:
-        load_scenario_text(text, "x.yaml")
-    # the key's own line, 7
-    assert str(info.value) == ("x.yaml:7: jobs[0].parallel.cuda_device_max_connections: one hardware queue is not "
-                               "modelled in a mix of jobs yet: run the job alone, or remove it")
+
+def test_a_job_of_a_mix_with_one_queue_runs_as_it_runs_alone():
+    from emulator.run.simulation import simulate
+    from emulator.scenario.reader import load_scenario
+
+    # two DeepSeek-V2-Lite jobs of 2 DGX H100 each, one leaf apiece (nothing shared); job a sets one queue. Each
+    # runs, alone and in the mix, as scenarios/deepseek-v2-lite-moe-16-h100.yaml runs with its own setting.
+    text = ("name: two\ncluster: {nodes: 4, node: dgx-h100, fabric: {kind: fat_tree, leaf_size: 2}}\njobs:\n"
+            f"  - {{name: a, nodes: 2, placement: contiguous, {V2_LITE % ', cuda_device_max_connections: 1'}}}\n"
+            f"  - {{name: b, nodes: 2, placement: contiguous, {V2_LITE % ''}}}\n")
+    mix = simulate(load_scenario_text(text, "two.yaml"), record_links=False)
+    alone = {q: simulate(load_scenario(V2_LITE_SCENARIO, [f"parallel.cuda_device_max_connections={q}"]),
+                         record_links=False) for q in (0, 1)}
+    assert alone[1].iteration_time_s > alone[0].iteration_time_s  # the queue costs this model (the guide: 5 ms)
+    a, b = mix.jobs
+    assert a.alone_iteration_time_s == pytest.approx(alone[1].iteration_time_s, rel=1e-12)
+    assert b.alone_iteration_time_s == pytest.approx(alone[0].iteration_time_s, rel=1e-12)
+    assert a.iteration_time_s == pytest.approx(a.alone_iteration_time_s, rel=1e-12)
+    assert b.iteration_time_s == pytest.approx(b.alone_iteration_time_s, rel=1e-12)
 
 
 def test_the_run_says_when_it_models_one_queue():

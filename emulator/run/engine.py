@@ -5,7 +5,7 @@ streams, the rendezvous of collectives (the calls of a communicator match in pro
 order, as NCCL matches them in issue order, whatever stream each runs on), send/recv
 matching by (src, dst, tag), the sharing of one GPU by compute ops on several of its
 streams (``emulator.devices.sharing``; a rank with one compute stream keeps the fast
-path below), one hardware queue a GPU where the job sets CUDA_DEVICE_MAX_CONNECTIONS=1 (``one_queue``: an
+path below), one hardware queue a GPU where the job sets CUDA_DEVICE_MAX_CONNECTIONS=1 (``queued``: an
 op is launched only after the op its rank issued before it, ``wiring.issue_order``, so an op that waits for
 its stream or a dep holds back every op issued after it), and deadlock detection. It records one Span
 per op (``emulator.spans.SpanTable``).
@@ -48,7 +48,7 @@ block collectives take as long as the template's (``PrivateRuns._copies_alike``)
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any, Callable
 
 import simpy
@@ -93,7 +93,7 @@ class Engine:
 
     def __init__(self, program: Program, collectives: CollectiveModel, capacity: list[float],
                  gpus: dict[int, Gpu], progress: Callable[[float, int], None] | None = None,
-                 blocks: bool = True, one_queue: bool = False) -> None:
+                 blocks: bool = True, queued: Collection[int] = ()) -> None:
         self.program = program
         self.env = simpy.Environment()
         self.fabric = Fabric(self.env, capacity)
@@ -133,8 +133,9 @@ class Engine:
         to = self.to
         self.succ = [tuple(to[a:b]) for a, b in zip(self.off, self.off[1:])]
         self.call = call_numbers(self.tops)
-        # one hardware queue (``one_queue``): an op is launched only once the op its rank issued before it is
-        self.issue_next: array[int] | None = issue_order(self.tops) if one_queue else None
+        # one hardware queue on the GPUs of ``queued`` (template ranks): an op is launched only once the op its rank
+        # issued before it is
+        self.issue_next: array[int] | None = issue_order(self.tops, frozenset(queued)) if queued else None
         for j in self.issue_next or ():
             if j >= 0:
                 wait[j] += 1

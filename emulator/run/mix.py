@@ -99,7 +99,8 @@ def _alone(scenario: Scenario, j: int, placer: "_Placer") -> tuple[Result, Progr
         ops = placer.placed(j, fold)
         program = ops if fold is None else JobsProgram(ops.ranks, ops.ops, JobsFold([gpus], [fold], [frozenset()]))
         try:
-            return placer.runner.run(program, scenario, record_links=False, repeat=False), placer.facts[j]
+            return placer.runner.run(program, scenario, record_links=False, repeat=False,
+                                     queued=gpus if _one_queue(job) else ()), placer.facts[j]
         except FoldRefused:  # a fold in effect whose copies have other latencies
             fold = placer.folds[j] = _less(fold)
     js = job_scenario(scenario, job, fold=scenario.simulation.fold if alike else "off", iterations=iterations)
@@ -111,17 +112,23 @@ def _alone(scenario: Scenario, j: int, placer: "_Placer") -> tuple[Result, Progr
     if program.ranks > len(gpus):
         raise EmulatorError(f"{scenario.path or scenario.name}: job {job.name!r}: the workload has {program.ranks} "
                             f"ranks but the job has {len(gpus)} GPUs")
+    queued = range(len(gpus)) if _one_queue(job) else ()  # in the job's own numbering
     try:
-        return placer.runner.run(program, scenario, notes=notes, gpu_of=gpus), program
+        return placer.runner.run(program, scenario, notes=notes, gpu_of=gpus, queued=queued), program
     except FoldRefused:
         pass
     stamped = restamp(program, js)
     if stamped is not None:
         stamped.checked = True
-        return placer.runner.run(stamped, scenario, notes=notes, gpu_of=gpus), program
+        return placer.runner.run(stamped, scenario, notes=notes, gpu_of=gpus, queued=queued), program
     off = job_scenario(scenario, job, fold="off", iterations=iterations)
     program, notes = placer.runner.build(off, blocks=True)
-    return placer.runner.run(program, scenario, notes=notes, gpu_of=gpus), program
+    return placer.runner.run(program, scenario, notes=notes, gpu_of=gpus, queued=queued), program
+
+
+def _one_queue(job: JobSpec) -> bool:
+    """Whether a job's GPUs have one hardware queue (its ``parallel.cuda_device_max_connections`` 1)."""
+    return job.parallel.cuda_device_max_connections == 1 and not job.workload.trace
 
 
 @dataclass(frozen=True)
@@ -143,11 +150,12 @@ def _shared(scenario: Scenario, alone: list[tuple[AloneRun, Program]], placer: "
     used = [frozenset(i for i, b in enumerate(res.link_bytes) if b > 0) for res, _own in alone]
     others = [frozenset().union(*(u for k, u in enumerate(used) if k != j)) for j in range(len(used))]
     folds = list(placer.folds)
+    queued = [g for j, job in enumerate(scenario.jobs) if _one_queue(job) for g in placer.gpus[j]]
     while True:
         program = placer.together(folds, others)
         try:
             result = placer.runner.run(program, scenario, progress=progress, record_links=record_links,
-                                 notes=[_jobs_note(scenario, folds)], repeat=False)
+                                       notes=[_jobs_note(scenario, folds)], repeat=False, queued=queued)
             break
         except FoldRefused:
             j = getattr(program.fold, "last", -1)

@@ -20,7 +20,7 @@ import gc
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Collection, Iterable, Iterator, Sequence
 
 from emulator.devices.gpu import Gpu
 from emulator.errors import EmulatorError
@@ -261,19 +261,25 @@ def build_cluster(scenario: Scenario, fold: Fold | None = None, spread: str = "r
 
 def run_program(program: Program, scenario: Scenario, progress: Progress | None = None,
                 record_links: bool = True, notes: list[str] | None = None, repeat: bool = True,
-                spread: str = "refuse", gpu_of: Sequence[int] | None = None) -> Result:
+                spread: str = "refuse", gpu_of: Sequence[int] | None = None,
+                queued: Collection[int] | None = None) -> Result:
     """Run a Program on the scenario's cluster (``repeat``: run simulation.iterations copies
-    of it back to back; False: the program already holds them; ``spread``, ``gpu_of``: ``build_cluster``)."""
+    of it back to back; False: the program already holds them; ``spread``, ``gpu_of``: ``build_cluster``;
+    ``queued``: the ranks whose GPU has one hardware queue, None: every rank where the scenario sets
+    ``parallel.cuda_device_max_connections`` 1, for a model workload)."""
     t0 = time.perf_counter()
+    if queued is None:
+        one = scenario.parallel.cuda_device_max_connections == 1 and not scenario.workload.trace
+        queued = range(program.ranks) if one else ()
     try:
-        return _run_program(program, scenario, progress, record_links, notes, repeat, t0, spread, gpu_of)
+        return _run_program(program, scenario, progress, record_links, notes, repeat, t0, spread, gpu_of, queued)
     finally:
         gc.unfreeze()  # what the build and the preparation set aside is the collector's again
 
 
 def _run_program(program: Program, scenario: Scenario, progress: Progress | None, record_links: bool,
                  notes: list[str] | None, repeat: bool, t0: float, spread: str = "refuse",
-                 gpu_of: Sequence[int] | None = None) -> Result:
+                 gpu_of: Sequence[int] | None = None, queued: Collection[int] = ()) -> Result:
     with _collector_paused(set_aside=True):
         try:
             program.validate()
@@ -300,9 +306,7 @@ def _run_program(program: Program, scenario: Scenario, progress: Progress | None
 
     try:  # routes are worked out while the engine prepares its plans, and while it runs
         with _collector_paused(set_aside=True):
-            engine = Engine(program, model, topo.capacity, gpus, progress, blocks=not cluster.timed,
-                            one_queue=scenario.parallel.cuda_device_max_connections == 1
-                            and not scenario.workload.trace)
+            engine = Engine(program, model, topo.capacity, gpus, progress, blocks=not cluster.timed, queued=queued)
             if record_links:
                 engine.fabric.listeners.append(record)
             schedule = FaultSchedule(engine.env, engine.fabric, topo, cluster.timed, model.link_alias)

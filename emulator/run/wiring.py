@@ -83,9 +83,9 @@ ISSUED_IN_PLACE = frozenset({"compute", "cpu"})
 MAX_HOOK_DEPTH = 8
 
 
-def issue_order(ops: list[Op]) -> array[int]:
+def issue_order(ops: list[Op], ranks: frozenset[int] | None = None) -> array[int]:
     """Per template op, the next GPU op its rank issues (-1 for the last). Host ops (stream ``cpu``) take no
-    place in the GPU's queue.
+    place in the GPU's queue; ``ranks``: the ranks with one queue (None: all), the others' ops get -1.
 
     The host issues compute ops in program order. Any other op it issues from a hook, as soon as it has issued
     the op's last prerequisite (its deps and its stream's previous op): a gradient bucket's reduce-scatter right
@@ -112,7 +112,8 @@ def issue_order(ops: list[Op]) -> array[int]:
         keys[i] = (*top, i) if len(top) < MAX_HOOK_DEPTH else (*top[:-1], i)
     out = array("q", [-1]) * n
     by_rank: dict[int, list[int]] = {}
-    for i in sorted((i for i, op in enumerate(ops) if op.stream != "cpu"), key=keys.__getitem__):
+    mine = (i for i, op in enumerate(ops) if op.stream != "cpu" and (ranks is None or op.rank in ranks))
+    for i in sorted(mine, key=keys.__getitem__):
         by_rank.setdefault(ops[i].rank, []).append(i)
     for order in by_rank.values():
         for a, b in zip(order, order[1:]):

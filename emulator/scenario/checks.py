@@ -302,9 +302,6 @@ class ScenarioChecks:
         broken = layout_violations(job.model, t, p)
         if broken:
             raise self.fail(f"{kp}.{broken[0].key}", broken[0].message)
-        if p.cuda_device_max_connections == 1:  # the engine's queue is one setting for the whole run
-            raise self.fail(f"{kp}.parallel.cuda_device_max_connections",
-                            "one hardware queue is not modelled in a mix of jobs yet: run the job alone, or remove it")
         return job
 
     def check_sharp(self, s: Scenario) -> None:
