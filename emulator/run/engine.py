@@ -250,13 +250,7 @@ class Engine:
             k, t = divmod(i, T)
             at = ready_at[i]
             if nxt is not None and nxt[t] >= 0:  # launched: the next op issued may be launched too
-                j = nxt[t] + i - t
-                if ready_at[j] < at:
-                    ready_at[j] = at
-                w = waiting[j] - 1
-                waiting[j] = w
-                if not w:
-                    ready.append(j)
+                self._launched(nxt[t] + i - t, at, ready)
             if not timed[t]:
                 if at > now:
                     if not (early[t] and self._issue(i, k, t, at)):
@@ -290,6 +284,15 @@ class Engine:
                 waiting[j] = w
                 if not w:
                     ready.append(j)
+
+    def _launched(self, j: int, at: float, ready: list[int]) -> None:
+        """One hardware queue: the op issued before flat op ``j`` was launched at ``at``; ``j`` joins ``ready`` if
+        that was its last prerequisite (``issue_order``)."""
+        if self.ready_at[j] < at:
+            self.ready_at[j] = at
+        self.waiting[j] -= 1
+        if not self.waiting[j]:
+            ready.append(j)
 
     def _later(self, i: int, at: float) -> None:
         """Start op ``i`` at the future time ``at`` (ops due at one time share one timeout)."""
