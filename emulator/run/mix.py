@@ -128,7 +128,7 @@ def _alone(scenario: Scenario, j: int, placer: "_Placer") -> tuple[Result, Progr
 
 def _one_queue(job: JobSpec) -> bool:
     """Whether a job's GPUs have one hardware queue (its ``parallel.cuda_device_max_connections`` 1)."""
-    return job.parallel.cuda_device_max_connections == 1 and not job.workload.trace
+    return job.parallel.one_queue() and not job.workload.trace
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def build_workload(scenario: Scenario, refused: str = "", blocks: bool = False) 
         note += ("; memory of a profiled workload: the model-shape estimate (a kernel profile does not record "
                  "the script's own allocations; give workload.profiled.peak_memory to scale the measured peak)")
     notes = [note, *_overlap_notes(scenario), *_layer_wise_notes(scenario)]
-    if scenario.parallel.cuda_device_max_connections == 1:
+    if scenario.parallel.one_queue():
         notes.append("one hardware queue a GPU (parallel.cuda_device_max_connections: 1): an op waiting for its "
                      "stream or a dep holds back every op issued after it")
     with _collector_paused():
@@ -269,8 +269,7 @@ def run_program(program: Program, scenario: Scenario, progress: Progress | None 
     ``parallel.cuda_device_max_connections`` 1, for a model workload)."""
     t0 = time.perf_counter()
     if queued is None:
-        one = scenario.parallel.cuda_device_max_connections == 1 and not scenario.workload.trace
-        queued = range(program.ranks) if one else ()
+        queued = range(program.ranks) if scenario.parallel.one_queue() and not scenario.workload.trace else ()
     try:
         return _run_program(program, scenario, progress, record_links, notes, repeat, t0, spread, gpu_of, queued)
     finally:

@@ -45,6 +45,13 @@ def by_source(src: array[int], dst: array[int], n: int) -> tuple[array[int], arr
     return off, to
 
 
+def _positions(ops: list[Op]) -> dict[int, int] | None:
+    """Each op id's position in ``ops``; None where the ids are the positions (the builder numbers its ops 0, 1,
+    2, ... in list order)."""
+    ids = [op.id for op in ops]
+    return None if ids == list(range(len(ops))) else dict(zip(ids, range(len(ops))))
+
+
 def wire(ops: list[Op]) -> tuple[array[int], array[int], list[int]]:
     """Successors of each template op, as flat arrays (op t's are ``to[off[t]:off[t + 1]]``, in
     program order), and its count of prerequisites (deps + stream predecessor).
@@ -52,9 +59,7 @@ def wire(ops: list[Op]) -> tuple[array[int], array[int], list[int]]:
     Flat arrays, not a list per op: 16 B an op and edge, where the lists cost ~130 B an op
     (235 MB of a 1.84M-op run)."""
     n = len(ops)
-    ids = [op.id for op in ops]
-    # the builder numbers its ops 0, 1, 2, ... in list order: an id is then its position
-    index: dict[int, int] | None = None if ids == list(range(n)) else dict(zip(ids, range(n)))
+    index = _positions(ops)
     src, dst = array("q"), array("q")  # the edges prerequisite → op, in program order
     wait = [0] * n
     last_on_stream: dict[tuple[int, str], int] = {}
@@ -97,8 +102,7 @@ def issue_order(ops: list[Op], ranks: frozenset[int] | None = None) -> array[int
     no deeper). A prerequisite's key is always lower, so the order is a topological one, and a single queue
     adds no cycle to the program."""
     n = len(ops)
-    ids = [op.id for op in ops]
-    index: dict[int, int] | None = None if ids == list(range(n)) else dict(zip(ids, range(n)))
+    index = _positions(ops)
     last_on_stream: dict[tuple[int, str], int] = {}
     keys: list[tuple[int, ...]] = [()] * n
     for i, op in enumerate(ops):

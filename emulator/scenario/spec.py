@@ -892,6 +892,10 @@ class ParallelSpec:
         "after their input gradients, so the backward dispatch starts sooner and the wgrad GEMMs run under it "
         "(Megatron-Core's delay_wgrad_compute).", default=False)
 
+    def one_queue(self) -> bool:
+        """One hardware queue a GPU (``cuda_device_max_connections`` 1: emulator/run/wiring.py issue_order)."""
+        return self.cuda_device_max_connections == 1
+
     def expert_dp(self) -> int:
         """Expert-data-parallel size, the ranks that share one expert's weights: dp·cp/ep, or with MoE parallel
         folding tp·dp·cp/(etp·ep) (world/(etp·ep·pp), Megatron-Core's expert_data_parallel_size)."""

@@ -526,7 +526,7 @@ class _RankBuilder(Emitter):
     def _my_chunks(self) -> list[int]:
         return [self._vs(c) for c in range(self.plan.v)]
 
-    def _param_gathers_first(self) -> None:
+    def _plan_param_gathers(self) -> None:
         """ZeRO-1/2 with overlap: this step's parameter all-gathers, a bucket each, in the forward's order (the
         reverse of the gradients'); the first is issued now, the others by ``_zero_ag``."""
         par = self.plan.sc.parallel
@@ -546,7 +546,7 @@ class _RankBuilder(Emitter):
         self._issue_gathers(0)
 
     def _issue_gathers(self, last: int) -> None:
-        """Issue the planned parameter all-gathers up to bucket ``last`` (``_param_gathers_first``)."""
+        """Issue the planned parameter all-gathers up to bucket ``last`` (``_plan_param_gathers``)."""
         while len(self._ag_ops) <= min(last, len(self._ag_plan) - 1):
             oid = self._param_gather(*self._ag_plan[len(self._ag_ops)], ())
             self._ag_ops.append(oid if oid >= 0 else None)
@@ -647,7 +647,7 @@ class _RankBuilder(Emitter):
         "is performed at the beginning of a new optimization step cycle", with ``microbatch_count == 0``;
         param_and_grad_buffer.py ``all_gather_params`` runs it on ``outer_fsdp_group_param_gather_stream``, after
         the current stream, and the inner gather's stream waits for it). The step's gathers are the next step's, as
-        ZeRO 1's overlapped ones (:func:`_param_gathers_first`). ASSUMPTION: a unit's dense and expert gathers
+        ZeRO 1's overlapped ones (:func:`_plan_param_gathers`). ASSUMPTION: a unit's dense and expert gathers
         within the instance both wait for both its outer gathers. The ops (none without instances)."""
         return [self._emit(kind=COLLECTIVE, stream="hsdp", name=f"mb{mb}.{u.name}.{prefix}hsdp_all_gather",
                            collective="all_gather", group=group, bytes=nbytes, deps=tuple(deps), category="comm",
@@ -803,7 +803,7 @@ class _RankBuilder(Emitter):
 
     def build(self) -> None:
         par = self.plan.sc.parallel
-        self._param_gathers_first()
+        self._plan_param_gathers()
         tasks = schedule(par.schedule, self.c["pp"], par.pp, self.plan.micro, par.virtual_stages,
                          par.overlap_moe_expert_parallel_comm)
         if par.schedule in ("dualpipev", "dualpipe"):
