@@ -63,15 +63,21 @@ parallel: {{tp: 4, cp: 4, dp: 2, ep: {ep}, cp_comm_type: {cp_comm}}}
 """
 
 
-@pytest.mark.parametrize("experts, top_k, ep, cp_comm, copies", [(0, 0, 1, "p2p", 16), (0, 0, 1, "all_gather", 16),
-                                                                  (8, 2, 4, "p2p", 4)])
-def test_a_cp_ring_over_whole_nodes_folds_its_rotations_by_a_node(experts, top_k, ep, cp_comm, copies):
-    # TP 4 × CP 4: each CP ring spans 16 ranks, 2 DGX nodes of one leaf. Rotating the ring by one node (2 of its
-    # ranks) is a symmetry of the program and of the network; by one rank it is not (it would carry a node's last
-    # GPU into the next node's first). So the ring's 2 nodes fold (2 copies), the 2 ranks of a ring in a node
-    # do not, TP 4 folds (4), and DP 2 over whole nodes folds (2): 2 × 4 × 2 = 16 ranks per simulated one, 32 / 16
-    # = 2 simulated. With 8 experts over EP 4 = CP 4 (an EP group is a whole CP ring) neither DP nor the ring's nodes
-    # fold (folding._cp_axes: slower so on GLM-5.1's recipe), TP 4 alone: 32 / 4 = 8 simulated.
+@pytest.mark.parametrize("experts, top_k, ep, cp_comm, copies", [(0, 0, 1, "p2p", 16), (0, 0, 1, "all_gather", 32),
+                                                                  (0, 0, 1, "a2a", 32), (8, 2, 4, "p2p", 4),
+                                                                  (8, 2, 4, "all_gather", 16)])
+def test_a_cp_group_over_whole_nodes_folds_what_keeps_its_exchanges(experts, top_k, ep, cp_comm, copies):
+    # TP 4 × CP 4: each CP group spans 16 ranks, 2 DGX nodes of one leaf, 2 ranks of the group in a node.
+    # A ring (p2p): rotating it by one node (2 of its ranks) is a symmetry of the program and of the network; by one
+    # rank it is not (it would carry a node's last GPU into the next node's first). So the ring's 2 nodes fold (2
+    # copies), the 2 ranks of a ring in a node do not, TP 4 folds (4), and DP 2 over whole nodes folds (2):
+    # 2 × 4 × 2 = 16 ranks per simulated one, 32 / 16 = 2 simulated.
+    # All-gather or all-to-all CP: the group meets only in collectives over all of it, so any permutation of it that
+    # the network keeps is a symmetry: the ring's nodes (2) and its ranks in a node (2) both fold: 2 × 2 × 4 × 2 = 32,
+    # 1 simulated.
+    # With 8 experts over EP 4 = CP 4 (an EP group is a whole CP group) DP does not fold; the ring's nodes do not
+    # either (folding._cp_axes: slower so on GLM-5.1's recipe): TP 4 alone, 32 / 4 = 8 simulated. By all-gather the
+    # whole CP group folds (2 × 2) with TP 4: 16, 2 simulated (one per DP replica).
     text = CP_RING.format(experts=experts, top_k=top_k, ep=ep, cp_comm=cp_comm)
     fold, note = choose_fold(load_scenario_text(text, "x.yaml"))
     assert fold is not None and fold.copies == copies and note.endswith(f"{copies} ranks per simulated rank")
