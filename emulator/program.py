@@ -32,7 +32,7 @@ from typing import Any, Iterator, Sequence
 from emulator.meta import ProgramMeta
 
 __all__ = ["OpKind", "COMPUTE", "COLLECTIVE", "SEND", "RECV", "KINDS", "COMM_KINDS", "COLLECTIVE_OPS", "OFF_SM_STREAMS",
-           "COPY_STREAMS", "Op", "Part", "block_ops", "Fold", "FoldRefused", "Program", "ProgramMeta"]
+           "COPY_STREAMS", "SYNC_STREAMS", "Op", "Part", "block_ops", "Fold", "FoldRefused", "Program", "ProgramMeta"]
 
 # Streams whose compute ops take no SMs and no GPU slowdown: the host's own time (``cpu``, imported traces) and
 # the copy engines' transfers to and from pinned host memory (``d2h``, ``h2d``: activation offloading). They
@@ -40,6 +40,9 @@ __all__ = ["OpKind", "COMPUTE", "COLLECTIVE", "SEND", "RECV", "KINDS", "COMM_KIN
 OFF_SM_STREAMS = frozenset({"cpu", "d2h", "h2d"})
 # Of those, the copies: the time breakdown counts them as communication (with the host), not compute.
 COPY_STREAMS = frozenset({"d2h", "h2d"})
+# Streams of the step's gradient and parameter synchronisation (Megatron-Core's DDP buckets on ``dp``, ZeRO's
+# parameter all-gathers on ``zero``, HSDP's outer level on ``hsdp``): once an iteration, not every micro-batch.
+SYNC_STREAMS = frozenset({"dp", "zero", "hsdp"})
 
 
 class OpKind(IntEnum):
@@ -107,6 +110,17 @@ def is_token_exchange(op: str) -> bool:
     every rank receives the mean, as with its capacity padding). Its plan of many flows recurs every
     micro-batch: the fabric runs it ahead of the clock where its links are free (``Fabric._run_ahead``)."""
     return op == "all_to_all" or parse_dispatch_op(op) is not None
+
+
+def runs_ahead(op: str, stream: str, members: int) -> bool:
+    """Whether the fabric may run collective ``op`` on ``stream``, of ``members`` simulated members of its group,
+    ahead of the clock where its links are free (``Fabric._run_ahead``): a token exchange (``is_token_exchange``),
+    or a layer's collective of a group the fold maps onto itself (one simulated member: a context-parallel
+    all-gather over nodes, GLM-5.1's). Its plan's flows would each cost events and solves, every micro-batch, where
+    its run alone is worked out once per plan and size. Not the step's gradient and parameter collectives
+    (``SYNC_STREAMS``): each runs once an iteration, in sizes of its own, beside the backward that wakes it, so its
+    run alone costs more than it saves (DeepSeek-V3 on 4,096 H100: 7.7 -> 8.4 s of CPU with them)."""
+    return is_token_exchange(op) or (members == 1 and stream not in SYNC_STREAMS)
 
 
 def parse_dispatch_op(op: str) -> tuple[str, str, dict[str, float]] | None:

@@ -414,3 +414,30 @@ def test_collectives_handed_over_early_give_the_clocks_summary(args, monkeypatch
     clock_list, _ = split_busiest(clock)
     assert_same(early_list, clock_list)
     assert_same(early, clock)
+
+
+# Context parallelism by all-gather over 2 DGX A100 a CP group (TP 4 × CP 4), 2 pipeline stages over 4 nodes: the fold
+# takes each CP group whole (folding._cp_axes), so its K/V all-gathers and their reduce-scatters have one simulated
+# member and several flows, and run ahead (program.runs_ahead); the stages' activations cross the NICs they use.
+CP_ALL_GATHER = """
+name: cp-all-gather
+cluster: {nodes: 4, node: dgx-a100, fabric: {kind: fat_tree, leaf_size: 4}}
+model: {preset: gpt3-1.3b, layers: 4, seq_len: 8192}
+training: {global_batch: 4, micro_batch: 1}
+parallel: {tp: 4, cp: 4, pp: 2, cp_comm_type: all_gather}
+"""
+
+
+def test_a_cp_all_gather_folded_whole_runs_ahead_and_gives_the_exact_paths_summary(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "cp.yaml"
+    path.write_text(CP_ALL_GATHER)
+    fast, counts = summary_and_counts([str(path)], True, monkeypatch, capsys)
+    exact, none = summary_and_counts([str(path)], False, monkeypatch, capsys)
+    assert fast["sim"]["ranks_simulated"] == 2  # one a stage: 32 / 2 stages / (4 TP x 4 CP folded)
+    assert counts["ahead"] > 0 and none["ahead"] == 0
+    assert fast["sim"].pop("events") < exact["sim"].pop("events")
+    fast_list, _ = split_busiest(fast)
+    exact_list, _ = split_busiest(exact)
+    tied_nic_directions(fast, exact)
+    assert_same(fast_list, exact_list)
+    assert_same(fast, exact)

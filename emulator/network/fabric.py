@@ -6,7 +6,8 @@ flows started ahead of the clock) that also runs a collective's or a transfer's 
 (``run_plan``). The engine, the private collectives and the timed faults all use this one.
 
 Plans run ahead (DESIGN.md, "Network model"; step 3 of a flow's life in flow_fabric.py): a MoE token
-dispatch's plan (its phases) whose links carry nothing is *run ahead* as a whole (``run_plan(ahead=True)``):
+dispatch's plan (its phases), or a layer's collective of one simulated member (``program.runs_ahead``), whose
+links carry nothing is *run ahead* as a whole (``run_plan(ahead=True)``):
 its run alone on an idle fabric (kept per plan and size) gives its end, a flow that meets it before
 then puts the flows of its phase then on the fabric as they stand, its later phases following
 on the clock (``_wake_plan``); flows started ahead on its links that have not begun to stream

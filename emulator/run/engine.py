@@ -58,7 +58,7 @@ from emulator.errors import EmulatorError
 from emulator.network.collectives import CollectiveModel
 from emulator.network.fabric import Fabric, delay_to
 from emulator.network.flows import FlowSpec, Plan
-from emulator.program import COLLECTIVE, COMPUTE, OFF_SM_STREAMS, RECV, SEND, Op, Program, is_token_exchange
+from emulator.program import COLLECTIVE, COMPUTE, OFF_SM_STREAMS, RECV, SEND, Op, Program, runs_ahead
 from emulator.run.block import OpenedFields, opened_times
 from emulator.run.copies import Copies
 from emulator.run.deadlock import DeadlockError, deadlock_report
@@ -150,7 +150,7 @@ class Engine:
         self.ready_at = array("d", [0.0]) * n  # the latest end among an op's finished prerequisites
         self.events = 0
         self._rdv: dict[tuple[tuple[int, ...], int], list[int]] = {}  # (group, call #) → ops that arrived
-        self._ahead: dict[str, bool] = {}  # collective name → whether a MoE token dispatch (run ahead)
+        self._ahead: dict[tuple[str, str, int], bool] = {}  # (collective, stream, members) → ``runs_ahead``
         self._p2p: dict[P2PKey, list[list[int]]] = {}  # [waiting sends, waiting recvs]
         self._later_at: dict[float, list[int]] = {}  # start time → ops whose start was decided early
         self._expected: dict[tuple[int, ...], int] = {}
@@ -407,9 +407,10 @@ class Engine:
                     f"{self.rank(arrived[0])} is {first.collective} of {first.bytes:g} B but op {self.op_id(j)} on "
                     f"rank {self.rank(j)} is {o.collective} of {o.bytes:g} B")
         plan = self.model.collective(first.collective, group, self._tr(k0, first.root), first.bytes)
-        ahead = self._ahead.get(first.collective)
+        ahead = self._ahead.get((first.collective, first.stream, expected))
         if ahead is None:
-            ahead = self._ahead[first.collective] = is_token_exchange(first.collective)
+            ahead = self._ahead[(first.collective, first.stream, expected)] = \
+                runs_ahead(first.collective, first.stream, expected)
         self._run_plan(plan, first.bytes, arrived, ahead)
 
     def _issue(self, i: int, k: int, t: int, at: float) -> bool:
@@ -450,9 +451,10 @@ class Engine:
         return f, op.bytes * f.volume
 
     def _run_plan(self, plan: Plan, nbytes: float, members: list[int], ahead: bool = False) -> None:
-        """The transfer of ``members`` begins now: the fabric runs the plan's phases (a MoE token dispatch's
-        ahead of the clock where its links are free, ``Fabric.run_plan``: its one flow per rank of a group
-        that the fold maps onto itself would otherwise each cost events and solves)."""
+        """The transfer of ``members`` begins now: the fabric runs the plan's phases (with ``ahead``, a MoE token
+        dispatch's or a layer's collective of one simulated member, ``program.runs_ahead``, ahead of the clock
+        where its links are free, ``Fabric.run_plan``: its one flow per rank of a group that the fold maps onto
+        itself would otherwise each cost events and solves)."""
         now = self.env.now
         for i in members:
             self.xfer[i] = now

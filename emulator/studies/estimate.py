@@ -235,14 +235,15 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
       its end (started ahead of its latency: ``Fabric._ahead``), or several flows a latency timer
       and an end each;
     - a MoE token dispatch (``is_token_exchange``: a plain all_to_all too), of one phase or several
-      (HybridEP's), runs ahead of the clock where its links are free as it starts, one event for its
+      (HybridEP's), and a layer's collective of one simulated member (``runs_ahead``: a CP all-gather over
+      nodes folded whole), runs ahead of the clock where its links are free as it starts, one event for its
       end (``Fabric._run_ahead``), else flow by flow: on the clock where its rank has another
       collective in flight as it is issued (``_met``).
 
     With ``on_clock`` (timed faults, which rewrite routes mid-run, or listeners of every load change:
     ``--out``) nothing runs ahead: a flow alone has its latency timer too, a dispatch runs flow by flow.
     """
-    from emulator.program import RECV, is_token_exchange
+    from emulator.program import RECV, runs_ahead
 
     copies = engine.copies.count
     simulated = engine.simulated
@@ -265,7 +266,7 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
         else:
             key = (op.collective, op.group, op.root)
             members = max(1, sum(1 for r in op.group if r in simulated))
-        token = op.kind is not SEND and is_token_exchange(op.collective)
+        token = op.kind is not SEND and runs_ahead(op.collective, op.stream, members)
         ahead = not on_clock and token and t not in met
         meets = not token and t in met  # issued while another collective of its rank holds its links
         hit = per_key.get((*key, ahead, meets))
