@@ -184,7 +184,9 @@ def _cp_axes(p, g: int, scenario: Scenario, cp_ok: bool, by_node: bool, in_node_
     only in collectives over all of it (layer.py: no ring exchange), so any permutation of its ranks maps the program
     onto itself, and the cp axis folds as a dp axis does (``_dp_axes``: its nodes rotated as whole nodes, and its ranks
     in a node all at once, in every node alike), with or without EP over it. GLM-5.1's recipe on 416 H100 (CP 32 =
-    EP 32, all-gather) then simulates 13 ranks instead of 416, the same iteration to the bit: 180 → 63 s."""
+    EP 32, all-gather) then simulates 13 ranks instead of 416, the same iteration to the bit: 180 → 60 s. The
+    ranks in a node rotate together only where the rotation is a symmetry of the node (``in_node_ok``: every GPU
+    its own NIC, or all one); else the ring's rule below decides."""
     digits = _cp_digits(p)
     if cp_ok:
         return [(size, size > 1) for size in digits]
