@@ -407,10 +407,10 @@ class Engine:
                     f"{self.rank(arrived[0])} is {first.collective} of {first.bytes:g} B but op {self.op_id(j)} on "
                     f"rank {self.rank(j)} is {o.collective} of {o.bytes:g} B")
         plan = self.model.collective(first.collective, group, self._tr(k0, first.root), first.bytes)
-        ahead = self._ahead.get((first.collective, first.stream, expected))
+        call = (first.collective, first.stream, expected)
+        ahead = self._ahead.get(call)
         if ahead is None:
-            ahead = self._ahead[(first.collective, first.stream, expected)] = \
-                runs_ahead(first.collective, first.stream, expected)
+            ahead = self._ahead[call] = runs_ahead(*call)
         self._run_plan(plan, first.bytes, arrived, ahead)
 
     def _issue(self, i: int, k: int, t: int, at: float) -> bool:

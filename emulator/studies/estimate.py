@@ -266,9 +266,9 @@ def events_of(engine: Engine, collectives: CollectiveModel, faulted: bool, on_cl
         else:
             key = (op.collective, op.group, op.root)
             members = max(1, sum(1 for r in op.group if r in simulated))
-        token = op.kind is not SEND and runs_ahead(op.collective, op.stream, members)
-        ahead = not on_clock and token and t not in met
-        meets = not token and t in met  # issued while another collective of its rank holds its links
+        may_ahead = op.kind is not SEND and runs_ahead(op.collective, op.stream, members)
+        ahead = not on_clock and may_ahead and t not in met
+        meets = not may_ahead and t in met  # issued while another collective of its rank holds its links
         hit = per_key.get((*key, ahead, meets))
         if hit is None:
             hit = per_key[(*key, ahead, meets)] = _instance_events(collectives.plans(*key), ahead, on_clock or meets)
@@ -363,7 +363,7 @@ def _alone_s(engine: Engine, op: Op) -> float:
 def _instance_events(plans: list[Plan], ahead: bool, on_clock: bool = False) -> tuple[float, float, bool]:
     """(events after its start, the same weighted by f² where f is the flows of their phase: see
     ``events_of`` for the members, whether each plan is one flow) of one collective or transfer instance
-    on the clock (``events_of``); ``ahead``: a token exchange run ahead of the clock, one event for its end
+    on the clock (``events_of``); ``ahead``: a plan run ahead of the clock (``runs_ahead``), one event for its end
     where a plan has a phase of several flows."""
     if not plans:
         return 0.0, 0.0, False
